@@ -1,0 +1,201 @@
+"""Hardware atoms of the DSL: GMMA shared-memory layout atoms, GMMA MMA ops,
+tiled MMAs and TMA copy ops.
+
+Each atom is a frozen value that (a) the verifier reads as a model of the
+hardware (its layout, swizzle and sizes) and (b) the renderer prints as the
+exact CuTe C++ type the emitted ``.cu`` instantiates. Both sides read the same
+object, so the checked program and the compiled program cannot disagree.
+
+Sources: CuTe ``cute/atom/mma_traits_sm90_gmma.hpp`` (``GMMA::Layout_*_Atom``),
+``cute/arch/mma_sm90_gmma.hpp`` (``SM90_64xNx16_F32BF16BF16_SS``), PTX ISA 8.x
+sections 9.7.15 (wgmma) and 5.5 (tensor map / TMA swizzle modes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Major = Literal["K", "MN"]
+
+#: swizzle mode (bytes of one swizzled row) -> CuTe atom suffix
+_SWIZZLE_NAME = {128: "SW128", 64: "SW64", 32: "SW32", 16: "INTER"}
+#: swizzle mode -> Swizzle<B,M,S> over *byte* addresses (M=4: 16-byte chunks)
+_SWIZZLE_BYTES_BMS = {128: (3, 4, 3), 64: (2, 4, 3), 32: (1, 4, 3), 16: (0, 4, 3)}
+
+CPP_TYPE = {"bf16": "cutlass::bfloat16_t", "fp16": "cutlass::half_t", "fp32": "float"}
+_GMMA_TYPE = {"bf16": "BF16", "fp16": "F16"}
+
+
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class Swizzle:
+    """CuTe ``Swizzle<B,M,S>``: ``x ^ ((x >> S) & (((1 << B) - 1) << M))``.
+
+    Acts on an integer offset (elements or bytes, as documented by the owner).
+    Source: ``cute/swizzle.hpp``.
+    """
+
+    bits: int
+    base: int
+    shift: int
+
+    def __call__(self, offset):  # works on ints and numpy integer arrays
+        if self.bits == 0:
+            return offset
+        mask = ((1 << self.bits) - 1) << (self.base + self.shift)
+        return offset ^ ((offset & mask) >> self.shift)
+
+    def cpp(self) -> str:
+        return f"cute::Swizzle<{self.bits},{self.base},{self.shift}>"
+
+
+@dataclass(frozen=True)
+class GmmaSmemAtom:
+    """A GMMA-compatible shared-memory layout atom (one swizzle period).
+
+    Shape in elements ``(rows_mn, cols_k)``:
+      * K-major:  ``(8, swizzle_bytes / elem_bytes)`` with K contiguous.
+      * MN-major: ``(swizzle_bytes / elem_bytes, 8)`` with MN contiguous.
+
+    The swizzle acts on byte addresses inside 1024-byte-aligned blocks
+    (PTX ISA "Shared memory matrix layout"; TMA ``CU_TENSOR_MAP_SWIZZLE_*B``).
+    """
+
+    major: Major
+    swizzle_bytes: int  # 128, 64, 32, or 16 (= no swizzle, "interleave")
+    elem_bits: int
+
+    @property
+    def name(self) -> str:
+        return f"Layout_{self.major}_{_SWIZZLE_NAME[self.swizzle_bytes]}_Atom"
+
+    @property
+    def contiguous_elems(self) -> int:
+        return self.swizzle_bytes * 8 // self.elem_bits
+
+    @property
+    def shape_mn_k(self) -> tuple[int, int]:
+        """(MN, K) extent of the atom in elements."""
+        if self.major == "K":
+            return (8, self.contiguous_elems)
+        return (self.contiguous_elems, 8)
+
+    @property
+    def byte_swizzle(self) -> Swizzle:
+        return Swizzle(*_SWIZZLE_BYTES_BMS[self.swizzle_bytes])
+
+    @property
+    def element_swizzle(self) -> Swizzle:
+        """The same swizzle expressed on element offsets (e.g. Swizzle<3,3,3> for SW128 bf16)."""
+        b, m, s = _SWIZZLE_BYTES_BMS[self.swizzle_bytes]
+        return Swizzle(b, m - _log2(self.elem_bits // 8), s)
+
+    def cpp(self, element: str) -> str:
+        return f"cute::GMMA::{self.name}<{CPP_TYPE[element]}>"
+
+
+def select_smem_atom(major: Major, elem_bits: int, mn_extent: int, k_extent: int) -> GmmaSmemAtom:
+    """The widest swizzle atom that tiles the operand tile.
+
+    Mirrors the documented rule of CUTLASS's ``ss_smem_selector``: prefer SW128,
+    then SW64, SW32, INTER, taking the first whose contiguous extent divides the
+    tile's contiguous extent (K for K-major, MN for MN-major).
+
+    Raises:
+        ValueError: no atom divides the tile (contiguous extent not a multiple of
+            16 bytes).
+    """
+    extent = k_extent if major == "K" else mn_extent
+    for sw in (128, 64, 32, 16):
+        atom = GmmaSmemAtom(major, sw, elem_bits)
+        if extent % atom.contiguous_elems == 0:
+            return atom
+    raise ValueError(
+        f"no GMMA smem atom tiles a {major}-major extent of {extent} elements "
+        f"({extent * elem_bits // 8} bytes is not a multiple of 16)"
+    )
+
+
+@dataclass(frozen=True)
+class GmmaOp:
+    """One SM90 warpgroup MMA, ``wgmma.mma_async.sp?`` shape ``64 x n x 16``, SS mode.
+
+    Both operands come from shared memory through descriptors; the accumulator is
+    fp32 in registers. PTX ISA 9.7.15.5: N is a multiple of 8 in [8, 256] and
+    K is 16 for 16-bit inputs.
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    a_major: Major
+    b_major: Major
+
+    def cpp(self) -> str:
+        t = _GMMA_TYPE[self.dtype]
+        return (
+            f"cute::SM90_{self.m}x{self.n}x{self.k}_F32{t}{t}_SS"
+            f"<cute::GMMA::Major::{self.a_major}, cute::GMMA::Major::{self.b_major}>"
+        )
+
+
+@dataclass(frozen=True)
+class TiledMma:
+    """``make_tiled_mma(op, Layout<Shape<atoms_m, atoms_n, 1>>)``: warpgroups tiled over M/N."""
+
+    op: GmmaOp
+    atoms_m: int
+    atoms_n: int
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.atoms_m * self.atoms_n
+
+    @property
+    def shape_mnk(self) -> tuple[int, int, int]:
+        return (self.op.m * self.atoms_m, self.op.n * self.atoms_n, self.op.k)
+
+    def cpp(self) -> str:
+        return (
+            f"decltype(cute::make_tiled_mma({self.op.cpp()}{{}}, "
+            f"cute::Layout<cute::Shape<cute::_{self.atoms_m},cute::_{self.atoms_n},cute::_1>>{{}}))"
+        )
+
+
+TmaKind = Literal["load", "load_multicast", "store"]
+
+
+@dataclass(frozen=True)
+class TmaCopy:
+    """A TMA (``cp.async.bulk.tensor``) copy op: load, multicast load, or store.
+
+    ``box`` is the box extent in elements, innermost (contiguous) dimension first,
+    as passed to ``cuTensorMapEncodeTiled``; ``multicast`` is the number of CTAs in
+    the cluster that receive each box (1 for a plain load).
+    Source: PTX ISA 9.7.9.25 (cp.async.bulk.tensor), CUDA driver API tensor maps.
+    """
+
+    kind: TmaKind
+    box: tuple[int, ...]
+    elem_bits: int
+    swizzle_bytes: int
+    multicast: int = 1
+
+    def cpp(self) -> str:
+        return {
+            "load": "cute::SM90_TMA_LOAD",
+            "load_multicast": "cute::SM90_TMA_LOAD_MULTICAST",
+            "store": "cute::SM90_TMA_STORE",
+        }[self.kind]
+
+    @property
+    def box_bytes(self) -> int:
+        n = 1
+        for b in self.box:
+            n *= b
+        return n * self.elem_bits // 8

@@ -1,0 +1,112 @@
+"""Frozen GEMM kernel configuration.
+
+A :class:`GemmConfig` fixes every compile-time choice of one Hopper GEMM kernel
+(CTA tile, cluster, pipeline stages, schedule, epilogue tile) plus the scheduler's
+run-time knobs that the rendered ``.cu`` bakes in (raster order, swizzle).
+Problem sizes (M, N, K) and leading dimensions stay run-time arguments.
+
+Layout letters follow BLAS/cuBLAS: the first letter is A, the second B, and the
+GEMM is ``D[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]`` with D and C row-major
+(N contiguous):
+
+====== ============================ ============================
+layout A (M x K)                    B (stored)
+====== ============================ ============================
+``tn`` row-major, K-major           N x K row-major, K-major
+``nt`` column-major, M-major        K x N row-major, N-major
+``nn`` column-major, M-major        N x K row-major, K-major
+``tt`` row-major, K-major           K x N row-major, N-major
+====== ============================ ============================
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DType = Literal["bf16", "fp16"]
+OutDType = Literal["bf16", "fp16", "fp32"]
+GemmLayout = Literal["tn", "nt", "nn", "tt"]
+Schedule = Literal["cooperative", "pingpong"]
+Raster = Literal["along_m", "along_n"]
+
+#: bytes per element of each dtype name
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def a_is_k_major(layout: str) -> bool:
+    """True when A (M x K) is stored with K contiguous (layout letter 't')."""
+    return layout[0] == "t"
+
+
+def b_is_k_major(layout: str) -> bool:
+    """True when B is stored with K contiguous (N x K row-major, layout letter 'n')."""
+    return layout[1] == "n"
+
+
+class GemmConfig(BaseModel):
+    """One SM90 warp-specialized TMA + GMMA GEMM kernel.
+
+    Attributes:
+        dtype: A and B element type (``bf16`` or ``fp16``); accumulation is fp32.
+        out_dtype: C and D element type.
+        layout: operand majorness, see the module docstring.
+        tile_m, tile_n, tile_k: CTA tile in elements.
+        cluster_m, cluster_n: thread-block cluster shape (CTAs along M and N).
+            A is multicast along N (``cluster_n > 1``), B along M.
+        stages: mainloop shared-memory pipeline depth.
+        schedule: ``cooperative`` (2 consumer warpgroups split the tile along M)
+            or ``pingpong`` (2 consumer warpgroups alternate whole tiles).
+        epi_m, epi_n: epilogue subtile (the unit of the smem + TMA store).
+        raster: order in which the persistent scheduler walks output tiles.
+        swizzle: scheduler swizzle (tiles walked in groups of this many, 1/2/4/8).
+
+    Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
+    so that a wrong configuration reaches the verifier and gets every violation
+    reported at once.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dtype: DType = "bf16"
+    out_dtype: OutDType = "bf16"
+    layout: GemmLayout = "tn"
+    tile_m: int = Field(128, gt=0)
+    tile_n: int = Field(256, gt=0)
+    tile_k: int = Field(64, gt=0)
+    cluster_m: int = Field(2, gt=0)
+    cluster_n: int = Field(1, gt=0)
+    stages: int = Field(4, gt=0)
+    schedule: Schedule = "cooperative"
+    epi_m: int = Field(128, gt=0)
+    epi_n: int = Field(32, gt=0)
+    raster: Raster = "along_n"
+    swizzle: int = Field(1, gt=0)
+
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        return (self.tile_m, self.tile_n, self.tile_k)
+
+    @property
+    def cluster(self) -> tuple[int, int]:
+        return (self.cluster_m, self.cluster_n)
+
+    @property
+    def consumer_warpgroups(self) -> int:
+        """Math warpgroups: always 2 (cooperative splits a tile, ping-pong alternates tiles)."""
+        return 2
+
+    @property
+    def threads(self) -> int:
+        """Threads per CTA: one producer warpgroup plus two consumer warpgroups."""
+        return 128 * (1 + self.consumer_warpgroups)
+
+    @property
+    def wg_tile_m(self) -> int:
+        """Rows of the CTA tile owned by one consumer warpgroup at a time."""
+        return self.tile_m // 2 if self.schedule == "cooperative" else self.tile_m
+
+    def replace(self, **changes: object) -> GemmConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return GemmConfig(**{**self.model_dump(), **changes})
