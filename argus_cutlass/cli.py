@@ -1,0 +1,227 @@
+"""``argus-cutlass``: generate, verify, build and run Hopper kernels.
+
+Commands:
+  ``argus-cutlass gemm --m M --n N --k K [--dtype bf16|fp16] [--out-dtype ...]
+  [--layout tn|nt|nn|tt] [--out DIR]``
+      pick a configuration, verify it, render ``DIR/<kernel>.cu``, compile it when
+      nvcc exists, and on a Hopper GPU run it against an fp32 reference and time it
+      beside cuBLAS. Writes ``DIR/<kernel>.json`` (config, verification, stage times).
+  ``argus-cutlass verify CONFIG.json [--json]``
+      verify one configuration; exit code 1 on a violation.
+
+Exit codes: 0 success; 1 verification or numerical failure; 2 bad input or
+environment (the message names the input and the rule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from argus_cutlass.errors import ArgusError
+
+
+class _Stages:
+    """Wall-clock seconds spent in each stage of the main job."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def run(self, name, fn, *args, **kwargs):  # noqa: ANN001, ANN201
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.seconds[name] = round(time.perf_counter() - t0, 4)
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cmd_gemm(args: argparse.Namespace) -> int:
+    from argus_cutlass.plan.heuristics import default_config
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.render.render import render_gemm
+    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.verify import verify_gemm
+
+    stages = _Stages()
+    problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype,
+                          layout=args.layout)
+    problem.validate()
+    cfg = default_config(args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout)
+    name = kernel_name(cfg)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record: dict = {
+        "kernel": name,
+        "problem": {"m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype,
+                    "out_dtype": args.out_dtype, "layout": args.layout},
+        "config": cfg.model_dump(),
+        "config_source": "heuristic",
+    }
+    _print(f"problem   M={args.m} N={args.n} K={args.k} {args.dtype}->{args.out_dtype} layout {args.layout}")
+    _print(f"config    {name}")
+
+    program = stages.run("build_program", build_gemm_program, cfg)
+    report = stages.run("verify", verify_gemm, program)
+    record["verification"] = json.loads(report.to_json())
+    if not report.ok:
+        _print(report.format())
+        _write_record(out_dir, name, record, stages)
+        return 1
+    _print(f"verified  {len(report.proved)} obligations: " + ", ".join(report.proved))
+
+    source = stages.run("render", render_gemm, program, tuple(report.proved))
+    cu_path = out_dir / f"{name}.cu"
+    cu_path.write_text(source)
+    _print(f"wrote     {cu_path}")
+
+    lib_path = _compile(source, name, out_dir, stages, record)
+    if lib_path is None:
+        _write_record(out_dir, name, record, stages)
+        return 0
+    status = _run_on_gpu(lib_path, name, problem, stages, record, args)
+    _write_record(out_dir, name, record, stages)
+    return status
+
+
+def _compile(source, name, out_dir, stages, record):  # noqa: ANN001, ANN202
+    from argus_cutlass.build.nvcc import compile_cu
+    from argus_cutlass.build.toolchain import find_nvcc
+    from argus_cutlass.errors import ToolchainError
+
+    try:
+        find_nvcc()
+    except ToolchainError as exc:
+        _print(f"no nvcc   {exc.message}; wrote the .cu only (compile it with the command in its header)")
+        record["compile"] = {"skipped": exc.message}
+        return None
+    artifact = stages.run("compile", compile_cu, source, name, "shared")
+    record["compile"] = {
+        "cached": artifact.cached,
+        "seconds": round(artifact.seconds, 2),
+        "registers": artifact.registers,
+        "spill_bytes": artifact.spill_bytes,
+        "path": str(artifact.path),
+    }
+    _print(f"compiled  {artifact.path} ({'cache hit' if artifact.cached else f'{artifact.seconds:.1f} s'},"
+           f" {artifact.registers} registers, {artifact.spill_bytes} spill bytes)")
+    return artifact.path
+
+
+def _run_on_gpu(lib_path, name, problem, stages, record, args) -> int:  # noqa: ANN001
+    from argus_cutlass.runtime.check import cublas_reference_time, run_and_check, time_gemm
+    from argus_cutlass.runtime.cuda import gpu_available, require_sm90
+    from argus_cutlass.runtime.launch import GemmKernelLibrary
+
+    available, why = gpu_available()
+    if not available:
+        _print(f"no GPU    {why}; stopping after compile")
+        record["run"] = {"skipped": why}
+        return 0
+    require_sm90()
+    lib = GemmKernelLibrary(lib_path, name)
+    check = stages.run("check", run_and_check, lib, problem, alpha=args.alpha, beta=args.beta,
+                       seed=args.seed)
+    record["check"] = check.as_dict()
+    _print(f"check     {'PASS' if check.passed else 'FAIL'}: rel. error {check.rel_error:.2e}"
+           f" (tolerance {check.tolerance:.0e}), unwritten outputs {check.unwritten}")
+    if not check.passed:
+        return 1
+    ms = stages.run("time", time_gemm, lib, problem)
+    flops = 2.0 * problem.m * problem.n * problem.k
+    result = {"ms": ms, "tflops": flops / ms / 1e9}
+    line = f"time      {ms:.4f} ms = {result['tflops']:.1f} TFLOP/s"
+    ref_ms = stages.run("cublas", cublas_reference_time, problem)
+    if ref_ms is not None:
+        result["cublas_ms"] = ref_ms
+        result["cublas_tflops"] = flops / ref_ms / 1e9
+        result["speedup_vs_cublas"] = ref_ms / ms
+        line += f"; cuBLAS {ref_ms:.4f} ms = {result['cublas_tflops']:.1f} TFLOP/s; ratio {ref_ms / ms:.3f}x"
+    else:
+        line += "; cuBLAS not measured (torch is not installed)"
+    record["timing"] = result
+    _print(line)
+    return 0
+
+
+def _write_record(out_dir: Path, name: str, record: dict, stages: _Stages) -> None:
+    record["stage_seconds"] = stages.seconds
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    _print(f"wrote     {path}")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from argus_cutlass.errors import ConfigError
+    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.verify import verify_gemm
+
+    text = Path(args.config).read_text() if args.config != "-" else sys.stdin.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("config.json", f"{args.config}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = data.get("config", data)  # accept a `gemm` record too
+    try:
+        cfg = GemmConfig(**data)
+    except ValidationError as exc:
+        raise ConfigError("config.schema", f"{args.config}: {_pydantic_text(exc)}") from None
+    report = verify_gemm(build_gemm_program(cfg))
+    print(report.to_json() if args.json else report.format())
+    return 0 if report.ok else 1
+
+
+def _pydantic_text(exc) -> str:  # noqa: ANN001
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="argus-cutlass", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("gemm", help="generate (and build, run) a GEMM kernel for one shape")
+    g.add_argument("--m", type=int, required=True, help="rows of A and D")
+    g.add_argument("--n", type=int, required=True, help="columns of B and D")
+    g.add_argument("--k", type=int, required=True, help="reduction length")
+    g.add_argument("--dtype", default="bf16", help="A/B element type: bf16 or fp16")
+    g.add_argument("--out-dtype", default=None, help="C/D element type: bf16, fp16 or fp32 (default: --dtype)")
+    g.add_argument("--layout", default="tn", help="tn, nt, nn or tt (A then B; t = K-major A / N-major B)")
+    g.add_argument("--alpha", type=float, default=1.0)
+    g.add_argument("--beta", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
+    g.add_argument("--out", default="out", help="output folder (default: ./out)")
+    g.set_defaults(func=cmd_gemm)
+
+    v = sub.add_parser("verify", help="verify a configuration (JSON file, or - for stdin)")
+    v.add_argument("config")
+    v.add_argument("--json", action="store_true", help="machine-readable report")
+    v.set_defaults(func=cmd_verify)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "out_dtype", "x") is None:
+        args.out_dtype = args.dtype
+    try:
+        return args.func(args)
+    except ArgusError as exc:
+        print(f"argus-cutlass: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("argus-cutlass: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

