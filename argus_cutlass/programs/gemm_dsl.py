@@ -1,0 +1,96 @@
+"""The SM90 GEMM mainloop written in the DSL, for the verifier.
+
+:func:`gemm_dsl_program` states, for one :class:`~argus_cutlass.programs.gemm.GemmProgram`:
+
+* the gmem operands ``gA`` (tag ``A:(m,k)``) and ``gB`` (tag ``B:(n,k)``);
+* the smem stage buffers ``sA``/``sB`` ((MN, K, stage), CuTe ``tile_to_shape`` of the
+  GMMA atom; byte offsets follow CUTLASS's ``SharedStorage`` order: barriers, C, D, A, B);
+* the TMA loads into them (tag function: gmem coordinate and producer iteration -> stage);
+* the GMMA operand reads, each through its own smem layout object (normally the buffer's);
+* the tag assertion of invariant G1: ``A.k == B.k`` at every MMA slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from argus_cutlass.dsl.ir import DslProgram, ProgramBuilder, Tag
+from argus_cutlass.layout.gmma import smem_layout
+from argus_cutlass.plan.config import DTYPE_BYTES
+from argus_cutlass.plan.resources import swizzle_alignment
+from argus_cutlass.programs.gemm import GemmProgram
+
+
+def _round_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def smem_offsets(program: GemmProgram) -> dict[str, int]:
+    """Byte offset of each smem buffer (``C``, ``D``, ``A``, ``B``) in the CTA's shared memory.
+
+    Same order and padding as :func:`argus_cutlass.plan.resources.smem_bytes`: barriers first,
+    then each buffer rounded up to its swizzle alignment.
+    """
+    cfg = program.config
+    e = program.epilogue
+    out_b = DTYPE_BYTES[cfg.out_dtype]
+    stages = program.pipeline.stages
+    sizes = {
+        "C": (e.epi_m * e.epi_n * out_b * e.stages_c, e.smem_atom_c.swizzle_bytes),
+        "D": (0 if e.reuse_smem_c else e.epi_m * e.epi_n * out_b * e.stages_d, e.smem_atom_d.swizzle_bytes),
+        "A": (program.a.stage_bytes * stages, program.a.smem_atom.swizzle_bytes),
+        "B": (program.b.stage_bytes * stages, program.b.smem_atom.swizzle_bytes),
+    }
+    offset = 16 * stages + 16 * e.stages_c + 64
+    out: dict[str, int] = {}
+    for name, (size, sw) in sizes.items():
+        if size == 0:
+            continue
+        offset = _round_up(offset, swizzle_alignment(sw))
+        out[name] = offset
+        offset += size
+    return out
+
+
+def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None = None) -> DslProgram:
+    """The mainloop of ``program`` as a :class:`DslProgram`.
+
+    Args:
+        program: the instantiated GEMM.
+        mma_atoms: optional ``{"A"|"B": GmmaSmemAtom}`` giving the MMA side a different smem
+            atom than the buffer (models a descriptor/TMA mismatch; the verifier must reject it).
+
+    Raises:
+        argus_cutlass.layout.LayoutError: an operand tile is not a multiple of its smem atom.
+    """
+    cfg = program.config
+    stages = program.pipeline.stages
+    offsets = smem_offsets(program)
+    b = ProgramBuilder(f"gemm_{cfg.layout}_{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}", stages)
+    stage_tag = Tag("stage", ("iter",))
+    g = {
+        "A": b.tensor("gA", "gmem", (cfg.tile_m, cfg.tile_k), cfg.dtype, tag=Tag("A", ("m", "k"))),
+        "B": b.tensor("gB", "gmem", (cfg.tile_n, cfg.tile_k), cfg.dtype, tag=Tag("B", ("n", "k"))),
+    }
+    smem = {}
+    for op in (program.a, program.b):
+        smem[op.name] = b.tensor(
+            f"s{op.name}", "smem", (op.tile_mn, op.tile_k, stages), cfg.dtype,
+            layout=smem_layout(op, stages), base_bytes=offsets[op.name],
+            swizzle_bytes=op.smem_atom.swizzle_bytes,
+        )
+    b.tma_load(g["A"], smem["A"], program.a.tma, major=program.a.major, tile_mn=program.a.tile_mn,
+               tile_k=program.a.tile_k, stage_tag=stage_tag)
+    b.tma_load(g["B"], smem["B"], program.b.tma, major=program.b.major, tile_mn=program.b.tile_mn,
+               tile_k=program.b.tile_k, stage_tag=stage_tag)
+    overrides = mma_atoms or {}
+    mma = program.tiled_mma
+    layout_a = smem["A"].layout if "A" not in overrides else smem_layout(program.a, stages, overrides["A"])
+    layout_b = smem["B"].layout if "B" not in overrides else smem_layout(program.b, stages, overrides["B"])
+    b.mma_read("A", smem["A"], layout_a, mma.op, tile_mn=cfg.tile_m, tile_k=cfg.tile_k,
+               warpgroups=mma.atoms_m)
+    b.mma_read("B", smem["B"], layout_b, mma.op, tile_mn=cfg.tile_n, tile_k=cfg.tile_k,
+               warpgroups=mma.atoms_n)
+    b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1",
+                  rule="mma.k_agreement")
+    return b.build()

@@ -1,0 +1,144 @@
+"""Enumeration tier of the verifier: tag images and tag assertions on numpy arrays.
+
+The TMA writer's tag function (:meth:`argus_cutlass.dsl.ir.TmaLoad.write_offsets`) fills an
+smem *tag image* (per element: gmem coordinate, k, producer iteration); the MMA side reads it
+back through its own layout object; tag assertions are then checked at every slot.
+Pipeline pass covered: the first ``stages`` k-tiles (k-tile ``i`` fills stage ``i``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from argus_cutlass.dsl.ir import DslProgram, MmaRead, TagAssertion, TmaLoad
+from argus_cutlass.layout.algebra import layout_image
+from argus_cutlass.layout.gmma import gmma_c_layout
+from argus_cutlass.verify.report import Counterexample, Proof, Violation
+
+#: tag value of an smem element no TMA wrote
+UNWRITTEN = -1
+#: tag value of a read outside its buffer
+OUT_OF_BUFFER = -2
+
+
+@dataclass(frozen=True)
+class TagImage:
+    """Per-element tags of one smem buffer: ``fields[name]`` is an int64 array over the buffer's
+    element offsets (``UNWRITTEN`` where no TMA wrote). ``outside`` counts writes that left the
+    buffer, ``collisions`` elements written more than once."""
+
+    buffer: str
+    fields: dict[str, np.ndarray]
+    outside: int
+    collisions: int
+
+
+def tag_image(dsl: DslProgram, load: TmaLoad) -> TagImage:
+    """Run ``load``'s tag function over stages 0..S-1 (k-tile ``s`` into stage ``s``)."""
+    t = dsl.tensor(load.dst)
+    s_count = dsl.stages
+    cells = load.tile_mn * load.tile_k * s_count
+    mn, k, s = np.meshgrid(np.arange(load.tile_mn), np.arange(load.tile_k), np.arange(s_count),
+                           indexing="ij")
+    mn, k, s = mn.ravel(), k.ravel(), s.ravel()
+    off = np.asarray(load.write_offsets(mn, k, s, t.base_bytes, t.elem_bytes), dtype=np.int64)
+    inb = (off >= 0) & (off < cells)
+    f_mn, f_k = load.src_tag.fields
+    fields = {name: np.full(cells, UNWRITTEN, dtype=np.int64) for name in (f_mn, f_k, load.stage_tag.fields[0])}
+    fields[f_mn][off[inb]] = mn[inb]
+    fields[f_k][off[inb]] = k[inb] + s[inb] * load.tile_k
+    fields[load.stage_tag.fields[0]][off[inb]] = s[inb]
+    counts = np.bincount(off[inb], minlength=cells)
+    return TagImage(load.dst, fields, int((~inb).sum()), int((counts > 1).sum()))
+
+
+def _read(dsl: DslProgram, read: MmaRead, image: TagImage) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Offsets (MN, K, S) the MMA reads and the tags found there."""
+    mn, k, s = np.meshgrid(np.arange(read.tile_mn), np.arange(read.tile_k), np.arange(dsl.stages),
+                           indexing="ij")
+    off = np.asarray(read.layout(mn, k, s), dtype=np.int64)
+    cells = next(iter(image.fields.values())).shape[0]
+    inb = (off >= 0) & (off < cells)
+    safe = np.where(inb, off, 0)
+    tags = {name: np.where(inb, arr[safe], OUT_OF_BUFFER) for name, arr in image.fields.items()}
+    return off, tags
+
+
+def _tagstr(op: str, tags: dict[str, np.ndarray], idx: tuple[int, int, int]) -> str:
+    vals = []
+    for name, arr in tags.items():
+        v = int(arr[idx])
+        vals.append(f"{name}={'unwritten' if v == UNWRITTEN else 'outside' if v == OUT_OF_BUFFER else v}")
+    return f"{op}({', '.join(vals)})"
+
+
+def check_k_agreement(dsl: DslProgram, assertion: TagAssertion) -> tuple[list[Proof], list[Violation]]:
+    """Check ``A.k == B.k`` (or the assertion's fields) at every MMA slot by enumeration.
+
+    Domain: stage s in [0,S), k in [0,tile_k) (k_block = k // 16), every m of A's tile and
+    every n of B's tile. SS-mode operands are shared by the warpgroup, so the slot pair (m, n)
+    is reported through the accumulator register holding D(m, n) (CuTe ``CLayout_64xN``).
+    Returns the first violation in (stage, k_block, k, m, n) order as a counterexample.
+    """
+    (opa, fa), (opb, fb) = assertion.lhs, assertion.rhs
+    ra, rb = dsl.read(opa), dsl.read(opb)
+    la, lb = dsl.load_into(ra.src), dsl.load_into(rb.src)
+    img_a, img_b = tag_image(dsl, la), tag_image(dsl, lb)
+    off_a, tags_a = _read(dsl, ra, img_a)
+    off_b, tags_b = _read(dsl, rb, img_b)
+    ka, kb = tags_a[fa], tags_b[fb]  # (MN, K, S)
+    ref = kb[0]  # (K, S)
+    bad_a = ka != ref[None]
+    bad_b = kb != ref[None]
+    bad_ks = bad_a.any(axis=0) | bad_b.any(axis=0)  # (K, S)
+    points = ka.size + kb.size
+    rule, inv = assertion.rule, assertion.invariant
+    S, tile_k = dsl.stages, ra.tile_k
+    if not bad_ks.any():
+        summary = (f"{assertion.lhs[0]}.{fa} == {assertion.rhs[0]}.{fb} at all {S} stages x "
+                   f"{tile_k // ra.op.k} k-blocks x {ra.op.k} k x {ra.tile_mn} m x {rb.tile_mn} n "
+                   f"MMA slots ({points} operand slots enumerated)")
+        return [Proof(rule, inv, "enum", summary, points)], []
+    flat = np.flatnonzero(bad_ks.T.ravel())[0]
+    s, k = divmod(int(flat), tile_k)
+    col_a = np.flatnonzero(bad_a[:, k, s])
+    if col_a.size:
+        m, n = int(col_a[0]), 0
+    else:
+        m, n = 0, int(np.flatnonzero(bad_b[:, k, s])[0])
+    op = ra.op
+    wg = (m // op.m) % ra.warpgroups
+    rep = m // (op.m * ra.warpgroups)
+    mm, nn = m % op.m, n % op.n
+    c_img = layout_image(gmma_c_layout(op.n))  # index t + 128 * v -> mm + 64 * nn
+    tv = int(np.flatnonzero(c_img == mm + op.m * nn)[0])
+    t, v = tv % 128, tv // 128
+    thread_idx = 128 * (1 + wg) + t
+    reg = rep * (op.n // 2) * (rb.tile_mn // op.n) + (n // op.n) * (op.n // 2) + v
+    k_expected = s * tile_k + k
+    a_idx, b_idx = (m, k, s), (n, k, s)
+    actual = (f"{_tagstr(opa, tags_a, a_idx)} vs {_tagstr(opb, tags_b, b_idx)}")
+    expected = (f"{opa}.{fa} == {opb}.{fb} (both k={k_expected}: "
+                f"{opa}(m={m}, k={k_expected}), {opb}(n={n}, k={k_expected}))")
+    sw = lambda lay: lay.describe() if hasattr(lay, "describe") else str(lay)  # noqa: E731
+    provenance = (
+        f"TMA {opa} box {la.copy.box} SW{la.copy.swizzle_bytes} / {opb} box {lb.copy.box} "
+        f"SW{lb.copy.swizzle_bytes}; GMMA {opa} reads {sw(ra.layout)}, {opb} reads {sw(rb.layout)}"
+    )
+    cex = Counterexample(
+        invariant=inv, rule=rule, engine="enum", program_point=assertion.at,
+        where=f"{assertion.loc} (reads at {ra.loc})", iteration=s, stage=s, k_block=k // op.k,
+        slot={"m": m, "n": n, "k": k % op.k},
+        thread={"threadIdx": thread_idx, "warpgroup": wg, "warp": thread_idx // 32, "lane": t % 32},
+        register=f"accum[{reg}]=D({m},{n})",
+        smem_offset={opa: int(off_a[a_idx]), opb: int(off_b[b_idx])},
+        expected=expected, actual=actual, provenance=provenance,
+    )
+    n_bad = int(bad_a.sum() + bad_b.sum())
+    msg = (f"{assertion} fails: {n_bad} of {points} operand slots disagree; first at stage {s} "
+           f"k_block {k // op.k} k {k % op.k}, m={m} n={n}: {actual}")
+    hint = ("the MMA-side smem layout (descriptor swizzle/atom) must equal the layout the TMA "
+            "writes; build both from the same smem atom")
+    return [], [Violation(rule, inv, msg, hint, str(assertion.loc), cex)]

@@ -1,0 +1,75 @@
+"""DSL IR: tags, source locations, frozen nodes; the invariant catalogue as data."""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+
+import pytest
+
+from argus_cutlass.dsl import ProgramBuilder, Tag
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.programs.gemm import build_gemm_program
+from argus_cutlass.programs.gemm_dsl import gemm_dsl_program, smem_offsets
+from argus_cutlass.plan.resources import smem_bytes
+from argus_cutlass.verify import RULES, load_invariants
+
+
+def test_tag_str():
+    assert str(Tag("A", ("m", "k"))) == "A:(m,k)"
+    assert str(Tag("stage", ("iter",))) == "stage:(iter)"
+
+
+def test_nodes_record_the_users_line():
+    b = ProgramBuilder("demo", stages=2)
+    g = b.tensor("gA", "gmem", (64, 64), "bf16", tag=Tag("A", ("m", "k")))  # line under test
+    t = b.build().tensor("gA")
+    assert t is g and t.loc.file == __file__
+    assert 'b.tensor("gA"' in linecache.getline(t.loc.file, t.loc.line)
+    assert t.loc.function == "test_nodes_record_the_users_line"
+
+
+def test_gemm_dsl_nodes_point_at_their_statements():
+    dsl = gemm_dsl_program(build_gemm_program(GemmConfig()))
+    for node, text in [(dsl.assertions[0], "assert_tags"), (dsl.read("A"), "mma_read"),
+                       (dsl.load_into("sB"), "tma_load")]:
+        assert node.loc.file.endswith("programs/gemm_dsl.py")
+        assert text in linecache.getline(node.loc.file, node.loc.line)
+    a = dsl.assertions[0]
+    assert (a.invariant, a.rule, str(a)) == ("G1", "mma.k_agreement", "A.k == B.k at mainloop.gemm")
+
+
+def test_nodes_are_frozen_and_replace_is_by_name():
+    dsl = gemm_dsl_program(build_gemm_program(GemmConfig()))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        dsl.tensor("sA").base_bytes = 0  # type: ignore[misc]
+    moved = dsl.replace_tensor("sA", base_bytes=0)
+    assert moved.tensor("sA").base_bytes == 0 and dsl.tensor("sA").base_bytes != 0
+    with pytest.raises(KeyError, match="no tensor 'sX'"):
+        dsl.tensor("sX")
+
+
+def test_mma_reads_through_the_buffer_layout_by_default():
+    dsl = gemm_dsl_program(build_gemm_program(GemmConfig()))
+    assert dsl.read("A").layout is dsl.tensor("sA").layout
+    assert dsl.read("B").layout is dsl.tensor("sB").layout
+
+
+def test_smem_offsets_match_the_resource_model():
+    for cfg in (GemmConfig(), GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, stages=7)):
+        p = build_gemm_program(cfg)
+        off = smem_offsets(p)
+        end = off["B"] + p.b.stage_bytes * cfg.stages
+        assert smem_bytes(p).total == (end + 15) // 16 * 16
+        assert off["A"] % 1024 == 0 and off["B"] % 1024 == 0
+
+
+def test_catalogue_is_data_and_honest():
+    invs = {i.id: i for i in load_invariants()}
+    assert [f"G{i}" for i in range(1, 9)] == [k for k in invs if k.startswith("G")]
+    assert invs["G1"].checked and invs["G1"].rules == ("mma.k_agreement",)
+    for gid in ("G2", "G3", "G4", "G5", "G6", "G7", "G8"):
+        assert not invs[gid].checked
+    checked_rules = {r for i in invs.values() if i.checked for r in i.rules}
+    assert set(RULES) | {"mma.k_agreement"} == checked_rules
+    assert all(i.source for i in invs.values())
