@@ -12,7 +12,7 @@ import time
 from argus_cutlass.dsl.ir import DslProgram
 from argus_cutlass.errors import VerificationError
 from argus_cutlass.programs.gemm import GemmProgram
-from argus_cutlass.verify.absint import check_k_agreement, tag_image
+from argus_cutlass.verify.absint import check_k_agreement, check_tma_image, tag_image
 from argus_cutlass.verify.catalogue import Invariant, invariant_of, load_invariants
 from argus_cutlass.verify.report import (
     Counterexample,
@@ -25,7 +25,7 @@ from argus_cutlass.verify.rules import RULES, SHAPE_RULES
 
 __all__ = [
     "Counterexample", "Invariant", "Obligation", "Proof", "RULES", "VerificationReport",
-    "Violation", "check_gemm", "check_k_agreement", "load_invariants", "tag_image", "verify_gemm",
+    "Violation", "check_gemm", "check_k_agreement", "check_tma_image", "load_invariants", "tag_image", "verify_gemm",
 ]
 
 #: checkers of tag-assertion rules
@@ -70,6 +70,10 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None) -> Verifica
         if v:
             failed.add(rule)
     if dsl is not None:
+        obligations.append(Obligation("tma.image", "G5", "TMA images are bijective onto their stages"))
+        p, v = check_tma_image(dsl)
+        proofs += p
+        violations += v
         for a in dsl.assertions:
             obligations.append(Obligation(a.rule, a.invariant, str(a), str(a.loc)))
             if failed.intersection(SHAPE_RULES):

@@ -54,6 +54,34 @@ def tag_image(dsl: DslProgram, load: TmaLoad) -> TagImage:
     return TagImage(load.dst, fields, int((~inb).sum()), int((counts > 1).sum()))
 
 
+def check_tma_image(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+    """tma.image: every TMA load writes inside its buffer and fills each element of every stage
+    exactly once (the TMA image is a bijection onto the stage buffer; VERIFIER.md G5).
+
+    Source: PTX ISA 9.7.9.25 (``cp.async.bulk.tensor`` box placement and swizzle modes).
+    """
+    rule = "tma.image"
+    proofs: list[Proof] = []
+    violations: list[Violation] = []
+    for load in dsl.loads:
+        img = tag_image(dsl, load)
+        cells = next(iter(img.fields.values())).shape[0]
+        unwritten = int((img.fields[load.stage_tag.fields[0]] == UNWRITTEN).sum())
+        if img.outside or img.collisions or unwritten:
+            violations.append(Violation(
+                rule, "G5",
+                f"TMA load into {load.dst} (box {load.copy.box}, SW{load.copy.swizzle_bytes}): "
+                f"{img.outside} writes outside the {cells}-element buffer, {img.collisions} elements "
+                f"written twice, {unwritten} elements never written",
+                "the TMA boxes must tile the stage exactly; check box extents against the tile",
+                str(load.loc)))
+        else:
+            proofs.append(Proof(rule, "G5", "enum",
+                                f"TMA into {load.dst} fills all {cells} elements of {dsl.stages} stages "
+                                f"exactly once", cells))
+    return proofs, violations
+
+
 def _read(dsl: DslProgram, read: MmaRead, image: TagImage) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Offsets (MN, K, S) the MMA reads and the tags found there."""
     mn, k, s = np.meshgrid(np.arange(read.tile_mn), np.arange(read.tile_k), np.arange(dsl.stages),

@@ -38,8 +38,8 @@ def _ok(rule: str, summary: str, engine: str = "arith") -> Outcome:
     return [Proof(rule, invariant_of(rule), engine, summary)], []
 
 
-def _bad(rule: str, messages: list[str], hint: str | None = None) -> Outcome:
-    return [], [Violation(rule, invariant_of(rule), m, hint) for m in messages]
+def _bad(rule: str, messages: list[str], hint: str | None = None, where: str = "") -> Outcome:
+    return [], [Violation(rule, invariant_of(rule), m, hint, where) for m in messages]
 
 
 def _kib(x: int) -> str:
@@ -79,6 +79,7 @@ def check_smem_alignment(program: GemmProgram, dsl: DslProgram) -> Outcome:
     """
     rule = "smem.alignment"
     bad = []
+    where = []
     n = 0
     for t in dsl.tensors:
         if t.space != "smem":
@@ -91,6 +92,7 @@ def check_smem_alignment(program: GemmProgram, dsl: DslProgram) -> Outcome:
                 f"period of its {t.swizzle_bytes}-byte swizzle ({t.base_bytes} % {align} = "
                 f"{t.base_bytes % align})"
             )
+            where.append(str(t.loc))
         stage_bytes = t.size_bytes // t.shape[-1]
         if stage_bytes % align:
             bad.append(
@@ -98,7 +100,7 @@ def check_smem_alignment(program: GemmProgram, dsl: DslProgram) -> Outcome:
                 f"swizzle period ({stage_bytes} % {align} = {stage_bytes % align})"
             )
     if bad:
-        return _bad(rule, bad, "place swizzled buffers at their swizzle alignment")
+        return _bad(rule, bad, "place swizzled buffers at their swizzle alignment", ", ".join(where))
     return _ok(rule, f"{n} swizzled smem buffers and their stages at swizzle-period alignment")
 
 

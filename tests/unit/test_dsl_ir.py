@@ -68,8 +68,9 @@ def test_catalogue_is_data_and_honest():
     invs = {i.id: i for i in load_invariants()}
     assert [f"G{i}" for i in range(1, 9)] == [k for k in invs if k.startswith("G")]
     assert invs["G1"].checked and invs["G1"].rules == ("mma.k_agreement",)
-    for gid in ("G2", "G3", "G4", "G5", "G6", "G7", "G8"):
+    assert invs["G5"].checked and "tma.image" in invs["G5"].rules
+    for gid in ("G2", "G3", "G4", "G6", "G7", "G8"):
         assert not invs[gid].checked
     checked_rules = {r for i in invs.values() if i.checked for r in i.rules}
-    assert set(RULES) | {"mma.k_agreement"} == checked_rules
+    assert set(RULES) | {"mma.k_agreement", "tma.image"} == checked_rules
     assert all(i.source for i in invs.values())

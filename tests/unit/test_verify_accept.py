@@ -44,7 +44,7 @@ def test_verifier_accepts(cfg):
     report = check_gemm(build_gemm_program(cfg))
     assert report.ok, report.format()
     rules = {p.rule for p in report.proofs}
-    assert {"smem.capacity", "registers", "mma.k_agreement", "tma.box_extent"} <= rules
+    assert {"smem.capacity", "registers", "mma.k_agreement", "tma.box_extent", "tma.image"} <= rules
     assert any(line.startswith("G1 mma.k_agreement: A.k == B.k at all") for line in report.proved)
     assert report.elapsed_s < 0.5
 

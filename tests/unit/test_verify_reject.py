@@ -50,6 +50,8 @@ def test_smem_alignment():
     base = dsl.tensor("sA").base_bytes
     bad = dsl.replace_tensor("sA", base_bytes=base + 64)
     err, report, msg = _reject(program, bad, rule="smem.alignment")
+    v = next(v for v in report.violations if v.rule == "smem.alignment")
+    assert v.where.endswith(str(dsl.tensor("sA").loc))
     assert (f"sA base offset {base + 64} bytes is not a multiple of the 1024-byte period of its "
             f"128-byte swizzle ({base + 64} % 1024 = 64)") in msg
 
@@ -77,6 +79,15 @@ def test_tma_box_inner_bytes():
     program = _with_tma(build_gemm_program(GemmConfig()), "A", box=(60, 128))
     _, _, msg = _reject(program, rule="tma.box_inner_bytes")
     assert "inner box 60 x 2 bytes = 120 bytes is not a multiple of 16" in msg
+
+
+def test_tma_image_not_bijective():
+    program = _with_tma(build_gemm_program(GemmConfig(cluster_m=1)), "B", box=(48, 256))
+    err, report, msg = _reject(program, rule="tma.image")
+    assert ("TMA load into sB (box (48, 256), SW128): 2720 writes outside the 65536-element buffer, "
+            "8160 elements written twice, 10880 elements never written") in msg
+    v = next(v for v in report.violations if v.rule == "tma.image")
+    assert v.invariant == "G5" and "gemm_dsl.py" in v.where
 
 
 def test_gmma_n():
