@@ -1,0 +1,266 @@
+"""One GEMM problem: sizes, dtypes, layout and leading dimensions, with the TMA rules.
+
+``D[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]``; layout letters as in
+:mod:`argus_cutlass.plan.config` (first letter A, second B, BLAS convention):
+
+====== ================================== ================================== ==========
+layout A (M x K)                          B                                  default ld
+====== ================================== ================================== ==========
+``t.`` row-major, K contiguous            \\-                                 lda = K
+``n.`` column-major, M contiguous         \\-                                 lda = M
+``.n`` \\-                                 stored N x K row-major, K contig.  ldb = K
+``.t`` \\-                                 stored K x N row-major, N contig.  ldb = N
+====== ================================== ================================== ==========
+
+C and D are row-major M x N (N contiguous); ``ldc = ldd = N`` by default. Leading
+dimensions are in elements.
+
+Rules checked by :meth:`GemmProblem.validate` (the ``rule`` of the raised
+:class:`~argus_cutlass.errors.ProblemError`):
+
+``problem.size``           M, N, K >= 1 and < 2**31 (the entry takes ``int``)
+``problem.dtype``          dtype in bf16/fp16, out_dtype in bf16/fp16/fp32
+``problem.layout``         one of tn, nt, nn, tt
+``problem.ld``             each leading dimension >= its tensor's contiguous extent
+``tma.stride_alignment``   ld * element bytes is a multiple of 16 (cuTensorMapEncodeTiled:
+                           every global stride must be a multiple of 16 bytes)
+``tma.contiguous_extent``  the contiguous extent (K for K-major A, M for M-major A, K or N
+                           for B, N for C/D) is a multiple of 16 bytes, i.e. of 8 bf16/fp16
+                           or 4 fp32 elements (CUTLASS ``can_implement``: TMA alignment)
+``tma.address_alignment``  base pointers are 16-byte aligned (:meth:`GemmProblem.check_pointer`)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from argus_cutlass.errors import ProblemError
+from argus_cutlass.plan.config import DTYPE_BYTES, a_is_k_major, b_is_k_major
+
+INPUT_DTYPES = ("bf16", "fp16")
+OUTPUT_DTYPES = ("bf16", "fp16", "fp32")
+LAYOUTS = ("tn", "nt", "nn", "tt")
+#: TMA: global address and every global stride must be multiples of this many bytes
+TMA_ALIGN_BYTES = 16
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Storage of one operand (row-major storage view, in elements).
+
+    Attributes:
+        name: ``A``, ``B``, ``C`` or ``D``.
+        dtype: element type name.
+        rows, cols: the stored matrix (cols contiguous), e.g. A 'n' is stored K x M.
+        ld: leading dimension (elements between rows of the storage view), >= cols.
+        contiguous_mode: the GEMM mode that is contiguous (``M``, ``N`` or ``K``).
+        description: human text, e.g. ``"column-major M x K (M contiguous)"``.
+    """
+
+    name: str
+    dtype: str
+    rows: int
+    cols: int
+    ld: int
+    contiguous_mode: str
+    description: str
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def storage_elems(self) -> int:
+        """Elements to allocate: ``rows * ld``."""
+        return self.rows * self.ld
+
+    @property
+    def storage_bytes(self) -> int:
+        return self.storage_elems * self.elem_bytes
+
+    @property
+    def storage_shape(self) -> tuple[int, int]:
+        """``(rows, ld)``: the padded row-major host array holding this operand."""
+        return (self.rows, self.ld)
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """``D[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]`` on sm_90a.
+
+    Args:
+        m, n, k: problem sizes (elements).
+        dtype: A and B element type, ``bf16`` or ``fp16``.
+        out_dtype: C and D element type, ``bf16``, ``fp16`` or ``fp32``.
+        layout: ``tn``, ``nt``, ``nn`` or ``tt`` (module docstring).
+        lda, ldb, ldc, ldd: leading dimensions in elements; ``None`` means packed.
+
+    Construction does not check anything; call :meth:`validate`.
+
+    >>> p = GemmProblem(256, 512, 128, "bf16", "bf16", "nt")
+    >>> (p.lda, p.ldb, p.ldc, p.ldd)
+    (256, 512, 512, 512)
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bf16"
+    out_dtype: str = "bf16"
+    layout: str = "tn"
+    lda: int | None = None
+    ldb: int | None = None
+    ldc: int | None = None
+    ldd: int | None = None
+
+    def __post_init__(self) -> None:
+        layout_ok = isinstance(self.layout, str) and self.layout in LAYOUTS
+        defaults = {
+            "lda": (self.k if a_is_k_major(self.layout) else self.m) if layout_ok else None,
+            "ldb": (self.k if b_is_k_major(self.layout) else self.n) if layout_ok else None,
+            "ldc": self.n,
+            "ldd": self.n,
+        }
+        for attr, value in defaults.items():
+            if getattr(self, attr) is None:
+                object.__setattr__(self, attr, value)
+
+    @classmethod
+    def for_config(cls, config, m: int, n: int, k: int, **lds: int) -> GemmProblem:  # noqa: ANN001
+        """A problem with the dtypes and layout of a :class:`~argus_cutlass.plan.config.GemmConfig`."""
+        return cls(m, n, k, config.dtype, config.out_dtype, config.layout, **lds)
+
+    # ---- operands --------------------------------------------------------------------
+
+    def operands(self) -> dict[str, Operand]:
+        """Storage description of A, B, C, D (requires a valid dtype and layout)."""
+        m, n, k = self.m, self.n, self.k
+        if a_is_k_major(self.layout):
+            a = Operand("A", self.dtype, m, k, self.lda, "K", "row-major M x K (K contiguous)")
+        else:
+            a = Operand("A", self.dtype, k, m, self.lda, "M", "column-major M x K (M contiguous)")
+        if b_is_k_major(self.layout):
+            b = Operand("B", self.dtype, n, k, self.ldb, "K", "stored N x K row-major (K contiguous)")
+        else:
+            b = Operand("B", self.dtype, k, n, self.ldb, "N", "stored K x N row-major (N contiguous)")
+        c = Operand("C", self.out_dtype, m, n, self.ldc, "N", "row-major M x N (N contiguous)")
+        d = Operand("D", self.out_dtype, m, n, self.ldd, "N", "row-major M x N (N contiguous)")
+        return {"A": a, "B": b, "C": c, "D": d}
+
+    @property
+    def flops(self) -> int:
+        """``2 * M * N * K`` (multiply-adds count twice)."""
+        return 2 * self.m * self.n * self.k
+
+    # ---- validation ------------------------------------------------------------------
+
+    def violations(self) -> list[ProblemError]:
+        """Every rule this problem breaks (empty when it is valid), in a fixed order."""
+        errs: list[ProblemError] = []
+        for mode, value in (("M", self.m), ("N", self.n), ("K", self.k)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                errs.append(ProblemError("problem.size", f"{mode}={value!r}: M, N and K must be integers >= 1"))
+            elif value > _INT32_MAX:
+                errs.append(ProblemError(
+                    "problem.size", f"{mode}={value} exceeds 2**31-1 (the kernel entry takes 32-bit sizes)"))
+        if self.dtype not in INPUT_DTYPES:
+            errs.append(ProblemError(
+                "problem.dtype", f"dtype={self.dtype!r} is not supported for A and B; expected one of {INPUT_DTYPES}"))
+        if self.out_dtype not in OUTPUT_DTYPES:
+            errs.append(ProblemError(
+                "problem.dtype",
+                f"out_dtype={self.out_dtype!r} is not supported for C and D; expected one of {OUTPUT_DTYPES}"))
+        if self.layout not in LAYOUTS:
+            errs.append(ProblemError(
+                "problem.layout",
+                f"layout={self.layout!r} is not one of {LAYOUTS} (first letter A, second B; "
+                "'t' = row-major A / K-major B... see GemmProblem's docstring)"))
+        if errs:
+            return errs  # operand checks need valid sizes, dtypes and layout
+        ops = self.operands()
+        for op in ops.values():
+            errs.extend(self._operand_violations(op))
+        return errs
+
+    def _operand_violations(self, op: Operand) -> list[ProblemError]:
+        errs: list[ProblemError] = []
+        ld_name = f"ld{op.name.lower()}"
+        where = f"{op.name} ({op.dtype}, layout {self.layout!r}, {op.description})"
+        if not isinstance(op.ld, int) or isinstance(op.ld, bool) or op.ld < op.cols:
+            errs.append(ProblemError(
+                "problem.ld",
+                f"{where}: {ld_name}={op.ld!r} is smaller than the contiguous extent "
+                f"{op.contiguous_mode}={op.cols}",
+                f"use {ld_name} >= {op.cols}",
+            ))
+            return errs
+        per16 = TMA_ALIGN_BYTES // op.elem_bytes
+        extent_bad = op.cols % per16 != 0
+        # C has D's extent (N); report it once, for D.
+        if extent_bad and op.name != "C":
+            errs.append(ProblemError(
+                "tma.contiguous_extent",
+                f"{where}: {op.contiguous_mode}={op.cols} is not a multiple of {per16} elements "
+                f"({TMA_ALIGN_BYTES} bytes of {op.dtype}); CUTLASS can_implement requires the "
+                "contiguous extent of every TMA tensor to be 16-byte aligned",
+                self._extent_hint(op, per16),
+            ))
+        # A packed operand with a bad extent has a bad stride too: that is the same mistake.
+        packed = op.ld == op.cols
+        if (op.ld * op.elem_bytes) % TMA_ALIGN_BYTES and not (extent_bad and packed):
+            errs.append(ProblemError(
+                "tma.stride_alignment",
+                f"{where}: {ld_name}={op.ld} x {op.elem_bytes} bytes = {op.ld * op.elem_bytes} bytes "
+                f"is not a multiple of {TMA_ALIGN_BYTES} (a TMA tensor map's global strides must be)",
+                f"use {ld_name} a multiple of {per16} elements, e.g. {_round_up(op.ld, per16)}",
+            ))
+        return errs
+
+    def _extent_hint(self, op: Operand, per16: int) -> str:
+        pad = f"pad {op.contiguous_mode} to a multiple of {per16} (e.g. {_round_up(op.cols, per16)})"
+        if op.name == "A":
+            if op.contiguous_mode == "M":
+                return f"{pad} or use row-major A (layout 't{self.layout[1]}')"
+            return f"{pad} or use column-major A (layout 'n{self.layout[1]}') if M is a multiple of {per16}"
+        if op.name == "B":
+            if op.contiguous_mode == "N":
+                return f"{pad} or use K-major B stored N x K (layout '{self.layout[0]}n')"
+            return f"{pad} or use B stored K x N (layout '{self.layout[0]}t') if N is a multiple of {per16}"
+        return pad
+
+    def validate(self) -> GemmProblem:
+        """Check every rule; returns ``self`` when valid.
+
+        Raises:
+            ProblemError: the first violation's rule; the message lists all of them.
+        """
+        errs = self.violations()
+        if not errs:
+            return self
+        if len(errs) == 1:
+            raise errs[0]
+        lines = "\n".join(f"  - {e}" for e in errs)
+        raise ProblemError(errs[0].rule, f"{len(errs)} problems with {self!r}:\n{lines}")
+
+    @staticmethod
+    def check_pointer(ptr: int, name: str) -> None:
+        """Check a device pointer for TMA.
+
+        Raises:
+            ProblemError: ``problem.pointer`` (null), ``tma.address_alignment`` (not 16-byte aligned).
+        """
+        if not ptr:
+            raise ProblemError("problem.pointer", f"{name} is a null pointer")
+        if ptr % TMA_ALIGN_BYTES:
+            raise ProblemError(
+                "tma.address_alignment",
+                f"{name}=0x{ptr:x} is not {TMA_ALIGN_BYTES}-byte aligned (address mod 16 = "
+                f"{ptr % TMA_ALIGN_BYTES}); a TMA tensor map's global address must be",
+                "pass the start of an allocation (cudaMalloc and torch give 256-byte alignment) "
+                "or a view whose offset is a multiple of 16 bytes",
+            )
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m

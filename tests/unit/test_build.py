@@ -1,0 +1,433 @@
+"""Toolchain discovery, nvcc driver, log parsing and the content-addressed cache.
+
+Tests marked ``nvcc`` run the real compiler (CI has it); they are skipped, with the
+reason, only where no nvcc is found. The rest fake nvcc with a small shell script or by
+replacing ``argus_cutlass.build.nvcc._run_nvcc``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from argus_cutlass.build import cache, nvcc
+from argus_cutlass.build.toolchain import (
+    CutlassHeaders,
+    Nvcc,
+    Toolchain,
+    find_cutlass,
+    find_nvcc,
+    nvcc_available,
+    parse_nvcc_version,
+)
+from argus_cutlass.errors import CompileError, ToolchainError
+
+requires_nvcc = pytest.mark.skipif(
+    not nvcc_available(), reason="nvcc not found (set ARGUS_NVCC or CUDA_HOME, or put nvcc on PATH)"
+)
+
+FAKE_VERSION = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.8, V12.8.93\n"
+
+# Captured ptxas -v output of the default GEMM (names shortened) plus a C7510 report.
+PTXAS_OK_LOG = textwrap.dedent("""\
+    ptxas info    : 11 bytes gmem
+    ptxas info    : Compiling entry function '_ZN7cutlass13device_kernelIN4gemmEEEvNT_6ParamsE' for 'sm_90a'
+    ptxas info    : Function properties for _ZN7cutlass13device_kernelIN4gemmEEEvNT_6ParamsE
+        0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+    ptxas info    : Used 168 registers, used 2 barriers
+    ptxas info    : Compiling entry function '_Z6helperv' for 'sm_90a'
+    ptxas info    : Function properties for _Z6helperv
+        16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+    ptxas info    : Used 40 registers, used 0 barriers, 1024 bytes smem, 368 bytes cmem[0]
+    ptxas info    : Compile time = 251.212 ms
+""")
+C7510_INFO = (
+    "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are "
+    "serialized due to the presence of Extern calls in the function "
+    "'_ZN7cutlass13device_kernelIN4gemmEEEvNT_6ParamsE'"
+)
+C7510_WARNING = (
+    "ptxas /tmp/tmpxft_0001_k.ptx, line 812; warning : (C7510) Potential Performance Loss: "
+    "wgmma.mma_async instructions are serialized due to insufficient register resources "
+    "for the wgmma pipeline in the function '_Z4gemmv'"
+)
+
+TINY_KERNEL = textwrap.dedent("""\
+    #include <cuda_runtime.h>
+    __global__ void tiny_kernel(float* x) { x[threadIdx.x] *= 2.0f; }
+    extern "C" int tiny(float* x, cudaStream_t s) { tiny_kernel<<<1, 32, 0, s>>>(x); return 0; }
+""")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _fake_nvcc(dir_: Path, version_text: str = FAKE_VERSION) -> Path:
+    path = dir_ / "nvcc"
+    path.write_text(f"#!/bin/sh\ncat <<'EOF'\n{version_text}EOF\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _fake_toolchain(tmp_path: Path) -> Toolchain:
+    inc = tmp_path / "inc"
+    return Toolchain(
+        Nvcc("/fake/nvcc", (12, 8), FAKE_VERSION.strip()),
+        CutlassHeaders(inc, inc / "util", "4.2.0", "test"),
+    )
+
+
+# ---- toolchain ---------------------------------------------------------------------------
+
+
+def test_parse_nvcc_version():
+    assert parse_nvcc_version(FAKE_VERSION) == (12, 8)
+    with pytest.raises(ToolchainError) as info:
+        parse_nvcc_version("something else")
+    assert info.value.rule == "toolchain.nvcc_version"
+
+
+def test_argus_nvcc_is_used(tmp_path, monkeypatch):
+    fake = _fake_nvcc(tmp_path)
+    monkeypatch.setenv("ARGUS_NVCC", str(fake))
+    found = find_nvcc()
+    assert found.path == str(fake.resolve())
+    assert found.version == (12, 8)
+    assert "release 12.8" in found.version_string
+
+
+def test_cuda_home_is_searched(tmp_path, monkeypatch):
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    fake = _fake_nvcc(tmp_path / "cuda" / "bin")
+    monkeypatch.delenv("ARGUS_NVCC", raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    assert find_nvcc().path == str(fake.resolve())
+
+
+def test_missing_nvcc_names_what_and_how(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_NVCC", str(tmp_path / "no-such-nvcc"))
+    with pytest.raises(ToolchainError) as info:
+        find_nvcc()
+    err = info.value
+    assert err.rule == "toolchain.nvcc"
+    assert "ARGUS_NVCC" in str(err) and "no-such-nvcc" in str(err)
+    assert "CUDA toolkit 12.4" in str(err) and "set ARGUS_NVCC" in str(err)
+
+
+def test_nothing_on_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("ARGUS_NVCC", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolchainError) as info:
+        find_nvcc()
+    assert info.value.rule == "toolchain.nvcc" and "nvcc not found" in str(info.value)
+
+
+def test_old_nvcc_refused(tmp_path, monkeypatch):
+    fake = _fake_nvcc(tmp_path, "Cuda compilation tools, release 11.8, V11.8.89\n")
+    monkeypatch.setenv("ARGUS_NVCC", str(fake))
+    with pytest.raises(ToolchainError) as info:
+        find_nvcc()
+    assert info.value.rule == "toolchain.nvcc_version" and "CUDA 11.8" in str(info.value)
+
+
+def test_cutlass_from_wheel(monkeypatch):
+    monkeypatch.delenv("CUTLASS_PATH", raising=False)
+    headers = find_cutlass()
+    assert headers.source == "nvidia-cutlass wheel"
+    assert (headers.include / "cute" / "tensor.hpp").is_file()
+    assert (headers.util_include / "cutlass" / "util").is_dir()
+    assert headers.version.startswith("4.")
+
+
+def test_cutlass_lookup_does_not_import_cutlass_library():
+    code = ("import sys; from argus_cutlass.build.toolchain import find_cutlass; find_cutlass(); "
+            "print('cutlass_library' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "CUTLASS_PATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_cutlass_path_override(tmp_path, monkeypatch):
+    root = tmp_path / "cutlass"
+    (root / "include" / "cutlass").mkdir(parents=True)
+    (root / "include" / "cute").mkdir(parents=True)
+    (root / "tools" / "util" / "include" / "cutlass" / "util").mkdir(parents=True)
+    (root / "include" / "cutlass" / "cutlass.h").write_text("")
+    (root / "include" / "cute" / "tensor.hpp").write_text("")
+    (root / "include" / "cutlass" / "version.h").write_text(
+        "#define CUTLASS_MAJOR 3\n#define CUTLASS_MINOR 9\n#define CUTLASS_PATCH 2\n")
+    monkeypatch.setenv("CUTLASS_PATH", str(root))
+    headers = find_cutlass()
+    assert headers.source == "CUTLASS_PATH" and headers.version == "3.9.2"
+    assert headers.include_flags() == (f"-I{root / 'include'}", f"-I{root / 'tools/util/include'}")
+
+
+def test_cutlass_path_incomplete(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTLASS_PATH", str(tmp_path))
+    with pytest.raises(ToolchainError) as info:
+        find_cutlass()
+    assert info.value.rule == "toolchain.cutlass"
+    assert "cutlass.h" in str(info.value) and "pip install nvidia-cutlass" in str(info.value)
+
+
+def test_no_cutlass_at_all(monkeypatch):
+    import importlib.util
+
+    monkeypatch.delenv("CUTLASS_PATH", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ToolchainError) as info:
+        find_cutlass()
+    assert info.value.rule == "toolchain.cutlass"
+    assert "CUTLASS_PATH is unset" in str(info.value)
+    assert "pip install nvidia-cutlass, or set CUTLASS_PATH" in str(info.value)
+
+
+# ---- log parsing -------------------------------------------------------------------------
+
+
+def test_parse_ptxas_resources():
+    funcs = nvcc.parse_ptxas_resources(PTXAS_OK_LOG)
+    assert [f.registers for f in funcs] == [168, 40]
+    assert funcs[0].spill_store_bytes == 0 and funcs[0].stack_bytes == 0
+    assert (funcs[1].stack_bytes, funcs[1].spill_store_bytes, funcs[1].spill_load_bytes) == (16, 8, 4)
+    assert funcs[1].smem_bytes == 1024
+    assert nvcc.parse_ptxas_resources("no ptxas here") == ()
+
+
+@pytest.mark.parametrize("line", [C7510_INFO, C7510_WARNING])
+def test_c7510_detected(line):
+    log = PTXAS_OK_LOG + line + "\n"
+    assert nvcc.find_c7510(log) == [line]
+    with pytest.raises(CompileError) as info:
+        nvcc.check_c7510(log, "my_kernel")
+    err = info.value
+    assert err.rule == "ptxas.C7510"
+    assert "serialized the wgmma.mma_async instructions of my_kernel" in str(err)
+    assert "(C7510) Potential Performance Loss" in str(err)
+    assert err.log == log
+
+
+def test_no_c7510_in_clean_log():
+    assert nvcc.find_c7510(PTXAS_OK_LOG) == []
+    nvcc.check_c7510(PTXAS_OK_LOG)
+
+
+def test_relevant_lines_keeps_errors_not_noise():
+    noise = [f'          detected during instantiation of "cute::foo<{i}>" at line {i}' for i in range(500)]
+    log = "\n".join(
+        noise[:200]
+        + ['k.cu(42): error: identifier "undefined_thing" is undefined',
+           "      undefined_thing();", "      ^", ""]
+        + noise[200:]
+        + ["1 error detected in the compilation of \"k.cu\"."]
+    )
+    text = nvcc.relevant_lines(log)
+    assert 'k.cu(42): error: identifier "undefined_thing" is undefined' in text
+    assert "undefined_thing();" in text
+    assert "1 error detected" in text
+    assert len(text.splitlines()) < 20
+
+
+# ---- compile_cu with a fake nvcc (no compiler needed) -------------------------------------
+
+
+def _fake_run(log_text: str, calls: list, rc: int = 0):
+    def run(cmd, timeout_s):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("-o") + 1])
+        if rc == 0:
+            out.write_bytes(b"\x7fELF fake")
+        return subprocess.CompletedProcess(cmd, rc, stdout="", stderr=log_text)
+
+    return run
+
+
+def test_compile_cu_caches_and_parses(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(nvcc, "_run_nvcc", _fake_run(PTXAS_OK_LOG, calls))
+    tc = _fake_toolchain(tmp_path)
+    first = nvcc.compile_cu("// src", "k1", "shared", toolchain=tc)
+    assert not first.cached and len(calls) == 1
+    assert (first.registers, first.spill_bytes, first.stack_bytes) == (168, 12, 16)
+    assert first.path.read_bytes() == b"\x7fELF fake"
+    assert first.log_path.parent == first.path.parent and "Used 168 registers" in first.log_path.read_text()
+    assert (first.path.parent / "k1.cu").read_text() == "// src"
+    cmd = calls[0]
+    for flag in ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
+                 "-gencode=arch=compute_90a,code=sm_90a", "--shared", "-fPIC", "-v"):
+        assert flag in cmd
+    assert f"-I{tc.cutlass.include}" in cmd and f"-I{tc.cutlass.util_include}" in cmd
+
+    second = nvcc.compile_cu("// src", "k1", "shared", toolchain=tc)
+    assert second.cached and len(calls) == 1  # nvcc did not run again
+    assert second.path == first.path and second.registers == 168 and second.key == first.key
+
+    nvcc.compile_cu("// src changed", "k1", "shared", toolchain=tc)
+    nvcc.compile_cu("// src", "k1", "shared", ("-lineinfo",), toolchain=tc)
+    nvcc.compile_cu("// src", "k1", "cubin", toolchain=tc)
+    assert len(calls) == 4  # source, flags and kind are all in the key
+    assert "-cubin" in calls[3] and "--shared" not in calls[3]
+
+
+def test_cache_key_covers_versions():
+    base = cache.cache_key("s", ["-O3"], "nvcc 12.8", "4.2.0", "shared")
+    assert base != cache.cache_key("s", ["-O3"], "nvcc 12.9", "4.2.0", "shared")
+    assert base != cache.cache_key("s", ["-O3"], "nvcc 12.8", "4.3.0", "shared")
+    assert base != cache.cache_key("s", ["-O3"], "nvcc 12.8", "4.2.0", "ptx")
+    assert base != cache.cache_key("s", ["-O2"], "nvcc 12.8", "4.2.0", "shared")
+    assert base == cache.cache_key("s", ("-O3",), "nvcc 12.8", "4.2.0", "shared")
+
+
+def test_c7510_fails_the_build(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(nvcc, "_run_nvcc", _fake_run(PTXAS_OK_LOG + C7510_INFO + "\n", calls))
+    tc = _fake_toolchain(tmp_path)
+    with pytest.raises(CompileError) as info:
+        nvcc.compile_cu("// src", "slow_kernel", "shared", toolchain=tc)
+    assert info.value.rule == "ptxas.C7510" and "slow_kernel" in str(info.value)
+    # not cached: the next call runs nvcc again
+    with pytest.raises(CompileError):
+        nvcc.compile_cu("// src", "slow_kernel", "shared", toolchain=tc)
+    assert len(calls) == 2
+
+
+def test_timeout_is_a_compile_error(tmp_path, monkeypatch):
+    def run(cmd, timeout_s):
+        raise subprocess.TimeoutExpired(cmd, timeout_s, output=b"partial", stderr=b"")
+
+    monkeypatch.setattr(nvcc, "_run_nvcc", run)
+    monkeypatch.setenv("ARGUS_NVCC_TIMEOUT", "7")
+    with pytest.raises(CompileError) as info:
+        nvcc.compile_cu("// src", "k", "shared", toolchain=_fake_toolchain(tmp_path))
+    assert info.value.rule == "nvcc.timeout" and "longer than 7 s" in str(info.value)
+    assert "ARGUS_NVCC_TIMEOUT" in str(info.value)
+
+
+def test_bad_name_and_kind(tmp_path):
+    tc = _fake_toolchain(tmp_path)
+    with pytest.raises(CompileError) as info:
+        nvcc.compile_cu("", "not a name", "shared", toolchain=tc)
+    assert info.value.rule == "nvcc.name"
+    with pytest.raises(CompileError) as info:
+        nvcc.compile_cu("", "k", "fatbin", toolchain=tc)
+    assert info.value.rule == "nvcc.kind" and "'fatbin'" in str(info.value)
+
+
+def test_compile_many_order_and_errors(tmp_path, monkeypatch):
+    calls: list = []
+
+    def run(cmd, timeout_s):
+        calls.append(cmd)
+        src = Path(cmd[-1]).read_text()
+        if "bad" in src:
+            return subprocess.CompletedProcess(cmd, 1, "", "x.cu(1): error: bad thing\n")
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(src.encode())
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(nvcc, "_run_nvcc", run)
+    monkeypatch.setattr(nvcc, "find_toolchain", lambda: _fake_toolchain(tmp_path))
+    jobs = [("// a", "ka", "shared"), nvcc.CompileJob("// bad", "kb", "ptx"),
+            {"source": "// c", "name": "kc", "kind": "cubin"}]
+    results = nvcc.compile_many(jobs, max_workers=3, return_exceptions=True)
+    assert results[0].path.read_text() == "// a" and results[2].path.suffix == ".cubin"
+    assert isinstance(results[1], CompileError) and "error: bad thing" in str(results[1])
+    with pytest.raises(CompileError):
+        nvcc.compile_many(jobs, max_workers=2)
+    assert nvcc.compile_many([]) == []
+
+
+# ---- cache atomicity ----------------------------------------------------------------------
+
+
+def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "d" / "f.bin"
+    cache.atomic_write(target, b"one")
+    cache.atomic_write(target, "two")
+    assert target.read_text() == "two"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["f.bin"]
+
+
+def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "f.bin"
+    cache.atomic_write(target, b"old")
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        cache.atomic_write(target, b"new")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]  # temp file removed
+
+
+def test_incomplete_entry_is_not_a_hit(tmp_path):
+    art = tmp_path / "built.so"
+    art.write_bytes(b"so")
+    stored = cache.store("k" * 64, "kern", "shared", art, "log", "src", {"seconds": 1.0})
+    assert cache.lookup("k" * 64)["path"] == stored["path"]
+    assert json.loads((Path(stored["path"]).parent / "meta.json").read_text())["name"] == "kern"
+    (Path(stored["path"]).parent / "meta.json").unlink()  # a crash before the last write
+    assert cache.lookup("k" * 64) is None
+
+
+# ---- real nvcc ----------------------------------------------------------------------------
+
+
+@pytest.mark.nvcc
+@requires_nvcc
+def test_gemm_compiles_to_ptx_with_wgmma_and_tma():
+    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.render.render import render_gemm
+
+    cfg = GemmConfig()
+    art = nvcc.compile_cu(render_gemm(build_gemm_program(cfg)), kernel_name(cfg), "ptx")
+    ptx = art.path.read_text()
+    assert "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" in ptx
+    assert art.path.suffix == ".ptx" and not art.cached
+
+
+@pytest.mark.nvcc
+@requires_nvcc
+def test_real_cache_hit_runs_no_nvcc(monkeypatch):
+    first = nvcc.compile_cu(TINY_KERNEL, "tiny", "shared")
+    assert not first.cached and first.registers is not None and first.spill_bytes == 0
+
+    def no_nvcc(cmd, timeout_s):
+        raise AssertionError("nvcc ran on a cache hit")
+
+    monkeypatch.setattr(nvcc, "_run_nvcc", no_nvcc)
+    second = nvcc.compile_cu(TINY_KERNEL, "tiny", "shared")
+    assert second.cached and second.path == first.path and second.registers == first.registers
+
+
+@pytest.mark.nvcc
+@requires_nvcc
+def test_broken_source_shows_error_lines():
+    broken = TINY_KERNEL.replace("x[threadIdx.x] *= 2.0f;", "x[threadIdx.x] *= undefined_thing;")
+    with pytest.raises(CompileError) as info:
+        nvcc.compile_cu(broken, "tiny_broken", "shared")
+    err = info.value
+    text = str(err)
+    assert err.rule == "nvcc.compile"
+    assert "[nvcc.compile] nvcc failed building tiny_broken (shared, exit" in text
+    assert 'identifier "undefined_thing" is undefined' in text
+    log_path = Path(text.rsplit("full log: ", 1)[1].splitlines()[0])
+    assert log_path.is_file() and "undefined_thing" in log_path.read_text()
+    assert "undefined_thing" in err.log
+    assert len(text.splitlines()) < 20

@@ -1,0 +1,275 @@
+"""CPU-side runtime: dtype bits, result comparison, pointer/stream handling, CUDA error
+mapping, the reference kernel's rendering, and loading a built library (no GPU needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from argus_cutlass.build.toolchain import nvcc_available
+from argus_cutlass.errors import DeviceError, LaunchError, ProblemError
+from argus_cutlass.runtime import check, cuda
+from argus_cutlass.runtime.launch import GemmKernelLibrary, device_pointer
+from argus_cutlass.runtime.problem import GemmProblem
+from argus_cutlass.runtime.reference import reference_name, render_reference
+
+requires_nvcc = pytest.mark.skipif(
+    not nvcc_available(), reason="nvcc not found (set ARGUS_NVCC or CUDA_HOME, or put nvcc on PATH)"
+)
+
+
+# ---- dtype bits --------------------------------------------------------------------------
+
+
+def test_bf16_round_to_nearest_even():
+    x = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -0.0, np.inf], np.float32)
+    bits = check.float32_to_bits(x, "bf16")
+    # ties go to the even mantissa; above the tie rounds up
+    assert bits.tolist() == [0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x8000, 0x7F80]
+    assert check.float32_to_bits(np.array([np.nan], np.float32), "bf16")[0] == 0x7FC0
+
+
+def test_bf16_roundtrip_error_bound():
+    x = np.random.default_rng(0).standard_normal(10000).astype(np.float32)
+    y = check.bits_to_float32(check.float32_to_bits(x, "bf16"), "bf16")
+    assert np.max(np.abs(y - x) / np.abs(x)) <= 2**-8
+    z = check.bits_to_float32(check.float32_to_bits(y, "bf16"), "bf16")
+    assert np.array_equal(y, z)  # bf16 values are exact
+
+
+def test_fp16_and_fp32_bits():
+    x = np.array([1.5, -2.25], np.float32)
+    assert np.array_equal(check.bits_to_float32(check.float32_to_bits(x, "fp16"), "fp16"), x)
+    assert np.array_equal(check.bits_to_float32(check.float32_to_bits(x, "fp32"), "fp32"), x)
+    with pytest.raises(ProblemError):
+        check.float32_to_bits(x, "fp8")
+
+
+def test_random_operand_poisons_padding():
+    op = GemmProblem(16, 16, 8, lda=16).operands()["A"]
+    bits, vals = check.random_operand(op, np.random.default_rng(1))
+    assert bits.shape == (16, 16) and bits.dtype == np.uint16
+    assert np.all(np.isfinite(vals[:, :8])) and np.all(np.isnan(vals[:, 8:]))
+
+
+@pytest.mark.parametrize("layout", ["tn", "nt", "nn", "tt"])
+def test_numpy_reference_layouts(layout):
+    p = GemmProblem(8, 16, 24, "bf16", "fp32", layout)
+    ops = p.operands()
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((8, 24)).astype(np.float32)
+    B = rng.standard_normal((24, 16)).astype(np.float32)
+    a = A if layout[0] == "t" else A.T.copy()
+    b = B.T.copy() if layout[1] == "n" else B
+    assert a.shape == ops["A"].storage_shape and b.shape == ops["B"].storage_shape
+    C = rng.standard_normal((8, 16)).astype(np.float32)
+    out = check.numpy_reference(p, a, b, C, 0.5, 2.0)
+    np.testing.assert_allclose(out, 0.5 * A @ B + 2.0 * C, rtol=1e-5, atol=1e-5)
+
+
+# ---- comparison --------------------------------------------------------------------------
+
+
+def _d_bits(p: GemmProblem, ref: np.ndarray) -> np.ndarray:
+    d = np.full(p.operands()["D"].storage_shape, 0xFFFF, np.uint16)
+    d[:, : p.n] = check.float32_to_bits(ref, p.out_dtype)
+    return d
+
+
+def test_compare_pass():
+    p = GemmProblem(16, 24, 8, ldd=32)
+    ref = np.random.default_rng(3).standard_normal((16, 24)).astype(np.float32)
+    r = check.compare(p, _d_bits(p, ref), ref)
+    assert r["passed"] and r["unwritten"] == 0 and r["out_of_bounds_writes"] == 0
+    assert 0 < r["rel_error"] < 4e-3 and r["tolerance"] == 2e-2
+
+
+def test_compare_detects_unwritten_and_oob():
+    p = GemmProblem(16, 24, 8, ldd=32)
+    ref = np.ones((16, 24), np.float32)
+    d = _d_bits(p, ref)
+    d[5, 7] = 0xFFFF  # never written: still poison
+    d[2, 30] = 0  # write into padding
+    r = check.compare(p, d, ref)
+    assert not r["passed"]
+    assert r["unwritten"] == 1 and r["nan_count"] == 1 and r["out_of_bounds_writes"] == 1
+    assert r["rel_error"] == float("inf")
+
+
+def test_compare_detects_wrong_values():
+    p = GemmProblem(16, 24, 8, out_dtype="fp32")
+    ref = np.random.default_rng(4).standard_normal((16, 24)).astype(np.float32)
+    d = check.float32_to_bits(ref * 1.01, "fp32")
+    r = check.compare(p, d, ref)
+    assert not r["passed"] and 9e-3 < r["rel_error"] < 1.1e-2 and r["tolerance"] == 1e-3
+
+
+def test_check_result_summary_and_dict():
+    p = GemmProblem(16, 24, 8)
+    ref = np.ones((16, 24), np.float32)
+    res = check.CheckResult(problem=p, alpha=1.0, beta=0.0, seed=3, **check.compare(p, _d_bits(p, ref), ref))
+    assert res.summary().startswith("PASS 16x24x8 bf16->bf16 tn")
+    d = res.as_dict()
+    assert d["passed"] and d["problem"]["layout"] == "tn" and d["unwritten"] == 0
+
+
+def test_time_kernel_needs_iterations():
+    with pytest.raises(DeviceError) as info:
+        check.time_kernel(lambda: None, warmup=0, iters=0)
+    assert info.value.rule == "device.timing"
+
+
+# ---- pointers and streams ----------------------------------------------------------------
+
+
+class _FakeTensor:
+    def __init__(self, ptr, is_cuda=True):
+        self._ptr, self.is_cuda, self.device = ptr, is_cuda, "cuda:0" if is_cuda else "cpu"
+
+    def data_ptr(self):
+        return self._ptr
+
+
+class _FakeBuffer:
+    ptr = 0x2000
+
+
+def test_device_pointer_kinds():
+    assert device_pointer(None) == 0
+    assert device_pointer(0x1000) == 0x1000
+    assert device_pointer(_FakeBuffer()) == 0x2000
+    assert device_pointer(_FakeTensor(0x3000)) == 0x3000
+
+    class Cai:
+        __cuda_array_interface__ = {"data": (0x4000, False), "shape": (1,)}
+
+    assert device_pointer(Cai()) == 0x4000
+
+
+def test_device_pointer_refusals():
+    with pytest.raises(LaunchError) as info:
+        device_pointer(_FakeTensor(0x3000, is_cuda=False), "A")
+    assert info.value.rule == "launch.pointer" and "A is a tensor on cpu" in str(info.value)
+    with pytest.raises(LaunchError) as info:
+        device_pointer("0x1000", "B")
+    assert "B: cannot take a device pointer from str" in str(info.value)
+
+
+def test_stream_handle_kinds():
+    class TorchStream:
+        cuda_stream = 1234
+
+    assert cuda.stream_handle(None) == 0
+    assert cuda.stream_handle(77) == 77
+    assert cuda.stream_handle(TorchStream()) == 1234
+    with pytest.raises(DeviceError) as info:
+        cuda.stream_handle(object())
+    assert info.value.rule == "device.stream"
+
+
+# ---- CUDA error mapping ------------------------------------------------------------------
+
+
+def test_check_names_call_and_cuda_error():
+    rt = cuda.cudart()
+    assert cuda.check("cudaFoo", (rt.cudaError_t.cudaSuccess, 5)) == 5
+    assert cuda.check("cudaFoo", (rt.cudaError_t.cudaSuccess,)) is None
+    with pytest.raises(DeviceError) as info:
+        cuda.check("cudaMalloc(64)", (rt.cudaError_t.cudaErrorMemoryAllocation, None))
+    assert info.value.rule == "device.cuda_call"
+    assert "cudaMalloc(64) failed: cudaErrorMemoryAllocation: out of memory" in str(info.value)
+
+
+def test_gpu_available_never_raises():
+    status = cuda.gpu_available()
+    ok, why = status
+    assert bool(status) is ok
+    assert ok or why  # a reason whenever there is no GPU
+
+
+def test_non_hopper_gpu_refused(monkeypatch):
+    fake = cuda.DeviceInfo(0, "NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912)
+    monkeypatch.setattr(cuda, "device_info", lambda device=None: fake)
+    with pytest.raises(DeviceError) as info:
+        cuda.require_sm90()
+    text = str(info.value)
+    assert info.value.rule == "device.arch"
+    assert "NVIDIA A100-SXM4-80GB (sm_80)" in text and "H100 or H200" in text
+
+
+def test_device_buffer_size_rule():
+    with pytest.raises(DeviceError) as info:
+        cuda.DeviceBuffer(0)
+    assert info.value.rule == "device.alloc"
+
+
+# ---- reference kernel --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "layout, a_index, b_index",
+    [("tn", "A[m * lda + k]", "B[n * ldb + k]"), ("nt", "A[k * lda + m]", "B[k * ldb + n]"),
+     ("nn", "A[k * lda + m]", "B[n * ldb + k]"), ("tt", "A[m * lda + k]", "B[k * ldb + n]")],
+)
+def test_reference_render_layouts(layout, a_index, b_index):
+    name, src = render_reference("fp16", "fp32", layout)
+    assert name == f"argus_reference_gemm_fp16_fp32_{layout}"
+    assert a_index in src and b_index in src
+    assert "using ElementAB = __half;" in src and "using ElementC = float;" in src
+    assert f'int {name}(const void* A, const void* B, const void* C, void* D' in src
+    assert f"{name}_error_string" in src and f"{name}_smem_bytes" in src
+
+
+def test_reference_name_refuses_unknown():
+    with pytest.raises(ProblemError) as info:
+        reference_name("bf16", "bf16", "xx")
+    assert info.value.rule == "problem.layout"
+
+
+@pytest.mark.nvcc
+@requires_nvcc
+def test_load_reference_library(tmp_path, monkeypatch):
+    from argus_cutlass.build.nvcc import compile_cu
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    name, src = render_reference("bf16", "bf16", "tn")
+    art = compile_cu(src, name, "shared")
+    lib = GemmKernelLibrary(art.path, name)
+    assert lib.smem_bytes() == 0 and lib.threads() == 256
+    assert lib.error_string(2) == "C is null but beta != 0"
+    with pytest.raises(LaunchError) as info:  # refused before any CUDA call: no GPU needed
+        lib(0x1000, 0x2000, None, 0x3000, 8, 8, 8, 8, 8, 8, 8, 1.0, 1.0)
+    assert info.value.rule == "launch.failed"
+    assert "returned 2: C is null but beta != 0" in str(info.value)
+    with pytest.raises(LaunchError) as info:
+        GemmKernelLibrary(art.path, "no_such_kernel")
+    assert info.value.rule == "launch.symbol" and "'no_such_kernel'" in str(info.value)
+
+
+def test_load_missing_library(tmp_path):
+    with pytest.raises(LaunchError) as info:
+        GemmKernelLibrary(tmp_path / "missing.so", "k")
+    assert info.value.rule == "launch.load" and "missing.so" in str(info.value)
+
+
+def test_run_validates_problem_and_pointers():
+    class Lib(GemmKernelLibrary):
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, *args):
+            self.calls.append(args)
+
+    lib = Lib()
+    p = GemmProblem(64, 64, 64)
+    lib.run(p, 0x1000, 0x2000, None, 0x3000)
+    assert lib.calls[0][:7] == (0x1000, 0x2000, None, 0x3000, 64, 64, 64)
+    with pytest.raises(ProblemError) as info:
+        lib.run(p, 0x1008, 0x2000, None, 0x3000)
+    assert info.value.rule == "tma.address_alignment" and "A=0x1008" in str(info.value)
+    with pytest.raises(ProblemError) as info:
+        lib.run(GemmProblem(7, 64, 64, layout="nt"), 0x1000, 0x2000, None, 0x3000)
+    assert info.value.rule == "tma.contiguous_extent"
+    with pytest.raises(ProblemError) as info:
+        lib.run(p, 0x1000, 0x2000, None, 0x3000, beta=1.0)
+    assert info.value.rule == "problem.pointer" and "C is a null pointer" in str(info.value)
