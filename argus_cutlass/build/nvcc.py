@@ -196,6 +196,8 @@ def relevant_lines(log: str, context: int = ERROR_CONTEXT_LINES, limit: int = ER
     lines = log.splitlines()
     keep: list[int] = []
     for i, line in enumerate(lines):
+        if line.startswith("$ "):  # the command line we logged first
+            continue
         if _ERROR.search(line) and "warning" not in line.lower():
             for j in range(max(0, i - 1), min(len(lines), i + context + 1)):
                 if not keep or j > keep[-1]:
