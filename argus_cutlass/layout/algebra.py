@@ -110,9 +110,11 @@ def tile_to_shape(block: Layout, shape: Sequence[int], order: Sequence[int] | No
 def composition(a: Layout, b: Layout) -> Layout:
     """``a o b``: the layout ``R`` with ``R(i) == a(b(i))`` for every ``i < size(b)``.
 
-    pycute's ``composition`` with a message-less ``AssertionError`` on non-divisible pairs,
-    and for some pairs (e.g. ``(4,2):(2,1) o (1,3):(0,2)``) silently returns a layout of the
-    wrong size; both cases raise here.
+    pycute's ``composition`` fails with a message-less ``AssertionError`` on non-divisible pairs,
+    for some pairs (e.g. ``(4,2):(2,1) o (1,3):(0,2)``) silently returns a layout of the
+    wrong size, and for non-admissible pairs (e.g. ``(1,2,2):(1,2,1) o (2,2):(1,1)``) one
+    of the right size whose values are wrong; all three raise here (the last checked
+    point-wise for ``size(b) <= 16384``).
 
     Raises:
         LayoutError: ``b``'s modes do not split ``a``'s shape (CuTe's divisibility condition).
@@ -126,7 +128,18 @@ def composition(a: Layout, b: Layout) -> Layout:
             f"composition: {a} o {b} has size {size(r)} != size(b) = {size(b)} "
             f"(b's modes do not divide a's shape)"
         )
+    if size(b) <= _COMPOSITION_CHECK_LIMIT:
+        for i in range(size(b)):
+            if r(i) != a(b(i)):
+                raise LayoutError(
+                    f"composition: {a} o {b} is not admissible (R({i}) = {r(i)} but "
+                    f"a(b({i})) = {a(b(i))}: a mode of b crosses a mode boundary of a)"
+                )
     return r
+
+
+#: compositions up to this size are checked point-wise against R(i) == a(b(i))
+_COMPOSITION_CHECK_LIMIT = 1 << 14
 
 
 def _eval(shape: Any, stride: Any, c: Any, last: bool) -> Any:

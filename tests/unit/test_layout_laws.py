@@ -205,3 +205,9 @@ def test_gmma_c_layout_matches_ptx_fragment():
 def test_gmma_c_layout_rejects_bad_n():
     with pytest.raises(LayoutError, match="GMMA N=12 is not a multiple of 8"):
         gmma_c_layout(12)
+
+
+def test_composition_rejects_non_admissible_pair_pycute_gets_wrong():
+    # pycute returns (2,2):(2,2) here, whose R(3) = 4 while a(b(3)) = a(2) = 1
+    with pytest.raises(LayoutError, match=r"not admissible \(R\(3\) = 4 but a\(b\(3\)\) = 1"):
+        composition(Layout((1, 2, 2), (1, 2, 1)), Layout((2, 2), (1, 1)))
