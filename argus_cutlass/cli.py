@@ -75,7 +75,9 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         _print(report.format())
         _write_record(out_dir, name, record, stages)
         return 1
-    _print(f"verified  {len(report.proved)} obligations: " + ", ".join(report.proved))
+    _print(f"verified  {len(report.proved)} obligations")
+    for line in report.proved:
+        _print(f"            {line}")
 
     source = stages.run("render", render_gemm, program, tuple(report.proved))
     cu_path = out_dir / f"{name}.cu"
@@ -181,6 +183,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from argus_cutlass.agent.tune import run_tune
+
+    return run_tune(args)
+
+
 def _pydantic_text(exc) -> str:  # noqa: ANN001
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
 
@@ -201,6 +209,25 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     g.add_argument("--out", default="out", help="output folder (default: ./out)")
     g.set_defaults(func=cmd_gemm)
+
+    t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent)")
+    tsub = t.add_subparsers(dest="kernel", required=True)
+    tg = tsub.add_parser("gemm", help="tune a GEMM")
+    tg.add_argument("--m", type=int, required=True)
+    tg.add_argument("--n", type=int, required=True)
+    tg.add_argument("--k", type=int, required=True)
+    tg.add_argument("--dtype", default="bf16")
+    tg.add_argument("--out-dtype", default=None)
+    tg.add_argument("--layout", default="tn")
+    tg.add_argument("--budget", type=int, default=16, help="most candidates to compile and measure")
+    tg.add_argument("--policy", default="default", help="default (offline, seeded) or llm")
+    tg.add_argument("--seed", type=int, default=0)
+    tg.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)")
+    tg.add_argument("--model", default=None, help="model name (or ARGUS_LLM_MODEL)")
+    tg.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY)")
+    tg.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
+    tg.add_argument("--out", default="out", help="output folder for the best .cu and the tuning log")
+    tg.set_defaults(func=_cmd_tune)
 
     v = sub.add_parser("verify", help="verify a configuration (JSON file, or - for stdin)")
     v.add_argument("config")
