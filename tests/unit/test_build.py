@@ -388,13 +388,26 @@ def test_incomplete_entry_is_not_a_hit(tmp_path):
 
 @pytest.mark.nvcc
 @requires_nvcc
-def test_gemm_compiles_to_ptx_with_wgmma_and_tma():
+@pytest.mark.parametrize(
+    "cfg_args",
+    [
+        {},  # the large-problem default: 128x256 cooperative, cluster 2x1
+        # fp32 output (its smem model differs) with M-major A / N-major B
+        {"out_dtype": "fp32", "layout": "nt", "stages": 3},
+        # the small-M ping-pong tile, fp16
+        {"dtype": "fp16", "out_dtype": "fp16", "layout": "tt", "tile_m": 64, "tile_n": 128,
+         "cluster_m": 1, "stages": 8, "schedule": "pingpong", "epi_m": 64},
+    ],
+    ids=["coop-bf16-tn", "coop-fp32out-nt", "pingpong-fp16-tt"],
+)
+def test_gemm_compiles_to_ptx_with_wgmma_and_tma(cfg_args):
+    """The front end also evaluates the template's static_asserts (smem model, atom shapes)."""
     from argus_cutlass.plan.config import GemmConfig
     from argus_cutlass.programs.gemm import build_gemm_program
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.render.render import render_gemm
 
-    cfg = GemmConfig()
+    cfg = GemmConfig(**cfg_args)
     art = nvcc.compile_cu(render_gemm(build_gemm_program(cfg)), kernel_name(cfg), "ptx")
     ptx = art.path.read_text()
     assert "wgmma.mma_async" in ptx
