@@ -1,0 +1,97 @@
+"""The main command, ``argus-cutlass gemm``: outputs, exit codes and bad-input messages.
+
+Bad input must produce one clear message naming the input and the rule, on stderr, with
+exit code 2 and no Python traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from argus_cutlass.build.toolchain import nvcc_available
+from argus_cutlass.cli import main
+
+
+def _run(args, tmp_path, env_extra=None):
+    """Run the CLI in a subprocess (as a user would) and return (rc, stdout, stderr)."""
+    import os
+
+    env = dict(os.environ)
+    env["ARGUS_CACHE_DIR"] = str(tmp_path / "cache")
+    env.update(env_extra or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "argus_cutlass.cli", *args],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args,rule,needle",
+    [
+        (["--m", "0", "--n", "8", "--k", "16"], "problem.size", "M=0"),
+        (["--m", "8", "--n", "-3", "--k", "16"], "problem.size", "N=-3"),
+        (["--m", "8", "--n", "8", "--k", "16", "--dtype", "fp8"], "problem.dtype", "dtype='fp8'"),
+        (["--m", "8", "--n", "8", "--k", "16", "--out-dtype", "int8"], "problem.dtype", "out_dtype='int8'"),
+        (["--m", "8", "--n", "8", "--k", "16", "--layout", "xy"], "problem.layout", "'xy'"),
+        (["--m", "7", "--n", "8", "--k", "16", "--layout", "nt"], "tma.contiguous_extent", "M=7"),
+        (["--m", "8", "--n", "8", "--k", "12"], "tma.contiguous_extent", "K=12"),
+    ],
+)
+def test_bad_input_is_refused_with_rule_and_no_traceback(args, rule, needle, tmp_path, capsys):
+    rc = main(["gemm", *args, "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert f"[{rule}]" in err and needle in err, err
+    assert "Traceback" not in err + out
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_without_nvcc_writes_the_cu_and_json_and_exits_zero(tmp_path):
+    rc, out, err = _run(
+        ["gemm", "--m", "256", "--n", "512", "--k", "128", "--out", "out"], tmp_path,
+        {"ARGUS_NVCC": str(tmp_path / "no-nvcc-here"), "CUDA_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert rc == 0, err
+    assert "no nvcc" in out and "Traceback" not in out + err
+    cu = list((tmp_path / "out").glob("*.cu"))
+    js = list((tmp_path / "out").glob("*.json"))
+    assert len(cu) == 1 and len(js) == 1 and cu[0].stem == js[0].stem
+    record = json.loads(js[0].read_text())
+    assert record["kernel"] == cu[0].stem
+    assert record["verification"]["ok"] is True
+    assert "skipped" in record["compile"]
+    assert set(record["stage_seconds"]) >= {"build_program", "verify", "render"}
+    assert f'int {cu[0].stem}(' in cu[0].read_text()
+
+
+def test_verification_failure_exits_one_with_the_rule(tmp_path, capsys):
+    cfg = tmp_path / "bad.json"
+    cfg.write_text(json.dumps({"tile_n": 264, "stages": 7}))
+    rc = main(["verify", str(cfg)])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "smem.capacity" in out and "gmma.n" in out
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc not found")
+def test_main_job_compiles_and_stops_cleanly_without_gpu(tmp_path):
+    """End to end on a machine without a GPU: verify, render, compile; then a clear stop, exit 0."""
+    from argus_cutlass.runtime.cuda import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is present: tests/gpu covers the run")
+    rc, out, err = _run(["gemm", "--m", "4096", "--n", "4096", "--k", "4096", "--out", "out"], tmp_path)
+    assert rc == 0, err
+    assert "compiled" in out and "0 spill bytes" in out
+    assert "no GPU" in out and "stopping after compile" in out
+    record = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert record["compile"]["spill_bytes"] == 0
+    assert record["compile"]["registers"] > 0
+    assert "skipped" in record["run"]
