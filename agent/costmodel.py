@@ -1,0 +1,94 @@
+"""Roofline + occupancy / wave-quantization cost model of one GEMM kernel on an H200.
+
+Not a simulator: it ranks candidates so that the measured budget goes to plausible ones.
+Units: seconds internally, :func:`predict_ms` returns milliseconds.
+
+Model (per problem ``M x N x K``, config tile ``tm x tn x tk``):
+
+* tiles = ceil(M/tm) * ceil(N/tn); the persistent grid runs ``waves = ceil(tiles / 132)``
+  tiles per SM (clusters of 2 leave 132 usable SMs in pairs).
+* compute: one tile costs ``2*tm*tn*K / (PEAK / 132) / eff`` where ``eff`` is the tile's
+  arithmetic intensity against the L2->SMEM feed (multicast divides the shared operand's
+  bytes by the cluster extent), times a GMMA utilisation factor (64-row tiles issue M=64
+  instructions; cooperative 128-row tiles give each warpgroup 64 rows).
+* memory: HBM bytes ``2*(M*K + N*K) + out*M*N`` at 4.3 TB/s, limited by the bytes in
+  flight of the active SMs (``stages * stage_bytes``, Little's law with ~1 us latency).
+* epilogue: the cooperative schedule does not overlap the store of a tile with the next
+  tile's mainloop; ping-pong does.
+* time = max(compute, memory) + epilogue + 4 us launch/prologue.
+
+>>> from argus_cutlass.plan.config import GemmConfig
+>>> big = predict_ms(GemmConfig(), 8192, 8192, 8192)
+>>> small = predict_ms(GemmConfig(tile_m=64, tile_n=64, cluster_m=1, schedule="pingpong", epi_m=64), 8192, 8192, 8192)
+>>> big < small
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+from argus_cutlass.plan.config import DTYPE_BYTES, GemmConfig
+
+#: achievable dense bf16/fp16 tensor throughput of an H200 (FLOP/s)
+PEAK_FLOPS = 750e12
+#: HBM3e bandwidth (bytes/s)
+HBM_BYTES_PER_S = 4.3e12
+#: streaming multiprocessors
+SMS = 132
+#: L2 -> SMEM bandwidth per SM (bytes/s), so that ~75 FLOP/byte keeps the tensor cores fed
+L2_BYTES_PER_S_PER_SM = 76e9
+#: memory latency for Little's law (s)
+MEM_LATENCY_S = 1.0e-6
+#: kernel launch + prologue (s)
+LAUNCH_S = 4e-6
+#: shared-memory store bandwidth of the epilogue per SM (bytes/s)
+EPILOGUE_BYTES_PER_S_PER_SM = 100e9
+
+
+def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
+    """Predicted run time of ``cfg`` on ``M x N x K`` (seconds)."""
+    in_b = DTYPE_BYTES[cfg.dtype]
+    out_b = DTYPE_BYTES[cfg.out_dtype]
+    tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k
+    tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+    # a cluster rounds the grid up to whole clusters
+    tiles_m = math.ceil(tiles_m / cfg.cluster_m) * cfg.cluster_m
+    tiles_n = math.ceil(tiles_n / cfg.cluster_n) * cfg.cluster_n
+    tiles = tiles_m * tiles_n
+    waves = math.ceil(tiles / SMS)
+    active = min(tiles, SMS)
+
+    # compute per tile: intensity against the L2->SMEM feed
+    bytes_per_k = (tm / cfg.cluster_n + tn / cfg.cluster_m) * in_b
+    intensity = 2 * tm * tn / bytes_per_k  # FLOP per byte per unit of K
+    feed = min(1.0, intensity * L2_BYTES_PER_S_PER_SM / (PEAK_FLOPS / SMS))
+    wg_rows = cfg.wg_tile_m
+    gmma = 0.80 if wg_rows == 64 else 0.95
+    if cfg.schedule == "pingpong" and tm * tn > 128 * 128:
+        gmma *= 0.9  # whole-tile accumulators per warpgroup: register pressure
+    k_eff = math.ceil(k / tk) * tk
+    tile_s = 2 * tm * tn * k_eff / (PEAK_FLOPS / SMS) / (feed * gmma)
+    # deeper pipelines hide more latency (saturates around 3 stages of 64)
+    tile_s *= 1.0 + 0.15 * max(0.0, 1.0 - (cfg.stages * tk) / 256)
+    compute_s = waves * tile_s
+
+    # memory: ideal traffic, limited by bytes in flight on the active SMs
+    hbm_bytes = in_b * (m * k + n * k) + out_b * m * n
+    inflight = active * cfg.stages * (tm + tn) * tk * in_b
+    bw = min(HBM_BYTES_PER_S, inflight / MEM_LATENCY_S)
+    memory_s = hbm_bytes / bw
+
+    epi_s = 0.0
+    if cfg.schedule == "cooperative":
+        epi_s = waves * tm * tn * out_b / EPILOGUE_BYTES_PER_S_PER_SM
+    # L2 locality of the tile walk: a small bonus for swizzle on big grids, penalty on small
+    locality = 1.0
+    if cfg.swizzle > 1:
+        locality = 0.98 if (tiles_m >= 8 and tiles_n >= 8) else 1.0 + 0.02 * math.log2(cfg.swizzle)
+    return (max(compute_s, memory_s) + epi_s) * locality + LAUNCH_S
+
+
+def predict_ms(cfg: GemmConfig, m: int, n: int, k: int) -> float:
+    """:func:`predict_s` in milliseconds."""
+    return predict_s(cfg, m, n, k) * 1e3

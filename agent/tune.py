@@ -1,0 +1,222 @@
+"""``argus-cutlass tune gemm``: search configurations for one GEMM shape on the GPU.
+
+Writes to ``--out``:
+
+* ``<kernel>.cu``: the best verified, measured kernel;
+* ``tune_<M>x<N>x<K>_<dtype>_<out>_<layout>.jsonl``: the tuning log, one JSON object per
+  line, written as it happens (a ``start`` line, one line per candidate with its action,
+  config, status, time in ms, reward and feedback, rejected LLM replies, an ``end`` line).
+
+Exit codes: 0 a best kernel was found; 1 every candidate failed; 2 bad input or no GPU
+(tuning needs measurements: inputs are validated first, then the GPU is required).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from argus_cutlass.agent.planner import (
+    DefaultPolicy,
+    EpisodeResult,
+    Evaluator,
+    Policy,
+    Problem,
+    Step,
+    run_episode,
+)
+from argus_cutlass.errors import ArgusError, ProblemError
+from argus_cutlass.plan.space import GemmSpace
+
+POLICIES = ("default", "llm")
+
+
+class TuneLog:
+    """Append-only JSON-lines log, flushed after every line (kept when the run fails)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f: TextIO = open(path, "a", encoding="utf-8")
+
+    def write(self, event: str, **fields: Any) -> None:
+        self._f.write(json.dumps({"event": event, "time": time.time(), **fields}, default=str) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class _Progress:
+    """tqdm when importable, else one plain line per measured candidate."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        try:
+            from tqdm import tqdm
+
+            self.bar: Any = tqdm(total=total, desc="tune", unit="cand", file=stream)
+        except ImportError:
+            self.bar = None
+        self.total = total
+        self.done = 0
+
+    def step(self, step: Step) -> None:
+        ms = f"{step.ms:.4f} ms" if step.ms is not None else step.status
+        if step.measured:
+            self.done += 1
+        if self.bar is not None:
+            if step.measured:
+                self.bar.update(1)
+            self.bar.set_postfix_str(f"{step.action.technique}: {ms}")
+        else:
+            print(f"[{self.done}/{self.total}] {step.action.technique}: {ms}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def validate_inputs(args: Any) -> Problem:
+    """The problem of ``args`` after every input check.
+
+    Raises:
+        ProblemError: sizes, dtypes, layout or alignment (``argus_cutlass.runtime.problem`` rules);
+            ``tune.budget`` / ``tune.policy`` for the tuning flags.
+        LLMError: ``llm.settings`` when the llm policy lacks its endpoint, model or key.
+    """
+    from argus_cutlass.runtime.problem import GemmProblem
+
+    out_dtype = args.out_dtype or args.dtype
+    GemmProblem(args.m, args.n, args.k, args.dtype, out_dtype, args.layout).validate()
+    if args.budget < 1:
+        raise ProblemError("tune.budget", f"--budget {args.budget}: need at least 1 candidate")
+    if args.policy not in POLICIES:
+        raise ProblemError("tune.policy", f"--policy {args.policy!r}: use one of {POLICIES}")
+    if args.policy == "llm":
+        from argus_cutlass.agent.llm import resolve_settings
+
+        resolve_settings(args.base_url, args.model, args.api_key)
+    return Problem(args.m, args.n, args.k, args.dtype, out_dtype, args.layout)
+
+
+def make_policy(args: Any, log: TuneLog | None = None, values: Any = None) -> Policy:
+    """The policy named by ``args.policy`` (LLM settings checked here)."""
+    if args.policy == "llm":
+        from argus_cutlass.agent.llm import LLMPolicy
+
+        def on_reject(text: str, error: str) -> None:
+            if log is not None:
+                log.write("llm_rejected", reply=text[:2000], error=error)
+
+        return LLMPolicy(args.base_url, args.model, args.api_key, values=values, on_reject=on_reject)
+    return DefaultPolicy(values=values, seed=args.seed)
+
+
+def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budget: int,
+         batch: int = 4, log: TuneLog | None = None, sources: dict | None = None) -> EpisodeResult:
+    """Run one episode and write the log and the best ``.cu`` to ``out``.
+
+    ``sources`` maps configs to their rendered source (the GPU evaluator's); the best one is
+    rendered again when absent.
+    """
+    from argus_cutlass.api import generate_gemm
+    from argus_cutlass.render.naming import kernel_name
+
+    out.mkdir(parents=True, exist_ok=True)
+    own_log = log is None
+    log = log or TuneLog(out / log_name(problem))
+    progress = _Progress(budget)
+    log.write("start", problem=problem.__dict__, policy=policy.name, budget=budget)
+
+    def on_step(step: Step) -> None:
+        log.write("candidate", **step.as_dict())
+        progress.step(step)
+
+    try:
+        result = run_episode(problem, GemmSpace(problem.dtype, problem.out_dtype, problem.layout),
+                             policy, evaluate, budget, batch=batch, log=on_step)
+    finally:
+        progress.close()
+    best_path = None
+    if result.best is not None:
+        src = (sources or {}).get(result.best) or generate_gemm(result.best).source
+        best_path = out / f"{kernel_name(result.best)}.cu"
+        best_path.write_text(src, encoding="utf-8")
+    log.write("end", best=result.best.model_dump() if result.best else None, best_ms=result.best_ms,
+              measured=len(result.measured), cu=str(best_path) if best_path else None)
+    if own_log:
+        log.close()
+    return result
+
+
+def log_name(problem: Problem) -> str:
+    p = problem
+    return f"tune_{p.m}x{p.n}x{p.k}_{p.dtype}_{p.out_dtype}_{p.layout}.jsonl"
+
+
+def run_tune(args: Any) -> int:
+    """The ``tune gemm`` command (args: m, n, k, dtype, out_dtype, layout, budget, policy, seed,
+    base_url, model, api_key, workers, out). Returns the exit code.
+
+    Raises:
+        ArgusError: bad input (ProblemError), LLM settings or endpoint (LLMError); the CLI
+            prints it and exits 2. The tuning log written so far stays on disk.
+    """
+    from argus_cutlass.agent.measure import GpuEvaluator
+    from argus_cutlass.agent.store import ExperienceStore
+    from argus_cutlass.runtime.cuda import gpu_available, require_sm90
+
+    problem = validate_inputs(args)
+    ok, why = gpu_available()
+    if not ok:
+        print(f"argus-cutlass tune: error: [device.none] tuning needs measurements on a Hopper GPU, "
+              f"and none is usable here: {why}\n  hint: run on an H100/H200 machine; "
+              "`argus-cutlass gemm` generates the heuristic kernel without a GPU", file=sys.stderr)
+        return 2
+    info = require_sm90()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = TuneLog(out / log_name(problem))
+    store = ExperienceStore()
+    values = store.action_values(info.name, "gemm", problem)
+    try:
+        policy = make_policy(args, log, values)
+        evaluator = GpuEvaluator(problem, workers=args.workers)
+        result = tune(problem, policy, evaluator, out, args.budget, batch=min(4, args.budget),
+                      log=log, sources=evaluator.sources)
+    except ArgusError as exc:
+        log.write("error", rule=exc.rule, message=str(exc))
+        raise
+    finally:
+        log.close()
+    rewards = [(s.action.technique, s.reward) for s in result.steps
+               if s.action.technique not in ("baseline", "cost_model_rank", "random")]
+    if rewards:
+        store.add_rewards(info.name, "gemm", problem, rewards)
+    if result.best is None:
+        print("argus-cutlass tune: every candidate failed; see the tuning log "
+              f"{out / log_name(problem)}", file=sys.stderr)
+        return 1
+    from argus_cutlass.runtime.check import cublas_reference_time
+    from argus_cutlass.runtime.problem import GemmProblem
+
+    cublas_ms = None
+    try:
+        cublas_ms = cublas_reference_time(GemmProblem(problem.m, problem.n, problem.k, problem.dtype,
+                                                      problem.out_dtype, problem.layout))
+    except ArgusError as exc:
+        print(f"argus-cutlass tune: cuBLAS baseline skipped: {exc}", file=sys.stderr)
+    store.record_best(info.name, "gemm", problem, result.best, result.best_ms, cublas_ms)  # type: ignore[arg-type]
+    from argus_cutlass.render.naming import kernel_name
+
+    tflops = problem.flops / (result.best_ms * 1e-3) / 1e12  # type: ignore[operator]
+    line = f"best {kernel_name(result.best)}: {result.best_ms:.4f} ms ({tflops:.0f} TFLOP/s)"
+    if cublas_ms:
+        line += f"; cuBLAS {cublas_ms:.4f} ms (ratio cuBLAS/ours {cublas_ms / result.best_ms:.3f})"  # type: ignore[operator]
+    print(line)
+    print(f"wrote {out / (kernel_name(result.best) + '.cu')} and {out / log_name(problem)}")
+    return 0

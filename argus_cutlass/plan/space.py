@@ -1,0 +1,284 @@
+"""Typed search space of :class:`~argus_cutlass.plan.config.GemmConfig` (Helion-style fragments).
+
+A space is a set of *fragments*, one per knob, each with a default and a neighbour move,
+kept apart from the frozen config. Derived fields are not searched: the epilogue subtile
+rows ``epi_m`` follow the schedule (128 cooperative, 64 ping-pong; rule ``epilogue.tile``).
+The cluster is one fragment (``(cluster_m, cluster_n)`` pairs) because only three shapes
+make sense for the kernel.
+
+The single feasibility function is :func:`feasible`: it *is* the verifier
+(:func:`argus_cutlass.verify.verify_gemm`), so tests, the planner and the CLI agree.
+
+>>> space = GemmSpace()
+>>> space.size
+24192
+>>> space.default().tile
+(128, 256, 64)
+>>> feasible(space.default())[0]
+True
+>>> ok, reasons = feasible(space.default().replace(stages=9))
+>>> ok, reasons[0].split(":")[0]
+(False, 'smem.capacity')
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from argus_cutlass.plan.config import GemmConfig
+
+__all__ = [
+    "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "derive",
+    "feasible", "knob_values",
+]
+
+#: GemmConfig fields computed from others, never searched
+DERIVED_FIELDS = ("epi_m",)
+
+
+class Fragment:
+    """One knob's domain: ``domain`` (ordered values), ``default`` and neighbour moves."""
+
+    default: Any
+
+    def domain(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def contains(self, value: Any) -> bool:
+        return value in self.domain()
+
+    def neighbours(self, value: Any) -> list[Any]:
+        """Values one step away in the domain order (the local-search move)."""
+        dom = self.domain()
+        if value not in dom:
+            return [self.default]
+        i = dom.index(value)
+        return [dom[j] for j in (i - 1, i + 1) if 0 <= j < len(dom)]
+
+    def random(self, rng: random.Random) -> Any:
+        return rng.choice(self.domain())
+
+
+@dataclass(frozen=True)
+class EnumFragment(Fragment):
+    """A finite ordered set of values (power-of-two sizes, enums, cluster shapes)."""
+
+    values: tuple[Any, ...]
+    default: Any
+
+    def __post_init__(self) -> None:
+        if self.default not in self.values:
+            raise ValueError(f"default {self.default!r} not in {self.values!r}")
+
+    def domain(self) -> tuple[Any, ...]:
+        return self.values
+
+
+@dataclass(frozen=True)
+class IntRangeFragment(Fragment):
+    """Integers ``lo..hi`` inclusive (pipeline stages)."""
+
+    lo: int
+    hi: int
+    default: int
+
+    def __post_init__(self) -> None:
+        if not self.lo <= self.default <= self.hi:
+            raise ValueError(f"default {self.default} not in [{self.lo}, {self.hi}]")
+
+    def domain(self) -> tuple[int, ...]:
+        return tuple(range(self.lo, self.hi + 1))
+
+
+def default_fragments() -> dict[str, Fragment]:
+    """The full GEMM space: tiles, cluster, stages, schedule, raster, swizzle, epilogue N."""
+    return {
+        "tile_m": EnumFragment((64, 128, 256), 128),
+        "tile_n": EnumFragment((64, 128, 192, 256), 256),
+        "tile_k": EnumFragment((64, 128), 64),
+        "cluster": EnumFragment(((1, 1), (2, 1), (1, 2)), (2, 1)),
+        "stages": IntRangeFragment(2, 8, 4),
+        "schedule": EnumFragment(("cooperative", "pingpong"), "cooperative"),
+        "raster": EnumFragment(("along_n", "along_m"), "along_n"),
+        "swizzle": EnumFragment((1, 2, 4, 8), 1),
+        "epi_n": EnumFragment((16, 32, 64), 32),
+    }
+
+
+def derive(values: dict[str, Any]) -> dict[str, Any]:
+    """GemmConfig fields from fragment values: split ``cluster``, derive ``epi_m``."""
+    out = dict(values)
+    if "cluster" in out:
+        out["cluster_m"], out["cluster_n"] = out.pop("cluster")
+    if "schedule" in out:
+        out["epi_m"] = 128 if out["schedule"] == "cooperative" else 64
+    return out
+
+
+def knob_values(cfg: GemmConfig) -> dict[str, Any]:
+    """Fragment values of ``cfg`` (``cluster`` as a pair), inverse of :func:`derive`."""
+    d = cfg.model_dump()
+    d["cluster"] = (d.pop("cluster_m"), d.pop("cluster_n"))
+    for f in ("dtype", "out_dtype", "layout", *DERIVED_FIELDS):
+        d.pop(f)
+    return d
+
+
+@dataclass(frozen=True)
+class GemmSpace:
+    """The search space for one problem's dtypes and layout.
+
+    Attributes:
+        dtype, out_dtype, layout: fixed by the problem (not searched).
+        fragments: knob name -> :class:`Fragment`.
+        allowed: when set, the space is this explicit list of configurations (a declared
+            sub-space, e.g. the evaluation's); fragments then only give defaults/moves.
+    """
+
+    dtype: str = "bf16"
+    out_dtype: str = "bf16"
+    layout: str = "tn"
+    fragments: dict[str, Fragment] = field(default_factory=default_fragments)
+    allowed: tuple[GemmConfig, ...] | None = None
+
+    # ---- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_configs(cls, configs: Iterable[GemmConfig]) -> GemmSpace:
+        """An explicit sub-space (deduplicated, in the given order)."""
+        cfgs = tuple(dict.fromkeys(configs))
+        if not cfgs:
+            raise ValueError("an explicit sub-space needs at least one configuration")
+        c0 = cfgs[0]
+        return cls(c0.dtype, c0.out_dtype, c0.layout, default_fragments(), cfgs)
+
+    def config(self, **values: Any) -> GemmConfig:
+        """A config from fragment values; missing knobs take their defaults."""
+        full = {name: frag.default for name, frag in self.fragments.items()}
+        full.update(values)
+        return GemmConfig(dtype=self.dtype, out_dtype=self.out_dtype, layout=self.layout,
+                          **derive(full))
+
+    def default(self) -> GemmConfig:
+        """Every knob at its default (the first allowed config for an explicit sub-space)."""
+        if self.allowed is not None:
+            return self.allowed[0]
+        return self.config()
+
+    # ---- membership and enumeration ----------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of configurations (before feasibility)."""
+        if self.allowed is not None:
+            return len(self.allowed)
+        n = 1
+        for frag in self.fragments.values():
+            n *= len(frag.domain())
+        return n
+
+    def contains(self, cfg: GemmConfig) -> bool:
+        """Whether ``cfg`` is a point of this space (dtypes, derived fields and all)."""
+        if self.allowed is not None:
+            return cfg in self._allowed_set
+        if (cfg.dtype, cfg.out_dtype, cfg.layout) != (self.dtype, self.out_dtype, self.layout):
+            return False
+        values = knob_values(cfg)
+        if any(not frag.contains(values[name]) for name, frag in self.fragments.items()):
+            return False
+        return cfg == self.config(**values)
+
+    @functools.cached_property
+    def _allowed_set(self) -> frozenset[GemmConfig]:
+        return frozenset(self.allowed or ())
+
+    def enumerate(self) -> Iterator[GemmConfig]:
+        """Every configuration, in a fixed order (cartesian product of the fragments)."""
+        if self.allowed is not None:
+            yield from self.allowed
+            return
+        names = list(self.fragments)
+        for combo in itertools.product(*(self.fragments[n].domain() for n in names)):
+            yield self.config(**dict(zip(names, combo)))
+
+    @functools.cached_property
+    def all(self) -> tuple[GemmConfig, ...]:
+        """:meth:`enumerate` as a cached tuple."""
+        return tuple(self.enumerate())
+
+    def sample(self, rng: random.Random) -> GemmConfig:
+        """One configuration drawn uniformly (per fragment, or over ``allowed``)."""
+        if self.allowed is not None:
+            return rng.choice(self.allowed)
+        return self.config(**{n: f.random(rng) for n, f in self.fragments.items()})
+
+    def neighbours(self, cfg: GemmConfig) -> list[GemmConfig]:
+        """Configs one fragment move away from ``cfg`` that lie in the space."""
+        values = knob_values(cfg)
+        out: list[GemmConfig] = []
+        for name, frag in self.fragments.items():
+            for v in frag.neighbours(values[name]):
+                c = self.config(**{**values, name: v})
+                if c != cfg and self.contains(c):
+                    out.append(c)
+        return out
+
+    def moves(self, cfg: GemmConfig, fields: Sequence[str]) -> list[GemmConfig]:
+        """Configs of the space that differ from ``cfg`` only in ``fields`` (GemmConfig field
+        names; derived fields may follow), at least in one of them."""
+        names = list(GemmConfig.model_fields)
+        fixed = [i for i, f in enumerate(names) if f not in set(fields) | set(DERIVED_FIELDS)]
+        searched = [i for i, f in enumerate(names) if f in fields]
+        base = tuple(getattr(cfg, f) for f in names)
+        out = []
+        for c, row in zip(self.all, self._rows):
+            if all(row[i] == base[i] for i in fixed) and any(row[i] != base[i] for i in searched):
+                out.append(c)
+        return out
+
+    @functools.cached_property
+    def memo(self) -> dict[Any, Any]:
+        """A per-space scratch dict for callers' derived data (e.g. a planner's ranking)."""
+        return {}
+
+    @functools.cached_property
+    def _rows(self) -> tuple[tuple[Any, ...], ...]:
+        names = list(GemmConfig.model_fields)
+        return tuple(tuple(getattr(c, f) for f in names) for c in self.all)
+
+
+@functools.lru_cache(maxsize=65536)
+def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ...]]:
+    """The one feasibility function: build the program and run the verifier.
+
+    Args:
+        cfg: the configuration.
+        smt: also run the verifier's z3 tier (about 0.3 s per config). Off by default for
+            search: the arithmetic and enumeration tiers (20-80 ms) decide every
+            config-dependent rule; :func:`argus_cutlass.api.generate_gemm` runs the full
+            verifier again before each compile.
+
+    Returns:
+        ``(ok, reasons)``; each reason is ``"<rule>: <message>"`` (rule names from
+        :data:`argus_cutlass.verify.RULES` and the verifier's other obligations, ``smem.atom``
+        etc. for a config that cannot be instantiated). Results are memoised.
+    """
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.verify import verify_gemm
+
+    try:
+        program = build_gemm_program(cfg)
+    except ArgusError as exc:
+        return False, (f"{exc.rule}: {exc.message}",)
+    if "smt" in inspect.signature(verify_gemm).parameters:
+        report = verify_gemm(program, smt=smt)
+    else:  # a verifier without tiers
+        report = verify_gemm(program)
+    return report.ok, tuple(f"{v.rule}: {v.message}" for v in report.violations)

@@ -1,0 +1,408 @@
+"""Evaluate the tuning agent against exhaustive and random search on a measured table.
+
+Run on one H200 (one call of a few minutes; needs nvcc, the CUTLASS headers, cuda-python,
+numpy, pydantic, jinja2, and torch for the cuBLAS baseline)::
+
+    python3 bench/agent_eval.py --out $OUT
+
+Phases:
+
+1. **Sub-space**: :func:`subspace` declares 47 configurations (5 tile/schedule pairs x 3
+   clusters x 3 raster/swizzle choices, plus 128x192 cooperative with 1x1 and 2x1 clusters),
+   stages fitted to shared memory; the verifier prunes it first (count reported).
+2. **Compile** the feasible ones in parallel (``compile_many``, one nvcc per core; raster
+   and swizzle are baked into the source, so each is its own kernel).
+3. **Check** each kernel's numerics (``run_and_check`` on two small problems with residues);
+   a kernel that fails to compile or check is recorded as failed, never a crash.
+4. **Measure** every passing kernel on every shape of ``bench/test_gemm_bench.py::SHAPES``
+   once (CUDA events, median of ``--iters`` launches after ``--warmup``; one set of operands
+   per shape) and cuBLAS (torch) in the same process. Saved to ``$OUT/agent_eval_table.json``
+   after each shape.
+5. **Replay** against that table: (a) exhaustive best, (b) random search (``--seeds``
+   permutations), (c) the default policy (seeded, action values shared across the shapes of
+   one seed) with the same budget; report the measured candidates each needs to reach
+   >= 98% of (a)'s best speed (median over seeds, then over shapes), the tuned geomean of
+   cuBLAS time / ours over the table and the minimum, for (a) and for the policy's best
+   within ``--budget`` candidates.
+6. Write ``$OUT/tuned_h200.json`` (the format of ``agent/tuned_h200.json``) and
+   ``$OUT/agent_eval_summary.json``; print the summary table last.
+
+``--replay TABLE.json`` skips phases 1-4 and replays a saved table (CPU only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: reach this fraction of the exhaustive best speed
+TARGET = 0.98
+
+
+def _bootstrap() -> None:
+    """Make ``argus_cutlass`` (and its agent/templates/invariants folders) importable from
+    the checkout when the package is not installed."""
+    try:
+        import argus_cutlass.agent  # noqa: F401
+        import argus_cutlass.invariants  # noqa: F401
+        import argus_cutlass.templates  # noqa: F401
+        return
+    except ImportError:
+        pass
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT))
+    import argus_cutlass
+
+    for sub in ("agent", "templates", "invariants"):
+        name = f"argus_cutlass.{sub}"
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / sub / "__init__.py", submodule_search_locations=[str(ROOT / sub)])
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        setattr(argus_cutlass, sub, mod)
+
+
+def bench_shapes() -> list[tuple[int, int, int]]:
+    """``SHAPES`` of ``bench/test_gemm_bench.py``, read without importing it (no torch needed)."""
+    tree = ast.parse((ROOT / "bench" / "test_gemm_bench.py").read_text("utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SHAPES" for t in node.targets):
+            return [tuple(s) for s in ast.literal_eval(node.value)]
+    raise RuntimeError("SHAPES not found in bench/test_gemm_bench.py")
+
+
+def shape_key(shape: tuple[int, int, int]) -> str:
+    return "x".join(map(str, shape))
+
+
+def subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list:
+    """The declared sub-space (47 configs, before the verifier)."""
+    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.plan.heuristics import fit_stages
+
+    tiles = [(128, 256, "cooperative"), (128, 128, "cooperative"), (64, 128, "pingpong"),
+             (64, 256, "pingpong"), (256, 128, "cooperative")]
+    clusters = [(1, 1), (2, 1), (1, 2)]
+    walks = [("along_n", 1), ("along_m", 1), ("along_n", 4)]
+    combos = [(t, c, w) for t in tiles for c in clusters for w in walks]
+    combos += [((128, 192, "cooperative"), c, ("along_n", 1)) for c in ((1, 1), (2, 1))]
+    out = []
+    for (tm, tn, sch), (cm, cn), (raster, swz) in combos:
+        cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=64,
+                         cluster_m=cm, cluster_n=cn, stages=8, schedule=sch,
+                         epi_m=128 if sch == "cooperative" else 64, epi_n=32, raster=raster, swizzle=swz)
+        out.append(fit_stages(cfg))
+    return out
+
+
+# ---- measurement (GPU) --------------------------------------------------------------------------
+
+
+def _compile(configs: list, workers: int, log: list) -> dict:
+    """kernel name -> GemmKernelLibrary for the configs that compile (failures logged)."""
+    from argus_cutlass.api import generate_gemm
+    from argus_cutlass.build.nvcc import compile_many
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.runtime.launch import GemmKernelLibrary
+
+    kernels = []
+    for cfg in configs:
+        try:
+            kernels.append(generate_gemm(cfg))
+        except ArgusError as exc:
+            log.append({"kernel": cfg.model_dump(), "phase": "generate", "error": str(exc)[:1000]})
+    t0 = time.perf_counter()
+    arts = compile_many([(k.source, k.name, "shared") for k in kernels], max_workers=workers,
+                        return_exceptions=True)
+    print(f"compiled {len(kernels)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
+    libs = {}
+    for k, a in zip(kernels, arts):
+        if isinstance(a, ArgusError):
+            log.append({"kernel": k.name, "phase": "compile", "error": str(a)[:1000]})
+            continue
+        try:
+            libs[k.name] = (k.config, GemmKernelLibrary(a.path, k.name), a)
+        except ArgusError as exc:
+            log.append({"kernel": k.name, "phase": "load", "error": str(exc)[:1000]})
+    return libs
+
+
+def _check(libs: dict, log: list) -> dict:
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.runtime.check import run_and_check
+    from argus_cutlass.runtime.problem import GemmProblem
+
+    passed = {}
+    for name, (cfg, lib, art) in libs.items():
+        try:
+            results = [run_and_check(lib, GemmProblem.for_config(cfg, *s), seed=1)
+                       for s in ((1, 264, 128), (328, 784, 520))]
+        except ArgusError as exc:
+            log.append({"kernel": name, "phase": "check", "error": str(exc)[:1000]})
+            continue
+        bad = [r.summary() for r in results if not r.passed]
+        if bad:
+            log.append({"kernel": name, "phase": "check", "error": "; ".join(bad)})
+            continue
+        passed[name] = (cfg, lib, art)
+    return passed
+
+
+def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table: dict, log: list) -> None:
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.runtime.check import cublas_reference_time, time_kernel
+    from argus_cutlass.runtime.cuda import DeviceBuffer
+    from argus_cutlass.runtime.problem import GemmProblem
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    for shape in shapes:
+        m, n, k = shape
+        key = shape_key(shape)
+        row: dict[str, Any] = {"kernels": {}, "cublas_ms": None}
+        p = GemmProblem(m, n, k)
+        if torch is not None:
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr())
+            bufs = []
+        else:
+            bufs = [DeviceBuffer(2 * m * k), DeviceBuffer(2 * n * k), DeviceBuffer(2 * m * n)]
+            for buf in bufs[:2]:
+                buf.fill(0x3C)  # bf16 0x3C3C ~ 0.0115: finite, non-zero inputs
+            ptrs = tuple(buf.ptr for buf in bufs)
+        t0 = time.perf_counter()
+        for name, (cfg, lib, _art) in libs.items():
+            try:
+                ms = time_kernel(lambda: lib(ptrs[0], ptrs[1], None, ptrs[2], m, n, k, k, k, n, n, 1.0, 0.0, 0),
+                                 warmup=warmup, iters=iters)
+                row["kernels"][name] = ms
+            except ArgusError as exc:
+                row["kernels"][name] = None
+                log.append({"kernel": name, "phase": "time", "shape": key, "error": str(exc)[:1000]})
+        try:
+            row["cublas_ms"] = cublas_reference_time(p, warmup=warmup, iters=iters)
+        except ArgusError as exc:
+            log.append({"kernel": "cublas", "phase": "time", "shape": key, "error": str(exc)[:1000]})
+        for buf in bufs:
+            buf.free()
+        if torch is not None:
+            del a, b, d
+            torch.cuda.empty_cache()
+        table["shapes"][key] = row
+        ok = [v for v in row["kernels"].values() if v]
+        print(f"measured {key}: {len(ok)} kernels in {time.perf_counter() - t0:.1f} s, best "
+              f"{min(ok) if ok else float('nan'):.4f} ms, cuBLAS {row['cublas_ms']}", flush=True)
+        (out / "agent_eval_table.json").write_text(json.dumps(table, indent=1))
+
+
+# ---- replay (CPU) -------------------------------------------------------------------------------
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def _geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def replay(table: dict, budget: int = 16, seeds: int = 5, random_seeds: int = 50) -> dict:
+    """Replay exhaustive, random and default-policy search against a measured table.
+
+    Args:
+        table: ``{"candidates": [GemmConfig dicts (feasible)], "shapes": {"MxNxK":
+            {"kernels": {kernel name: ms or None}, "cublas_ms": ms or None}}}``.
+        budget: candidates the policy may measure for the "tuned" figures.
+        seeds: default-policy seeds; random_seeds: random permutations.
+
+    Returns:
+        per-shape rows and the summary (medians, geomeans, minima). A search that never
+        reaches the target counts as ``N + 1`` (N = the number of candidates).
+    """
+    from argus_cutlass.agent.measure import TableEvaluator
+    from argus_cutlass.agent.planner import ActionValues, DefaultPolicy, Problem, run_episode
+    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.plan.space import GemmSpace
+    from argus_cutlass.render.naming import kernel_name
+
+    cands = [GemmConfig(**c) for c in table["candidates"]]
+    names = [kernel_name(c) for c in cands]
+    space = GemmSpace.from_configs(cands)
+    n_cand = len(cands)
+    rows = {}
+    policy_counts: dict[str, list[int]] = {k: [] for k in table["shapes"]}
+    policy_best: dict[str, list[float]] = {k: [] for k in table["shapes"]}
+    for seed in range(seeds):
+        values = ActionValues()  # learned across the shapes (episodes) of this seed
+        for key, row in table["shapes"].items():
+            ms = {nm: row["kernels"].get(nm) for nm in names}
+            good = [v for v in ms.values() if v]
+            if not good:
+                continue
+            target = min(good) / TARGET
+            m, n, k = map(int, key.split("x"))
+            problem = Problem(m, n, k, cands[0].dtype, cands[0].out_dtype, cands[0].layout)
+            full = run_episode(problem, space, DefaultPolicy(values=values, seed=seed), TableEvaluator(ms), n_cand)
+            hit = full.evaluations_to_reach(target)
+            policy_counts[key].append(hit if hit is not None else n_cand + 1)
+            measured_ok = [s.ms for s in full.measured[:budget] if s.ms]
+            policy_best[key].append(min(measured_ok) if measured_ok else float("inf"))
+    for key, row in table["shapes"].items():
+        ms = {nm: row["kernels"].get(nm) for nm in names}
+        good = {nm: v for nm, v in ms.items() if v}
+        if not good:
+            rows[key] = {"measured": 0}
+            continue
+        best_name = min(good, key=good.get)  # type: ignore[arg-type]
+        best = good[best_name]
+        target = best / TARGET
+        rand = []
+        for s in range(random_seeds):
+            order = names[:]
+            random.Random(s).shuffle(order)
+            hit = next((i for i, nm in enumerate(order, 1) if ms[nm] and ms[nm] <= target), n_cand + 1)
+            rand.append(hit)
+        cub = row.get("cublas_ms")
+        pol_ms = _median(policy_best[key])
+        rows[key] = {
+            "candidates": n_cand, "measured_ok": len(good), "best_kernel": best_name, "best_ms": best,
+            "best_config": cands[names.index(best_name)].model_dump(), "cublas_ms": cub,
+            "exhaustive_count": n_cand, "random_count": _median(rand),
+            "policy_count": _median(policy_counts[key]), "policy_best_ms": pol_ms,
+            "ratio_exhaustive": (cub / best) if cub else None,
+            "ratio_policy": (cub / pol_ms) if cub and math.isfinite(pol_ms) else None,
+        }
+    ok_rows = [r for r in rows.values() if r.get("measured_ok")]
+    summary = {
+        "shapes": len(ok_rows), "candidates": n_cand, "budget": budget, "target": TARGET,
+        "median_count": {"exhaustive": _median([r["exhaustive_count"] for r in ok_rows]),
+                         "random": _median([r["random_count"] for r in ok_rows]),
+                         "default_policy": _median([r["policy_count"] for r in ok_rows])},
+        "geomean_vs_cublas": {"exhaustive": _geomean([r["ratio_exhaustive"] for r in ok_rows]),
+                              "default_policy": _geomean([r["ratio_policy"] for r in ok_rows])},
+        "min_vs_cublas": {
+            "exhaustive": min((r["ratio_exhaustive"] for r in ok_rows if r["ratio_exhaustive"]), default=None),
+            "default_policy": min((r["ratio_policy"] for r in ok_rows if r["ratio_policy"]), default=None)},
+    }
+    return {"rows": rows, "summary": summary}
+
+
+def tuned_entries(result: dict, gpu: str) -> dict:
+    """The measured bests in the format of ``agent/tuned_h200.json``."""
+    from argus_cutlass.agent.planner import Problem
+    from argus_cutlass.agent.store import make_entry
+    from argus_cutlass.plan.config import GemmConfig
+
+    entries = []
+    for key, r in result["rows"].items():
+        if not r.get("measured_ok"):
+            continue
+        cfg = GemmConfig(**r["best_config"])
+        m, n, k = map(int, key.split("x"))
+        entries.append(make_entry(gpu, "gemm", Problem(m, n, k, cfg.dtype, cfg.out_dtype, cfg.layout),
+                                  cfg, r["best_ms"], r["cublas_ms"]))
+    return {"note": f"measured by bench/agent_eval.py on {gpu} ({time.strftime('%Y-%m-%d')}); "
+                    "exhaustive best of the declared sub-space per shape", "gpu": gpu, "entries": entries}
+
+
+def format_summary(result: dict) -> str:
+    """The compact table printed last."""
+    lines = [f"{'shape':>20} {'best kernel':>64} {'best ms':>9} {'cuBLAS':>9} {'ratio':>6} "
+             f"{'pol.ratio':>9} {'#exh':>5} {'#rand':>6} {'#pol':>5}"]
+    for key, r in result["rows"].items():
+        if not r.get("measured_ok"):
+            lines.append(f"{key:>20} (no kernel measured)")
+            continue
+        fmt = lambda x, f: (format(x, f) if isinstance(x, (int, float)) and x is not None else "-")  # noqa: E731
+        lines.append(f"{key:>20} {r['best_kernel'][-64:]:>64} {r['best_ms']:9.4f} {fmt(r['cublas_ms'], '9.4f'):>9} "
+                     f"{fmt(r['ratio_exhaustive'], '6.3f'):>6} {fmt(r['ratio_policy'], '9.3f'):>9} "
+                     f"{r['exhaustive_count']:5d} {r['random_count']:6.1f} {r['policy_count']:5.1f}")
+    s = result["summary"]
+    mc, gm, mn = s["median_count"], s["geomean_vs_cublas"], s["min_vs_cublas"]
+    lines.append(f"candidates to reach {s['target']:.0%} of the exhaustive best (median over shapes): "
+                 f"exhaustive {mc['exhaustive']}, random {mc['random']}, default policy {mc['default_policy']}")
+    lines.append(f"cuBLAS time / ours, geomean (min): exhaustive {gm['exhaustive']:.3f} ({mn['exhaustive']}), "
+                 f"default policy @ budget {s['budget']} {gm['default_policy']:.3f} ({mn['default_policy']})")
+    return "\n".join(lines)
+
+
+# ---- main ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="output folder ($OUT on the device)")
+    ap.add_argument("--workers", type=int, default=None, help="parallel nvcc (default: CPU count)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--budget", type=int, default=16, help="policy budget for the tuned figures")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--replay", default=None, help="replay a saved agent_eval_table.json (no GPU)")
+    args = ap.parse_args(argv)
+    _bootstrap()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log: list[dict] = []
+    if args.replay:
+        table = json.loads(Path(args.replay).read_text())
+    else:
+        from argus_cutlass.plan.space import feasible
+        from argus_cutlass.runtime.cuda import require_sm90
+
+        info = require_sm90()
+        declared = subspace()
+        verdicts = [(c, *feasible(c)) for c in declared]
+        cands = [c for c, ok, _ in verdicts if ok]
+        for c, ok, why in verdicts:
+            if not ok:
+                log.append({"kernel": c.model_dump(), "phase": "verify", "error": "; ".join(why)})
+        print(f"sub-space: {len(declared)} declared, {len(declared) - len(cands)} pruned by the verifier, "
+              f"{len(cands)} to compile", flush=True)
+        table = {"gpu": info.name, "declared": len(declared), "pruned": len(declared) - len(cands),
+                 "candidates": [c.model_dump() for c in cands], "shapes": {}, "failures": log,
+                 "warmup": args.warmup, "iters": args.iters}
+        try:
+            libs = _compile(cands, args.workers or 16, log)
+            libs = _check(libs, log)
+            table["passed"] = sorted(libs)
+            table["resources"] = {n: {"registers": a.registers, "spill_bytes": a.spill_bytes}
+                                  for n, (_, _, a) in libs.items()}
+            print(f"{len(libs)} kernels passed the numerics check", flush=True)
+            _measure(libs, bench_shapes(), args.warmup, args.iters, out, table, log)
+        except Exception:  # noqa: BLE001 - keep what was measured; the replay still runs
+            log.append({"phase": "fatal", "error": traceback.format_exc()[-3000:]})
+            print(traceback.format_exc(), file=sys.stderr)
+        (out / "agent_eval_table.json").write_text(json.dumps(table, indent=1))
+    result = replay(table, budget=args.budget, seeds=args.seeds)
+    result["summary"]["declared"] = table.get("declared")
+    result["summary"]["pruned_by_verifier"] = table.get("pruned")
+    result["summary"]["failures"] = len(table.get("failures", []))
+    (out / "agent_eval_summary.json").write_text(json.dumps(result, indent=1))
+    (out / "tuned_h200.json").write_text(json.dumps(tuned_entries(result, table.get("gpu", "NVIDIA H200")), indent=1))
+    print(f"declared {table.get('declared')}, pruned by the verifier {table.get('pruned')}, "
+          f"failures {len(table.get('failures', []))} (see agent_eval_table.json)")
+    print(format_summary(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

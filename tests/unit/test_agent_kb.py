@@ -1,0 +1,69 @@
+"""The knowledge base: loads, is consistent with GemmConfig, the invariants and the verifier."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from argus_cutlass.agent.kb import Technique, load_knowledge, problem_env
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.plan.space import GemmSpace
+from argus_cutlass.verify import RULES, load_invariants
+
+KB = load_knowledge()
+
+
+def test_kb_has_enough_techniques_with_sources():
+    assert len(KB.techniques) >= 15
+    for t in KB.techniques:
+        assert t.effect and t.source and t.title
+
+
+def test_every_knob_is_a_gemmconfig_field():
+    fields = set(GemmConfig.model_fields)
+    for t in KB.techniques:
+        assert set(t.knobs) <= fields, t.id
+        assert not set(t.missing_knobs) & fields, f"{t.id}: missing knob that exists"
+
+
+def test_available_knobs_are_searched_by_the_space():
+    searched = set(GemmSpace().fragments) | {"cluster_m", "cluster_n", "epi_m"}
+    for t in KB.available:
+        assert set(t.knobs) <= searched, t.id
+
+
+def test_risks_name_real_invariants_or_rules():
+    ids = {inv.id for inv in load_invariants()}
+    for t in KB.techniques:
+        unknown = [r for r in t.risks if r not in ids and r not in RULES and r != "tma.image"]
+        assert not unknown, f"{t.id}: {unknown}"
+
+
+def test_missing_kernel_features_are_unavailable():
+    for tid in ("split_k", "stream_k", "swap_ab"):
+        t = KB.get(tid)
+        assert not t.available and t.why and t.missing_knobs
+        assert not t.applicable(problem_env(16, 8192, 8192, GemmConfig()))
+    assert {"pipeline_depth", "cta_tile", "cluster_multicast_b", "cooperative_schedule", "pingpong_schedule",
+            "raster_order", "scheduler_swizzle", "epilogue_subtile", "tile_k"} <= {t.id for t in KB.available}
+
+
+def test_preconditions():
+    small = problem_env(16, 8192, 8192, GemmConfig())
+    big = problem_env(8192, 8192, 8192, GemmConfig())
+    assert KB.get("small_m_weight_streaming").applicable(small)
+    assert not KB.get("small_m_weight_streaming").applicable(big)
+    assert big["tiles"] == 64 * 32 and big["tiles_m"] == 64
+    assert KB.get("scheduler_swizzle").applicable(big)
+
+
+def test_bad_rows_are_rejected():
+    row = dict(id="x", title="x", knobs=["not_a_field"], effect="e", risks=["R1"], source="s")
+    with pytest.raises(ValidationError, match="not GemmConfig fields"):
+        Technique(**row)
+    with pytest.raises(ValidationError, match="unknown precondition variable"):
+        Technique(**{**row, "knobs": ["stages"], "requires": [{"var": "q", "op": "<", "value": 1}]})
+    with pytest.raises(ValidationError, match="unavailable needs"):
+        Technique(**{**row, "knobs": [], "available": False})
+    with pytest.raises(KeyError, match="unknown technique"):
+        KB.get("nope")

@@ -1,0 +1,90 @@
+"""The experience store: concurrent writers, best-entry rules, and the lookup fallbacks."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+
+import pytest
+
+from argus_cutlass.agent import store as store_mod
+from argus_cutlass.agent.planner import Problem
+from argus_cutlass.agent.store import ExperienceStore, entry_key, make_entry, tuned_or_default
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.plan.heuristics import default_config
+
+GPU = "NVIDIA H200"
+N_UPDATES = 40
+
+
+def _writer(path: str, wid: int, n: int) -> None:
+    st = ExperienceStore(path)
+    for i in range(n):
+        st.add_rewards(GPU, "gemm", Problem(4096, 4096, 4096), [("cta_tile", 1.0)])
+        st.record_best(GPU, "gemm", Problem(1 + wid, 8 << i, 64), GemmConfig(), 1.0)  # a new bucket each time
+
+
+def test_two_concurrent_writer_processes_lose_no_update(tmp_path):
+    path = str(tmp_path / "exp.json")
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(path, w, N_UPDATES)) for w in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    st = ExperienceStore(path)
+    av = st.action_values(GPU, "gemm", Problem(4096, 4096, 4096))
+    assert av.stats["cta_tile"] == (2 * N_UPDATES, 2.0 * N_UPDATES)
+    data = json.loads((tmp_path / "exp.json").read_text())
+    assert len(data["entries"]) == 2 * N_UPDATES
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_best_entry_keeps_highest_tflops(tmp_path):
+    st = ExperienceStore(tmp_path / "e.json")
+    p = Problem(8192, 8192, 8192)
+    assert st.record_best(GPU, "gemm", p, GemmConfig(), 2.0)
+    assert not st.record_best(GPU, "gemm", p, GemmConfig(cluster_m=1), 2.5)  # slower: kept old
+    assert st.record_best(GPU, "gemm", p, GemmConfig(swizzle=4), 1.5)
+    e = st.lookup(GPU, "gemm", p)
+    assert e["config"]["swizzle"] == 4 and e["ms"] == 1.5
+    assert e["tflops"] == pytest.approx(p.flops / 1.5e-3 / 1e12)
+
+
+def test_lookup_falls_back_user_then_shipped_then_heuristic(tmp_path, monkeypatch):
+    st = ExperienceStore(tmp_path / "e.json")
+    shape = (512, 8192, 8192)
+    heur = default_config(*shape)
+    assert tuned_or_default("gemm", *shape, gpu=GPU, store=st) == heur
+    shipped_cfg = heur.replace(swizzle=2)
+    entry = make_entry(GPU, "gemm", Problem(*shape), shipped_cfg, 0.1)
+    monkeypatch.setattr(store_mod, "shipped_entries", lambda: [entry])
+    assert tuned_or_default("gemm", *shape, gpu=GPU, store=st) == shipped_cfg
+    assert tuned_or_default("gemm", *shape, gpu="NVIDIA H100 80GB HBM3", store=st) == heur  # other GPU
+    user_cfg = heur.replace(raster="along_m")
+    st.record_best(GPU, "gemm", Problem(*shape), user_cfg, 0.09)
+    assert tuned_or_default("gemm", *shape, gpu=GPU, store=st) == user_cfg
+    # a stored config the verifier rejects is skipped
+    st.update(lambda d: d["entries"][entry_key(GPU, "gemm", Problem(*shape))]["config"].update(stages=12))
+    assert tuned_or_default("gemm", *shape, gpu=GPU, store=st) == shipped_cfg
+
+
+def test_shipped_file_is_empty_until_measured():
+    data = json.loads(
+        __import__("importlib.resources", fromlist=["files"]).files("argus_cutlass.agent")
+        .joinpath("tuned_h200.json").read_text())
+    assert data["entries"] == [] and "measure" in data["note"]
+
+
+def test_default_path_under_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    assert ExperienceStore().path == tmp_path / "agent" / "experience.json"
+    ExperienceStore().add_rewards(GPU, "gemm", Problem(1, 4096, 4096), [("pipeline_depth", -1.0)])
+    assert (tmp_path / "agent" / "experience.json").exists()
+
+
+def test_corrupt_file_reads_as_empty(tmp_path):
+    p = tmp_path / "e.json"
+    p.write_text("{not json")
+    assert ExperienceStore(p).read()["entries"] == {}

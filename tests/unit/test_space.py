@@ -1,0 +1,138 @@
+"""The typed GEMM search space and the single feasibility function."""
+
+from __future__ import annotations
+
+import inspect
+import random
+
+import pytest
+
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.plan.space import (
+    EnumFragment,
+    GemmSpace,
+    IntRangeFragment,
+    derive,
+    feasible,
+    knob_values,
+)
+from argus_cutlass.programs.gemm import build_gemm_program
+from argus_cutlass.verify import verify_gemm
+
+
+def small_space() -> GemmSpace:
+    frags = {
+        "tile_m": EnumFragment((64, 128), 128),
+        "tile_n": EnumFragment((128, 256), 256),
+        "tile_k": EnumFragment((64, 128), 64),
+        "cluster": EnumFragment(((1, 1), (2, 1)), (2, 1)),
+        "stages": IntRangeFragment(3, 6, 4),
+        "schedule": EnumFragment(("cooperative", "pingpong"), "cooperative"),
+        "raster": EnumFragment(("along_n",), "along_n"),
+        "swizzle": EnumFragment((1,), 1),
+        "epi_n": EnumFragment((32,), 32),
+    }
+    return GemmSpace(fragments=frags)
+
+
+def test_fragment_defaults_and_neighbours():
+    f = EnumFragment((64, 128, 256), 128)
+    assert f.neighbours(128) == [64, 256]
+    assert f.neighbours(64) == [128]
+    assert f.neighbours(999) == [128]  # outside the domain: back to the default
+    r = IntRangeFragment(2, 8, 4)
+    assert r.domain() == (2, 3, 4, 5, 6, 7, 8)
+    assert r.neighbours(8) == [7]
+    with pytest.raises(ValueError):
+        EnumFragment((1, 2), 3)
+    with pytest.raises(ValueError):
+        IntRangeFragment(2, 8, 9)
+
+
+def test_full_space_matches_issue_fragments():
+    s = GemmSpace()
+    f = s.fragments
+    assert f["tile_m"].domain() == (64, 128, 256)
+    assert f["tile_n"].domain() == (64, 128, 192, 256)
+    assert f["tile_k"].domain() == (64, 128)
+    assert set(f["cluster"].domain()) == {(1, 1), (2, 1), (1, 2)}
+    assert set(f["swizzle"].domain()) == {1, 2, 4, 8}
+    assert set(f["schedule"].domain()) == {"cooperative", "pingpong"}
+    assert set(f["raster"].domain()) == {"along_m", "along_n"}
+    assert s.size == len(s.all)
+
+
+def test_epilogue_rows_derived_from_schedule():
+    assert derive({"schedule": "pingpong"})["epi_m"] == 64
+    assert derive({"schedule": "cooperative", "cluster": (1, 2)}) == {
+        "schedule": "cooperative", "epi_m": 128, "cluster_m": 1, "cluster_n": 2}
+    s = GemmSpace()
+    assert all(c.epi_m == (128 if c.schedule == "cooperative" else 64) for c in s.all[:500])
+    bad = s.default().replace(epi_m=64)  # cooperative with 64-row epilogue: not a space point
+    assert not s.contains(bad)
+
+
+def test_enumerate_sample_contains_roundtrip():
+    s = small_space()
+    cfgs = list(s.enumerate())
+    assert len(cfgs) == s.size == 2 * 2 * 2 * 2 * 4 * 2
+    assert len(set(cfgs)) == len(cfgs)
+    assert all(s.contains(c) for c in cfgs)
+    assert all(s.config(**knob_values(c)) == c for c in cfgs)
+    rng1, rng2 = random.Random(3), random.Random(3)
+    a = [s.sample(rng1) for _ in range(20)]
+    assert a == [s.sample(rng2) for _ in range(20)]
+    assert all(s.contains(c) for c in a)
+    assert not s.contains(s.default().replace(tile_n=192))
+    assert not s.contains(s.default().replace(dtype="fp16"))
+
+
+def test_neighbours_move_one_fragment():
+    s = small_space()
+    base = s.default()
+    for nb in s.neighbours(base):
+        assert s.contains(nb)
+        diff = {k for k, v in nb.model_dump().items() if v != getattr(base, k)} - {"epi_m"}
+        assert len(diff) == 1 or diff == {"cluster_m"} or diff == {"schedule"}
+
+
+def test_moves_change_only_named_fields():
+    s = small_space()
+    base = s.default()
+    moves = s.moves(base, ["tile_m", "tile_n"])
+    assert moves and base not in moves
+    for c in moves:
+        diff = {k for k, v in c.model_dump().items() if v != getattr(base, k)}
+        assert diff and diff <= {"tile_m", "tile_n"}
+    sched = s.moves(base, ["schedule"])
+    assert [c.schedule for c in sched] == ["pingpong"] and sched[0].epi_m == 64
+
+
+def test_explicit_subspace():
+    a = GemmConfig()
+    b = GemmConfig(cluster_m=1)
+    s = GemmSpace.from_configs([a, b, a])
+    assert s.size == 2 and list(s.enumerate()) == [a, b]
+    assert s.contains(b) and not s.contains(GemmConfig(cluster_n=2, cluster_m=1))
+    assert s.moves(a, ["cluster_m", "cluster_n"]) == [b]
+    with pytest.raises(ValueError):
+        GemmSpace.from_configs([])
+
+
+@pytest.mark.parametrize("cfg", [c for c in small_space().enumerate() if c.stages in (3, 6)][::3],
+                         ids=lambda c: f"{c.tile_m}x{c.tile_n}x{c.tile_k}_{c.schedule[:4]}_s{c.stages}_c{c.cluster_m}")
+def test_feasible_is_the_verifier(cfg):
+    ok, reasons = feasible(cfg)
+    tiers = {"smt": False} if "smt" in inspect.signature(verify_gemm).parameters else {}
+    report = verify_gemm(build_gemm_program(cfg), **tiers)
+    assert ok == report.ok
+    assert [r.split(":")[0] for r in reasons] == report.rules_violated()
+
+
+def test_feasible_names_rules():
+    ok, reasons = feasible(GemmConfig(stages=9))
+    assert not ok and reasons[0].startswith("smem.capacity:") and "232448" in reasons[0]
+    ok, reasons = feasible(GemmConfig(tile_m=64, schedule="cooperative", epi_m=128))
+    assert not ok and {"gmma.m_tile", "epilogue.tile"} <= {r.split(":")[0] for r in reasons}
+    assert feasible(GemmConfig()) == (True, ())
+    assert feasible(GemmConfig(), smt=True) == (True, ())
