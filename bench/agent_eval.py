@@ -50,23 +50,22 @@ TARGET = 0.98
 
 
 def _bootstrap() -> None:
-    """Make ``argus_cutlass`` (and its agent/templates/invariants folders) importable from
-    the checkout when the package is not installed."""
-    try:
-        import argus_cutlass.agent  # noqa: F401
-        import argus_cutlass.invariants  # noqa: F401
-        import argus_cutlass.templates  # noqa: F401
-        return
-    except ImportError:
-        pass
+    """Import ``argus_cutlass`` from this checkout (not a stale installed copy), with its
+    top-level ``agent/``, ``templates/`` and ``invariants/`` folders mapped into the
+    namespace when no editable install does it."""
     import importlib.util
 
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     import argus_cutlass
 
     for sub in ("agent", "templates", "invariants"):
         name = f"argus_cutlass.{sub}"
-        if name in sys.modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except ImportError:
+            spec = None
+        if spec is not None and spec.origin and Path(spec.origin).resolve().parent == ROOT / sub:
             continue
         spec = importlib.util.spec_from_file_location(
             name, ROOT / sub / "__init__.py", submodule_search_locations=[str(ROOT / sub)])
@@ -74,6 +73,8 @@ def _bootstrap() -> None:
         sys.modules[name] = mod
         spec.loader.exec_module(mod)  # type: ignore[union-attr]
         setattr(argus_cutlass, sub, mod)
+    if Path(argus_cutlass.__file__).resolve().parent != ROOT / "argus_cutlass":
+        print(f"warning: argus_cutlass imported from {argus_cutlass.__file__}, not {ROOT}", file=sys.stderr)
 
 
 def bench_shapes() -> list[tuple[int, int, int]]:
@@ -112,9 +113,9 @@ def subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -
 # ---- measurement (GPU) --------------------------------------------------------------------------
 
 
-def _compile(configs: list, workers: int, log: list) -> dict:
+def _compile(configs: list, workers: int, log: list, notes: list) -> dict:
     """kernel name -> GemmKernelLibrary for the configs that compile (failures logged)."""
-    from argus_cutlass.api import generate_gemm
+    from argus_cutlass.agent.measure import generate
     from argus_cutlass.build.nvcc import compile_many
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.runtime.launch import GemmKernelLibrary
@@ -122,7 +123,7 @@ def _compile(configs: list, workers: int, log: list) -> dict:
     kernels = []
     for cfg in configs:
         try:
-            kernels.append(generate_gemm(cfg))
+            kernels.append(generate(cfg, notes))
         except ArgusError as exc:
             log.append({"kernel": cfg.model_dump(), "phase": "generate", "error": str(exc)[:1000]})
     t0 = time.perf_counter()
@@ -357,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=16, help="policy budget for the tuned figures")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--replay", default=None, help="replay a saved agent_eval_table.json (no GPU)")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="smoke test: only the first LIMIT candidates and LIMIT shapes")
     args = ap.parse_args(argv)
     _bootstrap()
     out = Path(args.out)
@@ -369,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         from argus_cutlass.runtime.cuda import require_sm90
 
         info = require_sm90()
-        declared = subspace()
+        declared = subspace()[: args.limit] if args.limit else subspace()
         verdicts = [(c, *feasible(c)) for c in declared]
         cands = [c for c, ok, _ in verdicts if ok]
         for c, ok, why in verdicts:
@@ -379,15 +382,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(cands)} to compile", flush=True)
         table = {"gpu": info.name, "declared": len(declared), "pruned": len(declared) - len(cands),
                  "candidates": [c.model_dump() for c in cands], "shapes": {}, "failures": log,
-                 "warmup": args.warmup, "iters": args.iters}
+                 "warmup": args.warmup, "iters": args.iters, "notes": []}
         try:
-            libs = _compile(cands, args.workers or 16, log)
+            libs = _compile(cands, args.workers or 16, log, table["notes"])
             libs = _check(libs, log)
             table["passed"] = sorted(libs)
             table["resources"] = {n: {"registers": a.registers, "spill_bytes": a.spill_bytes}
                                   for n, (_, _, a) in libs.items()}
             print(f"{len(libs)} kernels passed the numerics check", flush=True)
-            _measure(libs, bench_shapes(), args.warmup, args.iters, out, table, log)
+            shapes = bench_shapes()[: args.limit] if args.limit else bench_shapes()
+            _measure(libs, shapes, args.warmup, args.iters, out, table, log)
         except Exception:  # noqa: BLE001 - keep what was measured; the replay still runs
             log.append({"phase": "fatal", "error": traceback.format_exc()[-3000:]})
             print(traceback.format_exc(), file=sys.stderr)
@@ -400,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "tuned_h200.json").write_text(json.dumps(tuned_entries(result, table.get("gpu", "NVIDIA H200")), indent=1))
     print(f"declared {table.get('declared')}, pruned by the verifier {table.get('pruned')}, "
           f"failures {len(table.get('failures', []))} (see agent_eval_table.json)")
+    for note in table.get("notes", []):
+        print(f"note: {note}")
     print(format_summary(result))
     return 0
 

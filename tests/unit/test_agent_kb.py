@@ -55,6 +55,9 @@ def test_preconditions():
     assert not KB.get("small_m_weight_streaming").applicable(big)
     assert big["tiles"] == 64 * 32 and big["tiles_m"] == 64
     assert KB.get("scheduler_swizzle").applicable(big)
+    pp = problem_env(4096, 4096, 4096, GemmConfig(tile_m=64, schedule="pingpong", epi_m=64))
+    assert KB.get("cooperative_schedule").applicable(pp) and not KB.get("pingpong_schedule").applicable(pp)
+    assert KB.get("pingpong_schedule").applicable(big) and not KB.get("cooperative_schedule").applicable(big)
 
 
 def test_bad_rows_are_rejected():
