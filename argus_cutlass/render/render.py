@@ -34,7 +34,8 @@ _MN_MAJOR_STRIDE = "cute::Stride<cute::Int<1>, int64_t, int64_t>"
 
 
 @lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
+def template_environment() -> jinja2.Environment:
+    """The Jinja2 environment over the ``argus_cutlass.templates`` package (StrictUndefined)."""
     loader = jinja2.FunctionLoader(
         lambda name: resources.files("argus_cutlass.templates").joinpath(name).read_text()
     )
@@ -117,4 +118,4 @@ def render_gemm(program: GemmProgram, verified: tuple[str, ...] = ()) -> str:
     ``verified`` lists the invariants the verifier proved; they are written into the
     file's header comment.
     """
-    return _environment().get_template(GEMM_TEMPLATE).render(**gemm_context(program, verified))
+    return template_environment().get_template(GEMM_TEMPLATE).render(**gemm_context(program, verified))

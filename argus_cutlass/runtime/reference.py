@@ -9,34 +9,17 @@ Its ``extern "C"`` entry has the GEMM entry's signature, so
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib import resources
-
-import jinja2
+from functools import cache
 
 from argus_cutlass import __version__
 from argus_cutlass.errors import ProblemError
 from argus_cutlass.plan.config import a_is_k_major, b_is_k_major
+from argus_cutlass.render.render import template_environment
 from argus_cutlass.runtime.launch import GemmKernelLibrary
 from argus_cutlass.runtime.problem import INPUT_DTYPES, LAYOUTS, OUTPUT_DTYPES
 
 REFERENCE_TEMPLATE = "reference_gemm.cu.j2"
 _CPP = {"bf16": "__nv_bfloat16", "fp16": "__half", "fp32": "float"}
-
-
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    loader = jinja2.FunctionLoader(
-        lambda name: resources.files("argus_cutlass.templates").joinpath(name).read_text()
-    )
-    return jinja2.Environment(
-        loader=loader,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
 
 
 def reference_name(dtype: str, out_dtype: str, layout: str) -> str:
@@ -57,7 +40,7 @@ def reference_name(dtype: str, out_dtype: str, layout: str) -> str:
 def render_reference(dtype: str, out_dtype: str, layout: str) -> tuple[str, str]:
     """``(name, source)`` of the reference GEMM for A/B ``dtype``, C ``out_dtype``, ``layout``."""
     name = reference_name(dtype, out_dtype, layout)
-    src = _environment().get_template(REFERENCE_TEMPLATE).render(
+    src = template_environment().get_template(REFERENCE_TEMPLATE).render(
         name=name,
         version=__version__,
         dtype=dtype,
@@ -70,7 +53,7 @@ def render_reference(dtype: str, out_dtype: str, layout: str) -> tuple[str, str]
     return name, src
 
 
-@lru_cache(maxsize=None)
+@cache
 def reference_library(dtype: str, out_dtype: str, layout: str) -> GemmKernelLibrary:
     """Build (or fetch from the cache) and load the reference GEMM.
 
