@@ -30,6 +30,7 @@ OutDType = Literal["bf16", "fp16", "fp32"]
 GemmLayout = Literal["tn", "nt", "nn", "tt"]
 Schedule = Literal["cooperative", "pingpong"]
 Raster = Literal["along_m", "along_n"]
+TileScheduler = Literal["persistent", "streamk", "splitk"]
 
 #: bytes per element of each dtype name
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -61,6 +62,11 @@ class GemmConfig(BaseModel):
         epi_m, epi_n: epilogue subtile (the unit of the smem + TMA store).
         raster: order in which the persistent scheduler walks output tiles.
         swizzle: scheduler swizzle (tiles walked in groups of this many, 1/2/4/8).
+        scheduler: ``persistent`` (one output tile per work unit), ``streamk`` (the K
+            loop of the last wave's tiles is split across CTAs, partial sums reduced in a
+            global workspace) or ``splitk`` (every tile's K loop split ``splits`` ways).
+            Both reductions are deterministic; both need the cooperative schedule.
+        splits: K splits per tile for ``splitk`` (1 otherwise).
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation
@@ -83,6 +89,8 @@ class GemmConfig(BaseModel):
     epi_n: int = Field(32, gt=0)
     raster: Raster = "along_n"
     swizzle: int = Field(1, gt=0)
+    scheduler: TileScheduler = "persistent"
+    splits: int = Field(1, gt=0)
 
     @property
     def tile(self) -> tuple[int, int, int]:

@@ -29,6 +29,11 @@ _RASTER = {
     "along_m": "cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM",
     "along_n": "cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN",
 }
+_TILE_SCHEDULER = {
+    "persistent": "cutlass::gemm::PersistentScheduler",
+    "streamk": "cutlass::gemm::StreamKScheduler",
+    "splitk": "cutlass::gemm::StreamKScheduler",
+}
 _K_MAJOR_STRIDE = "cute::Stride<int64_t, cute::Int<1>, int64_t>"
 _MN_MAJOR_STRIDE = "cute::Stride<cute::Int<1>, int64_t, int64_t>"
 
@@ -83,6 +88,9 @@ def gemm_context(program: GemmProgram, verified: tuple[str, ...] = ()) -> dict:
         "raster": c.raster,
         "raster_cpp": _RASTER[c.raster],
         "swizzle": c.swizzle,
+        "tile_scheduler": _TILE_SCHEDULER[c.scheduler],
+        "scheduler": c.scheduler,
+        "splits": c.splits,
         "tiled_mma": program.tiled_mma.cpp(),
         "mma_threads": program.tiled_mma.threads,
         "mma_tile": program.tiled_mma.shape_mnk,

@@ -20,6 +20,7 @@ CONFIGS = (
     GemmConfig(dtype="fp16", out_dtype="fp32", layout="nt", tile_m=64, tile_n=128, cluster_m=1,
                cluster_n=2, stages=6, schedule="pingpong", epi_m=64, epi_n=32, raster="along_m", swizzle=2),
     GemmConfig(layout="tt", out_dtype="fp16", tile_m=128, tile_n=128, cluster_m=1, stages=5),
+    GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=3),
 )
 #: a fixed proof list, so that this test pins the template and not the verifier
 PROVED = ("G1 k agreement (example line)",)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from argus_cutlass.errors import ProblemError
+from argus_cutlass.plan.config import GemmConfig
 from argus_cutlass.plan.heuristics import default_config
 
 pytestmark = pytest.mark.gpu
@@ -38,6 +39,16 @@ EXTRA = (
     ("bf16", "fp16", "tt", 4096, 72, 5000, 1.0, 0.0),
     ("bf16", "bf16", "tn", 1000, 5000, 4096, 0.5, 2.0),
     ("fp16", "fp16", "nn", 7 * 8, 4096, 16, -1.0, 1.0),
+)
+
+
+#: explicit configurations for code paths the heuristic does not pick: the stream-K and
+#: split-K tile schedulers (global-workspace reduction) and the ping-pong tile at large M
+SCHEDULER_CASES = (
+    (GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler="streamk"), 128, 4096, 8192),
+    (GemmConfig(layout="nt", tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=3), 256, 1000, 5000),
+    (GemmConfig(dtype="fp16", out_dtype="fp16", layout="tt", tile_m=64, tile_n=128, cluster_m=1,
+                stages=8, schedule="pingpong", epi_m=64), 1000, 5000, 72),
 )
 
 
@@ -67,6 +78,8 @@ def kernels():
         if not _refused(layout, m):
             cfg = default_config(m, n, k, dtype, out_dtype, layout)
             configs[kernel_name(cfg)] = cfg
+    for cfg, *_ in SCHEDULER_CASES:
+        configs[kernel_name(cfg)] = cfg
     return build_many(configs.values())
 
 
@@ -93,6 +106,19 @@ def test_gemm_matches_fp32_reference(case, kernels, gpu_device):
     result = run_and_check(lib, problem, alpha=alpha, beta=beta, seed=hash(case) & 0xFFFF)
     assert result.unwritten == 0, f"{result.unwritten} outputs left NaN"
     assert result.passed, f"relative error {result.rel_error:.3e} > {result.tolerance:.1e}"
+
+
+@pytest.mark.parametrize("case", SCHEDULER_CASES, ids=lambda c: f"{c[0].scheduler}-{c[0].schedule}-{c[1]}x{c[2]}x{c[3]}")
+def test_tile_schedulers_match_fp32_reference(case, kernels, gpu_device):
+    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.runtime.check import run_and_check
+    from argus_cutlass.runtime.problem import GemmProblem
+
+    cfg, m, n, k = case
+    problem = GemmProblem(m, n, k, dtype=cfg.dtype, out_dtype=cfg.out_dtype, layout=cfg.layout)
+    for seed, beta in ((1, 0.0), (2, 0.5)):  # twice: the workspace must be reset between launches
+        result = run_and_check(kernels[kernel_name(cfg)], problem, alpha=1.0, beta=beta, seed=seed)
+        assert result.unwritten == 0 and result.passed, result.summary()
 
 
 def test_smem_model_bounds_the_real_kernel(kernels):
