@@ -114,3 +114,8 @@ def test_main_replay_mode_writes_outputs(table, tmp_path, capsys):
     assert "default policy" in out.splitlines()[-2]
     for f in ("agent_eval_summary.json", "tuned_h200.json"):
         assert (tmp_path / "out" / f).exists()
+
+
+def test_replay_of_an_empty_table_does_not_crash():
+    res = ae.replay({"candidates": [], "shapes": {}})
+    assert res["rows"] == {} and "exhaustive" in ae.format_summary(res)
