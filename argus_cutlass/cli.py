@@ -161,6 +161,15 @@ def _write_record(out_dir: Path, name: str, record: dict, stages: _Stages) -> No
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """``verify CONFIG.json``: a GemmConfig object or a ``gemm`` record (its ``config`` key).
+
+    Prints the report (violations with counterexamples first, then proofs) and one line per
+    tier (algebraic / enumeration / SMT: proofs, median time per obligation, total), or the
+    JSON report with ``--json``. Exit 1 on a violation; bad input raises ConfigError (exit 2)
+    naming the file and the line.
+    """
+    import re
+
     from pydantic import ValidationError
 
     from argus_cutlass.errors import ConfigError
@@ -168,18 +177,44 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from argus_cutlass.programs.gemm import build_gemm_program
     from argus_cutlass.verify import verify_gemm
 
-    text = Path(args.config).read_text() if args.config != "-" else sys.stdin.read()
+    src = args.config
+    try:
+        text = Path(src).read_text() if src != "-" else sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("config.read", f"{src}: cannot read ({exc.strerror or exc})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError("config.json", f"{args.config}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ConfigError("config.json", f"{src}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config.json", f"{src}:1: expected a JSON object (a GemmConfig or a gemm record), "
+                                         f"got {type(data).__name__}")
     data = data.get("config", data)  # accept a `gemm` record too
+    if not isinstance(data, dict):
+        raise ConfigError("config.json", f"{src}: 'config' must be a JSON object")
+
+    def line_of(key: str) -> int:
+        m = re.search(r'"' + re.escape(key) + r'"\s*:', text)
+        return text.count("\n", 0, m.start()) + 1 if m else 1
+
     try:
         cfg = GemmConfig(**data)
     except ValidationError as exc:
-        raise ConfigError("config.schema", f"{args.config}: {_pydantic_text(exc)}") from None
-    report = verify_gemm(build_gemm_program(cfg))
-    print(report.to_json() if args.json else report.format())
+        problems = []
+        for e in exc.errors():
+            key = str(e["loc"][0]) if e["loc"] else ""
+            what = (f"unknown field '{key}' (known: {', '.join(GemmConfig.model_fields)})"
+                    if e["type"] == "extra_forbidden" else f"field '{key}': {e['msg']}")
+            problems.append(f"{src}:{line_of(key)}: {what}")
+        raise ConfigError("config.schema", "; ".join(problems)) from None
+    report = verify_gemm(build_gemm_program(cfg), smt=not args.no_smt, smt_timeout_ms=args.smt_timeout_ms)
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.format())
+        print("tiers:")
+        for line in report.tier_summary():
+            print(f"  {line}")
     return 0 if report.ok else 1
 
 
@@ -232,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="verify a configuration (JSON file, or - for stdin)")
     v.add_argument("config")
     v.add_argument("--json", action="store_true", help="machine-readable report")
+    v.add_argument("--no-smt", action="store_true", help="skip the SMT tier (z3)")
+    v.add_argument("--smt-timeout-ms", type=int, default=None,
+                   help="per-query z3 timeout; a timeout is reported as unknown (default 5000)")
     v.set_defaults(func=cmd_verify)
     return p
 

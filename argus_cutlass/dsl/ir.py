@@ -131,23 +131,12 @@ class TmaLoad:
     def write_offsets(self, mn: Any, k: Any, stage: Any, base_bytes: int, elem_bytes: int) -> Any:
         """Element offset (from the buffer base) where tile element (mn, k) of ``stage`` lands.
 
-        Works on ints and numpy integer arrays.
+        Works on ints and numpy integer arrays; the semantics is
+        :func:`argus_cutlass.verify.semantics.tma_box_offset` (shared with the SMT tier).
         """
-        inner, outer = self.copy.box[0], self.copy.box[1]
-        if self.major == "K":
-            i, j = k % inner, mn % outer
-            box = (k // inner) * (self.tile_mn // outer) + mn // outer
-        else:
-            i, j = mn % inner, k % outer
-            box = (mn // inner) * (self.tile_k // outer) + k // outer
-        linear = stage * (self.tile_mn * self.tile_k) + box * (inner * outer) + j * inner + i
-        addr = base_bytes + linear * elem_bytes
-        sw = self.copy.swizzle_bytes
-        if sw > 16:
-            bits = {32: 1, 64: 2, 128: 3}[sw]
-            mask = ((1 << bits) - 1) << 7
-            addr = addr ^ ((addr & mask) >> 3)
-        return (addr - base_bytes) // elem_bytes
+        from argus_cutlass.verify.semantics import INT_OPS, tma_box_offset
+
+        return tma_box_offset(INT_OPS, self, mn, k, stage, base_bytes, elem_bytes)
 
 
 @dataclass(frozen=True)
@@ -193,6 +182,70 @@ class TagAssertion:
 
 
 @dataclass(frozen=True)
+class PipelineSide:
+    """One side's ``PipelineState`` of the mainloop pipeline.
+
+    Attributes:
+        start_phase: phase the side's state starts with (CUTLASS: producer 1, consumer 0).
+        wrap: index at which ``operator++`` wraps to 0 and flips the phase (CUTLASS: the
+            stage count).
+        carry_across_tiles: the state persists across the persistent kernel's output tiles
+            (CUTLASS: yes); ``False`` models a state re-created per tile.
+    """
+
+    start_phase: int
+    wrap: int
+    carry_across_tiles: bool = True
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The mbarrier pipeline between the TMA producer and the GMMA consumers
+    (CUTLASS ``PipelineTmaAsync``): one *full* and one *empty* barrier per stage.
+
+    Attributes:
+        stages: stage buffers (S).
+        tx_bytes: bytes the producer's ``arrive.expect_tx`` announces per stage fill.
+        loads: names of the TMA loads that fill a stage (their boxes make the real bytes).
+        producer_arrivals: arrival count the *full* barrier is initialised with.
+        consumer_arrivals: arrival count the *empty* barrier is initialised with.
+        consumer_arrivers: arrivals one release makes (consumer warpgroups x reader CTAs).
+        producer, consumer: each side's :class:`PipelineSide`.
+    """
+
+    stages: int
+    tx_bytes: int
+    loads: tuple[str, ...]
+    producer_arrivals: int
+    consumer_arrivals: int
+    consumer_arrivers: int
+    producer: PipelineSide
+    consumer: PipelineSide
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class KLoop:
+    """The mainloop's k iteration: ``k_tiles(K)`` k-tiles of ``tile_k`` (TMA), each read as
+    ``k_blocks`` GMMA k-blocks of ``block_k``.
+
+    Attributes:
+        tile_k: gmem k columns one k-tile's TMA loads (the TMA coordinate step).
+        block_k: k of one GMMA (16 for 16-bit types).
+        k_blocks: k-blocks the consumer issues per k-tile (``tile_k / block_k``).
+        rounding: ``ceil`` (``ceil_div(K, tile_k)`` k-tiles) or ``floor``.
+        oob_fill: ``zero`` (TMA fills out-of-bounds box elements with 0) or ``none``.
+    """
+
+    tile_k: int
+    block_k: int
+    k_blocks: int
+    rounding: str
+    oob_fill: str
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
 class DslProgram:
     """A whole tile program: tensors, TMA loads, MMA reads and tag assertions.
 
@@ -205,6 +258,8 @@ class DslProgram:
     loads: tuple[TmaLoad, ...]
     reads: tuple[MmaRead, ...]
     assertions: tuple[TagAssertion, ...]
+    pipeline: Pipeline | None = None
+    kloop: KLoop | None = None
 
     def tensor(self, name: str) -> Tensor:
         """The tensor called ``name``. Raises ``KeyError`` naming the known tensors."""
@@ -243,6 +298,25 @@ class DslProgram:
         ls = tuple(dataclasses.replace(x, **changes) if x.dst == dst else x for x in self.loads)
         return dataclasses.replace(self, loads=ls)
 
+    def replace_pipeline(self, producer: dict[str, Any] | None = None,
+                         consumer: dict[str, Any] | None = None, **changes: Any) -> DslProgram:
+        """A copy with the pipeline changed, e.g. ``replace_pipeline(consumer={"start_phase": 1})``
+        or ``replace_pipeline(tx_bytes=...)``."""
+        if self.pipeline is None:
+            raise KeyError("program has no pipeline")
+        p = self.pipeline
+        if producer:
+            changes["producer"] = dataclasses.replace(p.producer, **producer)
+        if consumer:
+            changes["consumer"] = dataclasses.replace(p.consumer, **consumer)
+        return dataclasses.replace(self, pipeline=dataclasses.replace(p, **changes))
+
+    def replace_kloop(self, **changes: Any) -> DslProgram:
+        """A copy with the k loop changed (e.g. ``rounding="floor"``)."""
+        if self.kloop is None:
+            raise KeyError("program has no k loop")
+        return dataclasses.replace(self, kloop=dataclasses.replace(self.kloop, **changes))
+
 
 class ProgramBuilder:
     """Collects DSL statements; each records the caller's source location.
@@ -260,6 +334,8 @@ class ProgramBuilder:
         self._loads: list[TmaLoad] = []
         self._reads: list[MmaRead] = []
         self._asserts: list[TagAssertion] = []
+        self._pipeline: Pipeline | None = None
+        self._kloop: KLoop | None = None
 
     def tensor(self, name: str, space: Space, shape: tuple[int, ...], dtype: str, *,
                layout: Any = None, tag: Tag | None = None, base_bytes: int = 0,
@@ -291,6 +367,20 @@ class ProgramBuilder:
         self._asserts.append(node)
         return node
 
+    def pipeline(self, loads: tuple[TmaLoad, ...], *, tx_bytes: int, producer_arrivals: int,
+                 consumer_arrivals: int, consumer_arrivers: int, producer: PipelineSide,
+                 consumer: PipelineSide) -> Pipeline:
+        node = Pipeline(self.stages, tx_bytes, tuple(ld.name for ld in loads), producer_arrivals,
+                        consumer_arrivals, consumer_arrivers, producer, consumer, caller_loc())
+        self._pipeline = node
+        return node
+
+    def k_loop(self, *, tile_k: int, block_k: int, k_blocks: int, rounding: str = "ceil",
+               oob_fill: str = "zero") -> KLoop:
+        node = KLoop(tile_k, block_k, k_blocks, rounding, oob_fill, caller_loc())
+        self._kloop = node
+        return node
+
     def build(self) -> DslProgram:
         return DslProgram(self.name, self.stages, tuple(self._tensors), tuple(self._loads),
-                          tuple(self._reads), tuple(self._asserts))
+                          tuple(self._reads), tuple(self._asserts), self._pipeline, self._kloop)

@@ -7,14 +7,18 @@
   GMMA atom; byte offsets follow CUTLASS's ``SharedStorage`` order: barriers, C, D, A, B);
 * the TMA loads into them (tag function: gmem coordinate and producer iteration -> stage);
 * the GMMA operand reads, each through its own smem layout object (normally the buffer's);
-* the tag assertion of invariant G1: ``A.k == B.k`` at every MMA slot.
+* the tag assertion of invariant G1: ``A.k == B.k`` at every MMA slot;
+* the mbarrier pipeline between the TMA producer and the GMMA consumers (invariant G6),
+  from :class:`~argus_cutlass.programs.gemm.PipelinePlan`;
+* the k loop: ``ceil_div(K, tile_k)`` k-tiles of ``tile_k / 16`` GMMA k-blocks, TMA zero
+  fill past K (invariant G3).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from argus_cutlass.dsl.ir import DslProgram, ProgramBuilder, Tag
+from argus_cutlass.dsl.ir import DslProgram, PipelineSide, ProgramBuilder, Tag
 from argus_cutlass.layout.gmma import smem_layout
 from argus_cutlass.plan.config import DTYPE_BYTES
 from argus_cutlass.plan.resources import swizzle_alignment
@@ -79,10 +83,17 @@ def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None =
             layout=smem_layout(op, stages), base_bytes=offsets[op.name],
             swizzle_bytes=op.smem_atom.swizzle_bytes,
         )
-    b.tma_load(g["A"], smem["A"], program.a.tma, major=program.a.major, tile_mn=program.a.tile_mn,
-               tile_k=program.a.tile_k, stage_tag=stage_tag)
-    b.tma_load(g["B"], smem["B"], program.b.tma, major=program.b.major, tile_mn=program.b.tile_mn,
-               tile_k=program.b.tile_k, stage_tag=stage_tag)
+    load_a = b.tma_load(g["A"], smem["A"], program.a.tma, major=program.a.major,
+                        tile_mn=program.a.tile_mn, tile_k=program.a.tile_k, stage_tag=stage_tag)
+    load_b = b.tma_load(g["B"], smem["B"], program.b.tma, major=program.b.major,
+                        tile_mn=program.b.tile_mn, tile_k=program.b.tile_k, stage_tag=stage_tag)
+    pipe = program.pipeline
+    readers = cfg.cluster_m + cfg.cluster_n - 1  # CTAs reading a stage's multicast data
+    b.pipeline((load_a, load_b), tx_bytes=pipe.tx_bytes, producer_arrivals=pipe.producer_arrivals,
+               consumer_arrivals=pipe.consumer_arrivals,
+               consumer_arrivers=cfg.consumer_warpgroups * readers,
+               producer=PipelineSide(pipe.producer_start_phase, pipe.stages),
+               consumer=PipelineSide(pipe.consumer_start_phase, pipe.stages))
     overrides = mma_atoms or {}
     mma = program.tiled_mma
     layout_a = smem["A"].layout if "A" not in overrides else smem_layout(program.a, stages, overrides["A"])
@@ -91,6 +102,7 @@ def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None =
                warpgroups=mma.atoms_m)
     b.mma_read("B", smem["B"], layout_b, mma.op, tile_mn=cfg.tile_n, tile_k=cfg.tile_k,
                warpgroups=mma.atoms_n)
+    b.k_loop(tile_k=cfg.tile_k, block_k=mma.op.k, k_blocks=cfg.tile_k // mma.op.k)
     b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1",
                   rule="mma.k_agreement")
     return b.build()

@@ -1,47 +1,113 @@
-"""Verifier v1 for SM90 GEMM programs.
+"""Verifier for SM90 GEMM programs, in three tiers.
 
-:func:`verify_gemm` checks the closed-form resource rules (:mod:`.rules`) and, by
-enumeration, the tag assertions of the DSL program (:mod:`.absint`), and returns a
-:class:`VerificationReport`; :func:`check_gemm` raises :class:`VerificationError` instead.
+* **algebraic** (``arith``): closed-form resource rules (:mod:`.rules`) and pipeline counts;
+* **enumeration** (``enum``): tag images and tag assertions on numpy arrays (:mod:`.absint`),
+  k coverage for small K, exhaustive pipeline interleavings (:mod:`.pipeline`);
+* **SMT** (``smt``): z3 proofs for symbolic K and all iteration counts, and a bit-vector
+  cross-check of the operand maps (:mod:`.smt`, lazy z3, timeout per query).
+
+Both data tiers run the same hardware semantics (:mod:`.semantics`). :func:`verify_gemm`
+returns a :class:`VerificationReport`; :func:`check_gemm` raises :class:`VerificationError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
+from typing import Any
 
 from argus_cutlass.dsl.ir import DslProgram
 from argus_cutlass.errors import VerificationError
 from argus_cutlass.programs.gemm import GemmProgram
-from argus_cutlass.verify.absint import check_k_agreement, check_tma_image, tag_image
+from argus_cutlass.verify.absint import check_k_agreement, check_k_coverage, check_tma_image, tag_image
 from argus_cutlass.verify.catalogue import Invariant, invariant_of, load_invariants
 from argus_cutlass.verify.report import (
     Counterexample,
     Obligation,
     Proof,
+    Unknown,
     VerificationReport,
     Violation,
 )
 from argus_cutlass.verify.rules import RULES, SHAPE_RULES
 
 __all__ = [
-    "Counterexample", "Invariant", "Obligation", "Proof", "RULES", "VerificationReport",
-    "Violation", "check_gemm", "check_k_agreement", "check_tma_image", "load_invariants", "tag_image", "verify_gemm",
+    "RULES",
+    "Counterexample",
+    "Invariant",
+    "Obligation",
+    "Proof",
+    "Unknown",
+    "VerificationReport",
+    "Violation",
+    "check_gemm",
+    "check_k_agreement",
+    "check_k_coverage",
+    "check_tma_image",
+    "load_invariants",
+    "tag_image",
+    "verify_gemm",
 ]
 
 #: checkers of tag-assertion rules
 _ASSERTION_CHECKS = {"mma.k_agreement": check_k_agreement}
 
+#: obligations of the G3/G6 checks: rule -> (invariant, description)
+_PROTOCOL_OBLIGATIONS = {
+    "k.coverage": ("G3", "every k in [0, K) is summed exactly once (enum: K <= 2 tile_k + 1; smt: K < 2^24)"),
+    "pipeline.tx_bytes": ("G6", "expect_tx == bytes of the stage's TMA boxes"),
+    "pipeline.arrivals": ("G6", "barrier arrival counts match the arrivers"),
+    "pipeline.protocol": ("G6", "exhaustive producer/consumer interleavings for small bounds"),
+    "pipeline.state": ("G6", "PipelineState closed form == operator++ (smt, n < 2^24)"),
+    "pipeline.stage": ("G6", "read stage == write stage == i mod S (smt, i < 2^24)"),
+    "pipeline.parity": ("G6", "consumer waits (i/S)&1, producer waits the release of i-S (smt)"),
+    "pipeline.carry": ("G6", "pipeline state carried across persistent tiles (smt)"),
+}
 
-def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None) -> VerificationReport:
+
+class _Run:
+    """Collects proofs, violations and unknowns, and the wall time per tier."""
+
+    def __init__(self) -> None:
+        self.proofs: list[Proof] = []
+        self.violations: list[Violation] = []
+        self.unknowns: list[Any] = []
+        self.tier: dict[str, float] = {"arith": 0.0, "enum": 0.0, "smt": 0.0}
+
+    def add(self, tier: str, fn: Callable[..., Any], *args: Any) -> tuple[list[Proof], list[Violation]]:
+        t0 = time.perf_counter()
+        out = fn(*args)
+        dt = time.perf_counter() - t0
+        self.tier[tier] += dt
+        p, v = list(out[0]), list(out[1])
+        if len(out) > 2:
+            self.unknowns += out[2]
+        untimed = [x for x in p if not x.seconds]
+        if untimed:
+            share = dt / len(p)
+            p = [dataclasses.replace(x, seconds=share) if not x.seconds else x for x in p]
+        self.proofs += p
+        self.violations += v
+        return p, v
+
+
+def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: bool = True,
+                smt_timeout_ms: int | None = None) -> VerificationReport:
     """Check every rule on ``program`` and return the report (never raises for a bad program).
 
     Args:
         program: the instantiated GEMM (``build_gemm_program(cfg)``).
         dsl: its DSL mainloop; default ``gemm_dsl_program(program)``. Pass an edited one to
-            check a variant (e.g. a different MMA-side layout).
+            check a variant (e.g. a different MMA-side layout, a planted pipeline mistake).
+        smt: run the SMT tier (z3; symbolic K and iteration counts, operand cross-check).
+        smt_timeout_ms: per-query z3 timeout (default :data:`.smt.DEFAULT_TIMEOUT_MS`); a query
+            that times out is reported as ``unknown``, never as a proof.
 
-    Resource rules all run and report every violation; the enumeration of tag assertions runs
-    when the shape rules (``gmma.n``, ``gmma.m_tile``, ``stages``) hold.
+    Resource rules all run and report every violation; the tag-assertion enumeration and the
+    operand SMT cross-check run when the shape rules (``gmma.n``, ``gmma.m_tile``, ``stages``)
+    hold. ``k.coverage``'s enumeration violation is replaced by the SMT one (which carries a
+    counterexample record) when the SMT tier runs.
     """
     from argus_cutlass.layout.algebra import LayoutError
     from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
@@ -57,33 +123,64 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None) -> Verifica
         except LayoutError as exc:
             notes.append(f"no DSL program: {exc}")
     obligations: list[Obligation] = []
-    proofs: list[Proof] = []
-    violations: list[Violation] = []
+    run = _Run()
     failed: set[str] = set()
     for rule, fn in RULES.items():
         obligations.append(Obligation(rule, invariant_of(rule), (fn.__doc__ or "").split("\n")[0]))
         if dsl is None and rule == "smem.alignment":
             continue
-        p, v = fn(program, dsl)  # type: ignore[arg-type]
-        proofs += p
-        violations += v
+        _, v = run.add("arith", fn, program, dsl)
         if v:
             failed.add(rule)
+    shapes_ok = not failed.intersection(SHAPE_RULES)
     if dsl is not None:
         obligations.append(Obligation("tma.image", "G5", "TMA images are bijective onto their stages"))
-        p, v = check_tma_image(dsl)
-        proofs += p
-        violations += v
+        run.add("enum", check_tma_image, dsl)
         for a in dsl.assertions:
             obligations.append(Obligation(a.rule, a.invariant, str(a), str(a.loc)))
-            if failed.intersection(SHAPE_RULES):
+            if not shapes_ok:
                 notes.append(f"{a.rule} not checked: shape rules failed ({sorted(failed & set(SHAPE_RULES))})")
                 continue
-            p, v = _ASSERTION_CHECKS[a.rule](dsl, a)
-            proofs += p
-            violations += v
-    return VerificationReport(name, tuple(obligations), tuple(proofs), tuple(violations),
-                              time.perf_counter() - t0, tuple(notes))
+            run.add("enum", _ASSERTION_CHECKS[a.rule], dsl, a)
+        _protocol(run, dsl, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms)
+    return VerificationReport(name, tuple(obligations), tuple(run.proofs), tuple(run.violations),
+                              time.perf_counter() - t0, tuple(notes), tuple(run.unknowns),
+                              {k: v for k, v in run.tier.items() if v})
+
+
+def _protocol(run: _Run, dsl: DslProgram, obligations: list[Obligation], notes: list[str], *, smt: bool,
+              shapes_ok: bool, timeout_ms: int | None) -> None:
+    """G3 and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5."""
+    from argus_cutlass.verify.pipeline import check_arrivals, check_protocol, check_tx_bytes
+
+    for rule, (inv, text) in _PROTOCOL_OBLIGATIONS.items():
+        if (rule == "k.coverage" and dsl.kloop is not None) or (rule != "k.coverage" and dsl.pipeline is not None):
+            obligations.append(Obligation(rule, inv, text))
+    enum_k_bad: list[Violation] = []
+    if dsl.kloop is not None:
+        _, enum_k_bad = run.add("enum", check_k_coverage, dsl)
+    if dsl.pipeline is not None:
+        run.add("arith", check_tx_bytes, dsl)
+        run.add("arith", check_arrivals, dsl)
+        run.add("enum", check_protocol, dsl)
+    if not smt:
+        notes.append("SMT tier off: k.coverage checked for K <= 2 tile_k + 1 only; pipeline for small bounds only")
+        return
+    from argus_cutlass.verify import smt as smt_tier
+
+    timeout = smt_tier.DEFAULT_TIMEOUT_MS if timeout_ms is None else int(timeout_ms)
+    if dsl.kloop is not None:
+        _, v = run.add("smt", smt_tier.check_k_coverage_smt, dsl, timeout)
+        if v and enum_k_bad:
+            run.violations = [x for x in run.violations if x not in enum_k_bad]
+    if dsl.pipeline is not None:
+        run.add("smt", smt_tier.check_pipeline_smt, dsl, timeout)
+    if shapes_ok:
+        enum_bad = {v.rule for v in run.violations}
+        if enum_bad & {"tma.image", "mma.k_agreement"}:
+            notes.append("SMT operand cross-check skipped: the enumeration tier already found a violation")
+        else:
+            run.add("smt", smt_tier.check_operands_smt, dsl, timeout)
 
 
 def check_gemm(program: GemmProgram, dsl: DslProgram | None = None) -> VerificationReport:

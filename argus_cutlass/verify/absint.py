@@ -16,6 +16,7 @@ from argus_cutlass.dsl.ir import DslProgram, MmaRead, TagAssertion, TmaLoad
 from argus_cutlass.layout.algebra import layout_image
 from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
+from argus_cutlass.verify.semantics import INT_OPS, gmma_read_offset, k_of_slot, k_tiles_of, tma_box_offset
 
 #: tag value of an smem element no TMA wrote
 UNWRITTEN = -1
@@ -43,7 +44,7 @@ def tag_image(dsl: DslProgram, load: TmaLoad) -> TagImage:
     mn, k, s = np.meshgrid(np.arange(load.tile_mn), np.arange(load.tile_k), np.arange(s_count),
                            indexing="ij")
     mn, k, s = mn.ravel(), k.ravel(), s.ravel()
-    off = np.asarray(load.write_offsets(mn, k, s, t.base_bytes, t.elem_bytes), dtype=np.int64)
+    off = np.asarray(tma_box_offset(INT_OPS, load, mn, k, s, t.base_bytes, t.elem_bytes), dtype=np.int64)
     inb = (off >= 0) & (off < cells)
     f_mn, f_k = load.src_tag.fields
     fields = {name: np.full(cells, UNWRITTEN, dtype=np.int64) for name in (f_mn, f_k, load.stage_tag.fields[0])}
@@ -82,11 +83,32 @@ def check_tma_image(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     return proofs, violations
 
 
+def accumulator_thread(ra: MmaRead, rb: MmaRead, m: int, n: int) -> tuple[dict[str, int], str]:
+    """The consumer thread and register holding D(m, n) of the CTA tile (CTA 0).
+
+    SS operands are shared by the warpgroup, so an operand fault is reported through the
+    accumulator it feeds (VERIFIER.md pitfall 5). Warpgroup ``(m // 64) % warpgroups`` owns the
+    row; inside the 64 x N atom, CuTe ``CLayout_64xN`` (PTX ISA 9.7.15.4) maps (thread, value)
+    to (m, n); consumer warpgroup w is threads ``128 * (1 + w)`` onward (the producer is WG 0).
+    """
+    op = ra.op
+    wg = (m // op.m) % ra.warpgroups
+    rep = m // (op.m * ra.warpgroups)
+    mm, nn = m % op.m, n % op.n
+    c_img = layout_image(gmma_c_layout(op.n))  # index t + 128 * v -> mm + 64 * nn
+    tv = int(np.flatnonzero(c_img == mm + op.m * nn)[0])
+    t, v = tv % 128, tv // 128
+    thread_idx = 128 * (1 + wg) + t
+    reg = rep * (op.n // 2) * (rb.tile_mn // op.n) + (n // op.n) * (op.n // 2) + v
+    thread = {"cta": 0, "threadIdx": thread_idx, "warpgroup": wg, "warp": thread_idx // 32, "lane": t % 32}
+    return thread, f"accum[{reg}]=D({m},{n})"
+
+
 def _read(dsl: DslProgram, read: MmaRead, image: TagImage) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Offsets (MN, K, S) the MMA reads and the tags found there."""
     mn, k, s = np.meshgrid(np.arange(read.tile_mn), np.arange(read.tile_k), np.arange(dsl.stages),
                            indexing="ij")
-    off = np.asarray(read.layout(mn, k, s), dtype=np.int64)
+    off = np.asarray(gmma_read_offset(INT_OPS, read, mn, k, s), dtype=np.int64)
     cells = next(iter(image.fields.values())).shape[0]
     inb = (off >= 0) & (off < cells)
     safe = np.where(inb, off, 0)
@@ -137,14 +159,7 @@ def check_k_agreement(dsl: DslProgram, assertion: TagAssertion) -> tuple[list[Pr
     else:
         m, n = 0, int(np.flatnonzero(bad_b[:, k, s])[0])
     op = ra.op
-    wg = (m // op.m) % ra.warpgroups
-    rep = m // (op.m * ra.warpgroups)
-    mm, nn = m % op.m, n % op.n
-    c_img = layout_image(gmma_c_layout(op.n))  # index t + 128 * v -> mm + 64 * nn
-    tv = int(np.flatnonzero(c_img == mm + op.m * nn)[0])
-    t, v = tv % 128, tv // 128
-    thread_idx = 128 * (1 + wg) + t
-    reg = rep * (op.n // 2) * (rb.tile_mn // op.n) + (n // op.n) * (op.n // 2) + v
+    thread, register = accumulator_thread(ra, rb, m, n)
     k_expected = s * tile_k + k
     a_idx, b_idx = (m, k, s), (n, k, s)
     actual = (f"{_tagstr(opa, tags_a, a_idx)} vs {_tagstr(opb, tags_b, b_idx)}")
@@ -159,10 +174,12 @@ def check_k_agreement(dsl: DslProgram, assertion: TagAssertion) -> tuple[list[Pr
         invariant=inv, rule=rule, engine="enum", program_point=assertion.at,
         where=f"{assertion.loc} (reads at {ra.loc})", iteration=s, stage=s, k_block=k // op.k,
         slot={"m": m, "n": n, "k": k % op.k},
-        thread={"threadIdx": thread_idx, "warpgroup": wg, "warp": thread_idx // 32, "lane": t % 32},
-        register=f"accum[{reg}]=D({m},{n})",
+        thread=thread, register=register,
         smem_offset={opa: int(off_a[a_idx]), opb: int(off_b[b_idx])},
         expected=expected, actual=actual, provenance=provenance,
+        k_tile=s, element=_element(opa, fa, tags_a, a_idx, opb, fb, tags_b, b_idx),
+        chain=_chain(dsl, ra, la, opa, tags_a, a_idx, int(off_a[a_idx]), k),
+        params={"stages": S, "tile_k": tile_k},
     )
     n_bad = int(bad_a.sum() + bad_b.sum())
     msg = (f"{assertion} fails: {n_bad} of {points} operand slots disagree; first at stage {s} "
@@ -170,3 +187,69 @@ def check_k_agreement(dsl: DslProgram, assertion: TagAssertion) -> tuple[list[Pr
     hint = ("the MMA-side smem layout (descriptor swizzle/atom) must equal the layout the TMA "
             "writes; build both from the same smem atom")
     return [], [Violation(rule, inv, msg, hint, str(assertion.loc), cex)]
+
+
+def check_k_coverage(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+    """k.coverage (G3) by enumeration for every K in [1, 2 * tile_k + 1]: each k < K is summed
+    by exactly one MMA slot (k_tile, k_block, kk), every slot reads inside its k-tile, and
+    slots past K read TMA's zero fill. The SMT tier proves the same for all K < 2^24
+    (:func:`argus_cutlass.verify.smt.check_k_coverage_smt`); this tier's first failure (smallest
+    K) is reported by the caller only when the SMT tier is off.
+    """
+    import time
+
+    kl = dsl.kloop
+    assert kl is not None
+    t0 = time.perf_counter()
+    rule = "k.coverage"
+    points = 0
+    for K in range(1, 2 * kl.tile_k + 2):
+        kts = int(k_tiles_of(INT_OPS, K, kl.tile_k, kl.rounding))
+        j, b, kk = np.meshgrid(np.arange(kts), np.arange(kl.k_blocks), np.arange(kl.block_k), indexing="ij")
+        k = k_of_slot(INT_OPS, j, b, kk, kl.tile_k, kl.block_k).ravel()
+        points += k.size
+        counts = np.bincount(k[k < K], minlength=K)[:K] if k.size else np.zeros(K, dtype=np.int64)
+        local = (b * kl.block_k + kk).ravel()
+        bad = (counts != 1).any() or (local >= kl.tile_k).any() or (kl.oob_fill != "zero" and (k >= K).any())
+        if bad:
+            first = int(np.flatnonzero(counts != 1)[0]) if (counts != 1).any() else -1
+            msg = (f"K={K} ({kts} k-tiles x {kl.k_blocks} k-blocks x {kl.block_k}): "
+                   + (f"k={first} summed {int(counts[first])} times" if first >= 0 else
+                      "a slot reads outside its k-tile or past K without zero fill"))
+            return [], [Violation(rule, "G3", msg, "k_tiles = ceil_div(K, tile_k), k_blocks = tile_k / block_k, "
+                                  "TMA zero fill past K", str(kl.loc))]
+    return [Proof(rule, "G3", "enum", f"every k < K summed exactly once for all K in [1, {2 * kl.tile_k + 1}] "
+                  f"({points} slots)", points, time.perf_counter() - t0)], []
+
+
+def _element(opa: str, fa: str, tags_a: dict, a_idx: tuple, opb: str, fb: str, tags_b: dict,
+             b_idx: tuple) -> dict[str, str]:
+    """The gmem elements the two operand slots actually read (tensor and global coordinate)."""
+    def coord(tags: dict, idx: tuple) -> str:
+        vals = {name: int(arr[idx]) for name, arr in tags.items()}
+        if any(v < 0 for v in vals.values()):
+            return "unwritten" if UNWRITTEN in vals.values() else "outside the buffer"
+        return "(" + ", ".join(f"{k}={v}" for k, v in vals.items()) + ")"
+
+    return {"tensor": f"{opa}, {opb}", opa: coord(tags_a, a_idx), opb: coord(tags_b, b_idx)}
+
+
+def _chain(dsl: DslProgram, read: MmaRead, load: TmaLoad, op: str, tags: dict, idx: tuple, off: int,
+           k: int) -> tuple[str, ...]:
+    """Provenance of operand ``op``'s slot: gmem -> TMA box -> smem byte -> descriptor -> MMA slot."""
+    t = dsl.tensor(load.dst)
+    f_mn, f_k = load.src_tag.fields
+    mn_v, k_v = int(tags[f_mn][idx]), int(tags[f_k][idx])
+    byte = t.base_bytes + off * t.elem_bytes
+    if mn_v < 0 or k_v < 0:
+        src = f"no TMA write reaches smem elem {off}"
+    else:
+        s_w = k_v // load.tile_k
+        inner, outer = load.copy.box
+        src = (f"gmem {op}({f_mn}={mn_v}, {f_k}={k_v}) -> TMA k-tile {s_w} box {load.copy.box} "
+               f"SW{load.copy.swizzle_bytes} elem ({(k_v % load.tile_k) % inner if load.major == 'K' else mn_v % inner}, "
+               f"{mn_v % outer if load.major == 'K' else (k_v % load.tile_k) % outer})")
+    sw = read.layout.describe() if hasattr(read.layout, "describe") else str(read.layout)
+    mn_slot, _, s = idx
+    return (src, f"smem byte {byte:#x} (elem {off} of {t.name})", f"descriptor {sw}",
+            f"MMA slot {op}({'m' if op == 'A' else 'n'}={mn_slot}, k={k}) of stage {s}")

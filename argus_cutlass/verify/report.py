@@ -35,14 +35,36 @@ class Proof:
     engine: str
     summary: str
     points: int = 0
+    #: wall time of this obligation, seconds (0 when not measured)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """An obligation the SMT tier could not decide (timeout or z3 ``unknown``): never a proof.
+
+    ``query`` names the z3 query (``G6 pipeline.parity: consumer wait parity``), ``reason``
+    is z3's reason (``timeout``, ``canceled``...), ``timeout_ms`` the per-query limit."""
+
+    rule: str
+    invariant: str
+    query: str
+    reason: str
+    timeout_ms: int
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
 class Counterexample:
-    """A concrete failing point of a tag assertion (the first one in enumeration order).
+    """A concrete failing point (the smallest one found: first in enumeration order, or the
+    SMT model after searching small scopes first).
 
-    Fields follow VERIFIER.md "Counterexample report": invariant and engine, program point
-    and loop indices, thread and register, smem offsets, expected vs actual tags, provenance.
+    Fields follow VERIFIER.md "Counterexample report": invariant and engine (``enum`` /
+    ``smt``), program point (DSL source line and loop indices), thread (CTA, threadIdx.x,
+    warpgroup, warp, lane) and register, element (tensor and global coordinate), smem
+    offsets, expected vs actual tag, provenance chain (gmem -> TMA box -> smem byte ->
+    descriptor -> MMA slot), and the values of the symbolic parameters (``K``, ``k_tiles``...).
+    Fields that do not apply to a check are empty (``-1`` for loop indices).
     """
 
     invariant: str
@@ -60,18 +82,53 @@ class Counterexample:
     expected: str
     actual: str
     provenance: str
+    k_tile: int = -1
+    element: dict[str, Any] = field(default_factory=dict)
+    chain: tuple[str, ...] = ()
+    params: dict[str, int] = field(default_factory=dict)
+    trace: tuple[str, ...] = ()
+
+    def _thread_text(self) -> str:
+        t = self.thread
+        if not t:
+            return ""
+        role = t.get("role", "consumer")
+        who = f"{role} WG{t['warpgroup']}" if "warpgroup" in t else role
+        text = f"threadIdx.x={t['threadIdx']} ({who}, warp {t.get('warp', '?')}, lane {t.get('lane', '?')})"
+        if "cta" in t:
+            text = f"CTA {t['cta']} " + text
+        return text
 
     def format(self) -> str:
-        t = self.thread
-        slot = " ".join(f"{k}={v}" for k, v in self.slot.items())
-        offs = ", ".join(f"{k} smem elem {v}" for k, v in self.smem_offset.items())
-        return (
-            f"{self.invariant} {self.rule} at {self.program_point} ({self.where}) "
-            f"iter={self.iteration} stage={self.stage} k_block={self.k_block} {slot}: "
-            f"threadIdx.x={t['threadIdx']} (consumer WG{t['warpgroup']}, warp {t['warp']}, "
-            f"lane {t['lane']}) {self.register}; {offs}; expected {self.expected}, "
-            f"actual {self.actual}; {self.provenance} [engine: {self.engine}]"
-        )
+        """Readable text: a head line, then one labelled line per field."""
+        loops = [f"iter={self.iteration}"] if self.iteration >= 0 else []
+        if self.k_tile >= 0:
+            loops.append(f"k_tile={self.k_tile}")
+        if self.stage >= 0:
+            loops.append(f"stage={self.stage}")
+        if self.k_block >= 0:
+            loops.append(f"k_block={self.k_block}")
+        loops += [f"{k}={v}" for k, v in self.slot.items()]
+        lines = [f"{self.invariant} {self.rule} [engine: {self.engine}] at {self.program_point} "
+                 f"({self.where}) {' '.join(loops)}"]
+        thread = self._thread_text()
+        if thread:
+            lines.append(f"thread:     {thread}" + (f" {self.register}" if self.register else ""))
+        if self.element:
+            lines.append("element:    " + ", ".join(f"{k}={v}" for k, v in self.element.items()))
+        if self.smem_offset:
+            lines.append("smem:       " + ", ".join(f"{k} smem elem {v}" for k, v in self.smem_offset.items()))
+        lines.append(f"expected:   {self.expected}")
+        lines.append(f"actual:     {self.actual}")
+        if self.chain:
+            lines.append("provenance: " + " -> ".join(self.chain))
+        if self.provenance:
+            lines.append(f"model:      {self.provenance}")
+        if self.params:
+            lines.append("params:     " + ", ".join(f"{k}={v}" for k, v in self.params.items()))
+        if self.trace:
+            lines.append("trace:      " + "; ".join(self.trace))
+        return "\n    ".join(lines)
 
 
 @dataclass(frozen=True)
@@ -113,10 +170,40 @@ class VerificationReport:
     violations: tuple[Violation, ...] = ()
     elapsed_s: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    unknowns: tuple[Unknown, ...] = field(default=())
+    #: wall seconds per tier: ``arith`` (algebraic), ``enum`` (enumeration), ``smt``
+    tier_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
+        """No violation. An SMT ``unknown`` is not a violation, but not a proof either."""
         return not self.violations
+
+    @property
+    def complete(self) -> bool:
+        """Every obligation decided: no violation and no ``unknown``."""
+        return self.ok and not self.unknowns
+
+    def tier_summary(self) -> list[str]:
+        """One line per tier: proofs, median seconds per proof, the tier's total time."""
+        lines = []
+        for engine, title in (("arith", "algebraic"), ("enum", "enumeration"), ("smt", "SMT")):
+            ps = [p for p in self.proofs if p.engine == engine]
+            unk = [u for u in self.unknowns if engine == "smt"]
+            bad = [v for v in self.violations
+                   if v.counterexample is not None and v.counterexample.engine == engine]
+            if not ps and not unk and not bad:
+                continue
+            times = sorted(p.seconds for p in ps) or [0.0]
+            med = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+            line = (f"{title:<12} {len(ps)} proved, median {med * 1e3:.3f} ms/obligation, "
+                    f"total {self.tier_seconds.get(engine, sum(times)) * 1e3:.1f} ms")
+            if unk:
+                line += f", {len(unk)} unknown"
+            if bad:
+                line += f", {len(bad)} counterexample(s)"
+            lines.append(line)
+        return lines
 
     @property
     def proved(self) -> list[str]:
@@ -127,18 +214,22 @@ class VerificationReport:
         return [v.rule for v in self.violations]
 
     def format(self) -> str:
+        status = "REJECTED" if not self.ok else "verified" if self.complete else "verified (incomplete)"
         head = (
-            f"{self.kernel}: {'verified' if self.ok else 'REJECTED'} "
+            f"{self.kernel}: {status} "
             f"({len(self.proofs)} proved, {len(self.violations)} violated, "
-            f"{self.elapsed_s * 1e3:.1f} ms)"
+            f"{len(self.unknowns)} unknown, {self.elapsed_s * 1e3:.1f} ms)"
         )
         lines = [head]
         for v in self.violations:
             lines.append(v.format())
             if v.counterexample is not None:
                 lines.append("  counterexample: " + v.counterexample.format())
+        for u in self.unknowns:
+            lines.append(f"  UNKNOWN {u.invariant} {u.rule}: query '{u.query}' returned unknown "
+                         f"({u.reason}, timeout {u.timeout_ms} ms): not proved")
         for p in self.proofs:
-            lines.append(f"  ok {p.invariant} {p.rule}: {p.summary}")
+            lines.append(f"  ok {p.invariant} {p.rule} [{p.engine}]: {p.summary}")
         return "\n".join(lines)
 
     def to_json(self) -> str:
@@ -153,6 +244,9 @@ class VerificationReport:
                 "obligations": [conv(o) for o in self.obligations],
                 "proofs": [conv(p) for p in self.proofs],
                 "violations": [conv(v) for v in self.violations],
+                "unknowns": [conv(u) for u in self.unknowns],
+                "complete": self.complete,
+                "tier_seconds": self.tier_seconds,
             },
             indent=2,
             sort_keys=True,

@@ -1,0 +1,73 @@
+"""``argus-cutlass verify``: output, exit codes, and clean errors on bad input (no traceback)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from argus_cutlass.cli import main
+
+
+def _run(capsys, *argv):
+    rc = main(["verify", *map(str, argv)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, out, err
+
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_verify_default_config_prints_tiers(tmp_path, capsys):
+    rc, out, err = _run(capsys, _write(tmp_path, "cfg.json", "{}"))
+    assert rc == 0 and err == ""
+    assert out.startswith("gemm_bf16_bf16_tn_128x256x64_c2x1_s4_cooperative: verified (")
+    assert "tiers:\n  algebraic " in out
+    for tier in ("algebraic", "enumeration", "SMT"):
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(tier))
+        assert "proved, median" in line and "ms/obligation" in line
+    assert "ok G6 pipeline.parity [smt]" in out and "ok G3 k.coverage [smt]" in out
+
+
+def test_verify_gemm_record_and_json(tmp_path, capsys):
+    record = {"kernel": "x", "config": {"stages": 3, "cluster_m": 1}, "verification": {}}
+    rc, out, _ = _run(capsys, _write(tmp_path, "rec.json", json.dumps(record)), "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert data["ok"] is True and data["complete"] is True and data["kernel"].endswith("_s3_cooperative")
+    assert {p["engine"] for p in data["proofs"]} == {"arith", "enum", "smt"}
+
+
+def test_verify_violation_exit_1(tmp_path, capsys):
+    rc, out, _ = _run(capsys, _write(tmp_path, "cfg.json", '{"stages": 5}'))
+    assert rc == 1
+    assert "REJECTED" in out and "[smem.capacity]" in out and "= 279552 bytes > 232448 bytes" in out
+
+
+def test_verify_no_smt(tmp_path, capsys):
+    rc, out, _ = _run(capsys, _write(tmp_path, "cfg.json", "{}"), "--no-smt")
+    assert rc == 0 and "[smt]" not in out and "SMT " not in out.split("tiers:")[1]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"tile_m": 128,\n "bogus": 3}', ":2: unknown field 'bogus' (known: dtype, out_dtype, layout, tile_m"),
+    ('{"tile_m": 128,,}', ":1:16: not JSON (Expecting property name enclosed in double quotes)"),
+    ('{\n"stages": 4,\n"tile_m": "big"}', ":3: field 'tile_m': Input should be a valid integer"),
+    ('[1, 2]', ":1: expected a JSON object (a GemmConfig or a gemm record), got list"),
+    ('{"config": {"layout": "xx"}}', ":1: field 'layout': Input should be 'tn', 'nt', 'nn' or 'tt'"),
+])
+def test_verify_malformed_input(tmp_path, capsys, text, expected):
+    path = _write(tmp_path, "bad.json", text)
+    rc, out, err = _run(capsys, path)
+    assert rc == 2 and out == ""
+    assert err.startswith("argus-cutlass: error: [config.")
+    assert f"{path}{expected}" in err
+
+
+def test_verify_missing_file(tmp_path, capsys):
+    rc, _out, err = _run(capsys, tmp_path / "nope.json")
+    assert rc == 2 and "[config.read]" in err and "nope.json: cannot read (No such file or directory)" in err

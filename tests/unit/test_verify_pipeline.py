@@ -1,0 +1,186 @@
+"""G6: planted pipeline mistakes are rejected by the enumeration and the SMT tier, with counterexamples."""
+
+from __future__ import annotations
+
+import pytest
+
+from argus_cutlass.errors import VerificationError
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.programs.gemm import build_gemm_program
+from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+from argus_cutlass.verify import check_gemm, verify_gemm
+from argus_cutlass.verify.pipeline import check_protocol, check_tx_bytes
+from argus_cutlass.verify.semantics import INT_OPS, pipeline_state, pipeline_step, wait_passes
+from argus_cutlass.verify.smt import check_pipeline_smt
+
+S4 = GemmConfig()  # 4 stages
+S7 = GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, cluster_m=1, stages=7)
+
+
+def _program(cfg):
+    program = build_gemm_program(cfg)
+    return program, gemm_dsl_program(program)
+
+
+def _rejected(program, dsl):
+    with pytest.raises(VerificationError) as info:
+        check_gemm(program, dsl)
+    report = info.value.report
+    assert all(v.invariant == "G6" for v in report.violations), report.format()
+    return report
+
+
+def _cex(report, rule):
+    v = next(v for v in report.violations if v.rule == rule)
+    assert v.counterexample is not None and v.counterexample.invariant == "G6"
+    assert "gemm_dsl.py" in v.where and v.counterexample.program_point == "mainloop.pipeline"
+    return v, v.counterexample
+
+
+def test_pipeline_node_mirrors_pipeline_plan():
+    program, dsl = _program(S4)
+    pipe = dsl.pipeline
+    assert pipe.stages == program.pipeline.stages == 4
+    assert (pipe.producer.start_phase, pipe.consumer.start_phase) == (1, 0)
+    assert pipe.producer.wrap == pipe.consumer.wrap == 4
+    assert pipe.producer.carry_across_tiles and pipe.consumer.carry_across_tiles
+    assert pipe.tx_bytes == 49152 and pipe.loads == ("tma_sA", "tma_sB")
+    assert pipe.consumer_arrivals == pipe.consumer_arrivers == 4
+
+
+def test_closed_form_matches_operator_plus_plus_by_enumeration():
+    for wrap in (2, 3, 4, 7):
+        idx, ph = 0, 1
+        for n in range(5 * wrap):
+            assert (idx, ph) == pipeline_state(INT_OPS, n, wrap, 1)
+            idx, ph = pipeline_step(INT_OPS, idx, ph, wrap)
+    # mbarrier parity wait: passes iff the phase of that parity completed
+    assert not wait_passes(INT_OPS, 0, 0) and wait_passes(INT_OPS, 0, 1) and wait_passes(INT_OPS, 1, 0)
+
+
+@pytest.mark.parametrize("cfg", [S4, S7], ids=["s4", "s7"])
+def test_shipped_pipeline_proved_by_every_tier(cfg):
+    program, dsl = _program(cfg)
+    report = check_gemm(program, dsl)
+    got = {(p.rule, p.engine) for p in report.proofs}
+    assert {("pipeline.tx_bytes", "arith"), ("pipeline.arrivals", "arith"), ("pipeline.protocol", "enum"),
+            ("pipeline.state", "smt"), ("pipeline.stage", "smt"), ("pipeline.parity", "smt"),
+            ("pipeline.carry", "smt")} <= got
+    proto = next(p for p in report.proofs if p.rule == "pipeline.protocol")
+    assert f"k_tiles in [1, {2 * cfg.stages + 1}]" in proto.summary and proto.points > 100
+    assert any("for all i < 2^24" in p.summary for p in report.proofs if p.rule == "pipeline.stage")
+
+
+def test_consumer_phase_starting_at_1():
+    program, dsl = _program(S4)
+    report = _rejected(program, dsl.replace_pipeline(consumer={"start_phase": 1}))
+    assert {"pipeline.protocol", "pipeline.parity"} <= set(report.rules_violated())
+    _, cex = _cex(report, "pipeline.protocol")
+    # smallest: the very first read passes the barrier before any fill
+    assert cex.engine == "enum" and cex.iteration == 0 and cex.stage == 0 and cex.k_tile == 0
+    assert cex.thread == {"cta": 0, "threadIdx": 128, "warpgroup": 0, "warp": 4, "lane": 0, "role": "consumer"}
+    assert cex.actual == "stage 0 holds never written"
+    assert cex.trace == ("C0:wait full[0] parity 1, read stage 0",)
+    _v, cex = _cex(report, "pipeline.parity")
+    assert cex.engine == "smt" and cex.params == {"tile": 0, "k_tiles": 1, "k_tile": 0, "i": 0}
+    assert cex.expected == "wait parity 0 (its stage was filled 0 times before)"
+    assert cex.actual == "consumer waits parity 1"
+
+
+def test_producer_phase_starting_at_0_deadlocks():
+    program, dsl = _program(S4)
+    report = _rejected(program, dsl.replace_pipeline(producer={"start_phase": 0}))
+    v, cex = _cex(report, "pipeline.protocol")
+    assert "deadlock" in v.message and cex.trace == ()
+    v, cex = _cex(report, "pipeline.parity")
+    assert cex.thread["role"] == "producer" and cex.thread["threadIdx"] == 0 and cex.iteration == 0
+    assert "no release yet (first pass)" in cex.expected
+
+
+@pytest.mark.parametrize("cfg", [S4, S7], ids=["s4", "s7"])
+def test_consumer_stage_index_mod_s_minus_1(cfg):
+    program, dsl = _program(cfg)
+    S = cfg.stages
+    report = _rejected(program, dsl.replace_pipeline(consumer={"wrap": S - 1}))
+    assert {"pipeline.protocol", "pipeline.state", "pipeline.stage", "pipeline.parity"} <= set(report.rules_violated())
+    _, cex = _cex(report, "pipeline.stage")
+    # smallest iteration at which i mod (S-1) != i mod S is i = S - 1
+    assert cex.engine == "smt" and cex.params["i"] == S - 1 and cex.iteration == S - 1
+    assert cex.expected == f"stage {S - 1} (= i mod {S})" and cex.actual == "consumer uses stage 0"
+    _v, cex = _cex(report, "pipeline.state")
+    assert cex.params == {"n": S - 2} and f"wraps at {S - 1}, not {S} stages" in cex.actual
+
+
+@pytest.mark.parametrize("delta", [-1, 1], ids=["one_box_short", "one_box_extra"])
+def test_tx_bytes_off_by_one_box(delta):
+    program, dsl = _program(S4)
+    box = dsl.load_into("sA").copy.box_bytes
+    bad = dsl.replace_pipeline(tx_bytes=dsl.pipeline.tx_bytes + delta * box)
+    report = _rejected(program, bad)
+    v, cex = _cex(report, "pipeline.tx_bytes")
+    assert f"expect_tx {49152 + delta * box} bytes != 49152 bytes" in v.message
+    assert "tma_sA 1 x 16384 + tma_sB 2 x 16384" in v.message
+    assert cex.thread["role"] == "producer" and cex.stage == 0
+    v, cex = _cex(report, "pipeline.protocol")
+    if delta < 0:  # the barrier completes early: the consumer reads a partial stage
+        assert cex.iteration == 0 and "iteration 0's data (partial)" in cex.actual
+    else:  # the barrier never completes
+        assert "deadlock" in v.message
+    assert check_tx_bytes(dsl)[1] == []
+
+
+def test_pipeline_reset_per_tile_consumer_only():
+    program, dsl = _program(S4)
+    report = _rejected(program, dsl.replace_pipeline(consumer={"carry_across_tiles": False}))
+    assert {"pipeline.protocol", "pipeline.stage", "pipeline.carry"} <= set(report.rules_violated())
+    _, cex = _cex(report, "pipeline.protocol")
+    # one k-tile per tile: tile 1's consumer re-reads stage 0 = iteration 0's (stale) data
+    assert cex.iteration == 1 and cex.params == {"k_tiles": 1, "tile": 1} and cex.stage == 0
+    assert cex.actual == "stage 0 holds iteration 0's data (complete)"
+    _v, cex = _cex(report, "pipeline.carry")
+    assert cex.params == {"tile": 1, "k_tiles": 1}
+    assert cex.actual == "consumer restarts tile 1 at (0, 0)"
+
+
+def test_pipeline_reset_per_tile_both_sides():
+    """Both sides reset: consistent with each other, but tile 1's producer waits on a release
+    parity that already flipped: the SMT tier finds it for every k_tiles not a multiple of 2S."""
+    program, dsl = _program(S7)
+    bad = dsl.replace_pipeline(producer={"carry_across_tiles": False}, consumer={"carry_across_tiles": False})
+    report = _rejected(program, bad)
+    assert {"pipeline.protocol", "pipeline.carry"} <= set(report.rules_violated())
+    _v, cex = _cex(report, "pipeline.carry")
+    assert cex.params == {"tile": 1, "k_tiles": 1}
+
+
+def test_reset_invisible_when_k_tiles_multiple_of_2s_but_smt_finds_it():
+    """VERIFIER.md pitfall 3: with k_tiles = 2S the per-tile reset is harmless, so a concrete
+    check at K = 4096 (64 k-tiles, S = 4) passes; the symbolic one does not."""
+    from argus_cutlass.verify.pipeline import _explore
+
+    _, dsl = _program(S4)
+    bad = dsl.replace_pipeline(producer={"carry_across_tiles": False}, consumer={"carry_across_tiles": False})
+    assert _explore(bad.pipeline, 49152, k_tiles=8, tiles=3)[1] is None
+    _, v, unknown = check_pipeline_smt(bad)
+    assert not unknown and "pipeline.carry" in {x.rule for x in v}
+
+
+def test_arrival_count_mismatch():
+    program, dsl = _program(S4)
+    report = _rejected(program, dsl.replace_pipeline(consumer_arrivals=3))
+    assert "pipeline.arrivals" in report.rules_violated()
+    v = next(v for v in report.violations if v.rule == "pipeline.arrivals")
+    assert "empty barrier initialised with 3 arrivals, but a release makes 4" in v.message
+
+
+def test_protocol_enumeration_alone_is_fast_and_exhaustive():
+    _, dsl = _program(S7)
+    proofs, violations = check_protocol(dsl)
+    assert not violations and proofs[0].engine == "enum" and "k_tiles in [1, 15]" in proofs[0].summary
+
+
+def test_no_smt_keeps_enumeration_and_says_so():
+    program, dsl = _program(S4)
+    report = verify_gemm(program, dsl.replace_pipeline(consumer={"start_phase": 1}), smt=False)
+    assert report.rules_violated() == ["pipeline.protocol"]
+    assert any("SMT tier off" in n for n in report.notes)
