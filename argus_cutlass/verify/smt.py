@@ -29,6 +29,7 @@ from typing import Any
 from argus_cutlass.dsl.ir import DslProgram
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 from argus_cutlass.verify.semantics import (
+    INT_OPS,
     Z3Ops,
     gmma_read_offset,
     k_of_slot,
@@ -191,9 +192,9 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
 
         def explain_state(m: dict, side_name: str = side_name, side: Any = side) -> tuple[str, str, str, str]:
             nn = m["n"]
-            i0, p0 = pipeline_state(_IntOps, nn, side.wrap, side.start_phase)
-            i1, p1 = pipeline_state(_IntOps, nn + 1, side.wrap, side.start_phase)
-            s1, q1 = pipeline_step(_IntOps, i0, p0, S)
+            i0, p0 = pipeline_state(INT_OPS, nn, side.wrap, side.start_phase)
+            i1, p1 = pipeline_state(INT_OPS, nn + 1, side.wrap, side.start_phase)
+            s1, q1 = pipeline_step(INT_OPS, i0, p0, S)
             return (side_name,
                     f"state after {nn + 1} increments = operator++ of ({i0}, {p0}) = ({s1}, {q1})",
                     f"{side_name} computes ({i1}, {p1}) (wraps at {side.wrap}, not {S} stages)",
@@ -207,14 +208,14 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
         def explain_stage(m: dict, side_name: str = side_name) -> tuple[str, str, str, str]:
             side = sides[side_name]
             cnt = m["tile"] * m["k_tiles"] + m["k_tile"] if side.carry_across_tiles else m["k_tile"]
-            s, _ = pipeline_state(_IntOps, cnt, side.wrap, side.start_phase)
+            s, _ = pipeline_state(INT_OPS, cnt, side.wrap, side.start_phase)
             return (side_name, f"stage {m['i'] % S} (= i mod {S})", f"{side_name} uses stage {s}",
                     f"{side_name} stage of iteration i={m['i']}")
 
         def explain_parity(m: dict, side_name: str = side_name) -> tuple[str, str, str, str]:
             side = sides[side_name]
             cnt = m["tile"] * m["k_tiles"] + m["k_tile"] if side.carry_across_tiles else m["k_tile"]
-            _, p = pipeline_state(_IntOps, cnt, side.wrap, side.start_phase)
+            _, p = pipeline_state(INT_OPS, cnt, side.wrap, side.start_phase)
             fills = m["i"] // S
             want = (fills & 1) ^ (1 if side_name == "producer" else 0)
             what = (f"its stage was filled {fills} times before" if side_name == "consumer" else
@@ -233,8 +234,8 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
 
         def explain_carry(m: dict, side_name: str = side_name, side: Any = side) -> tuple[str, str, str, str]:
             tt, kk = m["tile"], m["k_tiles"]
-            want = pipeline_state(_IntOps, tt * kk, side.wrap, side.start_phase)
-            got = pipeline_state(_IntOps, tt * kk if side.carry_across_tiles else 0, side.wrap, side.start_phase)
+            want = pipeline_state(INT_OPS, tt * kk, side.wrap, side.start_phase)
+            got = pipeline_state(INT_OPS, tt * kk if side.carry_across_tiles else 0, side.wrap, side.start_phase)
             return (side_name, f"(index, phase) = {want} after {tt * kk} iterations of earlier tiles",
                     f"{side_name} restarts tile {tt} at {got}", f"{side_name} state at the start of tile {tt}")
 
@@ -280,14 +281,6 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
     return proofs, violations, unknowns
 
 
-class _IntOpsProxy:
-    def __getattr__(self, name: str) -> Any:
-        from argus_cutlass.verify.semantics import INT_OPS
-
-        return getattr(INT_OPS, name)
-
-
-_IntOps = _IntOpsProxy()
 _PRODUCER = {"cta": 0, "threadIdx": 0, "warpgroup": 0, "warp": 0, "lane": 0, "role": "producer"}
 _CONSUMER = {"cta": 0, "threadIdx": 128, "warpgroup": 0, "warp": 4, "lane": 0, "role": "consumer"}
 
@@ -361,8 +354,6 @@ def _check_k_coverage_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
 
 
 def _k_violation(dsl: DslProgram, qid: str, qname: str, m: dict[str, int]) -> Violation:
-    from argus_cutlass.verify.semantics import INT_OPS
-
     kl = dsl.kloop
     assert kl is not None
     Kv = m["K"]
@@ -482,8 +473,6 @@ def _check_operands_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
 def _operand_violation(dsl: DslProgram, read: Any, load: Any, rule: str, inv: str, qname: str,
                        m: dict[str, int], cells: int) -> Violation:
     """A violation of the operand cross-check, with the model as a counterexample record."""
-    from argus_cutlass.verify.semantics import INT_OPS
-
     t = dsl.tensor(load.dst)
     op = read.operand
     w = tma_box_offset(INT_OPS, load, m["mn"], m["k"], m["s"], t.base_bytes, t.elem_bytes)
