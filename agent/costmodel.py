@@ -15,7 +15,11 @@ Model (per problem ``M x N x K``, config tile ``tm x tn x tk``):
   flight of the active SMs (``stages * stage_bytes``, Little's law with ~1 us latency).
 * epilogue: the cooperative schedule does not overlap the store of a tile with the next
   tile's mainloop; ping-pong does.
-* time = max(compute, memory) + epilogue + 4 us launch/prologue.
+* work decomposition: split-K makes ``tiles * splits`` work units of ``K / splits``;
+  stream-K spreads the MAC iterations evenly over the SMs (no wave quantization); both
+  pay a fp32 partial-tile reduction through global memory (``4 * tm * tn`` bytes written
+  and read per extra unit).
+* time = max(compute, memory) + epilogue + reduction + 4 us launch/prologue.
 
 >>> from argus_cutlass.plan.config import GemmConfig
 >>> big = predict_ms(GemmConfig(), 8192, 8192, 8192)
@@ -56,8 +60,14 @@ def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
     tiles_m = math.ceil(tiles_m / cfg.cluster_m) * cfg.cluster_m
     tiles_n = math.ceil(tiles_n / cfg.cluster_n) * cfg.cluster_n
     tiles = tiles_m * tiles_n
-    waves = math.ceil(tiles / SMS)
-    active = min(tiles, SMS)
+    splits = cfg.splits if cfg.scheduler == "splitk" else 1
+    units = tiles * splits
+    if cfg.scheduler == "streamk":
+        waves = tiles / SMS if tiles > SMS else 1.0  # even share of MAC iterations
+        active = SMS
+    else:
+        waves = math.ceil(units / SMS)
+        active = min(units, SMS)
 
     # compute per tile: intensity against the L2->SMEM feed
     bytes_per_k = (tm / cfg.cluster_n + tn / cfg.cluster_m) * in_b
@@ -67,7 +77,9 @@ def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
     gmma = 0.80 if wg_rows == 64 else 0.95
     if cfg.schedule == "pingpong" and tm * tn > 128 * 128:
         gmma *= 0.9  # whole-tile accumulators per warpgroup: register pressure
-    k_eff = math.ceil(k / tk) * tk
+    k_eff = math.ceil(math.ceil(k / splits) / tk) * tk
+    if cfg.scheduler == "streamk" and tiles < SMS:
+        k_eff = max(tk, math.ceil(k * tiles / SMS / tk) * tk)  # the K loop is shared by all SMs
     tile_s = 2 * tm * tn * k_eff / (PEAK_FLOPS / SMS) / (feed * gmma)
     # deeper pipelines hide more latency (saturates around 3 stages of 64)
     tile_s *= 1.0 + 0.15 * max(0.0, 1.0 - (cfg.stages * tk) / 256)
@@ -86,7 +98,12 @@ def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
     locality = 1.0
     if cfg.swizzle > 1:
         locality = 0.98 if (tiles_m >= 8 and tiles_n >= 8) else 1.0 + 0.02 * math.log2(cfg.swizzle)
-    return (max(compute_s, memory_s) + epi_s) * locality + LAUNCH_S
+    reduce_s = 0.0
+    if cfg.scheduler == "splitk" and splits > 1:
+        reduce_s = 2 * 4 * tm * tn * (splits - 1) * tiles / HBM_BYTES_PER_S
+    elif cfg.scheduler == "streamk":
+        reduce_s = 2 * 4 * tm * tn * min(tiles, SMS) / HBM_BYTES_PER_S + 2e-6
+    return (max(compute_s, memory_s) + epi_s) * locality + reduce_s + LAUNCH_S
 
 
 def predict_ms(cfg: GemmConfig, m: int, n: int, k: int) -> float:

@@ -77,18 +77,24 @@ def resolve_settings(base_url: str | None = None, model: str | None = None,
     return base_url, model, api_key  # type: ignore[return-value]
 
 
+#: GemmConfig fields searched as one pair fragment: field -> (fragment, position in the pair)
+_PAIRED = {"cluster_m": ("cluster", 0), "cluster_n": ("cluster", 1),
+           "scheduler": ("decomposition", 0), "splits": ("decomposition", 1)}
+
+
 def _fragment_of(field: str) -> str:
-    return "cluster" if field in ("cluster_m", "cluster_n") else field
+    return _PAIRED[field][0] if field in _PAIRED else field
 
 
 def knob_domains(space: GemmSpace) -> dict[str, list[Any]]:
     """GemmConfig field -> allowed values (cluster_m/cluster_n listed from the cluster pairs)."""
     out: dict[str, list[Any]] = {}
     for name, frag in space.fragments.items():
-        if name == "cluster":
-            out["cluster_m"] = sorted({c[0] for c in frag.domain()})
-            out["cluster_n"] = sorted({c[1] for c in frag.domain()})
-            out["cluster (pairs cluster_m x cluster_n)"] = [list(c) for c in frag.domain()]
+        if name in ("cluster", "decomposition"):
+            fields = [f for f, (fr, _) in _PAIRED.items() if fr == name]
+            for f in fields:
+                out[f] = sorted({c[_PAIRED[f][1]] for c in frag.domain()})
+            out[f"{name} (allowed pairs {' x '.join(fields)})"] = [list(c) for c in frag.domain()]
         else:
             out[name] = list(frag.domain())
     out["epi_m"] = ["derived: 128 cooperative, 64 pingpong"]
@@ -150,8 +156,8 @@ def apply_reply(reply: LLMReply, state: State, kb: KnowledgeBase) -> GemmConfig:
         frag = space.fragments.get(_fragment_of(field))
         if frag is None:
             raise ReplyRejected(f"knob {field!r} is not searched in this space")
-        if field in ("cluster_m", "cluster_n"):
-            if value not in {c[0 if field == "cluster_m" else 1] for c in frag.domain()}:
+        if field in _PAIRED:
+            if value not in {c[_PAIRED[field][1]] for c in frag.domain()}:
                 raise ReplyRejected(f"{field}={value!r} is outside the space")
         elif not frag.contains(value):
             raise ReplyRejected(f"{field}={value!r} is outside the space {list(frag.domain())}")
@@ -189,7 +195,7 @@ Reward = incumbent_ms / new_ms - 1; failures score -1.
 Reply with exactly one JSON object and nothing else:
 {"technique": "<id of an available technique>", "params": {"<knob>": <value>, ...}, "rationale": "<short>"}
 Only the technique's knobs may appear in params; values must come from the knob domains; \
-cluster_m and cluster_n must form one of the listed pairs. Unavailable techniques must not be proposed."""
+cluster_m/cluster_n and scheduler/splits must form one of the listed pairs. Unavailable techniques must not be proposed."""
 
 
 class LLMPolicy:

@@ -7,9 +7,11 @@ numpy, pydantic, jinja2, and torch for the cuBLAS baseline)::
 
 Phases:
 
-1. **Sub-space**: :func:`subspace` declares 47 configurations (5 tile/schedule pairs x 3
-   clusters x 3 raster/swizzle choices, plus 128x192 cooperative with 1x1 and 2x1 clusters),
-   stages fitted to shared memory; the verifier prunes it first (count reported).
+1. **Sub-space**: :func:`subspace` declares 51 configurations (5 tile/schedule pairs x 3
+   clusters x 3 raster/swizzle choices, 128x192 cooperative with 1x1 and 2x1 clusters, and
+   the work decompositions stream-K / split-K 2 / split-K 4 on 128x128 and stream-K on
+   128x256, no cluster), stages fitted to shared memory; the verifier prunes it first
+   (count reported).
 2. **Compile** the feasible ones in parallel (``compile_many``, one nvcc per core; raster
    and swizzle are baked into the source, so each is its own kernel).
 3. **Check** each kernel's numerics (``run_and_check`` on two small problems with residues);
@@ -91,7 +93,7 @@ def shape_key(shape: tuple[int, int, int]) -> str:
 
 
 def subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list:
-    """The declared sub-space (47 configs, before the verifier)."""
+    """The declared sub-space (51 configs, before the verifier)."""
     from argus_cutlass.plan.config import GemmConfig
     from argus_cutlass.plan.heuristics import fit_stages
 
@@ -101,11 +103,17 @@ def subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -
     walks = [("along_n", 1), ("along_m", 1), ("along_n", 4)]
     combos = [(t, c, w) for t in tiles for c in clusters for w in walks]
     combos += [((128, 192, "cooperative"), c, ("along_n", 1)) for c in ((1, 1), (2, 1))]
+    decomp = [("persistent", 1)] * len(combos)
+    for tile, dec in (((128, 128, "cooperative"), ("streamk", 1)), ((128, 128, "cooperative"), ("splitk", 2)),
+                      ((128, 128, "cooperative"), ("splitk", 4)), ((128, 256, "cooperative"), ("streamk", 1))):
+        combos.append((tile, (1, 1), ("along_n", 1)))
+        decomp.append(dec)
     out = []
-    for (tm, tn, sch), (cm, cn), (raster, swz) in combos:
+    for ((tm, tn, sch), (cm, cn), (raster, swz)), (scheduler, splits) in zip(combos, decomp):
         cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=64,
                          cluster_m=cm, cluster_n=cn, stages=8, schedule=sch,
-                         epi_m=128 if sch == "cooperative" else 64, epi_n=32, raster=raster, swizzle=swz)
+                         epi_m=128 if sch == "cooperative" else 64, epi_n=32, raster=raster, swizzle=swz,
+                         scheduler=scheduler, splits=splits)
         out.append(fit_stages(cfg))
     return out
 

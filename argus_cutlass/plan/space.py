@@ -4,14 +4,17 @@ A space is a set of *fragments*, one per knob, each with a default and a neighbo
 kept apart from the frozen config. Derived fields are not searched: the epilogue subtile
 rows ``epi_m`` follow the schedule (128 cooperative, 64 ping-pong; rule ``epilogue.tile``).
 The cluster is one fragment (``(cluster_m, cluster_n)`` pairs) because only three shapes
-make sense for the kernel.
+make sense for the kernel; so is the work decomposition (``(scheduler, splits)``: the
+persistent data-parallel scheduler, stream-K, split-K by 2 or 4). One constraint ties
+fragments together: stream-K and split-K need the cooperative schedule
+(:func:`admissible`).
 
 The single feasibility function is :func:`feasible`: it *is* the verifier
 (:func:`argus_cutlass.verify.verify_gemm`), so tests, the planner and the CLI agree.
 
 >>> space = GemmSpace()
 >>> space.size
-24192
+60480
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]
@@ -34,7 +37,7 @@ from typing import Any
 from argus_cutlass.plan.config import GemmConfig
 
 __all__ = [
-    "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "derive",
+    "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "admissible", "derive",
     "feasible", "knob_values",
 ]
 
@@ -108,7 +111,16 @@ def default_fragments() -> dict[str, Fragment]:
         "raster": EnumFragment(("along_n", "along_m"), "along_n"),
         "swizzle": EnumFragment((1, 2, 4, 8), 1),
         "epi_n": EnumFragment((16, 32, 64), 32),
+        "decomposition": EnumFragment((("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4)),
+                                      ("persistent", 1)),
     }
+
+
+def admissible(values: dict[str, Any]) -> bool:
+    """Cross-fragment constraints: stream-K / split-K only with the cooperative schedule
+    (the CUTLASS StreamKScheduler reduction runs in the cooperative kernel)."""
+    dec = values.get("decomposition", ("persistent", 1))
+    return dec[0] == "persistent" or values.get("schedule", "cooperative") == "cooperative"
 
 
 def derive(values: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +128,8 @@ def derive(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     if "cluster" in out:
         out["cluster_m"], out["cluster_n"] = out.pop("cluster")
+    if "decomposition" in out:
+        out["scheduler"], out["splits"] = out.pop("decomposition")
     if "schedule" in out:
         out["epi_m"] = 128 if out["schedule"] == "cooperative" else 64
     return out
@@ -125,6 +139,8 @@ def knob_values(cfg: GemmConfig) -> dict[str, Any]:
     """Fragment values of ``cfg`` (``cluster`` as a pair), inverse of :func:`derive`."""
     d = cfg.model_dump()
     d["cluster"] = (d.pop("cluster_m"), d.pop("cluster_n"))
+    if "scheduler" in d:
+        d["decomposition"] = (d.pop("scheduler"), d.pop("splits"))
     for f in ("dtype", "out_dtype", "layout", *DERIVED_FIELDS):
         d.pop(f)
     return d
@@ -178,10 +194,14 @@ class GemmSpace:
         """Number of configurations (before feasibility)."""
         if self.allowed is not None:
             return len(self.allowed)
+        coupled = ("schedule", "decomposition")
         n = 1
-        for frag in self.fragments.values():
-            n *= len(frag.domain())
-        return n
+        for name, frag in self.fragments.items():
+            if name not in coupled:
+                n *= len(frag.domain())
+        pairs = itertools.product(*(self.fragments[c].domain() if c in self.fragments else (None,)
+                                    for c in coupled))
+        return n * sum(admissible({c: v for c, v in zip(coupled, pair) if v is not None}) for pair in pairs)
 
     def contains(self, cfg: GemmConfig) -> bool:
         """Whether ``cfg`` is a point of this space (dtypes, derived fields and all)."""
@@ -190,9 +210,9 @@ class GemmSpace:
         if (cfg.dtype, cfg.out_dtype, cfg.layout) != (self.dtype, self.out_dtype, self.layout):
             return False
         values = knob_values(cfg)
-        if any(not frag.contains(values[name]) for name, frag in self.fragments.items()):
+        if any(not frag.contains(values.get(name)) for name, frag in self.fragments.items()):
             return False
-        return cfg == self.config(**values)
+        return admissible(values) and cfg == self.config(**values)
 
     @functools.cached_property
     def _allowed_set(self) -> frozenset[GemmConfig]:
@@ -205,7 +225,9 @@ class GemmSpace:
             return
         names = list(self.fragments)
         for combo in itertools.product(*(self.fragments[n].domain() for n in names)):
-            yield self.config(**dict(zip(names, combo)))
+            values = dict(zip(names, combo))
+            if admissible(values):
+                yield self.config(**values)
 
     @functools.cached_property
     def all(self) -> tuple[GemmConfig, ...]:
@@ -216,7 +238,10 @@ class GemmSpace:
         """One configuration drawn uniformly (per fragment, or over ``allowed``)."""
         if self.allowed is not None:
             return rng.choice(self.allowed)
-        return self.config(**{n: f.random(rng) for n, f in self.fragments.items()})
+        while True:
+            values = {n: f.random(rng) for n, f in self.fragments.items()}
+            if admissible(values):
+                return self.config(**values)
 
     def neighbours(self, cfg: GemmConfig) -> list[GemmConfig]:
         """Configs one fragment move away from ``cfg`` that lie in the space."""

@@ -27,7 +27,7 @@ def test_every_knob_is_a_gemmconfig_field():
 
 
 def test_available_knobs_are_searched_by_the_space():
-    searched = set(GemmSpace().fragments) | {"cluster_m", "cluster_n", "epi_m"}
+    searched = set(GemmSpace().fragments) | {"cluster_m", "cluster_n", "epi_m", "scheduler", "splits"}
     for t in KB.available:
         assert set(t.knobs) <= searched, t.id
 
@@ -40,12 +40,25 @@ def test_risks_name_real_invariants_or_rules():
 
 
 def test_missing_kernel_features_are_unavailable():
-    for tid in ("split_k", "stream_k", "swap_ab"):
-        t = KB.get(tid)
-        assert not t.available and t.why and t.missing_knobs
-        assert not t.applicable(problem_env(16, 8192, 8192, GemmConfig()))
+    t = KB.get("swap_ab")
+    assert not t.available and t.why and t.missing_knobs
+    assert not t.applicable(problem_env(16, 8192, 8192, GemmConfig()))
+    assert not KB.get("register_reallocation").available
     assert {"pipeline_depth", "cta_tile", "cluster_multicast_b", "cooperative_schedule", "pingpong_schedule",
             "raster_order", "scheduler_swizzle", "epilogue_subtile", "tile_k"} <= {t.id for t in KB.available}
+
+
+def test_split_k_and_stream_k_use_the_scheduler_knobs():
+    """The kernel has the stream-K / split-K scheduler now: the techniques are available,
+    their knobs are GemmConfig fields, and they apply only where they can help."""
+    assert set(KB.get("split_k").knobs) == {"scheduler", "splits"}
+    assert KB.get("stream_k").knobs == ("scheduler",)
+    small_mn = problem_env(128, 4096, 8192, GemmConfig(tile_n=128, cluster_m=1))
+    assert KB.get("split_k").applicable(small_mn) and KB.get("stream_k").applicable(small_mn)
+    big = problem_env(8192, 8192, 8192, GemmConfig())
+    assert not KB.get("split_k").applicable(big)
+    pp = problem_env(128, 4096, 8192, GemmConfig(tile_m=64, schedule="pingpong", epi_m=64))
+    assert not KB.get("split_k").applicable(pp) and not KB.get("stream_k").applicable(pp)
 
 
 def test_preconditions():

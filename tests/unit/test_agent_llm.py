@@ -77,7 +77,8 @@ GOOD = json.dumps({"technique": "raster_order", "params": {"raster": "along_m"},
 SCRIPT = [
     "sure! {technique: raster}",                                                   # malformed JSON
     json.dumps({"technique": "pipeline_depth", "params": {"warps": 4}}),            # unknown knob
-    json.dumps({"technique": "split_k", "params": {"split_k": 4}}),                  # unavailable
+    json.dumps({"technique": "swap_ab", "params": {"swap_ab": True}}),               # unavailable
+    json.dumps({"technique": "split_k", "params": {"splits": 4}}),                   # precondition false
     json.dumps({"technique": "pipeline_depth", "params": {"stages": 8}}),            # verifier rejects
     "```json\n" + GOOD + "\n```",                                                    # good (fenced)
 ]
@@ -86,11 +87,11 @@ SCRIPT = [
 def test_llm_policy_feedback_loop_through_openai_client():
     rejected = []
     with ScriptedServer(SCRIPT) as srv:
-        pol = LLMPolicy(srv.url, "test-model", "sk-test", max_retries=0, timeout_s=10,
+        pol = LLMPolicy(srv.url, "test-model", "sk-test", max_retries=0, timeout_s=10, max_invalid=5,
                         on_reject=lambda text, err: rejected.append(err))
         res = run_episode(PROBLEM, GemmSpace(), pol, evaluate, budget=2, batch=1)
     reqs = srv.requests
-    assert len(reqs) == 5 and all(r["model"] == "test-model" for r in reqs)
+    assert len(reqs) == 6 and all(r["model"] == "test-model" for r in reqs)
     first = json.loads(reqs[0]["messages"][1]["content"])
     assert {"knowledge_base", "history", "action_values", "incumbent", "knob_domains"} <= set(first)
     assert first["history"][0]["technique"] == "baseline"
@@ -98,9 +99,10 @@ def test_llm_policy_feedback_loop_through_openai_client():
     assert "invalid JSON" in last_user(reqs[1])
     assert reqs[1]["messages"][-2] == {"role": "assistant", "content": SCRIPT[0]}
     assert "unknown knob 'warps'" in last_user(reqs[2])
-    assert "not available" in last_user(reqs[3]) and "split_k" in last_user(reqs[3])
-    assert "verifier rejected" in last_user(reqs[4]) and "smem.capacity" in last_user(reqs[4])
-    assert len(rejected) == 4
+    assert "not available" in last_user(reqs[3]) and "swap_ab" in last_user(reqs[3])
+    assert "does not apply" in last_user(reqs[4]) and "k >= 2048" in last_user(reqs[4])
+    assert "verifier rejected" in last_user(reqs[5]) and "smem.capacity" in last_user(reqs[5])
+    assert len(rejected) == 5
     # the final choice is valid and was measured
     final = [s for s in res.steps if s.action.technique == "raster_order"]
     assert len(final) == 1 and final[0].status == "ok" and final[0].config.raster == "along_m"

@@ -111,6 +111,24 @@ def test_action_values_learn_across_episodes():
     assert sum(learned) < sum(fresh), (learned, fresh)
 
 
+def test_default_policy_finds_split_k_for_small_mn_long_k():
+    """When the hidden times reward split-K (64 tiles, K = 16384), the policy reaches it."""
+    frags = dict(SPACE.fragments)
+    frags["decomposition"] = EnumFragment((("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4)),
+                                          ("persistent", 1))
+    frags["stages"] = IntRangeFragment(4, 6, 4)
+    sp = GemmSpace(fragments=frags)
+    p = Problem(512, 2048, 16384)
+
+    def evaluate(cfgs):
+        return [Measurement("ok", 0.5 / c.splits if c.scheduler == "splitk" else 0.6) for c in cfgs]
+
+    res = run_episode(p, sp, DefaultPolicy(seed=0), evaluate, 8, batch=2)
+    assert res.best.scheduler == "splitk" and res.best.splits == 4
+    assert any(s.action.technique in ("split_k", "cost_model_rank") and s.config.scheduler == "splitk"
+               for s in res.steps)
+
+
 def test_unavailable_techniques_never_proposed():
     unavailable = {t.id for t in load_knowledge().techniques if not t.available}
     for p in PROBLEMS:

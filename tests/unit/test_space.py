@@ -31,6 +31,7 @@ def small_space() -> GemmSpace:
         "raster": EnumFragment(("along_n",), "along_n"),
         "swizzle": EnumFragment((1,), 1),
         "epi_n": EnumFragment((32,), 32),
+        "decomposition": EnumFragment((("persistent", 1),), ("persistent", 1)),
     }
     return GemmSpace(fragments=frags)
 
@@ -59,7 +60,19 @@ def test_full_space_matches_issue_fragments():
     assert set(f["swizzle"].domain()) == {1, 2, 4, 8}
     assert set(f["schedule"].domain()) == {"cooperative", "pingpong"}
     assert set(f["raster"].domain()) == {"along_m", "along_n"}
+    assert {d[0] for d in f["decomposition"].domain()} == {"persistent", "streamk", "splitk"}
     assert s.size == len(s.all)
+
+
+def test_decomposition_needs_the_cooperative_schedule():
+    s = GemmSpace()
+    assert all(c.schedule == "cooperative" for c in s.all if c.scheduler != "persistent")
+    assert all(c.splits == 1 for c in s.all if c.scheduler != "splitk")
+    pp = s.config(schedule="pingpong", tile_m=64)
+    assert s.contains(pp) and not s.contains(pp.replace(scheduler="streamk"))
+    assert s.contains(s.default().replace(scheduler="splitk", splits=4))
+    assert not s.contains(s.default().replace(scheduler="splitk", splits=3))  # not a listed pair
+    assert not s.contains(s.default().replace(splits=2))  # splits without split-K
 
 
 def test_epilogue_rows_derived_from_schedule():
