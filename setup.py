@@ -14,7 +14,7 @@ setup(
     description="Verified CuTe/CUTLASS kernel generation for NVIDIA Hopper (sm_90a)",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=core + ["argus_cutlass.templates", "argus_cutlass.invariants", "argus_cutlass.agent"],
     package_dir={
         "argus_cutlass.templates": "templates",

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 @dataclass(frozen=True)
 class Invariant:
-    """One catalogue entry: id (``G1``), name, description, checking rules, whether v1 checks it,
-    and the source of the rule."""
+    """One catalogue entry: id (``G1``), name, description, checking rules, whether the verifier
+    checks it, the parts of it that are not modelled yet, and the source of the rule."""
 
     id: str
     name: str
@@ -24,6 +19,7 @@ class Invariant:
     rules: tuple[str, ...]
     checked: bool
     source: str
+    unchecked: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=None)
@@ -36,7 +32,8 @@ def load_invariants(kernel: str = "gemm") -> tuple[Invariant, ...]:
     text = resources.files("argus_cutlass.invariants").joinpath(f"{kernel}.toml").read_text("utf-8")
     data = tomllib.loads(text)
     return tuple(
-        Invariant(e["id"], e["name"], e["description"], tuple(e["rules"]), bool(e["checked"]), e["source"])
+        Invariant(e["id"], e["name"], e["description"], tuple(e["rules"]), bool(e["checked"]), e["source"],
+                  tuple(e.get("unchecked", ())))
         for e in data["invariant"]
     )
 

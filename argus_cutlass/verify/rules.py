@@ -268,6 +268,30 @@ def check_stages(program: GemmProgram, dsl: DslProgram) -> Outcome:
                 "use stages >= 2")
 
 
+def check_tile_scheduler(program: GemmProgram, dsl: DslProgram) -> Outcome:
+    """tile_scheduler: stream-K and split-K need the cooperative schedule; ``splits`` >= 2
+    exactly for split-K (and <= the k-tiles of one tile are not known here: K is a run-time
+    size, CUTLASS clamps the splits to the k-tile count).
+
+    Source: CUTLASS ``sm90_gemm_tma_warpspecialized_pingpong.hpp`` (``static_assert`` that the
+    ping-pong kernel supports only the persistent scheduler) and
+    ``sm90_tile_scheduler_stream_k.hpp`` (``splits`` selects split-K).
+    """
+    rule = "tile_scheduler"
+    cfg = program.config
+    bad = []
+    if cfg.scheduler != "persistent" and cfg.schedule != "cooperative":
+        bad.append(f"scheduler {cfg.scheduler!r} needs schedule 'cooperative', not {cfg.schedule!r}")
+    if cfg.scheduler == "splitk" and cfg.splits < 2:
+        bad.append(f"scheduler 'splitk' with splits={cfg.splits}: split-K needs splits >= 2")
+    if cfg.scheduler != "splitk" and cfg.splits != 1:
+        bad.append(f"splits={cfg.splits} only applies to scheduler 'splitk', not {cfg.scheduler!r}")
+    if bad:
+        return _bad(rule, bad, "use schedule='cooperative' for stream-K/split-K, splits >= 2 only for split-K")
+    extra = f", {cfg.splits} K splits" if cfg.scheduler == "splitk" else ""
+    return _ok(rule, f"{cfg.scheduler} tile scheduler with the {cfg.schedule} schedule{extra}")
+
+
 #: every resource rule, by name, in report order
 RULES: dict[str, Callable[[GemmProgram, DslProgram], Outcome]] = {
     "smem.capacity": check_smem_capacity,
@@ -280,6 +304,7 @@ RULES: dict[str, Callable[[GemmProgram, DslProgram], Outcome]] = {
     "epilogue.tile": check_epilogue_tile,
     "cluster": check_cluster,
     "stages": check_stages,
+    "tile_scheduler": check_tile_scheduler,
 }
 
 #: rules whose failure makes the enumeration check meaningless (its domain is ill-formed)

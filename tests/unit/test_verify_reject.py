@@ -181,3 +181,16 @@ def test_counterexample_thread_mapping_uses_clayout():
     assert cex.thread["warp"] == 4 + (m % 64) // 16
     assert cex.thread["lane"] == 4 * (m % 8) + (n % 8) // 2
     assert np.int64(cex.thread["threadIdx"]) == 32 * cex.thread["warp"] + cex.thread["lane"]
+
+
+def test_tile_scheduler_streamk_needs_cooperative():
+    cfg = GemmConfig(tile_m=64, tile_n=128, cluster_m=1, stages=8, schedule="pingpong", epi_m=64,
+                     scheduler="streamk")
+    err, report, msg = _reject(build_gemm_program(cfg), rule="tile_scheduler")
+    assert "scheduler 'streamk' needs schedule 'cooperative', not 'pingpong'" in msg
+
+
+def test_tile_scheduler_splitk_needs_two_splits():
+    cfg = GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=1)
+    err, report, msg = _reject(build_gemm_program(cfg), rule="tile_scheduler")
+    assert "scheduler 'splitk' with splits=1: split-K needs splits >= 2" in msg
