@@ -73,6 +73,9 @@ def test_decomposition_needs_the_cooperative_schedule():
     assert s.contains(s.default().replace(scheduler="splitk", splits=4))
     assert not s.contains(s.default().replace(scheduler="splitk", splits=3))  # not a listed pair
     assert not s.contains(s.default().replace(splits=2))  # splits without split-K
+    # the space's constraint is the verifier's rule R9 (tile_scheduler)
+    ok, reasons = feasible(pp.replace(scheduler="streamk"))
+    assert not ok and any(r.startswith("tile_scheduler:") for r in reasons)
 
 
 def test_epilogue_rows_derived_from_schedule():
