@@ -38,8 +38,21 @@ class _Stages:
             self.seconds[name] = round(time.perf_counter() - t0, 4)
 
 
+_STDOUT_CLOSED = False
+
+
 def _print(msg: str) -> None:
-    print(msg, flush=True)
+    """Print a progress line; a closed stdout (``| head``) stops the printing, not the job."""
+    global _STDOUT_CLOSED
+    if _STDOUT_CLOSED:
+        return
+    try:
+        print(msg, flush=True)
+    except BrokenPipeError:
+        _STDOUT_CLOSED = True
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
@@ -56,8 +69,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     problem.validate()
     cfg = default_config(args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout)
     name = kernel_name(cfg)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _output_dir(args.out)
     record: dict = {
         "kernel": name,
         "problem": {"m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype,
@@ -75,9 +87,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         _print(report.format())
         _write_record(out_dir, name, record, stages)
         return 1
-    _print(f"verified  {len(report.proved)} obligations")
-    for line in report.proved:
-        _print(f"            {line}")
+    _print(f"verified  {_proof_summary(report)}")
+    if args.verbose:
+        for line in report.proved:
+            _print(f"            {line}")
 
     source = stages.run("render", render_gemm, program, tuple(report.proved))
     cu_path = out_dir / f"{name}.cu"
@@ -91,6 +104,31 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     status = _run_on_gpu(lib_path, name, problem, stages, record, args)
     _write_record(out_dir, name, record, stages)
     return status
+
+
+def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
+    """``37 obligations in 0.31 s: G1 x5, G3 x4, ... (engines arith, enum, z3)``."""
+    from collections import Counter
+
+    by_invariant = Counter(p.invariant for p in report.proofs)
+    engines = sorted({p.engine for p in report.proofs})
+    seconds = sum(report.tier_seconds.values())
+    parts = ", ".join(f"{inv} x{n}" if n > 1 else inv for inv, n in sorted(by_invariant.items()))
+    return (f"{len(report.proofs)} obligations in {seconds:.2f} s: {parts} "
+            f"(engines {', '.join(engines)}; --verbose lists them, the .json has them all)")
+
+
+def _output_dir(path: str) -> Path:
+    """Create the output folder; a path that cannot be a folder is a user error (``cli.out``)."""
+    from argus_cutlass.errors import ProblemError
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProblemError("cli.out", f"--out {path!r} cannot be used as the output folder: {exc.strerror}",
+                           "pass a writable folder path") from None
+    return out
 
 
 def _compile(source, name, out_dir, stages, record):  # noqa: ANN001, ANN202
@@ -124,7 +162,7 @@ def _run_on_gpu(lib_path, name, problem, stages, record, args) -> int:  # noqa: 
 
     available, why = gpu_available()
     if not available:
-        _print(f"no GPU    {why}; stopping after compile")
+        _print(f"no GPU    no usable NVIDIA GPU here ({why}); stopping after compile")
         record["run"] = {"skipped": why}
         return 0
     require_sm90()
@@ -229,7 +267,13 @@ def _pydantic_text(exc) -> str:  # noqa: ANN001
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="argus-cutlass", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="argus-cutlass",
+        description="Generate, verify, build and run NVIDIA Hopper (sm_90a) kernels.",
+    )
+    from argus_cutlass import __version__
+
+    p.add_argument("--version", action="version", version=f"argus-cutlass {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("gemm", help="generate (and build, run) a GEMM kernel for one shape")
@@ -239,10 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default="bf16", help="A/B element type: bf16 or fp16")
     g.add_argument("--out-dtype", default=None, help="C/D element type: bf16, fp16 or fp32 (default: --dtype)")
     g.add_argument("--layout", default="tn", help="tn, nt, nn or tt (A then B; t = K-major A / N-major B)")
-    g.add_argument("--alpha", type=float, default=1.0)
-    g.add_argument("--beta", type=float, default=0.0)
+    g.add_argument("--alpha", type=float, default=1.0, help="scale of A @ B (default 1)")
+    g.add_argument("--beta", type=float, default=0.0, help="scale of C (default 0: C is not read)")
     g.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     g.add_argument("--out", default="out", help="output folder (default: ./out)")
+    g.add_argument("--verbose", action="store_true", help="print every proved obligation")
     g.set_defaults(func=cmd_gemm)
 
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent)")
@@ -277,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "out_dtype", "x") is None:
-        args.out_dtype = args.dtype
+        # D defaults to the input type; an unsupported --dtype is reported once, for --dtype
+        args.out_dtype = args.dtype if args.dtype in ("bf16", "fp16") else "bf16"
     try:
         return args.func(args)
     except ArgusError as exc:

@@ -52,29 +52,12 @@ TARGET = 0.98
 
 
 def _bootstrap() -> None:
-    """Import ``argus_cutlass`` from this checkout (not a stale installed copy), with its
-    top-level ``agent/``, ``templates/`` and ``invariants/`` folders mapped into the
-    namespace when no editable install does it."""
-    import importlib.util
-
+    """Import ``argus_cutlass`` from this checkout (not a stale installed copy); the package
+    maps the checkout's ``agent/``, ``templates/`` and ``invariants/`` into its namespace."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import argus_cutlass
 
-    for sub in ("agent", "templates", "invariants"):
-        name = f"argus_cutlass.{sub}"
-        try:
-            spec = importlib.util.find_spec(name)
-        except ImportError:
-            spec = None
-        if spec is not None and spec.origin and Path(spec.origin).resolve().parent == ROOT / sub:
-            continue
-        spec = importlib.util.spec_from_file_location(
-            name, ROOT / sub / "__init__.py", submodule_search_locations=[str(ROOT / sub)])
-        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-        setattr(argus_cutlass, sub, mod)
     if Path(argus_cutlass.__file__).resolve().parent != ROOT / "argus_cutlass":
         print(f"warning: argus_cutlass imported from {argus_cutlass.__file__}, not {ROOT}", file=sys.stderr)
 

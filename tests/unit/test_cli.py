@@ -95,3 +95,13 @@ def test_main_job_compiles_and_stops_cleanly_without_gpu(tmp_path):
     assert record["compile"]["spill_bytes"] == 0
     assert record["compile"]["registers"] > 0
     assert "skipped" in record["run"]
+
+
+def test_unusable_output_folder_is_a_user_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    rc = main(["gemm", "--m", "256", "--n", "256", "--k", "64", "--out", str(blocker / "out")])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert "[cli.out]" in err and "cannot be used as the output folder" in err
+    assert "Traceback" not in out + err
