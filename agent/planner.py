@@ -27,8 +27,10 @@ from typing import Any, Protocol
 
 from argus_cutlass.agent.costmodel import predict_ms
 from argus_cutlass.agent.kb import KnowledgeBase, Technique, load_knowledge, problem_env
+
 from argus_cutlass.plan.config import GemmConfig
 from argus_cutlass.plan.space import GemmSpace, feasible
+from argus_cutlass.runtime.problem import GemmProblem
 
 #: reward of a failed candidate (verifier, compile, numerics, launch)
 FAIL_REWARD = -1.0
@@ -37,19 +39,10 @@ STATUSES = ("ok", "verify_failed", "compile_error", "check_failed", "launch_erro
 
 
 @dataclass(frozen=True)
-class Problem:
-    """``D[M,N] = A[M,K] @ B[K,N]`` with its dtypes and layout (sizes in elements)."""
-
-    m: int
-    n: int
-    k: int
-    dtype: str = "bf16"
-    out_dtype: str = "bf16"
-    layout: str = "tn"
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+class Problem(GemmProblem):
+    """The problem being tuned: a :class:`~argus_cutlass.runtime.problem.GemmProblem`
+    (``D[M,N] = A[M,K] @ B[K,N]``, sizes in elements, default leading dimensions) plus the
+    planner's views of it: the experience-store bucket and the knowledge-base environment."""
 
     def bucket(self) -> str:
         """Shape bucket of the experience store: each size rounded up to a power of two."""
