@@ -30,17 +30,21 @@ class GeneratedKernel:
     source: str
 
 
-def generate_gemm(cfg: GemmConfig) -> GeneratedKernel:
+def generate_gemm(cfg: GemmConfig, *, smt: bool = True) -> GeneratedKernel:
     """Build, verify and render ``cfg``.
+
+    Args:
+        smt: run the verifier's z3 tier (symbolic K, pipeline induction) too.
 
     Raises:
         ConfigError: the configuration cannot be instantiated.
         VerificationError: the verifier found a violation (``.report`` has all of them).
+        ToolchainError: ``toolchain.z3`` when ``smt`` and z3-solver is not installed.
     """
     from argus_cutlass.verify import check_gemm
 
     program = build_gemm_program(cfg)
-    report = check_gemm(program)
+    report = check_gemm(program, smt=smt)
     source = render_gemm(program, tuple(report.proved))
     return GeneratedKernel(kernel_name(cfg), cfg, program, report, source)
 

@@ -11,6 +11,8 @@ variable                   meaning
 ``ARGUS_CACHE_DIR``        compile cache and experience store
                            (default: ``$XDG_CACHE_HOME/argus_cutlass`` or ``~/.cache/argus_cutlass``)
 ``ARGUS_NVCC_TIMEOUT``     seconds one nvcc call may take (default 600)
+``ARGUS_SMT_TIMEOUT_MS``   per-query z3 timeout of the verifier's SMT tier, ms (default 5000);
+                           a query that times out is reported "unknown", never proved
 ``ARGUS_UPDATE_GOLDEN``    ``1`` rewrites golden files in the tests instead of comparing
 =========================  ==========================================================
 """
@@ -28,6 +30,7 @@ class Settings:
     nvcc: str | None
     cache_dir: Path
     nvcc_timeout_s: float
+    smt_timeout_ms: int
     update_golden: bool
 
 
@@ -40,5 +43,6 @@ def settings() -> Settings:
         nvcc=env.get("ARGUS_NVCC") or None,
         cache_dir=Path(env.get("ARGUS_CACHE_DIR") or Path(cache_root) / "argus_cutlass"),
         nvcc_timeout_s=float(env.get("ARGUS_NVCC_TIMEOUT", "600")),
+        smt_timeout_ms=int(env.get("ARGUS_SMT_TIMEOUT_MS", "5000")),
         update_golden=env.get("ARGUS_UPDATE_GOLDEN", "") == "1",
     )

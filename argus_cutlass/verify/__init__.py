@@ -166,9 +166,11 @@ def _protocol(run: _Run, dsl: DslProgram, obligations: list[Obligation], notes: 
     if not smt:
         notes.append("SMT tier off: k.coverage checked for K <= 2 tile_k + 1 only; pipeline for small bounds only")
         return
+    from argus_cutlass.settings import settings
     from argus_cutlass.verify import smt as smt_tier
 
-    timeout = smt_tier.DEFAULT_TIMEOUT_MS if timeout_ms is None else int(timeout_ms)
+    smt_tier.require_z3()
+    timeout = settings().smt_timeout_ms if timeout_ms is None else int(timeout_ms)
     if dsl.kloop is not None:
         _, v = run.add("smt", smt_tier.check_k_coverage_smt, dsl, timeout)
         if v and enum_k_bad:
@@ -183,14 +185,14 @@ def _protocol(run: _Run, dsl: DslProgram, obligations: list[Obligation], notes: 
             run.add("smt", smt_tier.check_operands_smt, dsl, timeout)
 
 
-def check_gemm(program: GemmProgram, dsl: DslProgram | None = None) -> VerificationReport:
+def check_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: bool = True) -> VerificationReport:
     """:func:`verify_gemm`, raising on any violation.
 
     Raises:
         VerificationError: at least one rule failed; ``err.rule`` is the first failed rule and
             ``err.report`` the full report.
     """
-    report = verify_gemm(program, dsl)
+    report = verify_gemm(program, dsl, smt=smt)
     if not report.ok:
         raise VerificationError(report)
     return report

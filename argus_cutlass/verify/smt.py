@@ -43,6 +43,24 @@ from argus_cutlass.verify.semantics import (
 #: default per-query timeout (ms); the caller (``verify_gemm(smt_timeout_ms=...)``, CLI
 #: ``--smt-timeout-ms``) overrides it
 DEFAULT_TIMEOUT_MS = 5000
+
+
+def require_z3() -> None:
+    """Raise a clear error when the SMT tier is asked for and z3 is not installed.
+
+    Raises:
+        ToolchainError: ``toolchain.z3``.
+    """
+    try:
+        import z3  # noqa: F401
+    except ImportError:
+        from argus_cutlass.errors import ToolchainError
+
+        raise ToolchainError(
+            "toolchain.z3", "the verifier's SMT tier needs z3-solver, which is not installed",
+            "pip install z3-solver (a dependency of argus_cutlass), or verify without the SMT tier "
+            "(verify_gemm(..., smt=False); argus-cutlass verify --no-smt)",
+        ) from None
 #: iteration counters and K are proved for all values below this bound
 BOUND = 1 << 24
 

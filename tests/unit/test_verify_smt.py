@@ -200,3 +200,24 @@ def test_unknown_in_the_report(monkeypatch):
     assert "UNKNOWN G6 pipeline.parity: query 'G6 pipeline.parity: consumer wait parity' returned unknown " \
            "(timeout, timeout 7 ms): not proved" in text
     assert not any("[smt]" in line for line in report.proved)
+
+
+def test_missing_z3_is_a_clear_toolchain_error(monkeypatch):
+    import sys
+
+    from argus_cutlass.errors import ToolchainError
+    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.verify import verify_gemm
+
+    monkeypatch.setitem(sys.modules, "z3", None)  # import z3 now raises ImportError
+    with pytest.raises(ToolchainError, match=r"\[toolchain\.z3\] the verifier's SMT tier needs z3-solver"):
+        verify_gemm(build_gemm_program(GemmConfig()))
+    assert verify_gemm(build_gemm_program(GemmConfig()), smt=False).ok  # still usable without it
+
+
+def test_smt_timeout_setting_reaches_the_queries(monkeypatch):
+    from argus_cutlass.settings import settings
+
+    monkeypatch.setenv("ARGUS_SMT_TIMEOUT_MS", "1234")
+    assert settings().smt_timeout_ms == 1234
