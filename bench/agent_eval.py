@@ -17,8 +17,9 @@ Phases:
 3. **Check** each kernel's numerics (``run_and_check`` on two small problems with residues);
    a kernel that fails to compile or check is recorded as failed, never a crash.
 4. **Measure** every passing kernel on every shape of ``bench/test_gemm_bench.py::SHAPES``
-   once (CUDA events, median of ``--iters`` launches after ``--warmup``; one set of operands
-   per shape) and cuBLAS (torch) in the same process. Saved to ``$OUT/agent_eval_table.json``
+   in ``--rounds`` rounds (CUDA events, median of ``--iters`` launches after ``--warmup``;
+   kernel order rotated each round; one set of operands per shape) and cuBLAS (torch) in the
+   same process between rounds; medians over rounds. Saved to ``$OUT/agent_eval_table.json``
    after each shape.
 5. **Replay** against that table: (a) exhaustive best, (b) random search (``--seeds``
    permutations), (c) the default policy (seeded, action values shared across the shapes of
@@ -161,7 +162,13 @@ def _check(libs: dict, log: list) -> dict:
     return passed
 
 
-def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table: dict, log: list) -> None:
+def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table: dict, log: list,
+             rounds: int = 3) -> None:
+    """Time every kernel on every shape in ``rounds`` rounds, cuBLAS at the start of each
+    round and at the end; each round walks the kernels from a different starting point, so
+    that clock drift under sustained load spreads over all of them. A kernel's time is the
+    median of its rounds (each round: median of ``iters`` launches), cuBLAS's the median of
+    its ``rounds + 1`` measurements."""
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.runtime.check import cublas_reference_time, time_kernel
     from argus_cutlass.runtime.cuda import DeviceBuffer
@@ -188,18 +195,35 @@ def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table
                 buf.fill(0x3C)  # bf16 0x3C3C ~ 0.0115: finite, non-zero inputs
             ptrs = tuple(buf.ptr for buf in bufs)
         t0 = time.perf_counter()
-        for name, (cfg, lib, _art) in libs.items():
+        names = list(libs)
+        per_kernel: dict[str, list[float]] = {name: [] for name in names}
+        cublas_runs: list[float] = []
+
+        def _cublas() -> None:
             try:
-                ms = time_kernel(lambda: lib(ptrs[0], ptrs[1], None, ptrs[2], m, n, k, k, k, n, n, 1.0, 0.0, 0),
-                                 warmup=warmup, iters=iters)
-                row["kernels"][name] = ms
+                cublas_runs.append(cublas_reference_time(p, warmup=warmup, iters=iters))
             except ArgusError as exc:
-                row["kernels"][name] = None
-                log.append({"kernel": name, "phase": "time", "shape": key, "error": str(exc)[:1000]})
-        try:
-            row["cublas_ms"] = cublas_reference_time(p, warmup=warmup, iters=iters)
-        except ArgusError as exc:
-            log.append({"kernel": "cublas", "phase": "time", "shape": key, "error": str(exc)[:1000]})
+                log.append({"kernel": "cublas", "phase": "time", "shape": key, "error": str(exc)[:1000]})
+
+        for r in range(rounds):
+            _cublas()
+            start = (r * len(names)) // max(rounds, 1)
+            for name in names[start:] + names[:start]:
+                if per_kernel[name] is None:
+                    continue  # failed in an earlier round
+                lib = libs[name][1]
+                try:
+                    per_kernel[name].append(time_kernel(
+                        lambda lib=lib: lib(ptrs[0], ptrs[1], None, ptrs[2], m, n, k, k, k, n, n, 1.0, 0.0, 0),
+                        warmup=warmup, iters=iters))
+                except ArgusError as exc:
+                    per_kernel[name] = None
+                    log.append({"kernel": name, "phase": "time", "shape": key, "error": str(exc)[:1000]})
+        _cublas()
+        row["kernels"] = {n_: (statistics.median(v) if v else None) for n_, v in per_kernel.items()}
+        row["kernel_rounds"] = {n_: v for n_, v in per_kernel.items() if v}
+        row["cublas_ms"] = statistics.median(cublas_runs) if cublas_runs else None
+        row["cublas_rounds"] = cublas_runs
         for buf in bufs:
             buf.free()
         if torch is not None:
@@ -360,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="parallel nvcc (default: CPU count)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="timing rounds per shape (kernel order rotated each round; cuBLAS between rounds)")
     ap.add_argument("--budget", type=int, default=16, help="policy budget for the tuned figures")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--replay", default=None, help="replay a saved agent_eval_table.json (no GPU)")
@@ -387,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(cands)} to compile", flush=True)
         table = {"gpu": info.name, "declared": len(declared), "pruned": len(declared) - len(cands),
                  "candidates": [c.model_dump() for c in cands], "shapes": {}, "failures": log,
-                 "warmup": args.warmup, "iters": args.iters, "notes": []}
+                 "warmup": args.warmup, "iters": args.iters, "rounds": args.rounds, "notes": []}
         try:
             libs = _compile(cands, args.workers or 16, log, table["notes"])
             libs = _check(libs, log)
@@ -396,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                                   for n, (_, _, a) in libs.items()}
             print(f"{len(libs)} kernels passed the numerics check", flush=True)
             shapes = bench_shapes()[: args.limit] if args.limit else bench_shapes()
-            _measure(libs, shapes, args.warmup, args.iters, out, table, log)
+            _measure(libs, shapes, args.warmup, args.iters, out, table, log, rounds=args.rounds)
         except Exception:  # noqa: BLE001 - keep what was measured; the replay still runs
             log.append({"phase": "fatal", "error": traceback.format_exc()[-3000:]})
             print(traceback.format_exc(), file=sys.stderr)
