@@ -110,6 +110,9 @@ def gemm_context(program: GemmProgram, verified: tuple[str, ...] = ()) -> dict:
         "copy_r2s": e.copy_r2s,
         "copy_s2r": e.copy_s2r,
         "copy_atom_c": e.copy_atom_c,
+        "tx_bytes": program.pipeline.tx_bytes,
+        "smem_elems_a": c.tile_m * c.tile_k * c.stages,
+        "smem_elems_b": c.tile_n * c.tile_k * c.stages,
         "smem_limit": SMEM_LIMIT_BYTES,
         "smem_model_bytes": smem_bytes(program).total,
     }
