@@ -133,16 +133,17 @@ def _output_dir(path: str) -> Path:
 
 def _compile(source, name, out_dir, stages, record):  # noqa: ANN001, ANN202
     from argus_cutlass.build.nvcc import compile_cu
-    from argus_cutlass.build.toolchain import find_nvcc
+    from argus_cutlass.build.toolchain import Toolchain, find_cutlass, find_nvcc
     from argus_cutlass.errors import ToolchainError
 
     try:
-        find_nvcc()
+        nvcc = find_nvcc()  # no nvcc: the job goes on without compiling
     except ToolchainError as exc:
         _print(f"no nvcc   {exc.message}; wrote the .cu only (compile it with the command in its header)")
         record["compile"] = {"skipped": exc.message}
         return None
-    artifact = stages.run("compile", compile_cu, source, name, "shared")
+    artifact = stages.run("compile", compile_cu, source, name, "shared",
+                          toolchain=Toolchain(nvcc=nvcc, cutlass=find_cutlass()))  # no CUTLASS: an error
     record["compile"] = {
         "cached": artifact.cached,
         "seconds": round(artifact.seconds, 2),

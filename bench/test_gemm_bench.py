@@ -144,7 +144,7 @@ def test_gemm_vs_cublas(shape, libraries, benchmark):
     benchmark.pedantic(batch, rounds=5, iterations=1, warmup_rounds=1)
 
 
-def pytest_sessionfinish_table() -> str:
+def _results_table() -> str:
     lines = [
         "| M | N | K | kernel | ours TFLOP/s | cuBLAS TFLOP/s | ratio (cuBLAS time / ours) "
         "| ours ms | spread over rounds ms | weight-read floor ms |",
@@ -164,7 +164,7 @@ def _print_table():
     yield
     if not RESULTS:
         return
-    table = pytest_sessionfinish_table()
+    table = _results_table()
     print("\n" + table)
     path = os.environ.get("ARGUS_BENCH_TABLE")
     if path:

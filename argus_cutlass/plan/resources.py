@@ -17,12 +17,7 @@ from argus_cutlass.plan.config import DTYPE_BYTES
 
 #: sm_90 opt-in dynamic shared memory per block (bytes)
 SMEM_LIMIT_BYTES = 232448
-#: registers per SM (32-bit)
-REGISTERS_PER_SM = 65536
-#: most registers one thread may hold
-MAX_REGISTERS_PER_THREAD = 255
-#: CUTLASS's setmaxnreg split for a warp-specialized kernel with 2 consumer warpgroups
-PRODUCER_REGISTERS = 40
+#: registers per consumer thread after CUTLASS's setmaxnreg split (2 consumer warpgroups)
 CONSUMER_REGISTERS = 232
 
 

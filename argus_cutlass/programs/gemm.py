@@ -10,7 +10,7 @@ Shapes are by mode (M, N, K); A is (M, K), B is (N, K), D and C are (M, N) row-m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from argus_cutlass.dsl.atoms import (
     GmmaOp,
@@ -20,10 +20,6 @@ from argus_cutlass.dsl.atoms import (
     select_smem_atom,
 )
 from argus_cutlass.plan.config import DTYPE_BYTES, GemmConfig, a_is_k_major, b_is_k_major
-
-#: bytes of one mbarrier (PTX ISA 9.7.13.15: 64-bit object in shared memory)
-MBARRIER_BYTES = 8
-
 
 @dataclass(frozen=True)
 class OperandPlan:
@@ -91,7 +87,6 @@ class GemmProgram:
     tiled_mma: TiledMma
     pipeline: PipelinePlan
     epilogue: EpiloguePlan
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def epi_subtiles(self) -> int:

@@ -11,6 +11,8 @@ with layouts ``nt``/``nn``) are pinned to be refused with ``tma.contiguous_exten
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from argus_cutlass.errors import ProblemError
@@ -109,7 +111,7 @@ def test_gemm_matches_fp32_reference(case, kernels, gpu_device):
         return
     problem.validate()
     lib = kernels[kernel_name(default_config(m, n, k, dtype, out_dtype, layout))]
-    result = run_and_check(lib, problem, alpha=alpha, beta=beta, seed=hash(case) & 0xFFFF)
+    result = run_and_check(lib, problem, alpha=alpha, beta=beta, seed=zlib.crc32(_id(case).encode()) & 0xFFFF)
     assert result.unwritten == 0, f"{result.unwritten} outputs left NaN"
     assert result.passed, f"relative error {result.rel_error:.3e} > {result.tolerance:.1e}"
 
