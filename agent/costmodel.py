@@ -3,7 +3,7 @@
 Not a simulator: it ranks candidates so that the measured budget goes to plausible ones.
 Units: seconds internally, :func:`predict_ms` returns milliseconds.
 
-Model (per problem ``M x N x K``, config tile ``tm x tn x tk``):
+Model (per kernel problem ``M x N x K``, i.e. ``N x M x K`` under swap-AB; tile ``tm x tn x tk``):
 
 * tiles = ceil(M/tm) * ceil(N/tn); the persistent grid runs ``waves = ceil(tiles / 132)``
   tiles per SM (clusters of 2 leave 132 usable SMs in pairs).
@@ -51,7 +51,9 @@ EPILOGUE_BYTES_PER_S_PER_SM = 100e9
 
 
 def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
-    """Predicted run time of ``cfg`` on ``M x N x K`` (seconds)."""
+    """Predicted run time of ``cfg`` on ``M x N x K`` (seconds); under swap-AB the kernel
+    runs ``N x M x K`` (:meth:`GemmConfig.kernel_problem`)."""
+    m, n, k = cfg.kernel_problem(m, n, k)
     in_b = DTYPE_BYTES[cfg.dtype]
     out_b = DTYPE_BYTES[cfg.out_dtype]
     tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k

@@ -8,7 +8,7 @@ invariants / verifier rules it puts at risk and its source. Unavailable techniqu
 >>> kb = load_knowledge()
 >>> len(kb.techniques) >= 15
 True
->>> kb.get("swap_ab").available, kb.get("split_k").available
+>>> kb.get("register_reallocation").available, kb.get("swap_ab").available
 (False, True)
 >>> "stages" in kb.get("pipeline_depth").knobs
 True

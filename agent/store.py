@@ -203,6 +203,16 @@ def tuned_or_default(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", o
     >>> tuned_or_default("gemm", 8192, 8192, 8192, store=ExperienceStore("/nonexistent/x.json")).tile
     (128, 256, 64)
     """
+    return lookup_config(kernel, m, n, k, dtype, out_dtype, layout, gpu=gpu, store=store)[0]
+
+
+def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
+                  layout: str = "tn", *, gpu: str | None = None,
+                  store: ExperienceStore | None = None) -> tuple[GemmConfig, str]:
+    """:func:`tuned_or_default` and where the configuration came from: ``"store"`` (the
+    user's experience store), ``"shipped"`` (``agent/tuned_h200.json``) or ``"heuristic"``.
+    Entries are matched by (GPU, kernel, dtypes, layout, shape bucket) and used only when
+    the verifier accepts them."""
     from argus_cutlass.plan.heuristics import default_config
 
     problem = Problem(m, n, k, dtype, out_dtype, layout)
@@ -210,12 +220,12 @@ def tuned_or_default(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", o
     store = store or ExperienceStore()
     cfg = _usable(store.lookup(gpu, kernel, problem), problem)
     if cfg is not None:
-        return cfg
+        return cfg, "store"
     key = entry_key(gpu, kernel, problem)
     for e in shipped_entries():
         if entry_key(e.get("gpu", ""), e.get("kernel", ""),
                      Problem(*e["shape"], e["dtype"], e["out_dtype"], e["layout"])) == key:
             cfg = _usable(e, problem)
             if cfg is not None:
-                return cfg
-    return default_config(m, n, k, dtype, out_dtype, layout)
+                return cfg, "shipped"
+    return default_config(m, n, k, dtype, out_dtype, layout), "heuristic"

@@ -55,6 +55,13 @@ def _print(msg: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+_SOURCE_TEXT = {
+    "store": "tuned: your experience store",
+    "shipped": "tuned: the shipped H200 table",
+    "heuristic": "heuristic: no tuned entry for this shape bucket",
+}
+
+
 def cmd_gemm(args: argparse.Namespace) -> int:
     from argus_cutlass.plan.heuristics import default_config
     from argus_cutlass.programs.gemm import build_gemm_program
@@ -67,7 +74,12 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype,
                           layout=args.layout)
     problem.validate()
-    cfg = default_config(args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout)
+    if args.heuristic:
+        cfg, source = default_config(args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout), "heuristic"
+    else:
+        from argus_cutlass.agent.store import lookup_config
+
+        cfg, source = lookup_config("gemm", args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout)
     name = kernel_name(cfg)
     out_dir = _output_dir(args.out)
     record: dict = {
@@ -75,10 +87,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         "problem": {"m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype,
                     "out_dtype": args.out_dtype, "layout": args.layout},
         "config": cfg.model_dump(),
-        "config_source": "heuristic",
+        "config_source": source,
     }
     _print(f"problem   M={args.m} N={args.n} K={args.k} {args.dtype}->{args.out_dtype} layout {args.layout}")
-    _print(f"config    {name}")
+    _print(f"config    {name} ({_SOURCE_TEXT[source]})")
 
     program = stages.run("build_program", build_gemm_program, cfg)
     report = stages.run("verify", verify_gemm, program)
@@ -289,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     g.add_argument("--out", default="out", help="output folder (default: ./out)")
     g.add_argument("--verbose", action="store_true", help="print every proved obligation")
+    g.add_argument("--heuristic", action="store_true",
+                   help="use the fixed heuristic, not a tuned configuration from the experience store "
+                        "or the shipped H200 table")
     g.set_defaults(func=cmd_gemm)
 
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent)")

@@ -46,6 +46,20 @@ def b_is_k_major(layout: str) -> bool:
     return layout[1] == "n"
 
 
+def kernel_k_majors(layout: str, swap_ab: bool) -> tuple[bool, bool]:
+    """K-majorness of the kernel's (mainloop) A and B operands.
+
+    Without swap-AB the kernel's A is the problem's A. With swap-AB the kernel computes
+    ``D^T = B @ A^T``: its A (M' x K, M' = N) is the problem's B and its B (N' x K,
+    N' = M) the problem's A, each keeping its storage.
+
+    >>> kernel_k_majors("nt", False), kernel_k_majors("nt", True), kernel_k_majors("tt", True)
+    ((False, False), (False, False), (False, True))
+    """
+    a_k, b_k = a_is_k_major(layout), b_is_k_major(layout)
+    return (b_k, a_k) if swap_ab else (a_k, b_k)
+
+
 class GemmConfig(BaseModel):
     """One SM90 warp-specialized TMA + GMMA GEMM kernel.
 
@@ -67,6 +81,12 @@ class GemmConfig(BaseModel):
             global workspace) or ``splitk`` (every tile's K loop split ``splits`` ways).
             Both reductions are deterministic; both need the cooperative schedule.
         splits: K splits per tile for ``splitk`` (1 otherwise).
+        swap_ab: compute ``D^T[N,M] = B @ A^T`` (swap-AB, for small M): the kernel's M mode
+            is the problem's N and its N mode the problem's M, so a small M sits on the
+            GMMA N side (8..256, PTX ISA 9.7.15.5) instead of padding the 64-row GMMA M.
+            ``tile_*``, ``cluster_*``, ``epi_*`` and ``raster`` then refer to the *kernel's*
+            modes (``tile_n`` tiles the problem's M), and D is written through a
+            column-major (M'-contiguous) view of the same row-major storage.
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation
@@ -91,6 +111,7 @@ class GemmConfig(BaseModel):
     swizzle: int = Field(1, gt=0)
     scheduler: TileScheduler = "persistent"
     splits: int = Field(1, gt=0)
+    swap_ab: bool = False
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -99,6 +120,15 @@ class GemmConfig(BaseModel):
     @property
     def cluster(self) -> tuple[int, int]:
         return (self.cluster_m, self.cluster_n)
+
+    @property
+    def kernel_k_majors(self) -> tuple[bool, bool]:
+        """K-majorness of the kernel's A and B (see :func:`kernel_k_majors`)."""
+        return kernel_k_majors(self.layout, self.swap_ab)
+
+    def kernel_problem(self, m: int, n: int, k: int) -> tuple[int, int, int]:
+        """The (M, N, K) the kernel runs for problem (m, n, k): (n, m, k) under swap-AB."""
+        return (n, m, k) if self.swap_ab else (m, n, k)
 
     @property
     def consumer_warpgroups(self) -> int:

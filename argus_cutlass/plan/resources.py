@@ -73,17 +73,22 @@ def smem_bytes(program) -> SmemBreakdown:  # noqa: ANN001 - GemmProgram (import 
     c_bytes = e.epi_m * e.epi_n * out_b * e.stages_c
     d_bytes = 0 if e.reuse_smem_c else e.epi_m * e.epi_n * out_b * e.stages_d
     barriers = 16 * stages + 16 * e.stages_c + 64
-    # The fusion callbacks' shared storage of LinearCombination is empty for 16-bit
-    # outputs but occupies bytes for fp32 outputs, which pushes the 1024-aligned mainloop
-    # buffers one alignment period further (measured: sizeof(SharedStorage) with
-    # CUTLASS 4.2 is 1024 bytes above the buffer sum for every fp32-output config).
-    fusion = 1 if out_b == 4 else 0
+    # CUTLASS 4.2 GemmUniversal SharedStorage: the pipeline barriers, then TensorStorage =
+    # {epilogue TensorStorage, mainloop TensorStorage}. The epilogue's TensorStorage is its
+    # C/D buffers followed by the fusion callbacks' storage, which is an empty struct for
+    # LinearCombination and so still occupies one byte; the struct is rounded up to its
+    # alignment (the C/D swizzle alignment), which costs one whole alignment period after
+    # the C/D buffers (measured with sizeof(SharedStorage): a 64x16 column-major bf16
+    # epilogue, and every fp32-output config).
+    epi_align = max(swizzle_alignment(e.smem_atom_c.swizzle_bytes), swizzle_alignment(e.smem_atom_d.swizzle_bytes))
+    fusion = 1
     offset = barriers  # CUTLASS places the pipeline barriers before the tensors
     padding = 0
     for size, align in (
         (c_bytes, swizzle_alignment(e.smem_atom_c.swizzle_bytes)),
         (d_bytes, swizzle_alignment(e.smem_atom_d.swizzle_bytes)),
         (fusion, 1),
+        (-1, epi_align),  # end of the epilogue's TensorStorage
         (a_bytes, swizzle_alignment(program.a.smem_atom.swizzle_bytes)),
         (b_bytes, swizzle_alignment(program.b.smem_atom.swizzle_bytes)),
     ):
@@ -91,7 +96,7 @@ def smem_bytes(program) -> SmemBreakdown:  # noqa: ANN001 - GemmProgram (import 
             continue
         aligned = _round_up(offset, align)
         padding += aligned - offset
-        offset = aligned + size
+        offset = aligned + max(size, 0)
     padding += _round_up(offset, 16) - offset
     return SmemBreakdown(a_bytes, b_bytes, c_bytes, d_bytes, barriers, padding + fusion)
 

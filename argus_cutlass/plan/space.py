@@ -103,16 +103,17 @@ def default_fragments() -> dict[str, Fragment]:
     """The full GEMM space: tiles, cluster, stages, schedule, raster, swizzle, epilogue N."""
     return {
         "tile_m": EnumFragment((64, 128, 256), 128),
-        "tile_n": EnumFragment((64, 128, 192, 256), 256),
+        "tile_n": EnumFragment((16, 32, 64, 128, 192, 256), 256),
         "tile_k": EnumFragment((64, 128), 64),
         "cluster": EnumFragment(((1, 1), (2, 1), (1, 2)), (2, 1)),
-        "stages": IntRangeFragment(2, 8, 4),
+        "stages": IntRangeFragment(2, 12, 4),
         "schedule": EnumFragment(("cooperative", "pingpong"), "cooperative"),
         "raster": EnumFragment(("along_n", "along_m"), "along_n"),
         "swizzle": EnumFragment((1, 2, 4, 8), 1),
         "epi_n": EnumFragment((16, 32, 64), 32),
         "decomposition": EnumFragment((("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4)),
                                       ("persistent", 1)),
+        "swap_ab": EnumFragment((False, True), False),
     }
 
 

@@ -5,7 +5,9 @@ into a :class:`GemmProgram`: smem layout atoms, TMA copies, the tiled GMMA, the
 mainloop pipeline and the epilogue. The verifier checks this object and the
 renderer prints it; nothing downstream re-derives a choice.
 
-Shapes are by mode (M, N, K); A is (M, K), B is (N, K), D and C are (M, N) row-major.
+Shapes are by mode (M, N, K) of the *kernel*: A is (M, K), B is (N, K), D and C are
+(M, N), row-major (N contiguous), or column-major under swap-AB, where the kernel's
+(M, N) is the problem's (N, M) and its A the problem's B.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from argus_cutlass.dsl.atoms import (
     TmaCopy,
     select_smem_atom,
 )
-from argus_cutlass.plan.config import DTYPE_BYTES, GemmConfig, a_is_k_major, b_is_k_major
+from argus_cutlass.plan.config import DTYPE_BYTES, GemmConfig
 
 @dataclass(frozen=True)
 class OperandPlan:
@@ -59,8 +61,13 @@ class PipelinePlan:
 
 @dataclass(frozen=True)
 class EpiloguePlan:
-    """The TMA warp-specialized epilogue (``cutlass::epilogue::Sm90TmaWarpSpecialized``)."""
+    """The TMA warp-specialized epilogue (``cutlass::epilogue::Sm90TmaWarpSpecialized``).
 
+    ``d_major`` is the contiguous mode of C and D in the kernel's (M, N): ``"N"``
+    (row-major) or ``"M"`` (column-major, swap-AB).
+    """
+
+    d_major: str
     epi_m: int
     epi_n: int
     stages_c: int
@@ -122,12 +129,19 @@ def _epilogue(cfg: GemmConfig) -> EpiloguePlan:
     reuse = out_bits > 8  # C and D share one dtype here
     stages_d = min(epi_tiles, 2)
     stages_c = max(min(epi_tiles, 4), stages_d + 1) if reuse else min(epi_tiles, 4)
-    atom = select_smem_atom("K", out_bits, cfg.epi_m, cfg.epi_n)
+    m_major = cfg.swap_ab  # D^T through D's row-major storage is column-major
+    # CUTLASS sm90_get_epilogue_smem_swizzle_layout_atom: an MN-major GMMA atom for
+    # column-major C/D, a K-major one (N contiguous) for row-major.
+    atom = select_smem_atom("MN" if m_major else "K", out_bits, cfg.epi_m, cfg.epi_n)
     if out_bits == 16:
-        if cfg.epi_n % 16 == 0:
-            r2s, s2r = "cute::SM90_U32x4_STSM_N", "cute::SM75_U32x4_LDSM_N"
+        # sm90_get_smem_store_op_for_accumulator: transposing stmatrix for column-major D
+        wide = cfg.epi_n % 16 == 0
+        if m_major:
+            r2s, s2r = (("cute::SM90_U16x8_STSM_T", "cute::SM75_U16x8_LDSM_T") if wide
+                        else ("cute::SM90_U16x4_STSM_T", "cute::SM75_U16x4_LDSM_T"))
         else:
-            r2s, s2r = "cute::SM90_U32x2_STSM_N", "cute::SM75_U32x2_LDSM_N"
+            r2s, s2r = (("cute::SM90_U32x4_STSM_N", "cute::SM75_U32x4_LDSM_N") if wide
+                        else ("cute::SM90_U32x2_STSM_N", "cute::SM75_U32x2_LDSM_N"))
     else:
         r2s = "cute::AutoVectorizingCopyWithAssumedAlignment<128>"
         s2r = "cute::AutoVectorizingCopyWithAssumedAlignment<128>"
@@ -136,11 +150,14 @@ def _epilogue(cfg: GemmConfig) -> EpiloguePlan:
         if cfg.epi_n % 16 == 0
         else "cute::Copy_Atom<cute::SM90_U32x2_STSM_N, cutlass::half_t>"
     )
-    inner = min(atom.contiguous_elems, cfg.epi_n)
-    tma_c = TmaCopy("load", (inner, cfg.epi_m), out_bits, atom.swizzle_bytes)
-    tma_d = TmaCopy("store", (inner, cfg.epi_m), out_bits, atom.swizzle_bytes)
+    if m_major:
+        box = (min(atom.contiguous_elems, cfg.epi_m), cfg.epi_n)
+    else:
+        box = (min(atom.contiguous_elems, cfg.epi_n), cfg.epi_m)
+    tma_c = TmaCopy("load", box, out_bits, atom.swizzle_bytes)
+    tma_d = TmaCopy("store", box, out_bits, atom.swizzle_bytes)
     return EpiloguePlan(
-        epi_m=cfg.epi_m, epi_n=cfg.epi_n, stages_c=stages_c, stages_d=stages_d,
+        d_major="M" if m_major else "N", epi_m=cfg.epi_m, epi_n=cfg.epi_n, stages_c=stages_c, stages_d=stages_d,
         fragment_size=fragment, reuse_smem_c=reuse, delay_tma_store=False,
         smem_atom_c=atom, smem_atom_d=atom, copy_r2s=r2s, copy_s2r=s2r,
         copy_atom_c=copy_atom_c, tma_load_c=tma_c, tma_store_d=tma_d,
@@ -158,8 +175,9 @@ def build_gemm_program(cfg: GemmConfig) -> GemmProgram:
 
     elem_bits = DTYPE_BYTES[cfg.dtype] * 8
     try:
-        a = _operand("A", a_is_k_major(cfg.layout), cfg.tile_m, cfg.tile_k, elem_bits, cfg.cluster_n)
-        b = _operand("B", b_is_k_major(cfg.layout), cfg.tile_n, cfg.tile_k, elem_bits, cfg.cluster_m)
+        a_k, b_k = cfg.kernel_k_majors
+        a = _operand("A", a_k, cfg.tile_m, cfg.tile_k, elem_bits, cfg.cluster_n)
+        b = _operand("B", b_k, cfg.tile_n, cfg.tile_k, elem_bits, cfg.cluster_m)
         epi = _epilogue(cfg)
     except ValueError as exc:
         raise ConfigError("smem.atom", str(exc)) from None

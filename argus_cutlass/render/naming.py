@@ -19,7 +19,7 @@ def kernel_name(cfg: GemmConfig) -> str:
         f"argus_gemm_sm90_{c.dtype}_{c.out_dtype}_{c.layout}_"
         f"{c.tile_m}x{c.tile_n}x{c.tile_k}_c{c.cluster_m}x{c.cluster_n}_s{c.stages}_"
         f"{_SCHEDULE[c.schedule]}_e{c.epi_m}x{c.epi_n}_r{_RASTER[c.raster]}{c.swizzle}"
-        f"{_scheduler_suffix(c)}"
+        f"{_scheduler_suffix(c)}{'_swapab' if c.swap_ab else ''}"
     )
 
 

@@ -58,7 +58,13 @@ def gemm_context(program: GemmProgram, verified: tuple[str, ...] = ()) -> dict:
     """The template variables for ``program`` (exposed for golden tests)."""
     c = program.config
     a, b, e = program.a, program.b, program.epilogue
-    a_k, b_k = a_is_k_major(c.layout), b_is_k_major(c.layout)
+    a_k, b_k = a_is_k_major(c.layout), b_is_k_major(c.layout)  # the problem's operands
+    ka_k, kb_k = c.kernel_k_majors  # the kernel's operands
+    # Stride values of the problem's A and B over run()'s arguments (M, N, K are the problem's).
+    user_a = ("cute::make_stride(lda, cute::Int<1>{}, int64_t(lda) * M)"
+              if a_k else "cute::make_stride(cute::Int<1>{}, lda, int64_t(lda) * K)")
+    user_b = ("cute::make_stride(ldb, cute::Int<1>{}, int64_t(ldb) * N)"
+              if b_k else "cute::make_stride(cute::Int<1>{}, ldb, int64_t(ldb) * K)")
     return {
         "name": kernel_name(c),
         "version": __version__,
@@ -67,19 +73,15 @@ def gemm_context(program: GemmProgram, verified: tuple[str, ...] = ()) -> dict:
         "out_dtype": c.out_dtype,
         "a_k_major": a_k,
         "b_k_major": b_k,
+        "swap_ab": c.swap_ab,
         "cpp_a": CPP_TYPE[c.dtype],
         "cpp_b": CPP_TYPE[c.dtype],
         "cpp_out": CPP_TYPE[c.out_dtype],
-        "stride_a": _K_MAJOR_STRIDE if a_k else _MN_MAJOR_STRIDE,
-        "stride_b": _K_MAJOR_STRIDE if b_k else _MN_MAJOR_STRIDE,
-        "stride_a_value": (
-            "cute::make_stride(lda, cute::Int<1>{}, int64_t(lda) * M)"
-            if a_k else "cute::make_stride(cute::Int<1>{}, lda, int64_t(lda) * K)"
-        ),
-        "stride_b_value": (
-            "cute::make_stride(ldb, cute::Int<1>{}, int64_t(ldb) * N)"
-            if b_k else "cute::make_stride(cute::Int<1>{}, ldb, int64_t(ldb) * K)"
-        ),
+        "stride_a": _K_MAJOR_STRIDE if ka_k else _MN_MAJOR_STRIDE,
+        "stride_b": _K_MAJOR_STRIDE if kb_k else _MN_MAJOR_STRIDE,
+        "stride_a_value": user_b if c.swap_ab else user_a,
+        "stride_b_value": user_a if c.swap_ab else user_b,
+        "stride_cd": _MN_MAJOR_STRIDE if e.d_major == "M" else _K_MAJOR_STRIDE,
         "tile_m": c.tile_m, "tile_n": c.tile_n, "tile_k": c.tile_k,
         "cluster_m": c.cluster_m, "cluster_n": c.cluster_n,
         "stages": c.stages,

@@ -21,6 +21,8 @@ CONFIGS = (
                cluster_n=2, stages=6, schedule="pingpong", epi_m=64, epi_n=32, raster="along_m", swizzle=2),
     GemmConfig(layout="tt", out_dtype="fp16", tile_m=128, tile_n=128, cluster_m=1, stages=5),
     GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=3),
+    GemmConfig(layout="nn", tile_m=64, tile_n=16, cluster_m=1, stages=8, schedule="pingpong", epi_m=64,
+               epi_n=16, swap_ab=True),
 )
 #: a fixed proof list, so that this test pins the template and not the verifier
 PROVED = ("G1 k agreement (example line)",)

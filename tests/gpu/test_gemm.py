@@ -53,6 +53,26 @@ SCHEDULER_CASES = (
                 stages=8, schedule="pingpong", epi_m=64), 1000, 5000, 72),
 )
 
+_SWAP_PP16 = GemmConfig(tile_m=64, tile_n=16, cluster_m=1, cluster_n=1, stages=8, schedule="pingpong",
+                        epi_m=64, epi_n=16, swap_ab=True)
+#: swap-AB kernels (D^T = B A^T through a column-major view of D): every layout, fp32 and
+#: fp16 outputs, beta, residues in all three modes, and a 2x1 cluster (multicast of A)
+SWAP_CASES = (
+    (_SWAP_PP16, 1, 4096, 4096, 0.0),
+    (_SWAP_PP16, 7, 1000, 72, 0.5),
+    (_SWAP_PP16, 16, 5000, 5000, 0.0),
+    (_SWAP_PP16.replace(layout="nt", dtype="fp16", out_dtype="fp32"), 16, 4096, 1000, 0.5),
+    (_SWAP_PP16.replace(layout="nt", dtype="fp16", out_dtype="fp32"), 64, 1000, 520, 0.0),
+    (GemmConfig(layout="tt", tile_m=128, tile_n=32, cluster_m=2, cluster_n=1, stages=6, epi_m=128, epi_n=32,
+                swap_ab=True), 16, 4096, 4096, 0.0),
+    (GemmConfig(layout="tt", tile_m=128, tile_n=32, cluster_m=2, cluster_n=1, stages=6, epi_m=128, epi_n=32,
+                swap_ab=True), 33, 1000, 5000, 0.5),
+    (GemmConfig(layout="nn", out_dtype="fp16", tile_m=64, tile_n=64, cluster_m=1, cluster_n=1, stages=8,
+                schedule="pingpong", epi_m=64, epi_n=32, swap_ab=True), 64, 4096, 1000, 0.5),
+    (GemmConfig(layout="nn", out_dtype="fp16", tile_m=64, tile_n=64, cluster_m=1, cluster_n=1, stages=8,
+                schedule="pingpong", epi_m=64, epi_n=32, swap_ab=True), 24, 1000, 4096, 0.0),
+)
+
 
 def _refused(layout: str, m: int) -> bool:
     return layout[0] == "n" and m % 8 != 0
@@ -89,6 +109,14 @@ def scheduler_kernels():
     from argus_cutlass.api import build_many
 
     return build_many(cfg for cfg, *_ in SCHEDULER_CASES)
+
+
+@pytest.fixture(scope="session")
+def swap_kernels():
+    """The kernels of SWAP_CASES, compiled in parallel."""
+    from argus_cutlass.api import build_many
+
+    return build_many(cfg for cfg, *_ in SWAP_CASES)
 
 
 def _id(case) -> str:
@@ -129,6 +157,22 @@ def test_tile_schedulers_match_fp32_reference(case, scheduler_kernels, gpu_devic
         assert result.unwritten == 0 and result.passed, result.summary()
 
 
+@pytest.mark.parametrize(
+    "case", SWAP_CASES,
+    ids=lambda c: f"swapab-{c[0].layout}-{c[0].dtype}-{c[0].out_dtype}-{c[0].tile_m}x{c[0].tile_n}-{c[1]}x{c[2]}x{c[3]}-b{c[4]}")
+def test_swap_ab_matches_fp32_reference(case, swap_kernels, gpu_device):
+    """Swap-AB kernels compute the problem's D (row-major M x N), not its transpose."""
+    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.runtime.check import run_and_check
+    from argus_cutlass.runtime.problem import GemmProblem
+
+    cfg, m, n, k, beta = case
+    problem = GemmProblem(m, n, k, dtype=cfg.dtype, out_dtype=cfg.out_dtype, layout=cfg.layout).validate()
+    lib = swap_kernels[kernel_name(cfg)]
+    result = run_and_check(lib, problem, alpha=1.0, beta=beta, seed=zlib.crc32(kernel_name(cfg).encode()) & 0xFFFF)
+    assert result.unwritten == 0 and result.passed, result.summary()
+
+
 def test_smem_model_bounds_the_real_kernel(kernels):
     """The verifier's shared-memory model is an upper bound within 1 KiB of sizeof(SharedStorage)."""
     from argus_cutlass.plan.resources import smem_bytes
@@ -145,3 +189,16 @@ def test_smem_model_bounds_the_real_kernel(kernels):
         assert real <= model <= real + 1024, (kernel_name(cfg), real, model)
         seen += 1
     assert seen > 0
+
+
+def test_smem_model_bounds_the_swap_ab_kernels(swap_kernels):
+    """Same bound for the column-major (swap-AB) epilogues, whose MN-major C/D atoms
+    change the epilogue's alignment padding."""
+    from argus_cutlass.plan.resources import smem_bytes
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.render.naming import kernel_name
+
+    for cfg, *_ in SWAP_CASES:
+        real = swap_kernels[kernel_name(cfg)].smem_bytes()
+        model = smem_bytes(build_gemm_program(cfg)).total
+        assert real <= model <= real + 1024, (kernel_name(cfg), real, model)

@@ -40,10 +40,16 @@ def test_risks_name_real_invariants_or_rules():
 
 
 def test_missing_kernel_features_are_unavailable():
-    t = KB.get("swap_ab")
+    t = KB.get("register_reallocation")
     assert not t.available and t.why and t.missing_knobs
     assert not t.applicable(problem_env(16, 8192, 8192, GemmConfig()))
-    assert not KB.get("register_reallocation").available
+
+
+def test_swap_ab_applies_to_small_m_only():
+    t = KB.get("swap_ab")
+    assert t.available and set(t.knobs) == {"swap_ab", "tile_n", "epi_n"}
+    assert t.applicable(problem_env(16, 8192, 8192, GemmConfig()))
+    assert not t.applicable(problem_env(4096, 8192, 8192, GemmConfig()))
     assert {"pipeline_depth", "cta_tile", "cluster_multicast_b", "cooperative_schedule", "pingpong_schedule",
             "raster_order", "scheduler_swizzle", "epilogue_subtile", "tile_k"} <= {t.id for t in KB.available}
 

@@ -77,7 +77,7 @@ GOOD = json.dumps({"technique": "raster_order", "params": {"raster": "along_m"},
 SCRIPT = [
     "sure! {technique: raster}",                                                   # malformed JSON
     json.dumps({"technique": "pipeline_depth", "params": {"warps": 4}}),            # unknown knob
-    json.dumps({"technique": "swap_ab", "params": {"swap_ab": True}}),               # unavailable
+    json.dumps({"technique": "register_reallocation", "params": {}}),               # unavailable
     json.dumps({"technique": "split_k", "params": {"splits": 4}}),                   # precondition false
     json.dumps({"technique": "pipeline_depth", "params": {"stages": 8}}),            # verifier rejects
     "```json\n" + GOOD + "\n```",                                                    # good (fenced)
@@ -99,7 +99,7 @@ def test_llm_policy_feedback_loop_through_openai_client():
     assert "invalid JSON" in last_user(reqs[1])
     assert reqs[1]["messages"][-2] == {"role": "assistant", "content": SCRIPT[0]}
     assert "unknown knob 'warps'" in last_user(reqs[2])
-    assert "not available" in last_user(reqs[3]) and "swap_ab" in last_user(reqs[3])
+    assert "not available" in last_user(reqs[3]) and "register_reallocation" in last_user(reqs[3])
     assert "does not apply" in last_user(reqs[4]) and "k >= 2048" in last_user(reqs[4])
     assert "verifier rejected" in last_user(reqs[5]) and "smem.capacity" in last_user(reqs[5])
     assert len(rejected) == 5

@@ -54,7 +54,9 @@ def test_full_space_matches_issue_fragments():
     s = GemmSpace()
     f = s.fragments
     assert f["tile_m"].domain() == (64, 128, 256)
-    assert f["tile_n"].domain() == (64, 128, 192, 256)
+    assert f["tile_n"].domain() == (16, 32, 64, 128, 192, 256)  # 16 and 32 for swap-AB
+    assert f["swap_ab"].domain() == (False, True)
+    assert f["stages"].domain() == tuple(range(2, 13))
     assert f["tile_k"].domain() == (64, 128)
     assert set(f["cluster"].domain()) == {(1, 1), (2, 1), (1, 2)}
     assert set(f["swizzle"].domain()) == {1, 2, 4, 8}
