@@ -14,7 +14,7 @@ The single feasibility function is :func:`feasible`: it *is* the verifier
 
 >>> space = GemmSpace()
 >>> space.size
-60480
+285120
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]

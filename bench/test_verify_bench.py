@@ -1,0 +1,105 @@
+"""Verifier speed: one GEMM configuration verified end to end, per tier (CPU only).
+
+Run (no GPU needed; z3-solver installed)::
+
+    taskset -c 0 pytest bench/test_verify_bench.py --benchmark-json=$OUT/verify_bench.json
+
+``taskset -c 0`` pins the process to one core (the issue's budget is "under 1 s on one CPU
+core"). For every configuration we ship (the heuristic's choice for each shape of
+``bench/test_gemm_bench.py`` and every entry of ``agent/tuned_h200.json``),
+pytest-benchmark times ``verify_gemm(build_gemm_program(cfg))``. That covers building the
+program, the resource rules (arith), the enumeration tier (enum) and the SMT tier (z3).
+The SMT tier memoises decided queries across calls (the agent verifies many configurations
+that share a pipeline or a k loop); the benchmark clears that memo before every round, so
+each round is a cold verification (the parsed invariant catalogue stays cached). The
+per-tier seconds of each run (``VerificationReport.tier_seconds``) go to ``extra_info``
+and to the table printed at the end, as medians over the rounds. ``ARGUS_VERIFY_BENCH_TABLE``
+names a markdown file to write the table to.
+
+Nothing here asserts a time. The only check is that the verifier accepts every shipped
+configuration: a false alarm on a shipped kernel would be a bug.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("z3", reason="the SMT tier needs z3-solver")
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUNDS = 5
+RESULTS: list[dict] = []
+
+
+def _bench_shapes() -> list[tuple[int, int, int]]:
+    tree = ast.parse((ROOT / "bench" / "test_gemm_bench.py").read_text("utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SHAPES" for t in node.targets):
+            return [tuple(s) for s in ast.literal_eval(node.value)]
+    raise RuntimeError("SHAPES not found in bench/test_gemm_bench.py")
+
+
+def _shipped_configs():
+    from argus_cutlass.agent.store import shipped_entries
+    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.plan.heuristics import default_config
+
+    cfgs = [default_config(*s) for s in _bench_shapes()]
+    cfgs += [GemmConfig(**e["config"]) for e in shipped_entries()]
+    return list(dict.fromkeys(cfgs))
+
+
+CONFIGS = _shipped_configs()
+
+
+def _name(cfg) -> str:  # noqa: ANN001
+    from argus_cutlass.render.naming import kernel_name
+
+    return kernel_name(cfg).removeprefix("argus_gemm_sm90_")
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_name)
+def test_verify_one_config(cfg, benchmark):
+    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.verify import verify_gemm
+
+    reports = []
+
+    def run():
+        report = verify_gemm(build_gemm_program(cfg))
+        reports.append(report)
+        return report
+
+    from argus_cutlass.verify import smt
+
+    report = benchmark.pedantic(run, setup=smt._MEMO.clear, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    assert report.ok, report.format()  # every shipped configuration is accepted
+    tiers = {t: statistics.median(r.tier_seconds.get(t, 0.0) for r in reports) for t in ("arith", "enum", "smt")}
+    row = {"kernel": _name(cfg), "total_s": statistics.median(benchmark.stats.stats.data),
+           "obligations": len(report.proofs), **{f"{t}_s": v for t, v in tiers.items()}}
+    RESULTS.append(row)
+    benchmark.extra_info.update(row)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _print_table():
+    yield
+    if not RESULTS:
+        return
+    lines = ["| kernel | proofs | arith ms | enum ms | smt ms | total ms (median) |", "|---|---|---|---|---|---|"]
+    for r in RESULTS:
+        lines.append(f"| `{r['kernel']}` | {r['obligations']} | {r['arith_s'] * 1e3:.1f} | {r['enum_s'] * 1e3:.1f} "
+                     f"| {r['smt_s'] * 1e3:.1f} | {r['total_s'] * 1e3:.1f} |")
+    med = {k: statistics.median(r[k] for r in RESULTS) for k in ("arith_s", "enum_s", "smt_s", "total_s")}
+    lines.append(f"| **median of {len(RESULTS)} configs** | | {med['arith_s'] * 1e3:.1f} | {med['enum_s'] * 1e3:.1f} "
+                 f"| {med['smt_s'] * 1e3:.1f} | {med['total_s'] * 1e3:.1f} |")
+    table = "\n".join(lines)
+    print("\n" + table)
+    path = os.environ.get("ARGUS_VERIFY_BENCH_TABLE")
+    if path:
+        Path(path).write_text(table + "\n")
