@@ -246,6 +246,51 @@ class KLoop:
 
 
 @dataclass(frozen=True)
+class EpilogueStore:
+    """Accumulators -> D for one output tile.
+
+    Consumer warpgroup ``w`` (of ``warpgroups`` splitting the tile along M; 1 for ping-pong)
+    holds, in thread ``t`` and register ``r``, the accumulator at the tile coordinate that
+    CuTe's ``CLayout_64xN`` gives (PTX ISA 9.7.15.4; rows ``64 * (rep * warpgroups + w)``
+    onward). The epilogue stores that register at the same coordinate shifted by
+    ``(row_offset, 0)``; the shift is 0 in a correct kernel and is the knob a planted mistake
+    turns. With ``residue_mask`` a store whose global coordinate lies outside ``M x N`` is
+    suppressed.
+
+    Attributes:
+        tile_m, tile_n: output tile (elements); op_m, op_n: the GMMA atom (64 x N).
+        d_major: contiguous mode of D in the kernel's (M, N): ``"N"`` or ``"M"`` (swap-AB).
+    """
+
+    tile_m: int
+    tile_n: int
+    op_m: int
+    op_n: int
+    warpgroups: int
+    d_major: str
+    row_offset: int
+    residue_mask: bool
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class TileSchedule:
+    """The persistent tile scheduler: CTA ``c`` of ``grid`` takes work units ``c, c + step,
+    c + 2 step, ...`` below the unit count, with ``step = grid + step_delta`` (0 in a correct
+    kernel); unit ``w`` maps to an output tile by raster order in panels of ``swizzle`` tiles.
+
+    ``decomposition`` is ``persistent``, ``streamk`` or ``splitk``; only ``persistent`` is
+    modelled by the bijection check (stream-K / split-K divide a tile's k loop as well).
+    """
+
+    raster: str
+    swizzle: int
+    step_delta: int
+    decomposition: str
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
 class DslProgram:
     """A whole tile program: tensors, TMA loads, MMA reads and tag assertions.
 
@@ -260,6 +305,8 @@ class DslProgram:
     assertions: tuple[TagAssertion, ...]
     pipeline: Pipeline | None = None
     kloop: KLoop | None = None
+    epilogue: EpilogueStore | None = None
+    schedule: TileSchedule | None = None
 
     def tensor(self, name: str) -> Tensor:
         """The tensor called ``name``. Raises ``KeyError`` naming the known tensors."""
@@ -311,6 +358,18 @@ class DslProgram:
             changes["consumer"] = dataclasses.replace(p.consumer, **consumer)
         return dataclasses.replace(self, pipeline=dataclasses.replace(p, **changes))
 
+    def replace_epilogue(self, **changes: Any) -> DslProgram:
+        """A copy with the epilogue store changed (e.g. ``row_offset=16``, ``residue_mask=False``)."""
+        if self.epilogue is None:
+            raise KeyError("program has no epilogue store")
+        return dataclasses.replace(self, epilogue=dataclasses.replace(self.epilogue, **changes))
+
+    def replace_schedule(self, **changes: Any) -> DslProgram:
+        """A copy with the tile scheduler changed (e.g. ``step_delta=-1``)."""
+        if self.schedule is None:
+            raise KeyError("program has no tile schedule")
+        return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
+
     def replace_kloop(self, **changes: Any) -> DslProgram:
         """A copy with the k loop changed (e.g. ``rounding="floor"``)."""
         if self.kloop is None:
@@ -336,6 +395,8 @@ class ProgramBuilder:
         self._asserts: list[TagAssertion] = []
         self._pipeline: Pipeline | None = None
         self._kloop: KLoop | None = None
+        self._epilogue: EpilogueStore | None = None
+        self._schedule: TileSchedule | None = None
 
     def tensor(self, name: str, space: Space, shape: tuple[int, ...], dtype: str, *,
                layout: Any = None, tag: Tag | None = None, base_bytes: int = 0,
@@ -381,6 +442,20 @@ class ProgramBuilder:
         self._kloop = node
         return node
 
+    def epilogue_store(self, *, tile_m: int, tile_n: int, op: GmmaOp, warpgroups: int, d_major: str = "N",
+                       row_offset: int = 0, residue_mask: bool = True) -> EpilogueStore:
+        node = EpilogueStore(tile_m, tile_n, op.m, op.n, warpgroups, d_major, row_offset, residue_mask,
+                             caller_loc())
+        self._epilogue = node
+        return node
+
+    def tile_schedule(self, *, raster: str, swizzle: int, decomposition: str = "persistent",
+                      step_delta: int = 0) -> TileSchedule:
+        node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc())
+        self._schedule = node
+        return node
+
     def build(self) -> DslProgram:
         return DslProgram(self.name, self.stages, tuple(self._tensors), tuple(self._loads),
-                          tuple(self._reads), tuple(self._asserts), self._pipeline, self._kloop)
+                          tuple(self._reads), tuple(self._asserts), self._pipeline, self._kloop,
+                          self._epilogue, self._schedule)

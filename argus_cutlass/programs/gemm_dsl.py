@@ -103,6 +103,9 @@ def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None =
     b.mma_read("B", smem["B"], layout_b, mma.op, tile_mn=cfg.tile_n, tile_k=cfg.tile_k,
                warpgroups=mma.atoms_n)
     b.k_loop(tile_k=cfg.tile_k, block_k=mma.op.k, k_blocks=cfg.tile_k // mma.op.k)
+    b.epilogue_store(tile_m=cfg.tile_m, tile_n=cfg.tile_n, op=mma.op, warpgroups=mma.atoms_m,
+                     d_major=program.epilogue.d_major)
+    b.tile_schedule(raster=cfg.raster, swizzle=cfg.swizzle, decomposition=cfg.scheduler)
     b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1",
                   rule="mma.k_agreement")
     return b.build()

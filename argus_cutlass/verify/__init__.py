@@ -143,6 +143,10 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
                 continue
             run.add("enum", _ASSERTION_CHECKS[a.rule], dsl, a)
         _protocol(run, dsl, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms)
+        if shapes_ok:
+            _output(run, dsl, obligations)
+        else:
+            notes.append("output checks (G2, G4, G8) not run: shape rules failed")
     return VerificationReport(name, tuple(obligations), tuple(run.proofs), tuple(run.violations),
                               time.perf_counter() - t0, tuple(notes), tuple(run.unknowns),
                               {k: v for k, v in run.tier.items() if v})
@@ -183,6 +187,31 @@ def _protocol(run: _Run, dsl: DslProgram, obligations: list[Obligation], notes: 
             notes.append("SMT operand cross-check skipped: the enumeration tier already found a violation")
         else:
             run.add("smt", smt_tier.check_operands_smt, dsl, timeout)
+
+
+#: obligations of the output checks (G2, G4, G8): rule -> (invariant, description)
+_OUTPUT_OBLIGATIONS = {
+    "output.bijection": ("G4", "accumulator registers cover the output tile exactly once"),
+    "epilogue.coordinate": ("G2", "each register is stored at its accumulator's (m, n)"),
+    "residue.store": ("G8", "no store leaves D for any M/N residue"),
+}
+
+
+def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
+    """G2/G4/G8 on the epilogue store and G4 on the persistent tile scheduler."""
+    from argus_cutlass.verify.output import check_epilogue, check_schedule, check_schedule_all_sizes
+
+    if dsl.epilogue is not None:
+        for rule, (inv, text) in _OUTPUT_OBLIGATIONS.items():
+            obligations.append(Obligation(rule, inv, text, str(dsl.epilogue.loc)))
+        run.add("enum", check_epilogue, dsl)
+    if dsl.schedule is not None:
+        obligations.append(Obligation("scheduler.bijection", "G4",
+                                      "every work unit has one CTA and one output tile (enum: units <= 48; "
+                                      "arith: all sizes)", str(dsl.schedule.loc)))
+        _, bad = run.add("enum", check_schedule, dsl)
+        if not bad:
+            run.add("arith", check_schedule_all_sizes, dsl)
 
 
 def check_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: bool = True) -> VerificationReport:

@@ -32,7 +32,8 @@ def test_nodes_record_the_users_line():
 def test_gemm_dsl_nodes_point_at_their_statements():
     dsl = gemm_dsl_program(build_gemm_program(GemmConfig()))
     for node, text in [(dsl.assertions[0], "assert_tags"), (dsl.read("A"), "mma_read"),
-                       (dsl.load_into("sB"), "tma_load")]:
+                       (dsl.load_into("sB"), "tma_load"), (dsl.epilogue, "epilogue_store"),
+                       (dsl.schedule, "tile_schedule")]:
         assert node.loc.file.endswith("programs/gemm_dsl.py")
         assert text in linecache.getline(node.loc.file, node.loc.line)
     a = dsl.assertions[0]
@@ -72,8 +73,13 @@ def test_catalogue_is_data_and_honest():
     assert invs["G3"].checked and invs["G3"].rules == ("k.coverage",)
     assert invs["G6"].checked and "pipeline.protocol" in invs["G6"].rules
     assert invs["G6"].unchecked, "G6's unmodelled part (release after wgmma retires) must be listed"
-    for gid in ("G2", "G4", "G7", "G8"):
-        assert not invs[gid].checked
+    assert invs["G2"].checked and invs["G2"].rules == ("epilogue.coordinate",)
+    assert invs["G4"].checked and set(invs["G4"].rules) == {"output.bijection", "scheduler.bijection"}
+    assert invs["G4"].unchecked, "G4's unmodelled parts (stream-K division, CUTLASS's walk order) must be listed"
+    assert invs["G8"].checked and invs["G8"].rules == ("residue.store",)
+    assert not invs["G7"].checked
     checked_rules = {r for i in invs.values() if i.checked for r in i.rules}
-    assert set(RULES) | {"mma.k_agreement", "tma.image", "k.coverage"} | set(invs["G6"].rules) == checked_rules
+    output_rules = {"epilogue.coordinate", "output.bijection", "scheduler.bijection", "residue.store"}
+    assert set(RULES) | {"mma.k_agreement", "tma.image", "k.coverage"} | set(invs["G6"].rules) | output_rules \
+        == checked_rules
     assert all(i.source for i in invs.values())

@@ -1,0 +1,235 @@
+"""G2, G4 and G8: where accumulators go, that every output is written once, and residues.
+
+Rules (VERIFIER.md catalogue):
+
+* ``output.bijection`` (G4): the accumulator partition (consumer warpgroup, thread,
+  register) -> tile coordinate is a bijection onto the output tile. Checked by enumeration.
+* ``epilogue.coordinate`` (G2): the epilogue stores each register at the coordinate its
+  accumulator holds. Checked by enumeration; the counterexample names the thread and the
+  register.
+* ``residue.store`` (G8, store side): for every residue of M and N modulo the tile, no
+  store lands outside ``M x N``. Checked by enumerating all ``(M mod tile_m, N mod tile_n)``.
+  The load side of G8 is the TMA zero fill of k >= K, proved by ``k.coverage`` (G3). M and N
+  residue loads need no fill: their outputs are the ones masked here.
+* ``scheduler.bijection`` (G4): the persistent scheduler gives every work unit to exactly one
+  CTA, and maps units one-to-one onto output tiles. The enumeration covers unit counts up to
+  48, every grid up to the unit count + 1, and tile grids up to 12 x 12 for every raster and
+  swizzle. A closed-form argument (Euclidean division) covers every unit count and grid when
+  the step is the grid size. (A z3 formulation with a symbolic step needs nonlinear ``urem``
+  and timed out at 10 s, so the general case is argued, not solved.)
+
+The accumulator layout is CuTe's ``CLayout_64xN`` (``layout.gmma.gmma_c_layout``, PTX ISA
+9.7.15.4). The scheduler's unit -> tile map is modelled as a raster in panels of
+``swizzle`` tiles along the non-raster mode. It is checked for bijectivity, which is the
+property G4 needs. CUTLASS's exact walk order (``sm90_tile_scheduler.hpp``) is not
+transcribed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from argus_cutlass.dsl.ir import DslProgram
+from argus_cutlass.layout.algebra import layout_image
+from argus_cutlass.layout.gmma import gmma_c_layout
+from argus_cutlass.verify.report import Counterexample, Proof, Violation
+
+__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "schedule_units",
+           "tile_of_unit"]
+
+#: enumeration bounds of scheduler.bijection
+MAX_UNITS = 48
+MAX_TILES = 12
+
+
+def accumulator_map(dsl: DslProgram) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every accumulator register of one output tile.
+
+    Returns:
+        ``(wg, thread, reg, m, n)``: int64 arrays of equal length ``tile_m * tile_n``. They
+        give the consumer warpgroup, its thread (0..127), the register index and the tile
+        coordinate that register accumulates.
+    """
+    e = dsl.epilogue
+    c_img = layout_image(gmma_c_layout(e.op_n))  # t + 128 v -> mm + 64 nn
+    tv = np.arange(c_img.size)
+    t, v = tv % 128, tv // 128
+    mm, nn = c_img % e.op_m, c_img // e.op_m
+    reps = e.tile_m // (e.op_m * e.warpgroups)
+    n_atoms = e.tile_n // e.op_n
+    wgs, ts, regs, ms, ns = [], [], [], [], []
+    per_atom = e.op_n // 2
+    for w in range(e.warpgroups):
+        for r in range(reps):
+            for a in range(n_atoms):
+                wgs.append(np.full(t.size, w))
+                ts.append(t)
+                regs.append(r * per_atom * n_atoms + a * per_atom + v)
+                ms.append((r * e.warpgroups + w) * e.op_m + mm)
+                ns.append(a * e.op_n + nn)
+    return tuple(np.concatenate(x).astype(np.int64) for x in (wgs, ts, regs, ms, ns))  # type: ignore[return-value]
+
+
+def _thread(w: int, t: int) -> dict[str, int]:
+    idx = 128 * (1 + w) + t
+    return {"cta": 0, "threadIdx": idx, "warpgroup": w, "warp": idx // 32, "lane": t % 32}
+
+
+def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+    """``output.bijection`` (G4), ``epilogue.coordinate`` (G2) and ``residue.store`` (G8)."""
+    e = dsl.epilogue
+    where = str(e.loc)
+    proofs: list[Proof] = []
+    violations: list[Violation] = []
+    wg, th, reg, m, n = accumulator_map(dsl)
+    cells = e.tile_m * e.tile_n
+    counts = np.bincount(m * e.tile_n + n, minlength=cells)
+    if counts.size == cells and (counts == 1).all():
+        proofs.append(Proof("output.bijection", "G4", "enum",
+                            f"{e.warpgroups} warpgroup(s) x 128 threads x {reg.max() + 1} registers cover the "
+                            f"{e.tile_m}x{e.tile_n} tile exactly once (CLayout_64x{e.op_n})", int(m.size)))
+    else:
+        violations.append(Violation("output.bijection", "G4",
+                                    f"accumulators cover {int((counts > 0).sum())} of {cells} tile elements, "
+                                    f"{int((counts > 1).sum())} twice", None, where))
+    # G2: the store coordinate of every register is its accumulator's coordinate
+    sm, sn = m + e.row_offset, n
+    bad = np.flatnonzero((sm != m) | (sn != n))
+    if bad.size:
+        i = int(bad[np.lexsort((reg[bad], th[bad], wg[bad]))][0])
+        w, t = int(wg[i]), int(th[i])
+        cex = Counterexample(
+            "G2", "epilogue.coordinate", "enum", "epilogue.store", where, -1, -1, -1,
+            {"m": int(m[i]), "n": int(n[i])}, _thread(w, t), f"accum[{int(reg[i])}]", {},
+            f"store at D({int(m[i])},{int(n[i])}) (the accumulator's coordinate)",
+            f"stored at D({int(sm[i])},{int(sn[i])}) (row offset {e.row_offset})",
+            f"CLayout_64x{e.op_n} (thread, value) -> (m, n); epilogue map shifted by {e.row_offset} rows",
+            element={"tensor": "D", "m": int(sm[i]), "n": int(sn[i])},
+            chain=(f"accum[{int(reg[i])}] of thread {128 * (1 + w) + t}", f"D({int(m[i])},{int(n[i])}) expected",
+                   f"D({int(sm[i])},{int(sn[i])}) written"))
+        violations.append(Violation(
+            "epilogue.coordinate", "G2",
+            f"{bad.size} of {m.size} registers are stored away from their accumulator's coordinate; first: "
+            f"threadIdx.x={128 * (1 + w) + t} accum[{int(reg[i])}] holds D({int(m[i])},{int(n[i])}) "
+            f"but stores D({int(sm[i])},{int(sn[i])})",
+            "the epilogue must partition D with the MMA's accumulator layout (partition_C of the same TiledMma)",
+            where, cex))
+    else:
+        proofs.append(Proof("epilogue.coordinate", "G2", "enum",
+                            f"all {m.size} accumulator registers are stored at their own (m, n)", int(m.size)))
+    # G8: residues. A tile at the M/N edge keeps rows < rm, columns < rn (rm, rn in [1, tile]).
+    in_tile = (sm >= 0) & (sm < e.tile_m) & (sn >= 0) & (sn < e.tile_n)
+    if e.residue_mask:
+        proofs.append(Proof("residue.store", "G8", "enum",
+                            f"stores predicated on m < M and n < N: no store leaves D for any of the "
+                            f"{e.tile_m}x{e.tile_n} residues (M mod {e.tile_m}, N mod {e.tile_n})",
+                            e.tile_m * e.tile_n))
+    else:
+        # smallest residue first: rm = 1 (M = tile_m + 1); any store with row >= 1 of the edge tile leaks
+        out = np.flatnonzero(in_tile & (sm >= 1))
+        if out.size:
+            i = int(out[np.lexsort((reg[out], th[out], wg[out]))][0])
+            w, t = int(wg[i]), int(th[i])
+            mm_g = e.tile_m + int(sm[i])
+            cex = Counterexample(
+                "G8", "residue.store", "enum", "epilogue.store", where, -1, -1, -1,
+                {"m": int(sm[i]), "n": int(sn[i])}, _thread(w, t), f"accum[{int(reg[i])}]", {},
+                f"no store: row {mm_g} >= M = {e.tile_m + 1}",
+                f"D({mm_g},{int(sn[i])}) written, outside the {e.tile_m + 1} x N output",
+                "edge tile of a residue problem: rows [M - M mod tile_m, M) are valid, the rest must be masked",
+                element={"tensor": "D", "m": mm_g, "n": int(sn[i])},
+                params={"M": e.tile_m + 1, "N": e.tile_n, "tile_m_residue": 1})
+            violations.append(Violation(
+                "residue.store", "G8",
+                f"stores are not masked: with M = {e.tile_m + 1} (residue 1) threadIdx.x={128 * (1 + w) + t} "
+                f"writes D({mm_g},{int(sn[i])}) past the last row",
+                "predicate every epilogue store on the global coordinate (TMA store clips; a direct store "
+                "needs an explicit m < M && n < N)", where, cex))
+    return proofs, violations
+
+
+def tile_of_unit(w: np.ndarray, tiles_m: int, tiles_n: int, raster: str, swizzle: int) -> tuple[np.ndarray, np.ndarray]:
+    """Output tile ``(tm, tn)`` of work unit ``w``: raster along N (or M) in panels of
+    ``swizzle`` tiles of the other mode (the last panel may be narrower)."""
+    if raster == "along_m":
+        tn, tm = tile_of_unit(w, tiles_n, tiles_m, "along_n", swizzle)
+        return tm, tn
+    s = max(1, swizzle)
+    panel = w // (s * tiles_n)
+    within = w % (s * tiles_n)
+    rows = np.minimum(s, tiles_m - panel * s)
+    return panel * s + within % rows, within // rows
+
+
+def schedule_units(units: int, grid: int, step: int) -> np.ndarray:
+    """How many times each unit in ``[0, units)`` is taken when CTA ``c < grid`` takes
+    ``c, c + step, ...`` (``step >= 1``)."""
+    counts = np.zeros(units, dtype=np.int64)
+    for c in range(min(grid, units)):
+        counts[c::step] += 1
+    return counts
+
+
+def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+    """``scheduler.bijection`` (G4) by enumeration (see the module docstring)."""
+    sch = dsl.schedule
+    where = str(sch.loc)
+    if sch.decomposition != "persistent":
+        return [Proof("scheduler.bijection", "G4", "arith",
+                      f"{sch.decomposition}: CUTLASS StreamKScheduler's unit division is not modelled; "
+                      "only the persistent scheduler's bijection is checked", 0)], []
+    for units in range(1, MAX_UNITS + 1):
+        for grid in range(1, units + 2):
+            step = grid + sch.step_delta
+            if step < 1:
+                counts = np.zeros(units, dtype=np.int64)
+            else:
+                counts = schedule_units(units, grid, step)
+            bad = np.flatnonzero(counts != 1)
+            if bad.size:
+                w = int(bad[0])
+                takers = [c for c in range(min(grid, units)) if step >= 1 and w >= c and (w - c) % step == 0]
+                if step < 1:
+                    actual = f"step {step}: CTA 0 never leaves unit 0 (the kernel does not terminate)"
+                elif len(takers) > 1:
+                    actual = f"unit {w} taken by CTAs {takers} (computed and stored twice, a race on D)"
+                else:
+                    actual = f"unit {w} taken by no CTA (output tile never written)"
+                cex = Counterexample(
+                    "G4", "scheduler.bijection", "enum", "tile_scheduler", where, -1, -1, -1, {"unit": w},
+                    {}, "", {}, f"unit {w} taken by CTA {w % grid} only",
+                    actual, f"CTA c takes units c, c + {step}, ... (grid {grid}, step = grid {sch.step_delta:+d})",
+                    params={"units": units, "grid": grid, "step": step})
+                return [], [Violation(
+                    "scheduler.bijection", "G4",
+                    f"the persistent scheduler steps by {step} with {grid} CTAs: with {units} work units, "
+                    f"{actual}", "step by the grid size (gridDim.x) so each unit has exactly one owner", where, cex)]
+    tiles_checked = 0
+    for tm in range(1, MAX_TILES + 1):
+        for tn in range(1, MAX_TILES + 1):
+            w = np.arange(tm * tn)
+            a, b = tile_of_unit(w, tm, tn, sch.raster, sch.swizzle)
+            if not ((a >= 0) & (a < tm) & (b >= 0) & (b < tn)).all() or np.unique(a * tn + b).size != w.size:
+                return [], [Violation("scheduler.bijection", "G4",
+                                      f"the {sch.raster} walk with swizzle {sch.swizzle} is not a bijection onto "
+                                      f"{tm}x{tn} tiles", None, where)]
+            tiles_checked += 1
+    return [Proof("scheduler.bijection", "G4", "enum",
+                  f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1, and the "
+                  f"{sch.raster} swizzle-{sch.swizzle} walk is a bijection on all {tiles_checked} tile grids up "
+                  f"to {MAX_TILES}x{MAX_TILES}", MAX_UNITS * (MAX_UNITS + 3) // 2 + tiles_checked)], []
+
+
+
+def check_schedule_all_sizes(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+    """``scheduler.bijection`` for every unit count and grid (arith): with ``step == grid``,
+    CTA ``c`` takes unit ``w`` iff ``w = c + i * grid``, ``c < grid``, which is Euclidean division
+    of ``w`` by ``grid``: it exists and is unique for every ``w``. Any other step fails
+    already in the enumeration's small cases (``step < grid``: units ``c2`` and ``c1 + step``
+    coincide; ``step > grid``: unit ``grid`` is never taken)."""
+    sch = dsl.schedule
+    if sch.decomposition != "persistent" or sch.step_delta != 0:
+        return [], []
+    return [Proof("scheduler.bijection", "G4", "arith",
+                  "step == grid: unit w belongs to CTA w mod grid at round w div grid (Euclidean division: "
+                  "exists and unique) for every unit count and grid", 0)], []

@@ -1,0 +1,84 @@
+"""G2 / G4 / G8: epilogue store coordinates, output and scheduler bijection, residue masking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from argus_cutlass.errors import VerificationError
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.programs.gemm import build_gemm_program
+from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+from argus_cutlass.verify import check_gemm, verify_gemm
+from argus_cutlass.verify.output import accumulator_map, schedule_units, tile_of_unit
+
+COOP = GemmConfig()  # 128x256, 2 consumer warpgroups
+PP = GemmConfig(tile_m=64, tile_n=128, cluster_m=1, schedule="pingpong", epi_m=64, stages=8)
+SWAP = GemmConfig(tile_m=64, tile_n=16, cluster_m=1, stages=12, schedule="pingpong", epi_m=64, epi_n=16, swap_ab=True)
+
+
+def _reject(cfg, **change):
+    program = build_gemm_program(cfg)
+    dsl = gemm_dsl_program(program)
+    for what, kw in change.items():
+        dsl = getattr(dsl, f"replace_{what}")(**kw)
+    with pytest.raises(VerificationError) as info:
+        check_gemm(program, dsl)
+    return info.value.report
+
+
+@pytest.mark.parametrize("cfg", [COOP, PP, SWAP], ids=["coop", "pp", "swap"])
+def test_accumulators_partition_the_tile(cfg):
+    dsl = gemm_dsl_program(build_gemm_program(cfg))
+    wg, th, reg, m, n = accumulator_map(dsl)
+    assert m.size == cfg.tile_m * cfg.tile_n
+    assert np.unique(m * cfg.tile_n + n).size == m.size
+    assert set(np.unique(wg)) == set(range(2 if cfg.schedule == "cooperative" else 1))
+    # registers per thread: the tile over 128 threads x warpgroups
+    assert reg.max() + 1 == cfg.tile_m * cfg.tile_n // (128 * (wg.max() + 1))
+    report = verify_gemm(build_gemm_program(cfg))
+    proved = {p.rule for p in report.proofs}
+    assert {"output.bijection", "epilogue.coordinate", "residue.store", "scheduler.bijection"} <= proved
+
+
+def test_epilogue_thread_map_off_by_a_warp_is_g2():
+    report = _reject(COOP, epilogue={"row_offset": 16})
+    assert report.rules_violated() == ["epilogue.coordinate"]
+    v = report.violations[0]
+    cex = v.counterexample
+    assert v.invariant == cex.invariant == "G2" and cex.program_point == "epilogue.store"
+    assert cex.thread["threadIdx"] == 128 and cex.register == "accum[0]"
+    assert cex.expected.startswith("store at D(0,0)") and "D(16,0)" in cex.actual
+    assert "gemm_dsl.py" in v.where
+
+
+def test_unmasked_residue_store_is_g8_with_the_smallest_m():
+    report = _reject(PP, epilogue={"residue_mask": False})
+    v = next(v for v in report.violations if v.rule == "residue.store")
+    cex = v.counterexample
+    assert v.invariant == "G8" and cex.params["M"] == PP.tile_m + 1
+    assert cex.element["m"] >= cex.params["M"]  # the store lands past the last row
+    assert "outside" in cex.actual
+
+
+@pytest.mark.parametrize("delta,what", [(-1, "no CTA"), (1, "no CTA")])
+def test_scheduler_step_off_by_one_is_g4(delta, what):
+    report = _reject(COOP, schedule={"step_delta": delta})
+    v = next(v for v in report.violations if v.rule == "scheduler.bijection")
+    assert v.invariant == "G4" and v.counterexample.engine == "enum"
+    assert what in v.counterexample.actual or "never leaves" in v.counterexample.actual
+
+
+def test_overlapping_units_are_found_at_grid_2():
+    counts = schedule_units(3, grid=2, step=1)  # step = grid - 1
+    assert counts.tolist() == [1, 2, 2]  # units 1 and 2 computed twice (a race on D)
+    assert schedule_units(5, grid=2, step=2).tolist() == [1] * 5
+
+
+@pytest.mark.parametrize("raster", ["along_n", "along_m"])
+@pytest.mark.parametrize("swizzle", [1, 2, 4, 8])
+def test_tile_walk_is_a_bijection(raster, swizzle):
+    for tm, tn in ((1, 1), (3, 7), (8, 8), (5, 12), (13, 2)):
+        w = np.arange(tm * tn)
+        a, b = tile_of_unit(w, tm, tn, raster, swizzle)
+        assert np.unique(a * tn + b).size == w.size and a.max() < tm and b.max() < tn
