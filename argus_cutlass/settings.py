@@ -14,6 +14,13 @@ variable                   meaning
 ``ARGUS_SMT_TIMEOUT_MS``   per-query z3 timeout of the verifier's SMT tier, ms (default 5000);
                            a query that times out is reported "unknown", never proved
 ``ARGUS_UPDATE_GOLDEN``    ``1`` rewrites golden files in the tests instead of comparing
+``ARGUS_MUTANT_TIMEOUT``   seconds one mutant-kernel child process may run before it is
+                           killed and reported ``hang`` (default 30; GPU mutation suite)
+``ARGUS_MUTANT_OUT``       file for the GPU mutation suite's per-mutant JSON summary
+``ARGUS_PROBE_OUT``        file for the one-hot probe results (JSON)
+``ARGUS_BENCH_CONFIG``     ``heuristic`` (default) or ``tuned``: configs of the GEMM benchmark
+``ARGUS_BENCH_TABLE``      file for the GEMM benchmark's markdown table
+``ARGUS_VERIFY_BENCH_TABLE`` file for the verifier benchmark's markdown table
 =========================  ==========================================================
 """
 
@@ -32,6 +39,12 @@ class Settings:
     nvcc_timeout_s: float
     smt_timeout_ms: int
     update_golden: bool
+    mutant_timeout_s: float = 30.0
+    mutant_out: str | None = None
+    probe_out: str | None = None
+    bench_config: str = "heuristic"
+    bench_table: str | None = None
+    verify_bench_table: str | None = None
 
 
 def settings() -> Settings:
@@ -45,4 +58,10 @@ def settings() -> Settings:
         nvcc_timeout_s=float(env.get("ARGUS_NVCC_TIMEOUT", "600")),
         smt_timeout_ms=int(env.get("ARGUS_SMT_TIMEOUT_MS", "5000")),
         update_golden=env.get("ARGUS_UPDATE_GOLDEN", "") == "1",
+        mutant_timeout_s=float(env.get("ARGUS_MUTANT_TIMEOUT", "30")),
+        mutant_out=env.get("ARGUS_MUTANT_OUT") or None,
+        probe_out=env.get("ARGUS_PROBE_OUT") or None,
+        bench_config=env.get("ARGUS_BENCH_CONFIG", "heuristic"),
+        bench_table=env.get("ARGUS_BENCH_TABLE") or None,
+        verify_bench_table=env.get("ARGUS_VERIFY_BENCH_TABLE") or None,
     )

@@ -19,10 +19,11 @@ Which configuration: ``ARGUS_BENCH_CONFIG=heuristic`` (default) uses
 
 from __future__ import annotations
 
-import os
 import statistics
 
 import pytest
+
+from argus_cutlass.settings import settings
 
 torch = pytest.importorskip("torch", reason="the cuBLAS baseline is measured through torch")
 
@@ -54,7 +55,7 @@ RESULTS: list[dict] = []
 
 
 def _config(m: int, n: int, k: int):
-    mode = os.environ.get("ARGUS_BENCH_CONFIG", "heuristic")
+    mode = settings().bench_config
     if mode == "tuned":
         from argus_cutlass.agent.store import tuned_or_default
 
@@ -166,7 +167,7 @@ def _print_table():
         return
     table = _results_table()
     print("\n" + table)
-    path = os.environ.get("ARGUS_BENCH_TABLE")
+    path = settings().bench_table
     if path:
         with open(path, "w") as f:
             f.write(table + "\n")

@@ -23,11 +23,12 @@ configuration: a false alarm on a shipped kernel would be a bug.
 from __future__ import annotations
 
 import ast
-import os
 import statistics
 from pathlib import Path
 
 import pytest
+
+from argus_cutlass.settings import settings
 
 pytest.importorskip("z3", reason="the SMT tier needs z3-solver")
 
@@ -46,6 +47,7 @@ def _bench_shapes() -> list[tuple[int, int, int]]:
 
 def _shipped_configs():
     from argus_cutlass.agent.store import shipped_entries
+
     from argus_cutlass.plan.config import GemmConfig
     from argus_cutlass.plan.heuristics import default_config
 
@@ -100,6 +102,6 @@ def _print_table():
                  f"| {med['smt_s'] * 1e3:.1f} | {med['total_s'] * 1e3:.1f} |")
     table = "\n".join(lines)
     print("\n" + table)
-    path = os.environ.get("ARGUS_VERIFY_BENCH_TABLE")
+    path = settings().verify_bench_table
     if path:
         Path(path).write_text(table + "\n")

@@ -252,9 +252,9 @@ class EpilogueStore:
     Consumer warpgroup ``w`` (of ``warpgroups`` splitting the tile along M; 1 for ping-pong)
     holds, in thread ``t`` and register ``r``, the accumulator at the tile coordinate that
     CuTe's ``CLayout_64xN`` gives (PTX ISA 9.7.15.4; rows ``64 * (rep * warpgroups + w)``
-    onward). The epilogue stores that register at the same coordinate shifted by
-    ``(row_offset, 0)``; the shift is 0 in a correct kernel and is the knob a planted mistake
-    turns. With ``residue_mask`` a store whose global coordinate lies outside ``M x N`` is
+    onward). The epilogue stores that register at the same coordinate with its row shifted
+    by ``row_offset`` modulo the 64-row atom (a warp writing its neighbour's rows); the shift
+    is 0 in a correct kernel and is the knob a planted mistake turns. With ``residue_mask`` a store whose global coordinate lies outside ``M x N`` is
     suppressed.
 
     Attributes:

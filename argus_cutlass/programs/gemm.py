@@ -23,6 +23,7 @@ from argus_cutlass.dsl.atoms import (
 )
 from argus_cutlass.plan.config import DTYPE_BYTES, GemmConfig
 
+
 @dataclass(frozen=True)
 class OperandPlan:
     """How one mainloop operand (A or B) travels gmem -> smem -> GMMA."""

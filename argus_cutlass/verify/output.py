@@ -93,7 +93,7 @@ def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
                                     f"accumulators cover {int((counts > 0).sum())} of {cells} tile elements, "
                                     f"{int((counts > 1).sum())} twice", None, where))
     # G2: the store coordinate of every register is its accumulator's coordinate
-    sm, sn = m + e.row_offset, n
+    sm, sn = (m // e.op_m) * e.op_m + (m % e.op_m + e.row_offset) % e.op_m, n
     bad = np.flatnonzero((sm != m) | (sn != n))
     if bad.size:
         i = int(bad[np.lexsort((reg[bad], th[bad], wg[bad]))][0])
@@ -103,7 +103,8 @@ def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
             {"m": int(m[i]), "n": int(n[i])}, _thread(w, t), f"accum[{int(reg[i])}]", {},
             f"store at D({int(m[i])},{int(n[i])}) (the accumulator's coordinate)",
             f"stored at D({int(sm[i])},{int(sn[i])}) (row offset {e.row_offset})",
-            f"CLayout_64x{e.op_n} (thread, value) -> (m, n); epilogue map shifted by {e.row_offset} rows",
+            f"CLayout_64x{e.op_n} (thread, value) -> (m, n); epilogue map shifted by {e.row_offset} rows "
+            f"(mod {e.op_m}: still a bijection onto the tile, VERIFIER.md pitfall 2)",
             element={"tensor": "D", "m": int(sm[i]), "n": int(sn[i])},
             chain=(f"accum[{int(reg[i])}] of thread {128 * (1 + w) + t}", f"D({int(m[i])},{int(n[i])}) expected",
                    f"D({int(sm[i])},{int(sn[i])}) written"))

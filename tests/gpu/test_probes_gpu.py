@@ -14,13 +14,13 @@ Run: ``pytest -q -m gpu tests/gpu/test_probes_gpu.py``.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+from argus_cutlass.settings import settings
 from argus_cutlass.verify.probes import one_hot_probes, predict_tile, swizzle_probe_configs
 
 pytestmark = pytest.mark.gpu
@@ -92,7 +92,7 @@ def test_one_hot_probes_agree_with_the_model(name, probe_kernels, gpu_device):
 @pytest.fixture(scope="session", autouse=True)
 def _write_summary():
     yield
-    path = os.environ.get("ARGUS_PROBE_OUT")
+    path = settings().probe_out
     if path and RESULTS:
         with open(path, "w") as f:
             json.dump(RESULTS, f, indent=1)

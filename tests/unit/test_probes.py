@@ -8,8 +8,8 @@ import pytest
 from argus_cutlass.dsl.atoms import GmmaSmemAtom
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
-from argus_cutlass.verify.probes import one_hot_probes, operand_sources, predict_tile, swizzle_probe_configs
 from argus_cutlass.verify import verify_gemm
+from argus_cutlass.verify.probes import one_hot_probes, operand_sources, predict_tile, swizzle_probe_configs
 
 #: both majors and every swizzle mode (SW128 / SW64 / SW32) on the operand that varies
 CONFIGS = swizzle_probe_configs("bf16", "bf16")
