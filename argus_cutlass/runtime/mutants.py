@@ -205,6 +205,46 @@ def run_in_process(so_path: str, name: str, m: int, n: int, k: int, grid: int, s
     return compare(out[: m * n].reshape(m, n), ref, out[m * n:])
 
 
+def run_with_inputs(so_path: str | Path, name: str, a: np.ndarray, b: np.ndarray, grid: int = 1) -> np.ndarray:
+    """Run a mutant kernel once in *this* process on given operands and return D.
+
+    Only for mutants that terminate (layout mutants: wrong data, no protocol fault); a
+    pipeline mutant can hang here, so those go through :func:`run_mutant`.
+
+    Args:
+        a: ``(M, K)`` float values, rounded to bf16 (A, K contiguous).
+        b: ``(N, K)`` float values, rounded to bf16 (B stored N x K).
+        grid: persistent CTAs.
+
+    Returns:
+        float64 ``(M, N)``: the kernel's D (NaN where it wrote nothing).
+
+    Raises:
+        argus_cutlass.errors.CudaError: no usable sm_90 GPU or a failing CUDA call.
+        RuntimeError: the entry point returned an error code.
+    """
+    import ctypes
+
+    from argus_cutlass.runtime.cuda import DeviceBuffer, require_sm90, synchronize
+
+    require_sm90()
+    m, k = a.shape
+    n = b.shape[0]
+    lib = ctypes.CDLL(str(so_path), mode=ctypes.RTLD_LOCAL)
+    entry = getattr(lib, name)
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    entry.restype = ctypes.c_int
+    with DeviceBuffer.from_numpy(_bf16_round(a.astype(np.float32))) as da, \
+            DeviceBuffer.from_numpy(_bf16_round(b.astype(np.float32))) as db, \
+            DeviceBuffer.from_numpy(np.full(m * n, np.nan, np.float32)) as dd:
+        code = entry(int(da), int(db), int(dd), m, n, k, grid, None)
+        if code != 0:
+            raise RuntimeError(f"{name} returned {code}")
+        synchronize()
+        return dd.to_numpy(np.float32, (m, n)).astype(np.float64)
+
+
 def run_mutant(mutant_id: str, so_path: str | Path, shape: tuple[int, int, int, int] = MUTANT_SHAPE, *,
                timeout_s: float = DEFAULT_TIMEOUT_S, seed: int = 0) -> MutantRun:
     """Run one built mutant in a child Python process, killed after ``timeout_s`` seconds.
@@ -294,5 +334,6 @@ __all__ = [
     "run_in_process",
     "run_mutant",
     "run_suite",
+    "run_with_inputs",
     "summary_json",
 ]
