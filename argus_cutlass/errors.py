@@ -27,6 +27,12 @@ class ConfigError(ArgusError):
     """A kernel configuration cannot be instantiated (bad tile, cluster, stages...)."""
 
 
+class DslError(ArgusError):
+    """A malformed DSL program (an unknown tag field, an assertion over a value that carries no
+    tag, a layout whose size disagrees with its tensor...). The message starts with the
+    ``file:line`` of the offending DSL statement."""
+
+
 class ProblemError(ArgusError):
     """A problem description is invalid: sizes, dtypes, layouts, leading dimensions, pointers."""
 

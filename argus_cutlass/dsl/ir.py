@@ -211,6 +211,11 @@ class Pipeline:
         consumer_arrivals: arrival count the *empty* barrier is initialised with.
         consumer_arrivers: arrivals one release makes (consumer warpgroups x reader CTAs).
         producer, consumer: each side's :class:`PipelineSide`.
+        mma_in_flight: wgmma batches the consumer leaves outstanding after issuing an
+            iteration's batch (``warpgroup_wait<N>``; CUTLASS ``K_PIPE_MMAS`` = 1).
+        release_lag: after iteration ``i`` the consumer releases the stage of iteration
+            ``i - release_lag`` (CUTLASS: 1, the previous one). Safe iff the batch that read it
+            has retired: ``release_lag >= mma_in_flight`` (PTX ISA 9.7.15.7, wgmma.wait_group).
     """
 
     stages: int
@@ -222,6 +227,8 @@ class Pipeline:
     producer: PipelineSide
     consumer: PipelineSide
     loc: SourceLoc
+    mma_in_flight: int = 1
+    release_lag: int = 1
 
 
 @dataclass(frozen=True)
@@ -377,6 +384,21 @@ class DslProgram:
         return dataclasses.replace(self, kloop=dataclasses.replace(self.kloop, **changes))
 
 
+def _layout_size(layout: Any) -> int:
+    size = getattr(layout, "size", None)
+    if callable(size):
+        return int(size())
+    from argus_cutlass.layout.algebra import size as layout_size
+
+    return int(layout_size(layout))
+
+
+def _dsl_error(rule: str, loc: SourceLoc, message: str, hint: str | None = None) -> None:
+    from argus_cutlass.errors import DslError
+
+    raise DslError(rule, f"{loc}: {message}", hint)
+
+
 class ProgramBuilder:
     """Collects DSL statements; each records the caller's source location.
 
@@ -401,30 +423,98 @@ class ProgramBuilder:
     def tensor(self, name: str, space: Space, shape: tuple[int, ...], dtype: str, *,
                layout: Any = None, tag: Tag | None = None, base_bytes: int = 0,
                swizzle_bytes: int = 16) -> Tensor:
-        t = Tensor(name, space, tuple(shape), dtype, layout, tag, base_bytes, swizzle_bytes, caller_loc())
+        """Declare a tensor.
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.duplicate`` (name taken), ``dsl.layout_size``
+                (the layout's size is not the product of ``shape``), ``dsl.dtype``.
+        """
+        loc = caller_loc()
+        if any(t.name == name for t in self._tensors):
+            _dsl_error("dsl.duplicate", loc, f"tensor {name!r} is declared twice")
+        if dtype not in ("bf16", "fp16", "fp32"):
+            _dsl_error("dsl.dtype", loc, f"tensor {name!r}: dtype {dtype!r} is not bf16, fp16 or fp32")
+        elems = 1
+        for e in shape:
+            elems *= int(e)
+        if layout is not None and _layout_size(layout) != elems:
+            _dsl_error("dsl.layout_size", loc,
+                       f"tensor {name!r} has shape {tuple(shape)} ({elems} elements) but its layout maps "
+                       f"{_layout_size(layout)} coordinates", "the layout's shape must be the tensor's shape")
+        t = Tensor(name, space, tuple(shape), dtype, layout, tag, base_bytes, swizzle_bytes, loc)
         self._tensors.append(t)
         return t
 
     def tma_load(self, src: Tensor, dst: Tensor, copy: TmaCopy, *, major: str, tile_mn: int,
                  tile_k: int, stage_tag: Tag) -> TmaLoad:
+        """A TMA tile load ``src`` (gmem, tagged) -> ``dst`` (smem, ``(tile_mn, tile_k, S)``).
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.untagged`` (the source carries no tag: nothing
+                could be proved about the values it loads), ``dsl.layout_size`` (the tile does
+                not match the destination's shape).
+        """
+        loc = caller_loc()
         if src.tag is None:
-            raise ValueError(f"TMA source {src.name} has no tag")
+            _dsl_error("dsl.untagged", loc, f"TMA source {src.name!r} carries no tag",
+                       f"declare it with tag=Tag(...), e.g. Tag('{src.name[-1:]}', ('m', 'k'))")
+        if tuple(dst.shape[:2]) != (tile_mn, tile_k):
+            _dsl_error("dsl.layout_size", loc, f"TMA tile ({tile_mn}, {tile_k}) does not match the "
+                       f"destination {dst.name!r} of shape {dst.shape}")
         node = TmaLoad(f"tma_{dst.name}", src.name, dst.name, copy, major, tile_mn, tile_k,
-                       src.tag, stage_tag, caller_loc())
+                       src.tag, stage_tag, loc)
         self._loads.append(node)
         return node
 
     def mma_read(self, operand: str, src: Tensor, layout: Any, op: GmmaOp, *, tile_mn: int,
                  tile_k: int, warpgroups: int) -> MmaRead:
+        """A GMMA operand read of ``src`` through ``layout`` ((MN, K, S) -> offset).
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.layout_size`` (the read's layout and the
+                buffer disagree in size), ``dsl.operand`` (operand not A or B).
+        """
+        loc = caller_loc()
+        if operand not in ("A", "B"):
+            _dsl_error("dsl.operand", loc, f"MMA operand {operand!r} is not 'A' or 'B'")
+        if layout is not None and src.layout is not None and _layout_size(layout) != _layout_size(src.layout):
+            _dsl_error("dsl.layout_size", loc,
+                       f"the MMA reads {src.name!r} through a layout of {_layout_size(layout)} coordinates, "
+                       f"but the buffer's layout has {_layout_size(src.layout)}",
+                       "read with a layout of the buffer's shape (MN, K, stages)")
         node = MmaRead(f"gmma_{operand}", operand, src.name, layout, op, tile_mn, tile_k,
-                       warpgroups, caller_loc())
+                       warpgroups, loc)
         self._reads.append(node)
         return node
 
     def assert_tags(self, at: str, lhs: tuple[str, str], relation: Literal["=="],
                     rhs: tuple[str, str], *, invariant: str, rule: str) -> TagAssertion:
+        """State ``lhs.field relation rhs.field`` at every slot of program point ``at``.
+
+        Operands are MMA operands already read (``("A", "k")``); their tag is the tag of the
+        gmem tensor their buffer was loaded from.
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.untagged`` (an operand with no MMA read, or
+                whose buffer no tagged TMA load fills), ``dsl.unknown_tag`` (a field the tag
+                does not have), ``dsl.relation`` (only ``==`` is supported).
+        """
+        loc = caller_loc()
+        if relation != "==":
+            _dsl_error("dsl.relation", loc, f"relation {relation!r} is not supported (only '==')")
+        for operand, fld in (lhs, rhs):
+            read = next((r for r in self._reads if r.operand == operand), None)
+            load = next((ld for ld in self._loads if read is not None and ld.dst == read.src), None)
+            if load is None:
+                _dsl_error("dsl.untagged", loc,
+                           f"assertion over {operand}.{fld}: {operand!r} has no MMA read of a tagged TMA-loaded buffer",
+                           "declare the TMA load and the MMA read before asserting on the operand")
+            if fld not in load.src_tag.fields:
+                _dsl_error("dsl.unknown_tag", loc,
+                           f"assertion over {operand}.{fld}: tag {load.src_tag} has no field {fld!r}",
+                           f"use one of {list(load.src_tag.fields)}")
         node = TagAssertion(f"{invariant}:{lhs[0]}.{lhs[1]}{relation}{rhs[0]}.{rhs[1]}", at, lhs,
-                            relation, rhs, invariant, rule, caller_loc())
+                            relation, rhs, invariant, rule, loc)
         self._asserts.append(node)
         return node
 

@@ -58,6 +58,7 @@ _PROTOCOL_OBLIGATIONS = {
     "k.coverage": ("G3", "every k in [0, K) is summed exactly once (enum: K <= 2 tile_k + 1; smt: K < 2^24)"),
     "pipeline.tx_bytes": ("G6", "expect_tx == bytes of the stage's TMA boxes"),
     "pipeline.arrivals": ("G6", "barrier arrival counts match the arrivers"),
+    "pipeline.release": ("G6", "a stage is released only after the wgmma batch that read it retired"),
     "pipeline.protocol": ("G6", "exhaustive producer/consumer interleavings for small bounds"),
     "pipeline.state": ("G6", "PipelineState closed form == operator++ (smt, n < 2^24)"),
     "pipeline.stage": ("G6", "read stage == write stage == i mod S (smt, i < 2^24)"),
@@ -155,7 +156,7 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
 def _protocol(run: _Run, dsl: DslProgram, obligations: list[Obligation], notes: list[str], *, smt: bool,
               shapes_ok: bool, timeout_ms: int | None) -> None:
     """G3 and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5."""
-    from argus_cutlass.verify.pipeline import check_arrivals, check_protocol, check_tx_bytes
+    from argus_cutlass.verify.pipeline import check_arrivals, check_protocol, check_release, check_tx_bytes
 
     for rule, (inv, text) in _PROTOCOL_OBLIGATIONS.items():
         if (rule == "k.coverage" and dsl.kloop is not None) or (rule != "k.coverage" and dsl.pipeline is not None):
@@ -166,6 +167,7 @@ def _protocol(run: _Run, dsl: DslProgram, obligations: list[Obligation], notes: 
     if dsl.pipeline is not None:
         run.add("arith", check_tx_bytes, dsl)
         run.add("arith", check_arrivals, dsl)
+        run.add("arith", check_release, dsl)
         run.add("enum", check_protocol, dsl)
     if not smt:
         notes.append("SMT tier off: k.coverage checked for K <= 2 tile_k + 1 only; pipeline for small bounds only")

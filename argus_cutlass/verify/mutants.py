@@ -74,6 +74,7 @@ BASELINE_KNOBS: dict[str, Any] = {
     "k_tiles_delta": 0,      # added to ceil_div(K, tile_k)
     "epi_row_offset": 0,     # epilogue row shift (mod tile_m)
     "residue_mask": True,    # epilogue masks m >= M, n >= N
+    "release_before_retire": False,  # consumer releases the stage before warpgroup_wait<0>
     "tile_stride": "gridDim.x",  # persistent scheduler step (a C++ expression)
 }
 
@@ -371,6 +372,14 @@ def _catalogue() -> dict[str, Mutant]:
             gpu_note=("with N % 64 != 0 the n >= N columns wrap into the next row (zeros over results); "
                       "with M % 64 != 0 rows m >= M are written past D (counted in a NaN guard region)"),
             verifier=_epilogue(residue_mask=False), rule="residue.store", invariant="G8",
+        ),
+        Mutant(
+            id="release_before_retire", cls="release_order",
+            description="the consumer releases a stage before the wgmma batch that reads it has retired",
+            knobs={"release_before_retire": True}, expect_gpu="maybe benign",
+            gpu_note=("a race: the producer may refill the stage (S iterations ahead) while the wgmma still "
+                      "reads it; with 4 stages the TMA rarely overtakes, so results may well be right"),
+            verifier=_pipeline(release_lag=lambda pipe: 0), rule="pipeline.release", invariant="G6",
         ),
         Mutant(
             id="tma_box_half_k", cls="tma_box",

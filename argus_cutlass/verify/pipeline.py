@@ -119,6 +119,38 @@ def check_arrivals(dsl: DslProgram) -> Outcome:
                   f"arrivals per phase", 1, time.perf_counter() - t0)], []
 
 
+def check_release(dsl: DslProgram) -> Outcome:
+    """pipeline.release: a stage is released only after the wgmma batch that read it retired.
+
+    After issuing iteration ``i``'s batch the consumer waits until at most ``mma_in_flight``
+    batches are outstanding (``warpgroup_wait<N>``, PTX ISA 9.7.15.7): batches
+    ``i - N + 1 .. i`` may still read shared memory. It then releases the stage of iteration
+    ``i - release_lag``, which is safe for every ``i`` iff ``release_lag >= N``. Otherwise the
+    first unsafe release is at iteration ``release_lag``, of the stage iteration 0 filled, and
+    the producer may overwrite it while the MMA reads it."""
+    rule = "pipeline.release"
+    pipe = dsl.pipeline
+    assert pipe is not None
+    t0 = time.perf_counter()
+    lag, n = pipe.release_lag, pipe.mma_in_flight
+    if lag >= n:
+        return [Proof(rule, "G6", "arith", f"release of iteration i - {lag} after warpgroup_wait<{n}>: the batch "
+                      f"that read the stage has retired for every i", 1, time.perf_counter() - t0)], []
+    i = lag
+    stage = (i - lag) % pipe.stages
+    cex = Counterexample(
+        "G6", rule, "arith", "mainloop.pipeline", str(pipe.loc), i, stage, -1, {}, {"role": "consumer",
+        "threadIdx": 128, "warpgroup": 0, "warp": 4, "lane": 0}, "", {},
+        f"stage {stage} released after the wgmma batch of iteration {i - lag} retired",
+        f"released at iteration {i} with batches {max(0, i - n + 1)}..{i} still in flight (warpgroup_wait<{n}>)",
+        "release iteration i - release_lag after warpgroup_wait<mma_in_flight>", params={"i": i})
+    return [], [Violation(rule, "G6",
+                          f"the consumer releases the stage of iteration i - {lag} while warpgroup_wait<{n}> leaves "
+                          f"{n} batch(es) in flight: at iteration {i} stage {stage} is released while its wgmma may "
+                          "still read it (the producer can overwrite it)",
+                          "release the previous stage (lag >= the wgmma batches left in flight)", str(pipe.loc), cex)]
+
+
 def _explore(pipe: Pipeline, real_bytes: int, k_tiles: int, tiles: int) -> tuple[int, tuple | None]:
     """BFS over producer/consumer interleavings; returns (states, first violation or None).
 
