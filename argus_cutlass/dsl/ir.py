@@ -147,6 +147,9 @@ class MmaRead:
 
     ``op`` is the GMMA atom (``op.m`` rows of A per warpgroup, ``op.n`` columns of B,
     ``op.k`` per k-block); ``warpgroups`` tile the MN mode (``TiledMma.atoms_m`` for A).
+    ``warp_stage_skew`` models how each warp of a warpgroup picks the stage whose descriptor
+    it passes to ``wgmma`` (PTX ISA 9.7.15.5: the descriptor operands must be the same in
+    every warp of the warpgroup; invariant G7).
     """
 
     name: str
@@ -158,6 +161,9 @@ class MmaRead:
     tile_k: int
     warpgroups: int
     loc: SourceLoc
+    #: stage offset each of the warpgroup's 4 warps adds when it selects the descriptor of the
+    #: current stage (all 0 in a correct kernel: wgmma needs warpgroup-uniform descriptors)
+    warp_stage_skew: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 @dataclass(frozen=True)

@@ -200,9 +200,13 @@ _OUTPUT_OBLIGATIONS = {
 
 
 def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
-    """G2/G4/G8 on the epilogue store and G4 on the persistent tile scheduler."""
-    from argus_cutlass.verify.output import check_epilogue, check_schedule, check_schedule_all_sizes
+    """G7 on the MMA reads, G2/G4/G8 on the epilogue store and G4 on the persistent tile scheduler."""
+    from argus_cutlass.verify.output import check_epilogue, check_schedule, check_schedule_all_sizes, check_uniformity
 
+    if dsl.reads:
+        obligations.append(Obligation("warpgroup.uniform", "G7",
+                                      "all 4 warps of a warpgroup pass wgmma the same stage's descriptor"))
+        run.add("enum", check_uniformity, dsl)
     if dsl.epilogue is not None:
         for rule, (inv, text) in _OUTPUT_OBLIGATIONS.items():
             obligations.append(Obligation(rule, inv, text, str(dsl.epilogue.loc)))

@@ -75,6 +75,7 @@ BASELINE_KNOBS: dict[str, Any] = {
     "epi_row_offset": 0,     # epilogue row shift (mod tile_m)
     "residue_mask": True,    # epilogue masks m >= M, n >= N
     "release_before_retire": False,  # consumer releases the stage before warpgroup_wait<0>
+    "warp3_stage_skew": 0,   # stage offset the consumer's last warp adds when picking descriptors
     "tile_stride": "gridDim.x",  # persistent scheduler step (a C++ expression)
 }
 
@@ -218,6 +219,16 @@ def _box_half_k(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
 
 def _box_bytes(dsl: DslProgram) -> int:
     return dsl.load_into("sA").copy.box_bytes
+
+
+def _read_skew(skew: tuple[int, int, int, int]) -> Builder:
+    """Both MMA reads select their stage with a per-warp offset ``skew``."""
+
+    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
+        program, dsl = _base(cfg)
+        return program, dsl.replace_read("A", warp_stage_skew=skew).replace_read("B", warp_stage_skew=skew)
+
+    return build
 
 
 def _epilogue(**changes: Any) -> Builder:
@@ -380,6 +391,14 @@ def _catalogue() -> dict[str, Mutant]:
             gpu_note=("a race: the producer may refill the stage (S iterations ahead) while the wgmma still "
                       "reads it; with 4 stages the TMA rarely overtakes, so results may well be right"),
             verifier=_pipeline(release_lag=lambda pipe: 0), rule="pipeline.release", invariant="G6",
+        ),
+        Mutant(
+            id="warp_stage_skew", cls="warpgroup_uniformity",
+            description="the consumer warpgroup's last warp passes wgmma the descriptors of the next stage",
+            knobs={"warp3_stage_skew": 1}, expect_gpu="maybe benign",
+            gpu_note=("non-uniform wgmma descriptors are undefined behaviour (PTX ISA 9.7.15.5); the hardware "
+                      "may take one warp's descriptor (then the result is right) or mix them"),
+            verifier=_read_skew((0, 0, 0, 1)), rule="warpgroup.uniform", invariant="G7",
         ),
         Mutant(
             id="tma_box_half_k", cls="tma_box",

@@ -34,8 +34,8 @@ from argus_cutlass.layout.algebra import layout_image
 from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
-__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "schedule_units",
-           "tile_of_unit"]
+__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_uniformity",
+           "schedule_units", "tile_of_unit"]
 
 #: enumeration bounds of scheduler.bijection
 MAX_UNITS = 48
@@ -234,3 +234,43 @@ def check_schedule_all_sizes(dsl: DslProgram) -> tuple[list[Proof], list[Violati
     return [Proof("scheduler.bijection", "G4", "arith",
                   "step == grid: unit w belongs to CTA w mod grid at round w div grid (Euclidean division: "
                   "exists and unique) for every unit count and grid", 0)], []
+
+
+def check_uniformity(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+    """``warpgroup.uniform`` (G7): every warp of a consumer warpgroup passes ``wgmma`` the
+    descriptor of the same stage (and so the same start address) at every iteration.
+
+    PTX ISA 9.7.15.5: ``wgmma.mma_async`` is issued by all 4 warps of the warpgroup with the
+    same descriptor values; a warp that selects another stage's descriptor makes the
+    instruction's operands non-uniform (undefined behaviour). Checked by enumeration over the
+    stages (the stage a warp uses is ``(i mod S + skew[w]) mod S``, periodic in ``i``).
+    """
+    proofs: list[Proof] = []
+    violations: list[Violation] = []
+    S = dsl.stages
+    for read in dsl.reads:
+        skew = read.warp_stage_skew
+        for i in range(S):
+            used = [(i + s_) % S for s_ in skew]
+            bad = [w for w in range(len(used)) if used[w] != used[0]]
+            if bad:
+                w = bad[0]
+                cex = Counterexample(
+                    "G7", "warpgroup.uniform", "enum", "mainloop.gemm", str(read.loc), i, used[0], 0, {},
+                    {"cta": 0, "threadIdx": 128 + 32 * w, "warpgroup": 0, "warp": 4 + w, "lane": 0},
+                    f"{read.operand} descriptor", {}, f"stage {used[0]} (warp 0's descriptor)",
+                    f"warp {w} of the warpgroup passes the descriptor of stage {used[w]}",
+                    f"stage per warp = (i mod {S} + skew[w]) mod {S}, skew = {skew}",
+                    params={"i": i})
+                violations.append(Violation(
+                    "warpgroup.uniform", "G7",
+                    f"operand {read.operand}: at iteration {i} warp {w} of the consumer warpgroup selects stage "
+                    f"{used[w]} while warp 0 selects {used[0]}: wgmma's descriptors are not warpgroup-uniform",
+                    "compute the stage (and descriptor) from warpgroup-uniform values only (the pipeline state)",
+                    str(read.loc), cex))
+                break
+        else:
+            proofs.append(Proof("warpgroup.uniform", "G7", "enum",
+                                f"operand {read.operand}: all 4 warps pass the same stage's descriptor at every "
+                                f"iteration (skew {skew})", S * len(skew)))
+    return proofs, violations

@@ -78,9 +78,10 @@ def test_catalogue_is_data_and_honest():
     assert invs["G4"].checked and set(invs["G4"].rules) == {"output.bijection", "scheduler.bijection"}
     assert invs["G4"].unchecked, "G4's unmodelled parts (stream-K division, CUTLASS's walk order) must be listed"
     assert invs["G8"].checked and invs["G8"].rules == ("residue.store",)
-    assert not invs["G7"].checked
+    assert invs["G7"].checked and invs["G7"].rules == ("warpgroup.uniform",) and invs["G7"].unchecked
     checked_rules = {r for i in invs.values() if i.checked for r in i.rules}
-    output_rules = {"epilogue.coordinate", "output.bijection", "scheduler.bijection", "residue.store"}
+    output_rules = {"epilogue.coordinate", "output.bijection", "scheduler.bijection", "residue.store",
+                    "warpgroup.uniform"}
     assert set(RULES) | {"mma.k_agreement", "tma.image", "k.coverage"} | set(invs["G6"].rules) | output_rules \
         == checked_rules
     assert all(i.source for i in invs.values())

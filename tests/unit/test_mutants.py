@@ -50,6 +50,7 @@ def knob_lines(knobs: dict) -> list[str]:
         f"constexpr int kEpiRowOffset = {k['epi_row_offset']};",
         f"constexpr bool kResidueMask = {_b(k['residue_mask'])};",
         f"constexpr bool kReleaseBeforeRetire = {_b(k['release_before_retire'])};",
+        f"constexpr int kWarp3StageSkew = {k['warp3_stage_skew']};",
         f"using TmaAtomA = GMMA::Layout_K_{k['tma_swizzle_a']}_Atom<Element>;",
         f"using MmaAtomA = GMMA::Layout_K_{k['mma_swizzle_a']}_Atom<Element>;",
         f"using TmaAtomB = GMMA::Layout_K_{k['tma_swizzle_b']}_Atom<Element>;",
