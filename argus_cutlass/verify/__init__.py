@@ -143,6 +143,12 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
                 notes.append(f"{a.rule} not checked: shape rules failed ({sorted(failed & set(SHAPE_RULES))})")
                 continue
             run.add("enum", _ASSERTION_CHECKS[a.rule], dsl, a)
+        if shapes_ok:
+            from argus_cutlass.verify.absint import check_descriptors
+
+            obligations.append(Obligation("gmma.descriptor", "G1",
+                                          "every wgmma descriptor encodes the layout its operand is read through"))
+            run.add("enum", check_descriptors, dsl)
         _protocol(run, dsl, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms)
         if shapes_ok:
             _output(run, dsl, obligations)
@@ -201,7 +207,12 @@ _OUTPUT_OBLIGATIONS = {
 
 def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
     """G7 on the MMA reads, G2/G4/G8 on the epilogue store and G4 on the persistent tile scheduler."""
-    from argus_cutlass.verify.output import check_epilogue, check_schedule, check_schedule_all_sizes, check_uniformity
+    from argus_cutlass.verify.output import (
+        check_epilogue,
+        check_schedule,
+        check_schedule_all_sizes,
+        check_uniformity,
+    )
 
     if dsl.reads:
         obligations.append(Obligation("warpgroup.uniform", "G7",

@@ -68,7 +68,7 @@ def test_smem_offsets_match_the_resource_model():
 def test_catalogue_is_data_and_honest():
     invs = {i.id: i for i in load_invariants()}
     assert [f"G{i}" for i in range(1, 9)] == [k for k in invs if k.startswith("G")]
-    assert invs["G1"].checked and invs["G1"].rules == ("mma.k_agreement",)
+    assert invs["G1"].checked and invs["G1"].rules == ("mma.k_agreement", "gmma.descriptor")
     assert invs["G5"].checked and "tma.image" in invs["G5"].rules
     assert invs["G3"].checked and invs["G3"].rules == ("k.coverage",)
     assert invs["G6"].checked and "pipeline.protocol" in invs["G6"].rules
@@ -78,10 +78,10 @@ def test_catalogue_is_data_and_honest():
     assert invs["G4"].checked and set(invs["G4"].rules) == {"output.bijection", "scheduler.bijection"}
     assert invs["G4"].unchecked, "G4's unmodelled parts (stream-K division, CUTLASS's walk order) must be listed"
     assert invs["G8"].checked and invs["G8"].rules == ("residue.store",)
-    assert invs["G7"].checked and invs["G7"].rules == ("warpgroup.uniform",) and invs["G7"].unchecked
+    assert invs["G7"].checked and invs["G7"].rules == ("warpgroup.uniform",)
     checked_rules = {r for i in invs.values() if i.checked for r in i.rules}
     output_rules = {"epilogue.coordinate", "output.bijection", "scheduler.bijection", "residue.store",
                     "warpgroup.uniform"}
-    assert set(RULES) | {"mma.k_agreement", "tma.image", "k.coverage"} | set(invs["G6"].rules) | output_rules \
+    assert set(RULES) | {"mma.k_agreement", "gmma.descriptor", "tma.image", "k.coverage"} | set(invs["G6"].rules) | output_rules \
         == checked_rules
     assert all(i.source for i in invs.values())

@@ -141,7 +141,9 @@ def test_mma_side_swizzle_mismatch_gives_counterexample():
     tma_layout = dsl.tensor("sA").layout
     bad = dsl.replace_read("A", layout=SwizzledLayout(Swizzle(2, 3, 3), tma_layout.layout))
     err, report, msg = _reject(program, bad, rule="mma.k_agreement")
-    assert report.rules_violated() == ["mma.k_agreement"]  # resources are all fine
+    # resources are all fine; an SW64 swizzle over SW128 row strides is not even a canonical
+    # GMMA layout, so no descriptor can express it either
+    assert report.rules_violated() == ["mma.k_agreement", "gmma.descriptor"]
     v = report.violations[0]
     cex = v.counterexample
     assert cex is not None and cex.invariant == "G1" and cex.engine == "enum"
