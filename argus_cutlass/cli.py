@@ -59,6 +59,7 @@ _SOURCE_TEXT = {
     "store": "tuned: your experience store",
     "shipped": "tuned: the shipped H200 table",
     "heuristic": "heuristic: no tuned entry for this shape bucket",
+    "forced": "heuristic: --heuristic",
 }
 
 
@@ -74,8 +75,15 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype,
                           layout=args.layout)
     problem.validate()
+    import math
+
+    from argus_cutlass.errors import ProblemError
+
+    for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
+        if not math.isfinite(value):
+            raise ProblemError("problem.scalar", f"{flag}={value}: alpha and beta must be finite numbers")
     if args.heuristic:
-        cfg, source = default_config(args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout), "heuristic"
+        cfg, source = default_config(args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout), "forced"
     else:
         from argus_cutlass.agent.store import lookup_config
 
@@ -260,12 +268,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise ConfigError("config.schema", "; ".join(problems)) from None
     report = verify_gemm(build_gemm_program(cfg), smt=not args.no_smt, smt_timeout_ms=args.smt_timeout_ms)
     if args.json:
-        print(report.to_json())
+        _print(report.to_json())
     else:
-        print(report.format())
-        print("tiers:")
+        _print(report.format())
+        _print("tiers:")
         for line in report.tier_summary():
-            print(f"  {line}")
+            _print(f"  {line}")
     return 0 if report.ok else 1
 
 
@@ -326,8 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     tg.set_defaults(func=_cmd_tune)
 
     v = sub.add_parser("verify", help="verify a configuration (JSON file, or - for stdin)")
-    v.add_argument("config")
-    v.add_argument("--json", action="store_true", help="machine-readable report")
+    v.add_argument("config", help="a JSON file (or - for stdin) holding a GemmConfig object, e.g. "
+                                   "{\"tile_m\": 128, \"tile_n\": 128, \"cluster_m\": 1, \"stages\": 6}: "
+                                   "fields not given take GemmConfig's defaults (tn bf16, 128x256x64, cluster 2x1, "
+                                   "4 stages, cooperative); or a gemm record (its \"config\" key)")
+    v.add_argument("--json", action="store_true",
+                   help='machine-readable report: "ok" = no violation; "complete" = ok and every obligation '
+                        'decided (no SMT "unknown"); violations with counterexamples, proofs, tier times')
     v.add_argument("--no-smt", action="store_true", help="skip the SMT tier (z3)")
     v.add_argument("--smt-timeout-ms", type=int, default=None,
                    help="per-query z3 timeout; a timeout is reported as unknown (default 5000)")

@@ -37,7 +37,13 @@ class SourceLoc:
     function: str = ""
 
     def __str__(self) -> str:
-        return f"{os.path.relpath(self.file) if os.path.isabs(self.file) else self.file}:{self.line}"
+        """``argus_cutlass/programs/gemm_dsl.py:101`` for the package's own files (wherever it is
+        installed), else the path relative to the current directory."""
+        path = self.file
+        if os.path.isabs(path):
+            root = os.path.dirname(os.path.dirname(_DSL_DIR))  # the directory holding argus_cutlass/
+            path = os.path.relpath(path, root) if path.startswith(root + os.sep) else os.path.relpath(path)
+        return f"{path}:{self.line}"
 
 
 def caller_loc() -> SourceLoc:

@@ -174,8 +174,9 @@ class GemmProblem:
         if self.layout not in LAYOUTS:
             errs.append(ProblemError(
                 "problem.layout",
-                f"layout={self.layout!r} is not one of {LAYOUTS} (first letter A, second B; "
-                "'t' = row-major A / K-major B... see GemmProblem's docstring)"))
+                f"layout={self.layout!r} is not one of {LAYOUTS} (first letter A, second B, BLAS "
+                "convention: A 't' = row-major M x K, 'n' = column-major; B 'n' = stored N x K "
+                "(K-major), 't' = stored K x N (N-major))"))
         if errs:
             return errs  # operand checks need valid sizes, dtypes and layout
         ops = self.operands()

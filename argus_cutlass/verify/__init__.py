@@ -127,7 +127,7 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
     run = _Run()
     failed: set[str] = set()
     for rule, fn in RULES.items():
-        obligations.append(Obligation(rule, invariant_of(rule), (fn.__doc__ or "").split("\n")[0]))
+        obligations.append(Obligation(rule, invariant_of(rule), " ".join((fn.__doc__ or "").split("\n\n")[0].split())))
         if dsl is None and rule == "smem.alignment":
             continue
         _, v = run.add("arith", fn, program, dsl)

@@ -40,6 +40,8 @@ def _run(args, tmp_path, env_extra=None):
         (["--m", "8", "--n", "8", "--k", "16", "--layout", "xy"], "problem.layout", "'xy'"),
         (["--m", "7", "--n", "8", "--k", "16", "--layout", "nt"], "tma.contiguous_extent", "M=7"),
         (["--m", "8", "--n", "8", "--k", "12"], "tma.contiguous_extent", "K=12"),
+        (["--m", "8", "--n", "8", "--k", "16", "--alpha", "nan"], "problem.scalar", "--alpha=nan"),
+        (["--m", "8", "--n", "8", "--k", "16", "--beta", "inf"], "problem.scalar", "--beta=inf"),
     ],
 )
 def test_bad_input_is_refused_with_rule_and_no_traceback(args, rule, needle, tmp_path, capsys):
@@ -105,3 +107,19 @@ def test_unusable_output_folder_is_a_user_error(tmp_path, capsys):
     assert rc == 2
     assert "[cli.out]" in err and "cannot be used as the output folder" in err
     assert "Traceback" not in out + err
+
+
+def test_layout_error_states_the_blas_letters(capsys):
+    assert main(["gemm", "--m", "8", "--n", "8", "--k", "16", "--layout", "xx"]) == 2
+    err = capsys.readouterr().err
+    assert "B 'n' = stored N x K (K-major), 't' = stored K x N (N-major)" in err
+
+
+def test_verify_output_into_a_closed_pipe_is_not_a_traceback(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"tile_n": 128, "cluster_m": 1, "stages": 6}')
+    for extra in ([], ["--json"]):
+        proc = subprocess.run(f"{sys.executable} -m argus_cutlass.cli verify {extra and extra[0] or ''} {cfg} | head -1",
+                              shell=True, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stdout.strip()
