@@ -85,3 +85,22 @@ def test_catalogue_is_data_and_honest():
     assert set(RULES) | {"mma.k_agreement", "gmma.descriptor", "tma.image", "k.coverage"} | set(invs["G6"].rules) | output_rules \
         == checked_rules
     assert all(i.source for i in invs.values())
+
+
+def test_user_assertion_with_its_own_rule_is_checked_generically():
+    """A new invariant is data: an assertion with a rule the verifier has never heard of is
+    checked slot by slot over the tags it names, and reported under its own id."""
+    from argus_cutlass.dsl.atoms import GmmaSmemAtom
+    from argus_cutlass.dsl.ir import TagAssertion
+    from argus_cutlass.verify import verify_gemm
+
+    program = build_gemm_program(GemmConfig())
+    dsl = gemm_dsl_program(program)
+    mine = dataclasses.replace(dsl.assertions[0], name="U1:stage", rule="user.same_k_tile", invariant="U1")
+    assert isinstance(mine, TagAssertion)
+    ok = verify_gemm(program, dataclasses.replace(dsl, assertions=dsl.assertions + (mine,)))
+    assert ok.ok and any(p.rule == "user.same_k_tile" and p.invariant == "U1" for p in ok.proofs)
+    bad = gemm_dsl_program(program, mma_atoms={"A": GmmaSmemAtom("K", 64, 16)})
+    report = verify_gemm(program, dataclasses.replace(bad, assertions=bad.assertions + (mine,)))
+    v = next(v for v in report.violations if v.rule == "user.same_k_tile")
+    assert v.invariant == "U1" and v.counterexample is not None
