@@ -146,6 +146,27 @@ class TmaLoad:
 
 
 @dataclass(frozen=True)
+class TmaStore:
+    """The epilogue's TMA store: staged smem tile element (mn, k) of ``stage`` -> gmem.
+
+    The same box semantics as :class:`TmaLoad` in the other direction (PTX ISA 9.7.9.25,
+    ``cp.async.bulk.tensor`` shared::cta -> global): gmem element (mn, k) of the subtile is
+    read from the smem element the box model places it at. ``mn``/``k`` are the subtile's
+    (M, N) modes; ``major`` is ``"K"`` when N is contiguous in gmem (row-major D) and ``"MN"``
+    when M is (the swap-AB column-major view).
+    """
+
+    name: str
+    src: str
+    dst: str
+    copy: TmaCopy
+    major: str
+    tile_mn: int
+    tile_k: int
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
 class MmaRead:
     """An SS-mode GMMA operand slot: the MMA reads tile element (mn, k) of ``stage`` from
     ``src`` through its **own** layout object ``layout`` ((MN, K, stage) -> element offset,
@@ -326,6 +347,7 @@ class DslProgram:
     kloop: KLoop | None = None
     epilogue: EpilogueStore | None = None
     schedule: TileSchedule | None = None
+    stores: tuple[TmaStore, ...] = ()
 
     def tensor(self, name: str) -> Tensor:
         """The tensor called ``name``. Raises ``KeyError`` naming the known tensors."""
@@ -376,6 +398,13 @@ class DslProgram:
         if consumer:
             changes["consumer"] = dataclasses.replace(p.consumer, **consumer)
         return dataclasses.replace(self, pipeline=dataclasses.replace(p, **changes))
+
+    def replace_store(self, src: str, **changes: Any) -> DslProgram:
+        """A copy with the TMA store out of ``src`` changed (e.g. its ``copy``)."""
+        if not any(st.src == src for st in self.stores):
+            raise KeyError(f"no TMA store out of {src!r}")
+        sts = tuple(dataclasses.replace(x, **changes) if x.src == src else x for x in self.stores)
+        return dataclasses.replace(self, stores=sts)
 
     def replace_epilogue(self, **changes: Any) -> DslProgram:
         """A copy with the epilogue store changed (e.g. ``row_offset=16``, ``residue_mask=False``)."""
@@ -431,6 +460,7 @@ class ProgramBuilder:
         self._kloop: KLoop | None = None
         self._epilogue: EpilogueStore | None = None
         self._schedule: TileSchedule | None = None
+        self._stores: list[TmaStore] = []
 
     def tensor(self, name: str, space: Space, shape: tuple[int, ...], dtype: str, *,
                layout: Any = None, tag: Tag | None = None, base_bytes: int = 0,
@@ -544,6 +574,24 @@ class ProgramBuilder:
         self._kloop = node
         return node
 
+    def tma_store(self, src: Tensor, dst: Tensor, copy: TmaCopy, *, major: str, tile_mn: int,
+                  tile_k: int) -> TmaStore:
+        """A TMA store of the staged smem tile ``src`` (``(tile_mn, tile_k, S)``) to gmem ``dst``.
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.untagged`` (the gmem destination carries no
+                tag), ``dsl.layout_size`` (the tile does not match the staging buffer).
+        """
+        loc = caller_loc()
+        if dst.tag is None:
+            _dsl_error("dsl.untagged", loc, f"TMA store destination {dst.name!r} carries no tag")
+        if tuple(src.shape[:2]) != (tile_mn, tile_k):
+            _dsl_error("dsl.layout_size", loc, f"TMA store tile ({tile_mn}, {tile_k}) does not match the "
+                       f"staging buffer {src.name!r} of shape {src.shape}")
+        node = TmaStore(f"tma_store_{src.name}", src.name, dst.name, copy, major, tile_mn, tile_k, loc)
+        self._stores.append(node)
+        return node
+
     def epilogue_store(self, *, tile_m: int, tile_n: int, op: GmmaOp, warpgroups: int, d_major: str = "N",
                        row_offset: int = 0, residue_mask: bool = True) -> EpilogueStore:
         node = EpilogueStore(tile_m, tile_n, op.m, op.n, warpgroups, d_major, row_offset, residue_mask,
@@ -560,4 +608,4 @@ class ProgramBuilder:
     def build(self) -> DslProgram:
         return DslProgram(self.name, self.stages, tuple(self._tensors), tuple(self._loads),
                           tuple(self._reads), tuple(self._asserts), self._pipeline, self._kloop,
-                          self._epilogue, self._schedule)
+                          self._epilogue, self._schedule, tuple(self._stores))

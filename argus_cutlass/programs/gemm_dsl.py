@@ -22,7 +22,7 @@ from argus_cutlass.dsl.ir import DslProgram, PipelineSide, ProgramBuilder, Tag
 from argus_cutlass.layout.gmma import smem_layout
 from argus_cutlass.plan.config import DTYPE_BYTES
 from argus_cutlass.plan.resources import swizzle_alignment
-from argus_cutlass.programs.gemm import GemmProgram
+from argus_cutlass.programs.gemm import GemmProgram, OperandPlan
 
 
 def _round_up(x: int, a: int) -> int:
@@ -33,7 +33,8 @@ def smem_offsets(program: GemmProgram) -> dict[str, int]:
     """Byte offset of each smem buffer (``C``, ``D``, ``A``, ``B``) in the CTA's shared memory.
 
     Same order and padding as :func:`argus_cutlass.plan.resources.smem_bytes`: barriers first,
-    then each buffer rounded up to its swizzle alignment.
+    then each buffer rounded up to its swizzle alignment (with the epilogue's fusion storage
+    and alignment before A). When the epilogue reuses C's buffer for D, ``D`` is ``C``'s offset.
     """
     cfg = program.config
     e = program.epilogue
@@ -47,12 +48,17 @@ def smem_offsets(program: GemmProgram) -> dict[str, int]:
     }
     offset = 16 * stages + 16 * e.stages_c + 64
     out: dict[str, int] = {}
+    epi_align = max(swizzle_alignment(e.smem_atom_c.swizzle_bytes), swizzle_alignment(e.smem_atom_d.swizzle_bytes))
     for name, (size, sw) in sizes.items():
+        if name == "A":  # end of the epilogue's TensorStorage: its 1-byte fusion storage, then alignment
+            offset = _round_up(offset + 1, epi_align)
         if size == 0:
             continue
         offset = _round_up(offset, swizzle_alignment(sw))
         out[name] = offset
         offset += size
+    if "D" not in out:
+        out["D"] = out["C"]  # ReuseSmemC: D is staged in C's buffer
     return out
 
 
@@ -105,6 +111,13 @@ def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None =
     b.k_loop(tile_k=cfg.tile_k, block_k=mma.op.k, k_blocks=cfg.tile_k // mma.op.k)
     b.epilogue_store(tile_m=cfg.tile_m, tile_n=cfg.tile_n, op=mma.op, warpgroups=mma.atoms_m,
                      d_major=program.epilogue.d_major)
+    e = program.epilogue
+    d_stages = e.stages_c if e.reuse_smem_c else e.stages_d  # CUTLASS SmemLayoutD's stage count
+    d_plan = OperandPlan("D", "K" if e.d_major == "N" else "MN", e.epi_m, e.epi_n, e.smem_atom_d, e.tma_store_d, 1)
+    s_d = b.tensor("sD", "smem", (e.epi_m, e.epi_n, d_stages), cfg.out_dtype, layout=smem_layout(d_plan, d_stages),
+                   base_bytes=offsets["D"], swizzle_bytes=e.smem_atom_d.swizzle_bytes)
+    g_d = b.tensor("gD", "gmem", (e.epi_m, e.epi_n), cfg.out_dtype, tag=Tag("D", ("m", "n")))
+    b.tma_store(s_d, g_d, e.tma_store_d, major=d_plan.major, tile_mn=e.epi_m, tile_k=e.epi_n)
     b.tile_schedule(raster=cfg.raster, swizzle=cfg.swizzle, decomposition=cfg.scheduler)
     b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1",
                   rule="mma.k_agreement")

@@ -213,6 +213,7 @@ def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
         check_epilogue,
         check_schedule,
         check_schedule_all_sizes,
+        check_tma_store,
         check_uniformity,
     )
 
@@ -224,6 +225,11 @@ def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
         for rule, (inv, text) in _OUTPUT_OBLIGATIONS.items():
             obligations.append(Obligation(rule, inv, text, str(dsl.epilogue.loc)))
         run.add("enum", check_epilogue, dsl)
+    if dsl.stores:
+        obligations.append(Obligation("epilogue.tma_store", "G2",
+                                      "the TMA store sends each staged accumulator to its own (m, n)",
+                                      str(dsl.stores[0].loc)))
+        run.add("enum", check_tma_store, dsl)
     if dsl.schedule is not None:
         obligations.append(Obligation("scheduler.bijection", "G4",
                                       "every work unit has one CTA and one output tile (enum: units <= 48; "

@@ -231,6 +231,17 @@ def _read_skew(skew: tuple[int, int, int, int]) -> Builder:
     return build
 
 
+def _store_swizzle(swizzle_bytes: int) -> Builder:
+    """The epilogue's TMA store descriptor uses another swizzle than the staging buffer."""
+
+    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
+        program, dsl = _base(cfg)
+        st = dsl.stores[0]
+        return program, dsl.replace_store(st.src, copy=dataclasses.replace(st.copy, swizzle_bytes=swizzle_bytes))
+
+    return build
+
+
 def _epilogue(**changes: Any) -> Builder:
     """``replace_epilogue`` (the store map's row offset, the residue mask)."""
 
@@ -375,6 +386,13 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"epi_row_offset": 32}, expect_gpu="wrong",
             gpu_note="the two halves of every output tile are swapped",
             verifier=_epilogue(row_offset=32), rule="epilogue.coordinate", invariant="G2",
+        ),
+        Mutant(
+            id="epi_store_swizzle", cls="epilogue_store",
+            description="the TMA store of the epilogue is built with SW32 over the SW64 staging buffer",
+            knobs=None, expect_gpu="wrong",
+            gpu_note="the hand-written mutant kernel stores registers directly; the TMA-store epilogue is CUTLASS's",
+            verifier=_store_swizzle(32), rule="epilogue.tma_store", invariant="G2",
         ),
         Mutant(
             id="residue_mask_dropped", cls="residue_mask",

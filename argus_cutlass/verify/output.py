@@ -34,8 +34,8 @@ from argus_cutlass.layout.algebra import layout_image
 from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
-__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_uniformity",
-           "schedule_units", "tile_of_unit"]
+__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_tma_store",
+           "check_uniformity", "schedule_units", "tile_of_unit"]
 
 #: enumeration bounds of scheduler.bijection
 MAX_UNITS = 48
@@ -273,4 +273,45 @@ def check_uniformity(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
             proofs.append(Proof("warpgroup.uniform", "G7", "enum",
                                 f"operand {read.operand}: all 4 warps pass the same stage's descriptor at every "
                                 f"iteration (skew {skew})", S * len(skew)))
+    return proofs, violations
+
+
+def check_tma_store(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+    """``epilogue.tma_store`` (G2): the epilogue stages accumulator (m, n) of a subtile at
+    ``sD.layout(m, n, stage)`` (CUTLASS partitions the staging buffer with that layout), and the
+    TMA store must send exactly that smem element to gmem (m, n). Enumerated over every
+    subtile element of every staging stage with the TMA box model
+    (:func:`~argus_cutlass.verify.semantics.tma_box_offset`, PTX ISA 9.7.9.25)."""
+    from argus_cutlass.verify.semantics import INT_OPS, tma_box_offset
+
+    proofs: list[Proof] = []
+    violations: list[Violation] = []
+    for st in dsl.stores:
+        t = dsl.tensor(st.src)
+        stages = t.shape[2]
+        mn, k, s_ = np.meshgrid(np.arange(st.tile_mn), np.arange(st.tile_k), np.arange(stages), indexing="ij")
+        want = np.asarray(t.layout(mn, k, s_), dtype=np.int64)
+        got = np.asarray(tma_box_offset(INT_OPS, st, mn, k, s_, t.base_bytes, t.elem_bytes), dtype=np.int64)
+        bad = np.argwhere(want != got)
+        if bad.size:
+            i, j, s0 = (int(x) for x in bad[0])
+            cex = Counterexample(
+                "G2", "epilogue.tma_store", "enum", "epilogue.tma_store", str(st.loc), -1, s0, -1,
+                {"m": i, "n": j}, {}, "", {"D": int(want[i, j, s0])},
+                f"the TMA store sends smem elem {int(want[i, j, s0])} (where D({i},{j}) was staged) to D({i},{j})",
+                f"it sends smem elem {int(got[i, j, s0])} to D({i},{j})",
+                f"staging layout {t.layout} vs TMA store box {st.copy.box} SW{st.copy.swizzle_bytes}",
+                element={"tensor": "D", "m": i, "n": j},
+                chain=(f"accum D({i},{j})", f"sD elem {int(want[i, j, s0])} (stage {s0})",
+                       f"TMA store reads sD elem {int(got[i, j, s0])}", f"gmem D({i},{j})"))
+            violations.append(Violation(
+                "epilogue.tma_store", "G2",
+                f"{int(bad.shape[0])} of {want.size} staged elements are not where the TMA store reads them; first: "
+                f"D({i},{j}) of stage {s0} staged at smem elem {int(want[i, j, s0])}, stored from {int(got[i, j, s0])}",
+                "build the TMA store from the staging buffer's own layout (same swizzle and box)", str(st.loc), cex))
+        else:
+            proofs.append(Proof("epilogue.tma_store", "G2", "enum",
+                                f"TMA store {st.copy.box} SW{st.copy.swizzle_bytes} sends every staged element of "
+                                f"all {stages} {st.tile_mn}x{st.tile_k} stages of {st.src} to its own (m, n)",
+                                int(want.size)))
     return proofs, violations

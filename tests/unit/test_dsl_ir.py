@@ -74,14 +74,14 @@ def test_catalogue_is_data_and_honest():
     assert invs["G6"].checked and "pipeline.protocol" in invs["G6"].rules
     assert "pipeline.release" in invs["G6"].rules  # release only after the wgmma retired
     assert invs["G6"].unchecked, "G6's unmodelled part (tx-count underflow's exact effect) must be listed"
-    assert invs["G2"].checked and invs["G2"].rules == ("epilogue.coordinate",)
+    assert invs["G2"].checked and invs["G2"].rules == ("epilogue.coordinate", "epilogue.tma_store")
     assert invs["G4"].checked and set(invs["G4"].rules) == {"output.bijection", "scheduler.bijection"}
     assert invs["G4"].unchecked, "G4's unmodelled parts (stream-K division, CUTLASS's walk order) must be listed"
     assert invs["G8"].checked and invs["G8"].rules == ("residue.store",)
     assert invs["G7"].checked and invs["G7"].rules == ("warpgroup.uniform",)
     checked_rules = {r for i in invs.values() if i.checked for r in i.rules}
-    output_rules = {"epilogue.coordinate", "output.bijection", "scheduler.bijection", "residue.store",
-                    "warpgroup.uniform"}
+    output_rules = {"epilogue.coordinate", "epilogue.tma_store", "output.bijection", "scheduler.bijection",
+                    "residue.store", "warpgroup.uniform"}
     assert set(RULES) | {"mma.k_agreement", "gmma.descriptor", "tma.image", "k.coverage"} | set(invs["G6"].rules) | output_rules \
         == checked_rules
     assert all(i.source for i in invs.values())

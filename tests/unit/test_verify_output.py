@@ -82,3 +82,24 @@ def test_tile_walk_is_a_bijection(raster, swizzle):
         w = np.arange(tm * tn)
         a, b = tile_of_unit(w, tm, tn, raster, swizzle)
         assert np.unique(a * tn + b).size == w.size and a.max() < tm and b.max() < tn
+
+
+def test_epilogue_tma_store_swizzle_mismatch_is_g2():
+    program = build_gemm_program(COOP)
+    dsl = gemm_dsl_program(program)
+    st = dsl.stores[0]
+    assert (st.copy.swizzle_bytes, st.major, dsl.tensor("sD").swizzle_bytes) == (64, "K", 64)
+    import dataclasses
+
+    bad = dsl.replace_store("sD", copy=dataclasses.replace(st.copy, swizzle_bytes=32))
+    report = verify_gemm(program, bad)
+    assert report.rules_violated() == ["epilogue.tma_store"]
+    cex = report.violations[0].counterexample
+    assert cex.invariant == "G2" and cex.element["tensor"] == "D" and "sD elem" in " ".join(cex.chain)
+
+
+def test_swap_ab_stages_d_column_major():
+    dsl = gemm_dsl_program(build_gemm_program(SWAP))
+    st = dsl.stores[0]
+    assert st.major == "MN" and st.copy.box == (64, 16)  # M contiguous: the box's inner extent is along M
+    assert any(p.rule == "epilogue.tma_store" for p in verify_gemm(build_gemm_program(SWAP)).proofs)
