@@ -57,12 +57,16 @@ class SmemBreakdown:
         )
 
 
-def smem_bytes(program) -> SmemBreakdown:  # noqa: ANN001 - GemmProgram (import cycle)
-    """Upper bound on the CTA's shared memory for ``program``.
+def smem_placement(program) -> tuple[dict[str, int], SmemBreakdown]:  # noqa: ANN001 - GemmProgram (import cycle)
+    """Byte offset of each smem buffer and the CTA's total, from one walk of the layout.
 
     Barriers come first (full + empty mbarrier per mainloop stage and per epilogue
     C stage, plus the scheduler and load-order barriers), then the buffers in order
     (epilogue C, D, then mainloop A, B), each at its swizzle alignment.
+
+    Returns:
+        ``({"C", "D", "A", "B"} -> byte offset, breakdown)``. When the epilogue reuses C's
+        buffer for D, ``D`` is ``C``'s offset.
     """
     cfg = program.config
     e = program.epilogue
@@ -84,21 +88,30 @@ def smem_bytes(program) -> SmemBreakdown:  # noqa: ANN001 - GemmProgram (import 
     fusion = 1
     offset = barriers  # CUTLASS places the pipeline barriers before the tensors
     padding = 0
-    for size, align in (
-        (c_bytes, swizzle_alignment(e.smem_atom_c.swizzle_bytes)),
-        (d_bytes, swizzle_alignment(e.smem_atom_d.swizzle_bytes)),
-        (fusion, 1),
-        (-1, epi_align),  # end of the epilogue's TensorStorage
-        (a_bytes, swizzle_alignment(program.a.smem_atom.swizzle_bytes)),
-        (b_bytes, swizzle_alignment(program.b.smem_atom.swizzle_bytes)),
+    offsets: dict[str, int] = {}
+    for name, size, align in (
+        ("C", c_bytes, swizzle_alignment(e.smem_atom_c.swizzle_bytes)),
+        ("D", d_bytes, swizzle_alignment(e.smem_atom_d.swizzle_bytes)),
+        ("", fusion, 1),
+        ("", -1, epi_align),  # end of the epilogue's TensorStorage
+        ("A", a_bytes, swizzle_alignment(program.a.smem_atom.swizzle_bytes)),
+        ("B", b_bytes, swizzle_alignment(program.b.smem_atom.swizzle_bytes)),
     ):
         if size == 0:
             continue
         aligned = _round_up(offset, align)
         padding += aligned - offset
+        if name:
+            offsets[name] = aligned
         offset = aligned + max(size, 0)
     padding += _round_up(offset, 16) - offset
-    return SmemBreakdown(a_bytes, b_bytes, c_bytes, d_bytes, barriers, padding + fusion)
+    offsets.setdefault("D", offsets["C"])  # ReuseSmemC: D is staged in C's buffer
+    return offsets, SmemBreakdown(a_bytes, b_bytes, c_bytes, d_bytes, barriers, padding + fusion)
+
+
+def smem_bytes(program) -> SmemBreakdown:  # noqa: ANN001 - GemmProgram (import cycle)
+    """Upper bound on the CTA's shared memory for ``program`` (see :func:`smem_placement`)."""
+    return smem_placement(program)[1]
 
 
 def accumulator_registers(program) -> int:  # noqa: ANN001

@@ -20,46 +20,14 @@ from typing import Any
 
 from argus_cutlass.dsl.ir import DslProgram, PipelineSide, ProgramBuilder, Tag
 from argus_cutlass.layout.gmma import smem_layout
-from argus_cutlass.plan.config import DTYPE_BYTES
-from argus_cutlass.plan.resources import swizzle_alignment
+from argus_cutlass.plan.resources import smem_placement
 from argus_cutlass.programs.gemm import GemmProgram, OperandPlan
 
 
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
-
-
 def smem_offsets(program: GemmProgram) -> dict[str, int]:
-    """Byte offset of each smem buffer (``C``, ``D``, ``A``, ``B``) in the CTA's shared memory.
-
-    Same order and padding as :func:`argus_cutlass.plan.resources.smem_bytes`: barriers first,
-    then each buffer rounded up to its swizzle alignment (with the epilogue's fusion storage
-    and alignment before A). When the epilogue reuses C's buffer for D, ``D`` is ``C``'s offset.
-    """
-    cfg = program.config
-    e = program.epilogue
-    out_b = DTYPE_BYTES[cfg.out_dtype]
-    stages = program.pipeline.stages
-    sizes = {
-        "C": (e.epi_m * e.epi_n * out_b * e.stages_c, e.smem_atom_c.swizzle_bytes),
-        "D": (0 if e.reuse_smem_c else e.epi_m * e.epi_n * out_b * e.stages_d, e.smem_atom_d.swizzle_bytes),
-        "A": (program.a.stage_bytes * stages, program.a.smem_atom.swizzle_bytes),
-        "B": (program.b.stage_bytes * stages, program.b.smem_atom.swizzle_bytes),
-    }
-    offset = 16 * stages + 16 * e.stages_c + 64
-    out: dict[str, int] = {}
-    epi_align = max(swizzle_alignment(e.smem_atom_c.swizzle_bytes), swizzle_alignment(e.smem_atom_d.swizzle_bytes))
-    for name, (size, sw) in sizes.items():
-        if name == "A":  # end of the epilogue's TensorStorage: its 1-byte fusion storage, then alignment
-            offset = _round_up(offset + 1, epi_align)
-        if size == 0:
-            continue
-        offset = _round_up(offset, swizzle_alignment(sw))
-        out[name] = offset
-        offset += size
-    if "D" not in out:
-        out["D"] = out["C"]  # ReuseSmemC: D is staged in C's buffer
-    return out
+    """Byte offset of each smem buffer (``C``, ``D``, ``A``, ``B``) in the CTA's shared memory,
+    from the resource model's layout walk (:func:`argus_cutlass.plan.resources.smem_placement`)."""
+    return smem_placement(program)[0]
 
 
 def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None = None) -> DslProgram:
