@@ -15,6 +15,7 @@ No CUDA library is imported at module import time (the catalogue tests render on
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -156,15 +157,34 @@ def compare(d: np.ndarray, ref: np.ndarray, guard: np.ndarray) -> dict[str, Any]
             "unwritten": unwritten, "oob_writes": oob}
 
 
-def _bf16_round(x: np.ndarray) -> np.ndarray:
-    """Round float32 to bfloat16 (nearest-even), returned as the uint16 bit patterns."""
-    u = x.astype(np.float32).view(np.uint32)
-    u = u + 0x7FFF + ((u >> 16) & 1)
-    return (u >> 16).astype(np.uint16)
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """Values rounded to bf16 (nearest-even), as the uint16 bit patterns the kernel reads."""
+    from argus_cutlass.runtime.check import float32_to_bits
+
+    return float32_to_bits(np.asarray(x, dtype=np.float32), "bf16")
 
 
-def _bf16_to_f64(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+def bf16_values(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to bf16, as float64 (the values the kernel multiplies)."""
+    from argus_cutlass.runtime.check import bits_to_float32
+
+    return bits_to_float32(_bf16(x), "bf16").astype(np.float64)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_entry(so_path: str, name: str) -> tuple[Any, Any]:
+    """``(entry, error_string)`` of a mutant kernel library, loaded once per process."""
+    import ctypes
+
+    lib = ctypes.CDLL(so_path, mode=ctypes.RTLD_LOCAL)
+    entry = getattr(lib, name)
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    entry.restype = ctypes.c_int
+    err_str = getattr(lib, f"{name}_error_string")
+    err_str.argtypes = [ctypes.c_int]
+    err_str.restype = ctypes.c_char_p
+    return entry, err_str
 
 
 def run_in_process(so_path: str, name: str, m: int, n: int, k: int, grid: int, seed: int = 0) -> dict[str, Any]:
@@ -176,25 +196,17 @@ def run_in_process(so_path: str, name: str, m: int, n: int, k: int, grid: int, s
     Raises:
         argus_cutlass.errors.CudaError: no usable sm_90 GPU or a failing CUDA call.
     """
-    import ctypes
-
+    from argus_cutlass.runtime.check import bits_to_float32
     from argus_cutlass.runtime.cuda import DeviceBuffer, require_sm90, synchronize
 
     require_sm90()
     rng = np.random.default_rng(seed)
-    a = _bf16_round(rng.uniform(-1, 1, (m, k)).astype(np.float32))
-    b = _bf16_round(rng.uniform(-1, 1, (n, k)).astype(np.float32))
-    ref = _bf16_to_f64(a) @ _bf16_to_f64(b).T
+    a = _bf16(rng.uniform(-1, 1, (m, k)))
+    b = _bf16(rng.uniform(-1, 1, (n, k)))
+    ref = bits_to_float32(a, "bf16").astype(np.float64) @ bits_to_float32(b, "bf16").astype(np.float64).T
     guard_floats = 64 * n + 4096  # one 64-row tile of spill plus slack
     poison = np.full(m * n + guard_floats, np.nan, np.float32)
-    lib = ctypes.CDLL(so_path, mode=ctypes.RTLD_LOCAL)
-    entry = getattr(lib, name)
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    entry.restype = ctypes.c_int
-    err_str = getattr(lib, f"{name}_error_string")
-    err_str.argtypes = [ctypes.c_int]
-    err_str.restype = ctypes.c_char_p
+    entry, err_str = _load_entry(str(so_path), name)
     with DeviceBuffer.from_numpy(a) as da, DeviceBuffer.from_numpy(b) as db, \
             DeviceBuffer.from_numpy(poison) as dd:
         code = entry(int(da), int(db), int(dd), m, n, k, grid, None)
@@ -223,20 +235,13 @@ def run_with_inputs(so_path: str | Path, name: str, a: np.ndarray, b: np.ndarray
         argus_cutlass.errors.CudaError: no usable sm_90 GPU or a failing CUDA call.
         RuntimeError: the entry point returned an error code.
     """
-    import ctypes
-
     from argus_cutlass.runtime.cuda import DeviceBuffer, require_sm90, synchronize
 
     require_sm90()
     m, k = a.shape
     n = b.shape[0]
-    lib = ctypes.CDLL(str(so_path), mode=ctypes.RTLD_LOCAL)
-    entry = getattr(lib, name)
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    entry.restype = ctypes.c_int
-    with DeviceBuffer.from_numpy(_bf16_round(a.astype(np.float32))) as da, \
-            DeviceBuffer.from_numpy(_bf16_round(b.astype(np.float32))) as db, \
+    entry, _ = _load_entry(str(so_path), name)
+    with DeviceBuffer.from_numpy(_bf16(a)) as da, DeviceBuffer.from_numpy(_bf16(b)) as db, \
             DeviceBuffer.from_numpy(np.full(m * n, np.nan, np.float32)) as dd:
         code = entry(int(da), int(db), int(dd), m, n, k, grid, None)
         if code != 0:
@@ -336,4 +341,5 @@ __all__ = [
     "run_suite",
     "run_with_inputs",
     "summary_json",
+    "bf16_values",
 ]

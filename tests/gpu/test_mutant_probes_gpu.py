@@ -71,9 +71,9 @@ def test_gpu_output_equals_the_models_prediction(mutant_id, built):
     rng = np.random.default_rng(7)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32).astype(np.float64)
     b = rng.uniform(-1, 1, (n, k)).astype(np.float32).astype(np.float64)
-    from argus_cutlass.runtime.mutants import _bf16_round, _bf16_to_f64
+    from argus_cutlass.runtime.mutants import bf16_values
 
-    a, b = _bf16_to_f64(_bf16_round(a)), _bf16_to_f64(_bf16_round(b))
+    a, b = bf16_values(a), bf16_values(b)
     got = run_with_inputs(art.path, kernel_name_of(mutant_id), a, b)
     pred = predict_tile(dsl, a, b)
     random_err = float(np.max(np.abs(got - pred.d)))
