@@ -27,7 +27,7 @@ import numpy as np
 from argus_cutlass.dsl.ir import DslProgram
 from argus_cutlass.verify.absint import _read, tag_image
 
-__all__ = ["TilePrediction", "one_hot_probes", "operand_sources", "predict_tile", "swizzle_probe_configs"]
+__all__ = ["TilePrediction", "one_hot_inputs", "one_hot_probes", "operand_sources", "predict_tile", "swizzle_probe_configs"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +122,22 @@ def one_hot_probes(tile_mn: int, k: int, count: int = 8) -> list[tuple[int, int]
     """``count`` (mn, k) positions spread over rows, 16-byte chunks and k-tiles (deterministic):
     row ``i * 7 + 3`` and column ``i * 37 + 5``, both wrapped."""
     return [((i * 7 + 3) % tile_mn, (i * 37 + 5) % k) for i in range(count)]
+
+
+def one_hot_inputs(m: int, n: int, k: int, count: int = 8):  # noqa: ANN201 - generator
+    """The probe inputs: ``count`` one-hot A tiles with B all ones, then ``count`` one-hot B
+    tiles with A all ones (positions from :func:`one_hot_probes`).
+
+    Yields:
+        ``(operand, mn, k_index, a, b)`` with ``a`` ``(m, k)`` and ``b`` ``(n, k)`` float64.
+    """
+    for operand, rows in (("A", m), ("B", n)):
+        for mn, kk in one_hot_probes(rows, k, count):
+            a, b = np.ones((m, k)), np.ones((n, k))
+            hot = np.zeros((rows, k))
+            hot[mn, kk] = 1.0
+            if operand == "A":
+                a = hot
+            else:
+                b = hot
+            yield operand, mn, kk, a, b

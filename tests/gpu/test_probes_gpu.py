@@ -21,7 +21,7 @@ import pytest
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.settings import settings
-from argus_cutlass.verify.probes import one_hot_probes, predict_tile, swizzle_probe_configs
+from argus_cutlass.verify.probes import one_hot_inputs, predict_tile, swizzle_probe_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -66,24 +66,15 @@ def test_one_hot_probes_agree_with_the_model(name, probe_kernels, gpu_device):
     dsl = gemm_dsl_program(build_gemm_program(cfg))
     m, n, k = cfg.tile_m, cfg.tile_n, cfg.tile_k * (cfg.stages + 1)
     agree, probes = 0, []
-    for operand in ("A", "B"):
-        rows = m if operand == "A" else n
-        for mn, kk in one_hot_probes(rows, k):
-            a, b = np.ones((m, k)), np.ones((n, k))
-            hot = np.zeros((rows, k))
-            hot[mn, kk] = 1.0
-            if operand == "A":
-                a = hot
-            else:
-                b = hot
-            got = _run(lib, cfg, a, b)
-            pred = predict_tile(dsl, a, b)
-            assert pred.predictable.all()
-            ok = bool(np.array_equal(got, pred.d))
-            agree += ok
-            probes.append({"operand": operand, "mn": mn, "k": kk, "agree": ok,
-                           "gpu_nonzero": np.argwhere(got != 0)[:4].tolist(),
-                           "model_nonzero": np.argwhere(pred.d != 0)[:4].tolist()})
+    for operand, mn, kk, a, b in one_hot_inputs(m, n, k):
+        got = _run(lib, cfg, a, b)
+        pred = predict_tile(dsl, a, b)
+        assert pred.predictable.all()
+        ok = bool(np.array_equal(got, pred.d))
+        agree += ok
+        probes.append({"operand": operand, "mn": mn, "k": kk, "agree": ok,
+                       "gpu_nonzero": np.argwhere(got != 0)[:4].tolist(),
+                       "model_nonzero": np.argwhere(pred.d != 0)[:4].tolist()})
     RESULTS[name] = {"kernel": kernel_name(cfg), "probes": len(probes), "agree": agree, "detail": probes}
     bad = [p for p in probes if not p["agree"]]
     assert not bad, f"{len(bad)} of {len(probes)} probes disagree with the model, first: {bad[0]}"

@@ -61,3 +61,14 @@ def test_probe_configs_are_verified_and_probes_spread():
         assert verify_gemm(build_gemm_program(cfg)).ok
     probes = one_hot_probes(64, 320)
     assert len(set(probes)) == 8 and len({k // 8 for _, k in probes}) == 8  # distinct 16-byte chunks
+
+
+def test_one_hot_inputs_put_a_single_one_in_one_operand():
+    from argus_cutlass.verify.probes import one_hot_inputs
+
+    probes = list(one_hot_inputs(64, 32, 80))
+    assert [p[0] for p in probes] == ["A"] * 8 + ["B"] * 8
+    for operand, mn, kk, a, b in probes:
+        hot, ones = (a, b) if operand == "A" else (b, a)
+        assert hot.sum() == 1.0 and hot[mn, kk] == 1.0 and (ones == 1.0).all()
+        assert a.shape == (64, 80) and b.shape == (32, 80)
