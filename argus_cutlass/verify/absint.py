@@ -255,57 +255,64 @@ def _chain(dsl: DslProgram, read: MmaRead, load: TmaLoad, op: str, tags: dict, i
             f"MMA slot {op}({'m' if op == 'A' else 'n'}={mn_slot}, k={k}) of stage {s}")
 
 
+def _descriptor_walk(dsl: DslProgram, read: MmaRead) -> tuple[int, set, str | None]:
+    """Encode and decode every descriptor of ``read``: ``(descriptors, {(type, LBO, SBO)}, first
+    mismatch message or None)``. Raises ``DescriptorError`` for a non-canonical layout."""
+    from argus_cutlass.layout.gmma_desc import decode_bytes, encode
+
+    t = dsl.tensor(read.src)
+    major = "K" if dsl.load_into(read.src).major == "K" else "MN"
+    sw = getattr(read.layout, "swizzle", None)
+    inner = getattr(read.layout, "layout", read.layout)
+    bits = sw.bits if sw is not None else 0
+    op_mn = read.op.m if read.operand == "A" else read.op.n
+    mn, kk = np.meshgrid(np.arange(op_mn), np.arange(read.op.k), indexing="ij")
+    seen: set = set()
+    count = 0
+    for s in range(dsl.stages):
+        for k0 in range(0, read.tile_k, read.op.k):
+            for mn0 in range(0, read.tile_mn, op_mn):
+                desc = encode(inner, bits, major, t.elem_bytes, t.base_bytes, mn0, k0, s, op_mn, read.op.k)
+                hw = decode_bytes(desc, major, t.elem_bytes, mn, kk)
+                model = t.base_bytes + t.elem_bytes * np.asarray(read.layout(mn0 + mn, k0 + kk, s), dtype=np.int64)
+                bad = np.argwhere(hw != model)
+                if bad.size:
+                    i, j = (int(x) for x in bad[0])
+                    return count, seen, (
+                        f"operand {read.operand} stage {s} k_block {k0 // read.op.k} mn0 {mn0}: descriptor {desc} "
+                        f"reads byte {int(hw[i, j])} for slot (mn={mn0 + i}, k={k0 + j}) but the layout places it "
+                        f"at {int(model[i, j])} (buffer not aligned to the swizzle period?)")
+                seen.add((desc.layout_type, desc.lbo, desc.sbo))
+                count += 1
+    return count, seen, None
+
+
 def check_descriptors(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     """gmma.descriptor: the 64-bit matrix descriptor of every wgmma (stage, k-block, MN atom) can
     be encoded from the layout the MMA reads through, and decoding it gives back that layout's
     byte address at every operand slot (:mod:`argus_cutlass.layout.gmma_desc`, PTX ISA
     9.7.15.5.1). This ties G1/G5, which reason about layouts, to the descriptor fields the
     hardware consumes (start address, LBO, SBO, layout type)."""
-    from argus_cutlass.layout.gmma_desc import DescriptorError, decode_bytes, encode
+    from argus_cutlass.layout.gmma_desc import DescriptorError
 
     rule = "gmma.descriptor"
     proofs: list[Proof] = []
     violations: list[Violation] = []
     for read in dsl.reads:
-        t = dsl.tensor(read.src)
-        load = dsl.load_into(read.src)
-        major = "K" if load.major == "K" else "MN"
-        sw = getattr(read.layout, "swizzle", None)
-        inner = getattr(read.layout, "layout", read.layout)
-        bits = sw.bits if sw is not None else 0
-        op_mn = read.op.m if read.operand == "A" else read.op.n
-        mn, kk = np.meshgrid(np.arange(op_mn), np.arange(read.op.k), indexing="ij")
-        seen: set = set()
-        count = 0
         try:
-            for s in range(dsl.stages):
-                for kb in range(read.tile_k // read.op.k):
-                    for mn0 in range(0, read.tile_mn, op_mn):
-                        k0 = kb * read.op.k
-                        desc = encode(inner, bits, major, t.elem_bytes, t.base_bytes, mn0, k0, s, op_mn, read.op.k)
-                        hw = decode_bytes(desc, major, t.elem_bytes, mn, kk)
-                        model = t.base_bytes + t.elem_bytes * np.asarray(read.layout(mn0 + mn, k0 + kk, s), dtype=np.int64)
-                        bad = np.argwhere(hw != model)
-                        if bad.size:
-                            i, j = (int(x) for x in bad[0])
-                            violations.append(Violation(
-                                rule, "G1",
-                                f"operand {read.operand} stage {s} k_block {kb} mn0 {mn0}: descriptor {desc} reads byte "
-                                f"{int(hw[i, j])} for slot (mn={mn0 + i}, k={k0 + j}) but the layout places it at "
-                                f"{int(model[i, j])} (buffer not aligned to the swizzle period?)",
-                                "align the buffer to 8 x swizzle bytes (G5 smem.alignment)", str(read.loc)))
-                            raise StopIteration
-                        seen.add((desc.layout_type, desc.lbo, desc.sbo))
-                        count += 1
+            count, seen, mismatch = _descriptor_walk(dsl, read)
         except DescriptorError as exc:
             violations.append(Violation(rule, "G1", f"operand {read.operand}: {exc}",
                                         "the MMA-side layout must be a GMMA canonical layout (tile a "
                                         "GMMA::Layout_*_Atom)", str(read.loc)))
             continue
-        except StopIteration:
+        if mismatch:
+            violations.append(Violation(rule, "G1", mismatch, "align the buffer to 8 x swizzle bytes "
+                                        "(G5 smem.alignment)", str(read.loc)))
             continue
+        slots = count * (read.op.m if read.operand == "A" else read.op.n) * read.op.k
         fields = ", ".join(f"{('INTER', 'SW128', 'SW64', 'SW32')[lt]} LBO={lbo} SBO={sbo}" for lt, lbo, sbo in sorted(seen))
         proofs.append(Proof(rule, "G1", "enum",
                             f"operand {read.operand}: {count} descriptors ({fields}) decode to the read layout at all "
-                            f"{count * op_mn * read.op.k} slots", count * op_mn * read.op.k))
+                            f"{slots} slots", slots))
     return proofs, violations
