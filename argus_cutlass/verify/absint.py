@@ -8,6 +8,7 @@ Pipeline pass covered: the first ``stages`` k-tiles (k-tile ``i`` fills stage ``
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,25 +84,56 @@ def check_tma_image(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     return proofs, violations
 
 
+@functools.lru_cache(maxsize=64)
+def accumulator_partition(tile_m: int, tile_n: int, op_m: int, op_n: int,
+                          warpgroups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every accumulator register of one ``tile_m x tile_n`` output tile.
+
+    Warpgroup ``w`` of ``warpgroups`` owns rows ``64 * (rep * warpgroups + w)`` onward; inside a
+    64 x N atom, CuTe ``CLayout_64xN`` (PTX ISA 9.7.15.4) maps (thread, value) to (m, n); atoms
+    along N follow the value index.
+
+    Returns:
+        ``(wg, thread, reg, m, n)``: int64 arrays of length ``tile_m * tile_n`` (consumer
+        warpgroup, its thread 0..127, register index, tile coordinate). Read-only (cached).
+    """
+    c_img = layout_image(gmma_c_layout(op_n))  # t + 128 v -> mm + 64 nn
+    tv = np.arange(c_img.size)
+    t, v = tv % 128, tv // 128
+    mm, nn = c_img % op_m, c_img // op_m
+    reps = tile_m // (op_m * warpgroups)
+    n_atoms = tile_n // op_n
+    per_atom = op_n // 2
+    wgs, ts, regs, ms, ns = [], [], [], [], []
+    for w in range(warpgroups):
+        for r in range(reps):
+            for a in range(n_atoms):
+                wgs.append(np.full(t.size, w))
+                ts.append(t)
+                regs.append(r * per_atom * n_atoms + a * per_atom + v)
+                ms.append((r * warpgroups + w) * op_m + mm)
+                ns.append(a * op_n + nn)
+    out = tuple(np.concatenate(x).astype(np.int64) for x in (wgs, ts, regs, ms, ns))
+    for arr in out:
+        arr.flags.writeable = False
+    return out  # type: ignore[return-value]
+
+
+def consumer_thread(warpgroup: int, t: int) -> dict[str, int]:
+    """Thread record of thread ``t`` of consumer warpgroup ``warpgroup`` (the producer is WG 0)."""
+    idx = 128 * (1 + warpgroup) + t
+    return {"cta": 0, "threadIdx": idx, "warpgroup": warpgroup, "warp": idx // 32, "lane": t % 32}
+
+
 def accumulator_thread(ra: MmaRead, rb: MmaRead, m: int, n: int) -> tuple[dict[str, int], str]:
     """The consumer thread and register holding D(m, n) of the CTA tile (CTA 0).
 
     SS operands are shared by the warpgroup, so an operand fault is reported through the
-    accumulator it feeds (VERIFIER.md pitfall 5). Warpgroup ``(m // 64) % warpgroups`` owns the
-    row; inside the 64 x N atom, CuTe ``CLayout_64xN`` (PTX ISA 9.7.15.4) maps (thread, value)
-    to (m, n); consumer warpgroup w is threads ``128 * (1 + w)`` onward (the producer is WG 0).
+    accumulator it feeds (VERIFIER.md pitfall 5); the map is :func:`accumulator_partition`.
     """
-    op = ra.op
-    wg = (m // op.m) % ra.warpgroups
-    rep = m // (op.m * ra.warpgroups)
-    mm, nn = m % op.m, n % op.n
-    c_img = layout_image(gmma_c_layout(op.n))  # index t + 128 * v -> mm + 64 * nn
-    tv = int(np.flatnonzero(c_img == mm + op.m * nn)[0])
-    t, v = tv % 128, tv // 128
-    thread_idx = 128 * (1 + wg) + t
-    reg = rep * (op.n // 2) * (rb.tile_mn // op.n) + (n // op.n) * (op.n // 2) + v
-    thread = {"cta": 0, "threadIdx": thread_idx, "warpgroup": wg, "warp": thread_idx // 32, "lane": t % 32}
-    return thread, f"accum[{reg}]=D({m},{n})"
+    wg, th, reg, ms, ns = accumulator_partition(ra.tile_mn, rb.tile_mn, ra.op.m, ra.op.n, ra.warpgroups)
+    i = int(np.flatnonzero((ms == m) & (ns == n))[0])
+    return consumer_thread(int(wg[i]), int(th[i])), f"accum[{int(reg[i])}]=D({m},{n})"
 
 
 def _read(dsl: DslProgram, read: MmaRead, image: TagImage) -> tuple[np.ndarray, dict[str, np.ndarray]]:

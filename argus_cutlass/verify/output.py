@@ -30,8 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from argus_cutlass.dsl.ir import DslProgram
-from argus_cutlass.layout.algebra import layout_image
-from argus_cutlass.layout.gmma import gmma_c_layout
+from argus_cutlass.verify.absint import accumulator_partition, consumer_thread
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
 __all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_tma_store",
@@ -43,36 +42,10 @@ MAX_TILES = 12
 
 
 def accumulator_map(dsl: DslProgram) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every accumulator register of one output tile.
-
-    Returns:
-        ``(wg, thread, reg, m, n)``: int64 arrays of equal length ``tile_m * tile_n``. They
-        give the consumer warpgroup, its thread (0..127), the register index and the tile
-        coordinate that register accumulates.
-    """
+    """Every accumulator register of one output tile of ``dsl``'s epilogue
+    (:func:`~argus_cutlass.verify.absint.accumulator_partition`): ``(wg, thread, reg, m, n)``."""
     e = dsl.epilogue
-    c_img = layout_image(gmma_c_layout(e.op_n))  # t + 128 v -> mm + 64 nn
-    tv = np.arange(c_img.size)
-    t, v = tv % 128, tv // 128
-    mm, nn = c_img % e.op_m, c_img // e.op_m
-    reps = e.tile_m // (e.op_m * e.warpgroups)
-    n_atoms = e.tile_n // e.op_n
-    wgs, ts, regs, ms, ns = [], [], [], [], []
-    per_atom = e.op_n // 2
-    for w in range(e.warpgroups):
-        for r in range(reps):
-            for a in range(n_atoms):
-                wgs.append(np.full(t.size, w))
-                ts.append(t)
-                regs.append(r * per_atom * n_atoms + a * per_atom + v)
-                ms.append((r * e.warpgroups + w) * e.op_m + mm)
-                ns.append(a * e.op_n + nn)
-    return tuple(np.concatenate(x).astype(np.int64) for x in (wgs, ts, regs, ms, ns))  # type: ignore[return-value]
-
-
-def _thread(w: int, t: int) -> dict[str, int]:
-    idx = 128 * (1 + w) + t
-    return {"cta": 0, "threadIdx": idx, "warpgroup": w, "warp": idx // 32, "lane": t % 32}
+    return accumulator_partition(e.tile_m, e.tile_n, e.op_m, e.op_n, e.warpgroups)
 
 
 def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
@@ -100,7 +73,7 @@ def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
         w, t = int(wg[i]), int(th[i])
         cex = Counterexample(
             "G2", "epilogue.coordinate", "enum", "epilogue.store", where, -1, -1, -1,
-            {"m": int(m[i]), "n": int(n[i])}, _thread(w, t), f"accum[{int(reg[i])}]", {},
+            {"m": int(m[i]), "n": int(n[i])}, consumer_thread(w, t), f"accum[{int(reg[i])}]", {},
             f"store at D({int(m[i])},{int(n[i])}) (the accumulator's coordinate)",
             f"stored at D({int(sm[i])},{int(sn[i])}) (row offset {e.row_offset})",
             f"CLayout_64x{e.op_n} (thread, value) -> (m, n); epilogue map shifted by {e.row_offset} rows "
@@ -134,7 +107,7 @@ def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
             mm_g = e.tile_m + int(sm[i])
             cex = Counterexample(
                 "G8", "residue.store", "enum", "epilogue.store", where, -1, -1, -1,
-                {"m": int(sm[i]), "n": int(sn[i])}, _thread(w, t), f"accum[{int(reg[i])}]", {},
+                {"m": int(sm[i]), "n": int(sn[i])}, consumer_thread(w, t), f"accum[{int(reg[i])}]", {},
                 f"no store: row {mm_g} >= M = {e.tile_m + 1}",
                 f"D({mm_g},{int(sn[i])}) written, outside the {e.tile_m + 1} x N output",
                 "edge tile of a residue problem: rows [M - M mod tile_m, M) are valid, the rest must be masked",
