@@ -6,7 +6,8 @@ Run (no GPU needed; z3-solver installed)::
 
 ``taskset -c 0`` pins the process to one core (the issue's budget is "under 1 s on one CPU
 core"). For every configuration we ship (the heuristic's choice for each shape of
-``bench/test_gemm_bench.py`` and every entry of ``agent/tuned_h200.json``),
+``bench/test_gemm_bench.py``, every entry of ``agent/tuned_h200.json``, and the stream-K and
+split-K kernels of ``tests/gpu/test_gemm.py``),
 pytest-benchmark times ``verify_gemm(build_gemm_program(cfg))``. That covers building the
 program, the resource rules (arith), the enumeration tier (enum) and the SMT tier (z3).
 The SMT tier memoises decided queries across calls (the agent verifies many configurations
@@ -53,6 +54,10 @@ def _shipped_configs():
 
     cfgs = [default_config(*s) for s in _bench_shapes()]
     cfgs += [GemmConfig(**e["config"]) for e in shipped_entries()]
+    # the stream-K and split-K kernels of tests/gpu/test_gemm.py: their G4 check enumerates the
+    # unit division as well
+    cfgs += [GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler="streamk"),
+             GemmConfig(layout="nt", tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=3)]
     return list(dict.fromkeys(cfgs))
 
 

@@ -133,6 +133,18 @@ class TmaLoad:
     src_tag: Tag
     stage_tag: Tag
     loc: SourceLoc
+    #: cluster shape (CTAs along M, along N) and, for a multicast load, the cluster mode along
+    #: which the CTAs share this operand ("n" for A, "m" for B; "" = not multicast)
+    cluster: tuple[int, int] = (1, 1)
+    share_axis: str = ""
+    #: the kernel's choices for a multicast load (see :mod:`argus_cutlass.verify.multicast`): the
+    #: cluster coordinate that picks the slice a CTA issues, the mode along which the CTAs its mask
+    #: names vary, whether the issuing CTA is in its own mask, and how a cluster coordinate becomes
+    #: a mask bit ("col": rank = m + n * cluster_m, CUDA's %cluster_ctarank)
+    slice_axis: str = ""
+    mask_axis: str = ""
+    mask_self: bool = True
+    rank_order: str = "col"
 
     def write_offsets(self, mn: Any, k: Any, stage: Any, base_bytes: int, elem_bytes: int) -> Any:
         """Element offset (from the buffer base) where tile element (mn, k) of ``stage`` lands.
@@ -314,13 +326,57 @@ class EpilogueStore:
 
 
 @dataclass(frozen=True)
-class TileSchedule:
-    """The persistent tile scheduler: CTA ``c`` of ``grid`` takes work units ``c, c + step,
-    c + 2 step, ...`` below the unit count, with ``step = grid + step_delta`` (0 in a correct
-    kernel); unit ``w`` maps to an output tile by raster order in panels of ``swizzle`` tiles.
+class SmemStage:
+    """The epilogue's register -> shared-memory step (staging for the TMA store).
 
-    ``decomposition`` is ``persistent``, ``streamk`` or ``splitk``; only ``persistent`` is
-    modelled by the bijection check (stream-K / split-K divide a tile's k loop as well).
+    Every consumer warp stores its accumulator registers of each ``epi_m x epi_n`` subtile
+    into the staging buffer ``dst`` (shape ``(epi_m, epi_n, stages)``); subtile ``q`` (in
+    CUTLASS's order: ``epi_m`` inner, ``epi_n`` outer) goes to stage ``q mod stages``.
+
+    ``op`` is ``"stmatrix"`` (``stmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``,
+    16-bit outputs: CuTe ``SM90_U32x{2,4}_STSM_N`` / ``SM90_U16x{4,8}_STSM_T``) or
+    ``"st.shared"`` (one store per element: 32-bit outputs). One stmatrix covers, per warp, a
+    block of 16 rows x ``4 * num`` columns of its accumulator; matrix ``i`` is the 8x8 block at
+    row ``8 * (i % 2)`` and column ``8 * (i // 2)``. Lane ``L`` supplies the smem address of row
+    ``L % 8`` of matrix ``(L // 8 + row_lane_skew) % num`` (a row runs along N, or along M with
+    ``trans``); register ``i`` of an instruction carries the accumulator pair of matrix
+    ``matrix_order[i]``. ``row_lane_skew = 0`` and the identity order are the correct kernel; the
+    other values are the knobs planted mistakes turn.
+
+    ``store_wait`` is the number of TMA stores the epilogue lets stay in flight
+    (``cp.async.bulk.wait_group.read``) before it overwrites a stage: at most ``stages - 1``;
+    CUTLASS's ``PipelineTmaStore`` uses ``StagesD - 1`` (the buffer may hold more stages when D
+    reuses C's smem).
+    """
+
+    src: str
+    dst: str
+    epi_m: int
+    epi_n: int
+    op: str
+    num: int
+    trans: bool
+    row_lane_skew: int
+    matrix_order: tuple[int, ...]
+    store_wait: int
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class TileSchedule:
+    """The persistent tile scheduler (CUTLASS ``PersistentTileSchedulerSm90`` /
+    ``PersistentTileSchedulerSm90StreamK``).
+
+    CTA ``c`` of ``grid`` takes linear work units ``c, c + step, ...`` with ``step = grid +
+    step_delta`` (0 in a correct kernel). A unit becomes an output tile through CUTLASS's walk
+    (``raster``, ``swizzle`` = ``max_swizzle_size``, cluster-major blocking over
+    ``cluster_m x cluster_n``). ``decomposition`` is ``persistent`` (one tile per unit),
+    ``streamk`` or ``splitk`` (a tile's k loop divided among units, ``splits`` ways for
+    split-K; Deterministic reduction).
+
+    ``walk_mutation`` and ``division_mutation`` plant mistakes for the mutation suite:
+    ``"swizzle_off_by_one"`` on the walk; ``(("drop_remainder", True),)``, ``(("overlap", 1),)``
+    ... on the division (keywords of :func:`argus_cutlass.verify.decomposition.work_units`).
     """
 
     raster: str
@@ -328,6 +384,11 @@ class TileSchedule:
     step_delta: int
     decomposition: str
     loc: SourceLoc
+    cluster_m: int = 1
+    cluster_n: int = 1
+    splits: int = 1
+    walk_mutation: str = ""
+    division_mutation: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -348,6 +409,7 @@ class DslProgram:
     epilogue: EpilogueStore | None = None
     schedule: TileSchedule | None = None
     stores: tuple[TmaStore, ...] = ()
+    staging: SmemStage | None = None
 
     def tensor(self, name: str) -> Tensor:
         """The tensor called ``name``. Raises ``KeyError`` naming the known tensors."""
@@ -412,6 +474,12 @@ class DslProgram:
             raise KeyError("program has no epilogue store")
         return dataclasses.replace(self, epilogue=dataclasses.replace(self.epilogue, **changes))
 
+    def replace_staging(self, **changes: Any) -> DslProgram:
+        """A copy with the epilogue's register -> smem step changed (e.g. ``trans=False``)."""
+        if self.staging is None:
+            raise KeyError("program has no epilogue staging step")
+        return dataclasses.replace(self, staging=dataclasses.replace(self.staging, **changes))
+
     def replace_schedule(self, **changes: Any) -> DslProgram:
         """A copy with the tile scheduler changed (e.g. ``step_delta=-1``)."""
         if self.schedule is None:
@@ -460,6 +528,7 @@ class ProgramBuilder:
         self._kloop: KLoop | None = None
         self._epilogue: EpilogueStore | None = None
         self._schedule: TileSchedule | None = None
+        self._staging: SmemStage | None = None
         self._stores: list[TmaStore] = []
 
     def tensor(self, name: str, space: Space, shape: tuple[int, ...], dtype: str, *,
@@ -488,8 +557,13 @@ class ProgramBuilder:
         return t
 
     def tma_load(self, src: Tensor, dst: Tensor, copy: TmaCopy, *, major: str, tile_mn: int,
-                 tile_k: int, stage_tag: Tag) -> TmaLoad:
+                 tile_k: int, stage_tag: Tag, cluster: tuple[int, int] = (1, 1), share_axis: str = "") -> TmaLoad:
         """A TMA tile load ``src`` (gmem, tagged) -> ``dst`` (smem, ``(tile_mn, tile_k, S)``).
+
+        With ``copy.multicast > 1`` the CTAs of a ``cluster`` (CTAs along M, along N) that share
+        the operand along ``share_axis`` (``"n"``: A, ``"m"``: B) each issue one slice of the tile
+        and multicast it to the others (CUTLASS ``SM90_TMA_LOAD_MULTICAST``); the slice and mask
+        choices default to CUTLASS's and can be changed with ``replace_load``.
 
         Raises:
             argus_cutlass.errors.DslError: ``dsl.untagged`` (the source carries no tag: nothing
@@ -503,8 +577,10 @@ class ProgramBuilder:
         if tuple(dst.shape[:2]) != (tile_mn, tile_k):
             _dsl_error("dsl.layout_size", loc, f"TMA tile ({tile_mn}, {tile_k}) does not match the "
                        f"destination {dst.name!r} of shape {dst.shape}")
+        if copy.multicast > 1 and share_axis not in ("m", "n"):
+            _dsl_error("dsl.operand", loc, f"multicast TMA load into {dst.name!r} needs share_axis 'm' or 'n'")
         node = TmaLoad(f"tma_{dst.name}", src.name, dst.name, copy, major, tile_mn, tile_k,
-                       src.tag, stage_tag, loc)
+                       src.tag, stage_tag, loc, tuple(cluster), share_axis, share_axis, share_axis)
         self._loads.append(node)
         return node
 
@@ -599,13 +675,55 @@ class ProgramBuilder:
         self._epilogue = node
         return node
 
+    def smem_stage(self, src: str, dst: Tensor, *, op: str, num: int = 4, trans: bool = False,
+                   row_lane_skew: int = 0, matrix_order: tuple[int, ...] | None = None,
+                   store_wait: int | None = None) -> SmemStage:
+        """The epilogue's register -> smem step from the accumulator ``src`` into the staging
+        buffer ``dst`` (``(epi_m, epi_n, stages)``); see :class:`SmemStage`.
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.operand`` (``op`` is not ``stmatrix`` or
+                ``st.shared``, ``num`` not 1/2/4, ``matrix_order`` not a permutation of
+                ``range(num)``), ``dsl.layout_size`` (``dst`` is not a 3-mode staging buffer).
+        """
+        loc = caller_loc()
+        if op not in ("stmatrix", "st.shared"):
+            _dsl_error("dsl.operand", loc, f"smem stage op {op!r}: expected 'stmatrix' or 'st.shared'")
+        if num not in (1, 2, 4):
+            _dsl_error("dsl.operand", loc, f"stmatrix num={num}: PTX allows .x1, .x2 or .x4")
+        order = tuple(range(num)) if matrix_order is None else tuple(matrix_order)
+        if sorted(order) != list(range(num)):
+            _dsl_error("dsl.operand", loc, f"matrix_order {order} is not a permutation of 0..{num - 1}")
+        if len(dst.shape) != 3:
+            _dsl_error("dsl.layout_size", loc, f"staging buffer {dst.name!r} has shape {dst.shape}; "
+                       "expected (epi_m, epi_n, stages)")
+        wait = dst.shape[2] - 1 if store_wait is None else store_wait
+        node = SmemStage(src, dst.name, dst.shape[0], dst.shape[1], op, num, trans, row_lane_skew, order, wait, loc)
+        self._staging = node
+        return node
+
     def tile_schedule(self, *, raster: str, swizzle: int, decomposition: str = "persistent",
-                      step_delta: int = 0) -> TileSchedule:
-        node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc())
+                      step_delta: int = 0, cluster_m: int = 1, cluster_n: int = 1, splits: int = 1) -> TileSchedule:
+        """The persistent tile scheduler (see :class:`TileSchedule`).
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.operand`` (unknown raster or decomposition,
+                swizzle not 1/2/4/8, cluster or splits < 1).
+        """
+        loc = caller_loc()
+        if raster not in ("along_m", "along_n"):
+            _dsl_error("dsl.operand", loc, f"raster {raster!r}: expected 'along_m' or 'along_n'")
+        if decomposition not in ("persistent", "streamk", "splitk"):
+            _dsl_error("dsl.operand", loc, f"decomposition {decomposition!r}: expected persistent, streamk or splitk")
+        if swizzle not in (1, 2, 4, 8):
+            _dsl_error("dsl.operand", loc, f"swizzle {swizzle}: CUTLASS's max_swizzle_size is 1, 2, 4 or 8")
+        if min(cluster_m, cluster_n, splits) < 1:
+            _dsl_error("dsl.operand", loc, f"cluster {cluster_m}x{cluster_n} / splits {splits} must be >= 1")
+        node = TileSchedule(raster, swizzle, step_delta, decomposition, loc, cluster_m, cluster_n, splits)
         self._schedule = node
         return node
 
     def build(self) -> DslProgram:
         return DslProgram(self.name, self.stages, tuple(self._tensors), tuple(self._loads),
                           tuple(self._reads), tuple(self._asserts), self._pipeline, self._kloop,
-                          self._epilogue, self._schedule, tuple(self._stores))
+                          self._epilogue, self._schedule, tuple(self._stores), self._staging)

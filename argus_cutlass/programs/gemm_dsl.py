@@ -30,6 +30,28 @@ def smem_offsets(program: GemmProgram) -> dict[str, int]:
     return smem_placement(program)[0]
 
 
+#: CuTe register -> smem copy ops of the epilogue -> (PTX instruction, matrices, .trans)
+_R2S_OPS = {
+    "cute::SM90_U32x4_STSM_N": ("stmatrix", 4, False),
+    "cute::SM90_U32x2_STSM_N": ("stmatrix", 2, False),
+    "cute::SM90_U32x1_STSM_N": ("stmatrix", 1, False),
+    "cute::SM90_U16x8_STSM_T": ("stmatrix", 4, True),
+    "cute::SM90_U16x4_STSM_T": ("stmatrix", 2, True),
+    "cute::SM90_U16x2_STSM_T": ("stmatrix", 1, True),
+}
+
+
+def r2s_instruction(copy_op: str) -> tuple[str, int, bool]:
+    """The PTX store behind the epilogue's CuTe copy op ``copy_op``: ``(op, num, trans)``.
+
+    CuTe ``cute/arch/copy_sm90.hpp``: ``SM90_U32x{1,2,4}_STSM_N`` is
+    ``stmatrix.sync.aligned.x{1,2,4}.m8n8.shared.b16``, ``SM90_U16x{2,4,8}_STSM_T`` the same
+    with ``.trans``; any other op (``AutoVectorizingCopy...``, 32-bit outputs) stores each
+    element at its own address (``st.shared``).
+    """
+    return _R2S_OPS.get(copy_op, ("st.shared", 1, False))
+
+
 def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None = None) -> DslProgram:
     """The mainloop of ``program`` as a :class:`DslProgram`.
 
@@ -57,10 +79,14 @@ def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None =
             layout=smem_layout(op, stages), base_bytes=offsets[op.name],
             swizzle_bytes=op.smem_atom.swizzle_bytes,
         )
+    cluster = (cfg.cluster_m, cfg.cluster_n)
+    # A is shared by the CTAs of a cluster row (same m, cluster_n of them), B by a cluster column
     load_a = b.tma_load(g["A"], smem["A"], program.a.tma, major=program.a.major,
-                        tile_mn=program.a.tile_mn, tile_k=program.a.tile_k, stage_tag=stage_tag)
+                        tile_mn=program.a.tile_mn, tile_k=program.a.tile_k, stage_tag=stage_tag,
+                        cluster=cluster, share_axis="n" if program.a.tma.multicast > 1 else "")
     load_b = b.tma_load(g["B"], smem["B"], program.b.tma, major=program.b.major,
-                        tile_mn=program.b.tile_mn, tile_k=program.b.tile_k, stage_tag=stage_tag)
+                        tile_mn=program.b.tile_mn, tile_k=program.b.tile_k, stage_tag=stage_tag,
+                        cluster=cluster, share_axis="m" if program.b.tma.multicast > 1 else "")
     pipe = program.pipeline
     readers = cfg.cluster_m + cfg.cluster_n - 1  # CTAs reading a stage's multicast data
     b.pipeline((load_a, load_b), tx_bytes=pipe.tx_bytes, producer_arrivals=pipe.producer_arrivals,
@@ -85,8 +111,13 @@ def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None =
     s_d = b.tensor("sD", "smem", (e.epi_m, e.epi_n, d_stages), cfg.out_dtype, layout=smem_layout(d_plan, d_stages),
                    base_bytes=offsets["D"], swizzle_bytes=e.smem_atom_d.swizzle_bytes)
     g_d = b.tensor("gD", "gmem", (e.epi_m, e.epi_n), cfg.out_dtype, tag=Tag("D", ("m", "n")))
+    op, num, trans = r2s_instruction(e.copy_r2s)
+    # CUTLASS PipelineTmaStore<StagesC, StagesD - 1> (smem reuse) / <StagesD>: producer_acquire waits
+    # until at most StagesD - 1 committed TMA stores are in flight
+    b.smem_stage("accum", s_d, op=op, num=num, trans=trans, store_wait=e.stages_d - 1)
     b.tma_store(s_d, g_d, e.tma_store_d, major=d_plan.major, tile_mn=e.epi_m, tile_k=e.epi_n)
-    b.tile_schedule(raster=cfg.raster, swizzle=cfg.swizzle, decomposition=cfg.scheduler)
+    b.tile_schedule(raster=cfg.raster, swizzle=cfg.swizzle, decomposition=cfg.scheduler, cluster_m=cfg.cluster_m,
+                    cluster_n=cfg.cluster_n, splits=cfg.splits)
     b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1",
                   rule="mma.k_agreement")
     return b.build()

@@ -137,6 +137,12 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
     if dsl is not None:
         obligations.append(Obligation("tma.image", "G5", "TMA images are bijective onto their stages"))
         run.add("enum", check_tma_image, dsl)
+        if any(ld.copy.multicast > 1 for ld in dsl.loads):
+            from argus_cutlass.verify.multicast import check_multicast
+
+            obligations.append(Obligation("tma.multicast", "G5",
+                                          "every CTA of the cluster receives each operand row once, from its own block"))
+            run.add("enum", check_multicast, dsl)
         for a in dsl.assertions:
             obligations.append(Obligation(a.rule, a.invariant, str(a), str(a.loc)))
             if not shapes_ok:
@@ -230,6 +236,18 @@ def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
                                       "the TMA store sends each staged accumulator to its own (m, n)",
                                       str(dsl.stores[0].loc)))
         run.add("enum", check_tma_store, dsl)
+    if dsl.staging is not None:
+        from argus_cutlass.verify.staging import check_stage_reuse, check_staging
+
+        where = str(dsl.staging.loc)
+        obligations.append(Obligation("epilogue.stmatrix", "G2",
+                                      "each accumulator register is staged at sD(m, n, stage) by the epilogue's "
+                                      "stmatrix / st.shared", where))
+        obligations.append(Obligation("epilogue.stage_reuse", "G6",
+                                      "a staging stage is rewritten only after its TMA store finished reading it",
+                                      where))
+        run.add("enum", check_staging, dsl)
+        run.add("arith", check_stage_reuse, dsl)
     if dsl.schedule is not None:
         obligations.append(Obligation("scheduler.bijection", "G4",
                                       "every work unit has one CTA and one output tile (enum: units <= 48; "

@@ -1,6 +1,8 @@
-"""The mutation suite: planted mainloop mistakes, each on the verifier side and on a GPU.
+"""The mutation suite: planted kernel mistakes, on the verifier side and, where the mutant
+kernel can express them, on a GPU.
 
-Every :class:`Mutant` names one mistake of an SM90 warp-specialized GEMM mainloop and gives
+Every :class:`Mutant` names one mistake of an SM90 warp-specialized GEMM (mainloop,
+epilogue staging or tile scheduler) and gives
 
 * ``knobs``: the overrides of :data:`BASELINE_KNOBS` that plant it in the hand-written kernel
   ``templates/mutant_sm90.cu.j2`` (built and run by :mod:`argus_cutlass.runtime.mutants`,
@@ -252,10 +254,46 @@ def _epilogue(**changes: Any) -> Builder:
     return build
 
 
-def _schedule(**changes: Any) -> Builder:
-    """``replace_schedule`` (the persistent scheduler's step)."""
+def _staging(swap_ab: bool = False, **changes: Any) -> Builder:
+    """``replace_staging`` (the epilogue's stmatrix row lanes, register order, .trans flag and
+    TMA-store wait; a callable value is a function of the baseline DSL program); ``swap_ab`` plants it in the swap-AB variant of the config (column-major D)."""
 
     def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
+        if swap_ab:
+            cfg = GemmConfig(**{**cfg.model_dump(), "swap_ab": True})
+        program, dsl = _base(cfg)
+        return program, dsl.replace_staging(**{k: (v(dsl) if callable(v) else v) for k, v in changes.items()})
+
+    return build
+
+
+def _multicast(operand: str, **changes: Any) -> Builder:
+    """``replace_load`` of a multicast load's slice / mask choices, in the 2x2-cluster variant of
+    the config (A and B both multicast to 2 CTAs)."""
+
+    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
+        cfg = GemmConfig(**{**cfg.model_dump(), "cluster_m": 2, "cluster_n": 2})
+        program, dsl = _base(cfg)
+        return program, dsl.replace_load(f"s{operand}", **changes)
+
+    return build
+
+
+_NO_CLUSTER = "no GPU realisation: the mutant kernel runs without clusters"
+
+#: where the epilogue-staging mutants run on silicon (the mutant kernel stores registers to gmem)
+_STSM_PROBE = ("no mutant-kernel knob: that kernel's epilogue stores registers straight to gmem. The same "
+               "stores are replayed by the stmatrix probe (tests/gpu/test_stmatrix_gpu.py::"
+               "test_mutant_program_probe), where the GPU's smem image equals the model's misplaced one")
+
+
+def _schedule(scheduler: str | None = None, splits: int = 1, **changes: Any) -> Builder:
+    """``replace_schedule`` (the persistent scheduler's step, the walk, the stream-K / split-K
+    division); ``scheduler`` switches the config to ``streamk`` / ``splitk`` first."""
+
+    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
+        if scheduler is not None:
+            cfg = GemmConfig(**{**cfg.model_dump(), "scheduler": scheduler, "splits": splits})
         program, dsl = _base(cfg)
         return program, dsl.replace_schedule(**changes)
 
@@ -447,6 +485,88 @@ def _catalogue() -> dict[str, Mutant]:
             verifier=_schedule(step_delta=-1), rule="scheduler.bijection", invariant="G4",
             verifier_note=("rejected: two CTAs own the same tile, a write-write race on D even when the "
                            "values happen to agree"),
+        ),
+        Mutant(
+            id="stsm_row_lanes_skewed", cls="epilogue_r2s",
+            description=("the epilogue's stmatrix takes matrix i's row addresses from lanes 8(i+1)..8(i+1)+7: "
+                         "each 8x8 accumulator block is staged at its neighbour's rows"),
+            knobs=None, expect_gpu="wrong", gpu_note=_STSM_PROBE,
+            verifier=_staging(row_lane_skew=1), rule="epilogue.stmatrix", invariant="G2",
+        ),
+        Mutant(
+            id="stsm_register_order", cls="epilogue_r2s",
+            description="the epilogue passes stmatrix its accumulator pairs in the order (1, 0, 3, 2)",
+            knobs=None, expect_gpu="wrong", gpu_note=_STSM_PROBE,
+            verifier=_staging(matrix_order=(1, 0, 3, 2)), rule="epilogue.stmatrix", invariant="G2",
+        ),
+        Mutant(
+            id="stsm_missing_trans", cls="epilogue_r2s",
+            description=("swap-AB (column-major D) staged with the non-transposing stmatrix (STSM_N instead of "
+                         "STSM_T)"),
+            knobs=None, expect_gpu="wrong",
+            gpu_note=("no GPU realisation: the row addresses are not 16-byte aligned, which PTX leaves "
+                      "undefined (CuTe refuses to build this copy)"),
+            verifier=_staging(swap_ab=True, trans=False), rule="epilogue.stmatrix", invariant="G2",
+        ),
+        Mutant(
+            id="store_wait_all_stages", cls="store_pipeline",
+            description=("the epilogue lets as many TMA stores stay in flight as it has staging stages before "
+                         "rewriting one (wait_group.read S instead of S - 1)"),
+            knobs=None, expect_gpu="maybe benign",
+            gpu_note=("no GPU realisation: a race between the TMA store reading a stage and the next "
+                      "subtile's stmatrix overwriting it"),
+            verifier=_staging(store_wait=lambda d: d.tensor(d.staging.dst).shape[2]), rule="epilogue.stage_reuse",
+            invariant="G6",
+        ),
+        Mutant(
+            id="walk_swizzle_off_by_one", cls="scheduler",
+            description=("the tile walk uses log2(swizzle) + 1 where CUTLASS's get_work_idx_m_and_n uses "
+                         "log2(swizzle): the swizzled panels no longer tile the grid"),
+            knobs=None, expect_gpu="wrong",
+            gpu_note="no GPU realisation: the mutant kernel walks tiles without swizzle",
+            verifier=_schedule(walk_mutation="swizzle_off_by_one"), rule="scheduler.bijection", invariant="G4",
+        ),
+        Mutant(
+            id="splitk_drops_remainder", cls="scheduler",
+            description="split-K gives every split k_tiles // splits k-tiles: the k_tiles % splits remainder is dropped",
+            knobs=None, expect_gpu="wrong",
+            gpu_note="no GPU realisation: the mutant kernel has no split-K",
+            verifier=_schedule(scheduler="splitk", splits=3, division_mutation=(("drop_remainder", True),)),
+            rule="scheduler.bijection", invariant="G4",
+        ),
+        Mutant(
+            id="streamk_unit_overlap", cls="scheduler",
+            description="a stream-K unit's k range runs one k-tile into its neighbour's: that k-tile is summed twice",
+            knobs=None, expect_gpu="wrong",
+            gpu_note="no GPU realisation: the mutant kernel has no stream-K",
+            verifier=_schedule(scheduler="streamk", division_mutation=(("overlap", 1),)),
+            rule="scheduler.bijection", invariant="G4",
+        ),
+        Mutant(
+            id="mcast_mask_wrong_axis", cls="multicast_mask",
+            description=("A's multicast mask names the CTAs of the issuing CTA's cluster column instead of its row: "
+                         "A rows reach CTAs computing another m-block"),
+            knobs=None, expect_gpu="wrong", gpu_note=_NO_CLUSTER,
+            verifier=_multicast("A", mask_axis="m"), rule="tma.multicast", invariant="G5",
+        ),
+        Mutant(
+            id="mcast_slice_wrong_axis", cls="multicast_mask",
+            description="each CTA picks its A slice by its cluster m index instead of its n index",
+            knobs=None, expect_gpu="hang", gpu_note=_NO_CLUSTER + "; half of every A stage never arrives",
+            verifier=_multicast("A", slice_axis="m"), rule="tma.multicast", invariant="G5",
+        ),
+        Mutant(
+            id="mcast_mask_without_self", cls="multicast_mask",
+            description="B's multicast mask leaves out the issuing CTA",
+            knobs=None, expect_gpu="hang", gpu_note=_NO_CLUSTER + "; the issuer's own slice never lands",
+            verifier=_multicast("B", mask_self=False), rule="tma.multicast", invariant="G5",
+        ),
+        Mutant(
+            id="mcast_mask_row_major_rank", cls="multicast_mask",
+            description=("A's mask bits are computed as m * cluster_n + n, but %cluster_ctarank is "
+                         "m + n * cluster_m"),
+            knobs=None, expect_gpu="wrong or hang", gpu_note=_NO_CLUSTER,
+            verifier=_multicast("A", rank_order="row"), rule="tma.multicast", invariant="G5",
         ),
         Mutant(
             id="k_tiles_minus_1", cls="k_loop",

@@ -12,29 +12,34 @@ Rules (VERIFIER.md catalogue):
   The load side of G8 is the TMA zero fill of k >= K, proved by ``k.coverage`` (G3). M and N
   residue loads need no fill: their outputs are the ones masked here.
 * ``scheduler.bijection`` (G4): the persistent scheduler gives every work unit to exactly one
-  CTA, and maps units one-to-one onto output tiles. The enumeration covers unit counts up to
-  48, every grid up to the unit count + 1, and tile grids up to 12 x 12 for every raster and
-  swizzle. A closed-form argument (Euclidean division) covers every unit count and grid when
-  the step is the grid size. (A z3 formulation with a symbolic step needs nonlinear ``urem``
-  and timed out at 10 s, so the general case is argued, not solved.)
+  CTA, maps units one-to-one onto output tiles, and (stream-K / split-K) divides every tile's
+  k loop exactly. The enumeration covers unit counts up to 48 with every grid up to the unit
+  count + 1; CUTLASS's walk (:func:`~argus_cutlass.verify.decomposition.check_walk`: cluster
+  rounding, swizzle clamp and padding, cluster-major blocks, the inverse map) on every tile
+  grid up to 12 x 12 for the program's raster, swizzle and cluster; and CUTLASS's stream-K /
+  split-K unit division with its Deterministic fixup
+  (:func:`~argus_cutlass.verify.decomposition.enumerate_division`) on all small tile, k-tile
+  and grid counts. A closed-form argument (Euclidean division) covers unit ownership for every
+  unit count and grid when the step is the grid size. (A z3 formulation with a symbolic step
+  needs nonlinear ``urem`` and timed out at 10 s, so the general case is argued, not solved.)
 
 The accumulator layout is CuTe's ``CLayout_64xN`` (``layout.gmma.gmma_c_layout``, PTX ISA
-9.7.15.4). The scheduler's unit -> tile map is modelled as a raster in panels of
-``swizzle`` tiles along the non-raster mode. It is checked for bijectivity, which is the
-property G4 needs. CUTLASS's exact walk order (``sm90_tile_scheduler.hpp``) is not
-transcribed.
+9.7.15.4). The scheduler is transcribed from CUTLASS 4.2 ``sm90_tile_scheduler.hpp`` and
+``sm90_tile_scheduler_stream_k.hpp`` (:mod:`argus_cutlass.verify.decomposition` lists what is
+modelled exactly and what is an input, e.g. the launch grid).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from argus_cutlass.dsl.ir import DslProgram
+from argus_cutlass.dsl.ir import DslProgram, TileSchedule
 from argus_cutlass.verify.absint import accumulator_partition, consumer_thread
+from argus_cutlass.verify.decomposition import Problem
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
 __all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_tma_store",
-           "check_uniformity", "schedule_units", "tile_of_unit"]
+           "check_uniformity", "schedule_units"]
 
 #: enumeration bounds of scheduler.bijection
 MAX_UNITS = 48
@@ -122,19 +127,6 @@ def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     return proofs, violations
 
 
-def tile_of_unit(w: np.ndarray, tiles_m: int, tiles_n: int, raster: str, swizzle: int) -> tuple[np.ndarray, np.ndarray]:
-    """Output tile ``(tm, tn)`` of work unit ``w``: raster along N (or M) in panels of
-    ``swizzle`` tiles of the other mode (the last panel may be narrower)."""
-    if raster == "along_m":
-        tn, tm = tile_of_unit(w, tiles_n, tiles_m, "along_n", swizzle)
-        return tm, tn
-    s = max(1, swizzle)
-    panel = w // (s * tiles_n)
-    within = w % (s * tiles_n)
-    rows = np.minimum(s, tiles_m - panel * s)
-    return panel * s + within % rows, within // rows
-
-
 def schedule_units(units: int, grid: int, step: int) -> np.ndarray:
     """How many times each unit in ``[0, units)`` is taken when CTA ``c < grid`` takes
     ``c, c + step, ...`` (``step >= 1``)."""
@@ -144,14 +136,44 @@ def schedule_units(units: int, grid: int, step: int) -> np.ndarray:
     return counts
 
 
+def _walk_violation(sch: TileSchedule, p: Problem) -> Violation:
+    tile = p.tile if isinstance(p.tile, tuple) else (-1, -1)
+    cex = Counterexample(
+        "G4", "scheduler.bijection", "enum", "tile_scheduler", str(sch.loc), -1, -1, -1,
+        {"tm": int(tile[0]), "tn": int(tile[1])}, {}, "", {},
+        f"tile {tile} is the tile of exactly one work unit", p.message,
+        "CUTLASS PersistentTileSchedulerSm90::get_work_idx_m_and_n (cluster-major, swizzled raster)",
+        params={k: v for k, v in p.params.items() if isinstance(v, int)},
+        chain=tuple(f"unit {u}" for u in p.units) + (f"tile {tile}",))
+    return Violation("scheduler.bijection", "G4", f"the tile walk is not a bijection: {p.message}",
+                     "walk units with CUTLASS's own raster/swizzle (log2 of max_swizzle_size, cluster-major blocks)",
+                     str(sch.loc), cex)
+
+
+def _division_violation(sch: TileSchedule, p: Problem) -> Violation:
+    cex = Counterexample(
+        "G4", "scheduler.bijection", "enum", "tile_scheduler", str(sch.loc), -1, -1, -1,
+        {"tile": int(p.tile) if isinstance(p.tile, int) else -1, **({"cta": int(p.ctas[0])} if p.ctas else {})},
+        {}, "", {},
+        "every (tile, k-tile) computed by exactly one unit, and one unit per tile stores D after reducing the "
+        "others' partials", p.message,
+        f"{sch.decomposition} unit division (CUTLASS PersistentTileSchedulerSm90StreamK, Deterministic)",
+        k_tile=p.k_tile if p.k_tile is not None else -1,
+        params={k: v for k, v in p.params.items() if isinstance(v, int) and not isinstance(v, bool)},
+        chain=tuple(f"CTA {c}" for c in p.ctas) + tuple(f"unit {u}" for u in p.units))
+    return Violation("scheduler.bijection", "G4", f"the {sch.decomposition} division is not exact: {p.message}",
+                     "divide each tile's k-tiles among units as CUTLASS does (big units first, no overlap)",
+                     str(sch.loc), cex)
+
+
 def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
-    """``scheduler.bijection`` (G4) by enumeration (see the module docstring)."""
+    """``scheduler.bijection`` (G4) by enumeration (see the module docstring): unit ownership,
+    CUTLASS's walk on every tile grid up to ``MAX_TILES`` squared, and, for stream-K /
+    split-K, the unit division (:mod:`argus_cutlass.verify.decomposition`)."""
+    from argus_cutlass.verify.decomposition import check_walk, enumerate_division
+
     sch = dsl.schedule
     where = str(sch.loc)
-    if sch.decomposition != "persistent":
-        return [Proof("scheduler.bijection", "G4", "arith",
-                      f"{sch.decomposition}: CUTLASS StreamKScheduler's unit division is not modelled; "
-                      "only the persistent scheduler's bijection is checked", 0)], []
     for units in range(1, MAX_UNITS + 1):
         for grid in range(1, units + 2):
             step = grid + sch.step_delta
@@ -178,21 +200,29 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
                     "scheduler.bijection", "G4",
                     f"the persistent scheduler steps by {step} with {grid} CTAs: with {units} work units, "
                     f"{actual}", "step by the grid size (gridDim.x) so each unit has exactly one owner", where, cex)]
-    tiles_checked = 0
+    grids = 0
     for tm in range(1, MAX_TILES + 1):
         for tn in range(1, MAX_TILES + 1):
-            w = np.arange(tm * tn)
-            a, b = tile_of_unit(w, tm, tn, sch.raster, sch.swizzle)
-            if not ((a >= 0) & (a < tm) & (b >= 0) & (b < tn)).all() or np.unique(a * tn + b).size != w.size:
-                return [], [Violation("scheduler.bijection", "G4",
-                                      f"the {sch.raster} walk with swizzle {sch.swizzle} is not a bijection onto "
-                                      f"{tm}x{tn} tiles", None, where)]
-            tiles_checked += 1
-    return [Proof("scheduler.bijection", "G4", "enum",
-                  f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1, and the "
-                  f"{sch.raster} swizzle-{sch.swizzle} walk is a bijection on all {tiles_checked} tile grids up "
-                  f"to {MAX_TILES}x{MAX_TILES}", MAX_UNITS * (MAX_UNITS + 3) // 2 + tiles_checked)], []
-
+            p = check_walk(tm, tn, sch.cluster_m, sch.cluster_n, sch.raster, sch.swizzle,
+                           swizzle_off_by_one=sch.walk_mutation == "swizzle_off_by_one")
+            if p is not None:
+                return [], [_walk_violation(sch, p)]
+            grids += 1
+    text = (f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1; CUTLASS's "
+            f"{sch.raster} swizzle-{sch.swizzle} walk (cluster {sch.cluster_m}x{sch.cluster_n}) is a bijection "
+            f"on all {grids} tile grids up to {MAX_TILES}x{MAX_TILES}")
+    points = MAX_UNITS * (MAX_UNITS + 3) // 2 + grids
+    if sch.decomposition in ("streamk", "splitk"):
+        mode = "stream_k" if sch.decomposition == "streamk" else "split_k"
+        cases, p = enumerate_division(mode, cluster_sizes=(sch.cluster_m * sch.cluster_n,),
+                                      splits=sch.splits if mode == "split_k" else None,
+                                      **dict(sch.division_mutation))
+        if p is not None:
+            return [], [_division_violation(sch, p)]
+        text += (f"; the {sch.decomposition} division computes every (tile, k-tile) once and stores each tile "
+                 f"once after the Deterministic fixup, in all {cases} small cases")
+        points += cases
+    return [Proof("scheduler.bijection", "G4", "enum", text, points)], []
 
 
 def check_schedule_all_sizes(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
@@ -202,7 +232,7 @@ def check_schedule_all_sizes(dsl: DslProgram) -> tuple[list[Proof], list[Violati
     already in the enumeration's small cases (``step < grid``: units ``c2`` and ``c1 + step``
     coincide; ``step > grid``: unit ``grid`` is never taken)."""
     sch = dsl.schedule
-    if sch.decomposition != "persistent" or sch.step_delta != 0:
+    if sch.step_delta != 0:
         return [], []
     return [Proof("scheduler.bijection", "G4", "arith",
                   "step == grid: unit w belongs to CTA w mod grid at round w div grid (Euclidean division: "

@@ -86,7 +86,12 @@ def check_tx_bytes(dsl: DslProgram) -> Outcome:
     if pipe.tx_bytes == real:
         return [Proof(rule, "G6", "arith", f"expect_tx {pipe.tx_bytes} bytes == {terms} box bytes per stage",
                       1, time.perf_counter() - t0)], []
-    kind = "never completes (deadlock)" if pipe.tx_bytes > real else "completes before all bytes land"
+    # Short expect_tx: the phase can complete before the last bytes land, and the leftover complete-tx
+    # bytes are counted against the barrier's next phase (a transaction-count underflow). PTX does not
+    # specify the effect; the H200 hung on all three tx-count mutants (bench/data/mutants_h200.json).
+    kind = ("never completes (deadlock)" if pipe.tx_bytes > real else
+            "may complete before all bytes land, and the leftover bytes underflow its next phase's "
+            "transaction count (effect unspecified; the H200 hangs)")
     cex = _cex(pipe, rule, where=str(pipe.loc), iteration=0, k_tiles=1, stage=0, thread=PRODUCER_THREAD,
                expected=f"expect_tx {real} bytes ({terms})",
                actual=f"expect_tx {pipe.tx_bytes} bytes: the full barrier of stage 0 {kind}",

@@ -92,6 +92,9 @@ class Counterexample:
         t = self.thread
         if not t:
             return ""
+        if "threadIdx" not in t:  # a CTA-level point (e.g. a multicast receiver)
+            where = f" (cluster coordinate ({t['cluster_m']}, {t['cluster_n']}))" if "cluster_m" in t else ""
+            return f"CTA {t.get('cta', '?')}{where}, all threads"
         role = t.get("role", "consumer")
         who = f"{role} WG{t['warpgroup']}" if "warpgroup" in t else role
         text = f"threadIdx.x={t['threadIdx']} ({who}, warp {t.get('warp', '?')}, lane {t.get('lane', '?')})"

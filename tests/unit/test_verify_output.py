@@ -10,7 +10,7 @@ from argus_cutlass.plan.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import check_gemm, verify_gemm
-from argus_cutlass.verify.output import accumulator_map, schedule_units, tile_of_unit
+from argus_cutlass.verify.output import accumulator_map, schedule_units
 
 COOP = GemmConfig()  # 128x256, 2 consumer warpgroups
 PP = GemmConfig(tile_m=64, tile_n=128, cluster_m=1, schedule="pingpong", epi_m=64, stages=8)
@@ -77,11 +77,34 @@ def test_overlapping_units_are_found_at_grid_2():
 
 @pytest.mark.parametrize("raster", ["along_n", "along_m"])
 @pytest.mark.parametrize("swizzle", [1, 2, 4, 8])
-def test_tile_walk_is_a_bijection(raster, swizzle):
-    for tm, tn in ((1, 1), (3, 7), (8, 8), (5, 12), (13, 2)):
-        w = np.arange(tm * tn)
-        a, b = tile_of_unit(w, tm, tn, raster, swizzle)
-        assert np.unique(a * tn + b).size == w.size and a.max() < tm and b.max() < tn
+def test_shipped_walks_are_proved_and_a_swizzle_slip_is_g4(raster, swizzle):
+    cfg = GemmConfig(**{**COOP.model_dump(), "raster": raster, "swizzle": swizzle})
+    program = build_gemm_program(cfg)
+    dsl = gemm_dsl_program(program)
+    from argus_cutlass.verify.output import check_schedule
+
+    proofs, bad = check_schedule(dsl)
+    assert not bad and "bijection on all 144 tile grids" in proofs[0].summary
+    if swizzle > 1:
+        report = verify_gemm(program, dsl.replace_schedule(walk_mutation="swizzle_off_by_one"), smt=False)
+        v = next(v for v in report.violations if v.rule == "scheduler.bijection")
+        assert v.invariant == "G4" and "tile" in v.counterexample.actual
+
+
+@pytest.mark.parametrize("scheduler,splits,mutation,kind", [
+    ("splitk", 3, (("drop_remainder", True),), "by no CTA"),
+    ("splitk", 2, (("overlap", 1),), "computed 2 times"),
+    ("streamk", 1, (("overlap", 1),), "computed 2 times"),
+])
+def test_stream_k_and_split_k_division_mistakes_are_g4(scheduler, splits, mutation, kind):
+    cfg = GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler=scheduler, splits=splits)
+    program = build_gemm_program(cfg)
+    dsl = gemm_dsl_program(program)
+    assert verify_gemm(program, dsl, smt=False).ok
+    report = verify_gemm(program, dsl.replace_schedule(division_mutation=mutation), smt=False)
+    assert report.rules_violated() == ["scheduler.bijection"]
+    cex = report.violations[0].counterexample
+    assert cex.invariant == "G4" and cex.k_tile >= 0 and kind in cex.actual and cex.params["k_tiles"] >= 1
 
 
 def test_epilogue_tma_store_swizzle_mismatch_is_g2():

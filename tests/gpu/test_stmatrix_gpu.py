@@ -1,0 +1,125 @@
+"""Silicon agreement of the epilogue's register -> smem transfer function (stmatrix).
+
+Two kinds of probe run ``templates/stmatrix_probe.cu.j2`` (inline PTX, no CUTLASS) on the GPU:
+
+* **instruction probes**: ``stmatrix .x1/.x2/.x4``, with and without ``.trans``, 4 warps x 3
+  instructions, random register words and a random permutation of 16-byte row slots per
+  lane (lanes >= 8 num get addresses too, which the model says are unused). The GPU's smem
+  image must equal :func:`argus_cutlass.verify.staging.predict_image` word for word.
+* **program probes**: the stmatrix stores of epilogue subtile 0 of real configurations
+  (row-major bf16/fp16 with swizzled staging, swap-AB column-major with ``.trans``) and of
+  two planted mistakes (row addresses from the wrong lanes, registers in the wrong order).
+  The image must equal the model's prediction; for the correct programs that is the image
+  the staging layout wants (``sD(m, n)`` holds ``(m, n)``), for the mutants it is not, and
+  the verifier rejects them with ``epilogue.stmatrix``.
+
+Run: ``pytest -q -m gpu tests/gpu/test_stmatrix_gpu.py`` (``ARGUS_PROBE_OUT=x.json`` also
+writes ``x_stmatrix.json``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.programs.gemm import build_gemm_program
+from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+from argus_cutlass.runtime.stmatrix import build_probe, run_probe
+from argus_cutlass.settings import settings
+from argus_cutlass.verify import verify_gemm
+from argus_cutlass.verify.staging import predict_image, probe_tables
+
+pytestmark = pytest.mark.gpu
+RESULTS: dict[str, dict] = {}
+
+PROGRAMS = {
+    "bf16_coop_128x256_epi128x32": GemmConfig(tile_m=128, tile_n=256, epi_n=32),
+    "bf16_pp_64x128_epi64x64": GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, epi_n=64),
+    "fp16_coop_128x128_epi128x16": GemmConfig(dtype="fp16", out_dtype="fp16", tile_m=128, tile_n=128, epi_n=16),
+    "swap_64x32_trans": GemmConfig(swap_ab=True, tile_m=64, tile_n=32, schedule="pingpong", epi_m=64, epi_n=32,
+                                   stages=8),
+    "swap_64x16_trans": GemmConfig(swap_ab=True, tile_m=64, tile_n=16, schedule="pingpong", epi_m=64, epi_n=16,
+                                   stages=8),
+    "swap_128x64_trans": GemmConfig(swap_ab=True, tile_m=128, tile_n=64, epi_m=128, epi_n=64),
+}
+MUTANTS = {
+    "row_lane_skew_1": ("bf16_pp_64x128_epi64x64", {"row_lane_skew": 1}),
+    "matrix_order_1032": ("bf16_pp_64x128_epi64x64", {"matrix_order": (1, 0, 3, 2)}),
+    "swap_row_lane_skew_2": ("swap_64x32_trans", {"row_lane_skew": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def probe_so(gpu_device):
+    return str(build_probe().path)
+
+
+@pytest.mark.parametrize("trans", [False, True])
+@pytest.mark.parametrize("num", [1, 2, 4])
+def test_instruction_probe(num, trans, probe_so):
+    rng = np.random.default_rng(100 * num + int(trans))
+    warps, instrs = 4, 3
+    slots = warps * instrs * num * 8  # 16-byte rows actually used
+    smem_bytes = 16 * (slots + 64)
+    regs = rng.integers(0, 0xFFFE, size=(32 * warps, instrs, 4), dtype=np.uint32)
+    regs |= rng.integers(0, 0xFFFE, size=regs.shape, dtype=np.uint32) << 16
+    perm = rng.permutation(slots + 64)[:slots].reshape(warps, instrs, num, 8)
+    rows = np.zeros((32 * warps, instrs), dtype=np.uint32)
+    for w in range(warps):
+        for q in range(instrs):
+            used = 16 * perm[w, q].reshape(-1)
+            rows[32 * w: 32 * w + 32, q] = np.resize(used, 32)  # lanes >= 8 num repeat used rows
+            # and an unused lane may name any aligned row: the model says it is ignored
+            if num < 4:
+                rows[32 * w + 8 * num: 32 * w + 32, q] = 16 * rng.integers(0, slots + 64, size=32 - 8 * num)
+    want = predict_image(regs, rows, num, trans, smem_bytes)
+    got = run_probe(regs, rows, num, trans, smem_bytes, so_path=probe_so)
+    RESULTS[f"x{num}{'.trans' if trans else ''}"] = {"words": int(want.size), "written": int((want != 0xFFFF).sum()),
+                                                     "agree": int((got == want).sum())}
+    assert (want != 0xFFFF).sum() == 32 * warps * instrs * num * 2  # every element written once
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"{bad.size} words differ; first word {bad[0]}: GPU {got[bad[0]]:#06x} model {want[bad[0]]:#06x}"
+
+
+def _dsl(key: str, changes: dict | None = None):
+    dsl = gemm_dsl_program(build_gemm_program(PROGRAMS[key]))
+    return dsl.replace_staging(**changes) if changes else dsl
+
+
+@pytest.mark.parametrize("key", list(PROGRAMS))
+def test_program_probe(key, probe_so):
+    dsl = _dsl(key)
+    t = probe_tables(dsl)
+    got = run_probe(t.regs, t.rows, t.num, t.trans, t.smem_bytes, so_path=probe_so)
+    RESULTS[key] = {"instr": f"x{t.num}{'.trans' if t.trans else ''}", "words": int(got.size),
+                    "agree_with_model": bool(np.array_equal(got, t.predicted)),
+                    "equals_staging_layout": bool(np.array_equal(got, t.intended))}
+    assert np.array_equal(got, t.predicted), f"{int((got != t.predicted).sum())} words differ from the model"
+    assert np.array_equal(got, t.intended)  # the correct program stages every (m, n) at sD(m, n)
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_mutant_program_probe(mutant, probe_so):
+    key, changes = MUTANTS[mutant]
+    dsl = _dsl(key, changes)
+    t = probe_tables(dsl)
+    got = run_probe(t.regs, t.rows, t.num, t.trans, t.smem_bytes, so_path=probe_so)
+    misplaced = int((got != t.intended).sum())
+    RESULTS[f"mutant_{mutant}"] = {"agree_with_model": bool(np.array_equal(got, t.predicted)),
+                                   "words_away_from_staging_layout": misplaced}
+    assert np.array_equal(got, t.predicted), f"{int((got != t.predicted).sum())} words differ from the model"
+    assert misplaced > 0  # the hardware really misplaces the accumulators
+    report = verify_gemm(build_gemm_program(PROGRAMS[key]), dsl, smt=False)
+    assert "epilogue.stmatrix" in {v.rule for v in report.violations}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_summary():
+    yield
+    path = settings().probe_out
+    if path and RESULTS:
+        with open(path.replace(".json", "_stmatrix.json"), "w") as f:
+            json.dump(RESULTS, f, indent=1)

@@ -1,0 +1,142 @@
+"""The epilogue's register -> smem step: stmatrix semantics, ``epilogue.stmatrix`` (G2),
+``epilogue.stage_reuse`` (G6), the GPU probe tables, and the probe kernel's compile check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from argus_cutlass.agent.store import shipped_entries
+
+from argus_cutlass.build.toolchain import nvcc_available
+from argus_cutlass.errors import DslError
+from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.programs.gemm import build_gemm_program
+from argus_cutlass.programs.gemm_dsl import gemm_dsl_program, r2s_instruction
+from argus_cutlass.verify.staging import (
+    check_stage_reuse,
+    check_staging,
+    predict_image,
+    probe_tables,
+    staging_map,
+    stmatrix_store,
+)
+
+ROW_MAJOR = GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, epi_n=64)
+COL_MAJOR = GemmConfig(swap_ab=True, tile_m=64, tile_n=32, schedule="pingpong", epi_m=64, epi_n=32, stages=8)
+
+
+def _dsl(cfg: GemmConfig, **changes):
+    dsl = gemm_dsl_program(build_gemm_program(cfg))
+    return dsl.replace_staging(**changes) if changes else dsl
+
+
+def test_stmatrix_semantics_hand_values():
+    rows = 16 * np.arange(32)  # lane L supplies row L % 8 of matrix L // 8 at byte 16 L
+    d = stmatrix_store(rows, 4, trans=False)
+    # lane 5 holds fragment row 1, columns 2, 3 of every matrix
+    assert d[5, 0, 0] == 16 * 1 + 2 * 2 and d[5, 0, 1] == 16 * 1 + 2 * 3
+    assert d[5, 3, 1] == 16 * (8 * 3 + 1) + 2 * 3
+    t = stmatrix_store(rows, 4, trans=True)
+    # transposed: fragment (1, 3) of matrix 2 goes to row 3, position 1
+    assert t[5, 2, 1] == 16 * (8 * 2 + 3) + 2 * 1
+    # x1 stores one matrix: 64 distinct 2-byte words inside rows 0..7
+    x1 = stmatrix_store(rows, 1, trans=False)
+    assert x1.shape == (32, 1, 2) and np.unique(x1).size == 64 and x1.max() < 128
+
+
+def test_stmatrix_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="one address per lane"):
+        stmatrix_store(np.zeros(16), 4, False)
+    with pytest.raises(ValueError, match=".x1, .x2 or .x4"):
+        stmatrix_store(np.zeros(32), 3, False)
+
+
+def test_r2s_ops_map_to_ptx():
+    assert r2s_instruction("cute::SM90_U32x4_STSM_N") == ("stmatrix", 4, False)
+    assert r2s_instruction("cute::SM90_U16x8_STSM_T") == ("stmatrix", 4, True)
+    assert r2s_instruction("cute::AutoVectorizingCopyWithAssumedAlignment<128>")[0] == "st.shared"
+
+
+@pytest.mark.parametrize("cfg", [ROW_MAJOR, COL_MAJOR, GemmConfig(), GemmConfig(out_dtype="fp32"),
+                                 GemmConfig(dtype="fp16", out_dtype="fp16", epi_n=16)],
+                         ids=["row", "col", "default", "fp32_out", "fp16_epi16"])
+def test_correct_programs_are_accepted(cfg):
+    dsl = _dsl(cfg)
+    proofs, bad = check_staging(dsl)
+    assert not bad and proofs[0].rule == "epilogue.stmatrix" and proofs[0].points == cfg.tile_m * cfg.tile_n
+    assert check_stage_reuse(dsl)[0] and not check_stage_reuse(dsl)[1]
+    sm = staging_map(dsl)
+    # the staging map is a bijection per subtile: each (subtile, sD element) written once
+    cells = np.unique(np.stack([sm.subtile, sm.got]), axis=1)
+    assert cells.shape[1] == sm.m.size
+
+
+def test_shipped_configs_are_accepted():
+    entries = shipped_entries()
+    assert len(entries) >= 13
+    for e in entries:
+        cfg = GemmConfig(**e["config"])
+        _, bad = check_staging(_dsl(cfg))
+        assert not bad, (cfg, bad[0].message)
+
+
+@pytest.mark.parametrize("cfg,changes,first", [
+    (ROW_MAJOR, {"row_lane_skew": 1}, ("D(0,0)", "sD(8,0)")),
+    (ROW_MAJOR, {"matrix_order": (1, 0, 3, 2)}, ("D(0,0)", "sD(8,0)")),
+    (COL_MAJOR, {"row_lane_skew": 1}, ("D(0,0)", "sD(8,0)")),
+])
+def test_misplaced_stores_are_rejected_with_the_first_register(cfg, changes, first):
+    _, bad = check_staging(_dsl(cfg, **changes))
+    assert [v.rule for v in bad] == ["epilogue.stmatrix"]
+    v = bad[0]
+    assert first[0] in v.message and first[1] in v.message
+    c = v.counterexample
+    assert c.invariant == "G2" and c.thread["threadIdx"] == 128 and c.element == {"tensor": "D", "m": 0, "n": 0}
+    assert any("row address from lane" in step for step in c.chain)
+
+
+def test_missing_trans_is_a_misaligned_row():
+    _, bad = check_staging(_dsl(COL_MAJOR, trans=False))
+    assert bad and "not 16-byte aligned" in bad[0].message and bad[0].counterexample.thread["lane"] == 1
+
+
+def test_stage_reuse_needs_one_stage_of_slack():
+    dsl = _dsl(ROW_MAJOR)
+    stages = dsl.tensor("sD").shape[2]
+    assert dsl.staging.store_wait == build_gemm_program(ROW_MAJOR).epilogue.stages_d - 1 <= stages - 1
+    _, bad = check_stage_reuse(dsl.replace_staging(store_wait=stages))
+    assert bad and bad[0].invariant == "G6" and bad[0].counterexample.params["store_wait"] == stages
+    assert f"subtile {stages} overwrites stage 0" in bad[0].message
+
+
+def test_probe_tables_predict_the_staging_image():
+    good = probe_tables(_dsl(ROW_MAJOR))
+    assert np.array_equal(good.predicted, good.intended) and (good.intended != 0xFFFF).all()
+    bad = probe_tables(_dsl(ROW_MAJOR, row_lane_skew=1))
+    assert not np.array_equal(bad.predicted, bad.intended)
+    assert np.array_equal(np.sort(bad.predicted), np.sort(bad.intended))  # same values, other places
+    with pytest.raises(ValueError, match="outside"):
+        predict_image(good.regs, good.rows, good.num, good.trans, good.smem_bytes // 2)
+
+
+def test_dsl_rejects_bad_staging_nodes():
+    from argus_cutlass.dsl.ir import ProgramBuilder
+
+    b = ProgramBuilder("p", 2)
+    sd = b.tensor("sD", "smem", (64, 32, 2), "bf16")
+    with pytest.raises(DslError) as info:
+        b.smem_stage("accum", sd, op="stmatrix", num=3)
+    assert info.value.rule == "dsl.operand" and ".x1, .x2 or .x4" in str(info.value)
+    with pytest.raises(DslError, match="permutation"):
+        b.smem_stage("accum", sd, op="stmatrix", num=4, matrix_order=(0, 0, 1, 2))
+    with pytest.raises(DslError, match="expected 'stmatrix' or 'st.shared'"):
+        b.smem_stage("accum", sd, op="st.global")
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc not found (set ARGUS_NVCC or CUDA_HOME)")
+def test_probe_kernel_compiles():
+    from argus_cutlass.runtime.stmatrix import build_probe
+
+    art = build_probe()
+    assert art.path.exists() and art.registers is not None
