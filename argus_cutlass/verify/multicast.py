@@ -14,33 +14,67 @@ The check enumerates every sender, slice row and mask bit of the cluster and req
 receiving CTA and every row of its stage: exactly one delivery, from the gmem block the
 receiver computes with (A: its own m-block, B: its own n-block). A missing delivery also means
 the receiver's full barrier never sees its ``expect_tx`` bytes (a hang); a duplicate overfills it.
+
+Silicon: ``tests/gpu/test_multicast_gpu.py`` replays the slices and masks of a load
+(:func:`probe_tables`) with ``cp.async.bulk ... .multicast::cluster`` (the same ``ctaMask``
+semantics as the tensor form) on a real cluster and compares every CTA's tile and barrier
+state with the prediction, for CUTLASS's choices and for the ``multicast_mask`` mutants.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from argus_cutlass.dsl.ir import DslProgram, TmaLoad
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
-__all__ = ["check_multicast", "deliveries"]
+__all__ = ["MulticastProbe", "block_of", "check_multicast", "deliveries", "mask_bits", "probe_tables", "rank_of",
+           "slice_of"]
 
 
 def _coord(cta: tuple[int, int], axis: str) -> int:
     return cta[0] if axis == "m" else cta[1]
 
 
-def _mask(load: TmaLoad, sender: tuple[int, int]) -> list[tuple[int, int]]:
-    """The CTAs whose bit the sender sets, decoded back through the hardware's rank order."""
+def rank_of(load: TmaLoad, cta: tuple[int, int]) -> int:
+    """``%cluster_ctarank`` of cluster coordinate ``cta = (m, n)``: ``m + n * cluster_m``."""
+    return cta[0] + cta[1] * load.cluster[0]
+
+
+def mask_bits(load: TmaLoad, sender: tuple[int, int]) -> int:
+    """The 16-bit ``ctaMask`` the kernel computes for ``sender``: one bit per CTA it names (the
+    CTAs varying along ``mask_axis``, without the sender unless ``mask_self``), each at the rank
+    the kernel computes (``rank_order`` "col" = the hardware's, "row" = ``m * cluster_n + n``)."""
     cm, cn = load.cluster
     i, j = sender
     named = [(x, j) for x in range(cm)] if load.mask_axis == "m" else [(i, y) for y in range(cn)]
     if not load.mask_self:
         named = [c for c in named if c != sender]
-    # the kernel computes bit = rank(c) in its own order; the hardware delivers to the CTA whose
-    # %cluster_ctarank is that bit (x + y * cluster_m)
-    bits = [(c[0] + c[1] * cm) if load.rank_order == "col" else (c[0] * cn + c[1]) for c in named]
-    return [(b % cm, b // cm) for b in bits if b < cm * cn]
+    bits = 0
+    for c in named:
+        bits |= 1 << ((c[0] + c[1] * cm) if load.rank_order == "col" else (c[0] * cn + c[1]))
+    return bits & 0xFFFF
+
+
+def slice_of(load: TmaLoad, sender: tuple[int, int]) -> int:
+    """The slice the kernel makes ``sender`` issue (its coordinate along ``slice_axis``)."""
+    return _coord(sender, load.slice_axis) % load.copy.multicast
+
+
+def block_of(load: TmaLoad, cta: tuple[int, int]) -> int:
+    """The gmem block (along the operand's MN mode) CTA ``cta`` computes with: its m coordinate
+    for A (shared along n), its n coordinate for B."""
+    return _coord(cta, "m" if load.share_axis == "n" else "n")
+
+
+def _mask(load: TmaLoad, sender: tuple[int, int]) -> list[tuple[int, int]]:
+    """The CTAs that receive the sender's slice: the hardware decodes each ``ctaMask`` bit as a
+    ``%cluster_ctarank`` (x fastest)."""
+    cm, cn = load.cluster
+    bits = mask_bits(load, sender)
+    return [(b % cm, b // cm) for b in range(cm * cn) if bits >> b & 1]
 
 
 def deliveries(load: TmaLoad) -> tuple[np.ndarray, np.ndarray]:
@@ -59,12 +93,11 @@ def deliveries(load: TmaLoad) -> tuple[np.ndarray, np.ndarray]:
     for i in range(cm):
         for j in range(cn):
             sender = (i, j)
-            s = _coord(sender, load.slice_axis) % mc
-            block = _coord(sender, "m" if load.share_axis == "n" else "n")  # the sender's gmem block
+            s = slice_of(load, sender)
+            block = block_of(load, sender)
             for r in _mask(load, sender):
-                own = _coord(r, "m" if load.share_axis == "n" else "n")
                 count[r[0], r[1], s * rows:(s + 1) * rows] += 1
-                src[r[0], r[1], s * rows:(s + 1) * rows] = block - own
+                src[r[0], r[1], s * rows:(s + 1) * rows] = block - block_of(load, r)
     return count, src
 
 
@@ -90,8 +123,7 @@ def check_multicast(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
         i, j, r = (int(x) for x in bad[0])
         rows = load.tile_mn // load.copy.multicast
         senders = [(x, y) for x in range(cm) for y in range(cn)
-                   if (_coord((x, y), load.slice_axis) % load.copy.multicast) == r // rows
-                   and (i, j) in _mask(load, (x, y))]
+                   if slice_of(load, (x, y)) == r // rows and (i, j) in _mask(load, (x, y))]
         n = int(count[i, j, r])
         if n == 0:
             actual = f"no CTA delivers row {r}: its slice's sender leaves CTA ({i},{j}) out of the mask"
@@ -118,3 +150,66 @@ def check_multicast(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
             "tma.multicast", "G5",
             f"{load.name}: CTA ({i},{j}) of the {cm}x{cn} cluster: {actual}", hint, str(load.loc), cex))
     return proofs, violations
+
+
+@dataclass(frozen=True)
+class MulticastProbe:
+    """Host tables that replay one multicast load's slices and masks on a GPU cluster
+    (``templates/multicast_probe.cu.j2``, 16-byte rows of 8 codes), with the model's prediction.
+
+    All per-CTA arrays are indexed by ``%cluster_ctarank``. ``src`` is ``(blocks, tile_rows, 8)``
+    uint16: element ``e`` of row ``r`` of block ``b`` holds ``(b * tile_rows + r) * 8 + e``.
+    ``predicted`` is ``(ranks, tile_rows, 8)`` uint16 (0xFFFF where no row arrives);
+    ``complete`` says whether each CTA's barrier sees exactly its ``expect_tx`` bytes;
+    ``ambiguous`` marks rows that arrive twice from different blocks (not predicted).
+    """
+
+    cluster: tuple[int, int]
+    tile_rows: int
+    rows_per_slice: int
+    src: np.ndarray
+    slice: np.ndarray
+    src_block: np.ndarray
+    mask: np.ndarray
+    predicted: np.ndarray
+    complete: np.ndarray
+    overfilled: np.ndarray
+    ambiguous: np.ndarray
+
+
+def probe_tables(load: TmaLoad) -> MulticastProbe:
+    """The probe tables of ``load`` (a multicast TMA load of a DSL program).
+
+    Raises:
+        ValueError: ``load`` is not a multicast load.
+    """
+    if load.copy.multicast <= 1:
+        raise ValueError(f"{load.name} is not a multicast load")
+    cm, cn = load.cluster
+    ranks, rows = cm * cn, load.tile_mn // load.copy.multicast
+    blocks = cm if load.share_axis == "n" else cn
+    tile = load.tile_mn
+    src = ((np.arange(blocks)[:, None, None] * tile + np.arange(tile)[None, :, None]) * 8
+           + np.arange(8)[None, None, :]).astype(np.uint16)
+    sl = np.zeros(ranks, dtype=np.int32)
+    sb = np.zeros(ranks, dtype=np.int32)
+    mk = np.zeros(ranks, dtype=np.int32)
+    predicted = np.full((ranks, tile, 8), 0xFFFF, dtype=np.uint16)
+    count = np.zeros((ranks, tile), dtype=np.int64)
+    first = np.full((ranks, tile), -1, dtype=np.int64)
+    ambiguous = np.zeros((ranks, tile), dtype=bool)
+    for i in range(cm):
+        for j in range(cn):
+            r = rank_of(load, (i, j))
+            sl[r], sb[r], mk[r] = slice_of(load, (i, j)), block_of(load, (i, j)), mask_bits(load, (i, j))
+            lo, hi = sl[r] * rows, (sl[r] + 1) * rows
+            for dst in _mask(load, (i, j)):
+                d = rank_of(load, dst)
+                seen = first[d, lo:hi]
+                ambiguous[d, lo:hi] |= (seen >= 0) & (seen != sb[r])
+                first[d, lo:hi] = np.where(seen >= 0, seen, sb[r])
+                count[d, lo:hi] += 1
+                predicted[d, lo:hi] = src[sb[r], lo:hi]
+    delivered = count.sum(axis=1)
+    return MulticastProbe((cm, cn), tile, rows, src, sl, sb, mk, predicted, delivered == tile, delivered > tile,
+                          ambiguous)

@@ -279,7 +279,8 @@ def _multicast(operand: str, **changes: Any) -> Builder:
     return build
 
 
-_NO_CLUSTER = "no GPU realisation: the mutant kernel runs without clusters"
+_NO_CLUSTER = ("no mutant-kernel knob: that kernel runs without clusters. The same slices and masks are replayed "
+               "by the multicast probe (tests/gpu/test_multicast_gpu.py::test_mutant_multicast_matches_the_model)")
 
 #: where the epilogue-staging mutants run on silicon (the mutant kernel stores registers to gmem)
 _STSM_PROBE = ("no mutant-kernel knob: that kernel's epilogue stores registers straight to gmem. The same "

@@ -27,7 +27,8 @@ import pytest
 from argus_cutlass.plan.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
-from argus_cutlass.runtime.stmatrix import build_probe, run_probe
+from argus_cutlass.runtime.probe_kernels import STMATRIX_PROBE, build_probe
+from argus_cutlass.runtime.probe_kernels import run_stmatrix_probe as run_probe
 from argus_cutlass.settings import settings
 from argus_cutlass.verify import verify_gemm
 from argus_cutlass.verify.staging import predict_image, probe_tables
@@ -54,7 +55,7 @@ MUTANTS = {
 
 @pytest.fixture(scope="module")
 def probe_so(gpu_device):
-    return str(build_probe().path)
+    return str(build_probe(STMATRIX_PROBE).path)
 
 
 @pytest.mark.parametrize("trans", [False, True])

@@ -135,8 +135,9 @@ def test_dsl_rejects_bad_staging_nodes():
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc not found (set ARGUS_NVCC or CUDA_HOME)")
-def test_probe_kernel_compiles():
-    from argus_cutlass.runtime.stmatrix import build_probe
+def test_probe_kernels_compile():
+    from argus_cutlass.runtime.probe_kernels import MULTICAST_PROBE, STMATRIX_PROBE, build_probe
 
-    art = build_probe()
-    assert art.path.exists() and art.registers is not None
+    for name in (STMATRIX_PROBE, MULTICAST_PROBE):
+        art = build_probe(name)
+        assert art.path.exists() and art.registers is not None
