@@ -71,3 +71,17 @@ def test_multicast_load_needs_a_share_axis():
         b.tma_load(g, s, TmaCopy("load_multicast", (64, 64), 16, 128, 2), major="K", tile_mn=128, tile_k=64,
                    stage_tag=Tag("stage", ("iter",)), cluster=(1, 2))
     assert info.value.rule == "dsl.operand" and "share_axis" in str(info.value)
+
+
+@pytest.mark.parametrize("swap_ab", [False, True])
+@pytest.mark.parametrize("scheduler,splits", [("persistent", 1), ("streamk", 1), ("splitk", 3)])
+def test_no_false_alarm_across_clusters_schedulers_and_epilogues(scheduler, splits, swap_ab):
+    """The multicast, staging and scheduler rules accept every correct variant (CUTLASS builds them)."""
+    for (cm, cn), out in [((1, 1), "bf16"), ((2, 1), "fp32"), ((1, 2), "bf16"), ((2, 2), "bf16"), ((2, 2), "fp32")]:
+        cfg = GemmConfig(tile_m=128, tile_n=128, cluster_m=cm, cluster_n=cn, scheduler=scheduler, splits=splits,
+                         swap_ab=swap_ab, out_dtype=out, stages=4)
+        report = verify_gemm(build_gemm_program(cfg), smt=False)
+        assert report.ok, (cfg, report.rules_violated())
+        proved = {p.rule for p in report.proofs}
+        assert {"epilogue.stmatrix", "epilogue.stage_reuse", "scheduler.bijection"} <= proved
+        assert ("tma.multicast" in proved) == (cm * cn > 1)
