@@ -225,8 +225,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
     Prints the report (violations with counterexamples first, then proofs) and one line per
     tier (algebraic / enumeration / SMT: proofs, median time per obligation, total), or the
     JSON report with ``--json``. Exit 1 on a violation; bad input raises ConfigError (exit 2)
-    naming the file and the line.
+    naming the file and the line. With ``--json`` a bad input also prints
+    ``{"ok": false, "error": {"rule": ..., "message": ...}}`` on stdout, so a program reading
+    the output always gets JSON.
     """
+    try:
+        return _verify(args)
+    except ArgusError as exc:
+        if args.json:
+            _print(json.dumps({"ok": False, "complete": False,
+                               "error": {"rule": exc.rule, "message": str(exc)}}))
+        raise
+
+
+def _verify(args: argparse.Namespace) -> int:
     import re
 
     from pydantic import ValidationError
@@ -317,15 +329,15 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent)")
     tsub = t.add_subparsers(dest="kernel", required=True)
     tg = tsub.add_parser("gemm", help="tune a GEMM")
-    tg.add_argument("--m", type=int, required=True)
-    tg.add_argument("--n", type=int, required=True)
-    tg.add_argument("--k", type=int, required=True)
-    tg.add_argument("--dtype", default="bf16")
-    tg.add_argument("--out-dtype", default=None)
-    tg.add_argument("--layout", default="tn")
+    tg.add_argument("--m", type=int, required=True, help="rows of A and D")
+    tg.add_argument("--n", type=int, required=True, help="columns of B and D")
+    tg.add_argument("--k", type=int, required=True, help="reduction length")
+    tg.add_argument("--dtype", default="bf16", help="A/B element type: bf16 or fp16")
+    tg.add_argument("--out-dtype", default=None, help="C/D element type: bf16, fp16 or fp32 (default: --dtype)")
+    tg.add_argument("--layout", default="tn", help="tn, nt, nn or tt (as for gemm)")
     tg.add_argument("--budget", type=int, default=16, help="most candidates to compile and measure")
     tg.add_argument("--policy", default="default", help="default (offline, seeded) or llm")
-    tg.add_argument("--seed", type=int, default=0)
+    tg.add_argument("--seed", type=int, default=0, help="seed of the policy and the check inputs")
     tg.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)")
     tg.add_argument("--model", default=None, help="model name (or ARGUS_LLM_MODEL)")
     tg.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY)")

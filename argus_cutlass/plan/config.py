@@ -108,7 +108,7 @@ class GemmConfig(BaseModel):
     epi_m: int = Field(128, gt=0)
     epi_n: int = Field(32, gt=0)
     raster: Raster = "along_n"
-    swizzle: int = Field(1, gt=0)
+    swizzle: Literal[1, 2, 4, 8] = 1
     scheduler: TileScheduler = "persistent"
     splits: int = Field(1, gt=0)
     swap_ab: bool = False

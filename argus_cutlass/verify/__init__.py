@@ -116,8 +116,9 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
     t0 = time.perf_counter()
     notes: list[str] = []
     cfg = program.config
-    name = f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.layout}_{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}" \
-           f"_c{cfg.cluster_m}x{cfg.cluster_n}_s{cfg.stages}_{cfg.schedule}"
+    from argus_cutlass.render.naming import kernel_name
+
+    name = kernel_name(cfg).removeprefix("argus_")  # the generated kernel's name, every field encoded
     if dsl is None:
         try:
             dsl = gemm_dsl_program(program)

@@ -340,7 +340,7 @@ def check_descriptors(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
             continue
         if mismatch:
             violations.append(Violation(rule, "G1", mismatch, "align the buffer to 8 x swizzle bytes "
-                                        "(G5 smem.alignment)", str(read.loc)))
+                                        "(R8 smem.alignment)", str(read.loc)))
             continue
         slots = count * (read.op.m if read.operand == "A" else read.op.n) * read.op.k
         fields = ", ".join(f"{('INTER', 'SW128', 'SW64', 'SW32')[lt]} LBO={lbo} SBO={sbo}" for lt, lbo, sbo in sorted(seen))

@@ -25,7 +25,7 @@ def _write(tmp_path, name, text):
 def test_verify_default_config_prints_tiers(tmp_path, capsys):
     rc, out, err = _run(capsys, _write(tmp_path, "cfg.json", "{}"))
     assert rc == 0 and err == ""
-    assert out.startswith("gemm_bf16_bf16_tn_128x256x64_c2x1_s4_cooperative: verified (")
+    assert out.startswith("gemm_sm90_bf16_bf16_tn_128x256x64_c2x1_s4_coop_e128x32_rn1: verified (")
     assert "tiers:\n  algebraic " in out
     for tier in ("algebraic", "enumeration", "SMT"):
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(tier))
@@ -38,7 +38,7 @@ def test_verify_gemm_record_and_json(tmp_path, capsys):
     rc, out, _ = _run(capsys, _write(tmp_path, "rec.json", json.dumps(record)), "--json")
     assert rc == 0
     data = json.loads(out)
-    assert data["ok"] is True and data["complete"] is True and data["kernel"].endswith("_s3_cooperative")
+    assert data["ok"] is True and data["complete"] is True and "_s3_coop_" in data["kernel"]
     assert {p["engine"] for p in data["proofs"]} == {"arith", "enum", "smt"}
 
 
@@ -71,3 +71,17 @@ def test_verify_malformed_input(tmp_path, capsys, text, expected):
 def test_verify_missing_file(tmp_path, capsys):
     rc, _out, err = _run(capsys, tmp_path / "nope.json")
     assert rc == 2 and "[config.read]" in err and "nope.json: cannot read (No such file or directory)" in err
+
+
+def test_verify_json_bad_input_still_prints_json(tmp_path, capsys):
+    path = _write(tmp_path, "bad.json", '{"swizzle": 3}')
+    rc, out, err = _run(capsys, path, "--json")
+    data = json.loads(out)
+    assert rc == 2 and data["ok"] is False and data["error"]["rule"] == "config.schema"
+    assert "field 'swizzle'" in data["error"]["message"] and "[config.schema]" in err
+
+
+def test_verify_names_the_scheduler(tmp_path, capsys):
+    path = _write(tmp_path, "sk.json", '{"tile_n": 128, "cluster_m": 1, "stages": 6, "scheduler": "streamk"}')
+    rc, out, _ = _run(capsys, path, "--no-smt")
+    assert rc == 0 and out.split(":")[0].endswith("_streamk")
