@@ -10,9 +10,10 @@ core"). For every configuration we ship (the heuristic's choice for each shape o
 split-K kernels of ``tests/gpu/test_gemm.py``),
 pytest-benchmark times ``verify_gemm(build_gemm_program(cfg))``. That covers building the
 program, the resource rules (arith), the enumeration tier (enum) and the SMT tier (z3).
-The SMT tier memoises decided queries across calls (the agent verifies many configurations
-that share a pipeline or a k loop); the benchmark clears that memo before every round, so
-each round is a cold verification (the parsed invariant catalogue stays cached). The
+The verifier memoises across calls (decided SMT queries, accumulator maps, stream-K / split-K
+division enumerations: the agent verifies many configurations that share them); the benchmark
+clears all of it before every round (``argus_cutlass.verify.clear_caches``), so each round is a
+cold verification (the parsed invariant catalogue stays cached). The
 per-tier seconds of each run (``VerificationReport.tier_seconds``) go to ``extra_info``
 and to the table printed at the end, as medians over the rounds. ``ARGUS_VERIFY_BENCH_TABLE``
 names a markdown file to write the table to.
@@ -82,9 +83,9 @@ def test_verify_one_config(cfg, benchmark):
         reports.append(report)
         return report
 
-    from argus_cutlass.verify import smt
+    from argus_cutlass.verify import clear_caches
 
-    report = benchmark.pedantic(run, setup=smt._MEMO.clear, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    report = benchmark.pedantic(run, setup=clear_caches, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     assert report.ok, report.format()  # every shipped configuration is accepted
     tiers = {t: statistics.median(r.tier_seconds.get(t, 0.0) for r in reports) for t in ("arith", "enum", "smt")}
     row = {"kernel": _name(cfg), "total_s": statistics.median(benchmark.stats.stats.data),

@@ -335,8 +335,9 @@ class SmemStage:
 
     ``op`` is ``"stmatrix"`` (``stmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``,
     16-bit outputs: CuTe ``SM90_U32x{2,4}_STSM_N`` / ``SM90_U16x{4,8}_STSM_T``) or
-    ``"st.shared"`` (one store per element: 32-bit outputs). One stmatrix covers, per warp, a
-    block of 16 rows x ``4 * num`` columns of its accumulator; matrix ``i`` is the 8x8 block at
+    ``"st.shared"`` (one store per element: 32-bit outputs). One stmatrix (``.x2`` or ``.x4``;
+    ``.x1`` is not used by the GEMM epilogue and not modelled) covers, per warp, a block of 16 rows
+    x ``4 * num`` columns of its accumulator; matrix ``i`` is the 8x8 block at
     row ``8 * (i % 2)`` and column ``8 * (i // 2)``. Lane ``L`` supplies the smem address of row
     ``L % 8`` of matrix ``(L // 8 + row_lane_skew) % num`` (a row runs along N, or along M with
     ``trans``); register ``i`` of an instruction carries the accumulator pair of matrix
@@ -446,6 +447,7 @@ class DslProgram:
         """A copy with the TMA load into ``dst`` changed (e.g. its ``copy``)."""
         self.load_into(dst)
         ls = tuple(dataclasses.replace(x, **changes) if x.dst == dst else x for x in self.loads)
+        validate_load(next(x for x in ls if x.dst == dst))
         return dataclasses.replace(self, loads=ls)
 
     def replace_pipeline(self, producer: dict[str, Any] | None = None,
@@ -478,19 +480,120 @@ class DslProgram:
         """A copy with the epilogue's register -> smem step changed (e.g. ``trans=False``)."""
         if self.staging is None:
             raise KeyError("program has no epilogue staging step")
-        return dataclasses.replace(self, staging=dataclasses.replace(self.staging, **changes))
+        node = dataclasses.replace(self.staging, **changes)
+        validate_staging(node, self.tensor(node.dst))
+        return dataclasses.replace(self, staging=node)
 
     def replace_schedule(self, **changes: Any) -> DslProgram:
         """A copy with the tile scheduler changed (e.g. ``step_delta=-1``)."""
         if self.schedule is None:
             raise KeyError("program has no tile schedule")
-        return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
+        node = dataclasses.replace(self.schedule, **changes)
+        validate_schedule(node)
+        return dataclasses.replace(self, schedule=node)
 
     def replace_kloop(self, **changes: Any) -> DslProgram:
         """A copy with the k loop changed (e.g. ``rounding="floor"``)."""
         if self.kloop is None:
             raise KeyError("program has no k loop")
         return dataclasses.replace(self, kloop=dataclasses.replace(self.kloop, **changes))
+
+
+#: mutation keywords a TileSchedule's division_mutation may carry
+#: (:func:`argus_cutlass.verify.decomposition.work_units`)
+DIVISION_MUTATIONS = ("drop_remainder", "overlap", "no_end_adjust", "epilogue_on_first")
+#: the most CTAs a ``ctaMask`` (16 bits) can name
+MAX_MULTICAST_CLUSTER = 16
+
+
+def _positive_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def validate_load(node: TmaLoad) -> None:
+    """Check a TMA load node's cluster and multicast fields (builder and ``replace_load``).
+
+    Raises:
+        argus_cutlass.errors.DslError: ``dsl.operand`` naming the field and the rule.
+    """
+    loc = node.loc
+    c = node.cluster
+    if len(c) != 2 or not all(_positive_int(x) for x in c):
+        _dsl_error("dsl.operand", loc, f"{node.name}: cluster {c} must be two positive ints (CTAs along M, N)")
+    if c[0] * c[1] > MAX_MULTICAST_CLUSTER:
+        _dsl_error("dsl.operand", loc, f"{node.name}: a {c[0]}x{c[1]} cluster has more CTAs than the 16 bits of "
+                   "a TMA ctaMask can name (PTX ISA 9.7.9.25)")
+    if node.copy.multicast <= 1:
+        return
+    if node.share_axis not in ("m", "n"):
+        _dsl_error("dsl.operand", loc, f"multicast TMA load into {node.dst!r} needs share_axis 'm' or 'n'")
+    extent = c[1] if node.share_axis == "n" else c[0]
+    if node.copy.multicast != extent:
+        _dsl_error("dsl.operand", loc, f"{node.name}: multicast to {node.copy.multicast} CTAs, but the "
+                   f"{c[0]}x{c[1]} cluster has {extent} CTAs along {node.share_axis} sharing the operand")
+    for field in ("slice_axis", "mask_axis"):
+        if getattr(node, field) not in ("m", "n"):
+            _dsl_error("dsl.operand", loc, f"{node.name}: {field} {getattr(node, field)!r}: expected 'm' or 'n'")
+    if node.rank_order not in ("col", "row"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: rank_order {node.rank_order!r}: expected 'col' or 'row'")
+
+
+def validate_staging(node: SmemStage, dst: Tensor) -> None:
+    """Check an epilogue staging node against its buffer (builder and ``replace_staging``).
+
+    Raises:
+        argus_cutlass.errors.DslError: ``dsl.operand`` (op, num, matrix order, store wait, source),
+            ``dsl.layout_size`` (the buffer is not an ``(epi_m, epi_n, stages)`` smem tensor
+            matching the node).
+    """
+    loc = node.loc
+    if node.src != "accum":
+        _dsl_error("dsl.operand", loc, f"smem stage source {node.src!r}: only the MMA accumulator 'accum' is modelled")
+    if node.op not in ("stmatrix", "st.shared"):
+        _dsl_error("dsl.operand", loc, f"smem stage op {node.op!r}: expected 'stmatrix' or 'st.shared'")
+    allowed = (2, 4) if node.op == "stmatrix" else (1,)
+    if node.num not in allowed:
+        _dsl_error("dsl.operand", loc, f"{node.op} num={node.num}: the epilogue partition is modelled for "
+                   f"{' or '.join(f'.x{n}' for n in allowed) if node.op == 'stmatrix' else 'num=1'} "
+                   "(one stmatrix covers 16 accumulator rows of a warp)")
+    if sorted(node.matrix_order) != list(range(node.num)):
+        _dsl_error("dsl.operand", loc, f"matrix_order {node.matrix_order} is not a permutation of 0..{node.num - 1}")
+    if not isinstance(node.store_wait, int) or node.store_wait < 0:
+        _dsl_error("dsl.operand", loc, f"store_wait {node.store_wait!r}: cp.async.bulk.wait_group.read takes an "
+                   "integer >= 0")
+    if not isinstance(node.row_lane_skew, int):
+        _dsl_error("dsl.operand", loc, f"row_lane_skew {node.row_lane_skew!r} must be an int")
+    if dst.space != "smem" or len(dst.shape) != 3 or tuple(dst.shape[:2]) != (node.epi_m, node.epi_n):
+        _dsl_error("dsl.layout_size", loc, f"staging buffer {dst.name!r} ({dst.space}, shape {dst.shape}) must be "
+                   f"an smem ({node.epi_m}, {node.epi_n}, stages) tensor")
+
+
+def validate_schedule(node: TileSchedule) -> None:
+    """Check a tile-scheduler node (builder and ``replace_schedule``).
+
+    Raises:
+        argus_cutlass.errors.DslError: ``dsl.operand`` naming the field and the rule.
+    """
+    loc = node.loc
+    if node.raster not in ("along_m", "along_n"):
+        _dsl_error("dsl.operand", loc, f"raster {node.raster!r}: expected 'along_m' or 'along_n'")
+    if node.decomposition not in ("persistent", "streamk", "splitk"):
+        _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r}: expected persistent, streamk or "
+                   "splitk")
+    if node.swizzle not in (1, 2, 4, 8):
+        _dsl_error("dsl.operand", loc, f"swizzle {node.swizzle}: CUTLASS's max_swizzle_size is 1, 2, 4 or 8")
+    if not all(_positive_int(x) for x in (node.cluster_m, node.cluster_n, node.splits)):
+        _dsl_error("dsl.operand", loc, f"cluster {node.cluster_m}x{node.cluster_n} / splits {node.splits} must be "
+                   "ints >= 1")
+    if node.splits > 1 and node.decomposition != "splitk":
+        _dsl_error("dsl.operand", loc, f"splits={node.splits} needs decomposition 'splitk'")
+    if not isinstance(node.step_delta, int):
+        _dsl_error("dsl.operand", loc, f"step_delta {node.step_delta!r} must be an int")
+    if node.walk_mutation not in ("", "swizzle_off_by_one"):
+        _dsl_error("dsl.operand", loc, f"walk_mutation {node.walk_mutation!r}: expected '' or 'swizzle_off_by_one'")
+    bad = [k for k, _ in node.division_mutation if k not in DIVISION_MUTATIONS]
+    if bad:
+        _dsl_error("dsl.operand", loc, f"division_mutation keys {bad}: expected {list(DIVISION_MUTATIONS)}")
 
 
 def _layout_size(layout: Any) -> int:
@@ -577,10 +680,9 @@ class ProgramBuilder:
         if tuple(dst.shape[:2]) != (tile_mn, tile_k):
             _dsl_error("dsl.layout_size", loc, f"TMA tile ({tile_mn}, {tile_k}) does not match the "
                        f"destination {dst.name!r} of shape {dst.shape}")
-        if copy.multicast > 1 and share_axis not in ("m", "n"):
-            _dsl_error("dsl.operand", loc, f"multicast TMA load into {dst.name!r} needs share_axis 'm' or 'n'")
         node = TmaLoad(f"tma_{dst.name}", src.name, dst.name, copy, major, tile_mn, tile_k,
                        src.tag, stage_tag, loc, tuple(cluster), share_axis, share_axis, share_axis)
+        validate_load(node)
         self._loads.append(node)
         return node
 
@@ -682,23 +784,18 @@ class ProgramBuilder:
         buffer ``dst`` (``(epi_m, epi_n, stages)``); see :class:`SmemStage`.
 
         Raises:
-            argus_cutlass.errors.DslError: ``dsl.operand`` (``op`` is not ``stmatrix`` or
-                ``st.shared``, ``num`` not 1/2/4, ``matrix_order`` not a permutation of
-                ``range(num)``), ``dsl.layout_size`` (``dst`` is not a 3-mode staging buffer).
+            argus_cutlass.errors.DslError: see :func:`validate_staging` (``op`` not
+                ``stmatrix``/``st.shared``, ``num`` not 2/4 for stmatrix, ``matrix_order`` not a
+                permutation, ``store_wait`` < 0, ``dst`` not an ``(epi_m, epi_n, stages)`` smem tensor).
         """
         loc = caller_loc()
-        if op not in ("stmatrix", "st.shared"):
-            _dsl_error("dsl.operand", loc, f"smem stage op {op!r}: expected 'stmatrix' or 'st.shared'")
-        if num not in (1, 2, 4):
-            _dsl_error("dsl.operand", loc, f"stmatrix num={num}: PTX allows .x1, .x2 or .x4")
-        order = tuple(range(num)) if matrix_order is None else tuple(matrix_order)
-        if sorted(order) != list(range(num)):
-            _dsl_error("dsl.operand", loc, f"matrix_order {order} is not a permutation of 0..{num - 1}")
         if len(dst.shape) != 3:
             _dsl_error("dsl.layout_size", loc, f"staging buffer {dst.name!r} has shape {dst.shape}; "
                        "expected (epi_m, epi_n, stages)")
+        order = tuple(range(num)) if matrix_order is None else tuple(matrix_order)
         wait = dst.shape[2] - 1 if store_wait is None else store_wait
         node = SmemStage(src, dst.name, dst.shape[0], dst.shape[1], op, num, trans, row_lane_skew, order, wait, loc)
+        validate_staging(node, dst)
         self._staging = node
         return node
 
@@ -707,19 +804,12 @@ class ProgramBuilder:
         """The persistent tile scheduler (see :class:`TileSchedule`).
 
         Raises:
-            argus_cutlass.errors.DslError: ``dsl.operand`` (unknown raster or decomposition,
-                swizzle not 1/2/4/8, cluster or splits < 1).
+            argus_cutlass.errors.DslError: see :func:`validate_schedule` (unknown raster or
+                decomposition, swizzle not 1/2/4/8, cluster or splits not ints >= 1, splits > 1
+                without split-K, unknown mutation keys).
         """
-        loc = caller_loc()
-        if raster not in ("along_m", "along_n"):
-            _dsl_error("dsl.operand", loc, f"raster {raster!r}: expected 'along_m' or 'along_n'")
-        if decomposition not in ("persistent", "streamk", "splitk"):
-            _dsl_error("dsl.operand", loc, f"decomposition {decomposition!r}: expected persistent, streamk or splitk")
-        if swizzle not in (1, 2, 4, 8):
-            _dsl_error("dsl.operand", loc, f"swizzle {swizzle}: CUTLASS's max_swizzle_size is 1, 2, 4 or 8")
-        if min(cluster_m, cluster_n, splits) < 1:
-            _dsl_error("dsl.operand", loc, f"cluster {cluster_m}x{cluster_n} / splits {splits} must be >= 1")
-        node = TileSchedule(raster, swizzle, step_delta, decomposition, loc, cluster_m, cluster_n, splits)
+        node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc(), cluster_m, cluster_n, splits)
+        validate_schedule(node)
         self._schedule = node
         return node
 

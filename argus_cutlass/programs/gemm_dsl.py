@@ -114,7 +114,7 @@ def gemm_dsl_program(program: GemmProgram, *, mma_atoms: dict[str, Any] | None =
     op, num, trans = r2s_instruction(e.copy_r2s)
     # CUTLASS PipelineTmaStore<StagesC, StagesD - 1> (smem reuse) / <StagesD>: producer_acquire waits
     # until at most StagesD - 1 committed TMA stores are in flight
-    b.smem_stage("accum", s_d, op=op, num=num, trans=trans, store_wait=e.stages_d - 1)
+    b.smem_stage("accum", s_d, op=op, num=num, trans=trans, store_wait=max(e.stages_d - 1, 0))
     b.tma_store(s_d, g_d, e.tma_store_d, major=d_plan.major, tile_mn=e.epi_m, tile_k=e.epi_n)
     b.tile_schedule(raster=cfg.raster, swizzle=cfg.swizzle, decomposition=cfg.scheduler, cluster_m=cfg.cluster_m,
                     cluster_n=cfg.cluster_n, splits=cfg.splits)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from argus_cutlass.dsl.ir import DslProgram
-from argus_cutlass.errors import VerificationError
+from argus_cutlass.errors import DslError, VerificationError
 from argus_cutlass.programs.gemm import GemmProgram
 from argus_cutlass.verify.absint import check_k_agreement, check_k_coverage, check_tma_image, tag_image
 from argus_cutlass.verify.catalogue import Invariant, invariant_of, load_invariants
@@ -45,6 +45,7 @@ __all__ = [
     "check_k_agreement",
     "check_k_coverage",
     "check_tma_image",
+    "clear_caches",
     "load_invariants",
     "tag_image",
     "verify_gemm",
@@ -115,6 +116,7 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
 
     t0 = time.perf_counter()
     notes: list[str] = []
+    dsl_error: Violation | None = None
     cfg = program.config
     from argus_cutlass.render.naming import kernel_name
 
@@ -122,10 +124,15 @@ def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: boo
     if dsl is None:
         try:
             dsl = gemm_dsl_program(program)
-        except LayoutError as exc:
+        except (LayoutError, DslError) as exc:
+            # no data-flow program means no data-flow proof: the config is refused, never passed
             notes.append(f"no DSL program: {exc}")
+            dsl_error = Violation("dsl.program", "-", f"the data-flow program of this config cannot be built: {exc}",
+                                  "fix the config; the resource rules below usually say what is wrong")
     obligations: list[Obligation] = []
     run = _Run()
+    if dsl is None:
+        run.violations.append(dsl_error)
     failed: set[str] = set()
     for rule, fn in RULES.items():
         obligations.append(Obligation(rule, invariant_of(rule), " ".join((fn.__doc__ or "").split("\n\n")[0].split())))
@@ -256,6 +263,17 @@ def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
         _, bad = run.add("enum", check_schedule, dsl)
         if not bad:
             run.add("arith", check_schedule_all_sizes, dsl)
+
+
+def clear_caches() -> None:
+    """Forget every result the verifier memoises across calls: decided SMT queries, accumulator
+    maps, and the stream-K / split-K division enumerations (the invariant catalogue, parsed data,
+    stays). The next :func:`verify_gemm` is then a cold run (``bench/test_verify_bench.py``)."""
+    from argus_cutlass.verify import absint, output, smt
+
+    smt._MEMO.clear()
+    absint.accumulator_partition.cache_clear()
+    output._division_cases.cache_clear()
 
 
 def check_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: bool = True) -> VerificationReport:

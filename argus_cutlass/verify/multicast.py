@@ -3,9 +3,11 @@
 With a ``cluster_m x cluster_n`` cluster, CTA ``(i, j)`` computes output tile ``(m0 + i, n0 + j)``,
 so the CTAs of a cluster row (same ``i``) need the same A tile and those of a cluster column the
 same B tile. CUTLASS (``sm90_mma_tma_gmma_ss_warpspecialized.hpp``, ``load``) cuts the tile into
-``multicast`` slices along MN: CTA ``(i, j)`` issues A slice ``j`` (rows
-``[j * tile_m / cluster_n, (j + 1) * tile_m / cluster_n)`` of its own m-block ``i``) with a
-``ctaMask`` naming every CTA ``(i, j')``, and B slice ``i`` to every CTA ``(i', j)``. The mask bit of
+``multicast`` slices (CuTe ``tma_partition`` splits the TMA's outermost box mode, which may be MN
+or K depending on the layout; the model numbers the slices' elements as ``tile_mn`` "rows", and
+the properties checked, once-delivery and source block, do not depend on that axis): CTA
+``(i, j)`` issues A slice ``j`` of its own m-block ``i`` with a ``ctaMask`` naming every CTA
+``(i, j')``, and B slice ``i`` of its n-block ``j`` to every CTA ``(i', j)``. The mask bit of
 CTA ``(x, y)`` is its rank in the cluster, ``x + y * cluster_m`` (PTX ISA 9.7.9.25,
 ``cp.async.bulk.tensor ... .multicast::cluster`` with a 16-bit ``ctaMask``; the rank is
 ``%cluster_ctarank``, x fastest).
@@ -23,6 +25,7 @@ state with the prediction, for CUTLASS's choices and for the ``multicast_mask`` 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +49,8 @@ def rank_of(load: TmaLoad, cta: tuple[int, int]) -> int:
 def mask_bits(load: TmaLoad, sender: tuple[int, int]) -> int:
     """The 16-bit ``ctaMask`` the kernel computes for ``sender``: one bit per CTA it names (the
     CTAs varying along ``mask_axis``, without the sender unless ``mask_self``), each at the rank
-    the kernel computes (``rank_order`` "col" = the hardware's, "row" = ``m * cluster_n + n``)."""
+    the kernel computes (``rank_order`` "col" = the hardware's :func:`rank_of`, "row" =
+    ``m * cluster_n + n``)."""
     cm, cn = load.cluster
     i, j = sender
     named = [(x, j) for x in range(cm)] if load.mask_axis == "m" else [(i, y) for y in range(cn)]
@@ -54,7 +58,7 @@ def mask_bits(load: TmaLoad, sender: tuple[int, int]) -> int:
         named = [c for c in named if c != sender]
     bits = 0
     for c in named:
-        bits |= 1 << ((c[0] + c[1] * cm) if load.rank_order == "col" else (c[0] * cn + c[1]))
+        bits |= 1 << (rank_of(load, c) if load.rank_order == "col" else c[0] * cn + c[1])
     return bits & 0xFFFF
 
 
@@ -77,6 +81,17 @@ def _mask(load: TmaLoad, sender: tuple[int, int]) -> list[tuple[int, int]]:
     return [(b % cm, b // cm) for b in range(cm * cn) if bits >> b & 1]
 
 
+def _sends(load: TmaLoad) -> Iterator[tuple[tuple[int, int], int, int, int, int, tuple[int, int]]]:
+    """Every copy of one stage: ``(sender, slice, sender's block, first row, end row, receiver)``."""
+    cm, cn = load.cluster
+    rows = load.tile_mn // load.copy.multicast
+    for i in range(cm):
+        for j in range(cn):
+            s = slice_of(load, (i, j))
+            for r in _mask(load, (i, j)):
+                yield (i, j), s, block_of(load, (i, j)), s * rows, (s + 1) * rows, r
+
+
 def deliveries(load: TmaLoad) -> tuple[np.ndarray, np.ndarray]:
     """For every receiving CTA ``(i, j)`` and stage row ``r`` of ``load`` (a multicast TMA load):
     how many deliveries it gets, and the gmem block (along the operand's own MN mode, relative
@@ -86,18 +101,11 @@ def deliveries(load: TmaLoad) -> tuple[np.ndarray, np.ndarray]:
     ``source_offset`` is 0 where the row came from the receiver's own block, -1 where none came.
     """
     cm, cn = load.cluster
-    mc = load.copy.multicast
-    rows = load.tile_mn // mc
     count = np.zeros((cm, cn, load.tile_mn), dtype=np.int64)
     src = np.full((cm, cn, load.tile_mn), -1, dtype=np.int64)
-    for i in range(cm):
-        for j in range(cn):
-            sender = (i, j)
-            s = slice_of(load, sender)
-            block = block_of(load, sender)
-            for r in _mask(load, sender):
-                count[r[0], r[1], s * rows:(s + 1) * rows] += 1
-                src[r[0], r[1], s * rows:(s + 1) * rows] = block - block_of(load, r)
+    for _, _, block, lo, hi, r in _sends(load):
+        count[r[0], r[1], lo:hi] += 1
+        src[r[0], r[1], lo:hi] = block - block_of(load, r)
     return count, src
 
 
@@ -194,22 +202,21 @@ def probe_tables(load: TmaLoad) -> MulticastProbe:
     sl = np.zeros(ranks, dtype=np.int32)
     sb = np.zeros(ranks, dtype=np.int32)
     mk = np.zeros(ranks, dtype=np.int32)
-    predicted = np.full((ranks, tile, 8), 0xFFFF, dtype=np.uint16)
-    count = np.zeros((ranks, tile), dtype=np.int64)
-    first = np.full((ranks, tile), -1, dtype=np.int64)
-    ambiguous = np.zeros((ranks, tile), dtype=bool)
     for i in range(cm):
         for j in range(cn):
             r = rank_of(load, (i, j))
             sl[r], sb[r], mk[r] = slice_of(load, (i, j)), block_of(load, (i, j)), mask_bits(load, (i, j))
-            lo, hi = sl[r] * rows, (sl[r] + 1) * rows
-            for dst in _mask(load, (i, j)):
-                d = rank_of(load, dst)
-                seen = first[d, lo:hi]
-                ambiguous[d, lo:hi] |= (seen >= 0) & (seen != sb[r])
-                first[d, lo:hi] = np.where(seen >= 0, seen, sb[r])
-                count[d, lo:hi] += 1
-                predicted[d, lo:hi] = src[sb[r], lo:hi]
+    predicted = np.full((ranks, tile, 8), 0xFFFF, dtype=np.uint16)
+    count = np.zeros((ranks, tile), dtype=np.int64)
+    first = np.full((ranks, tile), -1, dtype=np.int64)
+    ambiguous = np.zeros((ranks, tile), dtype=bool)
+    for _, _, block, lo, hi, dst in _sends(load):
+        d = rank_of(load, dst)
+        seen = first[d, lo:hi]
+        ambiguous[d, lo:hi] |= (seen >= 0) & (seen != block)
+        first[d, lo:hi] = np.where(seen >= 0, seen, block)
+        count[d, lo:hi] += 1
+        predicted[d, lo:hi] = src[block, lo:hi]
     delivered = count.sum(axis=1)
     return MulticastProbe((cm, cn), tile, rows, src, sl, sb, mk, predicted, delivered == tile, delivered > tile,
                           ambiguous)

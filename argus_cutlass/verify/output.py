@@ -31,12 +31,14 @@ modelled exactly and what is an input, e.g. the launch grid).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from argus_cutlass.dsl.ir import DslProgram, TileSchedule
 from argus_cutlass.verify.absint import accumulator_partition, consumer_thread
 from argus_cutlass.verify.decomposition import Problem
-from argus_cutlass.verify.report import Counterexample, Proof, Violation
+from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
 __all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_tma_store",
            "check_uniformity", "schedule_units"]
@@ -166,11 +168,28 @@ def _division_violation(sch: TileSchedule, p: Problem) -> Violation:
                      str(sch.loc), cex)
 
 
-def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+@functools.lru_cache(maxsize=64)
+def _division_cases(mode: str, cluster_size: int, splits: int,
+                    mutation: tuple[tuple[str, object], ...]) -> tuple[int, Problem | None, str]:
+    """:func:`~argus_cutlass.verify.decomposition.enumerate_division` for one cluster size, with
+    bounds in whole clusters (so an 8-CTA cluster gets as many grid and tile counts as a single
+    CTA): tiles up to 12 clusters and grids up to 8 (stream-K) / 6 (split-K) clusters, or 6 and 4
+    clusters for clusters of 4 CTAs and more (time). Cached: it depends on nothing else."""
+    from argus_cutlass.verify.decomposition import enumerate_division
+
+    small = cluster_size <= 2
+    tiles = (12 if small else 6) * cluster_size
+    grid = ((8 if mode == "stream_k" else 6) if small else 4) * cluster_size
+    cases, p = enumerate_division(mode, max_tiles=tiles, max_grid=grid, cluster_sizes=(cluster_size,),
+                                  splits=splits or None, **dict(mutation))
+    return cases, p, f"tiles <= {tiles}, grids <= {grid} CTAs (clusters of {cluster_size})"
+
+
+def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]] | tuple[list[Proof], list[Violation], list[Unknown]]:
     """``scheduler.bijection`` (G4) by enumeration (see the module docstring): unit ownership,
     CUTLASS's walk on every tile grid up to ``MAX_TILES`` squared, and, for stream-K /
     split-K, the unit division (:mod:`argus_cutlass.verify.decomposition`)."""
-    from argus_cutlass.verify.decomposition import check_walk, enumerate_division
+    from argus_cutlass.verify.decomposition import check_walk
 
     sch = dsl.schedule
     where = str(sch.loc)
@@ -200,6 +219,10 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
                     "scheduler.bijection", "G4",
                     f"the persistent scheduler steps by {step} with {grid} CTAs: with {units} work units, "
                     f"{actual}", "step by the grid size (gridDim.x) so each unit has exactly one owner", where, cex)]
+    if any(x & (x - 1) for x in (sch.cluster_m, sch.cluster_n)):
+        return [], [], [Unknown("scheduler.bijection", "G4", "CUTLASS walk / division model",
+                                f"cluster {sch.cluster_m}x{sch.cluster_n}: the model covers power-of-two cluster "
+                                "extents only", 0)]
     grids = 0
     for tm in range(1, MAX_TILES + 1):
         for tn in range(1, MAX_TILES + 1):
@@ -214,13 +237,15 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     points = MAX_UNITS * (MAX_UNITS + 3) // 2 + grids
     if sch.decomposition in ("streamk", "splitk"):
         mode = "stream_k" if sch.decomposition == "streamk" else "split_k"
-        cases, p = enumerate_division(mode, cluster_sizes=(sch.cluster_m * sch.cluster_n,),
-                                      splits=sch.splits if mode == "split_k" else None,
-                                      **dict(sch.division_mutation))
+        cs = sch.cluster_m * sch.cluster_n
+        cases, p, bounds = _division_cases(mode, cs, sch.splits if mode == "split_k" else 0, sch.division_mutation)
         if p is not None:
             return [], [_division_violation(sch, p)]
+        if cases == 0:
+            return [], [], [Unknown("scheduler.bijection", "G4", f"{sch.decomposition} division", "no case enumerated",
+                                    0)]
         text += (f"; the {sch.decomposition} division computes every (tile, k-tile) once and stores each tile "
-                 f"once after the Deterministic fixup, in all {cases} small cases")
+                 f"once after the Deterministic fixup, in all {cases} cases with {bounds}")
         points += cases
     return [Proof("scheduler.bijection", "G4", "enum", text, points)], []
 

@@ -62,9 +62,12 @@ def stmatrix_store(row_addr: np.ndarray, num: int, trans: bool) -> np.ndarray:
     Raises:
         ValueError: ``row_addr`` is not 32 addresses or ``num`` is not 1, 2 or 4.
     """
-    row_addr = np.asarray(row_addr, dtype=np.int64)
+    row_addr = np.asarray(row_addr)
     if row_addr.shape != (32,):
         raise ValueError(f"row_addr has shape {row_addr.shape}; stmatrix takes one address per lane (32,)")
+    if not np.issubdtype(row_addr.dtype, np.integer):
+        raise ValueError(f"row_addr has dtype {row_addr.dtype}; byte addresses are integers")
+    row_addr = row_addr.astype(np.int64)
     if num not in (1, 2, 4):
         raise ValueError(f"num={num}: stmatrix stores .x1, .x2 or .x4 matrices")
     lane, reg, half = np.meshgrid(np.arange(32), np.arange(num), np.arange(2), indexing="ij")
@@ -100,9 +103,22 @@ class StagingMap:
     misaligned: tuple[int, int, int, int, int]  # (wg, warp, subtile, instr, lane) of a bad row address, or ()
 
 
-def _block_of(node: SmemStage, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _block_of(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row and column offset of matrix ``i`` inside one instruction's 16 x 4num block."""
     return 8 * (i % 2), 8 * (i // 2)
+
+
+def tiling_problem(dsl: DslProgram) -> str | None:
+    """Why the staging step's subtile cannot be run over the tile (None when it can)."""
+    e, node = dsl.epilogue, dsl.staging
+    em, en = node.epi_m, node.epi_n
+    if e.tile_m % em or e.tile_n % en:
+        return f"the epilogue subtile {em}x{en} does not divide the {e.tile_m}x{e.tile_n} tile"
+    if em % 16:
+        return f"epi_m={em} is not a whole number of 16-row warp blocks"
+    if node.op == "stmatrix" and en % (4 * node.num):
+        return f"epi_n={en} is not a multiple of the {4 * node.num} columns of stmatrix .x{node.num}"
+    return None
 
 
 def row_addresses(stage_bytes: Callable[[np.ndarray, np.ndarray], np.ndarray], node: SmemStage, m0: int,
@@ -114,7 +130,7 @@ def row_addresses(stage_bytes: Callable[[np.ndarray, np.ndarray], np.ndarray], n
     lanes = np.arange(32)
     mat = (lanes % (8 * node.num) // 8 + node.row_lane_skew) % node.num
     j = lanes % 8
-    dm, dn = _block_of(node, mat)
+    dm, dn = _block_of(mat)
     if node.trans:
         return stage_bytes(m0 + dm, n0 + dn + j)
     return stage_bytes(m0 + dm + j, n0 + dn)
@@ -130,11 +146,11 @@ def staging_map(dsl: DslProgram) -> StagingMap:
     e, node = dsl.epilogue, dsl.staging
     if e is None or node is None:
         raise ValueError("the program has no epilogue staging step (EpilogueStore + SmemStage)")
+    problem = tiling_problem(dsl)
+    if problem:
+        raise ValueError(problem)
     sd = dsl.tensor(node.dst)
     em, en, stages = node.epi_m, node.epi_n, sd.shape[2]
-    if e.tile_m % em or e.tile_n % en or em % 16:
-        raise ValueError(f"epilogue subtile {em}x{en} does not divide the {e.tile_m}x{e.tile_n} tile into "
-                         "whole 16-row warp blocks")
     base, eb = sd.base_bytes, sd.elem_bytes
     subs_m = e.tile_m // em
 
@@ -156,31 +172,27 @@ def staging_map(dsl: DslProgram) -> StagingMap:
         got = want.copy()
     else:
         width = 4 * node.num  # columns one instruction covers per warp (16 rows)
-        if en % width:
-            raise ValueError(f"epi_n={en} is not a multiple of the {width} columns of stmatrix .x{node.num}")
         lane = th % 32
         mw = m % em - (m % em) % 16  # the warp's 16-row block inside the subtile
         nq = (n % en) // width
+        # a warp owns one 16-row block per 64 * warpgroups rows: its ordinal numbers the instructions
+        ordinal = (m % em) // (64 * e.warpgroups)
+        instr = ordinal * (en // width) + nq
         # register side (CLayout_64xN): which matrix / half of the fragment holds (m, n)
         block = 2 * (((n % en) % width) // 8) + ((m % 16) // 8)  # matrix index of the (8h, 8b) block
-        instr = nq
-        sreg = np.array([node.matrix_order.index(int(b)) for b in range(node.num)], dtype=np.int64)[block]
+        sreg = np.array([node.matrix_order.index(b) for b in range(node.num)], dtype=np.int64)[block]
         half = n % 2
         got = np.empty(size, dtype=np.int64)
-        cache: dict[tuple[int, int, int], np.ndarray] = {}
         keys = np.stack([mw, nq, stage], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
         for u, (mw0, nq0, st0) in enumerate(uniq):
             addr = row_addresses(lambda mm, nn, s_=int(st0): layout_bytes(mm, nn, s_), node, int(mw0), int(nq0) * width)
-            if not misaligned and (addr[: 8 * node.num] % ROW_BYTES).any():
-                sel = np.flatnonzero(inv == u)[0]
-                bad_lane = int(np.flatnonzero(addr[: 8 * node.num] % ROW_BYTES)[0])
-                misaligned = (int(wg[sel]), int(th[sel] // 32), int(q[sel]), int(nq0), bad_lane)
-            cache[(int(mw0), int(nq0), int(st0))] = stmatrix_store(addr, node.num, node.trans)
             sel = np.flatnonzero(inv == u)
-            dest = cache[(int(mw0), int(nq0), int(st0))]
-            got[sel] = dest[lane[sel], sreg[sel], half[sel]]
+            if not misaligned and (addr[: 8 * node.num] % ROW_BYTES).any():
+                bad_lane = int(np.flatnonzero(addr[: 8 * node.num] % ROW_BYTES)[0])
+                misaligned = (int(wg[sel[0]]), int(th[sel[0]] // 32), int(q[sel[0]]), int(instr[sel[0]]), bad_lane)
+            got[sel] = stmatrix_store(addr, node.num, node.trans)[lane[sel], sreg[sel], half[sel]]
         r, c = lane // 4, 2 * (lane % 4) + half
         row = c if node.trans else r
         row_lane = 8 * sreg + row
@@ -190,16 +202,17 @@ def staging_map(dsl: DslProgram) -> StagingMap:
 def check_staging(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     """``epilogue.stmatrix`` (G2) by enumeration: every register lands where ``sD`` wants it.
 
-    Returns nothing (no proof, no violation) when the epilogue subtile does not tile the CTA
-    tile: that program already fails R4 ``epilogue.tile``."""
+    A subtile that cannot be run over the tile (it does not divide it, or splits a warp's
+    16-row block or a stmatrix's columns) is a violation of this rule, whatever R4 says about
+    the config."""
     node = dsl.staging
     if node is None or dsl.epilogue is None:
         return [], []
     where = str(node.loc)
-    e = dsl.epilogue
-    if e.tile_m % node.epi_m or e.tile_n % node.epi_n or node.epi_m % 16 or (
-            node.op == "stmatrix" and node.epi_n % (4 * node.num)):
-        return [], []  # the subtile does not tile the CTA tile: R4 epilogue.tile reports it
+    problem = tiling_problem(dsl)
+    if problem:
+        return [], [Violation("epilogue.stmatrix", "G2", f"the staging step cannot be checked: {problem}",
+                              "pick an epilogue subtile that tiles the CTA tile (R4 epilogue.tile)", where)]
     sm = staging_map(dsl)
     what = (f"stmatrix.x{node.num}{'.trans' if node.trans else ''}" if node.op == "stmatrix" else "st.shared")
     if node.op == "st.shared":
@@ -267,8 +280,10 @@ def check_stage_reuse(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     """``epilogue.stage_reuse`` (G6), arithmetic: subtile ``q`` writes stage ``q mod S`` after
     waiting until at most ``store_wait`` TMA stores are in flight, so the stores of subtiles
     ``<= q - 1 - store_wait`` have finished reading. Safe iff ``q - S <= q - 1 - store_wait``
-    for every ``q >= S``, i.e. ``store_wait <= S - 1`` (CUTLASS ``PipelineTmaStore``:
-    ``tma_store_wait<Stages - 1>`` in ``producer_acquire``)."""
+    for every ``q >= S``, i.e. ``store_wait <= S - 1``. CUTLASS's ``PipelineTmaStore`` waits in
+    ``producer_acquire`` until ``UnacquiredStages`` stores are in flight: ``StagesD - 1`` both
+    for ``PipelineTmaStore<StagesD>`` and, when D reuses C's ``StagesC`` buffers,
+    ``PipelineTmaStore<StagesC, StagesD - 1>`` (``sm90_epilogue_tma_warpspecialized.hpp``)."""
     node = dsl.staging
     if node is None:
         return [], []
@@ -326,11 +341,21 @@ def predict_image(regs: np.ndarray, rows: np.ndarray, num: int, trans: bool, sme
     program order per warp (:func:`stmatrix_store`). Unwritten 16-bit words are 0xFFFF.
 
     Raises:
-        ValueError: the thread count is not a multiple of 32 or a store leaves the buffer.
+        ValueError: ``rows`` is not ``(threads, instrs)`` with ``threads`` a multiple of 32,
+            ``regs`` is not ``(threads, instrs, 4)``, ``smem_bytes`` is odd, a used row address is
+            not 16-byte aligned (PTX), or a store leaves the buffer.
     """
+    rows, regs = np.asarray(rows), np.asarray(regs)
+    if rows.ndim != 2 or rows.shape[0] % 32:
+        raise ValueError(f"rows has shape {rows.shape}; expected (threads, instrs) with whole warps of threads")
     threads, instrs = rows.shape
-    if threads % 32:
-        raise ValueError(f"{threads} threads: stmatrix is issued by whole warps")
+    if regs.shape != (threads, instrs, 4):
+        raise ValueError(f"regs has shape {regs.shape}; expected {(threads, instrs, 4)}")
+    if smem_bytes % 2:
+        raise ValueError(f"smem_bytes={smem_bytes}: the image is 16-bit words")
+    used = rows.reshape(threads // 32, 32, instrs)[:, : 8 * num]
+    if (used % ROW_BYTES).any():
+        raise ValueError("a row address some lane supplies is not 16-byte aligned (PTX stmatrix rows)")
     img = np.full(smem_bytes // 2, 0xFFFF, dtype=np.uint16)
     for w in range(threads // 32):
         for q in range(instrs):
@@ -357,23 +382,23 @@ def probe_tables(dsl: DslProgram) -> StmatrixProbe:
     em, en = node.epi_m, node.epi_n
     sel = np.flatnonzero(sm.subtile == 0)
     tg = (sm.wg * 128 + sm.thread)[sel]
-    threads, instrs = int(tg.max()) + 1, en // (4 * node.num)
-    threads = -(-threads // 32) * 32
+    instr = sm.instr[sel]
+    threads, instrs = -(-(int(tg.max()) + 1) // 32) * 32, int(instr.max()) + 1
     code = ((sm.m % em) * en + sm.n % en + 1)[sel].astype(np.uint32)
     regs = np.zeros((threads, instrs, 4), dtype=np.uint32)
-    np.bitwise_or.at(regs, (tg, sm.instr[sel], sm.sreg[sel]), code << (16 * sm.half[sel]).astype(np.uint32))
+    np.bitwise_or.at(regs, (tg, instr, sm.sreg[sel]), code << (16 * sm.half[sel]).astype(np.uint32))
     rows = np.zeros((threads, instrs), dtype=np.uint32)
 
     def stage0(mm: np.ndarray, nn: np.ndarray) -> np.ndarray:
         return sd.elem_bytes * np.asarray(sd.layout(mm, nn, 0), dtype=np.int64)
 
+    width = 4 * node.num
     mw = ((sm.m % em) // 16 * 16)[sel]
-    for w in range(threads // 32):
-        own = tg // 32 == w
-        if not own.any():
-            continue
-        for q in range(instrs):
-            rows[32 * w: 32 * w + 32, q] = row_addresses(stage0, node, int(mw[own][0]), q * 4 * node.num)
+    nq = ((sm.n % en) // width)[sel]
+    # every (warp, instruction) of the subtile: its 16-row block and column group
+    keys, first = np.unique(np.stack([tg // 32, instr]), axis=1, return_index=True)
+    for (w, q), i in zip(keys.T, first, strict=True):
+        rows[32 * w: 32 * w + 32, q] = row_addresses(stage0, node, int(mw[i]), int(nq[i]) * width)
     smem_bytes = em * en * sd.elem_bytes
     grid_m, grid_n = np.meshgrid(np.arange(em), np.arange(en), indexing="ij")
     intended = np.full(smem_bytes // 2, 0xFFFF, dtype=np.uint16)

@@ -85,3 +85,32 @@ def test_no_false_alarm_across_clusters_schedulers_and_epilogues(scheduler, spli
         proved = {p.rule for p in report.proofs}
         assert {"epilogue.stmatrix", "epilogue.stage_reuse", "scheduler.bijection"} <= proved
         assert ("tma.multicast" in proved) == (cm * cn > 1)
+
+
+@pytest.mark.parametrize("changes,text", [
+    ({"cluster": (0, 1)}, "two positive ints"),
+    ({"cluster": (8, 4)}, "16 bits"),
+    ({"rank_order": "diag"}, "expected 'col' or 'row'"),
+    ({"mask_axis": "k"}, "expected 'm' or 'n'"),
+])
+def test_replace_load_validates_multicast_fields(changes, text):
+    with pytest.raises(DslError, match=text):
+        _dsl().replace_load("sA", **changes)
+
+
+@pytest.mark.parametrize("changes,text", [
+    ({"splits": 0}, "ints >= 1"),
+    ({"swizzle": 3}, "1, 2, 4 or 8"),
+    ({"splits": 2}, "needs decomposition 'splitk'"),
+    ({"walk_mutation": "typo"}, "walk_mutation"),
+    ({"division_mutation": (("bogus", 1),)}, "division_mutation keys"),
+])
+def test_replace_schedule_validates(changes, text):
+    with pytest.raises(DslError, match=text):
+        _dsl().replace_schedule(**changes)
+
+
+def test_non_power_of_two_cluster_is_reported_not_raised():
+    report = verify_gemm(build_gemm_program(GemmConfig(cluster_m=3)), smt=False)
+    assert not report.ok and "cluster" in report.rules_violated()
+    assert any("power-of-two" in u.reason for u in report.unknowns)

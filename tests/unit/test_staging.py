@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from argus_cutlass.agent.store import shipped_entries
@@ -48,7 +50,7 @@ def test_stmatrix_rejects_bad_arguments():
     with pytest.raises(ValueError, match="one address per lane"):
         stmatrix_store(np.zeros(16), 4, False)
     with pytest.raises(ValueError, match=".x1, .x2 or .x4"):
-        stmatrix_store(np.zeros(32), 3, False)
+        stmatrix_store(np.zeros(32, dtype=np.int64), 3, False)
 
 
 def test_r2s_ops_map_to_ptx():
@@ -126,11 +128,26 @@ def test_dsl_rejects_bad_staging_nodes():
     sd = b.tensor("sD", "smem", (64, 32, 2), "bf16")
     with pytest.raises(DslError) as info:
         b.smem_stage("accum", sd, op="stmatrix", num=3)
-    assert info.value.rule == "dsl.operand" and ".x1, .x2 or .x4" in str(info.value)
+    assert info.value.rule == "dsl.operand" and ".x2 or .x4" in str(info.value)
+    assert "test_staging.py" in str(info.value)  # at the author's source line
     with pytest.raises(DslError, match="permutation"):
         b.smem_stage("accum", sd, op="stmatrix", num=4, matrix_order=(0, 0, 1, 2))
     with pytest.raises(DslError, match="expected 'stmatrix' or 'st.shared'"):
         b.smem_stage("accum", sd, op="st.global")
+    with pytest.raises(DslError, match="only the MMA accumulator"):
+        b.smem_stage("acc", sd, op="stmatrix")
+
+
+@pytest.mark.parametrize("changes,text", [
+    ({"matrix_order": (0, 0, 1, 1)}, "permutation"),
+    ({"num": 1, "matrix_order": (0,)}, ".x2 or .x4"),
+    ({"store_wait": -1}, "integer >= 0"),
+    ({"epi_n": 24}, "must be an smem (64, 24, stages) tensor"),
+    ({"op": "st.global"}, "expected 'stmatrix' or 'st.shared'"),
+])
+def test_replace_staging_validates_like_the_builder(changes, text):
+    with pytest.raises(DslError, match=re.escape(text)):
+        _dsl(ROW_MAJOR).replace_staging(**changes)
 
 
 @pytest.mark.nvcc
@@ -141,3 +158,23 @@ def test_probe_kernels_compile():
     for name in (STMATRIX_PROBE, MULTICAST_PROBE):
         art = build_probe(name)
         assert art.path.exists() and art.registers is not None
+
+
+def test_probe_tables_when_a_warp_owns_two_blocks_of_a_subtile():
+    # ping-pong 128-row tile staged 128 rows at a time: warp w holds rows 16w.. and 64 + 16w..
+    dsl = _dsl(GemmConfig(schedule="pingpong"))
+    t = probe_tables(dsl)
+    assert t.regs.shape == (128, 4, 4)  # 2 blocks x 2 column groups per warp
+    assert np.array_equal(t.predicted, t.intended)
+
+
+def test_predict_image_rejects_malformed_tables():
+    good = probe_tables(_dsl(ROW_MAJOR))
+    with pytest.raises(ValueError, match="whole warps"):
+        predict_image(good.regs, good.rows[:16], good.num, good.trans, good.smem_bytes)
+    with pytest.raises(ValueError, match="expected"):
+        predict_image(good.regs[:, :1], good.rows, good.num, good.trans, good.smem_bytes)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        predict_image(good.regs, good.rows + 2, good.num, good.trans, good.smem_bytes)
+    with pytest.raises(ValueError, match="integers"):
+        stmatrix_store(np.zeros(32, dtype=np.float64), 4, False)

@@ -126,3 +126,19 @@ def test_swap_ab_stages_d_column_major():
     st = dsl.stores[0]
     assert st.major == "MN" and st.copy.box == (64, 16)  # M contiguous: the box's inner extent is along M
     assert any(p.rule == "epilogue.tma_store" for p in verify_gemm(build_gemm_program(SWAP)).proofs)
+
+
+@pytest.mark.parametrize("scheduler,splits,mutation", [
+    ("splitk", 3, (("drop_remainder", True),)),
+    ("splitk", 3, (("overlap", 1),)),
+    ("streamk", 1, (("overlap", 1),)),
+])
+def test_division_is_checked_for_8_cta_clusters(scheduler, splits, mutation):
+    cfg = GemmConfig(tile_n=128, cluster_m=4, cluster_n=2, stages=3, scheduler=scheduler, splits=splits)
+    program = build_gemm_program(cfg)
+    dsl = gemm_dsl_program(program)
+    report = verify_gemm(program, dsl, smt=False)
+    proof = next(p for p in report.proofs if p.rule == "scheduler.bijection" and "division" in p.summary)
+    assert report.ok and "clusters of 8" in proof.summary and " 0 cases" not in proof.summary
+    bad = verify_gemm(program, dsl.replace_schedule(division_mutation=mutation), smt=False)
+    assert bad.rules_violated() == ["scheduler.bijection"]
