@@ -30,3 +30,20 @@ def gpu_device():
     from argus_cutlass.runtime.cuda import require_sm90
 
     return require_sm90()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_probe_summary(request):
+    """A probe module's ``RESULTS`` dict goes to ``ARGUS_PROBE_OUT`` (with the module's
+    ``PROBE_SUFFIX`` inserted before ``.json``) once the module's tests have run."""
+    yield
+    results = getattr(request.module, "RESULTS", None)
+    suffix = getattr(request.module, "PROBE_SUFFIX", None)
+    from argus_cutlass.settings import settings
+
+    path = settings().probe_out
+    if path and results and suffix is not None:
+        import json
+
+        with open(path.replace(".json", suffix + ".json") if suffix else path, "w") as f:
+            json.dump(results, f, indent=1)

@@ -23,8 +23,6 @@ writes ``x_multicast.json``).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -32,12 +30,13 @@ from argus_cutlass.plan.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.runtime.probe_kernels import MULTICAST_PROBE, build_probe, run_multicast_probe
-from argus_cutlass.settings import settings
 from argus_cutlass.verify.multicast import probe_tables
 from argus_cutlass.verify.mutants import CATALOGUE
 
 pytestmark = pytest.mark.gpu
 RESULTS: dict[str, dict] = {}
+#: written to ARGUS_PROBE_OUT by tests/gpu/conftest.py
+PROBE_SUFFIX = "_multicast"
 CLUSTERS = [(2, 1), (1, 2), (2, 2), (4, 2), (2, 4)]
 MUTANTS = [m.id for m in CATALOGUE.values() if m.cls == "multicast_mask"]
 
@@ -96,11 +95,3 @@ def test_mutant_multicast_matches_the_model(mutant, probe_so):
                     for r, b in enumerate(t.src_block)])
     assert not own.all()  # the silicon really delivers a wrong or incomplete tile somewhere
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _write_summary():
-    yield
-    path = settings().probe_out
-    if path and RESULTS:
-        with open(path.replace(".json", "_multicast.json"), "w") as f:
-            json.dump(RESULTS, f, indent=1)

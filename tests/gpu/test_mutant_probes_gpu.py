@@ -15,13 +15,10 @@ Run: ``pytest -q -m gpu tests/gpu/test_mutant_probes_gpu.py``.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from argus_cutlass.runtime.mutants import build_mutants, kernel_name_of, run_with_inputs
-from argus_cutlass.settings import settings
 from argus_cutlass.verify.mutants import BASELINE_CONFIG, CATALOGUE
 from argus_cutlass.verify.probes import one_hot_inputs, predict_tile
 
@@ -30,6 +27,8 @@ pytestmark = pytest.mark.gpu
 LAYOUT_CLASSES = ("swizzle_mismatch", "major_flag")
 IDS = ["baseline"] + [m.id for m in CATALOGUE.values() if m.cls in LAYOUT_CLASSES and m.knobs is not None]
 RESULTS: dict[str, dict] = {}
+#: written to ARGUS_PROBE_OUT by tests/gpu/conftest.py
+PROBE_SUFFIX = "_mutants"
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +79,3 @@ def test_gpu_output_equals_the_models_prediction(mutant_id, built):
     if mutant_id != "baseline":
         assert gemm_err > 1.0  # and the mutant really computes something else than the GEMM
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _write_summary():
-    yield
-    path = settings().probe_out
-    if path and RESULTS:
-        with open(path.replace(".json", "_mutants.json"), "w") as f:
-            json.dump(RESULTS, f, indent=1)

@@ -13,20 +13,19 @@ Run: ``pytest -q -m gpu tests/gpu/test_probes_gpu.py``.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
-from argus_cutlass.settings import settings
 from argus_cutlass.verify.probes import one_hot_inputs, predict_tile, swizzle_probe_configs
 
 pytestmark = pytest.mark.gpu
 
 CONFIGS = swizzle_probe_configs("fp16", "fp32")
 RESULTS: dict[str, dict] = {}
+#: written to ARGUS_PROBE_OUT by tests/gpu/conftest.py
+PROBE_SUFFIX = ""
 
 
 @pytest.fixture(scope="session")
@@ -79,11 +78,3 @@ def test_one_hot_probes_agree_with_the_model(name, probe_kernels, gpu_device):
     bad = [p for p in probes if not p["agree"]]
     assert not bad, f"{len(bad)} of {len(probes)} probes disagree with the model, first: {bad[0]}"
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _write_summary():
-    yield
-    path = settings().probe_out
-    if path and RESULTS:
-        with open(path, "w") as f:
-            json.dump(RESULTS, f, indent=1)

@@ -19,8 +19,6 @@ writes ``x_stmatrix.json``).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -29,12 +27,13 @@ from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.runtime.probe_kernels import STMATRIX_PROBE, build_probe
 from argus_cutlass.runtime.probe_kernels import run_stmatrix_probe as run_probe
-from argus_cutlass.settings import settings
 from argus_cutlass.verify import verify_gemm
 from argus_cutlass.verify.staging import predict_image, probe_tables
 
 pytestmark = pytest.mark.gpu
 RESULTS: dict[str, dict] = {}
+#: written to ARGUS_PROBE_OUT by tests/gpu/conftest.py
+PROBE_SUFFIX = "_stmatrix"
 
 PROGRAMS = {
     "bf16_coop_128x256_epi128x32": GemmConfig(tile_m=128, tile_n=256, epi_n=32),
@@ -116,11 +115,3 @@ def test_mutant_program_probe(mutant, probe_so):
     report = verify_gemm(build_gemm_program(PROGRAMS[key]), dsl, smt=False)
     assert "epilogue.stmatrix" in {v.rule for v in report.violations}
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _write_summary():
-    yield
-    path = settings().probe_out
-    if path and RESULTS:
-        with open(path.replace(".json", "_stmatrix.json"), "w") as f:
-            json.dump(RESULTS, f, indent=1)
