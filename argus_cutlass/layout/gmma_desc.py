@@ -44,10 +44,9 @@ import numpy as np
 from argus_cutlass.layout.algebra import eval_layout
 from argus_cutlass.layout.swizzle import apply_swizzle
 
-__all__ = ["DescriptorError", "GmmaDescriptor", "LAYOUT_TYPE", "decode_bytes", "encode"]
+__all__ = ["DescriptorError", "GmmaDescriptor", "decode_bytes", "encode"]
 
 #: descriptor layout-type field by swizzle width in bytes (16 = interleave, no swizzle)
-LAYOUT_TYPE = {16: 0, 128: 1, 64: 2, 32: 3}
 _WIDTH = {0: 1, 1: 8, 2: 4, 3: 2}  # 16-byte units per swizzle row, by layout type
 
 
@@ -85,10 +84,6 @@ class GmmaDescriptor:
     def from_bits(cls, value: int) -> GmmaDescriptor:
         return cls(value & 0x3FFF, (value >> 16) & 0x3FFF, (value >> 32) & 0x3FFF, (value >> 49) & 0x7,
                    (value >> 62) & 0x3)
-
-    @property
-    def swizzle_bytes(self) -> int:
-        return {0: 16, 1: 128, 2: 64, 3: 32}[self.layout_type]
 
 
 def _canonical_offsets(desc: GmmaDescriptor, major: str, elem_bytes: int, mn: np.ndarray, k: np.ndarray) -> np.ndarray:

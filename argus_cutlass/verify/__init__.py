@@ -267,13 +267,14 @@ def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
 
 def clear_caches() -> None:
     """Forget every result the verifier memoises across calls: decided SMT queries, accumulator
-    maps, and the stream-K / split-K division enumerations (the invariant catalogue, parsed data,
+    maps, and the scheduler enumerations (unit ownership, tile walk, stream-K / split-K division) (the invariant catalogue, parsed data,
     stays). The next :func:`verify_gemm` is then a cold run (``bench/test_verify_bench.py``)."""
     from argus_cutlass.verify import absint, output, smt
 
     smt._MEMO.clear()
     absint.accumulator_partition.cache_clear()
-    output._division_cases.cache_clear()
+    for cached in (output._first_ownership_problem, output._walk_cases, output._division_cases):
+        cached.cache_clear()
 
 
 def check_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: bool = True) -> VerificationReport:

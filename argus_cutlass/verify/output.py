@@ -168,6 +168,39 @@ def _division_violation(sch: TileSchedule, p: Problem) -> Violation:
                      str(sch.loc), cex)
 
 
+@functools.lru_cache(maxsize=8)
+def _first_ownership_problem(step_delta: int) -> tuple[int, int, int] | None:
+    """The first ``(units, grid, unit)`` (smallest units, then grid) where CTAs stepping by
+    ``grid + step_delta`` do not take every unit exactly once; None when none up to
+    ``MAX_UNITS``. Cached: it depends on the step only."""
+    for units in range(1, MAX_UNITS + 1):
+        for grid in range(1, units + 2):
+            step = grid + step_delta
+            counts = np.zeros(units, dtype=np.int64) if step < 1 else schedule_units(units, grid, step)
+            bad = np.flatnonzero(counts != 1)
+            if bad.size:
+                return units, grid, int(bad[0])
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _walk_cases(cluster_m: int, cluster_n: int, raster: str, swizzle: int,
+                walk_mutation: str) -> tuple[int, Problem | None]:
+    """:func:`~argus_cutlass.verify.decomposition.check_walk` on every tile grid up to
+    ``MAX_TILES`` squared: ``(grids checked, first problem)``. Cached per walk parameters."""
+    from argus_cutlass.verify.decomposition import check_walk
+
+    grids = 0
+    for tm in range(1, MAX_TILES + 1):
+        for tn in range(1, MAX_TILES + 1):
+            p = check_walk(tm, tn, cluster_m, cluster_n, raster, swizzle,
+                           swizzle_off_by_one=walk_mutation == "swizzle_off_by_one")
+            if p is not None:
+                return grids, p
+            grids += 1
+    return grids, None
+
+
 @functools.lru_cache(maxsize=64)
 def _division_cases(mode: str, cluster_size: int, splits: int,
                     mutation: tuple[tuple[str, object], ...]) -> tuple[int, Problem | None, str]:
@@ -189,48 +222,35 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]] | tup
     """``scheduler.bijection`` (G4) by enumeration (see the module docstring): unit ownership,
     CUTLASS's walk on every tile grid up to ``MAX_TILES`` squared, and, for stream-K /
     split-K, the unit division (:mod:`argus_cutlass.verify.decomposition`)."""
-    from argus_cutlass.verify.decomposition import check_walk
-
     sch = dsl.schedule
     where = str(sch.loc)
-    for units in range(1, MAX_UNITS + 1):
-        for grid in range(1, units + 2):
-            step = grid + sch.step_delta
-            if step < 1:
-                counts = np.zeros(units, dtype=np.int64)
-            else:
-                counts = schedule_units(units, grid, step)
-            bad = np.flatnonzero(counts != 1)
-            if bad.size:
-                w = int(bad[0])
-                takers = [c for c in range(min(grid, units)) if step >= 1 and w >= c and (w - c) % step == 0]
-                if step < 1:
-                    actual = f"step {step}: CTA 0 never leaves unit 0 (the kernel does not terminate)"
-                elif len(takers) > 1:
-                    actual = f"unit {w} taken by CTAs {takers} (computed and stored twice, a race on D)"
-                else:
-                    actual = f"unit {w} taken by no CTA (output tile never written)"
-                cex = Counterexample(
-                    "G4", "scheduler.bijection", "enum", "tile_scheduler", where, -1, -1, -1, {"unit": w},
-                    {}, "", {}, f"unit {w} taken by CTA {w % grid} only",
-                    actual, f"CTA c takes units c, c + {step}, ... (grid {grid}, step = grid {sch.step_delta:+d})",
-                    params={"units": units, "grid": grid, "step": step})
-                return [], [Violation(
-                    "scheduler.bijection", "G4",
-                    f"the persistent scheduler steps by {step} with {grid} CTAs: with {units} work units, "
-                    f"{actual}", "step by the grid size (gridDim.x) so each unit has exactly one owner", where, cex)]
+    owner_problem = _first_ownership_problem(sch.step_delta)
+    if owner_problem is not None:
+        units, grid, w = owner_problem
+        step = grid + sch.step_delta
+        takers = [c for c in range(min(grid, units)) if step >= 1 and w >= c and (w - c) % step == 0]
+        if step < 1:
+            actual = f"step {step}: CTA 0 never leaves unit 0 (the kernel does not terminate)"
+        elif len(takers) > 1:
+            actual = f"unit {w} taken by CTAs {takers} (computed and stored twice, a race on D)"
+        else:
+            actual = f"unit {w} taken by no CTA (output tile never written)"
+        cex = Counterexample(
+            "G4", "scheduler.bijection", "enum", "tile_scheduler", where, -1, -1, -1, {"unit": w},
+            {}, "", {}, f"unit {w} taken by CTA {w % grid} only",
+            actual, f"CTA c takes units c, c + {step}, ... (grid {grid}, step = grid {sch.step_delta:+d})",
+            params={"units": units, "grid": grid, "step": step})
+        return [], [Violation(
+            "scheduler.bijection", "G4",
+            f"the persistent scheduler steps by {step} with {grid} CTAs: with {units} work units, "
+            f"{actual}", "step by the grid size (gridDim.x) so each unit has exactly one owner", where, cex)]
     if any(x & (x - 1) for x in (sch.cluster_m, sch.cluster_n)):
         return [], [], [Unknown("scheduler.bijection", "G4", "CUTLASS walk / division model",
                                 f"cluster {sch.cluster_m}x{sch.cluster_n}: the model covers power-of-two cluster "
                                 "extents only", 0)]
-    grids = 0
-    for tm in range(1, MAX_TILES + 1):
-        for tn in range(1, MAX_TILES + 1):
-            p = check_walk(tm, tn, sch.cluster_m, sch.cluster_n, sch.raster, sch.swizzle,
-                           swizzle_off_by_one=sch.walk_mutation == "swizzle_off_by_one")
-            if p is not None:
-                return [], [_walk_violation(sch, p)]
-            grids += 1
+    grids, p = _walk_cases(sch.cluster_m, sch.cluster_n, sch.raster, sch.swizzle, sch.walk_mutation)
+    if p is not None:
+        return [], [_walk_violation(sch, p)]
     text = (f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1; CUTLASS's "
             f"{sch.raster} swizzle-{sch.swizzle} walk (cluster {sch.cluster_m}x{sch.cluster_n}) is a bijection "
             f"on all {grids} tile grids up to {MAX_TILES}x{MAX_TILES}")

@@ -144,8 +144,7 @@ def check_release(dsl: DslProgram) -> Outcome:
     i = lag
     stage = (i - lag) % pipe.stages
     cex = Counterexample(
-        "G6", rule, "arith", "mainloop.pipeline", str(pipe.loc), i, stage, -1, {}, {"role": "consumer",
-        "threadIdx": 128, "warpgroup": 0, "warp": 4, "lane": 0}, "", {},
+        "G6", rule, "arith", "mainloop.pipeline", str(pipe.loc), i, stage, -1, {}, dict(CONSUMER_THREAD), "", {},
         f"stage {stage} released after the wgmma batch of iteration {i - lag} retired",
         f"released at iteration {i} with batches {max(0, i - n + 1)}..{i} still in flight (warpgroup_wait<{n}>)",
         "release iteration i - release_lag after warpgroup_wait<mma_in_flight>", params={"i": i})
@@ -269,14 +268,3 @@ def check_protocol(dsl: DslProgram, tiles: int = 2) -> Outcome:
                   f"all interleavings of {tiles} tiles x k_tiles in [1, {2 * S + 1}] ({states} states): "
                   f"every read sees its own iteration's complete data, no deadlock", states,
                   time.perf_counter() - t0)], []
-
-
-def check_pipeline_enum(dsl: DslProgram) -> Outcome:
-    """All closed-form and enumeration checks of G6 (tx bytes, arrivals, interleavings)."""
-    proofs: list[Proof] = []
-    violations: list[Violation] = []
-    for fn in (check_tx_bytes, check_arrivals, check_protocol):
-        p, v = fn(dsl)
-        proofs += p
-        violations += v
-    return proofs, violations

@@ -6,8 +6,8 @@ tier) and on z3 bit-vectors (:class:`Z3Ops`, the SMT tier, see :mod:`.smt`). The
 cannot drift: a change to the swizzle, the TMA box placement, the GMMA read map or the
 pipeline state update changes both at once.
 
-Ops: ``add mul sub and_ xor shl lshr`` on two terms (or a term and an int), ``udiv urem`` by
-a positive int constant, ``eq`` / ``ult`` / ``ite`` / ``or_`` for conditions, ``const``.
+Ops: ``add mul sub and_ xor lshr`` on two terms (or a term and an int), ``udiv urem`` by
+a positive int constant, ``eq`` / ``ite`` for conditions, ``const``.
 
 Semantics (sources in each docstring):
 
@@ -63,10 +63,6 @@ class IntOps:
         return a ^ b
 
     @staticmethod
-    def shl(a: Any, s: int) -> Any:
-        return a << s
-
-    @staticmethod
     def lshr(a: Any, s: int) -> Any:
         return a >> s
 
@@ -81,14 +77,6 @@ class IntOps:
     @staticmethod
     def eq(a: Any, b: Any) -> Any:
         return a == b
-
-    @staticmethod
-    def ult(a: Any, b: Any) -> Any:
-        return a < b
-
-    @staticmethod
-    def or_(a: Any, b: Any) -> Any:
-        return a | b if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else (a or b)
 
     @staticmethod
     def ite(c: Any, a: Any, b: Any) -> Any:
@@ -138,9 +126,6 @@ class Z3Ops:
     def xor(self, a: Any, b: Any) -> Any:
         return self._t(a) ^ self._t(b)
 
-    def shl(self, a: Any, s: int) -> Any:
-        return self._t(a) << s
-
     def lshr(self, a: Any, s: int) -> Any:
         return self.z3.LShR(self._t(a), s)
 
@@ -152,12 +137,6 @@ class Z3Ops:
 
     def eq(self, a: Any, b: Any) -> Any:
         return self._t(a) == self._t(b)
-
-    def ult(self, a: Any, b: Any) -> Any:
-        return self.z3.ULT(self._t(a), self._t(b))
-
-    def or_(self, a: Any, b: Any) -> Any:
-        return self.z3.Or(a, b)
 
     def ite(self, c: Any, a: Any, b: Any) -> Any:
         return self.z3.If(c, self._t(a), self._t(b))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from argus_cutlass.dsl.ir import DslProgram
+from argus_cutlass.verify.pipeline import CONSUMER_THREAD, PRODUCER_THREAD
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 from argus_cutlass.verify.semantics import (
     INT_OPS,
@@ -299,8 +300,7 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
     return proofs, violations, unknowns
 
 
-_PRODUCER = {"cta": 0, "threadIdx": 0, "warpgroup": 0, "warp": 0, "lane": 0, "role": "producer"}
-_CONSUMER = {"cta": 0, "threadIdx": 128, "warpgroup": 0, "warp": 4, "lane": 0, "role": "consumer"}
+_PRODUCER, _CONSUMER = PRODUCER_THREAD, CONSUMER_THREAD
 
 
 # --------------------------------------------------------------------------- G3

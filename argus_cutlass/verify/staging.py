@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from argus_cutlass.dsl.ir import DslProgram, SmemStage
-from argus_cutlass.verify.absint import accumulator_partition, consumer_thread
+from argus_cutlass.verify.absint import consumer_thread
+from argus_cutlass.verify.output import accumulator_map
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
 __all__ = ["StagingMap", "StmatrixProbe", "check_stage_reuse", "check_staging", "predict_image", "probe_tables",
@@ -46,6 +47,12 @@ __all__ = ["StagingMap", "StmatrixProbe", "check_stage_reuse", "check_staging", 
 
 #: bytes of one stmatrix row (8 x 16-bit)
 ROW_BYTES = 16
+
+
+def _fragment_row(lane: np.ndarray, half: np.ndarray, trans: bool) -> np.ndarray:
+    """The stored row (0..7 of its matrix) that fragment element ``(lane / 4, 2 (lane % 4) + half)``
+    goes to: the fragment row, or with ``.trans`` the fragment column."""
+    return 2 * (lane % 4) + half if trans else lane // 4
 
 
 def stmatrix_store(row_addr: np.ndarray, num: int, trans: bool) -> np.ndarray:
@@ -71,8 +78,8 @@ def stmatrix_store(row_addr: np.ndarray, num: int, trans: bool) -> np.ndarray:
     if num not in (1, 2, 4):
         raise ValueError(f"num={num}: stmatrix stores .x1, .x2 or .x4 matrices")
     lane, reg, half = np.meshgrid(np.arange(32), np.arange(num), np.arange(2), indexing="ij")
-    r, c = lane // 4, 2 * (lane % 4) + half  # fragment element of matrix `reg`
-    row, col = (c, r) if trans else (r, c)
+    row = _fragment_row(lane, half, trans)
+    col = lane // 4 if trans else 2 * (lane % 4) + half  # the position inside that row
     return row_addr[8 * reg + row] + 2 * col
 
 
@@ -157,8 +164,7 @@ def staging_map(dsl: DslProgram) -> StagingMap:
     def layout_bytes(mm: np.ndarray, nn: np.ndarray, st: np.ndarray | int) -> np.ndarray:
         return base + eb * np.asarray(sd.layout(mm, nn, st), dtype=np.int64)
 
-    wg, th, reg, m, n = (np.asarray(x, dtype=np.int64) for x in accumulator_partition(
-        e.tile_m, e.tile_n, e.op_m, e.op_n, e.warpgroups))
+    wg, th, reg, m, n = accumulator_map(dsl)
     q = (n // en) * subs_m + m // em  # CUTLASS walks epi_m inside epi_n
     stage = q % stages
     want = layout_bytes(m % em, n % en, stage)
@@ -183,19 +189,18 @@ def staging_map(dsl: DslProgram) -> StagingMap:
         sreg = np.array([node.matrix_order.index(b) for b in range(node.num)], dtype=np.int64)[block]
         half = n % 2
         got = np.empty(size, dtype=np.int64)
-        keys = np.stack([mw, nq, stage], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        for u, (mw0, nq0, st0) in enumerate(uniq):
-            addr = row_addresses(lambda mm, nn, s_=int(st0): layout_bytes(mm, nn, s_), node, int(mw0), int(nq0) * width)
-            sel = np.flatnonzero(inv == u)
+        # one stmatrix per (16-row block, column group, stage): group the elements by it
+        key = ((mw // 16) * (en // width) + nq) * stages + stage
+        order = np.argsort(key, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
+        for sel in np.split(order, starts[1:]):
+            mw0, nq0, st0 = int(mw[sel[0]]), int(nq[sel[0]]), int(stage[sel[0]])
+            addr = row_addresses(lambda mm, nn, s_=st0: layout_bytes(mm, nn, s_), node, mw0, nq0 * width)
             if not misaligned and (addr[: 8 * node.num] % ROW_BYTES).any():
                 bad_lane = int(np.flatnonzero(addr[: 8 * node.num] % ROW_BYTES)[0])
                 misaligned = (int(wg[sel[0]]), int(th[sel[0]] // 32), int(q[sel[0]]), int(instr[sel[0]]), bad_lane)
             got[sel] = stmatrix_store(addr, node.num, node.trans)[lane[sel], sreg[sel], half[sel]]
-        r, c = lane // 4, 2 * (lane % 4) + half
-        row = c if node.trans else r
-        row_lane = 8 * sreg + row
+        row_lane = 8 * sreg + _fragment_row(lane, half, node.trans)
     return StagingMap(wg, th, reg, m, n, q, stage, want, got, instr, sreg, half, row_lane, misaligned)
 
 
