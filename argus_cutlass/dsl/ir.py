@@ -146,6 +146,9 @@ class TmaLoad:
     mask_self: bool = True
     rank_order: str = "col"
 
+    def __post_init__(self) -> None:
+        validate_load(self)
+
     def write_offsets(self, mn: Any, k: Any, stage: Any, base_bytes: int, elem_bytes: int) -> Any:
         """Element offset (from the buffer base) where tile element (mn, k) of ``stage`` lands.
 
@@ -296,6 +299,12 @@ class KLoop:
     oob_fill: str
     loc: SourceLoc
 
+    def __post_init__(self) -> None:
+        if self.rounding not in ("ceil", "floor"):
+            _dsl_error("dsl.operand", self.loc, f"k loop rounding {self.rounding!r}: expected 'ceil' or 'floor'")
+        if self.oob_fill not in ("zero", "none"):
+            _dsl_error("dsl.operand", self.loc, f"k loop oob_fill {self.oob_fill!r}: expected 'zero' or 'none'")
+
 
 @dataclass(frozen=True)
 class EpilogueStore:
@@ -391,6 +400,9 @@ class TileSchedule:
     walk_mutation: str = ""
     division_mutation: tuple[tuple[str, Any], ...] = ()
 
+    def __post_init__(self) -> None:
+        validate_schedule(self)
+
 
 @dataclass(frozen=True)
 class DslProgram:
@@ -447,7 +459,6 @@ class DslProgram:
         """A copy with the TMA load into ``dst`` changed (e.g. its ``copy``)."""
         self.load_into(dst)
         ls = tuple(dataclasses.replace(x, **changes) if x.dst == dst else x for x in self.loads)
-        validate_load(next(x for x in ls if x.dst == dst))
         return dataclasses.replace(self, loads=ls)
 
     def replace_pipeline(self, producer: dict[str, Any] | None = None,
@@ -488,9 +499,7 @@ class DslProgram:
         """A copy with the tile scheduler changed (e.g. ``step_delta=-1``)."""
         if self.schedule is None:
             raise KeyError("program has no tile schedule")
-        node = dataclasses.replace(self.schedule, **changes)
-        validate_schedule(node)
-        return dataclasses.replace(self, schedule=node)
+        return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
 
     def replace_kloop(self, **changes: Any) -> DslProgram:
         """A copy with the k loop changed (e.g. ``rounding="floor"``)."""
@@ -511,7 +520,8 @@ def _positive_int(x: Any) -> bool:
 
 
 def validate_load(node: TmaLoad) -> None:
-    """Check a TMA load node's cluster and multicast fields (builder and ``replace_load``).
+    """Check a TMA load node's cluster and multicast fields (run by every ``TmaLoad``, so the
+    builder and ``replace_load`` both get it).
 
     Raises:
         argus_cutlass.errors.DslError: ``dsl.operand`` naming the field and the rule.
@@ -569,7 +579,7 @@ def validate_staging(node: SmemStage, dst: Tensor) -> None:
 
 
 def validate_schedule(node: TileSchedule) -> None:
-    """Check a tile-scheduler node (builder and ``replace_schedule``).
+    """Check a tile-scheduler node (run by every ``TileSchedule``: builder and ``replace_schedule``).
 
     Raises:
         argus_cutlass.errors.DslError: ``dsl.operand`` naming the field and the rule.
@@ -682,7 +692,6 @@ class ProgramBuilder:
                        f"destination {dst.name!r} of shape {dst.shape}")
         node = TmaLoad(f"tma_{dst.name}", src.name, dst.name, copy, major, tile_mn, tile_k,
                        src.tag, stage_tag, loc, tuple(cluster), share_axis, share_axis, share_axis)
-        validate_load(node)
         self._loads.append(node)
         return node
 
@@ -809,7 +818,6 @@ class ProgramBuilder:
                 without split-K, unknown mutation keys).
         """
         node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc(), cluster_m, cluster_n, splits)
-        validate_schedule(node)
         self._schedule = node
         return node
 
