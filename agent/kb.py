@@ -24,12 +24,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
+from argus_cutlass.agent.costmodel import SMS  # for the ``waves`` precondition variable
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from argus_cutlass.plan.config import GemmConfig
-
-#: H100/H200 SXM streaming multiprocessors (for the ``waves`` precondition variable)
-SMS = 132
 
 _OPS = {
     "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,

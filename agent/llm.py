@@ -24,10 +24,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from argus_cutlass.agent.kb import KnowledgeBase, load_knowledge
+from argus_cutlass.agent.planner import NON_TECHNIQUE_ACTIONS, Action, ActionValues, Proposal, State, Step
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from argus_cutlass.agent.kb import KnowledgeBase, load_knowledge
-from argus_cutlass.agent.planner import ActionValues, Action, Proposal, State, Step
 from argus_cutlass.errors import ArgusError
 from argus_cutlass.plan.config import GemmConfig
 from argus_cutlass.plan.space import GemmSpace, derive, feasible
@@ -232,7 +232,6 @@ class LLMPolicy:
             client = openai.OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout_s,
                                    max_retries=max_retries)
         self.client = client
-        self.transcripts: list[list[dict[str, str]]] = []
 
     # ---- prompt -------------------------------------------------------------------------------
 
@@ -285,7 +284,6 @@ class LLMPolicy:
         out: list[Proposal] = []
         for _ in range(count):
             messages = self.prompt(state, out)
-            self.transcripts.append(messages)
             for _attempt in range(self.max_invalid + 1):
                 text = self._chat(messages)
                 try:
@@ -308,5 +306,5 @@ class LLMPolicy:
         return out
 
     def observe(self, step: Step) -> None:
-        if step.action.technique not in ("baseline", "cost_model_rank", "random"):
+        if step.action.technique not in NON_TECHNIQUE_ACTIONS:
             self.values.update(step.action.technique, step.reward)

@@ -13,6 +13,7 @@ they never raise.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,16 +40,25 @@ def generate(cfg: GemmConfig, notes: list[str] | None = None) -> Any:
         VerificationError: a violation; ConfigError: the config cannot be instantiated.
     """
     from argus_cutlass.api import generate_gemm
+
+    smt = _z3_installed()
+    if not smt and notes is not None and not any("SMT tier skipped" in n for n in notes):
+        notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration tiers ran")
+    return generate_gemm(cfg, smt=smt)
+
+
+@functools.cache
+def _z3_installed() -> bool:
+    """Whether the verifier's SMT tier can run here (decided once per process, so a machine
+    without z3 does not verify every candidate twice)."""
     from argus_cutlass.errors import ToolchainError
+    from argus_cutlass.verify.smt import require_z3
 
     try:
-        return generate_gemm(cfg)
-    except ToolchainError as exc:
-        if exc.rule != "toolchain.z3":
-            raise
-        if notes is not None and not any("SMT tier skipped" in n for n in notes):
-            notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration tiers ran")
-        return generate_gemm(cfg, smt=False)
+        require_z3()
+    except ToolchainError:
+        return False
+    return True
 
 
 class GpuEvaluator:
@@ -98,16 +108,15 @@ class GpuEvaluator:
         from argus_cutlass.runtime.problem import GemmProblem
 
         p = self.problem
-        extra = {"registers": artifact.registers, "spill_bytes": artifact.spill_bytes}
         try:
             lib = GemmKernelLibrary(artifact.path, name)
             chk = run_and_check(lib, GemmProblem.for_config(cfg, *check_shape(p)))
             if not chk.passed:
-                return Measurement("check_failed", None, chk.summary(), extra)
+                return Measurement("check_failed", None, chk.summary())
             ms = time_gemm(lib, GemmProblem.for_config(cfg, p.m, p.n, p.k), warmup=self.warmup, iters=self.iters)
         except (LaunchError, ProblemError, DeviceError) as exc:
-            return Measurement("launch_error", None, str(exc)[:2000], extra)
-        return Measurement("ok", ms, "", extra)
+            return Measurement("launch_error", None, str(exc)[:2000])
+        return Measurement("ok", ms)
 
 
 class TableEvaluator:
@@ -118,14 +127,12 @@ class TableEvaluator:
 
     def __init__(self, table: Mapping[str, float | None]) -> None:
         self.table = dict(table)
-        self.calls = 0
 
     def __call__(self, configs: list[GemmConfig]) -> list[Measurement]:
         from argus_cutlass.render.naming import kernel_name
 
         out = []
         for cfg in configs:
-            self.calls += 1
             name = kernel_name(cfg)
             if name not in self.table:
                 out.append(Measurement("invalid", None, f"{name} is not in the measured table"))

@@ -38,6 +38,10 @@ FAIL_REWARD = -1.0
 STATUSES = ("ok", "verify_failed", "compile_error", "check_failed", "launch_error", "invalid")
 
 
+#: proposal ids that are not knowledge-base techniques (no action value is learnt for them)
+NON_TECHNIQUE_ACTIONS = frozenset({"baseline", "cost_model_rank", "random"})
+
+
 @dataclass(frozen=True)
 class Problem(GemmProblem):
     """The problem being tuned: a :class:`~argus_cutlass.runtime.problem.GemmProblem`
@@ -62,10 +66,6 @@ class Action:
     params: tuple[tuple[str, Any], ...] = ()
     rationale: str = ""
 
-    @property
-    def params_dict(self) -> dict[str, Any]:
-        return dict(self.params)
-
 
 @dataclass(frozen=True)
 class Proposal:
@@ -81,7 +81,6 @@ class Measurement:
     status: str
     ms: float | None = None
     feedback: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -268,7 +267,7 @@ class DefaultPolicy:
         return out
 
     def observe(self, step: Step) -> None:
-        if step.action.technique not in ("baseline", "cost_model_rank"):
+        if step.action.technique not in NON_TECHNIQUE_ACTIONS:
             self.values.update(step.action.technique, step.reward)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import tempfile
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from argus_cutlass.agent.planner import ActionValues, Problem
+
 from argus_cutlass.plan.config import GemmConfig
 
 #: format version of the store file
@@ -110,13 +112,13 @@ class ExperienceStore:
         Returns True when the entry was written.
         """
         key = entry_key(gpu, kernel, problem)
-        tflops = problem.flops / (ms * 1e-3) / 1e12
+        entry = make_entry(gpu, kernel, problem, cfg, ms, cublas_ms)
         written = [False]
 
         def fn(data: dict[str, Any]) -> None:
             old = data["entries"].get(key)
-            if old is None or tflops > old.get("tflops", 0.0):
-                data["entries"][key] = make_entry(gpu, kernel, problem, cfg, ms, cublas_ms)
+            if old is None or entry["tflops"] > old.get("tflops", 0.0):
+                data["entries"][key] = entry
                 written[0] = True
 
         self.update(fn)
@@ -141,7 +143,6 @@ class ExperienceStore:
                 row = av.setdefault(tech, {"n": 0, "sum": 0.0})
                 row["n"] = int(row["n"]) + 1
                 row["sum"] = float(row["sum"]) + float(r)
-                row["mean"] = row["sum"] / (1 + row["n"])
 
         self.update(fn)
 
@@ -158,9 +159,15 @@ def make_entry(gpu: str, kernel: str, problem: Problem, cfg: GemmConfig, ms: flo
 
 
 def shipped_entries() -> list[dict[str, Any]]:
-    """Entries of the package's ``tuned_h200.json`` (measured on an H200; may be empty)."""
+    """Entries of the package's ``tuned_h200.json`` (measured on an H200; may be empty).
+    The file is read once per process; callers get their own list."""
+    return list(_shipped_table())
+
+
+@functools.cache
+def _shipped_table() -> tuple[dict[str, Any], ...]:
     text = resources.files("argus_cutlass.agent").joinpath(SHIPPED).read_text("utf-8")
-    return list(json.loads(text).get("entries", []))
+    return tuple(json.loads(text).get("entries", []))
 
 
 def gpu_name() -> str | None:

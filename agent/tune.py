@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from argus_cutlass.agent.planner import (
+    NON_TECHNIQUE_ACTIONS,
     DefaultPolicy,
     EpisodeResult,
     Evaluator,
@@ -28,6 +29,7 @@ from argus_cutlass.agent.planner import (
     Step,
     run_episode,
 )
+
 from argus_cutlass.errors import ArgusError, ProblemError
 from argus_cutlass.plan.space import GemmSpace
 
@@ -88,10 +90,9 @@ def validate_inputs(args: Any) -> Problem:
             ``tune.budget`` / ``tune.policy`` for the tuning flags.
         LLMError: ``llm.settings`` when the llm policy lacks its endpoint, model or key.
     """
-    from argus_cutlass.runtime.problem import GemmProblem
-
     out_dtype = args.out_dtype or args.dtype
-    GemmProblem(args.m, args.n, args.k, args.dtype, out_dtype, args.layout).validate()
+    problem = Problem(args.m, args.n, args.k, args.dtype, out_dtype, args.layout)
+    problem.validate()
     if args.budget < 1:
         raise ProblemError("tune.budget", f"--budget {args.budget}: need at least 1 candidate")
     if args.policy not in POLICIES:
@@ -100,7 +101,7 @@ def validate_inputs(args: Any) -> Problem:
         from argus_cutlass.agent.llm import resolve_settings
 
         resolve_settings(args.base_url, args.model, args.api_key)
-    return Problem(args.m, args.n, args.k, args.dtype, out_dtype, args.layout)
+    return problem
 
 
 def make_policy(args: Any, log: TuneLog | None = None, values: Any = None) -> Policy:
@@ -168,6 +169,7 @@ def run_tune(args: Any) -> int:
     """
     from argus_cutlass.agent.measure import GpuEvaluator
     from argus_cutlass.agent.store import ExperienceStore
+
     from argus_cutlass.runtime.cuda import gpu_available, require_sm90
 
     problem = validate_inputs(args)
@@ -194,7 +196,7 @@ def run_tune(args: Any) -> int:
     finally:
         log.close()
     rewards = [(s.action.technique, s.reward) for s in result.steps
-               if s.action.technique not in ("baseline", "cost_model_rank", "random")]
+               if s.action.technique not in NON_TECHNIQUE_ACTIONS]
     if rewards:
         store.add_rewards(info.name, "gemm", problem, rewards)
     if result.best is None:
@@ -202,12 +204,10 @@ def run_tune(args: Any) -> int:
               f"{out / log_name(problem)}", file=sys.stderr)
         return 1
     from argus_cutlass.runtime.check import cublas_reference_time
-    from argus_cutlass.runtime.problem import GemmProblem
 
     cublas_ms = None
     try:
-        cublas_ms = cublas_reference_time(GemmProblem(problem.m, problem.n, problem.k, problem.dtype,
-                                                      problem.out_dtype, problem.layout))
+        cublas_ms = cublas_reference_time(problem)  # a planner Problem is a GemmProblem
     except ArgusError as exc:
         print(f"argus-cutlass tune: cuBLAS baseline skipped: {exc}", file=sys.stderr)
     store.record_best(info.name, "gemm", problem, result.best, result.best_ms, cublas_ms)  # type: ignore[arg-type]

@@ -295,9 +295,6 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return run_tune(args)
 
 
-def _pydantic_text(exc) -> str:  # noqa: ANN001
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(

@@ -24,7 +24,7 @@ configuration: a false alarm on a shipped kernel would be a bug.
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import statistics
 from pathlib import Path
 
@@ -40,11 +40,11 @@ RESULTS: list[dict] = []
 
 
 def _bench_shapes() -> list[tuple[int, int, int]]:
-    tree = ast.parse((ROOT / "bench" / "test_gemm_bench.py").read_text("utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SHAPES" for t in node.targets):
-            return [tuple(s) for s in ast.literal_eval(node.value)]
-    raise RuntimeError("SHAPES not found in bench/test_gemm_bench.py")
+    """``SHAPES`` of ``bench/test_gemm_bench.py``, through ``bench/agent_eval.py``'s reader."""
+    spec = importlib.util.spec_from_file_location("agent_eval", ROOT / "bench" / "agent_eval.py")
+    ae = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(ae)  # type: ignore[union-attr]
+    return ae.bench_shapes()
 
 
 def _shipped_configs():

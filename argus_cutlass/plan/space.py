@@ -27,7 +27,6 @@ True
 from __future__ import annotations
 
 import functools
-import inspect
 import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
@@ -140,8 +139,7 @@ def knob_values(cfg: GemmConfig) -> dict[str, Any]:
     """Fragment values of ``cfg`` (``cluster`` as a pair), inverse of :func:`derive`."""
     d = cfg.model_dump()
     d["cluster"] = (d.pop("cluster_m"), d.pop("cluster_n"))
-    if "scheduler" in d:
-        d["decomposition"] = (d.pop("scheduler"), d.pop("splits"))
+    d["decomposition"] = (d.pop("scheduler"), d.pop("splits"))
     for f in ("dtype", "out_dtype", "layout", *DERIVED_FIELDS):
         d.pop(f)
     return d
@@ -303,8 +301,5 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
         program = build_gemm_program(cfg)
     except ArgusError as exc:
         return False, (f"{exc.rule}: {exc.message}",)
-    if "smt" in inspect.signature(verify_gemm).parameters:
-        report = verify_gemm(program, smt=smt)
-    else:  # a verifier without tiers
-        report = verify_gemm(program)
+    report = verify_gemm(program, smt=smt)
     return report.ok, tuple(f"{v.rule}: {v.message}" for v in report.violations)

@@ -16,6 +16,7 @@ The call is stream-ordered: it returns once the kernel is enqueued.
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,31 @@ def device_pointer(obj: Any, name: str = "pointer") -> int:
         f"{name}: cannot take a device pointer from {type(obj).__name__}",
         "pass an int address, a DeviceBuffer or a CUDA torch tensor",
     )
+
+
+
+@functools.cache
+def load_library(path: str) -> ctypes.CDLL:
+    """The shared library at ``path``, loaded once per process (``RTLD_LOCAL``).
+
+    Raises:
+        OSError: the file cannot be loaded.
+    """
+    return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+
+
+def load_function(path: str, symbol: str, argtypes: list[Any] | None = None, restype: Any = ctypes.c_int) -> Any:
+    """The ``extern "C"`` function ``symbol`` of the library at ``path`` (loaded once), with its
+    ctypes ``argtypes`` (left unset when None) and ``restype``.
+
+    Raises:
+        OSError: the library cannot be loaded; AttributeError: no such symbol.
+    """
+    fn = getattr(load_library(str(path)), symbol)
+    if argtypes is not None:
+        fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
 
 
 class GemmKernelLibrary:

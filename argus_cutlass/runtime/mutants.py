@@ -15,7 +15,6 @@ No CUDA library is imported at module import time (the catalogue tests render on
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -38,9 +37,6 @@ REL_TOL = 1e-3
 #: 64 x 64 walked by 8 persistent CTAs (3-4 tiles each); 6 k-tiles of 64, not a multiple of
 #: 2 x stages, so a per-tile pipeline reset is visible (VERIFIER.md pitfall 3).
 MUTANT_SHAPE = (300, 360, 328, 8)
-#: default child-process timeout, seconds (a correct run takes well under 1 s of GPU time;
-#: the rest is cuda-python start-up)
-DEFAULT_TIMEOUT_S = 60.0
 
 
 def kernel_name_of(mutant_id: str) -> str:
@@ -171,20 +167,15 @@ def bf16_values(x: np.ndarray) -> np.ndarray:
     return bits_to_float32(_bf16(x), "bf16").astype(np.float64)
 
 
-@functools.lru_cache(maxsize=None)
 def _load_entry(so_path: str, name: str) -> tuple[Any, Any]:
-    """``(entry, error_string)`` of a mutant kernel library, loaded once per process."""
+    """``(entry, error_string)`` of a mutant kernel library (loaded once per process)."""
     import ctypes
 
-    lib = ctypes.CDLL(so_path, mode=ctypes.RTLD_LOCAL)
-    entry = getattr(lib, name)
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    entry.restype = ctypes.c_int
-    err_str = getattr(lib, f"{name}_error_string")
-    err_str.argtypes = [ctypes.c_int]
-    err_str.restype = ctypes.c_char_p
-    return entry, err_str
+    from argus_cutlass.runtime.launch import load_function
+
+    entry = load_function(so_path, name, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                          ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p])
+    return entry, load_function(so_path, f"{name}_error_string", [ctypes.c_int], ctypes.c_char_p)
 
 
 def run_in_process(so_path: str, name: str, m: int, n: int, k: int, grid: int, seed: int = 0) -> dict[str, Any]:
@@ -251,16 +242,22 @@ def run_with_inputs(so_path: str | Path, name: str, a: np.ndarray, b: np.ndarray
 
 
 def run_mutant(mutant_id: str, so_path: str | Path, shape: tuple[int, int, int, int] = MUTANT_SHAPE, *,
-               timeout_s: float = DEFAULT_TIMEOUT_S, seed: int = 0) -> MutantRun:
+               timeout_s: float | None = None, seed: int = 0) -> MutantRun:
     """Run one built mutant in a child Python process, killed after ``timeout_s`` seconds.
 
     Args:
         mutant_id: catalogue id or ``baseline`` (names the kernel symbol).
         so_path: the built shared library.
         shape: (M, N, K, grid); grid = persistent CTAs (fewer than the output tiles).
-        timeout_s: wall-clock limit of the child; past it the verdict is ``hang``.
+        timeout_s: wall-clock limit of the child; past it the verdict is ``hang`` (default
+            ``ARGUS_MUTANT_TIMEOUT``, :attr:`argus_cutlass.settings.Settings.mutant_timeout_s`).
     """
     import time
+
+    if timeout_s is None:
+        from argus_cutlass.settings import settings
+
+        timeout_s = settings().mutant_timeout_s
 
     m, n, k, grid = shape
     code = ("import json, sys\n"
@@ -297,7 +294,7 @@ def run_mutant(mutant_id: str, so_path: str | Path, shape: tuple[int, int, int, 
 
 
 def run_suite(ids: Sequence[str] | None = None, shape: tuple[int, int, int, int] = MUTANT_SHAPE, *,
-              timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int | None = None) -> list[MutantRun]:
+              timeout_s: float | None = None, max_workers: int | None = None) -> list[MutantRun]:
     """Build (one parallel compile) and run ``ids`` (default: every GPU mutant), one child
     process each. A failed build gives verdict ``error`` with the compiler message."""
     ids = list(ids) if ids is not None else [m.id for m in gpu_mutants()]
@@ -327,7 +324,6 @@ def summary_json(runs: Sequence[MutantRun]) -> str:
 
 __all__ = [
     "BASELINE_KNOBS",
-    "DEFAULT_TIMEOUT_S",
     "MUTANT_SHAPE",
     "MUTANT_TEMPLATE",
     "MutantRun",

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 from typing import Any
 
 import numpy as np
@@ -52,17 +51,10 @@ def build_probe(name: str) -> Any:
     return compile_cu(render_probe(name), name, "shared")
 
 
-@functools.cache
-def _entry(so_path: str, name: str) -> Any:
-    lib = ctypes.CDLL(so_path, mode=ctypes.RTLD_LOCAL)
-    fn = getattr(lib, name)
-    fn.restype = ctypes.c_int
-    return fn
-
-
 def _call(name: str, so_path: str | None, *args: Any) -> None:
-    fn = _entry(str(so_path or build_probe(name).path), name)
-    code = fn(*args)
+    from argus_cutlass.runtime.launch import load_function
+
+    code = load_function(str(so_path or build_probe(name).path), name)(*args)
     if code != 0:
         raise RuntimeError(f"{name} returned {code}")
 
