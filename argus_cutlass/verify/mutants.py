@@ -9,8 +9,8 @@ epilogue staging or tile scheduler) and gives
   **without** the verifier), or ``None`` when the kernel has no such knob;
 * ``verifier``: a function ``GemmConfig -> (GemmProgram, DslProgram)`` that plants the
   corresponding mistake in the verifier's model through the same DSL mutation APIs the
-  verifier tests use (``gemm_dsl_program(..., mma_atoms=...)``, ``replace_pipeline``,
-  ``replace_load``, ``replace_kloop``, ``replace_epilogue``, ``replace_schedule``), plus the ``rule`` and ``invariant`` it must be
+  verifier tests use (``gemm_dsl_program(..., mma_atoms=...)`` and the DSL's ``replace_*``
+  methods), plus the ``rule`` and ``invariant`` it must be
   rejected with; ``None`` where the verifier does not model the mistake yet (said in
   ``verifier_note``; such a mutant is never reported as rejected).
 
@@ -44,6 +44,7 @@ from argus_cutlass.dsl.ir import DslProgram
 from argus_cutlass.plan.config import GemmConfig
 from argus_cutlass.programs.gemm import GemmProgram, build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+from argus_cutlass.verify.catalogue import invariant_of
 
 #: the verifier-side baseline: a 64 x 64 x 64, 4-stage ping-pong configuration
 BASELINE_CONFIG = GemmConfig(tile_m=64, tile_n=64, tile_k=64, cluster_m=1, cluster_n=1, stages=4,
@@ -118,7 +119,8 @@ class Mutant:
             ``maybe benign``), with the reason in ``gpu_note``.
         verifier: builds the mutated (program, DSL program) from a baseline config;
             ``None`` when the verifier does not model the mistake (``verifier_note``).
-        rule, invariant: the verifier rule and catalogue invariant that must reject it.
+        rule: the verifier rule that must reject it; :attr:`invariant` is the catalogue invariant
+            that lists the rule (``invariants/gemm.toml``).
     """
 
     id: str
@@ -128,10 +130,14 @@ class Mutant:
     expect_gpu: str
     verifier: Builder | None
     rule: str | None
-    invariant: str | None
     gpu_note: str = ""
     verifier_note: str = ""
     extra_rules: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def invariant(self) -> str | None:
+        """The catalogue invariant whose rules include :attr:`rule` (None when not modelled)."""
+        return invariant_of(self.rule) if self.rule else None
 
     def build_verifier_program(self, cfg: GemmConfig = BASELINE_CONFIG) -> tuple[GemmProgram, DslProgram]:
         """The mutated (program, DSL program) for the verifier.
@@ -196,10 +202,18 @@ def _pipeline(producer: dict[str, Any] | None = None, consumer: dict[str, Any] |
     return build
 
 
-def _kloop(**changes: Any) -> Builder:
+def _edit(node: str, config: dict[str, Any] | None = None, **changes: Any) -> Builder:
+    """Plant a mistake with ``dsl.replace_<node>(**changes)`` (``node``: ``kloop``, ``epilogue``,
+    ``staging``, ``schedule``, or ``load:sA`` / ``load:sB``), in the baseline config changed by
+    ``config`` first (e.g. ``{"swap_ab": True}``). A callable change value is a function of the
+    baseline DSL program (e.g. its staging stage count)."""
+
     def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
-        program, dsl = _base(cfg)
-        return program, dsl.replace_kloop(**changes)
+        program, dsl = _base(cfg.replace(**config) if config else cfg)
+        values = {k: (v(dsl) if callable(v) else v) for k, v in changes.items()}
+        if node.startswith("load:"):
+            return program, dsl.replace_load(node.removeprefix("load:"), **values)
+        return program, getattr(dsl, f"replace_{node}")(**values)
 
     return build
 
@@ -244,40 +258,8 @@ def _store_swizzle(swizzle_bytes: int) -> Builder:
     return build
 
 
-def _epilogue(**changes: Any) -> Builder:
-    """``replace_epilogue`` (the store map's row offset, the residue mask)."""
-
-    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
-        program, dsl = _base(cfg)
-        return program, dsl.replace_epilogue(**changes)
-
-    return build
-
-
-def _staging(swap_ab: bool = False, **changes: Any) -> Builder:
-    """``replace_staging`` (the epilogue's stmatrix row lanes, register order, .trans flag and
-    TMA-store wait; a callable value is a function of the baseline DSL program); ``swap_ab`` plants it in the swap-AB variant of the config (column-major D)."""
-
-    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
-        if swap_ab:
-            cfg = GemmConfig(**{**cfg.model_dump(), "swap_ab": True})
-        program, dsl = _base(cfg)
-        return program, dsl.replace_staging(**{k: (v(dsl) if callable(v) else v) for k, v in changes.items()})
-
-    return build
-
-
-def _multicast(operand: str, **changes: Any) -> Builder:
-    """``replace_load`` of a multicast load's slice / mask choices, in the 2x2-cluster variant of
-    the config (A and B both multicast to 2 CTAs)."""
-
-    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
-        cfg = GemmConfig(**{**cfg.model_dump(), "cluster_m": 2, "cluster_n": 2})
-        program, dsl = _base(cfg)
-        return program, dsl.replace_load(f"s{operand}", **changes)
-
-    return build
-
+#: the 2x2-cluster variant of the baseline (A and B both multicast to 2 CTAs)
+_C2X2 = {"cluster_m": 2, "cluster_n": 2}
 
 _NO_CLUSTER = ("no mutant-kernel knob: that kernel runs without clusters. The same slices and masks are replayed "
                "by the multicast probe (tests/gpu/test_multicast_gpu.py::test_mutant_multicast_matches_the_model)")
@@ -286,19 +268,6 @@ _NO_CLUSTER = ("no mutant-kernel knob: that kernel runs without clusters. The sa
 _STSM_PROBE = ("no mutant-kernel knob: that kernel's epilogue stores registers straight to gmem. The same "
                "stores are replayed by the stmatrix probe (tests/gpu/test_stmatrix_gpu.py::"
                "test_mutant_program_probe), where the GPU's smem image equals the model's misplaced one")
-
-
-def _schedule(scheduler: str | None = None, splits: int = 1, **changes: Any) -> Builder:
-    """``replace_schedule`` (the persistent scheduler's step, the walk, the stream-K / split-K
-    division); ``scheduler`` switches the config to ``streamk`` / ``splitk`` first."""
-
-    def build(cfg: GemmConfig) -> tuple[GemmProgram, DslProgram]:
-        if scheduler is not None:
-            cfg = GemmConfig(**{**cfg.model_dump(), "scheduler": scheduler, "splits": splits})
-        program, dsl = _base(cfg)
-        return program, dsl.replace_schedule(**changes)
-
-    return build
 
 
 _SW = {128: "SW128", 64: "SW64", 32: "SW32", 16: "INTER"}
@@ -317,7 +286,7 @@ def _swizzle_mutant(operand: str, side: str, sw: int) -> Mutant:
         expect_gpu="wrong",
         gpu_note="the WGMMA reads k-columns from other smem bytes than the TMA wrote: A.k != B.k",
         verifier=_mma_atom(operand, "K", sw) if side == "mma" else _tma_atom(operand, sw),
-        rule="mma.k_agreement", invariant="G1",
+        rule="mma.k_agreement",
     )
 
 
@@ -335,7 +304,7 @@ def _catalogue() -> dict[str, Mutant]:
             description="GMMA reads B as MN-major (Layout_MN_SW128_Atom, Major::MN) but B is K-major in smem",
             knobs={"mma_major_b": "MN"}, expect_gpu="wrong",
             gpu_note="the B descriptor walks n where the data has k: a transposed 64x64 block of B",
-            verifier=_mma_atom("B", "MN", 128), rule="mma.k_agreement", invariant="G1",
+            verifier=_mma_atom("B", "MN", 128), rule="mma.k_agreement",
         ),
         Mutant(
             id="consumer_wrap_s_minus_1", cls="stage_modulo",
@@ -343,7 +312,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"consumer_wrap": S - 1}, expect_gpu="wrong or hang",
             gpu_note="from iteration S-1 on the consumer waits on / reads the wrong stage",
             verifier=_pipeline(consumer={"wrap": lambda p: p.stages - 1}),
-            rule="pipeline.stage", invariant="G6",
+            rule="pipeline.stage",
         ),
         Mutant(
             id="consumer_wrap_s_minus_2", cls="stage_modulo",
@@ -351,7 +320,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"consumer_wrap": S - 2}, expect_gpu="wrong or hang",
             gpu_note="two stages are never read; their empty barriers are never released",
             verifier=_pipeline(consumer={"wrap": lambda p: p.stages - 2}),
-            rule="pipeline.stage", invariant="G6",
+            rule="pipeline.stage",
         ),
         Mutant(
             id="consumer_phase_1", cls="phase_start",
@@ -359,7 +328,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"consumer_start_phase": 1}, expect_gpu="wrong or hang",
             gpu_note="the first full-barrier wait passes on the fresh barrier: stage 0 is read before TMA fills it",
             verifier=_pipeline(consumer={"start_phase": 1}),
-            rule="pipeline.parity", invariant="G6", extra_rules=("pipeline.protocol",),
+            rule="pipeline.parity", extra_rules=("pipeline.protocol",),
         ),
         Mutant(
             id="producer_phase_0", cls="phase_start",
@@ -367,7 +336,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"producer_start_phase": 0}, expect_gpu="hang",
             gpu_note="the producer's first empty-barrier wait needs a release no consumer will make",
             verifier=_pipeline(producer={"start_phase": 0}),
-            rule="pipeline.protocol", invariant="G6", extra_rules=("pipeline.parity",),
+            rule="pipeline.protocol", extra_rules=("pipeline.parity",),
         ),
         Mutant(
             id="empty_arrivals_short", cls="arrival_count",
@@ -377,7 +346,7 @@ def _catalogue() -> dict[str, Mutant]:
                       "the next phase, so the producer drifts ahead and overwrites stages still being read "
                       "(a race: visible only if the producer actually gets ahead)"),
             verifier=_pipeline(consumer_arrivals=lambda d: d.pipeline.consumer_arrivers - 1),
-            rule="pipeline.arrivals", invariant="G6",
+            rule="pipeline.arrivals",
         ),
         Mutant(
             id="empty_arrivals_extra", cls="arrival_count",
@@ -385,7 +354,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"empty_arrivals": GPU_CONSUMER_ARRIVERS + 1}, expect_gpu="hang",
             gpu_note="no empty phase ever completes: the producer blocks at its second pass over the stages",
             verifier=_pipeline(consumer_arrivals=lambda d: d.pipeline.consumer_arrivers + 1),
-            rule="pipeline.arrivals", invariant="G6",
+            rule="pipeline.arrivals",
         ),
         Mutant(
             id="tx_bytes_short_box", cls="tx_bytes",
@@ -393,7 +362,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"tx_bytes_delta": -GPU_BOX_BYTES}, expect_gpu="wrong or hang",
             gpu_note="the full barrier completes when A lands, before B: the consumer reads a partial stage",
             verifier=_pipeline(tx_bytes=lambda d: d.pipeline.tx_bytes - _box_bytes(d)),
-            rule="pipeline.tx_bytes", invariant="G6", extra_rules=("pipeline.protocol",),
+            rule="pipeline.tx_bytes", extra_rules=("pipeline.protocol",),
         ),
         Mutant(
             id="tx_bytes_extra_box", cls="tx_bytes",
@@ -401,7 +370,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"tx_bytes_delta": GPU_BOX_BYTES}, expect_gpu="hang",
             gpu_note="the transaction count never reaches zero: the first full-barrier wait never returns",
             verifier=_pipeline(tx_bytes=lambda d: d.pipeline.tx_bytes + _box_bytes(d)),
-            rule="pipeline.tx_bytes", invariant="G6", extra_rules=("pipeline.protocol",),
+            rule="pipeline.tx_bytes", extra_rules=("pipeline.protocol",),
         ),
         Mutant(
             id="tx_bytes_short_16", cls="tx_bytes",
@@ -410,28 +379,28 @@ def _catalogue() -> dict[str, Mutant]:
             gpu_note=("the barrier may complete a few bytes early and the shortfall drifts by 16 bytes per "
                       "fill; whether a read ever sees missing bytes is timing-dependent"),
             verifier=_pipeline(tx_bytes=lambda d: d.pipeline.tx_bytes - 16),
-            rule="pipeline.tx_bytes", invariant="G6",
+            rule="pipeline.tx_bytes",
         ),
         Mutant(
             id="epi_row_offset_warp", cls="epilogue_map",
             description="the epilogue's thread -> row map is shifted by one warp's 16 rows (mod 64)",
             knobs={"epi_row_offset": 16}, expect_gpu="wrong",
             gpu_note="still a bijection onto the tile (VERIFIER.md pitfall 2), but rows land 16 off",
-            verifier=_epilogue(row_offset=16), rule="epilogue.coordinate", invariant="G2",
+            verifier=_edit("epilogue", row_offset=16), rule="epilogue.coordinate",
         ),
         Mutant(
             id="epi_row_offset_two_warps", cls="epilogue_map",
             description="the epilogue's thread -> row map is shifted by two warps' 32 rows (mod 64)",
             knobs={"epi_row_offset": 32}, expect_gpu="wrong",
             gpu_note="the two halves of every output tile are swapped",
-            verifier=_epilogue(row_offset=32), rule="epilogue.coordinate", invariant="G2",
+            verifier=_edit("epilogue", row_offset=32), rule="epilogue.coordinate",
         ),
         Mutant(
             id="epi_store_swizzle", cls="epilogue_store",
             description="the TMA store of the epilogue is built with SW32 over the SW64 staging buffer",
             knobs=None, expect_gpu="wrong",
             gpu_note="the hand-written mutant kernel stores registers directly; the TMA-store epilogue is CUTLASS's",
-            verifier=_store_swizzle(32), rule="epilogue.tma_store", invariant="G2",
+            verifier=_store_swizzle(32), rule="epilogue.tma_store",
         ),
         Mutant(
             id="residue_mask_dropped", cls="residue_mask",
@@ -439,7 +408,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"residue_mask": False}, expect_gpu="wrong",
             gpu_note=("with N % 64 != 0 the n >= N columns wrap into the next row (zeros over results); "
                       "with M % 64 != 0 rows m >= M are written past D (counted in a NaN guard region)"),
-            verifier=_epilogue(residue_mask=False), rule="residue.store", invariant="G8",
+            verifier=_edit("epilogue", residue_mask=False), rule="residue.store",
         ),
         Mutant(
             id="release_before_retire", cls="release_order",
@@ -447,7 +416,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"release_before_retire": True}, expect_gpu="maybe benign",
             gpu_note=("a race: the producer may refill the stage (S iterations ahead) while the wgmma still "
                       "reads it; with 4 stages the TMA rarely overtakes, so results may well be right"),
-            verifier=_pipeline(release_lag=lambda pipe: 0), rule="pipeline.release", invariant="G6",
+            verifier=_pipeline(release_lag=lambda pipe: 0), rule="pipeline.release",
         ),
         Mutant(
             id="warp_stage_skew", cls="warpgroup_uniformity",
@@ -455,7 +424,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"warp3_stage_skew": 1}, expect_gpu="maybe benign",
             gpu_note=("non-uniform wgmma descriptors are undefined behaviour (PTX ISA 9.7.15.5); the hardware "
                       "may take one warp's descriptor (then the result is right) or mix them"),
-            verifier=_read_skew((0, 0, 0, 1)), rule="warpgroup.uniform", invariant="G7",
+            verifier=_read_skew((0, 0, 0, 1)), rule="warpgroup.uniform",
         ),
         Mutant(
             id="tma_box_half_k", cls="tma_box",
@@ -463,7 +432,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"tile_k": 128, "box_k": 64}, expect_gpu="wrong",
             gpu_note=("expect_tx matches the boxes, so nothing hangs; k-columns 64..127 of every stage are "
                       "never written and the k-tile step skips them in gmem"),
-            verifier=_box_half_k, rule="mma.k_agreement", invariant="G1",
+            verifier=_box_half_k, rule="mma.k_agreement",
             verifier_note=("modelled differently: the verifier's TMA load always covers its stage, so "
                            "a box of half the consumer's k extent becomes two boxes per stage whose "
                            "image disagrees with the SW128 layout GMMA reads (G1). The kernel's "
@@ -475,7 +444,7 @@ def _catalogue() -> dict[str, Mutant]:
             description="the persistent scheduler steps by gridDim.x + 1: tile residue gridDim.x is never visited",
             knobs={"tile_stride": "gridDim.x + 1"}, expect_gpu="wrong",
             gpu_note="whole output tiles keep their NaN poison (#unwritten > 0)",
-            verifier=_schedule(step_delta=1), rule="scheduler.bijection", invariant="G4",
+            verifier=_edit("schedule", step_delta=1), rule="scheduler.bijection",
         ),
         Mutant(
             id="tile_stride_minus_1", cls="scheduler",
@@ -483,7 +452,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs={"tile_stride": "gridDim.x - 1"}, expect_gpu="maybe benign",
             gpu_note=("every tile is still covered and duplicate CTAs store identical values, so the "
                       "output is most likely correct: this is wasted work, not a wrong result"),
-            verifier=_schedule(step_delta=-1), rule="scheduler.bijection", invariant="G4",
+            verifier=_edit("schedule", step_delta=-1), rule="scheduler.bijection",
             verifier_note=("rejected: two CTAs own the same tile, a write-write race on D even when the "
                            "values happen to agree"),
         ),
@@ -492,13 +461,13 @@ def _catalogue() -> dict[str, Mutant]:
             description=("the epilogue's stmatrix takes matrix i's row addresses from lanes 8(i+1)..8(i+1)+7: "
                          "each 8x8 accumulator block is staged at its neighbour's rows"),
             knobs=None, expect_gpu="wrong", gpu_note=_STSM_PROBE,
-            verifier=_staging(row_lane_skew=1), rule="epilogue.stmatrix", invariant="G2",
+            verifier=_edit("staging", row_lane_skew=1), rule="epilogue.stmatrix",
         ),
         Mutant(
             id="stsm_register_order", cls="epilogue_r2s",
             description="the epilogue passes stmatrix its accumulator pairs in the order (1, 0, 3, 2)",
             knobs=None, expect_gpu="wrong", gpu_note=_STSM_PROBE,
-            verifier=_staging(matrix_order=(1, 0, 3, 2)), rule="epilogue.stmatrix", invariant="G2",
+            verifier=_edit("staging", matrix_order=(1, 0, 3, 2)), rule="epilogue.stmatrix",
         ),
         Mutant(
             id="stsm_missing_trans", cls="epilogue_r2s",
@@ -507,7 +476,7 @@ def _catalogue() -> dict[str, Mutant]:
             knobs=None, expect_gpu="wrong",
             gpu_note=("no GPU realisation: the row addresses are not 16-byte aligned, which PTX leaves "
                       "undefined (CuTe refuses to build this copy)"),
-            verifier=_staging(swap_ab=True, trans=False), rule="epilogue.stmatrix", invariant="G2",
+            verifier=_edit("staging", {"swap_ab": True}, trans=False), rule="epilogue.stmatrix",
         ),
         Mutant(
             id="store_wait_all_stages", cls="store_pipeline",
@@ -516,8 +485,8 @@ def _catalogue() -> dict[str, Mutant]:
             knobs=None, expect_gpu="maybe benign",
             gpu_note=("no GPU realisation: a race between the TMA store reading a stage and the next "
                       "subtile's stmatrix overwriting it"),
-            verifier=_staging(store_wait=lambda d: d.tensor(d.staging.dst).shape[2]), rule="epilogue.stage_reuse",
-            invariant="G6",
+            verifier=_edit("staging", store_wait=lambda d: d.tensor(d.staging.dst).shape[2]),
+            rule="epilogue.stage_reuse",
         ),
         Mutant(
             id="walk_swizzle_off_by_one", cls="scheduler",
@@ -525,56 +494,57 @@ def _catalogue() -> dict[str, Mutant]:
                          "log2(swizzle): the swizzled panels no longer tile the grid"),
             knobs=None, expect_gpu="wrong",
             gpu_note="no GPU realisation: the mutant kernel walks tiles without swizzle",
-            verifier=_schedule(walk_mutation="swizzle_off_by_one"), rule="scheduler.bijection", invariant="G4",
+            verifier=_edit("schedule", walk_mutation="swizzle_off_by_one"), rule="scheduler.bijection",
         ),
         Mutant(
             id="splitk_drops_remainder", cls="scheduler",
             description="split-K gives every split k_tiles // splits k-tiles: the k_tiles % splits remainder is dropped",
             knobs=None, expect_gpu="wrong",
             gpu_note="no GPU realisation: the mutant kernel has no split-K",
-            verifier=_schedule(scheduler="splitk", splits=3, division_mutation=(("drop_remainder", True),)),
-            rule="scheduler.bijection", invariant="G4",
+            verifier=_edit("schedule", {"scheduler": "splitk", "splits": 3},
+                           division_mutation=(("drop_remainder", True),)),
+            rule="scheduler.bijection",
         ),
         Mutant(
             id="streamk_unit_overlap", cls="scheduler",
             description="a stream-K unit's k range runs one k-tile into its neighbour's: that k-tile is summed twice",
             knobs=None, expect_gpu="wrong",
             gpu_note="no GPU realisation: the mutant kernel has no stream-K",
-            verifier=_schedule(scheduler="streamk", division_mutation=(("overlap", 1),)),
-            rule="scheduler.bijection", invariant="G4",
+            verifier=_edit("schedule", {"scheduler": "streamk"}, division_mutation=(("overlap", 1),)),
+            rule="scheduler.bijection",
         ),
         Mutant(
             id="mcast_mask_wrong_axis", cls="multicast_mask",
             description=("A's multicast mask names the CTAs of the issuing CTA's cluster column instead of its row: "
                          "A rows reach CTAs computing another m-block"),
             knobs=None, expect_gpu="wrong", gpu_note=_NO_CLUSTER,
-            verifier=_multicast("A", mask_axis="m"), rule="tma.multicast", invariant="G5",
+            verifier=_edit("load:sA", _C2X2, mask_axis="m"), rule="tma.multicast",
         ),
         Mutant(
             id="mcast_slice_wrong_axis", cls="multicast_mask",
             description="each CTA picks its A slice by its cluster m index instead of its n index",
             knobs=None, expect_gpu="hang", gpu_note=_NO_CLUSTER + "; half of every A stage never arrives",
-            verifier=_multicast("A", slice_axis="m"), rule="tma.multicast", invariant="G5",
+            verifier=_edit("load:sA", _C2X2, slice_axis="m"), rule="tma.multicast",
         ),
         Mutant(
             id="mcast_mask_without_self", cls="multicast_mask",
             description="B's multicast mask leaves out the issuing CTA",
             knobs=None, expect_gpu="hang", gpu_note=_NO_CLUSTER + "; the issuer's own slice never lands",
-            verifier=_multicast("B", mask_self=False), rule="tma.multicast", invariant="G5",
+            verifier=_edit("load:sB", _C2X2, mask_self=False), rule="tma.multicast",
         ),
         Mutant(
             id="mcast_mask_row_major_rank", cls="multicast_mask",
             description=("A's mask bits are computed as m * cluster_n + n, but %cluster_ctarank is "
                          "m + n * cluster_m"),
             knobs=None, expect_gpu="wrong or hang", gpu_note=_NO_CLUSTER,
-            verifier=_multicast("A", rank_order="row"), rule="tma.multicast", invariant="G5",
+            verifier=_edit("load:sA", _C2X2, rank_order="row"), rule="tma.multicast",
         ),
         Mutant(
             id="k_tiles_minus_1", cls="k_loop",
             description="the k loop runs ceil_div(K, tile_k) - 1 k-tiles: the last k-tile is dropped",
             knobs={"k_tiles_delta": -1}, expect_gpu="wrong",
             gpu_note="k in [64 * (k_tiles - 1), K) is never summed",
-            verifier=_kloop(rounding="floor"), rule="k.coverage", invariant="G3",
+            verifier=_edit("kloop", rounding="floor"), rule="k.coverage",
             verifier_note=("the verifier's k loop has no offset; it is modelled as floor(K / tile_k) "
                            "k-tiles, which equals the kernel's ceil - 1 whenever K % tile_k != 0 "
                            "(the mutant shape has K = 328)"),
@@ -584,14 +554,14 @@ def _catalogue() -> dict[str, Mutant]:
             description="the consumer issues 3 of the 4 GMMA k-blocks of each k-tile",
             knobs=None, expect_gpu="wrong",
             gpu_note="no GPU realisation: the kernel always issues tile_k / 16 k-blocks",
-            verifier=_kloop(k_blocks=3), rule="k.coverage", invariant="G3",
+            verifier=_edit("kloop", k_blocks=3), rule="k.coverage",
         ),
         Mutant(
             id="no_zero_fill", cls="k_loop",
             description="TMA out-of-bounds elements past K are not zero-filled",
             knobs=None, expect_gpu="wrong",
             gpu_note="no GPU realisation: TMA tile mode always zero-fills out-of-bounds box elements",
-            verifier=_kloop(oob_fill="none"), rule="k.coverage", invariant="G3",
+            verifier=_edit("kloop", oob_fill="none"), rule="k.coverage",
         ),
         Mutant(
             id="reset_per_tile_consumer", cls="pipeline_reset",
@@ -600,7 +570,7 @@ def _catalogue() -> dict[str, Mutant]:
             gpu_note=("with 6 k-tiles and 4 stages, tile 1's consumer starts at stage 0 while the producer's "
                       "next fill goes to stage 2"),
             verifier=_pipeline(consumer={"carry_across_tiles": False}),
-            rule="pipeline.carry", invariant="G6", extra_rules=("pipeline.protocol",),
+            rule="pipeline.carry", extra_rules=("pipeline.protocol",),
         ),
         Mutant(
             id="reset_per_tile_both", cls="pipeline_reset",
@@ -610,7 +580,7 @@ def _catalogue() -> dict[str, Mutant]:
             gpu_note=("consistent with each other, but the barriers' phases are not reset: with 6 k-tiles "
                       "(not a multiple of 2S = 8) parity waits pass on stale phases (VERIFIER.md pitfall 3)"),
             verifier=_pipeline(producer={"carry_across_tiles": False}, consumer={"carry_across_tiles": False}),
-            rule="pipeline.carry", invariant="G6",
+            rule="pipeline.carry",
         ),
     ]
     out: dict[str, Mutant] = {}

@@ -78,7 +78,7 @@ def test_overlapping_units_are_found_at_grid_2():
 @pytest.mark.parametrize("raster", ["along_n", "along_m"])
 @pytest.mark.parametrize("swizzle", [1, 2, 4, 8])
 def test_shipped_walks_are_proved_and_a_swizzle_slip_is_g4(raster, swizzle):
-    cfg = GemmConfig(**{**COOP.model_dump(), "raster": raster, "swizzle": swizzle})
+    cfg = COOP.replace(raster=raster, swizzle=swizzle)
     program = build_gemm_program(cfg)
     dsl = gemm_dsl_program(program)
     from argus_cutlass.verify.output import check_schedule
