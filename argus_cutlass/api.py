@@ -74,7 +74,7 @@ def build_many(configs: Iterable[GemmConfig], max_workers: int | None = None) ->
     from argus_cutlass.build.nvcc import compile_many
     from argus_cutlass.runtime.launch import GemmKernelLibrary
 
-    kernels = {k.name: k for k in (generate_gemm(c) for c in configs)}
+    kernels = {k.name: k for k in (generate_gemm(c) for c in dict.fromkeys(configs))}  # each config verified once
     jobs = [(k.source, k.name, "shared") for k in kernels.values()]
     artifacts = compile_many(jobs, max_workers=max_workers)
     return {name: GemmKernelLibrary(a.path, name) for name, a in zip(kernels, artifacts)}

@@ -91,32 +91,14 @@ CASES = list(_cases())
 
 @pytest.fixture(scope="session")
 def kernels():
-    """Every kernel the cases need, compiled once in parallel (through the cache)."""
-    from argus_cutlass.api import build_many
-    from argus_cutlass.render.naming import kernel_name
-
-    configs = {}
-    for dtype, out_dtype, layout, m, n, k, _, _ in CASES:
-        if not _refused(layout, m):
-            cfg = default_config(m, n, k, dtype, out_dtype, layout)
-            configs[kernel_name(cfg)] = cfg
-    return build_many(configs.values())
-
-
-@pytest.fixture(scope="session")
-def scheduler_kernels():
-    """The kernels of SCHEDULER_CASES, compiled in parallel."""
+    """Every kernel of CASES, SCHEDULER_CASES and SWAP_CASES, compiled in one parallel batch
+    (through the cache), by kernel name."""
     from argus_cutlass.api import build_many
 
-    return build_many(cfg for cfg, *_ in SCHEDULER_CASES)
-
-
-@pytest.fixture(scope="session")
-def swap_kernels():
-    """The kernels of SWAP_CASES, compiled in parallel."""
-    from argus_cutlass.api import build_many
-
-    return build_many(cfg for cfg, *_ in SWAP_CASES)
+    configs = [default_config(m, n, k, dtype, out_dtype, layout)
+               for dtype, out_dtype, layout, m, n, k, _, _ in CASES if not _refused(layout, m)]
+    configs += [cfg for cfg, *_ in SCHEDULER_CASES + SWAP_CASES]
+    return build_many(configs)
 
 
 def _id(case) -> str:
@@ -145,7 +127,7 @@ def test_gemm_matches_fp32_reference(case, kernels, gpu_device):
 
 
 @pytest.mark.parametrize("case", SCHEDULER_CASES, ids=lambda c: f"{c[0].scheduler}-{c[0].schedule}-{c[1]}x{c[2]}x{c[3]}")
-def test_tile_schedulers_match_fp32_reference(case, scheduler_kernels, gpu_device):
+def test_tile_schedulers_match_fp32_reference(case, kernels, gpu_device):
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.runtime.check import run_and_check
     from argus_cutlass.runtime.problem import GemmProblem
@@ -153,14 +135,14 @@ def test_tile_schedulers_match_fp32_reference(case, scheduler_kernels, gpu_devic
     cfg, m, n, k = case
     problem = GemmProblem(m, n, k, dtype=cfg.dtype, out_dtype=cfg.out_dtype, layout=cfg.layout)
     for seed, beta in ((1, 0.0), (2, 0.5)):  # twice: the workspace must be reset between launches
-        result = run_and_check(scheduler_kernels[kernel_name(cfg)], problem, alpha=1.0, beta=beta, seed=seed)
+        result = run_and_check(kernels[kernel_name(cfg)], problem, alpha=1.0, beta=beta, seed=seed)
         assert result.unwritten == 0 and result.passed, result.summary()
 
 
 @pytest.mark.parametrize(
     "case", SWAP_CASES,
     ids=lambda c: f"swapab-{c[0].layout}-{c[0].dtype}-{c[0].out_dtype}-{c[0].tile_m}x{c[0].tile_n}-{c[1]}x{c[2]}x{c[3]}-b{c[4]}")
-def test_swap_ab_matches_fp32_reference(case, swap_kernels, gpu_device):
+def test_swap_ab_matches_fp32_reference(case, kernels, gpu_device):
     """Swap-AB kernels compute the problem's D (row-major M x N), not its transpose."""
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.runtime.check import run_and_check
@@ -168,7 +150,7 @@ def test_swap_ab_matches_fp32_reference(case, swap_kernels, gpu_device):
 
     cfg, m, n, k, beta = case
     problem = GemmProblem(m, n, k, dtype=cfg.dtype, out_dtype=cfg.out_dtype, layout=cfg.layout).validate()
-    lib = swap_kernels[kernel_name(cfg)]
+    lib = kernels[kernel_name(cfg)]
     result = run_and_check(lib, problem, alpha=1.0, beta=beta, seed=zlib.crc32(kernel_name(cfg).encode()) & 0xFFFF)
     assert result.unwritten == 0 and result.passed, result.summary()
 
@@ -191,7 +173,7 @@ def test_smem_model_bounds_the_real_kernel(kernels):
     assert seen > 0
 
 
-def test_smem_model_bounds_the_swap_ab_kernels(swap_kernels):
+def test_smem_model_bounds_the_swap_ab_kernels(kernels):
     """Same bound for the column-major (swap-AB) epilogues, whose MN-major C/D atoms
     change the epilogue's alignment padding."""
     from argus_cutlass.plan.resources import smem_bytes
@@ -199,6 +181,6 @@ def test_smem_model_bounds_the_swap_ab_kernels(swap_kernels):
     from argus_cutlass.render.naming import kernel_name
 
     for cfg, *_ in SWAP_CASES:
-        real = swap_kernels[kernel_name(cfg)].smem_bytes()
+        real = kernels[kernel_name(cfg)].smem_bytes()
         model = smem_bytes(build_gemm_program(cfg)).total
         assert real <= model <= real + 1024, (kernel_name(cfg), real, model)
