@@ -296,6 +296,16 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 
+def _add_problem_args(p: argparse.ArgumentParser) -> None:
+    """The GEMM problem options shared by ``gemm`` and ``tune gemm``."""
+    p.add_argument("--m", type=int, required=True, help="rows of A and D")
+    p.add_argument("--n", type=int, required=True, help="columns of B and D")
+    p.add_argument("--k", type=int, required=True, help="reduction length")
+    p.add_argument("--dtype", default="bf16", help="A/B element type: bf16 or fp16")
+    p.add_argument("--out-dtype", default=None, help="C/D element type: bf16, fp16 or fp32 (default: --dtype)")
+    p.add_argument("--layout", default="tn", help="tn, nt, nn or tt (A then B; t = K-major A / N-major B)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="argus-cutlass",
@@ -307,12 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("gemm", help="generate (and build, run) a GEMM kernel for one shape")
-    g.add_argument("--m", type=int, required=True, help="rows of A and D")
-    g.add_argument("--n", type=int, required=True, help="columns of B and D")
-    g.add_argument("--k", type=int, required=True, help="reduction length")
-    g.add_argument("--dtype", default="bf16", help="A/B element type: bf16 or fp16")
-    g.add_argument("--out-dtype", default=None, help="C/D element type: bf16, fp16 or fp32 (default: --dtype)")
-    g.add_argument("--layout", default="tn", help="tn, nt, nn or tt (A then B; t = K-major A / N-major B)")
+    _add_problem_args(g)
     g.add_argument("--alpha", type=float, default=1.0, help="scale of A @ B (default 1)")
     g.add_argument("--beta", type=float, default=0.0, help="scale of C (default 0: C is not read)")
     g.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
@@ -326,12 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent)")
     tsub = t.add_subparsers(dest="kernel", required=True)
     tg = tsub.add_parser("gemm", help="tune a GEMM")
-    tg.add_argument("--m", type=int, required=True, help="rows of A and D")
-    tg.add_argument("--n", type=int, required=True, help="columns of B and D")
-    tg.add_argument("--k", type=int, required=True, help="reduction length")
-    tg.add_argument("--dtype", default="bf16", help="A/B element type: bf16 or fp16")
-    tg.add_argument("--out-dtype", default=None, help="C/D element type: bf16, fp16 or fp32 (default: --dtype)")
-    tg.add_argument("--layout", default="tn", help="tn, nt, nn or tt (as for gemm)")
+    _add_problem_args(tg)
     tg.add_argument("--budget", type=int, default=16, help="most candidates to compile and measure")
     tg.add_argument("--policy", default="default", help="default (offline, seeded) or llm")
     tg.add_argument("--seed", type=int, default=0, help="seed of the policy and the check inputs")
