@@ -1,6 +1,6 @@
 """The Python entry points: configuration -> verified program -> source -> built kernel.
 
->>> from argus_cutlass.plan.config import GemmConfig
+>>> from argus_cutlass.kernels.gemm.config import GemmConfig
 >>> kernel = generate_gemm(GemmConfig(layout="nt"))
 >>> kernel.name
 'argus_gemm_sm90_bf16_bf16_nt_128x256x64_c2x1_s4_coop_e128x32_rn1'
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import GemmProgram, build_gemm_program
 from argus_cutlass.render.naming import kernel_name
 from argus_cutlass.render.render import render_gemm

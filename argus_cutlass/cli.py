@@ -64,11 +64,11 @@ _SOURCE_TEXT = {
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
-    from argus_cutlass.plan.heuristics import default_config
+    from argus_cutlass.kernels.gemm.heuristics import default_config
     from argus_cutlass.programs.gemm import build_gemm_program
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.render.render import render_gemm
-    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
     from argus_cutlass.verify import verify_gemm
 
     stages = _Stages()
@@ -244,7 +244,7 @@ def _verify(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from argus_cutlass.errors import ConfigError
-    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.programs.gemm import build_gemm_program
     from argus_cutlass.verify import verify_gemm
 

@@ -1,4 +1,4 @@
-"""The tile DSL: hardware atoms and the frozen IR (tensors, tags, tag functions, assertions)."""
+"""The tile DSL: hardware atoms, the frozen program model (:mod:`.ir`) and its builder."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from argus_cutlass.dsl.atoms import (
     TmaCopy,
     select_smem_atom,
 )
+from argus_cutlass.dsl.builder import ProgramBuilder
 from argus_cutlass.dsl.ir import (
     DslProgram,
     MmaRead,
-    ProgramBuilder,
+    PipelineSide,
+    Program,
+    SmemView,
     SourceLoc,
     Tag,
     TagAssertion,
@@ -23,7 +26,7 @@ from argus_cutlass.dsl.ir import (
 )
 
 __all__ = [
-    "DslProgram", "GmmaOp", "GmmaSmemAtom", "MmaRead", "ProgramBuilder", "SourceLoc", "Swizzle",
-    "Tag", "TagAssertion", "Tensor", "TiledMma", "TmaCopy", "TmaLoad", "caller_loc",
+    "DslProgram", "GmmaOp", "GmmaSmemAtom", "MmaRead", "PipelineSide", "Program", "ProgramBuilder", "SmemView",
+    "SourceLoc", "Swizzle", "Tag", "TagAssertion", "Tensor", "TiledMma", "TmaCopy", "TmaLoad", "caller_loc",
     "select_smem_atom",
 ]

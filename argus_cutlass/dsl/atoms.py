@@ -122,11 +122,12 @@ def select_smem_atom(major: Major, elem_bits: int, mn_extent: int, k_extent: int
 
 @dataclass(frozen=True)
 class GmmaOp:
-    """One SM90 warpgroup MMA, ``wgmma.mma_async.sp?`` shape ``64 x n x 16``, SS mode.
+    """One SM90 warpgroup MMA, ``wgmma.mma_async`` shape ``m x n x k`` (m = 64).
 
-    Both operands come from shared memory through descriptors; the accumulator is
-    fp32 in registers. PTX ISA 9.7.15.5: N is a multiple of 8 in [8, 256] and
-    K is 16 for 16-bit inputs.
+    ``mode`` ``SS``: both operands come from shared memory through descriptors; ``RS``: A comes
+    from registers (K-major only). The accumulator is ``acc_dtype`` (fp32) in registers.
+    PTX ISA 9.7.15.5: N is a multiple of 8 in [8, 256] and K is 16 for 16-bit inputs;
+    CuTe ``cute/arch/mma_sm90_gmma.hpp`` names the op ``SM90_64xNx16_F32BF16BF16_SS<MajorA, MajorB>``.
     """
 
     m: int
@@ -135,13 +136,17 @@ class GmmaOp:
     dtype: str
     a_major: Major
     b_major: Major
+    acc_dtype: str = "fp32"
+    mode: str = "SS"
 
     def cpp(self) -> str:
-        t = _GMMA_TYPE[self.dtype]
-        return (
-            f"cute::SM90_{self.m}x{self.n}x{self.k}_F32{t}{t}_SS"
-            f"<cute::GMMA::Major::{self.a_major}, cute::GMMA::Major::{self.b_major}>"
-        )
+        t = _GMMA_TYPE.get(self.dtype, self.dtype.upper())
+        acc = {"fp32": "F32", "fp16": "F16"}.get(self.acc_dtype, self.acc_dtype.upper())
+        majors = (f"cute::GMMA::Major::{self.b_major}>" if self.mode == "RS"
+                  else f"cute::GMMA::Major::{self.a_major}, cute::GMMA::Major::{self.b_major}>")
+        if self.mode == "RS":
+            majors = f"cute::GMMA::Major::{self.a_major}, " + majors
+        return f"cute::SM90_{self.m}x{self.n}x{self.k}_{acc}{t}{t}_{self.mode}<{majors}"
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,8 @@ class TmaCopy:
     elem_bits: int
     swizzle_bytes: int
     multicast: int = 1
+    #: L2 promotion of the tensor map (bytes; CuTe's make_tma_copy uses 128)
+    l2_promotion: int = 128
 
     def cpp(self) -> str:
         return {

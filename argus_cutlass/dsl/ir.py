@@ -1,31 +1,66 @@
-"""Frozen IR of tile programs: tensors with layouts and tags, tag functions, tag assertions.
+"""The program model: frozen IR nodes of a Hopper tile program, and :class:`Program`.
 
-A *tag* names integer fields that every element of a tensor carries, e.g. ``A:(m,k)`` for an
-element of operand A at gmem row ``m``, column ``k``, and ``stage:(iter)`` for the producer
-iteration that filled a pipeline stage. A *tag function* (e.g. :class:`TmaLoad`) says where a
-copy puts each source element, so the verifier can build the destination's tag image. A
-*tag assertion* states a relation at a use site (e.g. at the MMA slot ``A.k == B.k``).
+One :class:`Program` per kernel is the single source of truth: the verifier proves it, the
+resource rules and the cost model measure it, the kernel name hashes it and the Jinja templates
+print it node by node (``templates/<family>/``). A field that no template prints and no rule
+reads has no business here; the coupling test (``tests/unit/test_coupling.py``) mutates every
+field of every node and requires the emitted ``.cu`` to change (or a ``static_assert`` in it to
+fire).
 
-Every node records the source location of the DSL statement that created it
-(:class:`SourceLoc`), so errors point at the user's line, not at argus internals.
+Values carry **tags**: named integer fields every element holds, e.g. ``A:(m,k)`` for operand A's
+element at gmem row ``m``, column ``k``, ``stage:(iter)`` for the producer iteration that filled a
+pipeline stage, ``acc:(m,n)`` for an accumulator. Copies and MMAs are **tag functions** (where does
+each element go); **tag assertions** state relations at use sites (``A.k == B.k`` at every MMA
+slot, ``A.m == acc.m``); **relations** state consistency between nodes (a pipeline's stage count
+equals its buffers' stage extent, the k loop's step equals the MMA's K...).
 
-Shapes are by mode: (MN, K) for operands, (MN, K, stage) for smem stage buffers.
-Offsets are in elements unless the name says bytes.
+Node kinds (each records the :class:`SourceLoc` of the statement that made it):
+
+================== ==========================================================================
+:class:`Tensor`     gmem / smem / rmem tensor: shape by mode, dtype, tag, smem placement
+:class:`TmaLoad`    TMA tile load gmem -> smem (box, swizzle, multicast, pipeline it completes on)
+:class:`TmaStore`   TMA store smem -> gmem (the epilogue)
+:class:`Mma`        a tiled warpgroup MMA (GMMA op, SS or RS, warpgroups along M, repetitions)
+:class:`MmaRead`    one operand slot map of an MMA: smem view (descriptor) or register fragment
+:class:`FragmentConvert` accumulator -> A-operand register fragment (RS-mode MMA input)
+:class:`Reduction`  row reduction across the threads of a quad (shuffles) on a register tensor
+:class:`Pipeline`   an mbarrier producer/consumer pipeline (full/empty barriers per stage)
+:class:`KLoop`      a loop with a symbolic trip count (k tiles of the mainloop)
+:class:`Role`       warp-specialized role: warpgroups, issuing warps, ``setmaxnreg`` registers
+:class:`NamedBarrier` a ``bar.sync``/``bar.arrive`` barrier id and its thread count
+:class:`TurnOrder`  warpgroups taking turns at program points through named barriers (ping-pong)
+:class:`EpilogueStore` accumulator register -> output coordinate map (and residue mask)
+:class:`EpilogueSource` how the epilogue reads C (``beta * C``)
+:class:`SmemStage`  epilogue register -> smem staging (stmatrix / st.shared)
+:class:`TileSchedule` the persistent tile scheduler's walk and work decomposition
+:class:`Launch`     threads per CTA and the cluster shape of the launch
+:class:`TagAssertion` a relation between tags at every slot of a program point
+:class:`Relation`   a relation between two node fields (consistency between nodes)
+================== ==========================================================================
+
+Shapes are by mode: (MN, K) for operands, (MN, K, stage) for smem stage buffers, (M, N) for the
+output. Offsets are in elements unless the name says bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from argus_cutlass.dsl.atoms import GmmaOp, TmaCopy
+from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom, TmaCopy
 
 Space = Literal["gmem", "smem", "rmem"]
 
 _DSL_DIR = os.path.dirname(os.path.abspath(__file__))
+
+#: bytes per element of each dtype name
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: relations a TagAssertion or Relation may state
+RELATIONS = ("==", "!=", "<=", "<", ">=", ">", "divides", "in_range", "bijection", "disjoint")
 
 
 @dataclass(frozen=True)
@@ -37,7 +72,7 @@ class SourceLoc:
     function: str = ""
 
     def __str__(self) -> str:
-        """``argus_cutlass/programs/gemm_dsl.py:101`` for the package's own files (wherever it is
+        """``argus_cutlass/kernels/gemm/program.py:101`` for the package's own files (wherever it is
         installed), else the path relative to the current directory."""
         path = self.file
         if os.path.isabs(path):
@@ -71,56 +106,110 @@ class Tag:
         return f"{self.name}:({','.join(self.fields)})"
 
 
+# --------------------------------------------------------------------------------------------- data
+
+
 @dataclass(frozen=True)
 class Tensor:
     """A tensor in gmem, smem or registers.
 
     Attributes:
-        name: unique name in the program (``gA``, ``sA``...).
+        name: unique name in the program (``gA``, ``sA``, ``accum``...).
         space: ``gmem``, ``smem`` or ``rmem``.
-        shape: extent per mode, in elements.
+        shape: extent per mode: ints, or symbolic size names for gmem (``("M", "K")``).
         dtype: element type name (``bf16``, ``fp16``, ``fp32``).
-        layout: coordinate -> element offset (pycute ``Layout`` or ``SwizzledLayout``);
-            ``None`` for gmem tensors whose strides are run-time.
         tag: the tag each element carries (``None`` when untagged).
-        base_bytes: byte offset of element 0 from the start of the space (smem: of the
-            CTA's dynamic shared memory, assumed 1024-byte aligned).
-        swizzle_bytes: swizzle mode of the buffer (16 = none), for the alignment rule.
+        major: gmem: the contiguous mode's name (``"K"``, ``"M"``, ``"N"``); the tensor map and
+            the host entry's strides are printed from it. ``""`` elsewhere.
+        binding: gmem: the host entry argument that holds it (``"A"``..``"D"``; under swap-AB the
+            kernel's A is the caller's B). ``""`` elsewhere.
+        base_bytes: smem: byte offset of element 0 from the CTA's (1024-byte aligned) dynamic
+            shared memory.
+        align_bytes: smem: the alignment ``base_bytes`` must have (the swizzle period of the
+            views that touch it; rule ``smem.alignment``).
     """
 
     name: str
     space: Space
-    shape: tuple[int, ...]
+    shape: tuple[Any, ...]
     dtype: str
-    layout: Any
     tag: Tag | None
-    base_bytes: int
-    swizzle_bytes: int
     loc: SourceLoc
+    major: str = ""
+    binding: str = ""
+    base_bytes: int = 0
+    align_bytes: int = 16
 
     @property
     def elem_bytes(self) -> int:
-        return {"bf16": 2, "fp16": 2, "fp32": 4}[self.dtype]
+        return DTYPE_BYTES[self.dtype]
 
     @property
     def size_bytes(self) -> int:
+        """Bytes of a tensor with an all-int shape (smem / rmem)."""
         n = 1
         for s in self.shape:
-            n *= s
+            n *= int(s)
         return n * self.elem_bytes
+
+
+@dataclass(frozen=True)
+class SmemView:
+    """How a reader or writer addresses an smem buffer: a GMMA smem atom tiled to ``shape``
+    (CuTe ``tile_to_shape(Atom, Shape, Step)``; CUTLASS: K-major atoms repeat along MN first,
+    MN-major atoms along K first, stages outermost).
+
+    ``layout`` is the (mode...) -> element offset function (swizzle included) that the
+    verifier evaluates; the template prints the same atom, shape and order as CuTe types.
+    """
+
+    atom: GmmaSmemAtom
+    shape: tuple[int, ...]
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        rest = tuple(range(3, len(self.shape) + 1))
+        return ((1, 2) if self.atom.major == "K" else (2, 1)) + rest
+
+    @property
+    def layout(self) -> Any:
+        from argus_cutlass.layout.gmma import view_layout
+
+        return view_layout(self.atom, self.shape, self.order)
+
+    @property
+    def swizzle_bytes(self) -> int:
+        return self.atom.swizzle_bytes
+
+
+# ------------------------------------------------------------------------------------------- copies
 
 
 @dataclass(frozen=True)
 class TmaLoad:
     """Tag function of a TMA tile load: gmem tile element (mn, k) of k-tile ``iter`` -> smem.
 
-    The destination gets the source tag ``(mn, k + iter * tile_k)`` and the stage tag
-    ``(iter)`` at stage ``iter % stages``. Hardware semantics (PTX ISA 9.7.9.25, tensor-map
-    swizzle modes): the tile is cut into boxes ``copy.box = (inner, outer)`` (inner is the
-    contiguous mode: K for K-major, MN for MN-major); box ``b`` lands at
-    ``b * inner * outer`` elements from the stage start, element ``(i, j)`` of a box at
+    The destination gets the source tag ``(mn0 + mn, k + iter * tile_k)`` (``mn0`` the tile's
+    block along ``block_mode``) and the stage tag ``(iter)`` at stage ``iter % stages``.
+    Hardware semantics (PTX ISA 9.7.9.25, tensor-map swizzle modes): the stage is cut into boxes
+    ``copy.box = (inner, outer)`` (inner is the contiguous gmem mode: K for K-major, MN for
+    MN-major), numbered MN-block fastest for K-major and K-block fastest for MN-major; box ``b``
+    lands ``b * inner * outer`` elements after the stage start, element ``(i, j)`` of a box at
     ``j * inner + i``; the **absolute** byte address is then swizzled with
     ``Swizzle<log2(swizzle_bytes/16),4,3>``.
+
+    Multicast (``copy.multicast > 1``): the CTAs of the cluster that share the operand along
+    ``share_axis`` (``"n"``: A, ``"m"``: B) deal the stage's boxes among themselves in
+    ``copy.multicast`` contiguous slices: the CTA whose coordinate along ``slice_axis`` is ``s``
+    issues slice ``s`` with a ``ctaMask`` naming every CTA along ``mask_axis`` (itself too unless
+    ``mask_self`` is False); a cluster coordinate ``(i, j)`` becomes a mask bit by ``rank_order``
+    (``"col"``: ``i + j * cluster_m``, ``"row"``: ``i * cluster_n + j``), which must be the
+    inverse of the tile scheduler's in-cluster placement.
+
+    Attributes:
+        pipeline: the :class:`Pipeline` whose full barrier the load completes on.
+        block_mode: the output tile coordinate that picks the gmem block (``"m"`` for A, ``"n"``
+            for B): the operand-identity knob.
     """
 
     name: str
@@ -133,14 +222,12 @@ class TmaLoad:
     src_tag: Tag
     stage_tag: Tag
     loc: SourceLoc
+    pipeline: str = "mainloop"
+    block_mode: str = "m"
     #: cluster shape (CTAs along M, along N) and, for a multicast load, the cluster mode along
     #: which the CTAs share this operand ("n" for A, "m" for B; "" = not multicast)
     cluster: tuple[int, int] = (1, 1)
     share_axis: str = ""
-    #: the kernel's choices for a multicast load (see :mod:`argus_cutlass.verify.multicast`): the
-    #: cluster coordinate that picks the slice a CTA issues, the mode along which the CTAs its mask
-    #: names vary, whether the issuing CTA is in its own mask, and how a cluster coordinate becomes
-    #: a mask bit ("col": rank = m + n * cluster_m, CUDA's %cluster_ctarank)
     slice_axis: str = ""
     mask_axis: str = ""
     mask_self: bool = True
@@ -149,13 +236,19 @@ class TmaLoad:
     def __post_init__(self) -> None:
         validate_load(self)
 
+    @property
+    def boxes(self) -> int:
+        """Boxes per stage (``tile_mn * tile_k / (inner * outer)``, rounded up)."""
+        per_box = self.copy.box[0] * self.copy.box[1]
+        return -(-(self.tile_mn * self.tile_k) // per_box)
+
     def write_offsets(self, mn: Any, k: Any, stage: Any, base_bytes: int, elem_bytes: int) -> Any:
         """Element offset (from the buffer base) where tile element (mn, k) of ``stage`` lands.
 
         Works on ints and numpy integer arrays; the semantics is
-        :func:`argus_cutlass.verify.semantics.tma_box_offset` (shared with the SMT tier).
+        :func:`argus_cutlass.hw.semantics.tma_box_offset` (shared with the SMT tier).
         """
-        from argus_cutlass.verify.semantics import INT_OPS, tma_box_offset
+        from argus_cutlass.hw.semantics import INT_OPS, tma_box_offset
 
         return tma_box_offset(INT_OPS, self, mn, k, stage, base_bytes, elem_bytes)
 
@@ -168,7 +261,8 @@ class TmaStore:
     ``cp.async.bulk.tensor`` shared::cta -> global): gmem element (mn, k) of the subtile is
     read from the smem element the box model places it at. ``mn``/``k`` are the subtile's
     (M, N) modes; ``major`` is ``"K"`` when N is contiguous in gmem (row-major D) and ``"MN"``
-    when M is (the swap-AB column-major view).
+    when M is (the swap-AB column-major view). Stores past the tensor map's extent are
+    clipped by the hardware.
     """
 
     name: str
@@ -180,15 +274,24 @@ class TmaStore:
     tile_k: int
     loc: SourceLoc
 
+    @property
+    def boxes(self) -> int:
+        per_box = self.copy.box[0] * self.copy.box[1]
+        return -(-(self.tile_mn * self.tile_k) // per_box)
+
+
+# ---------------------------------------------------------------------------------------------- MMA
+
 
 @dataclass(frozen=True)
 class MmaRead:
-    """An SS-mode GMMA operand slot: the MMA reads tile element (mn, k) of ``stage`` from
-    ``src`` through its **own** layout object ``layout`` ((MN, K, stage) -> element offset,
-    the descriptor's view; normally the same object as the buffer's layout).
+    """An MMA operand slot map. SS mode: the MMA reads tile element (mn, k) of ``stage`` from
+    smem ``src`` through its **own** view ``view`` (the descriptor's layout; normally the same
+    atom the TMA writes with). RS mode (A only): ``src`` is a register fragment tensor and
+    ``view`` is ``None`` (the PTX A-fragment layout, PTX ISA 9.7.15.5.2).
 
     ``op`` is the GMMA atom (``op.m`` rows of A per warpgroup, ``op.n`` columns of B,
-    ``op.k`` per k-block); ``warpgroups`` tile the MN mode (``TiledMma.atoms_m`` for A).
+    ``op.k`` per k-block); ``warpgroups`` tile the MN mode (``Mma.atoms_m`` for A).
     ``warp_stage_skew`` models how each warp of a warpgroup picks the stage whose descriptor
     it passes to ``wgmma`` (PTX ISA 9.7.15.5: the descriptor operands must be the same in
     every warp of the warpgroup; invariant G7).
@@ -197,48 +300,97 @@ class MmaRead:
     name: str
     operand: str  # "A" or "B"
     src: str
-    layout: Any
+    view: SmemView | None
     op: GmmaOp
     tile_mn: int
     tile_k: int
     warpgroups: int
     loc: SourceLoc
-    #: stage offset each of the warpgroup's 4 warps adds when it selects the descriptor of the
-    #: current stage (all 0 in a correct kernel: wgmma needs warpgroup-uniform descriptors)
+    mma: str = "mainloop"
     warp_stage_skew: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    @property
+    def layout(self) -> Any:
+        """(MN, K, stage) -> element offset of the read (the view's layout)."""
+        return None if self.view is None else self.view.layout
 
 
 @dataclass(frozen=True)
-class TagAssertion:
-    """``lhs.field <relation> rhs.field`` at every slot of the program point ``at``.
+class Mma:
+    """A tiled warpgroup MMA: ``atoms_m`` warpgroups along M; warpgroup ``w`` computes rows
+    ``op.m * (rep * atoms_m + w)`` for ``rep < reps_m`` (CuTe ``make_tiled_mma(op,
+    Layout<Shape<atoms_m, 1, 1>>)`` repeated over the tile), ``tile_n = op.n`` columns, into the
+    fp32 register tensor ``acc``.
 
-    ``lhs``/``rhs`` are ``(operand, field)`` pairs, e.g. ``("A", "k")``; ``invariant`` is a
-    catalogue id (``G1``) and ``rule`` the verifier rule that checks it.
+    ``a`` / ``b`` name the :class:`MmaRead` nodes of the operands. PTX ISA 9.7.15 (wgmma).
     """
 
     name: str
-    at: str
-    lhs: tuple[str, str]
-    relation: Literal["=="]
-    rhs: tuple[str, str]
-    invariant: str
-    rule: str
+    op: GmmaOp
+    a: str
+    b: str
+    acc: str
+    atoms_m: int
+    reps_m: int
     loc: SourceLoc
 
-    def __str__(self) -> str:
-        return f"{self.lhs[0]}.{self.lhs[1]} {self.relation} {self.rhs[0]}.{self.rhs[1]} at {self.at}"
+    @property
+    def tile_m(self) -> int:
+        return self.op.m * self.atoms_m * self.reps_m
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.atoms_m
+
+
+@dataclass(frozen=True)
+class FragmentConvert:
+    """Accumulator -> A-operand register fragment (RS-mode input), with a dtype conversion.
+
+    The m64nNk16 fp32 accumulator of a thread and the m64k16 A fragment of the same thread
+    cover the same (row, column) pairs (PTX ISA 9.7.15.4 / 9.7.15.5.2), so the conversion is a
+    register-local repack: accumulator registers ``4j..4j+3`` (columns ``8j..8j+7``) become A
+    registers of k-block ``j // 2``. ``pairing`` lists, per A register pair, the accumulator
+    pair it takes (identity in a correct kernel: the planted-mistake knob).
+    """
+
+    name: str
+    src: str
+    dst: str
+    dtype: str
+    loc: SourceLoc
+    pairing: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A row reduction of a register tensor across a quad (``shfl.xor`` by each of ``xor_lanes``)
+    after the thread-local reduction over its own registers of the row.
+
+    With the m64nN accumulator layout, the 4 lanes ``4q..4q+3`` hold row ``q`` (and ``q + 8``)
+    of their warp's 16 rows, so shuffles by lane masks 1 and 2 reduce exactly one row
+    (invariant "row ownership").
+    """
+
+    name: str
+    src: str
+    op: str  # "max" or "sum"
+    xor_lanes: tuple[int, ...]
+    loc: SourceLoc
+
+
+# --------------------------------------------------------------------------------- synchronisation
 
 
 @dataclass(frozen=True)
 class PipelineSide:
-    """One side's ``PipelineState`` of the mainloop pipeline.
+    """One side's ``PipelineState`` of a pipeline.
 
     Attributes:
         start_phase: phase the side's state starts with (CUTLASS: producer 1, consumer 0).
-        wrap: index at which ``operator++`` wraps to 0 and flips the phase (CUTLASS: the
-            stage count).
+        wrap: index at which ``operator++`` wraps to 0 and flips the phase (the stage count).
         carry_across_tiles: the state persists across the persistent kernel's output tiles
-            (CUTLASS: yes); ``False`` models a state re-created per tile.
+            (CUTLASS: yes); ``False`` re-creates it per tile.
     """
 
     start_phase: int
@@ -248,27 +400,32 @@ class PipelineSide:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The mbarrier pipeline between the TMA producer and the GMMA consumers
-    (CUTLASS ``PipelineTmaAsync``): one *full* and one *empty* barrier per stage.
+    """An mbarrier pipeline between a TMA producer and MMA consumers (CUTLASS
+    ``PipelineTmaAsync`` semantics): one *full* and one *empty* barrier per stage.
 
     Attributes:
+        name: the pipeline's name (``mainloop``; attention has ``k`` and ``v``).
         stages: stage buffers (S).
-        tx_bytes: bytes the producer's ``arrive.expect_tx`` announces per stage fill.
+        buffers: the smem tensors it guards (each ``(MN, K, S)``).
         loads: names of the TMA loads that fill a stage (their boxes make the real bytes).
+        tx_bytes: bytes the producer's ``arrive.expect_tx`` announces per stage fill.
         producer_arrivals: arrival count the *full* barrier is initialised with.
         consumer_arrivals: arrival count the *empty* barrier is initialised with.
-        consumer_arrivers: arrivals one release makes (consumer warpgroups x reader CTAs).
+        consumer_arrivers: arrivals one stage's release makes (consumer warpgroups reading a
+            stage x CTAs whose smem the stage's loads write).
         producer, consumer: each side's :class:`PipelineSide`.
         mma_in_flight: wgmma batches the consumer leaves outstanding after issuing an
-            iteration's batch (``warpgroup_wait<N>``; CUTLASS ``K_PIPE_MMAS`` = 1).
+            iteration's batch (``wgmma.wait_group N``; CUTLASS ``K_PIPE_MMAS`` = 1).
         release_lag: after iteration ``i`` the consumer releases the stage of iteration
-            ``i - release_lag`` (CUTLASS: 1, the previous one). Safe iff the batch that read it
-            has retired: ``release_lag >= mma_in_flight`` (PTX ISA 9.7.15.7, wgmma.wait_group).
+            ``i - release_lag``. Safe iff ``release_lag >= mma_in_flight`` (PTX ISA 9.7.15.7).
+        barrier_bytes: smem byte offset of the ``2 * stages`` mbarriers (full, then empty).
     """
 
+    name: str
     stages: int
-    tx_bytes: int
+    buffers: tuple[str, ...]
     loads: tuple[str, ...]
+    tx_bytes: int
     producer_arrivals: int
     consumer_arrivals: int
     consumer_arrivers: int
@@ -277,33 +434,88 @@ class Pipeline:
     loc: SourceLoc
     mma_in_flight: int = 1
     release_lag: int = 1
+    barrier_bytes: int = 0
 
 
 @dataclass(frozen=True)
 class KLoop:
-    """The mainloop's k iteration: ``k_tiles(K)`` k-tiles of ``tile_k`` (TMA), each read as
-    ``k_blocks`` GMMA k-blocks of ``block_k``.
+    """A loop with a symbolic trip count: the mainloop's ``k_tiles(K)`` k-tiles of ``tile_k``
+    (the TMA coordinate step), each read as ``k_blocks`` MMA k-blocks of ``block_k``.
 
     Attributes:
-        tile_k: gmem k columns one k-tile's TMA loads (the TMA coordinate step).
-        block_k: k of one GMMA (16 for 16-bit types).
-        k_blocks: k-blocks the consumer issues per k-tile (``tile_k / block_k``).
+        name: ``k``.
         rounding: ``ceil`` (``ceil_div(K, tile_k)`` k-tiles) or ``floor``.
-        oob_fill: ``zero`` (TMA fills out-of-bounds box elements with 0) or ``none``.
+        oob_fill: what TMA writes for box elements past the tensor's extent: ``zero``
+            (``CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE``) or ``nan``
+            (``CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA``).
+        bound_bits: the proofs over the symbolic size hold for ``K < 2**bound_bits``; the host
+            entry refuses a larger K (``problem.k_range``).
     """
 
+    name: str
     tile_k: int
     block_k: int
     k_blocks: int
     rounding: str
     oob_fill: str
     loc: SourceLoc
+    bound_bits: int = 24
 
     def __post_init__(self) -> None:
         if self.rounding not in ("ceil", "floor"):
             _dsl_error("dsl.operand", self.loc, f"k loop rounding {self.rounding!r}: expected 'ceil' or 'floor'")
-        if self.oob_fill not in ("zero", "none"):
-            _dsl_error("dsl.operand", self.loc, f"k loop oob_fill {self.oob_fill!r}: expected 'zero' or 'none'")
+        if self.oob_fill not in ("zero", "nan"):
+            _dsl_error("dsl.operand", self.loc, f"k loop oob_fill {self.oob_fill!r}: expected 'zero' or 'nan'")
+        if not isinstance(self.bound_bits, int) or not 1 <= self.bound_bits <= 31:
+            _dsl_error("dsl.operand", self.loc, f"k loop bound_bits {self.bound_bits!r}: expected an int in [1, 31] "
+                       "(the host entry takes K as int32)")
+
+
+@dataclass(frozen=True)
+class Role:
+    """A warp-specialized role: the warpgroups that play it, the warps of each that issue
+    (``issue_warps``; all 4 for MMA consumers), and the per-thread register count it sets with
+    ``setmaxnreg`` (PTX ISA 9.7.17.1: a multiple of 8 in [24, 256]; ``inc`` for consumers,
+    ``dec`` for the producer)."""
+
+    name: str
+    kind: str  # "producer" or "consumer"
+    warpgroups: tuple[int, ...]
+    issue_warps: tuple[int, ...]
+    regs: int
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class NamedBarrier:
+    """A hardware named barrier (``bar.sync id, threads`` / ``bar.arrive id, threads``, PTX ISA
+    9.7.13.1): 16 per CTA, id 0 is ``__syncthreads``; ``threads`` a multiple of 32."""
+
+    name: str
+    id: int
+    threads: int
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class TurnOrder:
+    """Warpgroups taking turns at program points (the ping-pong schedule, FA3 / CUTLASS
+    ``OrderedSequenceBarrier``): before point ``p`` group ``g`` syncs on barrier
+    ``barriers[p][g]`` (``bar.sync``, 2 x 128 threads), after it arrives on
+    ``barriers[p][(g + 1) % groups]``; at start every group but the ``first`` arrives on the
+    first group's barrier of every point. Each point is one independent chain, so groups that
+    run an unequal number of tiles never wait for a turn that nobody gives.
+    """
+
+    name: str
+    groups: int
+    points: tuple[str, ...]
+    barriers: tuple[tuple[str, ...], ...]
+    first: int
+    loc: SourceLoc
+
+
+# ------------------------------------------------------------------------------------------ epilogue
 
 
 @dataclass(frozen=True)
@@ -311,15 +523,15 @@ class EpilogueStore:
     """Accumulators -> D for one output tile.
 
     Consumer warpgroup ``w`` (of ``warpgroups`` splitting the tile along M; 1 for ping-pong)
-    holds, in thread ``t`` and register ``r``, the accumulator at the tile coordinate that
-    CuTe's ``CLayout_64xN`` gives (PTX ISA 9.7.15.4; rows ``64 * (rep * warpgroups + w)``
-    onward). The epilogue stores that register at the same coordinate with its row shifted
-    by ``row_offset`` modulo the 64-row atom (a warp writing its neighbour's rows); the shift
-    is 0 in a correct kernel and is the knob a planted mistake turns. With ``residue_mask`` a store whose global coordinate lies outside ``M x N`` is
-    suppressed.
+    holds, in thread ``t`` and register ``r`` of repetition ``rep``, the accumulator at the tile
+    coordinate that CuTe's ``CLayout_64xN`` gives (PTX ISA 9.7.15.4; rows ``64 * (rep *
+    warpgroups + w)`` onward). The epilogue stores that register at the same coordinate with its
+    row shifted by ``row_offset`` modulo the 64-row atom (0 in a correct kernel: the knob a
+    planted mistake turns). Subtiles of ``epi_m x epi_n`` are walked ``epi_m`` fastest. With
+    ``residue_mask`` an element whose global coordinate lies outside ``M x N`` is never written
+    (the TMA store clips at the tensor map's extent; direct stores test it).
 
     Attributes:
-        tile_m, tile_n: output tile (elements); op_m, op_n: the GMMA atom (64 x N).
         d_major: contiguous mode of D in the kernel's (M, N): ``"N"`` or ``"M"`` (swap-AB).
     """
 
@@ -332,6 +544,26 @@ class EpilogueStore:
     row_offset: int
     residue_mask: bool
     loc: SourceLoc
+    epi_m: int = 0
+    epi_n: int = 0
+    acc: str = "accum"
+    dst: str = "gD"
+
+
+@dataclass(frozen=True)
+class EpilogueSource:
+    """How the epilogue reads C for ``D = alpha * acc + beta * C`` (only when ``beta != 0``).
+
+    ``path`` is ``gmem`` (each thread loads the C element at its accumulator's coordinate, masked
+    by the residue when ``residue_mask``) or ``none`` (C is never read: wrong unless beta is 0).
+    ``row_offset`` shifts the row it reads (0 in a correct kernel).
+    """
+
+    src: str
+    path: str
+    residue_mask: bool
+    row_offset: int
+    loc: SourceLoc
 
 
 @dataclass(frozen=True)
@@ -339,24 +571,22 @@ class SmemStage:
     """The epilogue's register -> shared-memory step (staging for the TMA store).
 
     Every consumer warp stores its accumulator registers of each ``epi_m x epi_n`` subtile
-    into the staging buffer ``dst`` (shape ``(epi_m, epi_n, stages)``); subtile ``q`` (in
-    CUTLASS's order: ``epi_m`` inner, ``epi_n`` outer) goes to stage ``q mod stages``.
+    into the staging buffer ``dst`` through ``view`` (shape ``(epi_m, epi_n, stages)``); subtile
+    ``q`` (``epi_m`` fastest) goes to stage ``q mod stages``.
 
-    ``op`` is ``"stmatrix"`` (``stmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``,
-    16-bit outputs: CuTe ``SM90_U32x{2,4}_STSM_N`` / ``SM90_U16x{4,8}_STSM_T``) or
-    ``"st.shared"`` (one store per element: 32-bit outputs). One stmatrix (``.x2`` or ``.x4``;
-    ``.x1`` is not used by the GEMM epilogue and not modelled) covers, per warp, a block of 16 rows
-    x ``4 * num`` columns of its accumulator; matrix ``i`` is the 8x8 block at
-    row ``8 * (i % 2)`` and column ``8 * (i // 2)``. Lane ``L`` supplies the smem address of row
-    ``L % 8`` of matrix ``(L // 8 + row_lane_skew) % num`` (a row runs along N, or along M with
-    ``trans``); register ``i`` of an instruction carries the accumulator pair of matrix
-    ``matrix_order[i]``. ``row_lane_skew = 0`` and the identity order are the correct kernel; the
-    other values are the knobs planted mistakes turn.
+    ``op`` is ``"stmatrix"`` (``stmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``, 16-bit
+    outputs) or ``"st.shared"`` (one store per element: 32-bit outputs). One stmatrix (``.x2``
+    or ``.x4``) covers, per warp, a block of 16 rows x ``4 * num`` columns of its accumulator;
+    matrix ``i`` is the 8x8 block at row ``8 * (i % 2)`` and column ``8 * (i // 2)``. Lane ``L``
+    supplies the smem address of row ``L % 8`` of matrix ``(L // 8 + row_lane_skew) % num`` (a
+    row runs along N, or along M with ``trans``); register ``i`` of an instruction carries the
+    accumulator pair of matrix ``matrix_order[i]``. ``row_lane_skew = 0`` and the identity order
+    are the correct kernel.
 
     ``store_wait`` is the number of TMA stores the epilogue lets stay in flight
-    (``cp.async.bulk.wait_group.read``) before it overwrites a stage: at most ``stages - 1``;
-    CUTLASS's ``PipelineTmaStore`` uses ``StagesD - 1`` (the buffer may hold more stages when D
-    reuses C's smem).
+    (``cp.async.bulk.wait_group.read``) before it overwrites a stage: at most ``stages - 1``.
+    ``barrier`` names the :class:`NamedBarrier` the consumer threads sync on around the store
+    (one per consumer warpgroup for ping-pong: ``barrier`` + the group index).
     """
 
     src: str
@@ -370,23 +600,26 @@ class SmemStage:
     matrix_order: tuple[int, ...]
     store_wait: int
     loc: SourceLoc
+    view: SmemView | None = None
+    barrier: str = "epilogue"
+
+
+# --------------------------------------------------------------------------------- launch / schedule
 
 
 @dataclass(frozen=True)
 class TileSchedule:
-    """The persistent tile scheduler (CUTLASS ``PersistentTileSchedulerSm90`` /
-    ``PersistentTileSchedulerSm90StreamK``).
+    """The persistent tile scheduler.
 
     CTA ``c`` of ``grid`` takes linear work units ``c, c + step, ...`` with ``step = grid +
-    step_delta`` (0 in a correct kernel). A unit becomes an output tile through CUTLASS's walk
-    (``raster``, ``swizzle`` = ``max_swizzle_size``, cluster-major blocking over
-    ``cluster_m x cluster_n``). ``decomposition`` is ``persistent`` (one tile per unit),
-    ``streamk`` or ``splitk`` (a tile's k loop divided among units, ``splits`` ways for
-    split-K; Deterministic reduction).
-
-    ``walk_mutation`` and ``division_mutation`` plant mistakes for the mutation suite:
-    ``"swizzle_off_by_one"`` on the walk; ``(("drop_remainder", True),)``, ``(("overlap", 1),)``
-    ... on the division (keywords of :func:`argus_cutlass.verify.decomposition.work_units`).
+    step_delta`` (0 in a correct kernel); with ``consumer_stride`` = 2 (ping-pong) consumer
+    warpgroup ``w`` takes every second unit of its CTA, starting with unit ``w``. A unit becomes
+    an output tile through CUTLASS's walk (``raster``, ``swizzle`` = ``max_swizzle_size``,
+    cluster-major blocking over ``cluster_m x cluster_n``; ``hw.scheduler``); the CTA of cluster
+    rank ``r`` is placed at ``(r % cluster_m, r // cluster_m)`` along N-raster and
+    ``(r // cluster_n, r % cluster_n)`` along M-raster. ``decomposition`` is ``persistent`` (one
+    tile per unit), ``streamk`` or ``splitk`` (a tile's k loop divided among units, ``splits``
+    ways for split-K; CUTLASS ``PersistentTileSchedulerSm90StreamK``, Deterministic reduction).
     """
 
     raster: str
@@ -397,33 +630,111 @@ class TileSchedule:
     cluster_m: int = 1
     cluster_n: int = 1
     splits: int = 1
-    walk_mutation: str = ""
-    division_mutation: tuple[tuple[str, Any], ...] = ()
+    consumer_stride: int = 1
 
     def __post_init__(self) -> None:
         validate_schedule(self)
 
 
 @dataclass(frozen=True)
-class DslProgram:
-    """A whole tile program: tensors, TMA loads, MMA reads and tag assertions.
+class Launch:
+    """Threads per CTA and the cluster shape (``cluster_m x cluster_n`` CTAs, launched as a 1-D
+    cluster of ``cluster_m * cluster_n``; ``__launch_bounds__(threads, 1)``)."""
 
-    ``stages`` is the pipeline depth; nodes refer to tensors by name.
+    threads: int
+    cluster_m: int
+    cluster_n: int
+    loc: SourceLoc
+
+
+# -------------------------------------------------------------------------------------- assertions
+
+
+@dataclass(frozen=True)
+class TagAssertion:
+    """``lhs.field <relation> rhs.field`` at every slot of the program point ``at``.
+
+    ``lhs``/``rhs`` are ``(value, field)`` pairs: an MMA operand (``("A", "k")``), the MMA slot
+    itself (``("slot", "m")``: the row the MMA computes), the accumulator (``("acc", "m")``), or
+    a constant ``("const", "0")``. Relations: ``==``, ``!=``, ``<=``, ``<``, ``>=``, ``>``,
+    ``in_range`` (``rhs`` names a ``[lo, hi)`` pair of fields), ``bijection`` (the map from
+    slots to ``lhs`` values is one-to-one onto ``rhs``'s set). ``invariant`` is a catalogue id
+    (``G1``) and ``rule`` the verifier rule that checks it.
     """
 
     name: str
-    stages: int
+    at: str
+    lhs: tuple[str, str]
+    relation: str
+    rhs: tuple[str, str]
+    invariant: str
+    rule: str
+    loc: SourceLoc
+
+    def __str__(self) -> str:
+        return f"{self.lhs[0]}.{self.lhs[1]} {self.relation} {self.rhs[0]}.{self.rhs[1]} at {self.at}"
+
+
+@dataclass(frozen=True)
+class Relation:
+    """Consistency between nodes: ``value(lhs) <relation> value(rhs)``.
+
+    ``lhs``/``rhs`` are field paths into the program (:meth:`Program.resolve`), e.g.
+    ``"pipeline[mainloop].stages"``, ``"tensor[sA].shape[2]"``, ``"loop[k].block_k"``,
+    ``"mma[mainloop].op.k"``, or integer literals. Relations: ``==``, ``!=``, ``<=``, ``<``,
+    ``>=``, ``>``, ``divides`` (lhs divides rhs), ``disjoint`` (two smem tensors' byte ranges do
+    not overlap). Every proved relation over compile-time constants is also printed into the
+    ``.cu`` as a ``static_assert``.
+    """
+
+    name: str
+    lhs: str
+    relation: str
+    rhs: str
+    invariant: str
+    rule: str
+    loc: SourceLoc
+
+    def __str__(self) -> str:
+        return f"{self.lhs} {self.relation} {self.rhs}"
+
+
+# ---------------------------------------------------------------------------------------- program
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole tile program. Nodes refer to each other by name.
+
+    ``family`` names the kernel family (``gemm``); ``name`` is the human-readable prefix of the
+    kernel name (:meth:`kernel_name` appends a hash of every node); ``params`` holds the
+    program's scalar choices that are printed as such (e.g. ``swap_ab``).
+    """
+
+    family: str
+    name: str
     tensors: tuple[Tensor, ...]
     loads: tuple[TmaLoad, ...]
     reads: tuple[MmaRead, ...]
     assertions: tuple[TagAssertion, ...]
-    pipeline: Pipeline | None = None
-    kloop: KLoop | None = None
-    epilogue: EpilogueStore | None = None
-    schedule: TileSchedule | None = None
+    pipelines: tuple[Pipeline, ...] = ()
+    loops: tuple[KLoop, ...] = ()
+    mmas: tuple[Mma, ...] = ()
     stores: tuple[TmaStore, ...] = ()
+    roles: tuple[Role, ...] = ()
+    barriers: tuple[NamedBarrier, ...] = ()
+    orders: tuple[TurnOrder, ...] = ()
+    converts: tuple[FragmentConvert, ...] = ()
+    reductions: tuple[Reduction, ...] = ()
+    relations: tuple[Relation, ...] = ()
+    epilogue: EpilogueStore | None = None
+    source: EpilogueSource | None = None
     staging: SmemStage | None = None
+    schedule: TileSchedule | None = None
+    launch: Launch | None = None
+    params: tuple[tuple[str, Any], ...] = ()
 
+    # ---- lookups ------------------------------------------------------------------------------
     def tensor(self, name: str) -> Tensor:
         """The tensor called ``name``. Raises ``KeyError`` naming the known tensors."""
         for t in self.tensors:
@@ -443,74 +754,231 @@ class DslProgram:
                 return ld
         raise KeyError(f"no TMA load into {dst!r}")
 
-    def replace_tensor(self, name: str, **changes: Any) -> DslProgram:
-        """A copy with tensor ``name`` changed (e.g. ``base_bytes``)."""
-        self.tensor(name)
-        ts = tuple(dataclasses.replace(t, **changes) if t.name == name else t for t in self.tensors)
-        return dataclasses.replace(self, tensors=ts)
+    def barrier(self, name: str) -> NamedBarrier:
+        for b in self.barriers:
+            if b.name == name:
+                return b
+        raise KeyError(f"no named barrier {name!r}; have {[b.name for b in self.barriers]}")
 
-    def replace_read(self, operand: str, **changes: Any) -> DslProgram:
-        """A copy with the MMA read of ``operand`` changed (e.g. its ``layout``)."""
-        self.read(operand)
-        rs = tuple(dataclasses.replace(r, **changes) if r.operand == operand else r for r in self.reads)
-        return dataclasses.replace(self, reads=rs)
+    def role(self, kind: str) -> Role:
+        for r in self.roles:
+            if r.kind == kind:
+                return r
+        raise KeyError(f"no {kind} role")
 
-    def replace_load(self, dst: str, **changes: Any) -> DslProgram:
-        """A copy with the TMA load into ``dst`` changed (e.g. its ``copy``)."""
-        self.load_into(dst)
-        ls = tuple(dataclasses.replace(x, **changes) if x.dst == dst else x for x in self.loads)
-        return dataclasses.replace(self, loads=ls)
+    def param(self, key: str, default: Any = None) -> Any:
+        return dict(self.params).get(key, default)
 
+    @property
+    def pipeline(self) -> Pipeline | None:
+        """The mainloop pipeline (the first one), for single-pipeline families."""
+        return self.pipelines[0] if self.pipelines else None
+
+    @property
+    def kloop(self) -> KLoop | None:
+        return self.loops[0] if self.loops else None
+
+    @property
+    def mma(self) -> Mma | None:
+        return self.mmas[0] if self.mmas else None
+
+    @property
+    def stages(self) -> int:
+        return self.pipeline.stages if self.pipeline is not None else 0
+
+    # ---- field paths (relations) ------------------------------------------------------------
+    def resolve(self, path: str) -> Any:
+        """The value at ``path``: an int literal, or ``kind[name].field(.field|[i])*`` with kind one
+        of tensor, load, store, read, mma, pipeline, loop, role, barrier, order; or ``epilogue``,
+        ``source``, ``staging``, ``schedule``, ``launch`` followed by fields.
+
+        Raises:
+            KeyError: the path names a node or field that does not exist.
+        """
+        import re
+
+        path = path.strip()
+        if re.fullmatch(r"-?\d+", path):
+            return int(path)
+        m = re.match(r"(\w+)(?:\[([^\]]+)\])?", path)
+        if m is None:
+            raise KeyError(f"malformed path {path!r}")
+        kind, key = m.group(1), m.group(2)
+        rest = path[m.end():]
+        groups = {"tensor": (self.tensors, "name"), "load": (self.loads, "name"), "store": (self.stores, "name"),
+                  "read": (self.reads, "operand"), "mma": (self.mmas, "name"), "pipeline": (self.pipelines, "name"),
+                  "loop": (self.loops, "name"), "role": (self.roles, "kind"), "barrier": (self.barriers, "name"),
+                  "order": (self.orders, "name")}
+        if kind in groups:
+            nodes, attr = groups[kind]
+            hit = [n for n in nodes if getattr(n, attr) == key]
+            if not hit:
+                raise KeyError(f"no {kind} {key!r} (path {path!r})")
+            value: Any = hit[0]
+        elif kind in ("epilogue", "source", "staging", "schedule", "launch") and key is None:
+            value = getattr(self, kind)
+            if value is None:
+                raise KeyError(f"program has no {kind} (path {path!r})")
+        elif kind == "param" and key is not None:
+            return self.param(key)
+        else:
+            raise KeyError(f"unknown node kind {kind!r} in path {path!r}")
+        for step in re.findall(r"\.(\w+)|\[(\d+)\]", rest):
+            attr, idx = step
+            try:
+                value = getattr(value, attr) if attr else value[int(idx)]
+            except (AttributeError, IndexError, TypeError):
+                raise KeyError(f"path {path!r}: no {'field ' + attr if attr else 'index ' + idx}") from None
+        return value
+
+    # ---- identity ---------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """A stable hash of every node field (source locations aside): two programs that print
+        the same kernel have the same fingerprint, any edit changes it."""
+        return hashlib.sha256(_canonical(self).encode()).hexdigest()
+
+    def kernel_name(self) -> str:
+        """``argus_<name>_<8 hex digits of the fingerprint>``: deterministic, a C identifier."""
+        return f"argus_{self.name}_{self.fingerprint()[:8]}"
+
+    # ---- edits (each re-validates the node it changes) ----------------------------------------
+    def replace_node(self, kind: str, key: str | None = None, **changes: Any) -> Program:
+        """A copy with one node changed: ``kind`` is a :meth:`resolve` kind (``pipeline``,
+        ``load``...), ``key`` its name (``None`` for the single-node kinds).
+
+        Nested frozen fields are edited with dotted keys: ``replace_node("pipeline", "mainloop",
+        **{"consumer.start_phase": 1})``; a node's ``__post_init__`` checks run again.
+
+        Raises:
+            KeyError: no such node. argus_cutlass.errors.DslError: the edited node is malformed.
+        """
+        single = ("epilogue", "source", "staging", "schedule", "launch")
+        plural = {"tensor": ("tensors", "name"), "load": ("loads", "name"), "store": ("stores", "name"),
+                  "read": ("reads", "operand"), "mma": ("mmas", "name"), "pipeline": ("pipelines", "name"),
+                  "loop": ("loops", "name"), "role": ("roles", "kind"), "barrier": ("barriers", "name"),
+                  "order": ("orders", "name"), "assertion": ("assertions", "name"),
+                  "relation": ("relations", "name")}
+        if kind in single:
+            node = getattr(self, kind)
+            if node is None:
+                raise KeyError(f"program has no {kind}")
+            new = _edit(node, changes)
+            out = dataclasses.replace(self, **{kind: new})
+        elif kind in plural:
+            attr, keyattr = plural[kind]
+            nodes = getattr(self, attr)
+            if not any(getattr(n, keyattr) == key for n in nodes):
+                raise KeyError(f"no {kind} {key!r}; have {[getattr(n, keyattr) for n in nodes]}")
+            out = dataclasses.replace(self, **{attr: tuple(_edit(n, changes) if getattr(n, keyattr) == key else n
+                                                          for n in nodes)})
+        elif kind == "params":
+            p = dict(self.params)
+            p.update(changes)
+            out = dataclasses.replace(self, params=tuple(sorted(p.items())))
+        else:
+            raise KeyError(f"unknown node kind {kind!r}")
+        if out.staging is not None and kind in ("staging", "tensor"):
+            try:
+                validate_staging(out.staging, out.tensor(out.staging.dst))
+            except KeyError:
+                pass
+        return out
+
+    # ---- historical helpers used by the verifier and its tests --------------------------------
     def replace_pipeline(self, producer: dict[str, Any] | None = None,
-                         consumer: dict[str, Any] | None = None, **changes: Any) -> DslProgram:
-        """A copy with the pipeline changed, e.g. ``replace_pipeline(consumer={"start_phase": 1})``
-        or ``replace_pipeline(tx_bytes=...)``."""
+                         consumer: dict[str, Any] | None = None, **changes: Any) -> Program:
+        """The mainloop pipeline changed, e.g. ``replace_pipeline(consumer={"start_phase": 1})``."""
         if self.pipeline is None:
             raise KeyError("program has no pipeline")
-        p = self.pipeline
-        if producer:
-            changes["producer"] = dataclasses.replace(p.producer, **producer)
-        if consumer:
-            changes["consumer"] = dataclasses.replace(p.consumer, **consumer)
-        return dataclasses.replace(self, pipeline=dataclasses.replace(p, **changes))
+        ch = dict(changes)
+        for side, d in (("producer", producer), ("consumer", consumer)):
+            for k, v in (d or {}).items():
+                ch[f"{side}.{k}"] = v
+        return self.replace_node("pipeline", self.pipeline.name, **ch)
 
-    def replace_store(self, src: str, **changes: Any) -> DslProgram:
-        """A copy with the TMA store out of ``src`` changed (e.g. its ``copy``)."""
-        if not any(st.src == src for st in self.stores):
+    def replace_tensor(self, name: str, **changes: Any) -> Program:
+        return self.replace_node("tensor", name, **changes)
+
+    def replace_read(self, operand: str, **changes: Any) -> Program:
+        return self.replace_node("read", operand, **changes)
+
+    def replace_load(self, dst: str, **changes: Any) -> Program:
+        return self.replace_node("load", self.load_into(dst).name, **changes)
+
+    def replace_store(self, src: str, **changes: Any) -> Program:
+        hit = [s for s in self.stores if s.src == src]
+        if not hit:
             raise KeyError(f"no TMA store out of {src!r}")
-        sts = tuple(dataclasses.replace(x, **changes) if x.src == src else x for x in self.stores)
-        return dataclasses.replace(self, stores=sts)
+        return self.replace_node("store", hit[0].name, **changes)
 
-    def replace_epilogue(self, **changes: Any) -> DslProgram:
-        """A copy with the epilogue store changed (e.g. ``row_offset=16``, ``residue_mask=False``)."""
-        if self.epilogue is None:
-            raise KeyError("program has no epilogue store")
-        return dataclasses.replace(self, epilogue=dataclasses.replace(self.epilogue, **changes))
+    def replace_epilogue(self, **changes: Any) -> Program:
+        return self.replace_node("epilogue", **changes)
 
-    def replace_staging(self, **changes: Any) -> DslProgram:
-        """A copy with the epilogue's register -> smem step changed (e.g. ``trans=False``)."""
-        if self.staging is None:
-            raise KeyError("program has no epilogue staging step")
-        node = dataclasses.replace(self.staging, **changes)
-        validate_staging(node, self.tensor(node.dst))
-        return dataclasses.replace(self, staging=node)
+    def replace_staging(self, **changes: Any) -> Program:
+        return self.replace_node("staging", **changes)
 
-    def replace_schedule(self, **changes: Any) -> DslProgram:
-        """A copy with the tile scheduler changed (e.g. ``step_delta=-1``)."""
-        if self.schedule is None:
-            raise KeyError("program has no tile schedule")
-        return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, **changes))
+    def replace_schedule(self, **changes: Any) -> Program:
+        return self.replace_node("schedule", **changes)
 
-    def replace_kloop(self, **changes: Any) -> DslProgram:
-        """A copy with the k loop changed (e.g. ``rounding="floor"``)."""
+    def replace_kloop(self, **changes: Any) -> Program:
         if self.kloop is None:
             raise KeyError("program has no k loop")
-        return dataclasses.replace(self, kloop=dataclasses.replace(self.kloop, **changes))
+        return self.replace_node("loop", self.kloop.name, **changes)
 
 
-#: mutation keywords a TileSchedule's division_mutation may carry
-#: (:func:`argus_cutlass.verify.decomposition.work_units`)
-DIVISION_MUTATIONS = ("drop_remainder", "overlap", "no_end_adjust", "epilogue_on_first")
+#: the former name of :class:`Program` (the mainloop-only model of earlier versions)
+DslProgram = Program
+
+
+def _edit(node: Any, changes: dict[str, Any]) -> Any:
+    """``dataclasses.replace`` with dotted keys for nested frozen fields (``consumer.start_phase``)."""
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for k, v in changes.items():
+        head, _, tail = k.partition(".")
+        if not hasattr(node, head):
+            raise KeyError(f"{type(node).__name__} has no field {head!r}")
+        if tail:
+            nested.setdefault(head, {})[tail] = v
+        else:
+            direct[head] = v
+    for head, sub in nested.items():
+        direct[head] = _edit(getattr(node, head), sub)
+    return dataclasses.replace(node, **direct)
+
+
+def _canonical(value: Any) -> str:
+    """A deterministic text of a node tree, without source locations."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if isinstance(value, SourceLoc):
+            return "@"
+        parts = [f"{f.name}={_canonical(getattr(value, f.name))}" for f in dataclasses.fields(value)
+                 if f.name != "loc"]
+        return f"{type(value).__name__}({','.join(parts)})"
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(_canonical(v) for v in value) + ")"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_canonical(v)}" for k, v in sorted(value.items())) + "}"
+    return repr(value)
+
+
+def node_fields(node: Any) -> list[str]:
+    """Dotted names of every leaf field of a node (nested frozen values expanded), source
+    locations left out: the field list the coupling test mutates."""
+    out: list[str] = []
+    for f in dataclasses.fields(node):
+        if f.name == "loc":
+            continue
+        v = getattr(node, f.name)
+        if dataclasses.is_dataclass(v) and not isinstance(v, (Tag, SourceLoc)):
+            out += [f"{f.name}.{sub}" for sub in node_fields(v)]
+        else:
+            out.append(f.name)
+    return out
+
+
+# ------------------------------------------------------------------------------------- validation
+
 #: the most CTAs a ``ctaMask`` (16 bits) can name
 MAX_MULTICAST_CLUSTER = 16
 
@@ -521,18 +989,24 @@ def _positive_int(x: Any) -> bool:
 
 def validate_load(node: TmaLoad) -> None:
     """Check a TMA load node's cluster and multicast fields (run by every ``TmaLoad``, so the
-    builder and ``replace_load`` both get it).
+    builder and every edit get it).
 
     Raises:
         argus_cutlass.errors.DslError: ``dsl.operand`` naming the field and the rule.
     """
     loc = node.loc
     c = node.cluster
+    if node.major not in ("K", "MN"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: major {node.major!r}: expected 'K' or 'MN'")
+    if node.block_mode not in ("m", "n"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: block_mode {node.block_mode!r}: expected 'm' or 'n'")
     if len(c) != 2 or not all(_positive_int(x) for x in c):
         _dsl_error("dsl.operand", loc, f"{node.name}: cluster {c} must be two positive ints (CTAs along M, N)")
     if c[0] * c[1] > MAX_MULTICAST_CLUSTER:
         _dsl_error("dsl.operand", loc, f"{node.name}: a {c[0]}x{c[1]} cluster has more CTAs than the 16 bits of "
                    "a TMA ctaMask can name (PTX ISA 9.7.9.25)")
+    if len(node.copy.box) != 2 or not all(_positive_int(x) for x in node.copy.box):
+        _dsl_error("dsl.operand", loc, f"{node.name}: box {node.copy.box} must be two positive ints (inner, outer)")
     if node.copy.multicast <= 1:
         return
     if node.share_axis not in ("m", "n"):
@@ -549,7 +1023,7 @@ def validate_load(node: TmaLoad) -> None:
 
 
 def validate_staging(node: SmemStage, dst: Tensor) -> None:
-    """Check an epilogue staging node against its buffer (builder and ``replace_staging``).
+    """Check an epilogue staging node against its buffer (builder and every edit).
 
     Raises:
         argus_cutlass.errors.DslError: ``dsl.operand`` (op, num, matrix order, store wait, source),
@@ -557,8 +1031,6 @@ def validate_staging(node: SmemStage, dst: Tensor) -> None:
             matching the node).
     """
     loc = node.loc
-    if node.src != "accum":
-        _dsl_error("dsl.operand", loc, f"smem stage source {node.src!r}: only the MMA accumulator 'accum' is modelled")
     if node.op not in ("stmatrix", "st.shared"):
         _dsl_error("dsl.operand", loc, f"smem stage op {node.op!r}: expected 'stmatrix' or 'st.shared'")
     allowed = (2, 4) if node.op == "stmatrix" else (1,)
@@ -579,7 +1051,7 @@ def validate_staging(node: SmemStage, dst: Tensor) -> None:
 
 
 def validate_schedule(node: TileSchedule) -> None:
-    """Check a tile-scheduler node (run by every ``TileSchedule``: builder and ``replace_schedule``).
+    """Check a tile-scheduler node (run by every ``TileSchedule``: builder and every edit).
 
     Raises:
         argus_cutlass.errors.DslError: ``dsl.operand`` naming the field and the rule.
@@ -592,236 +1064,16 @@ def validate_schedule(node: TileSchedule) -> None:
                    "splitk")
     if node.swizzle not in (1, 2, 4, 8):
         _dsl_error("dsl.operand", loc, f"swizzle {node.swizzle}: CUTLASS's max_swizzle_size is 1, 2, 4 or 8")
-    if not all(_positive_int(x) for x in (node.cluster_m, node.cluster_n, node.splits)):
-        _dsl_error("dsl.operand", loc, f"cluster {node.cluster_m}x{node.cluster_n} / splits {node.splits} must be "
-                   "ints >= 1")
+    if not all(_positive_int(x) for x in (node.cluster_m, node.cluster_n, node.splits, node.consumer_stride)):
+        _dsl_error("dsl.operand", loc, f"cluster {node.cluster_m}x{node.cluster_n} / splits {node.splits} / "
+                   f"consumer_stride {node.consumer_stride} must be ints >= 1")
     if node.splits > 1 and node.decomposition != "splitk":
         _dsl_error("dsl.operand", loc, f"splits={node.splits} needs decomposition 'splitk'")
     if not isinstance(node.step_delta, int):
         _dsl_error("dsl.operand", loc, f"step_delta {node.step_delta!r} must be an int")
-    if node.walk_mutation not in ("", "swizzle_off_by_one"):
-        _dsl_error("dsl.operand", loc, f"walk_mutation {node.walk_mutation!r}: expected '' or 'swizzle_off_by_one'")
-    bad = [k for k, _ in node.division_mutation if k not in DIVISION_MUTATIONS]
-    if bad:
-        _dsl_error("dsl.operand", loc, f"division_mutation keys {bad}: expected {list(DIVISION_MUTATIONS)}")
-
-
-def _layout_size(layout: Any) -> int:
-    size = getattr(layout, "size", None)
-    if callable(size):
-        return int(size())
-    from argus_cutlass.layout.algebra import size as layout_size
-
-    return int(layout_size(layout))
 
 
 def _dsl_error(rule: str, loc: SourceLoc, message: str, hint: str | None = None) -> None:
     from argus_cutlass.errors import DslError
 
     raise DslError(rule, f"{loc}: {message}", hint)
-
-
-class ProgramBuilder:
-    """Collects DSL statements; each records the caller's source location.
-
-    >>> b = ProgramBuilder("demo", stages=2)
-    >>> t = b.tensor("gA", "gmem", (128, 64), "bf16", tag=Tag("A", ("m", "k")))
-    >>> b.build().tensor("gA").loc.line > 0
-    True
-    """
-
-    def __init__(self, name: str, stages: int) -> None:
-        self.name = name
-        self.stages = stages
-        self._tensors: list[Tensor] = []
-        self._loads: list[TmaLoad] = []
-        self._reads: list[MmaRead] = []
-        self._asserts: list[TagAssertion] = []
-        self._pipeline: Pipeline | None = None
-        self._kloop: KLoop | None = None
-        self._epilogue: EpilogueStore | None = None
-        self._schedule: TileSchedule | None = None
-        self._staging: SmemStage | None = None
-        self._stores: list[TmaStore] = []
-
-    def tensor(self, name: str, space: Space, shape: tuple[int, ...], dtype: str, *,
-               layout: Any = None, tag: Tag | None = None, base_bytes: int = 0,
-               swizzle_bytes: int = 16) -> Tensor:
-        """Declare a tensor.
-
-        Raises:
-            argus_cutlass.errors.DslError: ``dsl.duplicate`` (name taken), ``dsl.layout_size``
-                (the layout's size is not the product of ``shape``), ``dsl.dtype``.
-        """
-        loc = caller_loc()
-        if any(t.name == name for t in self._tensors):
-            _dsl_error("dsl.duplicate", loc, f"tensor {name!r} is declared twice")
-        if dtype not in ("bf16", "fp16", "fp32"):
-            _dsl_error("dsl.dtype", loc, f"tensor {name!r}: dtype {dtype!r} is not bf16, fp16 or fp32")
-        elems = 1
-        for e in shape:
-            elems *= int(e)
-        if layout is not None and _layout_size(layout) != elems:
-            _dsl_error("dsl.layout_size", loc,
-                       f"tensor {name!r} has shape {tuple(shape)} ({elems} elements) but its layout maps "
-                       f"{_layout_size(layout)} coordinates", "the layout's shape must be the tensor's shape")
-        t = Tensor(name, space, tuple(shape), dtype, layout, tag, base_bytes, swizzle_bytes, loc)
-        self._tensors.append(t)
-        return t
-
-    def tma_load(self, src: Tensor, dst: Tensor, copy: TmaCopy, *, major: str, tile_mn: int,
-                 tile_k: int, stage_tag: Tag, cluster: tuple[int, int] = (1, 1), share_axis: str = "") -> TmaLoad:
-        """A TMA tile load ``src`` (gmem, tagged) -> ``dst`` (smem, ``(tile_mn, tile_k, S)``).
-
-        With ``copy.multicast > 1`` the CTAs of a ``cluster`` (CTAs along M, along N) that share
-        the operand along ``share_axis`` (``"n"``: A, ``"m"``: B) each issue one slice of the tile
-        and multicast it to the others (CUTLASS ``SM90_TMA_LOAD_MULTICAST``); the slice and mask
-        choices default to CUTLASS's and can be changed with ``replace_load``.
-
-        Raises:
-            argus_cutlass.errors.DslError: ``dsl.untagged`` (the source carries no tag: nothing
-                could be proved about the values it loads), ``dsl.layout_size`` (the tile does
-                not match the destination's shape).
-        """
-        loc = caller_loc()
-        if src.tag is None:
-            _dsl_error("dsl.untagged", loc, f"TMA source {src.name!r} carries no tag",
-                       f"declare it with tag=Tag(...), e.g. Tag('{src.name[-1:]}', ('m', 'k'))")
-        if tuple(dst.shape[:2]) != (tile_mn, tile_k):
-            _dsl_error("dsl.layout_size", loc, f"TMA tile ({tile_mn}, {tile_k}) does not match the "
-                       f"destination {dst.name!r} of shape {dst.shape}")
-        node = TmaLoad(f"tma_{dst.name}", src.name, dst.name, copy, major, tile_mn, tile_k,
-                       src.tag, stage_tag, loc, tuple(cluster), share_axis, share_axis, share_axis)
-        self._loads.append(node)
-        return node
-
-    def mma_read(self, operand: str, src: Tensor, layout: Any, op: GmmaOp, *, tile_mn: int,
-                 tile_k: int, warpgroups: int) -> MmaRead:
-        """A GMMA operand read of ``src`` through ``layout`` ((MN, K, S) -> offset).
-
-        Raises:
-            argus_cutlass.errors.DslError: ``dsl.layout_size`` (the read's layout and the
-                buffer disagree in size), ``dsl.operand`` (operand not A or B).
-        """
-        loc = caller_loc()
-        if operand not in ("A", "B"):
-            _dsl_error("dsl.operand", loc, f"MMA operand {operand!r} is not 'A' or 'B'")
-        if layout is not None and src.layout is not None and _layout_size(layout) != _layout_size(src.layout):
-            _dsl_error("dsl.layout_size", loc,
-                       f"the MMA reads {src.name!r} through a layout of {_layout_size(layout)} coordinates, "
-                       f"but the buffer's layout has {_layout_size(src.layout)}",
-                       "read with a layout of the buffer's shape (MN, K, stages)")
-        node = MmaRead(f"gmma_{operand}", operand, src.name, layout, op, tile_mn, tile_k,
-                       warpgroups, loc)
-        self._reads.append(node)
-        return node
-
-    def assert_tags(self, at: str, lhs: tuple[str, str], relation: Literal["=="],
-                    rhs: tuple[str, str], *, invariant: str, rule: str) -> TagAssertion:
-        """State ``lhs.field relation rhs.field`` at every slot of program point ``at``.
-
-        Operands are MMA operands already read (``("A", "k")``); their tag is the tag of the
-        gmem tensor their buffer was loaded from.
-
-        Raises:
-            argus_cutlass.errors.DslError: ``dsl.untagged`` (an operand with no MMA read, or
-                whose buffer no tagged TMA load fills), ``dsl.unknown_tag`` (a field the tag
-                does not have), ``dsl.relation`` (only ``==`` is supported).
-        """
-        loc = caller_loc()
-        if relation != "==":
-            _dsl_error("dsl.relation", loc, f"relation {relation!r} is not supported (only '==')")
-        for operand, fld in (lhs, rhs):
-            read = next((r for r in self._reads if r.operand == operand), None)
-            load = next((ld for ld in self._loads if read is not None and ld.dst == read.src), None)
-            if load is None:
-                _dsl_error("dsl.untagged", loc,
-                           f"assertion over {operand}.{fld}: {operand!r} has no MMA read of a tagged TMA-loaded buffer",
-                           "declare the TMA load and the MMA read before asserting on the operand")
-            if fld not in load.src_tag.fields:
-                _dsl_error("dsl.unknown_tag", loc,
-                           f"assertion over {operand}.{fld}: tag {load.src_tag} has no field {fld!r}",
-                           f"use one of {list(load.src_tag.fields)}")
-        node = TagAssertion(f"{invariant}:{lhs[0]}.{lhs[1]}{relation}{rhs[0]}.{rhs[1]}", at, lhs,
-                            relation, rhs, invariant, rule, loc)
-        self._asserts.append(node)
-        return node
-
-    def pipeline(self, loads: tuple[TmaLoad, ...], *, tx_bytes: int, producer_arrivals: int,
-                 consumer_arrivals: int, consumer_arrivers: int, producer: PipelineSide,
-                 consumer: PipelineSide) -> Pipeline:
-        node = Pipeline(self.stages, tx_bytes, tuple(ld.name for ld in loads), producer_arrivals,
-                        consumer_arrivals, consumer_arrivers, producer, consumer, caller_loc())
-        self._pipeline = node
-        return node
-
-    def k_loop(self, *, tile_k: int, block_k: int, k_blocks: int, rounding: str = "ceil",
-               oob_fill: str = "zero") -> KLoop:
-        node = KLoop(tile_k, block_k, k_blocks, rounding, oob_fill, caller_loc())
-        self._kloop = node
-        return node
-
-    def tma_store(self, src: Tensor, dst: Tensor, copy: TmaCopy, *, major: str, tile_mn: int,
-                  tile_k: int) -> TmaStore:
-        """A TMA store of the staged smem tile ``src`` (``(tile_mn, tile_k, S)``) to gmem ``dst``.
-
-        Raises:
-            argus_cutlass.errors.DslError: ``dsl.untagged`` (the gmem destination carries no
-                tag), ``dsl.layout_size`` (the tile does not match the staging buffer).
-        """
-        loc = caller_loc()
-        if dst.tag is None:
-            _dsl_error("dsl.untagged", loc, f"TMA store destination {dst.name!r} carries no tag")
-        if tuple(src.shape[:2]) != (tile_mn, tile_k):
-            _dsl_error("dsl.layout_size", loc, f"TMA store tile ({tile_mn}, {tile_k}) does not match the "
-                       f"staging buffer {src.name!r} of shape {src.shape}")
-        node = TmaStore(f"tma_store_{src.name}", src.name, dst.name, copy, major, tile_mn, tile_k, loc)
-        self._stores.append(node)
-        return node
-
-    def epilogue_store(self, *, tile_m: int, tile_n: int, op: GmmaOp, warpgroups: int, d_major: str = "N",
-                       row_offset: int = 0, residue_mask: bool = True) -> EpilogueStore:
-        node = EpilogueStore(tile_m, tile_n, op.m, op.n, warpgroups, d_major, row_offset, residue_mask,
-                             caller_loc())
-        self._epilogue = node
-        return node
-
-    def smem_stage(self, src: str, dst: Tensor, *, op: str, num: int = 4, trans: bool = False,
-                   row_lane_skew: int = 0, matrix_order: tuple[int, ...] | None = None,
-                   store_wait: int | None = None) -> SmemStage:
-        """The epilogue's register -> smem step from the accumulator ``src`` into the staging
-        buffer ``dst`` (``(epi_m, epi_n, stages)``); see :class:`SmemStage`.
-
-        Raises:
-            argus_cutlass.errors.DslError: see :func:`validate_staging` (``op`` not
-                ``stmatrix``/``st.shared``, ``num`` not 2/4 for stmatrix, ``matrix_order`` not a
-                permutation, ``store_wait`` < 0, ``dst`` not an ``(epi_m, epi_n, stages)`` smem tensor).
-        """
-        loc = caller_loc()
-        if len(dst.shape) != 3:
-            _dsl_error("dsl.layout_size", loc, f"staging buffer {dst.name!r} has shape {dst.shape}; "
-                       "expected (epi_m, epi_n, stages)")
-        order = tuple(range(num)) if matrix_order is None else tuple(matrix_order)
-        wait = dst.shape[2] - 1 if store_wait is None else store_wait
-        node = SmemStage(src, dst.name, dst.shape[0], dst.shape[1], op, num, trans, row_lane_skew, order, wait, loc)
-        validate_staging(node, dst)
-        self._staging = node
-        return node
-
-    def tile_schedule(self, *, raster: str, swizzle: int, decomposition: str = "persistent",
-                      step_delta: int = 0, cluster_m: int = 1, cluster_n: int = 1, splits: int = 1) -> TileSchedule:
-        """The persistent tile scheduler (see :class:`TileSchedule`).
-
-        Raises:
-            argus_cutlass.errors.DslError: see :func:`validate_schedule` (unknown raster or
-                decomposition, swizzle not 1/2/4/8, cluster or splits not ints >= 1, splits > 1
-                without split-K, unknown mutation keys).
-        """
-        node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc(), cluster_m, cluster_n, splits)
-        self._schedule = node
-        return node
-
-    def build(self) -> DslProgram:
-        return DslProgram(self.name, self.stages, tuple(self._tensors), tuple(self._loads),
-                          tuple(self._reads), tuple(self._asserts), self._pipeline, self._kloop,
-                          self._epilogue, self._schedule, tuple(self._stores), self._staging)

@@ -59,3 +59,14 @@ def gmma_c_layout(n: int) -> Layout:
     if n % 8 or not 8 <= n <= 256:
         raise LayoutError(f"GMMA N={n} is not a multiple of 8 in [8, 256]")
     return Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512)))
+
+
+def view_layout(atom: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> SwizzledLayout:
+    """CuTe ``tile_to_shape(atom, shape, Step<order...>)`` with the atom's swizzle on element
+    offsets: the (mode...) -> element offset function of a :class:`~argus_cutlass.dsl.ir.SmemView`.
+
+    Raises:
+        LayoutError: the shape is not a multiple of the atom.
+    """
+    tiled = tile_to_shape(atom_layout(atom), tuple(shape), tuple(order))
+    return SwizzledLayout(atom.element_swizzle, tiled)

@@ -173,3 +173,65 @@ def encode(layout, swizzle_bits: int, major: str, elem_bytes: int, base_bytes: i
             f"{int(want[i, j])} from the start, the descriptor (LBO={lbo}, SBO={sbo}) would read byte "
             f"{int(got[i, j])}")
     return desc
+
+
+@dataclass(frozen=True)
+class DescriptorPlan:
+    """How a kernel forms every wgmma descriptor of one SS operand read: one base descriptor
+    (layout type, LBO, SBO; start address 0) plus a start-address advance in bytes per stage,
+    per warpgroup along MN and per 64-row repetition, and one start offset per k-block (a K-major
+    tile wider than its swizzle atom jumps to the next atom column). The generated mainloop adds
+    ``(smem_base + buffer_base + s * stage + w * wg + r * rep + kb_offsets[kb]) >> 4`` to the base
+    (PTX ISA 9.7.15.5.1: the start address field holds bits 4..17 of the smem address).
+
+    :func:`descriptor_plan` derives it from the read's view; :func:`plan_descriptor` rebuilds
+    the descriptor of one (stage, warpgroup, repetition, k-block), which the verifier decodes
+    against the model's read addresses (rule ``gmma.descriptor``).
+    """
+
+    layout_type: int
+    lbo: int
+    sbo: int
+    stage_bytes: int
+    wg_bytes: int
+    rep_bytes: int
+    kb_offsets: tuple[int, ...]
+
+    @property
+    def bits(self) -> int:
+        """The 64-bit base descriptor (start address 0)."""
+        return GmmaDescriptor(0, self.lbo, self.sbo, 0, self.layout_type).bits()
+
+
+def descriptor_plan(read, atoms_m: int = 1, reps_m: int = 1) -> DescriptorPlan:  # noqa: ANN001 - MmaRead
+    """The :class:`DescriptorPlan` of an SS read (``MmaRead`` with a smem view).
+
+    The sub-tile of one wgmma is ``op.m x op.k`` for A and ``op.n x op.k`` for B; warpgroup ``w``
+    and repetition ``r`` start at MN row ``op.m * (r * atoms_m + w)`` (A only).
+
+    Raises:
+        DescriptorError: the view's sub-tile is not a canonical GMMA layout.
+    """
+    view = read.view
+    inner = view.layout.layout
+    swz = view.layout.swizzle
+    eb = view.atom.elem_bits // 8
+    op_mn = read.op.m if read.operand == "A" else read.op.n
+    base = encode(inner, swz.bits, view.atom.major, eb, 0, 0, 0, 0, op_mn, read.op.k)
+
+    def off(mn: int, k: int, s: int) -> int:
+        return int(eval_layout(inner, mn, k, s)) * eb
+
+    stages = view.shape[2]
+    stage = off(0, 0, 1) if stages > 1 else 0
+    wg = off(read.op.m, 0, 0) if read.operand == "A" and atoms_m > 1 else 0
+    rep = off(read.op.m * atoms_m, 0, 0) if read.operand == "A" and reps_m > 1 else 0
+    kbs = tuple(off(0, kb * read.op.k, 0) for kb in range(view.shape[1] // read.op.k))
+    return DescriptorPlan(base.layout_type, base.lbo, base.sbo, stage, wg, rep, kbs)
+
+
+def plan_descriptor(plan: DescriptorPlan, base_bytes: int, stage: int, wg: int, rep: int, kb: int) -> GmmaDescriptor:
+    """The descriptor the generated kernel forms for (stage, warpgroup, repetition, k-block) of a
+    buffer at smem byte ``base_bytes``."""
+    start = base_bytes + stage * plan.stage_bytes + wg * plan.wg_bytes + rep * plan.rep_bytes + plan.kb_offsets[kb]
+    return GmmaDescriptor(start >> 4, plan.lbo, plan.sbo, 0, plan.layout_type)

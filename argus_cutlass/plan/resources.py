@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from argus_cutlass.plan.config import DTYPE_BYTES
+from argus_cutlass.kernels.gemm.config import DTYPE_BYTES
 
 #: sm_90 opt-in dynamic shared memory per block (bytes)
 SMEM_LIMIT_BYTES = 232448

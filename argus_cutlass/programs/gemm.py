@@ -1,6 +1,6 @@
 """The SM90 GEMM program: every hardware object one configuration instantiates.
 
-:func:`build_gemm_program` turns a :class:`~argus_cutlass.plan.config.GemmConfig`
+:func:`build_gemm_program` turns a :class:`~argus_cutlass.kernels.gemm.config.GemmConfig`
 into a :class:`GemmProgram`: smem layout atoms, TMA copies, the tiled GMMA, the
 mainloop pipeline and the epilogue. The verifier checks this object and the
 renderer prints it; nothing downstream re-derives a choice.
@@ -21,7 +21,7 @@ from argus_cutlass.dsl.atoms import (
     TmaCopy,
     select_smem_atom,
 )
-from argus_cutlass.plan.config import DTYPE_BYTES, GemmConfig
+from argus_cutlass.kernels.gemm.config import DTYPE_BYTES, GemmConfig
 
 
 @dataclass(frozen=True)

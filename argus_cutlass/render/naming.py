@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 
 _SCHEDULE = {"cooperative": "coop", "pingpong": "pp"}
 _RASTER = {"along_m": "m", "along_n": "n"}

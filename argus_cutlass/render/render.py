@@ -14,7 +14,7 @@ import jinja2
 
 from argus_cutlass import __version__
 from argus_cutlass.dsl.atoms import CPP_TYPE
-from argus_cutlass.plan.config import a_is_k_major, b_is_k_major
+from argus_cutlass.kernels.gemm.config import a_is_k_major, b_is_k_major
 from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, smem_bytes
 from argus_cutlass.programs.gemm import GemmProgram
 from argus_cutlass.render.naming import kernel_name

@@ -32,7 +32,7 @@ import numpy as np
 
 from argus_cutlass.errors import DeviceError, ProblemError
 from argus_cutlass.runtime.cuda import DeviceBuffer, Event, stream_handle, synchronize
-from argus_cutlass.runtime.problem import GemmProblem, Operand
+from argus_cutlass.kernels.gemm.problem import GemmProblem, Operand
 
 #: relative Frobenius error allowed for each output dtype (see the module docstring)
 TOLERANCE: dict[str, float] = {"bf16": 2e-2, "fp16": 5e-3, "fp32": 1e-3}
@@ -227,7 +227,7 @@ def run_and_check(
         alpha, beta: epilogue scalars; C is allocated and filled only when ``beta != 0``.
         seed: numpy RNG seed for A, B, C.
         reference: the reference library (default:
-            :func:`~argus_cutlass.runtime.reference.reference_library` for the problem's
+            :func:`~argus_cutlass.kernels.gemm.reference.reference_library` for the problem's
             dtypes and layout; built on first use).
         stream: stream for both launches (default: legacy default stream).
 
@@ -241,7 +241,7 @@ def run_and_check(
     """
     problem.validate()
     if reference is None:
-        from argus_cutlass.runtime.reference import reference_library
+        from argus_cutlass.kernels.gemm.reference import reference_library
 
         reference = reference_library(problem.dtype, problem.out_dtype, problem.layout)
     ops = problem.operands()

@@ -1,7 +1,7 @@
 """Load a built kernel library (``.so``) and call its ``extern "C"`` entry.
 
 Every library built from ``gemm_sm90.cu.j2`` (and the reference GEMM of
-:mod:`argus_cutlass.runtime.reference`) exports, for its kernel name ``<name>``::
+:mod:`argus_cutlass.kernels.gemm.reference`) exports, for its kernel name ``<name>``::
 
     int <name>(const void* A, const void* B, const void* C, void* D,
                int M, int N, int K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd,
@@ -22,7 +22,7 @@ from typing import Any
 
 from argus_cutlass.errors import LaunchError
 from argus_cutlass.runtime.cuda import stream_handle
-from argus_cutlass.runtime.problem import GemmProblem
+from argus_cutlass.kernels.gemm.problem import GemmProblem
 
 _ENTRY_ARGTYPES = (
     [ctypes.c_void_p] * 4
@@ -215,7 +215,7 @@ class GemmKernelLibrary:
 
         Raises:
             ProblemError: the problem or a pointer breaks a rule (see
-                :mod:`argus_cutlass.runtime.problem`).
+                :mod:`argus_cutlass.kernels.gemm.problem`).
             LaunchError: as :meth:`__call__`.
         """
         problem.validate()

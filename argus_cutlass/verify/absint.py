@@ -17,7 +17,7 @@ from argus_cutlass.dsl.ir import DslProgram, MmaRead, TagAssertion, TmaLoad
 from argus_cutlass.layout.algebra import layout_image
 from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
-from argus_cutlass.verify.semantics import INT_OPS, gmma_read_offset, k_of_slot, k_tiles_of, tma_box_offset
+from argus_cutlass.hw.semantics import INT_OPS, gmma_read_offset, k_of_slot, k_tiles_of, tma_box_offset
 
 #: tag value of an smem element no TMA wrote
 UNWRITTEN = -1

@@ -41,7 +41,7 @@ from typing import Any
 
 from argus_cutlass.dsl.atoms import GmmaSmemAtom
 from argus_cutlass.dsl.ir import DslProgram
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import GemmProgram, build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify.catalogue import invariant_of

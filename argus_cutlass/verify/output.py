@@ -329,8 +329,8 @@ def check_tma_store(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     ``sD.layout(m, n, stage)`` (CUTLASS partitions the staging buffer with that layout), and the
     TMA store must send exactly that smem element to gmem (m, n). Enumerated over every
     subtile element of every staging stage with the TMA box model
-    (:func:`~argus_cutlass.verify.semantics.tma_box_offset`, PTX ISA 9.7.9.25)."""
-    from argus_cutlass.verify.semantics import INT_OPS, tma_box_offset
+    (:func:`~argus_cutlass.hw.semantics.tma_box_offset`, PTX ISA 9.7.9.25)."""
+    from argus_cutlass.hw.semantics import INT_OPS, tma_box_offset
 
     proofs: list[Proof] = []
     violations: list[Violation] = []

@@ -14,7 +14,7 @@ side's ``PipelineState`` (start phase, wrap, carried across persistent tiles or 
 
 The symbolic counterparts (all i < 2^24, all k-tile counts) are in
 :func:`argus_cutlass.verify.smt.check_pipeline_smt`. Both use
-:mod:`argus_cutlass.verify.semantics` for the state update and the wait rule.
+:mod:`argus_cutlass.hw.semantics` for the state update and the wait rule.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from argus_cutlass.dsl.ir import DslProgram, Pipeline
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
-from argus_cutlass.verify.semantics import (
+from argus_cutlass.hw.semantics import (
     INT_OPS,
     pipeline_state,
     side_counter,

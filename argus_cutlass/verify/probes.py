@@ -104,7 +104,7 @@ def swizzle_probe_configs(dtype: str = "fp16", out_dtype: str = "fp32") -> dict[
     SW64 and SW32. The MN-major ones (layout ``nt``, B stored K x N) take it from ``tile_n``
     in the same way. The values are ``GemmConfig`` objects, keyed ``"K-SW128"`` etc.
     """
-    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.kernels.gemm.config import GemmConfig
 
     pp = dict(dtype=dtype, out_dtype=out_dtype, cluster_m=1, cluster_n=1, stages=4, schedule="pingpong",
               epi_m=64, epi_n=16)

@@ -12,7 +12,7 @@
   on bit-vectors, with the TMA writer as an existential witness plus the side queries
   (writes in the buffer, injective, so bijective by counting; reads in the buffer).
 
-All hardware semantics come from :mod:`argus_cutlass.verify.semantics` (shared with the
+All hardware semantics come from :mod:`argus_cutlass.hw.semantics` (shared with the
 enumeration tier). ``z3`` is imported lazily. Every query runs under a timeout
 (``timeout_ms``); a timeout or z3 ``unknown`` gives an :class:`~.report.Unknown` naming the
 query, never a proof. Satisfiable queries search small scopes first and then shrink the model
@@ -29,7 +29,7 @@ from typing import Any
 from argus_cutlass.dsl.ir import DslProgram
 from argus_cutlass.verify.pipeline import CONSUMER_THREAD, PRODUCER_THREAD
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
-from argus_cutlass.verify.semantics import (
+from argus_cutlass.hw.semantics import (
     INT_OPS,
     Z3Ops,
     gmma_read_offset,

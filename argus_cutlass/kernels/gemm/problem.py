@@ -1,7 +1,7 @@
 """One GEMM problem: sizes, dtypes, layout and leading dimensions, with the TMA rules.
 
 ``D[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]``; layout letters as in
-:mod:`argus_cutlass.plan.config` (first letter A, second B, BLAS convention):
+:mod:`argus_cutlass.kernels.gemm.config` (first letter A, second B, BLAS convention):
 
 ====== ================================== ================================== ==========
 layout A (M x K)                          B                                  default ld
@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from argus_cutlass.errors import ProblemError
-from argus_cutlass.plan.config import DTYPE_BYTES, a_is_k_major, b_is_k_major
+from argus_cutlass.kernels.gemm.config import DTYPE_BYTES, a_is_k_major, b_is_k_major
 
 INPUT_DTYPES = ("bf16", "fp16")
 OUTPUT_DTYPES = ("bf16", "fp16", "fp32")
@@ -128,7 +128,7 @@ class GemmProblem:
 
     @classmethod
     def for_config(cls, config, m: int, n: int, k: int, **lds: int) -> GemmProblem:  # noqa: ANN001
-        """A problem with the dtypes and layout of a :class:`~argus_cutlass.plan.config.GemmConfig`."""
+        """A problem with the dtypes and layout of a :class:`~argus_cutlass.kernels.gemm.config.GemmConfig`."""
         return cls(m, n, k, config.dtype, config.out_dtype, config.layout, **lds)
 
     # ---- operands --------------------------------------------------------------------

@@ -21,7 +21,7 @@ The agent (``argus_cutlass.agent``) replaces this with tuned choices.
 
 from __future__ import annotations
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 
 #: streaming multiprocessors of an H100/H200 SXM
 SM90_SMS = 132
@@ -35,7 +35,7 @@ def default_config(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str =
         m, n, k: problem size in elements (>= 1).
         dtype: ``bf16`` or ``fp16`` (A and B).
         out_dtype: ``bf16``, ``fp16`` or ``fp32`` (C and D).
-        layout: ``tn``, ``nt``, ``nn`` or ``tt`` (see :mod:`argus_cutlass.plan.config`).
+        layout: ``tn``, ``nt``, ``nn`` or ``tt`` (see :mod:`argus_cutlass.kernels.gemm.config`).
 
     >>> default_config(8192, 8192, 8192).tile
     (128, 256, 64)

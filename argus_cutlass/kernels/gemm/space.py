@@ -1,4 +1,4 @@
-"""Typed search space of :class:`~argus_cutlass.plan.config.GemmConfig` (Helion-style fragments).
+"""Typed search space of :class:`~argus_cutlass.kernels.gemm.config.GemmConfig` (Helion-style fragments).
 
 A space is a set of *fragments*, one per knob, each with a default and a neighbour move,
 kept apart from the frozen config. Derived fields are not searched: the epilogue subtile
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 
 __all__ = [
     "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "admissible", "derive",

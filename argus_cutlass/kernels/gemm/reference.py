@@ -13,10 +13,10 @@ from functools import cache
 
 from argus_cutlass import __version__
 from argus_cutlass.errors import ProblemError
-from argus_cutlass.plan.config import a_is_k_major, b_is_k_major
+from argus_cutlass.kernels.gemm.config import a_is_k_major, b_is_k_major
 from argus_cutlass.render.render import template_environment
 from argus_cutlass.runtime.launch import GemmKernelLibrary
-from argus_cutlass.runtime.problem import INPUT_DTYPES, LAYOUTS, OUTPUT_DTYPES
+from argus_cutlass.kernels.gemm.problem import INPUT_DTYPES, LAYOUTS, OUTPUT_DTYPES
 
 REFERENCE_TEMPLATE = "reference_gemm.cu.j2"
 _CPP = {"bf16": "__nv_bfloat16", "fp16": "__half", "fp32": "float"}

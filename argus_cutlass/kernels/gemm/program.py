@@ -1,0 +1,256 @@
+"""The SM90 GEMM as one DSL program: :func:`build_program` (config, problem) -> :class:`Program`.
+
+Every quantity of the kernel is a node field here: the verifier proves the program, the resource
+rules and the cost model measure it, and ``templates/gemm/`` prints it (there is no second
+model). The kernel (sources per node in :mod:`argus_cutlass.dsl.ir`):
+
+* one producer warpgroup (warp 0 issues TMA loads of A and B into ``stages`` smem stages,
+  ``setmaxnreg.dec`` to 40 registers) and two consumer warpgroups (``setmaxnreg.inc`` to 232):
+  *cooperative* (both split every tile along M) or *ping-pong* (they alternate tiles and take
+  turns at the mainloop and the epilogue through named barriers);
+* SS-mode ``wgmma`` 64 x tile_n x 16 over descriptors of the swizzled stages; the mbarrier pipeline
+  (full barrier: 1 arrival + the stage's TMA bytes; empty barrier: one arrival per consumer
+  warpgroup of every CTA whose smem the stage's multicast loads write);
+* the epilogue: ``alpha * acc + beta * C`` (C read from gmem at each accumulator's coordinate when
+  beta != 0), stmatrix (16-bit D) or st.shared (fp32 D) into a staging buffer, one TMA store per
+  ``epi_m x epi_n`` subtile;
+* a persistent tile scheduler walking CUTLASS's swizzled cluster-major order over a 1-D cluster launch.
+
+Shapes are the *kernel's* (M, N, K): under swap-AB the kernel computes ``D^T = B A^T`` (its A is
+the caller's B, its D the caller's D read column-major).
+"""
+
+from __future__ import annotations
+
+from argus_cutlass.dsl.atoms import GmmaOp, TmaCopy, select_smem_atom
+from argus_cutlass.dsl.builder import ProgramBuilder
+from argus_cutlass.dsl.ir import DTYPE_BYTES, PipelineSide, Program, Tag
+from argus_cutlass.errors import ConfigError
+from argus_cutlass.kernels.gemm.config import GemmConfig
+
+__all__ = ["K_BOUND_BITS", "PRODUCER_REGS", "CONSUMER_REGS", "build_program", "program_label"]
+
+#: registers per thread after ``setmaxnreg`` (CUTLASS's sm90 warp-specialized kernels:
+#: LoadRegisterRequirement 40, MmaRegisterRequirement 232; 128 x 40 + 256 x 232 <= 65536)
+PRODUCER_REGS = 40
+CONSUMER_REGS = 232
+#: the symbolic-K proofs hold for K < 2**K_BOUND_BITS unless the problem needs more
+K_BOUND_BITS = 24
+#: first named-barrier id the kernel uses (0 is __syncthreads; CUTLASS reserves 1-7, its stream-K
+#: fixup uses 4 and 5)
+FIRST_BARRIER_ID = 8
+#: the staging buffer's stage count (CUTLASS's TMA epilogue keeps 2 stores in flight)
+STAGES_D = 2
+
+_SCHEDULE = {"cooperative": "coop", "pingpong": "pp"}
+_RASTER = {"along_m": "m", "along_n": "n"}
+
+
+def program_label(cfg: GemmConfig) -> str:
+    """The readable part of the kernel name: every config field, in cutlass_library style.
+
+    >>> program_label(GemmConfig())
+    'gemm_sm90_bf16_bf16_tn_128x256x64_c2x1_s4_coop_e128x32_rn1'
+    """
+    c = cfg
+    sched = {"streamk": "_streamk", "splitk": f"_splitk{c.splits}"}.get(c.scheduler, "")
+    return (f"gemm_sm90_{c.dtype}_{c.out_dtype}_{c.layout}_{c.tile_m}x{c.tile_n}x{c.tile_k}_"
+            f"c{c.cluster_m}x{c.cluster_n}_s{c.stages}_{_SCHEDULE[c.schedule]}_e{c.epi_m}x{c.epi_n}_"
+            f"r{_RASTER[c.raster]}{c.swizzle}{sched}{'_swapab' if c.swap_ab else ''}")
+
+
+def _align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def _period(swizzle_bytes: int) -> int:
+    """Bytes of one swizzle period: the base alignment a swizzled buffer needs (PTX ISA 9.7.15.5.1)."""
+    return max(128, 8 * swizzle_bytes)
+
+
+def _operand_box(major: str, tile_mn: int, tile_k: int, contiguous: int, multicast: int) -> tuple[int, int]:
+    """The TMA box (inner, outer) of one operand: the inner extent is one swizzle row of the
+    atom; with multicast the stage's boxes must split evenly among the ``multicast`` CTAs, so a
+    K-major box covers ``tile_mn / multicast`` rows, and an MN-major box covers ``tile_k /
+    multicast`` k columns when the MN boxes alone do not split."""
+    if major == "K":
+        return (min(contiguous, tile_k), tile_mn // multicast)
+    inner = min(contiguous, tile_mn)
+    outer = tile_k if (tile_mn // inner) % multicast == 0 else tile_k // multicast
+    return (inner, outer)
+
+
+def build_program(cfg: GemmConfig, problem: object | None = None) -> Program:
+    """The DSL program of ``cfg`` (no checking beyond well-formedness: see ``verify_gemm``).
+
+    Args:
+        cfg: the kernel configuration (kernel modes: ``tile_*`` etc. are the kernel's, see
+            :class:`~argus_cutlass.kernels.gemm.config.GemmConfig`).
+        problem: the problem it will run (a :class:`~argus_cutlass.kernels.gemm.problem.GemmProblem`
+            or anything with ``k``); the symbolic-K proofs are stated for ``K < 2**bits`` with
+            ``bits`` = 24 or the bits the problem's K needs, whichever is larger.
+
+    Raises:
+        ConfigError: ``smem.atom`` when an operand or staging tile has no GMMA smem atom
+            (a contiguous extent that is not a multiple of 16 bytes).
+        argus_cutlass.errors.DslError: a node is malformed (e.g. a multicast that the cluster
+            cannot hold).
+    """
+    c = cfg
+    bits = DTYPE_BYTES[c.dtype] * 8
+    out_bits = DTYPE_BYTES[c.out_dtype] * 8
+    a_k, b_k = c.kernel_k_majors
+    coop = c.schedule == "cooperative"
+    atoms_m = 2 if coop else 1
+    reps_m = max(1, c.tile_m // (64 * atoms_m))
+    stages = c.stages
+    k_bits = K_BOUND_BITS
+    k = getattr(problem, "k", None)
+    if isinstance(k, int) and k >= 1:
+        k_bits = max(k_bits, int(k).bit_length() + 1)
+    try:
+        atom_a = select_smem_atom("K" if a_k else "MN", bits, c.tile_m, c.tile_k)
+        atom_b = select_smem_atom("K" if b_k else "MN", bits, c.tile_n, c.tile_k)
+        d_major = "M" if c.swap_ab else "N"
+        atom_d = select_smem_atom("MN" if c.swap_ab else "K", out_bits, c.epi_m, c.epi_n)
+    except ValueError as exc:
+        raise ConfigError("smem.atom", str(exc)) from None
+
+    b = ProgramBuilder(program_label(c), family="gemm")
+    b.param("swap_ab", c.swap_ab)
+    b.param("layout", c.layout)
+    stage_tag = Tag("stage", ("iter",))
+
+    # ---- gmem tensors (kernel modes; bindings to the host entry's arguments) ------------------
+    g_a = b.tensor("gA", "gmem", ("M", "K"), c.dtype, tag=Tag("A", ("m", "k")), major="K" if a_k else "M",
+                   binding="B" if c.swap_ab else "A")
+    g_b = b.tensor("gB", "gmem", ("N", "K"), c.dtype, tag=Tag("B", ("n", "k")), major="K" if b_k else "N",
+                   binding="A" if c.swap_ab else "B")
+    g_c = b.tensor("gC", "gmem", ("M", "N"), c.out_dtype, tag=Tag("C", ("m", "n")), major=d_major, binding="C")
+    g_d = b.tensor("gD", "gmem", ("M", "N"), c.out_dtype, tag=Tag("D", ("m", "n")), major=d_major, binding="D")
+
+    # ---- shared memory: mainloop stages, epilogue staging, then the mbarriers -----------------
+    epi_tiles = (c.tile_m // c.epi_m) * (c.tile_n // c.epi_n) if c.epi_m and c.epi_n else 1
+    stages_d = max(1, min(STAGES_D, epi_tiles))
+    offset = 0
+    placed: dict[str, tuple[int, int]] = {}
+    for name, nbytes, align in (
+        ("sA", c.tile_m * c.tile_k * stages * bits // 8, _period(atom_a.swizzle_bytes)),
+        ("sB", c.tile_n * c.tile_k * stages * bits // 8, _period(atom_b.swizzle_bytes)),
+        ("sD", c.epi_m * c.epi_n * stages_d * out_bits // 8, _period(atom_d.swizzle_bytes)),
+    ):
+        offset = _align(offset, align)
+        placed[name] = (offset, align)
+        offset += nbytes
+    barrier_bytes = _align(offset, 8)
+    s_a = b.tensor("sA", "smem", (c.tile_m, c.tile_k, stages), c.dtype, base_bytes=placed["sA"][0],
+                   align_bytes=placed["sA"][1])
+    s_b = b.tensor("sB", "smem", (c.tile_n, c.tile_k, stages), c.dtype, base_bytes=placed["sB"][0],
+                   align_bytes=placed["sB"][1])
+    s_d = b.tensor("sD", "smem", (c.epi_m, c.epi_n, stages_d), c.out_dtype, base_bytes=placed["sD"][0],
+                   align_bytes=placed["sD"][1])
+    acc = b.tensor("accum", "rmem", (64 * reps_m, c.tile_n), "fp32", tag=Tag("acc", ("m", "n")))
+
+    # ---- TMA loads (A multicast along the cluster's N mode, B along M) -----------------------
+    cluster = (c.cluster_m, c.cluster_n)
+    mc_a, mc_b = c.cluster_n, c.cluster_m
+    box_a = _operand_box(atom_a.major, c.tile_m, c.tile_k, atom_a.contiguous_elems, mc_a)
+    box_b = _operand_box(atom_b.major, c.tile_n, c.tile_k, atom_b.contiguous_elems, mc_b)
+    tma_a = TmaCopy("load_multicast" if mc_a > 1 else "load", box_a, bits, atom_a.swizzle_bytes, mc_a)
+    tma_b = TmaCopy("load_multicast" if mc_b > 1 else "load", box_b, bits, atom_b.swizzle_bytes, mc_b)
+    rank_order = "col" if c.raster == "along_n" else "row"
+    load_a = b.tma_load(g_a, s_a, tma_a, major=atom_a.major, tile_mn=c.tile_m, tile_k=c.tile_k, stage_tag=stage_tag,
+                        block_mode="m", cluster=cluster, share_axis="n" if mc_a > 1 else "", rank_order=rank_order)
+    load_b = b.tma_load(g_b, s_b, tma_b, major=atom_b.major, tile_mn=c.tile_n, tile_k=c.tile_k, stage_tag=stage_tag,
+                        block_mode="n", cluster=cluster, share_axis="m" if mc_b > 1 else "", rank_order=rank_order)
+
+    # ---- pipeline: full = 1 producer arrival + tx bytes; empty = readers x consumer WGs ------
+    readers = c.cluster_m + c.cluster_n - 1
+    consumers_per_stage = atoms_m
+    tx = (c.tile_m + c.tile_n) * c.tile_k * bits // 8
+    b.pipeline("mainloop", (load_a, load_b), stages=stages, tx_bytes=tx, producer_arrivals=1,
+               consumer_arrivals=consumers_per_stage * readers, consumer_arrivers=consumers_per_stage * readers,
+               producer=PipelineSide(1, stages), consumer=PipelineSide(0, stages), mma_in_flight=1, release_lag=1,
+               barrier_bytes=barrier_bytes)
+
+    # ---- roles, launch ------------------------------------------------------------------------
+    b.role("producer", "producer", warpgroups=(0,), issue_warps=(0,), regs=PRODUCER_REGS)
+    b.role("consumer", "consumer", warpgroups=(1, 2), issue_warps=(0, 1, 2, 3), regs=CONSUMER_REGS)
+    b.launch(threads=384, cluster_m=c.cluster_m, cluster_n=c.cluster_n)
+
+    # ---- MMA ----------------------------------------------------------------------------------
+    op = GmmaOp(64, c.tile_n, 16, c.dtype, atom_a.major, atom_b.major)
+    read_a = b.mma_read("A", s_a, b.smem_view(atom_a, s_a.shape), op, tile_mn=c.tile_m, tile_k=c.tile_k,
+                        warpgroups=atoms_m)
+    read_b = b.mma_read("B", s_b, b.smem_view(atom_b, s_b.shape), op, tile_mn=c.tile_n, tile_k=c.tile_k,
+                        warpgroups=1)
+    b.mma("mainloop", op, read_a, read_b, acc, atoms_m=atoms_m, reps_m=reps_m)
+    b.k_loop(tile_k=c.tile_k, block_k=op.k, k_blocks=c.tile_k // op.k, bound_bits=k_bits)
+
+    # ---- epilogue -----------------------------------------------------------------------------
+    b.named_barrier("epilogue", id=FIRST_BARRIER_ID, threads=128 * atoms_m)
+    if not coop:
+        b.named_barrier("epilogue.1", id=FIRST_BARRIER_ID + 1, threads=128)
+        names = (("order.mainloop.0", "order.mainloop.1"), ("order.epilogue.0", "order.epilogue.1"))
+        for i, row in enumerate(names):
+            for j, name in enumerate(row):
+                b.named_barrier(name, id=FIRST_BARRIER_ID + 2 + 2 * i + j, threads=256)
+        b.turn_order("pingpong", groups=2, points=("mainloop", "epilogue"), barriers=names)
+    b.epilogue_store(tile_m=c.tile_m, tile_n=c.tile_n, op=op, warpgroups=atoms_m, epi_m=c.epi_m, epi_n=c.epi_n,
+                     d_major=d_major)
+    b.epilogue_source(g_c, path="gmem")
+    if out_bits == 16:
+        b.smem_stage("accum", s_d, op="stmatrix", num=4 if c.epi_n % 16 == 0 else 2, trans=c.swap_ab,
+                     view=b.smem_view(atom_d, s_d.shape), store_wait=stages_d - 1)
+    else:
+        b.smem_stage("accum", s_d, op="st.shared", num=1, view=b.smem_view(atom_d, s_d.shape),
+                     store_wait=stages_d - 1)
+    inner = min(atom_d.contiguous_elems, c.epi_m if c.swap_ab else c.epi_n)
+    box_d = (inner, c.epi_n) if c.swap_ab else (inner, c.epi_m)
+    b.tma_store(s_d, g_d, TmaCopy("store", box_d, out_bits, atom_d.swizzle_bytes), major=atom_d.major,
+                tile_mn=c.epi_m, tile_k=c.epi_n)
+    b.tile_schedule(raster=c.raster, swizzle=c.swizzle, decomposition=c.scheduler, cluster_m=c.cluster_m,
+                    cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2)
+
+    # ---- invariants: tag assertions at the MMA slot ---------------------------------------------
+    b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1", rule="mma.k_agreement")
+    b.assert_tags("mainloop.gemm", ("A", "m"), "==", ("slot", "m"), invariant="G1", rule="mma.operand_identity")
+    b.assert_tags("mainloop.gemm", ("B", "n"), "==", ("slot", "n"), invariant="G1", rule="mma.operand_identity")
+    _relations(b)
+    return b.build()
+
+
+def _relations(b: ProgramBuilder) -> None:
+    """Consistency between nodes, stated as relations the verifier checks (and the template
+    prints as ``static_assert``s)."""
+    rel = b.relate
+    # pipeline vs its buffers and its state wrap (G6)
+    rel("pipeline[mainloop].stages", "==", "tensor[sA].shape[2]", invariant="G6", rule="pipeline.buffers")
+    rel("pipeline[mainloop].stages", "==", "tensor[sB].shape[2]", invariant="G6", rule="pipeline.buffers")
+    rel("pipeline[mainloop].producer.wrap", "==", "pipeline[mainloop].stages", invariant="G6", rule="pipeline.wrap")
+    rel("pipeline[mainloop].consumer.wrap", "==", "pipeline[mainloop].stages", invariant="G6", rule="pipeline.wrap")
+    # k loop vs TMA step and MMA K (G3)
+    rel("loop[k].block_k", "==", "mma[mainloop].op.k", invariant="G3", rule="loop.step")
+    rel("loop[k].tile_k", "==", "load[tma_sA].tile_k", invariant="G3", rule="loop.step")
+    rel("loop[k].tile_k", "==", "load[tma_sB].tile_k", invariant="G3", rule="loop.step")
+    rel("loop[k].tile_k", "==", "tensor[sA].shape[1]", invariant="G3", rule="loop.step")
+    # the MMA's dtype and majors vs the buffers it reads (G1)
+    rel("mma[mainloop].op.dtype", "==", "tensor[sA].dtype", invariant="G1", rule="mma.dtype")
+    rel("mma[mainloop].op.dtype", "==", "tensor[sB].dtype", invariant="G1", rule="mma.dtype")
+    rel("mma[mainloop].op.a_major", "==", "read[A].view.atom.major", invariant="G1", rule="mma.major")
+    rel("mma[mainloop].op.b_major", "==", "read[B].view.atom.major", invariant="G1", rule="mma.major")
+    rel("mma[mainloop].op.n", "==", "tensor[sB].shape[0]", invariant="G1", rule="mma.tile")
+    # scheduler cluster vs launch and TMA clusters (G5)
+    for ax, i in (("m", 0), ("n", 1)):
+        rel(f"schedule.cluster_{ax}", "==", f"launch.cluster_{ax}", invariant="G5", rule="cluster.consistency")
+        rel(f"schedule.cluster_{ax}", "==", f"load[tma_sA].cluster[{i}]", invariant="G5", rule="cluster.consistency")
+        rel(f"schedule.cluster_{ax}", "==", f"load[tma_sB].cluster[{i}]", invariant="G5", rule="cluster.consistency")
+    # epilogue partition vs accumulator partition (G2)
+    rel("epilogue.warpgroups", "==", "mma[mainloop].atoms_m", invariant="G2", rule="epilogue.partition")
+    rel("epilogue.op_n", "==", "mma[mainloop].op.n", invariant="G2", rule="epilogue.partition")
+    rel("epilogue.op_m", "==", "mma[mainloop].op.m", invariant="G2", rule="epilogue.partition")
+    rel("epilogue.epi_m", "==", "staging.epi_m", invariant="G2", rule="epilogue.partition")
+    rel("epilogue.epi_n", "==", "staging.epi_n", invariant="G2", rule="epilogue.partition")
+    # smem buffers disjoint (R8)
+    for x, y in (("sA", "sB"), ("sA", "sD"), ("sB", "sD")):
+        rel(f"tensor[{x}]", "disjoint", f"tensor[{y}]", invariant="R8", rule="smem.disjoint")
