@@ -21,7 +21,7 @@ Model (per kernel problem ``M x N x K``, i.e. ``N x M x K`` under swap-AB; tile 
   and read per extra unit).
 * time = max(compute, memory) + epilogue + reduction + 4 us launch/prologue.
 
->>> from argus_cutlass.plan.config import GemmConfig
+>>> from argus_cutlass.kernels.gemm.config import GemmConfig
 >>> big = predict_ms(GemmConfig(), 8192, 8192, 8192)
 >>> small = predict_ms(GemmConfig(tile_m=64, tile_n=64, cluster_m=1, schedule="pingpong", epi_m=64), 8192, 8192, 8192)
 >>> big < small
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from argus_cutlass.plan.config import DTYPE_BYTES, GemmConfig
+from argus_cutlass.kernels.gemm.config import DTYPE_BYTES, GemmConfig
 
 #: achievable dense bf16/fp16 tensor throughput of an H200 (FLOP/s)
 PEAK_FLOPS = 750e12

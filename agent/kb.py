@@ -27,7 +27,7 @@ from typing import Any, Literal
 from argus_cutlass.agent.costmodel import SMS  # for the ``waves`` precondition variable
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 
 _OPS = {
     "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,

@@ -29,8 +29,8 @@ from argus_cutlass.agent.planner import NON_TECHNIQUE_ACTIONS, Action, ActionVal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from argus_cutlass.errors import ArgusError
-from argus_cutlass.plan.config import GemmConfig
-from argus_cutlass.plan.space import GemmSpace, derive, feasible
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.space import GemmSpace, derive, feasible
 
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_MODEL = "ARGUS_LLM_MODEL"

@@ -19,7 +19,7 @@ from typing import Any
 
 from argus_cutlass.agent.planner import Measurement, Problem
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 
 #: the numerics check runs on at most this many rows / columns / K (residues kept)
 CHECK_MAX = (1024, 1024, 2048)
@@ -105,7 +105,7 @@ class GpuEvaluator:
         from argus_cutlass.errors import DeviceError, LaunchError, ProblemError
         from argus_cutlass.runtime.check import run_and_check, time_gemm
         from argus_cutlass.runtime.launch import GemmKernelLibrary
-        from argus_cutlass.runtime.problem import GemmProblem
+        from argus_cutlass.kernels.gemm.problem import GemmProblem
 
         p = self.problem
         try:

@@ -7,7 +7,7 @@
   (verifier violation, compile error, wrong numerics, launch error) scores
   :data:`FAIL_REWARD` and carries its feedback.
 
-Every proposal goes through :func:`argus_cutlass.plan.space.feasible` (the verifier) in
+Every proposal goes through :func:`argus_cutlass.kernels.gemm.space.feasible` (the verifier) in
 :func:`run_episode` before it reaches the evaluator; a violation is fed back to the policy
 and never compiled. The evaluator receives the feasible proposals of a round as one batch
 (the GPU evaluator compiles them in parallel through ``compile_many``).
@@ -28,9 +28,9 @@ from typing import Any, Protocol
 from argus_cutlass.agent.costmodel import predict_ms
 from argus_cutlass.agent.kb import KnowledgeBase, Technique, load_knowledge, problem_env
 
-from argus_cutlass.plan.config import GemmConfig
-from argus_cutlass.plan.space import GemmSpace, feasible
-from argus_cutlass.runtime.problem import GemmProblem
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.space import GemmSpace, feasible
+from argus_cutlass.kernels.gemm.problem import GemmProblem
 
 #: reward of a failed candidate (verifier, compile, numerics, launch)
 FAIL_REWARD = -1.0
@@ -44,7 +44,7 @@ NON_TECHNIQUE_ACTIONS = frozenset({"baseline", "cost_model_rank", "random"})
 
 @dataclass(frozen=True)
 class Problem(GemmProblem):
-    """The problem being tuned: a :class:`~argus_cutlass.runtime.problem.GemmProblem`
+    """The problem being tuned: a :class:`~argus_cutlass.kernels.gemm.problem.GemmProblem`
     (``D[M,N] = A[M,K] @ B[K,N]``, sizes in elements, default leading dimensions) plus the
     planner's views of it: the experience-store bucket and the knowledge-base environment."""
 
@@ -319,7 +319,7 @@ class EpisodeResult:
 def start_config(problem: Problem, space: GemmSpace) -> GemmConfig:
     """The heuristic's config when it is a feasible point of ``space``, else the best
     predicted feasible one."""
-    from argus_cutlass.plan.heuristics import default_config
+    from argus_cutlass.kernels.gemm.heuristics import default_config
 
     cfg = default_config(problem.m, problem.n, problem.k, problem.dtype, problem.out_dtype, problem.layout)
     if space.contains(cfg) and feasible(cfg)[0]:

@@ -11,7 +11,7 @@ each of M, N, K up to a power of two (:meth:`argus_cutlass.agent.planner.Problem
 Within a bucket the best entry is the one with the highest TFLOP/s (shapes may differ).
 
 Lookups fall back: user store -> entries shipped in ``agent/tuned_h200.json`` -> the
-heuristic :func:`argus_cutlass.plan.heuristics.default_config`. A stored config is
+heuristic :func:`argus_cutlass.kernels.gemm.heuristics.default_config`. A stored config is
 re-verified before it is returned; one the verifier rejects is skipped.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from argus_cutlass.agent.planner import ActionValues, Problem
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 
 #: format version of the store file
 VERSION = 1
@@ -183,7 +183,7 @@ def gpu_name() -> str | None:
 
 
 def _usable(entry: dict[str, Any] | None, problem: Problem) -> GemmConfig | None:
-    from argus_cutlass.plan.space import feasible
+    from argus_cutlass.kernels.gemm.space import feasible
 
     if not entry:
         return None
@@ -220,7 +220,7 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     user's experience store), ``"shipped"`` (``agent/tuned_h200.json``) or ``"heuristic"``.
     Entries are matched by (GPU, kernel, dtypes, layout, shape bucket) and used only when
     the verifier accepts them."""
-    from argus_cutlass.plan.heuristics import default_config
+    from argus_cutlass.kernels.gemm.heuristics import default_config
 
     problem = Problem(m, n, k, dtype, out_dtype, layout)
     gpu = gpu or gpu_name() or DEFAULT_GPU

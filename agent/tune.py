@@ -31,7 +31,7 @@ from argus_cutlass.agent.planner import (
 )
 
 from argus_cutlass.errors import ArgusError, ProblemError
-from argus_cutlass.plan.space import GemmSpace
+from argus_cutlass.kernels.gemm.space import GemmSpace
 
 POLICIES = ("default", "llm")
 
@@ -86,7 +86,7 @@ def validate_inputs(args: Any) -> Problem:
     """The problem of ``args`` after every input check.
 
     Raises:
-        ProblemError: sizes, dtypes, layout or alignment (``argus_cutlass.runtime.problem`` rules);
+        ProblemError: sizes, dtypes, layout or alignment (``argus_cutlass.kernels.gemm.problem`` rules);
             ``tune.budget`` / ``tune.policy`` for the tuning flags.
         LLMError: ``llm.settings`` when the llm policy lacks its endpoint, model or key.
     """

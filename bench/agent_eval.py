@@ -87,8 +87,8 @@ def subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -
     64x32, 64x64 ping-pong and 128x16, 128x32 cooperative, clusters 1x1 and 2x1, 8 stages;
     64x16, 64x32 and 128x16 also with 12). Stages are fitted to shared memory.
     """
-    from argus_cutlass.plan.config import GemmConfig
-    from argus_cutlass.plan.heuristics import fit_stages
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.heuristics import fit_stages
 
     tiles = [(128, 256, "cooperative"), (128, 128, "cooperative"), (64, 128, "pingpong"),
              (64, 256, "pingpong"), (256, 128, "cooperative"), (64, 64, "pingpong")]
@@ -141,7 +141,7 @@ def _compile(configs: list, workers: int, log: list, notes: list) -> dict:
             log.append({"kernel": cfg.model_dump(), "phase": "generate", "error": str(exc)[:1000]})
     jobs = [(k.source, k.name, "shared") for k in kernels]
     try:  # the numerics check's reference GEMM, built in the same batch (then a cache hit)
-        from argus_cutlass.runtime.reference import render_reference
+        from argus_cutlass.kernels.gemm.reference import render_reference
 
         ref_name, ref_src = render_reference(configs[0].dtype, configs[0].out_dtype, configs[0].layout)
         jobs.append((ref_src, ref_name, "shared"))
@@ -165,7 +165,7 @@ def _compile(configs: list, workers: int, log: list, notes: list) -> dict:
 def _check(libs: dict, log: list) -> dict:
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.runtime.check import run_and_check
-    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     passed = {}
     for name, (cfg, lib, art) in libs.items():
@@ -193,7 +193,7 @@ def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.runtime.check import cublas_reference_time, time_kernel
     from argus_cutlass.runtime.cuda import DeviceBuffer
-    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     try:
         import torch
@@ -289,8 +289,8 @@ def replay(table: dict, budget: int = 16, seeds: int = 5, random_seeds: int = 50
     """
     from argus_cutlass.agent.measure import TableEvaluator
     from argus_cutlass.agent.planner import ActionValues, DefaultPolicy, Problem, run_episode
-    from argus_cutlass.plan.config import GemmConfig
-    from argus_cutlass.plan.space import GemmSpace
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.space import GemmSpace
     from argus_cutlass.render.naming import kernel_name
 
     cands = [GemmConfig(**c) for c in table["candidates"]]
@@ -366,7 +366,7 @@ def tuned_entries(result: dict, gpu: str) -> dict:
     """The measured bests in the format of ``agent/tuned_h200.json``."""
     from argus_cutlass.agent.planner import Problem
     from argus_cutlass.agent.store import make_entry
-    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.kernels.gemm.config import GemmConfig
 
     entries = []
     for key, r in result["rows"].items():
@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         table = json.loads(Path(args.replay).read_text())
     else:
-        from argus_cutlass.plan.space import feasible
+        from argus_cutlass.kernels.gemm.space import feasible
         from argus_cutlass.runtime.cuda import require_sm90
 
         info = require_sm90()

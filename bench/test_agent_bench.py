@@ -29,7 +29,7 @@ def test_subspace_is_small_and_distinct():
     assert len(names) == len(cands) == 75  # <= ~80 kernels: ~3 min of nvcc on 16 cores
     assert {(c.raster, c.swizzle) for c in cands} == {("along_n", 1), ("along_m", 1), ("along_n", 4)}
     assert {(c.scheduler, c.splits) for c in cands} == {("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4)}
-    from argus_cutlass.plan.heuristics import default_config
+    from argus_cutlass.kernels.gemm.heuristics import default_config
 
     for shape in ((8192, 8192, 8192), (128, 8192, 8192), (16, 8192, 8192)):
         assert default_config(*shape) in cands  # the heuristic is a point of the sub-space

@@ -60,7 +60,7 @@ def _config(m: int, n: int, k: int):
         from argus_cutlass.agent.store import tuned_or_default
 
         return tuned_or_default("gemm", m, n, k, "bf16", "bf16", "tn")
-    from argus_cutlass.plan.heuristics import default_config
+    from argus_cutlass.kernels.gemm.heuristics import default_config
 
     return default_config(m, n, k, "bf16", "bf16", "tn")
 

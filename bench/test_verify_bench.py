@@ -50,8 +50,8 @@ def _bench_shapes() -> list[tuple[int, int, int]]:
 def _shipped_configs():
     from argus_cutlass.agent.store import shipped_entries
 
-    from argus_cutlass.plan.config import GemmConfig
-    from argus_cutlass.plan.heuristics import default_config
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.heuristics import default_config
 
     cfgs = [default_config(*s) for s in _bench_shapes()]
     cfgs += [GemmConfig(**e["config"]) for e in shipped_entries()]

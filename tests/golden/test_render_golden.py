@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.render.render import render_gemm
 from argus_cutlass.settings import settings

@@ -16,8 +16,8 @@ import zlib
 import pytest
 
 from argus_cutlass.errors import ProblemError
-from argus_cutlass.plan.config import GemmConfig
-from argus_cutlass.plan.heuristics import default_config
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.heuristics import default_config
 
 pytestmark = pytest.mark.gpu
 
@@ -110,7 +110,7 @@ def _id(case) -> str:
 def test_gemm_matches_fp32_reference(case, kernels, gpu_device):
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.runtime.check import run_and_check
-    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     dtype, out_dtype, layout, m, n, k, alpha, beta = case
     problem = GemmProblem(m, n, k, dtype=dtype, out_dtype=out_dtype, layout=layout)
@@ -130,7 +130,7 @@ def test_gemm_matches_fp32_reference(case, kernels, gpu_device):
 def test_tile_schedulers_match_fp32_reference(case, kernels, gpu_device):
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.runtime.check import run_and_check
-    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     cfg, m, n, k = case
     problem = GemmProblem(m, n, k, dtype=cfg.dtype, out_dtype=cfg.out_dtype, layout=cfg.layout)
@@ -146,7 +146,7 @@ def test_swap_ab_matches_fp32_reference(case, kernels, gpu_device):
     """Swap-AB kernels compute the problem's D (row-major M x N), not its transpose."""
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.runtime.check import run_and_check
-    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     cfg, m, n, k, beta = case
     problem = GemmProblem(m, n, k, dtype=cfg.dtype, out_dtype=cfg.out_dtype, layout=cfg.layout).validate()

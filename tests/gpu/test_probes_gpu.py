@@ -41,9 +41,9 @@ def _store(mat: np.ndarray, k_major: bool) -> np.ndarray:
 
 
 def _run(lib, cfg, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from argus_cutlass.plan.config import a_is_k_major, b_is_k_major
+    from argus_cutlass.kernels.gemm.config import a_is_k_major, b_is_k_major
     from argus_cutlass.runtime.cuda import DeviceBuffer, synchronize
-    from argus_cutlass.runtime.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     p = GemmProblem(m, n, k, cfg.dtype, cfg.out_dtype, cfg.layout).validate()

@@ -8,8 +8,8 @@ import pytest
 
 from argus_cutlass.runtime import check
 from argus_cutlass.runtime.cuda import DeviceBuffer, Event, Stream, device_info, synchronize
-from argus_cutlass.runtime.problem import GemmProblem
-from argus_cutlass.runtime.reference import reference_library
+from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.kernels.gemm.reference import reference_library
 
 pytestmark = pytest.mark.gpu
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.runtime.probe_kernels import STMATRIX_PROBE, build_probe

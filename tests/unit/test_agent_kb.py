@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from argus_cutlass.agent.kb import Technique, load_knowledge, problem_env
-from argus_cutlass.plan.config import GemmConfig
-from argus_cutlass.plan.space import GemmSpace
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.space import GemmSpace
 from argus_cutlass.verify import RULES, load_invariants
 
 KB = load_knowledge()

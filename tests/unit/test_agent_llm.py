@@ -13,7 +13,7 @@ import pytest
 from argus_cutlass.agent.llm import LLMError, LLMPolicy, ReplyRejected, parse_reply
 from argus_cutlass.agent.planner import Measurement, Problem, run_episode
 from argus_cutlass.errors import ArgusError
-from argus_cutlass.plan.space import GemmSpace, feasible
+from argus_cutlass.kernels.gemm.space import GemmSpace, feasible
 
 PROBLEM = Problem(1024, 1024, 1024)  # heuristic incumbent 128x256x64 coop, c2x1, s4, along_n
 

@@ -22,8 +22,8 @@ from argus_cutlass.agent.planner import (
     RandomPolicy,
     run_episode,
 )
-from argus_cutlass.plan.config import GemmConfig
-from argus_cutlass.plan.space import EnumFragment, GemmSpace, IntRangeFragment, feasible
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.space import EnumFragment, GemmSpace, IntRangeFragment, feasible
 
 
 def space() -> GemmSpace:

@@ -10,8 +10,8 @@ import pytest
 from argus_cutlass.agent import store as store_mod
 from argus_cutlass.agent.planner import Problem
 from argus_cutlass.agent.store import ExperienceStore, entry_key, make_entry, tuned_or_default
-from argus_cutlass.plan.config import GemmConfig
-from argus_cutlass.plan.heuristics import default_config
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.heuristics import default_config
 
 GPU = "NVIDIA H200"
 N_UPDATES = 40
@@ -72,8 +72,8 @@ def test_lookup_falls_back_user_then_shipped_then_heuristic(tmp_path, monkeypatc
 
 
 def test_shipped_entries_are_measured_h200_bests_the_verifier_accepts():
-    from argus_cutlass.plan.config import GemmConfig
-    from argus_cutlass.plan.space import feasible
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.space import feasible
 
     data = json.loads(
         __import__("importlib.resources", fromlist=["files"]).files("argus_cutlass.agent")

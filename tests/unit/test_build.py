@@ -396,7 +396,7 @@ def test_incomplete_entry_is_not_a_hit(tmp_path):
 )
 def test_gemm_compiles_to_ptx_with_wgmma_and_tma(cfg_args):
     """The front end also evaluates the template's static_asserts (smem model, atom shapes)."""
-    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.programs.gemm import build_gemm_program
     from argus_cutlass.render.naming import kernel_name
     from argus_cutlass.render.render import render_gemm

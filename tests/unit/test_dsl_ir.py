@@ -8,7 +8,7 @@ import linecache
 import pytest
 
 from argus_cutlass.dsl import ProgramBuilder, Tag
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program, smem_offsets
 from argus_cutlass.plan.resources import smem_bytes

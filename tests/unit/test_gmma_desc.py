@@ -17,7 +17,7 @@ from argus_cutlass.build.toolchain import find_cutlass, find_nvcc
 from argus_cutlass.dsl.atoms import GmmaSmemAtom
 from argus_cutlass.layout.gmma import smem_layout
 from argus_cutlass.layout.gmma_desc import DescriptorError, GmmaDescriptor, decode_bytes, encode
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import OperandPlan, build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import verify_gemm

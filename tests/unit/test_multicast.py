@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from argus_cutlass.errors import DslError
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import verify_gemm

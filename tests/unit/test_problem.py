@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from argus_cutlass.errors import ProblemError
-from argus_cutlass.runtime.problem import GemmProblem
+from argus_cutlass.kernels.gemm.problem import GemmProblem
 
 
 def _error(problem: GemmProblem) -> ProblemError:
@@ -146,7 +146,7 @@ def test_check_pointer():
 
 
 def test_for_config():
-    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.kernels.gemm.config import GemmConfig
 
     p = GemmProblem.for_config(GemmConfig(layout="nt", out_dtype="fp32"), 128, 256, 64)
     assert (p.layout, p.dtype, p.out_dtype, p.lda, p.ldb) == ("nt", "bf16", "fp32", 128, 256)

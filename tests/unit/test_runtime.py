@@ -9,8 +9,8 @@ import pytest
 from argus_cutlass.errors import DeviceError, LaunchError, ProblemError
 from argus_cutlass.runtime import check, cuda
 from argus_cutlass.runtime.launch import GemmKernelLibrary, device_pointer
-from argus_cutlass.runtime.problem import GemmProblem
-from argus_cutlass.runtime.reference import reference_name, render_reference
+from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.kernels.gemm.reference import reference_name, render_reference
 
 # ---- dtype bits --------------------------------------------------------------------------
 

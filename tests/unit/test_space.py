@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from argus_cutlass.plan.config import GemmConfig
-from argus_cutlass.plan.space import (
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.space import (
     EnumFragment,
     GemmSpace,
     IntRangeFragment,

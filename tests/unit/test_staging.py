@@ -10,7 +10,7 @@ import pytest
 from argus_cutlass.agent.store import shipped_entries
 
 from argus_cutlass.errors import DslError
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program, r2s_instruction
 from argus_cutlass.verify.staging import (

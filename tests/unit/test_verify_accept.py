@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import check_gemm, tag_image, verify_gemm

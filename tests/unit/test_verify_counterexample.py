@@ -6,7 +6,7 @@ import json
 
 from argus_cutlass.dsl.atoms import Swizzle
 from argus_cutlass.layout import SwizzledLayout
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import verify_gemm

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from argus_cutlass.errors import VerificationError
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import check_gemm, verify_gemm
 from argus_cutlass.verify.pipeline import check_protocol, check_tx_bytes
-from argus_cutlass.verify.semantics import INT_OPS, pipeline_state, pipeline_step, wait_passes
+from argus_cutlass.hw.semantics import INT_OPS, pipeline_state, pipeline_step, wait_passes
 from argus_cutlass.verify.smt import check_pipeline_smt
 
 S4 = GemmConfig()  # 4 stages

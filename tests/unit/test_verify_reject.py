@@ -10,7 +10,7 @@ import pytest
 from argus_cutlass.dsl.atoms import GmmaSmemAtom, Swizzle
 from argus_cutlass.errors import ArgusError, VerificationError
 from argus_cutlass.layout import SwizzledLayout
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import check_gemm, verify_gemm

@@ -10,14 +10,14 @@ from test_verify_accept import ACCEPTED
 
 from argus_cutlass.dsl.atoms import Swizzle
 from argus_cutlass.layout import SwizzledLayout
-from argus_cutlass.plan.config import GemmConfig
+from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.programs.gemm import build_gemm_program
 from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
 from argus_cutlass.verify import check_gemm, verify_gemm
 from argus_cutlass.verify import smt as smt_tier
 from argus_cutlass.verify.absint import check_k_coverage
 from argus_cutlass.verify.report import Unknown
-from argus_cutlass.verify.semantics import (
+from argus_cutlass.hw.semantics import (
     INT_OPS,
     Z3Ops,
     gmma_read_offset,
@@ -206,7 +206,7 @@ def test_missing_z3_is_a_clear_toolchain_error(monkeypatch):
     import sys
 
     from argus_cutlass.errors import ToolchainError
-    from argus_cutlass.plan.config import GemmConfig
+    from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.programs.gemm import build_gemm_program
     from argus_cutlass.verify import verify_gemm
 
