@@ -615,11 +615,13 @@ class TileSchedule:
     step_delta`` (0 in a correct kernel); with ``consumer_stride`` = 2 (ping-pong) consumer
     warpgroup ``w`` takes every second unit of its CTA, starting with unit ``w``. A unit becomes
     an output tile through CUTLASS's walk (``raster``, ``swizzle`` = ``max_swizzle_size``,
-    cluster-major blocking over ``cluster_m x cluster_n``; ``hw.scheduler``); the CTA of cluster
-    rank ``r`` is placed at ``(r % cluster_m, r // cluster_m)`` along N-raster and
-    ``(r // cluster_n, r % cluster_n)`` along M-raster. ``decomposition`` is ``persistent`` (one
-    tile per unit), ``streamk`` or ``splitk`` (a tile's k loop divided among units, ``splits``
-    ways for split-K; CUTLASS ``PersistentTileSchedulerSm90StreamK``, Deterministic reduction).
+    cluster-major blocking over ``cluster_m x cluster_n``; ``verify.decomposition``).
+    ``decomposition`` is ``persistent`` (one tile per unit; our own walk over a 1-D cluster launch:
+    the CTA of cluster rank ``r`` is placed at ``(r % cluster_m, r // cluster_m)`` along N-raster and
+    ``(r // cluster_n, r % cluster_n)`` along M-raster), ``streamk`` or ``splitk`` (a tile's k loop
+    divided among units, ``splits`` ways for split-K: CUTLASS's ``PersistentTileSchedulerSm90StreamK``
+    as the building block, Deterministic reduction through a global workspace, launched on CUTLASS's
+    grid with a 2-D ``(cluster_m, cluster_n)`` cluster: rank ``r`` at ``(r % cluster_m, r // cluster_m)``).
     """
 
     raster: str

@@ -82,9 +82,6 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
         }
     except (KeyError, IndexError, AttributeError, TypeError) as exc:
         raise ConfigError("render.program", f"the GEMM template cannot print program {p.name!r}: {exc}") from None
-    if p.schedule.decomposition != "persistent":
-        raise ConfigError("render.program", f"decomposition {p.schedule.decomposition!r} is not printed by the GEMM "
-                          "template yet (persistent only)")
     try:
         ctx["enc"] = {
             "desc_a": descriptor_plan(ra, mma.atoms_m, mma.reps_m),

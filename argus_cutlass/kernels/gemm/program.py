@@ -158,7 +158,9 @@ def build_program(cfg: GemmConfig, problem: object | None = None) -> Program:
     box_b = _operand_box(atom_b.major, c.tile_n, c.tile_k, atom_b.contiguous_elems, mc_b)
     tma_a = TmaCopy("load_multicast" if mc_a > 1 else "load", box_a, bits, atom_a.swizzle_bytes, mc_a)
     tma_b = TmaCopy("load_multicast" if mc_b > 1 else "load", box_b, bits, atom_b.swizzle_bytes, mc_b)
-    rank_order = "col" if c.raster == "along_n" else "row"
+    # the CTA at cluster rank r: the persistent walk places it by raster; stream-K / split-K launch
+    # CUTLASS's 2-D cluster, x (M) fastest
+    rank_order = "col" if c.raster == "along_n" or c.scheduler != "persistent" else "row"
     load_a = b.tma_load(g_a, s_a, tma_a, major=atom_a.major, tile_mn=c.tile_m, tile_k=c.tile_k, stage_tag=stage_tag,
                         block_mode="m", cluster=cluster, share_axis="n" if mc_a > 1 else "", rank_order=rank_order)
     load_b = b.tma_load(g_b, s_b, tma_b, major=atom_b.major, tile_mn=c.tile_n, tile_k=c.tile_k, stage_tag=stage_tag,
