@@ -22,7 +22,7 @@ setup(
         "argus_cutlass.agent": "agent",
     },
     package_data={
-        "argus_cutlass.templates": ["*.j2"],
+        "argus_cutlass.templates": ["*.j2", "*/*.j2"],
         "argus_cutlass.invariants": ["*.toml"],
         "argus_cutlass.agent": ["*.toml", "*.json"],
     },

@@ -21,8 +21,18 @@ Model (per kernel problem ``M x N x K``, i.e. ``N x M x K`` under swap-AB; tile 
   and read per extra unit).
 * time = max(compute, memory) + epilogue + reduction + 4 us launch/prologue.
 
+What it reads is a :class:`KernelShape`, taken from the kernel's **program**
+(:func:`shape_of`: the tile from the MMA node and the k loop, stages from the pipeline, the
+cluster from the launch, the walk and the work decomposition from the tile schedule, dtypes from
+the gmem tensors), so a program edit moves the prediction. The planner ranks whole search spaces
+(hundreds of thousands of configurations) without building a program per point; for that,
+:func:`shape_of_config` reads the same fields off a configuration, and
+``tests/unit/test_agent_policy.py`` checks ``shape_of_config(cfg) == shape_of(build_program(cfg))``
+over a sample of the whole space.
+
 >>> from argus_cutlass.kernels.gemm.config import GemmConfig
->>> big = predict_ms(GemmConfig(), 8192, 8192, 8192)
+>>> from argus_cutlass.kernels.gemm.program import build_program
+>>> big = predict_ms(build_program(GemmConfig()), 8192, 8192, 8192)
 >>> small = predict_ms(GemmConfig(tile_m=64, tile_n=64, cluster_m=1, schedule="pingpong", epi_m=64), 8192, 8192, 8192)
 >>> big < small
 True
@@ -31,6 +41,8 @@ True
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from argus_cutlass.kernels.gemm.config import DTYPE_BYTES, GemmConfig
 
@@ -50,9 +62,82 @@ LAUNCH_S = 4e-6
 EPILOGUE_BYTES_PER_S_PER_SM = 100e9
 
 
-def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
-    """Predicted run time of ``cfg`` on ``M x N x K`` (seconds); under swap-AB the kernel
-    runs ``N x M x K`` (:meth:`GemmConfig.kernel_problem`)."""
+@dataclass(frozen=True)
+class KernelShape:
+    """The kernel quantities the cost model reads (kernel modes: under swap-AB the kernel's M is
+    the problem's N).
+
+    Attributes:
+        dtype, out_dtype: A/B and D element types; tile_m, tile_n, tile_k: CTA tile (elements);
+        cluster_m, cluster_n: CTAs per cluster; stages: pipeline depth; cooperative: two consumer
+        warpgroups split each tile (else ping-pong); wg_tile_m: accumulator rows one consumer
+        warpgroup owns at a time; swizzle: the walk's swizzle; scheduler, splits: the work
+        decomposition; swap_ab: the kernel computes ``D^T = B A^T``.
+    """
+
+    dtype: str
+    out_dtype: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    cluster_m: int
+    cluster_n: int
+    stages: int
+    cooperative: bool
+    wg_tile_m: int
+    swizzle: int
+    scheduler: str
+    splits: int
+    swap_ab: bool
+
+    def kernel_problem(self, m: int, n: int, k: int) -> tuple[int, int, int]:
+        """The (M, N, K) the kernel runs for problem (m, n, k): (n, m, k) under swap-AB."""
+        return (n, m, k) if self.swap_ab else (m, n, k)
+
+
+def shape_of(program: Any) -> KernelShape:
+    """The :class:`KernelShape` of a GEMM :class:`~argus_cutlass.dsl.ir.Program`, read from its nodes."""
+    p = program
+    mma, sched, launch, loop = p.mma, p.schedule, p.launch, p.kloop
+    g_a = p.tensor(p.load_into(p.read("A").src).src)
+    g_d = p.tensor(p.stores[0].dst)
+    return KernelShape(
+        dtype=g_a.dtype, out_dtype=g_d.dtype, tile_m=mma.tile_m, tile_n=mma.op.n, tile_k=loop.tile_k,
+        cluster_m=launch.cluster_m, cluster_n=launch.cluster_n, stages=p.pipeline.stages,
+        cooperative=mma.atoms_m > 1, wg_tile_m=mma.op.m * mma.reps_m, swizzle=sched.swizzle,
+        scheduler=sched.decomposition, splits=sched.splits, swap_ab=bool(p.param("swap_ab", False)),
+    )
+
+
+def shape_of_config(cfg: GemmConfig) -> KernelShape:
+    """The :class:`KernelShape` a configuration's program will have, without building it (the
+    planner's search-time path; equal to ``shape_of(build_program(cfg))``, tested)."""
+    coop = cfg.schedule == "cooperative"
+    return KernelShape(
+        dtype=cfg.dtype, out_dtype=cfg.out_dtype, tile_m=cfg.tile_m, tile_n=cfg.tile_n, tile_k=cfg.tile_k,
+        cluster_m=cfg.cluster_m, cluster_n=cfg.cluster_n, stages=cfg.stages, cooperative=coop,
+        wg_tile_m=max(64, cfg.tile_m // 2) if coop else cfg.tile_m, swizzle=cfg.swizzle,
+        scheduler=cfg.scheduler, splits=cfg.splits, swap_ab=cfg.swap_ab,
+    )
+
+
+def _shape(kernel: Any) -> KernelShape:
+    if isinstance(kernel, KernelShape):
+        return kernel
+    if isinstance(kernel, GemmConfig):
+        return shape_of_config(kernel)
+    return shape_of(kernel)
+
+
+def predict_s(kernel: Any, m: int, n: int, k: int) -> float:
+    """Predicted run time of ``kernel`` on the problem ``M x N x K`` (seconds).
+
+    Args:
+        kernel: a GEMM :class:`~argus_cutlass.dsl.ir.Program` (read through :func:`shape_of`), a
+            :class:`KernelShape`, or a configuration (:func:`shape_of_config`, for ranking spaces).
+        m, n, k: the problem's sizes; under swap-AB the kernel runs ``N x M x K``.
+    """
+    cfg = _shape(kernel)
     m, n, k = cfg.kernel_problem(m, n, k)
     in_b = DTYPE_BYTES[cfg.dtype]
     out_b = DTYPE_BYTES[cfg.out_dtype]
@@ -77,7 +162,7 @@ def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
     feed = min(1.0, intensity * L2_BYTES_PER_S_PER_SM / (PEAK_FLOPS / SMS))
     wg_rows = cfg.wg_tile_m
     gmma = 0.80 if wg_rows == 64 else 0.95
-    if cfg.schedule == "pingpong" and tm * tn > 128 * 128:
+    if not cfg.cooperative and tm * tn > 128 * 128:
         gmma *= 0.9  # whole-tile accumulators per warpgroup: register pressure
     k_eff = math.ceil(math.ceil(k / splits) / tk) * tk
     if cfg.scheduler == "streamk" and tiles < SMS:
@@ -94,7 +179,7 @@ def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
     memory_s = hbm_bytes / bw
 
     epi_s = 0.0
-    if cfg.schedule == "cooperative":
+    if cfg.cooperative:
         epi_s = waves * tm * tn * out_b / EPILOGUE_BYTES_PER_S_PER_SM
     # L2 locality of the tile walk: a small bonus for swizzle on big grids, penalty on small
     locality = 1.0
@@ -108,6 +193,6 @@ def predict_s(cfg: GemmConfig, m: int, n: int, k: int) -> float:
     return (max(compute_s, memory_s) + epi_s) * locality + reduce_s + LAUNCH_S
 
 
-def predict_ms(cfg: GemmConfig, m: int, n: int, k: int) -> float:
+def predict_ms(kernel: Any, m: int, n: int, k: int) -> float:
     """:func:`predict_s` in milliseconds."""
-    return predict_s(cfg, m, n, k) * 1e3
+    return predict_s(kernel, m, n, k) * 1e3

@@ -1,19 +1,17 @@
 """Evaluators: measure a batch of verified configurations.
 
-* :class:`GpuEvaluator` renders each config, compiles the batch in parallel through
-  :func:`argus_cutlass.build.nvcc.compile_many` (shared content-addressed cache), checks
-  numerics with :func:`~argus_cutlass.runtime.check.run_and_check` on a bounded problem
-  and times the real problem with :func:`~argus_cutlass.runtime.check.time_gemm`.
+* :class:`GpuEvaluator` runs the batch through the orchestrator
+  (:func:`argus_cutlass.generate.run_many`: verify, render, compile in parallel through the
+  shared content-addressed cache, check numerics on a bounded problem, time the real problem).
 * :class:`TableEvaluator` replays a measured table (the evaluation script, tests).
 
-Expected failures (compile error, ptxas C7510, wrong numerics, refused launch) become a
+Expected failures (verifier, compile error, ptxas C7510, wrong numerics, refused launch) become a
 :class:`~argus_cutlass.agent.planner.Measurement` with that status and the feedback text;
 they never raise.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +22,11 @@ from argus_cutlass.kernels.gemm.config import GemmConfig
 #: the numerics check runs on at most this many rows / columns / K (residues kept)
 CHECK_MAX = (1024, 1024, 2048)
 
+#: orchestrator status -> Measurement status
+_STATUS = {"rejected": "verify_failed", "unproved": "verify_failed", "render_error": "compile_error",
+           "compile_error": "compile_error", "launch_error": "launch_error", "check_failed": "check_failed",
+           "ok": "ok"}
+
 
 def check_shape(problem: Problem) -> tuple[int, int, int]:
     """A bounded problem for the numerics check: each size clipped to :data:`CHECK_MAX`
@@ -31,34 +34,18 @@ def check_shape(problem: Problem) -> tuple[int, int, int]:
     return tuple(min(x, cap) for x, cap in zip((problem.m, problem.n, problem.k), CHECK_MAX))  # type: ignore[return-value]
 
 
-def generate(cfg: GemmConfig, notes: list[str] | None = None) -> Any:
-    """:func:`argus_cutlass.api.generate_gemm` (full verifier, then render). When the z3
-    tier cannot be imported (``z3-solver`` missing on the machine) the arithmetic and
-    enumeration tiers still run and a note is appended to ``notes``.
-
-    Raises:
-        VerificationError: a violation; ConfigError: the config cannot be instantiated.
-    """
-    from argus_cutlass.api import generate_gemm
-
-    smt = _z3_installed()
-    if not smt and notes is not None and not any("SMT tier skipped" in n for n in notes):
-        notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration tiers ran")
-    return generate_gemm(cfg, smt=smt)
-
-
-@functools.cache
-def _z3_installed() -> bool:
-    """Whether the verifier's SMT tier can run here (decided once per process, so a machine
-    without z3 does not verify every candidate twice)."""
-    from argus_cutlass.errors import ToolchainError
-    from argus_cutlass.verify.smt import require_z3
-
-    try:
-        require_z3()
-    except ToolchainError:
-        return False
-    return True
+def measurement(result: Any) -> Measurement:
+    """The :class:`Measurement` of one :class:`~argus_cutlass.generate.RunResult`."""
+    status = _STATUS.get(result.status)
+    if status is None:  # stopped early (no GPU): nothing was measured
+        return Measurement("invalid", None, f"not measured: {result.status} ({result.skipped})")
+    if status == "ok":
+        return Measurement("ok", result.ms)
+    if status == "check_failed":
+        return Measurement(status, None, "; ".join(c.summary() for c in result.checks if not c.passed)[:2000])
+    err = result.error
+    text = f"[{err.rule}] {err.message}" if status == "compile_error" else str(err)
+    return Measurement(status, None, text[:2000])
 
 
 class GpuEvaluator:
@@ -68,6 +55,8 @@ class GpuEvaluator:
         problem: the GEMM to tune.
         workers: parallel nvcc processes (default: CPU count).
         warmup, iters: timing launches (median of ``iters`` CUDA-event intervals, ms).
+
+    The verifier's SMT tier runs when z3-solver is installed (else a note in :attr:`notes`).
     """
 
     def __init__(self, problem: Problem, workers: int | None = None, warmup: int = 10, iters: int = 50) -> None:
@@ -79,63 +68,38 @@ class GpuEvaluator:
         self.notes: list[str] = []
 
     def __call__(self, configs: list[GemmConfig]) -> list[Measurement]:
-        from argus_cutlass.build.nvcc import compile_many
-        from argus_cutlass.errors import ArgusError, CompileError, VerificationError
+        from argus_cutlass.generate import Options, run_many
 
-        results: dict[int, Measurement] = {}
-        jobs, idx = [], []
-        for i, cfg in enumerate(configs):
-            try:
-                kernel = generate(cfg, self.notes)
-            except (VerificationError, ArgusError) as exc:
-                results[i] = Measurement("verify_failed", None, str(exc)[:2000])
-                continue
-            self.sources[cfg] = kernel.source
-            jobs.append((kernel.source, kernel.name, "shared"))
-            idx.append((i, kernel.name))
-        artifacts = compile_many(jobs, max_workers=self.workers, return_exceptions=True) if jobs else []
-        for (i, name), art in zip(idx, artifacts):
-            if isinstance(art, CompileError):
-                results[i] = Measurement("compile_error", None, f"[{art.rule}] {art.message}"[:2000])
-                continue
-            results[i] = self._measure(configs[i], art, name)
-        return [results[i] for i in range(len(configs))]
-
-    def _measure(self, cfg: GemmConfig, artifact: Any, name: str) -> Measurement:
-        from argus_cutlass.errors import DeviceError, LaunchError, ProblemError
-        from argus_cutlass.runtime.check import run_and_check, time_gemm
-        from argus_cutlass.runtime.launch import GemmKernelLibrary
-        from argus_cutlass.kernels.gemm.problem import GemmProblem
-
-        p = self.problem
-        try:
-            lib = GemmKernelLibrary(artifact.path, name)
-            chk = run_and_check(lib, GemmProblem.for_config(cfg, *check_shape(p)))
-            if not chk.passed:
-                return Measurement("check_failed", None, chk.summary())
-            ms = time_gemm(lib, GemmProblem.for_config(cfg, p.m, p.n, p.k), warmup=self.warmup, iters=self.iters)
-        except (LaunchError, ProblemError, DeviceError) as exc:
-            return Measurement("launch_error", None, str(exc)[:2000])
-        return Measurement("ok", ms)
+        options = Options(smt=None, baseline=False, check_shapes=(check_shape(self.problem),),
+                          warmup=self.warmup, iters=self.iters, workers=self.workers)
+        results = run_many(configs, self.problem, options=options)
+        for r in results:
+            if r.source is not None:
+                self.sources[r.config] = r.source
+            self.notes += [n for n in r.notes if n not in self.notes]
+        return [measurement(r) for r in results]
 
 
 class TableEvaluator:
-    """Replays measured times: ``table[kernel_name(cfg)] = ms`` (None or inf = failed).
+    """Replays measured times: ``table[kernel name] = ms`` (None or inf = failed).
 
-    A config missing from the table is reported as ``invalid`` (not measured).
+    A configuration is looked up by its program's kernel name
+    (:func:`argus_cutlass.generate.kernel_name`), then by the name kernels had before names
+    carried the program's hash (:func:`argus_cutlass.generate.kernel_label`), so tables measured then
+    still replay. A config missing from the table is reported as ``invalid`` (not measured).
     """
 
     def __init__(self, table: Mapping[str, float | None]) -> None:
         self.table = dict(table)
 
     def __call__(self, configs: list[GemmConfig]) -> list[Measurement]:
-        from argus_cutlass.render.naming import kernel_name
+        from argus_cutlass.generate import kernel_label
 
         out = []
         for cfg in configs:
-            name = kernel_name(cfg)
-            if name not in self.table:
-                out.append(Measurement("invalid", None, f"{name} is not in the measured table"))
+            name = table_key(cfg, self.table)
+            if name is None:
+                out.append(Measurement("invalid", None, f"{kernel_label(cfg)} is not in the measured table"))
                 continue
             ms = self.table[name]
             if ms is None or ms == float("inf"):
@@ -143,3 +107,18 @@ class TableEvaluator:
             else:
                 out.append(Measurement("ok", float(ms)))
         return out
+
+
+def table_key(cfg: GemmConfig, table: Mapping[str, Any]) -> str | None:
+    """The key of ``cfg`` in a measured table: its kernel name, else its label (older tables)."""
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.generate import kernel_label, kernel_name
+
+    try:
+        name = kernel_name(cfg)
+    except ArgusError:
+        name = None
+    if name is not None and name in table:
+        return name
+    label = kernel_label(cfg)
+    return label if label in table else None

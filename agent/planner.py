@@ -97,13 +97,20 @@ class Step:
     incumbent_ms: float | None
     measured: bool
 
-    def as_dict(self) -> dict[str, Any]:
-        from argus_cutlass.render.naming import kernel_name
+    def as_dict(self, problem: GemmProblem | None = None) -> dict[str, Any]:
+        """A JSON-ready row; ``kernel`` is the name of the config's program for ``problem`` (None
+        when the configuration has no program)."""
+        from argus_cutlass.errors import ArgusError
+        from argus_cutlass.generate import kernel_name
 
+        try:
+            name: str | None = kernel_name(self.config, problem)
+        except ArgusError:
+            name = None
         return {
             "step": self.index, "technique": self.action.technique,
             "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.action.params},
-            "rationale": self.action.rationale, "kernel": kernel_name(self.config),
+            "rationale": self.action.rationale, "kernel": name,
             "config": self.config.model_dump(), "status": self.status, "ms": self.ms,
             "reward": self.reward, "feedback": self.feedback, "incumbent_ms": self.incumbent_ms,
             "measured": self.measured,

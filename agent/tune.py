@@ -124,8 +124,7 @@ def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budge
     ``sources`` maps configs to their rendered source (the GPU evaluator's); the best one is
     rendered again when absent.
     """
-    from argus_cutlass.api import generate_gemm
-    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.generate import generate
 
     out.mkdir(parents=True, exist_ok=True)
     own_log = log is None
@@ -134,7 +133,7 @@ def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budge
     log.write("start", problem=problem.__dict__, policy=policy.name, budget=budget)
 
     def on_step(step: Step) -> None:
-        log.write("candidate", **step.as_dict())
+        log.write("candidate", **step.as_dict(problem))
         progress.step(step)
 
     try:
@@ -144,14 +143,21 @@ def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budge
         progress.close()
     best_path = None
     if result.best is not None:
-        src = (sources or {}).get(result.best) or generate_gemm(result.best).source
-        best_path = out / f"{kernel_name(result.best)}.cu"
+        src = (sources or {}).get(result.best) or generate(result.best, problem, smt=None).source
+        best_path = out / f"{best_name(result.best, problem)}.cu"
         best_path.write_text(src, encoding="utf-8")
     log.write("end", best=result.best.model_dump() if result.best else None, best_ms=result.best_ms,
               measured=len(result.measured), cu=str(best_path) if best_path else None)
     if own_log:
         log.close()
     return result
+
+
+def best_name(cfg: Any, problem: Problem) -> str:
+    """The kernel name of ``cfg``'s program for ``problem`` (the best ``.cu`` is named after it)."""
+    from argus_cutlass.generate import kernel_name
+
+    return kernel_name(cfg, problem)
 
 
 def log_name(problem: Problem) -> str:
@@ -203,20 +209,19 @@ def run_tune(args: Any) -> int:
         print("argus-cutlass tune: every candidate failed; see the tuning log "
               f"{out / log_name(problem)}", file=sys.stderr)
         return 1
-    from argus_cutlass.runtime.check import cublas_reference_time
+    from argus_cutlass.generate import baseline
 
     cublas_ms = None
     try:
-        cublas_ms = cublas_reference_time(problem)  # a planner Problem is a GemmProblem
+        cublas_ms = baseline(problem)  # a planner Problem is a GemmProblem
     except ArgusError as exc:
         print(f"argus-cutlass tune: cuBLAS baseline skipped: {exc}", file=sys.stderr)
     store.record_best(info.name, "gemm", problem, result.best, result.best_ms, cublas_ms)  # type: ignore[arg-type]
-    from argus_cutlass.render.naming import kernel_name
-
+    name = best_name(result.best, problem)
     tflops = problem.flops / (result.best_ms * 1e-3) / 1e12  # type: ignore[operator]
-    line = f"best {kernel_name(result.best)}: {result.best_ms:.4f} ms ({tflops:.0f} TFLOP/s)"
+    line = f"best {name}: {result.best_ms:.4f} ms ({tflops:.0f} TFLOP/s)"
     if cublas_ms:
         line += f"; cuBLAS {cublas_ms:.4f} ms (ratio cuBLAS/ours {cublas_ms / result.best_ms:.3f})"  # type: ignore[operator]
     print(line)
-    print(f"wrote {out / (kernel_name(result.best) + '.cu')} and {out / log_name(problem)}")
+    print(f"wrote {out / (name + '.cu')} and {out / log_name(problem)}")
     return 0

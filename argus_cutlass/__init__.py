@@ -16,5 +16,5 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 _CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
-if (_CHECKOUT_ROOT / "templates" / "gemm_sm90.cu.j2").is_file() and (_CHECKOUT_ROOT / "setup.py").is_file():
+if (_CHECKOUT_ROOT / "templates" / "gemm" / "kernel.cu.j2").is_file() and (_CHECKOUT_ROOT / "setup.py").is_file():
     __path__.append(str(_CHECKOUT_ROOT))  # noqa: F821 - the package's own __path__

@@ -7,10 +7,14 @@ Commands:
       nvcc exists, and on a Hopper GPU run it against an fp32 reference and time it
       beside cuBLAS. Writes ``DIR/<kernel>.json`` (config, verification, stage times).
   ``argus-cutlass verify CONFIG.json [--json]``
-      verify one configuration; exit code 1 on a violation.
+      verify one configuration; exit code 1 on a violation (or an unknown, unless
+      ``--allow-unknown``).
 
-Exit codes: 0 success; 1 verification or numerical failure; 2 bad input or
-environment (the message names the input and the rule).
+Every stage runs through the orchestrator :mod:`argus_cutlass.generate`.
+
+Exit codes: 0 success; 1 verification failure (a violation, or obligations left
+unknown without ``--allow-unknown``) or numerical failure; 2 bad input or environment
+(the message names the input and the rule).
 """
 
 from __future__ import annotations
@@ -18,24 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from argus_cutlass.errors import ArgusError
-
-
-class _Stages:
-    """Wall-clock seconds spent in each stage of the main job."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def run(self, name, fn, *args, **kwargs):  # noqa: ANN001, ANN201
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.seconds[name] = round(time.perf_counter() - t0, 4)
 
 
 _STDOUT_CLOSED = False
@@ -64,66 +53,85 @@ _SOURCE_TEXT = {
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
-    from argus_cutlass.kernels.gemm.heuristics import default_config
-    from argus_cutlass.programs.gemm import build_gemm_program
-    from argus_cutlass.render.naming import kernel_name
-    from argus_cutlass.render.render import render_gemm
-    from argus_cutlass.kernels.gemm.problem import GemmProblem
-    from argus_cutlass.verify import verify_gemm
+    """``gemm``: the orchestrator's :func:`~argus_cutlass.generate.run` with progress lines.
 
-    stages = _Stages()
-    problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype,
-                          layout=args.layout)
-    problem.validate()
+    Exit 0 when every stage that could run passed (no nvcc or no GPU stops early, still 0);
+    1 when the verifier rejected the program, left obligations unproved (without
+    ``--allow-unknown``) or the numerical check failed; bad input raises (exit 2).
+    """
     import math
 
     from argus_cutlass.errors import ProblemError
+    from argus_cutlass.generate import Options, run
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
 
+    problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype, layout=args.layout)
+    problem.validate()
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
         if not math.isfinite(value):
             raise ProblemError("problem.scalar", f"{flag}={value}: alpha and beta must be finite numbers")
-    if args.heuristic:
-        cfg, source = default_config(args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout), "forced"
-    else:
-        from argus_cutlass.agent.store import lookup_config
-
-        cfg, source = lookup_config("gemm", args.m, args.n, args.k, args.dtype, args.out_dtype, args.layout)
-    name = kernel_name(cfg)
     out_dir = _output_dir(args.out)
-    record: dict = {
-        "kernel": name,
-        "problem": {"m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype,
-                    "out_dtype": args.out_dtype, "layout": args.layout},
-        "config": cfg.model_dump(),
-        "config_source": source,
-    }
-    _print(f"problem   M={args.m} N={args.n} K={args.k} {args.dtype}->{args.out_dtype} layout {args.layout}")
-    _print(f"config    {name} ({_SOURCE_TEXT[source]})")
+    options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, alpha=args.alpha,
+                      beta=args.beta, seed=args.seed)
+    result = run(problem, options=options, on_stage=_Progress(args.verbose, out_dir), out_dir=out_dir)
+    for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
+        _print(f"wrote     {path}")
+    return 0 if result.ok else 1
 
-    program = stages.run("build_program", build_gemm_program, cfg)
-    report = stages.run("verify", verify_gemm, program)
-    record["verification"] = json.loads(report.to_json())
-    if not report.ok:
-        _print(report.format())
-        _write_record(out_dir, name, record, stages)
-        return 1
-    _print(f"verified  {_proof_summary(report)}")
-    if args.verbose:
-        for line in report.proved:
-            _print(f"            {line}")
 
-    source = stages.run("render", render_gemm, program, tuple(report.proved))
-    cu_path = out_dir / f"{name}.cu"
-    cu_path.write_text(source)
-    _print(f"wrote     {cu_path}")
+class _Progress:
+    """Prints one line per finished stage of :func:`argus_cutlass.generate.run`."""
 
-    lib_path = _compile(source, name, out_dir, stages, record)
-    if lib_path is None:
-        _write_record(out_dir, name, record, stages)
-        return 0
-    status = _run_on_gpu(lib_path, name, problem, stages, record, args)
-    _write_record(out_dir, name, record, stages)
-    return status
+    def __init__(self, verbose: bool, out_dir: Path) -> None:
+        self.verbose = verbose
+        self.out_dir = out_dir
+
+    def __call__(self, stage: str, r) -> None:  # noqa: ANN001 - RunResult
+        p = r.problem
+        if stage == "configure":
+            _print(f"problem   M={p.m} N={p.n} K={p.k} {p.dtype}->{p.out_dtype} layout {p.layout}")
+        elif stage == "build_program" and r.program is not None:
+            _print(f"config    {r.name} ({_SOURCE_TEXT[r.config_source]})")
+        elif stage == "build_program":
+            _print(f"config    refused: {r.error}")
+        elif stage == "verify":
+            if r.status == "rejected":
+                _print(r.report.format())
+            elif r.status == "unproved":
+                _print(f"NOT PROVED {r.error}")
+            else:
+                _print(f"verified  {_proof_summary(r.report)}")
+                for line in r.report.proved if self.verbose else ():
+                    _print(f"            {line}")
+                for u in r.report.unknowns:
+                    from argus_cutlass.errors import unknown_text
+
+                    _print(f"UNPROVED  {unknown_text(u)} (rendered anyway: --allow-unknown)")
+        elif stage == "write":
+            _print(f"wrote     {self.out_dir / (r.name + '.cu')}")
+        elif stage == "compile":
+            if "compile" in r.skipped:
+                _print(f"no nvcc   {r.skipped['compile']}; wrote the .cu only (compile it with the command in "
+                       "its header)")
+            else:
+                a = r.artifact
+                _print(f"compiled  {a.path} ({'cache hit' if a.cached else f'{a.seconds:.1f} s'},"
+                       f" {a.registers} registers, {a.spill_bytes} spill bytes)")
+        elif stage == "run":
+            _print(f"no GPU    no usable NVIDIA GPU here ({r.skipped['run']}); stopping after compile")
+        elif stage == "check":
+            c = r.check
+            _print(f"check     {'PASS' if c.passed else 'FAIL'}: rel. error {c.rel_error:.2e}"
+                   f" (tolerance {c.tolerance:.0e}), unwritten outputs {c.unwritten}")
+        elif stage == "baseline":
+            flops = p.flops
+            line = f"time      {r.ms:.4f} ms = {flops / r.ms / 1e9:.1f} TFLOP/s"
+            if r.baseline_ms is not None:
+                line += (f"; cuBLAS {r.baseline_ms:.4f} ms = {flops / r.baseline_ms / 1e9:.1f} TFLOP/s; "
+                         f"ratio {r.baseline_ms / r.ms:.3f}x")
+            else:
+                line += "; cuBLAS not measured (torch is not installed)"
+            _print(line)
 
 
 def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
@@ -151,74 +159,6 @@ def _output_dir(path: str) -> Path:
     return out
 
 
-def _compile(source, name, out_dir, stages, record):  # noqa: ANN001, ANN202
-    from argus_cutlass.build.nvcc import compile_cu
-    from argus_cutlass.build.toolchain import Toolchain, find_cutlass, find_nvcc
-    from argus_cutlass.errors import ToolchainError
-
-    try:
-        nvcc = find_nvcc()  # no nvcc: the job goes on without compiling
-    except ToolchainError as exc:
-        _print(f"no nvcc   {exc.message}; wrote the .cu only (compile it with the command in its header)")
-        record["compile"] = {"skipped": exc.message}
-        return None
-    artifact = stages.run("compile", compile_cu, source, name, "shared",
-                          toolchain=Toolchain(nvcc=nvcc, cutlass=find_cutlass()))  # no CUTLASS: an error
-    record["compile"] = {
-        "cached": artifact.cached,
-        "seconds": round(artifact.seconds, 2),
-        "registers": artifact.registers,
-        "spill_bytes": artifact.spill_bytes,
-        "path": str(artifact.path),
-    }
-    _print(f"compiled  {artifact.path} ({'cache hit' if artifact.cached else f'{artifact.seconds:.1f} s'},"
-           f" {artifact.registers} registers, {artifact.spill_bytes} spill bytes)")
-    return artifact.path
-
-
-def _run_on_gpu(lib_path, name, problem, stages, record, args) -> int:  # noqa: ANN001
-    from argus_cutlass.runtime.check import cublas_reference_time, run_and_check, time_gemm
-    from argus_cutlass.runtime.cuda import gpu_available, require_sm90
-    from argus_cutlass.runtime.launch import GemmKernelLibrary
-
-    available, why = gpu_available()
-    if not available:
-        _print(f"no GPU    no usable NVIDIA GPU here ({why}); stopping after compile")
-        record["run"] = {"skipped": why}
-        return 0
-    require_sm90()
-    lib = GemmKernelLibrary(lib_path, name)
-    check = stages.run("check", run_and_check, lib, problem, alpha=args.alpha, beta=args.beta,
-                       seed=args.seed)
-    record["check"] = check.as_dict()
-    _print(f"check     {'PASS' if check.passed else 'FAIL'}: rel. error {check.rel_error:.2e}"
-           f" (tolerance {check.tolerance:.0e}), unwritten outputs {check.unwritten}")
-    if not check.passed:
-        return 1
-    ms = stages.run("time", time_gemm, lib, problem)
-    flops = 2.0 * problem.m * problem.n * problem.k
-    result = {"ms": ms, "tflops": flops / ms / 1e9}
-    line = f"time      {ms:.4f} ms = {result['tflops']:.1f} TFLOP/s"
-    ref_ms = stages.run("cublas", cublas_reference_time, problem)
-    if ref_ms is not None:
-        result["cublas_ms"] = ref_ms
-        result["cublas_tflops"] = flops / ref_ms / 1e9
-        result["speedup_vs_cublas"] = ref_ms / ms
-        line += f"; cuBLAS {ref_ms:.4f} ms = {result['cublas_tflops']:.1f} TFLOP/s; ratio {ref_ms / ms:.3f}x"
-    else:
-        line += "; cuBLAS not measured (torch is not installed)"
-    record["timing"] = result
-    _print(line)
-    return 0
-
-
-def _write_record(out_dir: Path, name: str, record: dict, stages: _Stages) -> None:
-    record["stage_seconds"] = stages.seconds
-    path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    _print(f"wrote     {path}")
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify CONFIG.json``: a GemmConfig object or a ``gemm`` record (its ``config`` key).
 
@@ -244,9 +184,8 @@ def _verify(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from argus_cutlass.errors import ConfigError
+    from argus_cutlass.generate import build, verify
     from argus_cutlass.kernels.gemm.config import GemmConfig
-    from argus_cutlass.programs.gemm import build_gemm_program
-    from argus_cutlass.verify import verify_gemm
 
     src = args.config
     try:
@@ -278,7 +217,7 @@ def _verify(args: argparse.Namespace) -> int:
                     if e["type"] == "extra_forbidden" else f"field '{key}': {e['msg']}")
             problems.append(f"{src}:{line_of(key)}: {what}")
         raise ConfigError("config.schema", "; ".join(problems)) from None
-    report = verify_gemm(build_gemm_program(cfg), smt=not args.no_smt, smt_timeout_ms=args.smt_timeout_ms)
+    report = verify(build(cfg), smt=not args.no_smt, smt_timeout_ms=args.smt_timeout_ms)
     if args.json:
         _print(report.to_json())
     else:
@@ -286,7 +225,7 @@ def _verify(args: argparse.Namespace) -> int:
         _print("tiers:")
         for line in report.tier_summary():
             _print(f"  {line}")
-    return 0 if report.ok else 1
+    return 0 if report.ok and (args.allow_unknown or not report.unknowns) else 1
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -323,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     g.add_argument("--out", default="out", help="output folder (default: ./out)")
     g.add_argument("--verbose", action="store_true", help="print every proved obligation")
+    g.add_argument("--allow-unknown", action="store_true",
+                   help="render and run a program whose verification left obligations unknown (not proved); "
+                        "the .cu header lists them")
     g.add_argument("--heuristic", action="store_true",
                    help="use the fixed heuristic, not a tuned configuration from the experience store "
                         "or the shipped H200 table")
@@ -351,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='machine-readable report: "ok" = no violation; "complete" = ok and every obligation '
                         'decided (no SMT "unknown"); violations with counterexamples, proofs, tier times')
     v.add_argument("--no-smt", action="store_true", help="skip the SMT tier (z3)")
+    v.add_argument("--allow-unknown", action="store_true",
+                   help="exit 0 when the only findings are unknown (not proved) obligations")
     v.add_argument("--smt-timeout-ms", type=int, default=None,
                    help="per-query z3 timeout; a timeout is reported as unknown (default 5000)")
     v.set_defaults(func=cmd_verify)

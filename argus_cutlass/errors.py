@@ -48,6 +48,34 @@ class VerificationError(ArgusError):
         super().__init__(first.rule, msg if more else first.message)
 
 
+class UnprovedError(ArgusError):
+    """The verifier found no violation but left obligations undecided (``unknown``: an SMT
+    timeout, a case outside what an engine covers). ``unknown`` is not ``proved``: the
+    orchestrator refuses to render such a program unless the caller allows it
+    (``allow_unknown=True``; CLI ``--allow-unknown``). ``.report`` holds the report; the message
+    names every obligation that was not proved."""
+
+    def __init__(self, report) -> None:  # noqa: ANN001 - VerificationReport
+        self.report = report
+        items = [unknown_text(u) for u in report.unknowns]
+        shown = "\n".join(f"  - {t}" for t in items[:12])
+        more = f"\n  ... and {len(items) - 12} more" if len(items) > 12 else ""
+        super().__init__(
+            "verify.unknown",
+            f"{report.kernel}: no violation found, but {len(items)} obligation(s) not proved:\n{shown}{more}",
+            "raise ARGUS_SMT_TIMEOUT_MS (or --smt-timeout-ms) for timeouts, or pass --allow-unknown "
+            "(allow_unknown=True) to render it anyway; the .cu header then lists what was not proved",
+        )
+
+
+def unknown_text(u) -> str:  # noqa: ANN001 - argus_cutlass.verify.report.Unknown
+    """One line naming an undecided obligation: ``"<invariant> <rule>: <query> (<reason>)"``."""
+    head = " ".join(x for x in (getattr(u, "invariant", ""), getattr(u, "rule", "")) if x)
+    query = getattr(u, "query", "") or getattr(u, "description", "")
+    reason = getattr(u, "reason", "")
+    return f"{head}: {query}" + (f" ({reason})" if reason else "")
+
+
 class ToolchainError(ArgusError):
     """nvcc, the CUTLASS headers or the CUDA driver are missing or unusable."""
 

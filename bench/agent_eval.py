@@ -9,10 +9,10 @@ Phases:
 
 1. **Sub-space**: :func:`subspace` declares 75 configurations, stages fitted to shared
    memory; the verifier prunes it first (count reported).
-2. **Compile** the feasible ones in parallel (``compile_many``, one nvcc per core; raster
-   and swizzle are baked into the source, so each is its own kernel).
-3. **Check** each kernel's numerics (``run_and_check`` on two small problems with residues);
-   a kernel that fails to compile or check is recorded as failed, never a crash.
+2. **Compile** the feasible ones in parallel and **check** each kernel's numerics on two small
+   problems with residues, in one orchestrator batch (``argus_cutlass.generate.run_many``: one
+   nvcc per core; raster and swizzle are baked into the source, so each is its own kernel); a
+   kernel that fails to verify, compile or check is recorded as failed, never a crash.
 4. **Measure** every passing kernel on every shape of ``bench/test_gemm_bench.py::SHAPES``
    in ``--rounds`` rounds (CUDA events, median of ``--iters`` launches after ``--warmup``;
    kernel order rotated each round; one set of operands per shape) and cuBLAS (torch) in the
@@ -126,61 +126,37 @@ def subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -
 # ---- measurement (GPU) --------------------------------------------------------------------------
 
 
-def _compile(configs: list, workers: int, log: list, notes: list) -> dict:
-    """kernel name -> GemmKernelLibrary for the configs that compile (failures logged)."""
-    from argus_cutlass.agent.measure import generate
-    from argus_cutlass.build.nvcc import compile_many
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.runtime.launch import GemmKernelLibrary
-
-    kernels = []
-    for cfg in configs:
-        try:
-            kernels.append(generate(cfg, notes))
-        except ArgusError as exc:
-            log.append({"kernel": cfg.model_dump(), "phase": "generate", "error": str(exc)[:1000]})
-    jobs = [(k.source, k.name, "shared") for k in kernels]
-    try:  # the numerics check's reference GEMM, built in the same batch (then a cache hit)
-        from argus_cutlass.kernels.gemm.reference import render_reference
-
-        ref_name, ref_src = render_reference(configs[0].dtype, configs[0].out_dtype, configs[0].layout)
-        jobs.append((ref_src, ref_name, "shared"))
-    except Exception as exc:  # noqa: BLE001 - the check builds it on first use instead
-        log.append({"kernel": "reference", "phase": "render", "error": str(exc)[:500]})
-    t0 = time.perf_counter()
-    arts = compile_many(jobs, max_workers=workers, return_exceptions=True)[: len(kernels)]
-    print(f"compiled {len(kernels)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
-    libs = {}
-    for k, a in zip(kernels, arts):
-        if isinstance(a, ArgusError):
-            log.append({"kernel": k.name, "phase": "compile", "error": str(a)[:1000]})
-            continue
-        try:
-            libs[k.name] = (k.config, GemmKernelLibrary(a.path, k.name), a)
-        except ArgusError as exc:
-            log.append({"kernel": k.name, "phase": "load", "error": str(exc)[:1000]})
-    return libs
+#: sizes of the numerics check of every candidate (residues in every mode)
+CHECK_SHAPES = ((1, 264, 128), (328, 784, 520))
 
 
-def _check(libs: dict, log: list) -> dict:
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.runtime.check import run_and_check
+def _build(configs: list, workers: int, log: list, notes: list) -> dict:
+    """kernel name -> (config, GemmKernelLibrary, artifact) for the configs that verify, compile
+    and pass the numerics check on :data:`CHECK_SHAPES`; every failure is logged with its phase.
+    One orchestrator batch (:func:`argus_cutlass.generate.run_many`): one nvcc per worker, the
+    reference GEMM built in the same batch."""
+    from argus_cutlass.generate import Options, run_many
     from argus_cutlass.kernels.gemm.problem import GemmProblem
 
-    passed = {}
-    for name, (cfg, lib, art) in libs.items():
-        try:
-            results = [run_and_check(lib, GemmProblem.for_config(cfg, *s), seed=1)
-                       for s in ((1, 264, 128), (328, 784, 520))]
-        except ArgusError as exc:
-            log.append({"kernel": name, "phase": "check", "error": str(exc)[:1000]})
+    c0 = configs[0]
+    problem = GemmProblem(*CHECK_SHAPES[-1], c0.dtype, c0.out_dtype, c0.layout)
+    options = Options(smt=None, time=False, baseline=False, check_shapes=CHECK_SHAPES, seed=1, workers=workers)
+    t0 = time.perf_counter()
+    results = run_many(configs, problem, options=options)
+    print(f"generated, compiled and checked {len(results)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
+    phase = {"rejected": "verify", "unproved": "verify", "render_error": "render", "compile_error": "compile",
+             "launch_error": "check", "check_failed": "check"}
+    libs = {}
+    for r in results:
+        notes += [n for n in r.notes if n not in notes]
+        if r.status == "checked":
+            libs[r.name] = (r.config, r.library, r.artifact)
             continue
-        bad = [r.summary() for r in results if not r.passed]
-        if bad:
-            log.append({"kernel": name, "phase": "check", "error": "; ".join(bad)})
-            continue
-        passed[name] = (cfg, lib, art)
-    return passed
+        error = ("; ".join(c.summary() for c in r.checks if not c.passed) if r.status == "check_failed"
+                 else str(r.error)[:1000] if r.error is not None else f"stopped at {r.status}: {r.skipped}")
+        log.append({"kernel": r.name or r.config.model_dump(), "phase": phase.get(r.status, r.status),
+                    "error": error})
+    return libs
 
 
 def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table: dict, log: list,
@@ -191,9 +167,10 @@ def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table
     median of its rounds (each round: median of ``iters`` launches), cuBLAS's the median of
     its ``rounds + 1`` measurements."""
     from argus_cutlass.errors import ArgusError
-    from argus_cutlass.runtime.check import cublas_reference_time, time_kernel
-    from argus_cutlass.runtime.cuda import DeviceBuffer
+    from argus_cutlass.generate import baseline
     from argus_cutlass.kernels.gemm.problem import GemmProblem
+    from argus_cutlass.runtime.check import time_kernel
+    from argus_cutlass.runtime.cuda import DeviceBuffer
 
     try:
         import torch
@@ -225,7 +202,7 @@ def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table
 
         def _cublas() -> None:
             try:
-                cublas_runs.append(cublas_reference_time(p, warmup=warmup, iters=iters))
+                cublas_runs.append(baseline(p, warmup=warmup, iters=iters))
             except ArgusError as exc:
                 log.append({"kernel": "cublas", "phase": "time", "shape": key, "error": str(exc)[:1000]})
 
@@ -287,11 +264,11 @@ def replay(table: dict, budget: int = 16, seeds: int = 5, random_seeds: int = 50
         per-shape rows and the summary (medians, geomeans, minima). A search that never
         reaches the target counts as ``N + 1`` (N = the number of candidates).
     """
-    from argus_cutlass.agent.measure import TableEvaluator
+    from argus_cutlass.agent.measure import TableEvaluator, table_key
     from argus_cutlass.agent.planner import ActionValues, DefaultPolicy, Problem, run_episode
+    from argus_cutlass.generate import kernel_name
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.space import GemmSpace
-    from argus_cutlass.render.naming import kernel_name
 
     cands = [GemmConfig(**c) for c in table["candidates"]]
     if not cands or not table.get("shapes"):
@@ -301,7 +278,8 @@ def replay(table: dict, budget: int = 16, seeds: int = 5, random_seeds: int = 50
             "median_count": {"exhaustive": nan, "random": nan, "default_policy": nan},
             "geomean_vs_cublas": {"exhaustive": nan, "default_policy": nan},
             "min_vs_cublas": {"exhaustive": None, "default_policy": None}}}
-    names = [kernel_name(c) for c in cands]
+    measured = next(iter(table["shapes"].values()))["kernels"]
+    names = [table_key(c, measured) or kernel_name(c) for c in cands]  # older tables: by label
     space = GemmSpace.from_configs(cands)
     n_cand = len(cands)
     rows = {}
@@ -441,8 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                  "candidates": [c.model_dump() for c in cands], "shapes": {}, "failures": log,
                  "warmup": args.warmup, "iters": args.iters, "rounds": args.rounds, "notes": []}
         try:
-            libs = _compile(cands, args.workers or 16, log, table["notes"])
-            libs = _check(libs, log)
+            libs = _build(cands, args.workers or 16, log, table["notes"])
             table["passed"] = sorted(libs)
             table["resources"] = {n: {"registers": a.registers, "spill_bytes": a.spill_bytes}
                                   for n, (_, _, a) in libs.items()}

@@ -22,7 +22,7 @@ def test_shapes_are_the_benchmark_table():
 
 
 def test_subspace_is_small_and_distinct():
-    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.generate import kernel_name
 
     cands = ae.subspace()
     names = {kernel_name(c) for c in cands}
@@ -37,7 +37,7 @@ def test_subspace_is_small_and_distinct():
 
 def _synthetic_table(cands, fail=()):
     from argus_cutlass.agent.costmodel import predict_ms
-    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.generate import kernel_name
 
     shapes = {}
     for s in ae.bench_shapes()[:6]:
@@ -53,7 +53,7 @@ def _synthetic_table(cands, fail=()):
 
 @pytest.fixture(scope="module")
 def table():
-    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.generate import kernel_name
 
     cands = ae.subspace()[:20]
     return _synthetic_table(cands, fail={kernel_name(cands[3])})
@@ -79,7 +79,7 @@ def test_replay_counts_and_ratios(table):
 
 def test_replay_count_when_best_found_first():
     """A table where one kernel is 2x faster than all others: random needs ~N/2 draws."""
-    from argus_cutlass.render.naming import kernel_name
+    from argus_cutlass.generate import kernel_name
 
     cands = ae.subspace()[:10]
     names = [kernel_name(c) for c in cands]

@@ -110,6 +110,7 @@ class CompileJob:
     name: str
     kind: Kind = "shared"
     extra_flags: tuple[str, ...] | list[str] = ()
+    key_parts: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -275,15 +276,18 @@ def compile_cu(
     *,
     use_cache: bool = True,
     toolchain: Toolchain | None = None,
+    key_parts: Sequence[str] = (),
 ) -> Artifact:
     """Build ``source`` into a shared library, PTX or cubin for sm_90a.
 
     Args:
         source: the full ``.cu`` text.
         name: a C identifier; names the files (``<name>.so`` ...).
-        kind: ``shared`` (``.so`` for :class:`~argus_cutlass.runtime.launch.GemmKernelLibrary`),
+        kind: ``shared`` (``.so`` for :class:`~argus_cutlass.kernels.gemm.library.GemmKernelLibrary`),
             ``ptx`` or ``cubin``.
         extra_flags: appended after the fixed flags (they are part of the cache key).
+        key_parts: more text hashed into the cache key (the orchestrator passes the program's
+            full fingerprint, so two programs never share an entry even if they printed alike).
         use_cache: look up / store the result in the content-addressed cache.
         toolchain: defaults to :func:`~argus_cutlass.build.toolchain.find_toolchain`.
 
@@ -301,7 +305,7 @@ def compile_cu(
         raise CompileError("nvcc.name", f"kernel name {name!r} is not a C identifier")
     tc = toolchain or find_toolchain()
     cmd = nvcc_command(tc, kind, extra_flags)
-    key = cache.cache_key(source, cmd[1:], tc.nvcc.version_string, tc.cutlass.version, kind)
+    key = cache.cache_key(source, [*cmd[1:], *key_parts], tc.nvcc.version_string, tc.cutlass.version, kind)
     if use_cache:
         meta = cache.lookup(key)
         if meta is not None:
@@ -396,7 +400,7 @@ def compile_many(
     """Build several sources in parallel (threads, each waiting on its own nvcc process).
 
     Args:
-        jobs: :class:`CompileJob` objects, or tuples ``(source, name, kind[, extra_flags])``
+        jobs: :class:`CompileJob` objects, or tuples ``(source, name, kind[, extra_flags[, key_parts]])``
             or dicts with those keys.
         max_workers: parallel nvcc processes (default: CPU count, at least 1).
         return_exceptions: when True a failed build's :class:`CompileError` takes its place
@@ -419,7 +423,7 @@ def compile_many(
     def one(job: CompileJob) -> Artifact | CompileError:
         try:
             return compile_cu(job.source, job.name, job.kind, job.extra_flags,
-                              use_cache=use_cache, toolchain=tc)
+                              use_cache=use_cache, toolchain=tc, key_parts=job.key_parts)
         except CompileError as err:
             return err
 

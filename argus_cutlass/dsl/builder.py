@@ -192,7 +192,11 @@ class ProgramBuilder:
                 _dsl_error("dsl.layout_size", loc,
                            f"the MMA reads {src.name!r} through a view of shape {view.shape}, but the buffer has "
                            f"shape {src.shape}", "read with a view of the buffer's shape (MN, K, stages)")
-        node = MmaRead(f"gmma_{operand}", operand, src.name, view, op, tile_mn, tile_k, warpgroups, loc, mma)
+        # the GEMM's reads keep their names (gmma_A / gmma_B); reads of other MMAs carry the MMA's name
+        name = f"gmma_{operand}" if mma == "mainloop" else f"gmma_{mma}_{operand}"
+        if any(r.name == name for r in self._reads):
+            _dsl_error("dsl.duplicate", loc, f"MMA {mma!r} reads operand {operand} twice")
+        node = MmaRead(name, operand, src.name, view, op, tile_mn, tile_k, warpgroups, loc, mma)
         self._reads.append(node)
         return node
 
@@ -214,21 +218,27 @@ class ProgramBuilder:
         self._mmas.append(node)
         return node
 
-    def fragment_convert(self, src: Tensor, dst: Tensor, dtype: str) -> FragmentConvert:
-        """Accumulator ``src`` -> A-operand register fragment ``dst`` (see :class:`FragmentConvert`).
+    def fragment_convert(self, src: Tensor, dst: Tensor, dtype: str,
+                         pairing: tuple[int, ...] = ()) -> FragmentConvert:
+        """Accumulator ``src`` -> A-operand register fragment ``dst`` (see :class:`FragmentConvert`);
+        ``pairing`` empty is the identity repack.
 
         Raises:
             argus_cutlass.errors.DslError: ``dsl.operand`` (either side not in registers),
-                ``dsl.layout_size`` (shapes differ).
+                ``dsl.layout_size`` (shapes differ), ``dsl.dtype`` (``dtype`` unknown or not the
+                destination's).
         """
         loc = caller_loc()
+        if dtype not in DTYPE_BYTES or dtype != dst.dtype:
+            _dsl_error("dsl.dtype", loc, f"fragment conversion to {dtype!r}: expected one of {sorted(DTYPE_BYTES)} "
+                       f"equal to the destination {dst.name!r}'s dtype {dst.dtype!r}")
         if src.space != "rmem" or dst.space != "rmem":
             _dsl_error("dsl.operand", loc, f"fragment conversion {src.name!r} -> {dst.name!r}: both must be "
                        "register tensors")
         if tuple(src.shape) != tuple(dst.shape):
             _dsl_error("dsl.layout_size", loc, f"fragment conversion {src.name!r} {src.shape} -> {dst.name!r} "
                        f"{dst.shape}: the shapes differ")
-        node = FragmentConvert(f"convert_{dst.name}", src.name, dst.name, dtype, loc)
+        node = FragmentConvert(f"convert_{dst.name}", src.name, dst.name, dtype, loc, tuple(pairing))
         self._converts.append(node)
         return node
 
@@ -236,13 +246,17 @@ class ProgramBuilder:
         """Row ``op`` (``max`` / ``sum``) of register tensor ``src`` across its quad.
 
         Raises:
-            argus_cutlass.errors.DslError: ``dsl.operand`` (unknown op, not a register tensor).
+            argus_cutlass.errors.DslError: ``dsl.operand`` (unknown op, not a register tensor, a lane
+                mask outside 1..31).
         """
         loc = caller_loc()
         if op not in ("max", "sum"):
             _dsl_error("dsl.operand", loc, f"reduction op {op!r}: expected 'max' or 'sum'")
         if src.space != "rmem":
             _dsl_error("dsl.operand", loc, f"reduction over {src.name!r} ({src.space}): registers only")
+        if not xor_lanes or not all(isinstance(m, int) and 1 <= m <= 31 for m in xor_lanes):
+            _dsl_error("dsl.operand", loc, f"reduction xor_lanes {tuple(xor_lanes)}: shfl.sync.bfly lane masks are "
+                       "ints in 1..31 (PTX ISA 9.7.9.6)")
         node = Reduction(f"{op}_{src.name}", src.name, op, tuple(xor_lanes), loc)
         self._reductions.append(node)
         return node
@@ -284,20 +298,35 @@ class ProgramBuilder:
         """A warp-specialized role (see :class:`Role`).
 
         Raises:
-            argus_cutlass.errors.DslError: ``dsl.operand`` (kind not producer/consumer).
+            argus_cutlass.errors.DslError: ``dsl.operand`` (kind not producer/consumer, ``regs`` not
+                a multiple of 8 in [24, 256]).
         """
         loc = caller_loc()
         if kind not in ("producer", "consumer"):
             _dsl_error("dsl.operand", loc, f"role kind {kind!r}: expected 'producer' or 'consumer'")
+        if not isinstance(regs, int) or regs % 8 or not 24 <= regs <= 256:
+            _dsl_error("dsl.operand", loc, f"role {name!r}: setmaxnreg takes a multiple of 8 in [24, 256] registers, "
+                       f"got {regs!r} (PTX ISA 9.7.17.1)")
         node = Role(name, kind, tuple(warpgroups), tuple(issue_warps), regs, loc)
         self._roles.append(node)
         return node
 
     def named_barrier(self, name: str, *, id: int, threads: int) -> NamedBarrier:  # noqa: A002 - PTX's word
-        """A named barrier ``bar.sync id, threads`` (see :class:`NamedBarrier`)."""
+        """A named barrier ``bar.sync id, threads`` (see :class:`NamedBarrier`).
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.duplicate`` (name taken), ``dsl.operand`` (id not in
+                1..15, threads not a positive multiple of 32).
+        """
         loc = caller_loc()
         if any(b.name == name for b in self._barriers):
             _dsl_error("dsl.duplicate", loc, f"named barrier {name!r} is declared twice")
+        if not isinstance(id, int) or not 1 <= id <= 15:
+            _dsl_error("dsl.operand", loc, f"named barrier {name!r}: id {id!r} must be in 1..15 (a CTA has 16 "
+                       "barriers; 0 is __syncthreads; PTX ISA 9.7.13.1)")
+        if not isinstance(threads, int) or threads <= 0 or threads % 32:
+            _dsl_error("dsl.operand", loc, f"named barrier {name!r}: {threads!r} threads is not a positive multiple "
+                       "of the warp size (PTX ISA 9.7.13.1)")
         node = NamedBarrier(name, id, threads, loc)
         self._barriers.append(node)
         return node
@@ -308,10 +337,14 @@ class ProgramBuilder:
 
         Raises:
             argus_cutlass.errors.DslError: ``dsl.unknown_ref`` (a barrier that is not declared),
-                ``dsl.layout_size`` (not one barrier per group and point).
+                ``dsl.layout_size`` (not one barrier per group and point), ``dsl.operand`` (fewer
+                than 2 groups, ``first`` not one of them).
         """
         loc = caller_loc()
         have = [b.name for b in self._barriers]
+        if not isinstance(groups, int) or groups < 2 or not isinstance(first, int) or not 0 <= first < groups:
+            _dsl_error("dsl.operand", loc, f"turn order {name!r}: groups {groups!r} must be an int >= 2 and first "
+                       f"{first!r} one of them")
         if len(barriers) != len(points) or any(len(row) != groups for row in barriers):
             _dsl_error("dsl.layout_size", loc, f"turn order {name!r}: need {len(points)} rows of {groups} barriers, "
                        f"got {barriers}")
@@ -405,20 +438,37 @@ class ProgramBuilder:
         for value, fld in (lhs, rhs):
             if value in _SLOT_VALUES:
                 continue
-            read = next((r for r in self._reads if r.operand == value), None)
-            load = next((ld for ld in self._loads if read is not None and ld.dst == read.src), None)
-            if load is None:
+            tag = self._operand_tag(at, value)
+            if tag is None:
                 _dsl_error("dsl.untagged", loc,
-                           f"assertion over {value}.{fld}: {value!r} has no MMA read of a tagged TMA-loaded buffer",
+                           f"assertion over {value}.{fld}: {value!r} has no MMA read of a tagged TMA-loaded buffer "
+                           "(or of a register fragment converted from a tagged accumulator)",
                            "declare the TMA load and the MMA read before asserting on the operand")
-            if fld not in load.src_tag.fields:
+            if fld not in tag.fields:
                 _dsl_error("dsl.unknown_tag", loc,
-                           f"assertion over {value}.{fld}: tag {load.src_tag} has no field {fld!r}",
-                           f"use one of {list(load.src_tag.fields)}")
+                           f"assertion over {value}.{fld}: tag {tag} has no field {fld!r}",
+                           f"use one of {list(tag.fields)}")
         node = TagAssertion(f"{invariant}:{lhs[0]}.{lhs[1]}{relation}{rhs[0]}.{rhs[1]}", at, lhs, relation, rhs,
                             invariant, rule, loc)
         self._asserts.append(node)
         return node
+
+    def _operand_tag(self, at: str, operand: str) -> Tag | None:
+        """The tag operand ``operand`` carries at program point ``at``: the read of that operand by
+        the MMA ``at`` starts with (``"pv.gemm"`` -> MMA ``pv``; the first read of the operand when
+        no MMA has that name), whose buffer is filled by a tagged TMA load, or (RS mode) whose
+        register fragment is converted from a tagged accumulator (the conversion keeps tags)."""
+        reads = [r for r in self._reads if r.operand == operand]
+        mma = at.split(".")[0]
+        read = next((r for r in reads if r.mma == mma), reads[0] if reads else None)
+        if read is None:
+            return None
+        load = next((ld for ld in self._loads if ld.dst == read.src), None)
+        if load is not None:
+            return load.src_tag
+        conv = next((c for c in self._converts if c.dst == read.src), None)
+        src = next((t for t in self._tensors if conv is not None and t.name == conv.src), None)
+        return src.tag if src is not None else None
 
     def relate(self, lhs: str, relation: str, rhs: str, *, invariant: str, rule: str,
                name: str | None = None) -> Relation:

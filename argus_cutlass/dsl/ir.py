@@ -140,6 +140,9 @@ class Tensor:
     base_bytes: int = 0
     align_bytes: int = 16
 
+    def __post_init__(self) -> None:
+        validate_tensor(self)
+
     @property
     def elem_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
@@ -273,6 +276,13 @@ class TmaStore:
     tile_mn: int
     tile_k: int
     loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        if self.copy.kind != "store" or self.copy.multicast != 1:
+            _dsl_error("dsl.operand", self.loc, f"{self.name}: a TMA store is copy kind 'store' with multicast 1, "
+                       f"got kind {self.copy.kind!r}, multicast {self.copy.multicast}")
+        if self.major not in ("K", "MN"):
+            _dsl_error("dsl.operand", self.loc, f"{self.name}: major {self.major!r}: expected 'K' or 'MN'")
 
     @property
     def boxes(self) -> int:
@@ -485,6 +495,16 @@ class Role:
     regs: int
     loc: SourceLoc
 
+    def __post_init__(self) -> None:
+        if self.kind not in ("producer", "consumer"):
+            _dsl_error("dsl.operand", self.loc, f"role {self.name!r}: kind {self.kind!r}: expected 'producer' or 'consumer'")
+        if self.kind == "consumer" and tuple(self.issue_warps) != (0, 1, 2, 3):
+            _dsl_error("dsl.operand", self.loc, f"role {self.name!r}: a consumer warpgroup issues wgmma from all 4 warps "
+                       f"(PTX ISA 9.7.15.1), issue_warps {self.issue_warps} != (0, 1, 2, 3)")
+        if self.kind == "producer" and (len(self.issue_warps) != 1 or self.issue_warps[0] not in range(4)):
+            _dsl_error("dsl.operand", self.loc, f"role {self.name!r}: the producer issues from one warp of its "
+                       f"warpgroup, issue_warps {self.issue_warps}")
+
 
 @dataclass(frozen=True)
 class NamedBarrier:
@@ -502,8 +522,8 @@ class TurnOrder:
     """Warpgroups taking turns at program points (the ping-pong schedule, FA3 / CUTLASS
     ``OrderedSequenceBarrier``): before point ``p`` group ``g`` syncs on barrier
     ``barriers[p][g]`` (``bar.sync``, 2 x 128 threads), after it arrives on
-    ``barriers[p][(g + 1) % groups]``; at start every group but the ``first`` arrives on the
-    first group's barrier of every point. Each point is one independent chain, so groups that
+    ``barriers[p][(g + 1) % groups]``; at start the group before ``first`` in the cycle
+    (``(first - 1) % groups``) arrives on the first group's barrier of every point. Each point is one independent chain, so groups that
     run an unequal number of tiles never wait for a turn that nobody gives.
     """
 
@@ -513,6 +533,18 @@ class TurnOrder:
     barriers: tuple[tuple[str, ...], ...]
     first: int
     loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        if not _positive_int(self.groups) or self.groups < 2:
+            _dsl_error("dsl.operand", self.loc, f"turn order {self.name!r}: groups {self.groups!r} must be an int >= 2")
+        shaped = (isinstance(self.points, tuple) and all(isinstance(x, str) for x in self.points)
+                  and isinstance(self.barriers, tuple) and all(isinstance(r, tuple) for r in self.barriers))
+        if not shaped or len(set(self.points)) != len(self.points) or len(self.barriers) != len(self.points) or any(
+                len(row) != self.groups for row in self.barriers):
+            _dsl_error("dsl.layout_size", self.loc, f"turn order {self.name!r}: need one row of {self.groups} barriers "
+                       f"per distinct point {self.points}, got {self.barriers}")
+        if not isinstance(self.first, int) or not 0 <= self.first < self.groups:
+            _dsl_error("dsl.operand", self.loc, f"turn order {self.name!r}: first {self.first!r} is not a group")
 
 
 # ------------------------------------------------------------------------------------------ epilogue
@@ -791,8 +823,8 @@ class Program:
     # ---- field paths (relations) ------------------------------------------------------------
     def resolve(self, path: str) -> Any:
         """The value at ``path``: an int literal, or ``kind[name].field(.field|[i])*`` with kind one
-        of tensor, load, store, read, mma, pipeline, loop, role, barrier, order; or ``epilogue``,
-        ``source``, ``staging``, ``schedule``, ``launch`` followed by fields.
+        of tensor, load, store, read, mma, pipeline, loop, role, barrier, order, convert, reduction;
+        or ``epilogue``, ``source``, ``staging``, ``schedule``, ``launch`` followed by fields.
 
         Raises:
             KeyError: the path names a node or field that does not exist.
@@ -810,7 +842,8 @@ class Program:
         groups = {"tensor": (self.tensors, "name"), "load": (self.loads, "name"), "store": (self.stores, "name"),
                   "read": (self.reads, "operand"), "mma": (self.mmas, "name"), "pipeline": (self.pipelines, "name"),
                   "loop": (self.loops, "name"), "role": (self.roles, "kind"), "barrier": (self.barriers, "name"),
-                  "order": (self.orders, "name")}
+                  "order": (self.orders, "name"), "convert": (self.converts, "name"),
+                  "reduction": (self.reductions, "name")}
         if kind in groups:
             nodes, attr = groups[kind]
             hit = [n for n in nodes if getattr(n, attr) == key]
@@ -825,6 +858,8 @@ class Program:
             return self.param(key)
         else:
             raise KeyError(f"unknown node kind {kind!r} in path {path!r}")
+        if not re.fullmatch(r"(?:\.\w+|\[\d+\])*", rest):
+            raise KeyError(f"malformed path {path!r}: after the node, only .field and [index] steps")
         for step in re.findall(r"\.(\w+)|\[(\d+)\]", rest):
             attr, idx = step
             try:
@@ -844,7 +879,7 @@ class Program:
         return f"argus_{self.name}_{self.fingerprint()[:8]}"
 
     # ---- edits (each re-validates the node it changes) ----------------------------------------
-    def replace_node(self, kind: str, key: str | None = None, **changes: Any) -> Program:
+    def replace_node(self, kind: str, key: str | None = None, /, **changes: Any) -> Program:
         """A copy with one node changed: ``kind`` is a :meth:`resolve` kind (``pipeline``,
         ``load``...), ``key`` its name (``None`` for the single-node kinds).
 
@@ -859,7 +894,8 @@ class Program:
                   "read": ("reads", "operand"), "mma": ("mmas", "name"), "pipeline": ("pipelines", "name"),
                   "loop": ("loops", "name"), "role": ("roles", "kind"), "barrier": ("barriers", "name"),
                   "order": ("orders", "name"), "assertion": ("assertions", "name"),
-                  "relation": ("relations", "name")}
+                  "relation": ("relations", "name"), "convert": ("converts", "name"),
+                  "reduction": ("reductions", "name")}
         if kind in single:
             node = getattr(self, kind)
             if node is None:
@@ -879,6 +915,17 @@ class Program:
             out = dataclasses.replace(self, params=tuple(sorted(p.items())))
         else:
             raise KeyError(f"unknown node kind {kind!r}")
+        for group in ("tensors", "loads", "stores", "mmas", "pipelines", "loops", "barriers", "orders"):
+            names = [n.name for n in getattr(out, group)]
+            dup = sorted({x for x in names if names.count(x) > 1})
+            if dup:
+                _dsl_error("dsl.duplicate", SourceLoc("<edit>", 0), f"{group}: names {dup} are used twice")
+        have = {b.name for b in out.barriers}
+        for order in out.orders:
+            missing = sorted({b for row in order.barriers for b in row} - have)
+            if missing:
+                _dsl_error("dsl.unknown_ref", order.loc, f"turn order {order.name!r} names barriers {missing} that "
+                           f"do not exist (have {sorted(have)})")
         if out.staging is not None and kind in ("staging", "tensor"):
             try:
                 validate_staging(out.staging, out.tensor(out.staging.dst))
@@ -989,6 +1036,41 @@ def _positive_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 1
 
 
+def validate_tensor(t: Tensor) -> None:
+    """Check a tensor node's fields for its space (builder and every edit): gmem tensors have
+    symbolic mode names, a contiguous mode among them and a host binding; smem and rmem tensors
+    have positive int extents and no binding/major; only smem tensors are placed.
+
+    Raises:
+        argus_cutlass.errors.DslError: ``dsl.operand`` / ``dsl.layout_size`` / ``dsl.dtype``.
+    """
+    loc = t.loc
+    if t.space not in ("gmem", "smem", "rmem"):
+        _dsl_error("dsl.operand", loc, f"tensor {t.name!r}: space {t.space!r} is not gmem, smem or rmem")
+    if t.dtype not in DTYPE_BYTES:
+        _dsl_error("dsl.dtype", loc, f"tensor {t.name!r}: dtype {t.dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+    if t.space == "gmem":
+        if len(t.shape) != 2 or not all(isinstance(x, str) and x for x in t.shape) or len(set(t.shape)) != 2:
+            _dsl_error("dsl.layout_size", loc, f"gmem tensor {t.name!r}: shape {t.shape} must name two distinct "
+                       "problem modes, e.g. ('M', 'K')")
+        if t.major not in t.shape:
+            _dsl_error("dsl.operand", loc, f"gmem tensor {t.name!r}: contiguous mode {t.major!r} is not one of its "
+                       f"modes {t.shape}")
+        if not (isinstance(t.binding, str) and t.binding.isidentifier()):
+            _dsl_error("dsl.operand", loc, f"gmem tensor {t.name!r}: binding {t.binding!r} must name the host "
+                       "argument that holds it (an identifier, e.g. 'A')")
+        if t.base_bytes != 0 or t.align_bytes != 16:
+            _dsl_error("dsl.operand", loc, f"gmem tensor {t.name!r}: base_bytes/align_bytes place smem tensors only")
+        return
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in t.shape):
+        _dsl_error("dsl.layout_size", loc, f"{t.space} tensor {t.name!r} has shape {t.shape}: every extent must be a "
+                   "positive int")
+    if t.binding or t.major:
+        _dsl_error("dsl.operand", loc, f"{t.space} tensor {t.name!r}: binding/major describe gmem tensors only")
+    if t.space == "rmem" and (t.base_bytes != 0 or t.align_bytes != 16):
+        _dsl_error("dsl.operand", loc, f"register tensor {t.name!r}: base_bytes/align_bytes place smem tensors only")
+
+
 def validate_load(node: TmaLoad) -> None:
     """Check a TMA load node's cluster and multicast fields (run by every ``TmaLoad``, so the
     builder and every edit get it).
@@ -1009,7 +1091,14 @@ def validate_load(node: TmaLoad) -> None:
                    "a TMA ctaMask can name (PTX ISA 9.7.9.25)")
     if len(node.copy.box) != 2 or not all(_positive_int(x) for x in node.copy.box):
         _dsl_error("dsl.operand", loc, f"{node.name}: box {node.copy.box} must be two positive ints (inner, outer)")
+    if node.copy.kind not in ("load", "load_multicast"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: a TMA load's copy kind is 'load' or 'load_multicast', not "
+                   f"{node.copy.kind!r}")
     if node.copy.multicast <= 1:
+        if (node.share_axis, node.slice_axis, node.mask_axis, node.mask_self, node.rank_order) != ("", "", "", True,
+                                                                                                      "col"):
+            _dsl_error("dsl.operand", loc, f"{node.name}: share/slice/mask axes, mask_self and rank_order describe a "
+                       "multicast load; this one has multicast 1")
         return
     if node.share_axis not in ("m", "n"):
         _dsl_error("dsl.operand", loc, f"multicast TMA load into {node.dst!r} needs share_axis 'm' or 'n'")

@@ -18,6 +18,9 @@ Semantics (sources in each docstring):
   evaluated on coordinates: the GMMA descriptor's view of an smem operand;
 * :func:`pipeline_state` / :func:`pipeline_step` -- CUTLASS ``PipelineState`` (index, phase)
   after ``n`` increments, and one ``operator++``;
+* :func:`tma_load_box_coords` / :func:`tma_store_box_coords` -- the tile element each element of
+  each TMA box carries, in the order the generated kernel issues the boxes;
+* :func:`consumer_counter` -- the consumer's pipeline counter per schedule (cooperative, ping-pong);
 * :func:`k_of_slot` -- the global k an MMA slot sums at k-tile ``j``.
 
 >>> swizzle(INT_OPS, 3, 4, 3, 0x80)  # SW128 on bytes: row 1 flips 16-byte chunk 1
@@ -183,6 +186,41 @@ def tma_box_offset(ops: Any, load: Any, mn: Any, k: Any, stage: Any, base_bytes:
     return ops.udiv(ops.sub(addr, base_bytes), elem_bytes)
 
 
+def tma_load_box_coords(load: Any, box: Any, i: Any, j: Any) -> tuple[Any, Any]:
+    """Tile coordinate ``(mn, k)`` (relative to the tile's block and k-tile) that element ``(i, j)``
+    of box ``box`` of a TMA load carries, as the generated producer issues the boxes
+    (``templates/gemm/mainloop.j2``, ``load_A``/``load_B``): K-major boxes are numbered MN-block
+    fastest (``c_inner = k0 + (b / (tile_mn / outer)) * inner``, ``c_outer = mn0 + (b % (tile_mn /
+    outer)) * outer``), MN-major boxes K-block fastest. ``i`` runs along the box's inner (contiguous)
+    extent, ``j`` along its outer one. Works on ints and numpy arrays.
+
+    The box lands at ``box * inner * outer`` elements after the stage start, element ``(i, j)`` at
+    ``j * inner + i`` (PTX ISA 9.7.9.25: the box is written densely, inner dimension fastest).
+    """
+    inner, outer = load.copy.box[0], load.copy.box[1]
+    if load.major == "K":
+        per = max(1, load.tile_mn // outer)
+        return (box % per) * outer + j, (box // per) * inner + i
+    per = max(1, load.tile_k // outer)
+    return (box // per) * inner + i, (box % per) * outer + j
+
+
+def tma_store_box_coords(store: Any, box: Any, i: Any, j: Any) -> tuple[Any, Any]:
+    """Subtile coordinate ``(m, n)`` that element ``(i, j)`` of box ``box`` of the epilogue's TMA
+    store writes, as the generated epilogue issues it (``templates/gemm/epilogue.j2``): for a
+    row-major D (``major == "K"``, N contiguous) box ``b`` covers columns ``b * inner + i`` of rows
+    ``j``; for a column-major D (``"MN"``) rows ``b * inner + i`` of columns ``j``."""
+    inner = store.copy.box[0]
+    if store.major == "K":
+        return j, box * inner + i
+    return box * inner + i, j
+
+
+def box_element_offset(box: Any, i: Any, j: Any, inner: int, outer: int) -> Any:
+    """Element offset of box element ``(i, j)`` from the stage start (boxes densely packed)."""
+    return box * (inner * outer) + j * inner + i
+
+
 def tma_boxes_per_stage(load: Any) -> int:
     """Boxes one stage of ``load`` is cut into (``tile_mn * tile_k / (inner * outer)``, rounded up)."""
     per_box = load.copy.box[0] * load.copy.box[1]
@@ -281,6 +319,33 @@ def side_counter(ops: Any, tile: Any, k_tile: Any, k_tiles: Any, carry: bool) ->
     """The pipeline counter one side has advanced at (tile, k_tile): carried across persistent
     tiles (``tile * k_tiles + k_tile``) or reset per tile (``k_tile``)."""
     return ops.add(ops.mul(tile, k_tiles), k_tile) if carry else k_tile
+
+
+def consumer_counter(ops: Any, tile: Any, k_tile: Any, k_tiles: Any, carry: bool, stride: int = 1,
+                     turn_skip: bool = False, split: tuple[Any, Any] | None = None) -> Any:
+    """The pipeline counter the consumer warpgroup working on the CTA's ``tile``-th output tile
+    has advanced to at ``k_tile``, as the generated kernel moves its ``PipeState``
+    (``templates/gemm/kernel.cu.j2``):
+
+    * cooperative (``stride == 1``): every consumer warpgroup runs every tile; the state is
+      carried (``tile * k_tiles + k_tile``) or re-created per tile (``k_tile``);
+    * ping-pong (``stride == 2``): warpgroup ``w = tile mod 2`` runs the tiles ``w, w + 2, ...``;
+      warpgroup 1 starts advanced by ``k_tiles`` (``st.advance_by(p.k_tiles)``), and after each own
+      tile a warpgroup with a turn order (``turn_skip``) advances past the other group's tile.
+
+    So the ``j``-th own tile of warpgroup ``w`` starts at ``w * k_tiles [stride 2 only] +
+    j * (k_tiles + [turn_skip] k_tiles)``. With ``carry`` False the state restarts at every tile.
+    ``split = (w, j)`` passes ``tile = j * stride + w`` already divided (the SMT tier quantifies
+    over ``w < stride`` and ``j`` instead of dividing a bit-vector).
+    """
+    if not carry:
+        return k_tile
+    if stride == 1:
+        return ops.add(ops.mul(tile, k_tiles), k_tile)
+    w, j = split if split is not None else (ops.urem(tile, stride), ops.udiv(tile, stride))
+    start = ops.mul(w, k_tiles) if stride == 2 else ops.const(0)
+    per_tile = ops.mul(k_tiles, 2) if turn_skip else k_tiles
+    return ops.add(ops.add(start, ops.mul(j, per_tile)), k_tile)
 
 
 # --------------------------------------------------------------------------- k loop

@@ -1,120 +1,145 @@
-"""Resource model of one GEMM program: shared memory and registers.
+"""Resource model of one tile program: shared memory and registers, read from its nodes.
 
-Units: bytes for memory, 32-bit registers per thread for registers.
+Units: bytes for memory, 32-bit registers per thread for registers. Everything here is a pure
+function of a :class:`~argus_cutlass.dsl.ir.Program` (this package never imports the verifier;
+the verifier's resource rules, ``argus_cutlass.verify.rules``, and the cost model read these).
 
-Sources: CUDA C++ Programming Guide, "Compute capabilities" table (sm_90: 227 KiB
-= 232448 bytes of shared memory per block, 64K registers per SM, 255 per thread);
-CUTLASS ``sm90_gemm_tma_warpspecialized_cooperative.hpp`` (the ``SharedStorage``
-layout: epilogue and mainloop tensors, then pipeline barriers) and
-``cutlass/detail/layout.hpp::alignment_for_swizzle`` (1024 bytes for a 128-byte swizzle).
+Sources: CUDA C++ Programming Guide, "Compute capabilities" table (sm_90: 227 KiB = 232448 bytes
+of shared memory per block, 64K registers per SM and per block, 255 per thread; registers are
+allocated per warp in units of 256, i.e. 8 per thread); the generated kernel's shared-memory
+layout (``templates/gemm/traits.j2``: buffers at their ``base_bytes``, then ``2 x stages``
+8-byte mbarriers at ``barrier_bytes``, plus 1 KiB to align the dynamic base to 1024 bytes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from argus_cutlass.kernels.gemm.config import DTYPE_BYTES
+from typing import Any
 
 #: sm_90 opt-in dynamic shared memory per block (bytes)
 SMEM_LIMIT_BYTES = 232448
-#: registers per consumer thread after CUTLASS's setmaxnreg split (2 consumer warpgroups)
-CONSUMER_REGISTERS = 232
+#: registers of one SM (and the most one CTA can hold)
+REGISTERS_PER_SM = 65536
+#: bytes of one mbarrier
+MBARRIER_BYTES = 8
+#: slack the kernel reserves to align its dynamic shared memory base to 1024 bytes
+BASE_ALIGN_BYTES = 1024
+#: most registers per thread (PTX ``setmaxnreg`` and the ISA limit)
+MAX_THREAD_REGISTERS = 255
 
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
+__all__ = [
+    "BASE_ALIGN_BYTES",
+    "MAX_THREAD_REGISTERS",
+    "MBARRIER_BYTES",
+    "REGISTERS_PER_SM",
+    "SMEM_LIMIT_BYTES",
+    "SmemBreakdown",
+    "accumulator_registers",
+    "barrier_region",
+    "launch_register_cap",
+    "smem_breakdown",
+    "smem_buffers",
+    "smem_total_bytes",
+    "swizzle_alignment",
+]
 
 
 def swizzle_alignment(swizzle_bytes: int) -> int:
-    """Base-address alignment a swizzled smem buffer needs (bytes).
+    """Base-address alignment a swizzled smem buffer needs (bytes): the swizzle period.
 
-    The swizzle pattern repeats every 8 rows of ``swizzle_bytes``; GMMA descriptors
-    and TMA assume the pattern starts at an address multiple of that period
-    (PTX ISA 9.7.15.5.1, matrix descriptor "base offset" = 0).
+    The pattern repeats every 8 rows of ``swizzle_bytes``; GMMA descriptors and TMA assume it
+    starts at an address multiple of that period (PTX ISA 9.7.15.5.1, matrix descriptor "base
+    offset" = 0), and a TMA tensor copy needs a 128-byte aligned smem address (PTX ISA 9.7.9.25).
+
+    >>> swizzle_alignment(128), swizzle_alignment(64), swizzle_alignment(16)
+    (1024, 512, 128)
     """
     return max(128, 8 * swizzle_bytes)
 
 
+def smem_buffers(program: Any) -> list[tuple[str, int, int]]:
+    """``(name, base_bytes, size_bytes)`` of every smem tensor of ``program``, in declaration order."""
+    return [(t.name, t.base_bytes, t.size_bytes) for t in program.tensors if t.space == "smem"]
+
+
+def barrier_region(program: Any) -> tuple[int, int]:
+    """``[start, end)`` bytes of the mainloop pipeline's ``2 x stages`` mbarriers (full, then empty)."""
+    pipe = program.pipeline
+    return pipe.barrier_bytes, pipe.barrier_bytes + 2 * pipe.stages * MBARRIER_BYTES
+
+
+def smem_total_bytes(program: Any) -> int:
+    """Dynamic shared memory the generated kernel asks for: ``kSmemBytes = barrier_bytes +
+    2 * stages * 8 + 1024`` (``templates/gemm/traits.j2``)."""
+    return barrier_region(program)[1] + BASE_ALIGN_BYTES
+
+
 @dataclass(frozen=True)
 class SmemBreakdown:
-    """Shared-memory bytes of one CTA, by buffer, including alignment padding."""
+    """Shared-memory bytes of one CTA: per buffer, padding between them, barriers, base alignment.
 
-    a: int
-    b: int
-    c: int
-    d: int
-    barriers: int
+    ``stage_bytes`` maps each pipeline buffer to the bytes of one of its stages.
+    """
+
+    buffers: dict[str, int]
+    stage_bytes: dict[str, int]
+    stages: int
     padding: int
+    barriers: int
+    align: int
 
     @property
     def total(self) -> int:
-        return self.a + self.b + self.c + self.d + self.barriers + self.padding
+        return sum(self.buffers.values()) + self.padding + self.barriers + self.align
+
+    @property
+    def per_stage(self) -> int:
+        """Bytes one more pipeline stage costs (buffer stages + its two mbarriers)."""
+        return sum(self.stage_bytes.values())
+
+    @property
+    def epilogue(self) -> int:
+        """Bytes of the smem buffers outside the pipeline (the epilogue's staging)."""
+        return sum(v for k, v in self.buffers.items() if k not in self.stage_bytes)
 
     def describe(self) -> str:
-        return (
-            f"A {self.a} + B {self.b} + C {self.c} + D {self.d} + barriers {self.barriers}"
-            f" + padding {self.padding} = {self.total} bytes"
-        )
+        parts = " + ".join(f"{k} {v}" for k, v in self.buffers.items())
+        return (f"{parts} + padding {self.padding} + barriers {self.barriers} + base alignment {self.align} "
+                f"= {self.total} bytes")
 
 
-def smem_placement(program) -> tuple[dict[str, int], SmemBreakdown]:  # noqa: ANN001 - GemmProgram (import cycle)
-    """Byte offset of each smem buffer and the CTA's total, from one walk of the layout.
+def smem_breakdown(program: Any) -> SmemBreakdown:
+    """The CTA's shared memory by part; ``total`` equals :func:`smem_total_bytes` (the buffers end
+    at or before ``barrier_bytes``; rule ``smem.disjoint`` checks that they do)."""
+    pipe = program.pipeline
+    bufs = {name: size for name, _, size in smem_buffers(program)}
+    stage = {}
+    for name in pipe.buffers:
+        t = program.tensor(name)
+        stage[name] = t.size_bytes // max(1, int(t.shape[-1]))
+    padding = pipe.barrier_bytes - sum(bufs.values())
+    return SmemBreakdown(bufs, stage, pipe.stages, padding, 2 * pipe.stages * MBARRIER_BYTES, BASE_ALIGN_BYTES)
 
-    Barriers come first (full + empty mbarrier per mainloop stage and per epilogue
-    C stage, plus the scheduler and load-order barriers), then the buffers in order
-    (epilogue C, D, then mainloop A, B), each at its swizzle alignment.
 
-    Returns:
-        ``({"C", "D", "A", "B"} -> byte offset, breakdown)``. When the epilogue reuses C's
-        buffer for D, ``D`` is ``C``'s offset.
+def accumulator_registers(program: Any) -> int:
+    """fp32 accumulator registers per consumer thread: ``reps_m`` 64 x N GMMA atoms of ``N / 2``
+    registers each (PTX ISA 9.7.15.4, the m64nNk16 D fragment)."""
+    mma = program.mma
+    return mma.reps_m * mma.op.n // 2
+
+
+def launch_register_cap(threads: int, min_blocks: int = 1) -> int:
+    """Registers per thread ``nvcc`` allots under ``__launch_bounds__(threads, min_blocks)``: the
+    SM's 65536 registers over the (warp-rounded) threads, rounded down to the allocation unit of 8
+    and capped at 255.
+
+    >>> launch_register_cap(384)
+    168
     """
-    cfg = program.config
-    e = program.epilogue
-    out_b = DTYPE_BYTES[cfg.out_dtype]
-    stages = program.pipeline.stages
-    a_bytes = program.a.stage_bytes * stages
-    b_bytes = program.b.stage_bytes * stages
-    c_bytes = e.epi_m * e.epi_n * out_b * e.stages_c
-    d_bytes = 0 if e.reuse_smem_c else e.epi_m * e.epi_n * out_b * e.stages_d
-    barriers = 16 * stages + 16 * e.stages_c + 64
-    # CUTLASS 4.2 GemmUniversal SharedStorage: the pipeline barriers, then TensorStorage =
-    # {epilogue TensorStorage, mainloop TensorStorage}. The epilogue's TensorStorage is its
-    # C/D buffers followed by the fusion callbacks' storage, which is an empty struct for
-    # LinearCombination and so still occupies one byte; the struct is rounded up to its
-    # alignment (the C/D swizzle alignment), which costs one whole alignment period after
-    # the C/D buffers (measured with sizeof(SharedStorage): a 64x16 column-major bf16
-    # epilogue, and every fp32-output config).
-    epi_align = max(swizzle_alignment(e.smem_atom_c.swizzle_bytes), swizzle_alignment(e.smem_atom_d.swizzle_bytes))
-    fusion = 1
-    offset = barriers  # CUTLASS places the pipeline barriers before the tensors
-    padding = 0
-    offsets: dict[str, int] = {}
-    for name, size, align in (
-        ("C", c_bytes, swizzle_alignment(e.smem_atom_c.swizzle_bytes)),
-        ("D", d_bytes, swizzle_alignment(e.smem_atom_d.swizzle_bytes)),
-        ("", fusion, 1),
-        ("", -1, epi_align),  # end of the epilogue's TensorStorage
-        ("A", a_bytes, swizzle_alignment(program.a.smem_atom.swizzle_bytes)),
-        ("B", b_bytes, swizzle_alignment(program.b.smem_atom.swizzle_bytes)),
-    ):
-        if size == 0:
-            continue
-        aligned = _round_up(offset, align)
-        padding += aligned - offset
-        if name:
-            offsets[name] = aligned
-        offset = aligned + max(size, 0)
-    padding += _round_up(offset, 16) - offset
-    offsets.setdefault("D", offsets["C"])  # ReuseSmemC: D is staged in C's buffer
-    return offsets, SmemBreakdown(a_bytes, b_bytes, c_bytes, d_bytes, barriers, padding + fusion)
+    warps_threads = -(-threads // 32) * 32
+    per = REGISTERS_PER_SM // max(1, warps_threads * min_blocks)
+    return min(MAX_THREAD_REGISTERS, per // 8 * 8)
 
 
-def smem_bytes(program) -> SmemBreakdown:  # noqa: ANN001 - GemmProgram (import cycle)
-    """Upper bound on the CTA's shared memory for ``program`` (see :func:`smem_placement`)."""
-    return smem_placement(program)[1]
-
-
-def accumulator_registers(program) -> int:  # noqa: ANN001
-    """fp32 accumulator registers per consumer thread (tile owned by one warpgroup / 128)."""
-    cfg = program.config
-    return cfg.wg_tile_m * cfg.tile_n // 128
+#: the former name of :func:`smem_breakdown` (``.total`` is the CTA's dynamic shared memory)
+smem_bytes = smem_breakdown

@@ -35,25 +35,45 @@ def _staging_layout(view, elem: str) -> str:  # noqa: ANN001 - SmemView
 
 
 def _relations(program: Program) -> list[dict]:
-    """The program's relation nodes as static_assert lines (numeric relations and smem disjointness)."""
+    """The program's relation nodes as ``static_assert`` lines: numeric relations on their values,
+    string relations through ``streq``, ``disjoint`` on the two smem tensors' byte ranges.
+
+    Raises:
+        ConfigError: ``render.program`` for a relation the template cannot state (a path that does
+            not resolve, ``disjoint`` over something that is not an smem tensor).
+    """
     out = []
     for r in program.relations:
         try:
             lhs, rhs = program.resolve(r.lhs), program.resolve(r.rhs)
-        except KeyError:
-            continue  # the verifier reports it (dsl.unknown_ref); nothing to print
+        except KeyError as exc:
+            raise ConfigError("render.program", f"relation {r.name!r}: {exc.args[0]}") from None
+        line = {"invariant": r.invariant, "rule": r.rule, "name": r.name, "text": str(r)}
         if r.relation == "disjoint":
+            if not all(getattr(t, "space", None) == "smem" for t in (lhs, rhs)):
+                raise ConfigError("render.program", f"relation {r.name!r}: 'disjoint' relates two smem tensors")
             a0, b0 = lhs.base_bytes, rhs.base_bytes
             a1, b1 = a0 + lhs.size_bytes, b0 + rhs.size_bytes
-            out.append({"lhs_value": f"({a1} <= {b0} || {b1} <= {a0})", "op": "==", "rhs_value": "true",
-                        "invariant": r.invariant, "rule": r.rule, "text": str(r)})
-        elif r.relation in _CMP and all(isinstance(v, int) and not isinstance(v, bool) for v in (lhs, rhs)):
-            out.append({"lhs_value": lhs, "op": _CMP[r.relation], "rhs_value": rhs, "invariant": r.invariant,
-                        "rule": r.rule, "text": str(r)})
+            line.update(expr=f"({a1} <= {b0} || {b1} <= {a0})")
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in (lhs, rhs)) and r.relation in _CMP:
+            line.update(expr=f"{lhs} {_CMP[r.relation]} {rhs}")
         elif r.relation == "divides" and all(isinstance(v, int) for v in (lhs, rhs)):
-            out.append({"lhs_value": f"({rhs} % {lhs})", "op": "==", "rhs_value": 0, "invariant": r.invariant,
-                        "rule": r.rule, "text": str(r)})
+            line.update(expr=f"{rhs} % {lhs} == 0")
+        elif all(isinstance(v, str) for v in (lhs, rhs)) and r.relation in ("==", "!="):
+            neg = "!" if r.relation == "!=" else ""
+            line.update(expr=f'{neg}streq("{lhs}", "{rhs}")')
+        else:
+            raise ConfigError("render.program", f"relation {r.name!r}: cannot state {lhs!r} {r.relation} {rhs!r} "
+                              "in C++")
+        out.append(line)
     return out
+
+
+def _named(nodes, name: str, what: str):  # noqa: ANN001, ANN202
+    hit = [n for n in nodes if n.name == name]
+    if len(hit) != 1:
+        raise KeyError(f"{what} {name!r} ({len(hit)} such nodes)")
+    return hit[0]
 
 
 def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
@@ -63,23 +83,48 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
         ConfigError: ``render.program`` when the program lacks a node the GEMM template prints,
             or a read's view has no GMMA descriptor (the verifier rejects such programs first).
     """
+    from argus_cutlass.layout.algebra import LayoutError
     from argus_cutlass.layout.gmma_desc import DescriptorError, descriptor_plan
 
     p = program
     try:
+        # follow the program's own references: every name below is a field the template obeys
         mma = p.mma
-        ra, rb = p.read("A"), p.read("B")
+        ra, rb = _named(p.reads, mma.a, "MMA read"), _named(p.reads, mma.b, "MMA read")
+        if (ra.operand, rb.operand) != ("A", "B") or ra.mma != mma.name or rb.mma != mma.name:
+            raise KeyError(f"MMA {mma.name!r} reads {ra.name!r} ({ra.operand}, of {ra.mma!r}) and {rb.name!r} "
+                           f"({rb.operand}, of {rb.mma!r}): expected its own A and B reads")
         la, lb = p.load_into(ra.src), p.load_into(rb.src)
+        pipe = _named(p.pipelines, la.pipeline, "pipeline")
+        if lb.pipeline != pipe.name or set(pipe.loads) != {la.name, lb.name} or set(pipe.buffers) != {la.dst, lb.dst}:
+            raise KeyError(f"pipeline {pipe.name!r} (loads {pipe.loads}, buffers {pipe.buffers}) is not the one "
+                           f"loads {la.name!r}/{lb.name!r} complete on")
+        loop = p.kloop
+        epi, stg, src = p.epilogue, p.staging, p.source
+        if epi.acc != mma.acc or stg.src != mma.acc:
+            raise KeyError(f"the epilogue stores {epi.acc!r} / stages {stg.src!r}, the MMA accumulates {mma.acc!r}")
+        stores = [x for x in p.stores if x.src == stg.dst]
+        if len(stores) != 1 or stores[0].dst != epi.dst:
+            raise KeyError(f"no single TMA store from the staging buffer {stg.dst!r} to {epi.dst!r}")
+        st = stores[0]
         ctx = {
             "name": p.kernel_name(), "version": __version__, "verified": list(verified), "p": p,
             "fingerprint": p.fingerprint()[:16], "cpp": CPP_TYPE,
-            "gA": p.tensor(la.src), "gB": p.tensor(lb.src), "gC": p.tensor(p.source.src), "gD": p.tensor(p.stores[0].dst),
-            "sA": p.tensor(la.dst), "sB": p.tensor(lb.dst), "sD": p.tensor(p.staging.dst), "acc": p.tensor(mma.acc),
-            "la": la, "lb": lb, "ra": ra, "rb": rb, "mma": mma, "pipe": p.pipeline, "loop": p.kloop,
-            "st": p.stores[0], "stg": p.staging, "epi": p.epilogue, "src": p.source, "sched": p.schedule,
+            "gA": p.tensor(la.src), "gB": p.tensor(lb.src), "gC": p.tensor(src.src), "gD": p.tensor(epi.dst),
+            "sA": p.tensor(la.dst), "sB": p.tensor(lb.dst), "sD": p.tensor(stg.dst), "acc": p.tensor(mma.acc),
+            "la": la, "lb": lb, "ra": ra, "rb": rb, "mma": mma, "pipe": pipe, "loop": loop,
+            "st": st, "stg": stg, "epi": epi, "src": src, "sched": p.schedule,
             "launch": p.launch, "producer": p.role("producer"), "consumer": p.role("consumer"),
-            "bar_epi": p.barrier(p.staging.barrier), "order": p.orders[0] if p.orders else None,
+            "bar_epi": p.barrier(stg.barrier), "order": p.orders[0] if p.orders else None,
         }
+        for t in ("gA", "gB", "gC", "gD"):
+            if ctx[t].space != "gmem":
+                raise KeyError(f"{ctx[t].name!r} is a {ctx[t].space} tensor where the kernel binds a gmem one")
+        for t in ("sA", "sB", "sD"):
+            if ctx[t].space != "smem":
+                raise KeyError(f"{ctx[t].name!r} is a {ctx[t].space} tensor where the kernel stages in smem")
+        if ctx["acc"].space != "rmem":
+            raise KeyError(f"the accumulator {mma.acc!r} is not a register tensor")
     except (KeyError, IndexError, AttributeError, TypeError) as exc:
         raise ConfigError("render.program", f"the GEMM template cannot print program {p.name!r}: {exc}") from None
     try:
@@ -91,12 +136,20 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             "l2": L2_PROMOTION,
             "staging_layout": _staging_layout(p.staging.view, p.tensor(p.staging.dst).dtype),
         }
-    except DescriptorError as exc:
-        raise ConfigError("render.program", f"no GMMA descriptor for a read of {p.name!r}: {exc}") from None
+        for copy in (la.copy, lb.copy, st.copy):
+            if copy.swizzle_bytes not in TMA_SWIZZLE or copy.l2_promotion not in L2_PROMOTION:
+                raise ValueError(f"TMA copy swizzle {copy.swizzle_bytes} / L2 promotion {copy.l2_promotion} has no "
+                                 "tensor-map encoding")
+    except (DescriptorError, LayoutError, KeyError, ValueError, AttributeError, TypeError) as exc:
+        raise ConfigError("render.program", f"no hardware encoding for a node of {p.name!r}: {exc}") from None
     order = ctx["order"]
-    if order is not None:
-        ctx["order_ids"] = [[p.barrier(b).id for b in row] for row in order.barriers]
-        ctx["order_threads"] = p.barrier(order.barriers[0][0]).threads
+    try:
+        if order is not None:
+            rows = {point: row for point, row in zip(order.points, order.barriers)}
+            ctx["order_rows"] = [[p.barrier(b) for b in rows[point]] for point in ("mainloop", "epilogue")]
+            ctx["bar_epi1"] = p.barrier(stg.barrier + ".1")
+    except KeyError as exc:
+        raise ConfigError("render.program", f"turn order {order.name!r}: {exc.args[0]}") from None
     ctx["relations"] = _relations(p)
     return ctx
 
@@ -106,6 +159,14 @@ def render_gemm(program: Program, verified: tuple[str, ...] = ()) -> str:
     (written into the file's header).
 
     Raises:
-        ConfigError: see :func:`gemm_context`.
+        ConfigError: ``render.program`` when the template cannot print the program (see
+            :func:`gemm_context`); never another exception for a program it is given.
     """
-    return template_environment().get_template(GEMM_TEMPLATE).render(**gemm_context(program, verified))
+    import jinja2
+
+    ctx = gemm_context(program, verified)
+    try:
+        return template_environment().get_template(GEMM_TEMPLATE).render(**ctx)
+    except (jinja2.UndefinedError, KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
+        raise ConfigError("render.program", f"the GEMM template cannot print program {program.name!r}: "
+                          f"{type(exc).__name__}: {exc}") from None

@@ -34,7 +34,7 @@ def render_probe(name: str) -> str:
     Raises:
         KeyError: an unknown probe name.
     """
-    from argus_cutlass.render.render import template_environment
+    from argus_cutlass.render.env import template_environment
 
     return template_environment().get_template(_TEMPLATES[name]).render(name=name, version=__version__)
 

@@ -1,13 +1,20 @@
-"""Verifier for SM90 GEMM programs, in three tiers.
+"""Verifier of tile programs (:class:`~argus_cutlass.dsl.ir.Program`), in three tiers.
 
-* **algebraic** (``arith``): closed-form resource rules (:mod:`.rules`) and pipeline counts;
+* **algebraic** (``arith``): closed-form resource rules (:mod:`.rules`), the program's own
+  consistency relations (:mod:`.relations`), pipeline counts;
 * **enumeration** (``enum``): tag images and tag assertions on numpy arrays (:mod:`.absint`),
-  k coverage for small K, exhaustive pipeline interleavings (:mod:`.pipeline`);
-* **SMT** (``smt``): z3 proofs for symbolic K and all iteration counts, and a bit-vector
-  cross-check of the operand maps (:mod:`.smt`, lazy z3, timeout per query).
+  GMMA descriptors as the kernel forms them, multicast deliveries (:mod:`.multicast`), k coverage
+  for small K, exhaustive pipeline interleavings (:mod:`.pipeline`), the epilogue's staging and
+  stores (:mod:`.staging`, :mod:`.output`), the tile scheduler (:mod:`.decomposition`);
+* **SMT** (``smt``): z3 proofs for symbolic K and all iteration counts below ``2^bound_bits``,
+  and a bit-vector cross-check of the operand maps (:mod:`.smt`, lazy z3, timeout per query).
 
-Both data tiers run the same hardware semantics (:mod:`.semantics`). :func:`verify_gemm`
-returns a :class:`VerificationReport`; :func:`check_gemm` raises :class:`VerificationError`.
+Both data tiers run the same hardware semantics (:mod:`argus_cutlass.hw.semantics`). The checker
+reads **only the program**: the same object the templates print. :func:`verify_gemm` returns a
+:class:`VerificationReport` and never raises on a program it is given (a check that cannot run
+on it becomes a violation naming the check's rule); :func:`check_gemm` raises
+:class:`VerificationError` on violations. An ``unknown`` (an SMT timeout, a case a model does
+not cover) is never a proof: ``report.complete`` is False and ``report.unknowns`` names it.
 """
 
 from __future__ import annotations
@@ -17,11 +24,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from argus_cutlass.dsl.ir import DslProgram
-from argus_cutlass.errors import DslError, VerificationError
-from argus_cutlass.programs.gemm import GemmProgram
-from argus_cutlass.verify.absint import check_k_agreement, check_k_coverage, check_tma_image, tag_image
-from argus_cutlass.verify.catalogue import Invariant, invariant_of, load_invariants
+from argus_cutlass.dsl.ir import Program
+from argus_cutlass.errors import VerificationError
+from argus_cutlass.verify.absint import (
+    check_assertion,
+    check_k_agreement,
+    check_k_coverage,
+    check_tma_image,
+    tag_image,
+)
+from argus_cutlass.verify.catalogue import Invariant, all_invariants, invariant_of, load_invariants
 from argus_cutlass.verify.report import (
     Counterexample,
     Obligation,
@@ -41,45 +53,70 @@ __all__ = [
     "Unknown",
     "VerificationReport",
     "Violation",
+    "all_invariants",
+    "check_assertion",
     "check_gemm",
     "check_k_agreement",
     "check_k_coverage",
     "check_tma_image",
     "clear_caches",
+    "invariant_of",
     "load_invariants",
     "tag_image",
     "verify_gemm",
 ]
 
-#: checkers of tag-assertion rules
-_ASSERTION_CHECKS = {"mma.k_agreement": check_k_agreement}
-
 #: obligations of the G3/G6 checks: rule -> (invariant, description)
 _PROTOCOL_OBLIGATIONS = {
-    "k.coverage": ("G3", "every k in [0, K) is summed exactly once (enum: K <= 2 tile_k + 1; smt: K < 2^24)"),
-    "pipeline.tx_bytes": ("G6", "expect_tx == bytes of the stage's TMA boxes"),
-    "pipeline.arrivals": ("G6", "barrier arrival counts match the arrivers"),
+    "k.coverage": ("G3", "every k in [0, K) is summed exactly once (enum: K <= 2 tile_k + 1; smt: K < 2^bound_bits)"),
+    "residue.load": ("G8", "TMA fills k >= K with zeros"),
+    "pipeline.tx_bytes": ("G6", "expect_tx == bytes of the TMA boxes a CTA receives per stage"),
+    "pipeline.arrivals": ("G6", "barrier arrival counts == the arrivals the kernel makes (per schedule and cluster)"),
     "pipeline.release": ("G6", "a stage is released only after the wgmma batch that read it retired"),
-    "pipeline.protocol": ("G6", "exhaustive producer/consumer interleavings for small bounds"),
-    "pipeline.state": ("G6", "PipelineState closed form == operator++ (smt, n < 2^24)"),
-    "pipeline.stage": ("G6", "read stage == write stage == i mod S (smt, i < 2^24)"),
+    "pipeline.protocol": ("G6", "exhaustive producer/consumer interleavings for small bounds, per schedule"),
+    "pipeline.state": ("G6", "PipelineState closed form == operator++ (smt)"),
+    "pipeline.stage": ("G6", "read stage == write stage == i mod S (smt)"),
     "pipeline.parity": ("G6", "consumer waits (i/S)&1, producer waits the release of i-S (smt)"),
     "pipeline.carry": ("G6", "pipeline state carried across persistent tiles (smt)"),
 }
 
+#: obligations of the output checks (G2, G4, G8): rule -> (invariant, description)
+_OUTPUT_OBLIGATIONS = {
+    "output.bijection": ("G4", "accumulator registers cover the output tile exactly once"),
+    "epilogue.coordinate": ("G2", "each register is stored at its accumulator's (m, n)"),
+    "residue.store": ("G8", "no store leaves D for any M/N residue"),
+}
+
+#: nodes every GEMM check reads; a program without one gets a single dsl.program violation
+_GEMM_NODES = ("pipeline", "kloop", "mma", "epilogue", "source", "staging", "schedule", "launch")
+
 
 class _Run:
-    """Collects proofs, violations and unknowns, and the wall time per tier."""
+    """Collects proofs, violations and unknowns, and the wall time per tier. Every check runs
+    through :meth:`add`, which turns an exception inside a check into a violation of the
+    check's rule (the verifier never raises on a program it is given)."""
 
     def __init__(self) -> None:
         self.proofs: list[Proof] = []
         self.violations: list[Violation] = []
-        self.unknowns: list[Any] = []
+        self.unknowns: list[Unknown] = []
         self.tier: dict[str, float] = {"arith": 0.0, "enum": 0.0, "smt": 0.0}
 
-    def add(self, tier: str, fn: Callable[..., Any], *args: Any) -> tuple[list[Proof], list[Violation]]:
+    def add(self, tier: str, rule: str, fn: Callable[..., Any], *args: Any) -> tuple[list[Proof], list[Violation]]:
+        import numpy as np
+
         t0 = time.perf_counter()
-        out = fn(*args)
+        try:
+            with np.errstate(divide="raise", invalid="raise"):
+                out = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - a program the check cannot run on is a violation
+            self.tier[tier] += time.perf_counter() - t0
+            inv = invariant_of(rule)
+            v = Violation(rule, inv if inv != "?" else "DSL",
+                          f"the {rule} check cannot run on this program ({fn.__name__}): {type(exc).__name__}: {exc}",
+                          "the program is malformed where this rule looks; fix the node it names")
+            self.violations.append(v)
+            return [], [v]
         dt = time.perf_counter() - t0
         self.tier[tier] += dt
         p, v = list(out[0]), list(out[1])
@@ -94,197 +131,252 @@ class _Run:
         return p, v
 
 
-def verify_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: bool = True,
-                smt_timeout_ms: int | None = None) -> VerificationReport:
+def _text(node: Any) -> str:
+    """``str(node)``, or its repr when a malformed field breaks ``__str__``."""
+    try:
+        return str(node)
+    except Exception:  # noqa: BLE001
+        return repr(node)
+
+
+def _missing_nodes(program: Program) -> list[str]:
+    missing = [n for n in _GEMM_NODES if getattr(program, n, None) is None]
+    if not program.stores:
+        missing.append("stores")
+    for op in ("A", "B"):
+        try:
+            program.read(op)
+        except KeyError:
+            missing.append(f"read[{op}]")
+    for kind in ("producer", "consumer"):
+        try:
+            program.role(kind)
+        except KeyError:
+            missing.append(f"role[{kind}]")
+    return missing
+
+
+def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | None = None) -> VerificationReport:
     """Check every rule on ``program`` and return the report (never raises for a bad program).
 
     Args:
-        program: the instantiated GEMM (``build_gemm_program(cfg)``).
-        dsl: its DSL mainloop; default ``gemm_dsl_program(program)``. Pass an edited one to
-            check a variant (e.g. a different MMA-side layout, a planted pipeline mistake).
+        program: the GEMM's DSL program (``argus_cutlass.kernels.gemm.program.build_program(cfg)``,
+            possibly edited with ``Program.replace_node``). Nothing else is read.
         smt: run the SMT tier (z3; symbolic K and iteration counts, operand cross-check).
-        smt_timeout_ms: per-query z3 timeout (default :data:`.smt.DEFAULT_TIMEOUT_MS`); a query
+        smt_timeout_ms: per-query z3 timeout (default ``settings().smt_timeout_ms``); a query
             that times out is reported as ``unknown``, never as a proof.
 
-    Resource rules all run and report every violation; the tag-assertion enumeration and the
-    operand SMT cross-check run when the shape rules (``gmma.n``, ``gmma.m_tile``, ``stages``)
-    hold. ``k.coverage``'s enumeration violation is replaced by the SMT one (which carries a
-    counterexample record) when the SMT tier runs.
+    Resource rules and relations all run and report every violation; the data-flow enumeration
+    and the SMT operand cross-check run when the shape rules (``gmma.n``, ``gmma.m_tile``,
+    ``stages``) hold. ``k.coverage``'s enumeration violation is replaced by the SMT one (which
+    carries a counterexample record) when the SMT tier runs.
+
+    Raises:
+        argus_cutlass.errors.ToolchainError: ``smt`` is asked for and z3 is not installed.
     """
-    from argus_cutlass.layout.algebra import LayoutError
-    from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+    from argus_cutlass.verify.relations import check_references, check_relations
 
     t0 = time.perf_counter()
     notes: list[str] = []
-    dsl_error: Violation | None = None
-    cfg = program.config
-    from argus_cutlass.render.naming import kernel_name
-
-    name = kernel_name(cfg).removeprefix("argus_")  # the generated kernel's name, every field encoded
-    if dsl is None:
-        try:
-            dsl = gemm_dsl_program(program)
-        except (LayoutError, DslError) as exc:
-            # no data-flow program means no data-flow proof: the config is refused, never passed
-            notes.append(f"no DSL program: {exc}")
-            dsl_error = Violation("dsl.program", "-", f"the data-flow program of this config cannot be built: {exc}",
-                                  "fix the config; the resource rules below usually say what is wrong")
     obligations: list[Obligation] = []
     run = _Run()
-    if dsl is None:
-        run.violations.append(dsl_error)
+    try:
+        name = program.kernel_name().removeprefix("argus_")
+    except Exception:  # noqa: BLE001 - an unprintable node still gets a report
+        name = str(getattr(program, "name", "program"))
+    if smt:
+        from argus_cutlass.verify import smt as smt_tier
+
+        smt_tier.require_z3()
+    for rel in program.relations:
+        obligations.append(Obligation(rel.rule, rel.invariant, _text(rel), str(rel.loc)))
+    run.add("arith", "dsl.relation", check_relations, program)
+    run.add("arith", "dsl.unknown_ref", check_references, program)
+    missing = _missing_nodes(program)
+    if missing:
+        run.violations.append(Violation("dsl.program", "DSL", f"the GEMM program has no {', '.join(missing)}: the "
+                                        "verifier has nothing to check there",
+                                        "build the program with argus_cutlass.kernels.gemm.program.build_program"))
+        notes.append(f"data-flow checks not run: missing nodes {missing}")
+        return _report(name, obligations, run, notes, t0)
     failed: set[str] = set()
     for rule, fn in RULES.items():
         obligations.append(Obligation(rule, invariant_of(rule), " ".join((fn.__doc__ or "").split("\n\n")[0].split())))
-        if dsl is None and rule == "smem.alignment":
-            continue
-        _, v = run.add("arith", fn, program, dsl)
+        _, v = run.add("arith", rule, fn, program)
         if v:
             failed.add(rule)
     shapes_ok = not failed.intersection(SHAPE_RULES)
-    if dsl is not None:
-        obligations.append(Obligation("tma.image", "G5", "TMA images are bijective onto their stages"))
-        run.add("enum", check_tma_image, dsl)
-        if any(ld.copy.multicast > 1 for ld in dsl.loads):
-            from argus_cutlass.verify.multicast import check_multicast
+    _mainloop(run, program, obligations, notes, shapes_ok)
+    _protocol(run, program, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms)
+    if shapes_ok:
+        _output(run, program, obligations)
+    else:
+        notes.append(f"output checks (G2, G4, G8) not run: shape rules failed ({sorted(failed & set(SHAPE_RULES))})")
+    _family_checks(run, program, obligations, notes)
+    return _report(name, obligations, run, notes, t0)
 
-            obligations.append(Obligation("tma.multicast", "G5",
-                                          "every CTA of the cluster receives each operand row once, from its own block"))
-            run.add("enum", check_multicast, dsl)
-        for a in dsl.assertions:
-            obligations.append(Obligation(a.rule, a.invariant, str(a), str(a.loc)))
-            if not shapes_ok:
-                notes.append(f"{a.rule} not checked: shape rules failed ({sorted(failed & set(SHAPE_RULES))})")
-                continue
-            # a rule without a dedicated checker gets the generic slot-wise tag comparison, so
-            # a kernel author can state new invariants without touching the verifier
-            run.add("enum", _ASSERTION_CHECKS.get(a.rule, check_k_agreement), dsl, a)
-        if shapes_ok:
-            from argus_cutlass.verify.absint import check_descriptors
 
-            obligations.append(Obligation("gmma.descriptor", "G1",
-                                          "every wgmma descriptor encodes the layout its operand is read through"))
-            run.add("enum", check_descriptors, dsl)
-        _protocol(run, dsl, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms)
-        if shapes_ok:
-            _output(run, dsl, obligations)
-        else:
-            notes.append("output checks (G2, G4, G8) not run: shape rules failed")
+def _report(name: str, obligations: list[Obligation], run: _Run, notes: list[str], t0: float) -> VerificationReport:
     return VerificationReport(name, tuple(obligations), tuple(run.proofs), tuple(run.violations),
                               time.perf_counter() - t0, tuple(notes), tuple(run.unknowns),
                               {k: v for k, v in run.tier.items() if v})
 
 
-def _protocol(run: _Run, dsl: DslProgram, obligations: list[Obligation], notes: list[str], *, smt: bool,
+def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], shapes_ok: bool) -> None:
+    """G5 (TMA image, multicast), G1 (tag assertions, descriptors)."""
+    from argus_cutlass.verify.absint import check_descriptors
+    from argus_cutlass.verify.multicast import check_multicast, needs_multicast_check
+
+    obligations.append(Obligation("tma.image", "G5", "TMA images are bijective onto their stages"))
+    run.add("enum", "tma.image", check_tma_image, program)
+    if needs_multicast_check(program):
+        obligations.append(Obligation("tma.multicast", "G5", "every CTA of the cluster receives each box of its "
+                                      "stage once, from its own block; TMA op kind matches the multicast"))
+        run.add("enum", "tma.multicast", check_multicast, program)
+    from argus_cutlass.verify.absint import check_bindings
+
+    obligations.append(Obligation("mma.operand_identity", "G1", "gA / gB are bound to the caller's operands in "
+                                  "their storage order"))
+    run.add("arith", "mma.operand_identity", check_bindings, program)
+    for a in program.assertions:
+        obligations.append(Obligation(a.rule, a.invariant, _text(a), str(a.loc)))
+        if not shapes_ok:
+            notes.append(f"{a.rule} ({a}) not checked: shape rules failed")
+            continue
+        run.add("enum", a.rule, check_assertion, program, a)
+    if shapes_ok:
+        obligations.append(Obligation("gmma.descriptor", "G1",
+                                      "every wgmma descriptor the kernel forms decodes to its operand's read view"))
+        run.add("enum", "gmma.descriptor", check_descriptors, program)
+
+
+def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], *, smt: bool,
               shapes_ok: bool, timeout_ms: int | None) -> None:
-    """G3 and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5."""
+    """G3, G8 (load side) and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5."""
+    from argus_cutlass.verify.absint import check_residue_load
     from argus_cutlass.verify.pipeline import check_arrivals, check_protocol, check_release, check_tx_bytes
 
     for rule, (inv, text) in _PROTOCOL_OBLIGATIONS.items():
-        if (rule == "k.coverage" and dsl.kloop is not None) or (rule != "k.coverage" and dsl.pipeline is not None):
-            obligations.append(Obligation(rule, inv, text))
-    enum_k_bad: list[Violation] = []
-    if dsl.kloop is not None:
-        _, enum_k_bad = run.add("enum", check_k_coverage, dsl)
-    if dsl.pipeline is not None:
-        run.add("arith", check_tx_bytes, dsl)
-        run.add("arith", check_arrivals, dsl)
-        run.add("arith", check_release, dsl)
-        run.add("enum", check_protocol, dsl)
+        obligations.append(Obligation(rule, inv, text))
+    _, enum_k_bad = run.add("enum", "k.coverage", check_k_coverage, program)
+    run.add("arith", "residue.load", check_residue_load, program)
+    run.add("arith", "pipeline.tx_bytes", check_tx_bytes, program)
+    run.add("arith", "pipeline.arrivals", check_arrivals, program)
+    run.add("arith", "pipeline.release", check_release, program)
+    run.add("enum", "pipeline.protocol", check_protocol, program)
     if not smt:
         notes.append("SMT tier off: k.coverage checked for K <= 2 tile_k + 1 only; pipeline for small bounds only")
         return
     from argus_cutlass.settings import settings
     from argus_cutlass.verify import smt as smt_tier
 
-    smt_tier.require_z3()
     timeout = settings().smt_timeout_ms if timeout_ms is None else int(timeout_ms)
-    if dsl.kloop is not None:
-        _, v = run.add("smt", smt_tier.check_k_coverage_smt, dsl, timeout)
-        if v and enum_k_bad:
-            run.violations = [x for x in run.violations if x not in enum_k_bad]
-    if dsl.pipeline is not None:
-        run.add("smt", smt_tier.check_pipeline_smt, dsl, timeout)
+    _, v = run.add("smt", "k.coverage", smt_tier.check_k_coverage_smt, program, timeout)
+    if v and enum_k_bad:
+        run.violations = [x for x in run.violations if x not in enum_k_bad]
+    run.add("smt", "pipeline.state", smt_tier.check_pipeline_smt, program, timeout)
     if shapes_ok:
         enum_bad = {v.rule for v in run.violations}
-        if enum_bad & {"tma.image", "mma.k_agreement"}:
+        if enum_bad & {"tma.image", "mma.k_agreement", "mma.operand_identity"}:
             notes.append("SMT operand cross-check skipped: the enumeration tier already found a violation")
         else:
-            run.add("smt", smt_tier.check_operands_smt, dsl, timeout)
+            run.add("smt", "mma.k_agreement", smt_tier.check_operands_smt, program, timeout)
 
 
-#: obligations of the output checks (G2, G4, G8): rule -> (invariant, description)
-_OUTPUT_OBLIGATIONS = {
-    "output.bijection": ("G4", "accumulator registers cover the output tile exactly once"),
-    "epilogue.coordinate": ("G2", "each register is stored at its accumulator's (m, n)"),
-    "residue.store": ("G8", "no store leaves D for any M/N residue"),
-}
-
-
-def _output(run: _Run, dsl: DslProgram, obligations: list[Obligation]) -> None:
-    """G7 on the MMA reads, G2/G4/G8 on the epilogue store and G4 on the persistent tile scheduler."""
+def _output(run: _Run, program: Program, obligations: list[Obligation]) -> None:
+    """G7 on the MMA reads, G2/G4/G8 on the epilogue, G4 on the persistent tile scheduler."""
     from argus_cutlass.verify.output import (
         check_epilogue,
         check_schedule,
         check_schedule_all_sizes,
+        check_source,
         check_tma_store,
         check_uniformity,
     )
+    from argus_cutlass.verify.staging import check_stage_reuse, check_staging
 
-    if dsl.reads:
-        obligations.append(Obligation("warpgroup.uniform", "G7",
-                                      "all 4 warps of a warpgroup pass wgmma the same stage's descriptor"))
-        run.add("enum", check_uniformity, dsl)
-    if dsl.epilogue is not None:
-        for rule, (inv, text) in _OUTPUT_OBLIGATIONS.items():
-            obligations.append(Obligation(rule, inv, text, str(dsl.epilogue.loc)))
-        run.add("enum", check_epilogue, dsl)
-    if dsl.stores:
-        obligations.append(Obligation("epilogue.tma_store", "G2",
-                                      "the TMA store sends each staged accumulator to its own (m, n)",
-                                      str(dsl.stores[0].loc)))
-        run.add("enum", check_tma_store, dsl)
-    if dsl.staging is not None:
-        from argus_cutlass.verify.staging import check_stage_reuse, check_staging
+    obligations.append(Obligation("warpgroup.uniform", "G7",
+                                  "all 4 warps of a warpgroup pass wgmma the same stage's descriptor"))
+    run.add("enum", "warpgroup.uniform", check_uniformity, program)
+    e = program.epilogue
+    for rule, (inv, text) in _OUTPUT_OBLIGATIONS.items():
+        obligations.append(Obligation(rule, inv, text, str(e.loc)))
+    run.add("enum", "epilogue.coordinate", check_epilogue, program)
+    src = program.source
+    obligations.append(Obligation("epilogue.source", "G2", "beta * C reads C(m, n) at each accumulator's (m, n)",
+                                  str(src.loc)))
+    obligations.append(Obligation("residue.source", "G8", "C loads are masked to M x N", str(src.loc)))
+    run.add("enum", "epilogue.source", check_source, program)
+    obligations.append(Obligation("epilogue.tma_store", "G2",
+                                  "the TMA store sends each staged accumulator to its own (m, n)",
+                                  str(program.stores[0].loc)))
+    run.add("enum", "epilogue.tma_store", check_tma_store, program)
+    where = str(program.staging.loc)
+    obligations.append(Obligation("epilogue.stmatrix", "G2",
+                                  "each accumulator register is staged at sD(m, n, stage) by the epilogue's "
+                                  "stmatrix / st.shared", where))
+    obligations.append(Obligation("epilogue.stage_reuse", "G6",
+                                  "a staging stage is rewritten only after its TMA store finished reading it", where))
+    run.add("enum", "epilogue.stmatrix", check_staging, program)
+    run.add("arith", "epilogue.stage_reuse", check_stage_reuse, program)
+    obligations.append(Obligation("scheduler.bijection", "G4",
+                                  "every work unit has one CTA and one output tile (enum: units <= 48; "
+                                  "arith: all sizes)", str(program.schedule.loc)))
+    _, bad = run.add("enum", "scheduler.bijection", check_schedule, program)
+    if not bad:
+        run.add("arith", "scheduler.bijection", check_schedule_all_sizes, program)
 
-        where = str(dsl.staging.loc)
-        obligations.append(Obligation("epilogue.stmatrix", "G2",
-                                      "each accumulator register is staged at sD(m, n, stage) by the epilogue's "
-                                      "stmatrix / st.shared", where))
-        obligations.append(Obligation("epilogue.stage_reuse", "G6",
-                                      "a staging stage is rewritten only after its TMA store finished reading it",
-                                      where))
-        run.add("enum", check_staging, dsl)
-        run.add("arith", check_stage_reuse, dsl)
-    if dsl.schedule is not None:
-        obligations.append(Obligation("scheduler.bijection", "G4",
-                                      "every work unit has one CTA and one output tile (enum: units <= 48; "
-                                      "arith: all sizes)", str(dsl.schedule.loc)))
-        _, bad = run.add("enum", check_schedule, dsl)
-        if not bad:
-            run.add("arith", check_schedule_all_sizes, dsl)
+
+def _family_checks(run: _Run, program: Program, obligations: list[Obligation], notes: list[str]) -> None:
+    """Named barriers, turn orders and register fragments (``verify/barriers.py``,
+    ``verify/fragments.py``), where the program has such nodes. Each returns ``(proofs, violations)``."""
+    import importlib
+
+    fragments = bool(program.converts or program.reductions or any(r.view is None for r in program.reads))
+    for module, fn_name, rule, text, present in (
+        ("barriers", "check_named_barriers", "barrier.named", "named barriers: ids, thread counts, participants",
+         bool(program.barriers)),
+        ("barriers", "check_turn_orders", "turn.order", "warpgroups take turns without deadlock, in tile order",
+         bool(program.orders)),
+        ("fragments", "check_fragments", "fragment.convert", "register fragments (RS operands, conversions, row "
+         "reductions) keep their tags", fragments),
+    ):
+        if not present:
+            continue
+        try:
+            mod = importlib.import_module(f"argus_cutlass.verify.{module}")
+            fn = getattr(mod, fn_name)
+        except (ImportError, AttributeError):
+            notes.append(f"{module}.{fn_name} not available: {text} not checked")
+            run.unknowns.append(Unknown(rule, invariant_of(rule), f"{rule}: {text}", f"checker {module}.{fn_name} "
+                                        "is not installed", 0))
+            continue
+        obligations.append(Obligation(rule, invariant_of(rule), text))
+        run.add("enum", rule, fn, program)
 
 
 def clear_caches() -> None:
-    """Forget every result the verifier memoises across calls: decided SMT queries, accumulator
-    maps, and the scheduler enumerations (unit ownership, tile walk, stream-K / split-K division) (the invariant catalogue, parsed data,
-    stays). The next :func:`verify_gemm` is then a cold run (``bench/test_verify_bench.py``)."""
+    """Forget every result the verifier memoises across calls: decided SMT queries, views'
+    layouts, accumulator maps, and the scheduler enumerations (unit ownership, tile walk,
+    stream-K / split-K division); the invariant catalogue (parsed data) stays. The next
+    :func:`verify_gemm` is then a cold run (``bench/test_verify_bench.py``)."""
     from argus_cutlass.verify import absint, output, smt
 
     smt._MEMO.clear()
     absint.accumulator_partition.cache_clear()
+    absint.view_layout.cache_clear()
     for cached in (output._first_ownership_problem, output._walk_cases, output._division_cases):
         cached.cache_clear()
 
 
-def check_gemm(program: GemmProgram, dsl: DslProgram | None = None, *, smt: bool = True) -> VerificationReport:
+def check_gemm(program: Program, *, smt: bool = True) -> VerificationReport:
     """:func:`verify_gemm`, raising on any violation.
 
     Raises:
         VerificationError: at least one rule failed; ``err.rule`` is the first failed rule and
             ``err.report`` the full report.
     """
-    report = verify_gemm(program, dsl, smt=smt)
+    report = verify_gemm(program, smt=smt)
     if not report.ok:
         raise VerificationError(report)
     return report

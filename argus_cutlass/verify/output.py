@@ -8,9 +8,15 @@ Rules (VERIFIER.md catalogue):
   accumulator holds. Checked by enumeration; the counterexample names the thread and the
   register.
 * ``residue.store`` (G8, store side): for every residue of M and N modulo the tile, no
-  store lands outside ``M x N``. Checked by enumerating all ``(M mod tile_m, N mod tile_n)``.
-  The load side of G8 is the TMA zero fill of k >= K, proved by ``k.coverage`` (G3). M and N
-  residue loads need no fill: their outputs are the ones masked here.
+  store lands outside ``M x N`` (``EpilogueStore.residue_mask``: without it the D tensor map is
+  padded to whole tiles and the stores past M or N land). The load side of G8 is
+  ``residue.load`` (TMA zero fill of k >= K) and ``residue.source`` (masked C loads). M and N
+  residue loads of A and B need no fill: their outputs are the ones masked here.
+* ``epilogue.source`` (G2): ``beta * C`` reads C from gmem at each accumulator's own
+  coordinate (path ``gmem``, row offset 0, the C tensor of the accumulator's (M, N) modes and
+  D's majorness).
+* ``epilogue.tma_store`` (G2): the TMA store, box by box as the kernel issues it, sends every
+  staged element (at the staging *view*'s offset) to its own (m, n) of the subtile.
 * ``scheduler.bijection`` (G4): the persistent scheduler gives every work unit to exactly one
   CTA, maps units one-to-one onto output tiles, and (stream-K / split-K) divides every tile's
   k loop exactly. The enumeration covers unit counts up to 48 with every grid up to the unit
@@ -35,33 +41,49 @@ import functools
 
 import numpy as np
 
-from argus_cutlass.dsl.ir import DslProgram, TileSchedule
-from argus_cutlass.verify.absint import accumulator_partition, consumer_thread
+from argus_cutlass.dsl.ir import Program, TileSchedule
+from argus_cutlass.verify.absint import accumulator_partition, consumer_thread, view_layout
 from argus_cutlass.verify.decomposition import Problem
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
-__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_tma_store",
-           "check_uniformity", "schedule_units"]
+__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_source",
+           "check_tma_store", "check_uniformity", "schedule_units"]
 
 #: enumeration bounds of scheduler.bijection
 MAX_UNITS = 48
 MAX_TILES = 12
 
 
-def accumulator_map(dsl: DslProgram) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every accumulator register of one output tile of ``dsl``'s epilogue
+def accumulator_map(program: Program) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every accumulator register of one output tile of ``program``'s epilogue
     (:func:`~argus_cutlass.verify.absint.accumulator_partition`): ``(wg, thread, reg, m, n)``."""
-    e = dsl.epilogue
+    e = program.epilogue
     return accumulator_partition(e.tile_m, e.tile_n, e.op_m, e.op_n, e.warpgroups)
 
 
-def check_epilogue(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
-    """``output.bijection`` (G4), ``epilogue.coordinate`` (G2) and ``residue.store`` (G8)."""
-    e = dsl.epilogue
+def check_epilogue(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """``output.bijection`` (G4), ``epilogue.coordinate`` (G2) and ``residue.store`` (G8).
+
+    ``epilogue.coordinate`` also requires the epilogue to store the MMA's accumulator into the
+    tensor the TMA store writes (``EpilogueStore.acc`` / ``dst``)."""
+    e = program.epilogue
     where = str(e.loc)
     proofs: list[Proof] = []
     violations: list[Violation] = []
-    wg, th, reg, m, n = accumulator_map(dsl)
+    mma = program.mma
+    dst = program.stores[0].dst if program.stores else e.dst
+    wrong = []
+    if mma is not None and e.acc != mma.acc:
+        wrong.append(f"the epilogue stores register tensor {e.acc!r}, but the MMA accumulates into {mma.acc!r}")
+    if e.dst != dst:
+        wrong.append(f"the epilogue stores to {e.dst!r}, but the TMA store writes {dst!r}")
+    if mma is not None and (e.tile_m, e.tile_n) != (mma.tile_m, mma.op.n):
+        wrong.append(f"the epilogue partitions a {e.tile_m}x{e.tile_n} tile, but the MMA accumulates "
+                     f"{mma.tile_m}x{mma.op.n} (the kernel's tile: {mma.atoms_m} warpgroups x {mma.reps_m} x "
+                     f"{mma.op.m} rows)")
+    for msg in wrong:
+        violations.append(Violation("epilogue.coordinate", "G2", msg, "store the MMA's accumulator to D", where))
+    wg, th, reg, m, n = accumulator_map(program)
     cells = e.tile_m * e.tile_n
     counts = np.bincount(m * e.tile_n + n, minlength=cells)
     if counts.size == cells and (counts == 1).all():
@@ -142,7 +164,7 @@ def _walk_violation(sch: TileSchedule, p: Problem) -> Violation:
     tile = p.tile if isinstance(p.tile, tuple) else (-1, -1)
     cex = Counterexample(
         "G4", "scheduler.bijection", "enum", "tile_scheduler", str(sch.loc), -1, -1, -1,
-        {"tm": int(tile[0]), "tn": int(tile[1])}, {}, "", {},
+        {"tm": int(tile[0]), "tn": int(tile[1])}, {"cta": int(p.units[0]) if p.units else 0}, "", {},
         f"tile {tile} is the tile of exactly one work unit", p.message,
         "CUTLASS PersistentTileSchedulerSm90::get_work_idx_m_and_n (cluster-major, swizzled raster)",
         params={k: v for k, v in p.params.items() if isinstance(v, int)},
@@ -156,7 +178,7 @@ def _division_violation(sch: TileSchedule, p: Problem) -> Violation:
     cex = Counterexample(
         "G4", "scheduler.bijection", "enum", "tile_scheduler", str(sch.loc), -1, -1, -1,
         {"tile": int(p.tile) if isinstance(p.tile, int) else -1, **({"cta": int(p.ctas[0])} if p.ctas else {})},
-        {}, "", {},
+        {"cta": int(p.ctas[0]) if p.ctas else 0}, "", {},
         "every (tile, k-tile) computed by exactly one unit, and one unit per tile stores D after reducing the "
         "others' partials", p.message,
         f"{sch.decomposition} unit division (CUTLASS PersistentTileSchedulerSm90StreamK, Deterministic)",
@@ -218,11 +240,12 @@ def _division_cases(mode: str, cluster_size: int, splits: int,
     return cases, p, f"tiles <= {tiles}, grids <= {grid} CTAs (clusters of {cluster_size})"
 
 
-def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]] | tuple[list[Proof], list[Violation], list[Unknown]]:
+def check_schedule(program: Program) -> (tuple[list[Proof], list[Violation]]
+                                         | tuple[list[Proof], list[Violation], list[Unknown]]):
     """``scheduler.bijection`` (G4) by enumeration (see the module docstring): unit ownership,
     CUTLASS's walk on every tile grid up to ``MAX_TILES`` squared, and, for stream-K /
     split-K, the unit division (:mod:`argus_cutlass.verify.decomposition`)."""
-    sch = dsl.schedule
+    sch = program.schedule
     where = str(sch.loc)
     owner_problem = _first_ownership_problem(sch.step_delta)
     if owner_problem is not None:
@@ -237,7 +260,7 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]] | tup
             actual = f"unit {w} taken by no CTA (output tile never written)"
         cex = Counterexample(
             "G4", "scheduler.bijection", "enum", "tile_scheduler", where, -1, -1, -1, {"unit": w},
-            {}, "", {}, f"unit {w} taken by CTA {w % grid} only",
+            {"cta": w % grid}, "", {}, f"unit {w} taken by CTA {w % grid} only",
             actual, f"CTA c takes units c, c + {step}, ... (grid {grid}, step = grid {sch.step_delta:+d})",
             params={"units": units, "grid": grid, "step": step})
         return [], [Violation(
@@ -245,10 +268,10 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]] | tup
             f"the persistent scheduler steps by {step} with {grid} CTAs: with {units} work units, "
             f"{actual}", "step by the grid size (gridDim.x) so each unit has exactly one owner", where, cex)]
     if any(x & (x - 1) for x in (sch.cluster_m, sch.cluster_n)):
-        return [], [], [Unknown("scheduler.bijection", "G4", "CUTLASS walk / division model",
-                                f"cluster {sch.cluster_m}x{sch.cluster_n}: the model covers power-of-two cluster "
-                                "extents only", 0)]
-    grids, p = _walk_cases(sch.cluster_m, sch.cluster_n, sch.raster, sch.swizzle, sch.walk_mutation)
+        return [], [], [Unknown("scheduler.bijection", "G4",
+                                f"G4 scheduler.bijection: the tile walk of a {sch.cluster_m}x{sch.cluster_n} cluster",
+                                "not modelled: the walk model covers power-of-two cluster extents only", 0)]
+    grids, p = _walk_cases(sch.cluster_m, sch.cluster_n, sch.raster, sch.swizzle, "")
     if p is not None:
         return [], [_walk_violation(sch, p)]
     text = (f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1; CUTLASS's "
@@ -258,7 +281,7 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]] | tup
     if sch.decomposition in ("streamk", "splitk"):
         mode = "stream_k" if sch.decomposition == "streamk" else "split_k"
         cs = sch.cluster_m * sch.cluster_n
-        cases, p, bounds = _division_cases(mode, cs, sch.splits if mode == "split_k" else 0, sch.division_mutation)
+        cases, p, bounds = _division_cases(mode, cs, sch.splits if mode == "split_k" else 0, ())
         if p is not None:
             return [], [_division_violation(sch, p)]
         if cases == 0:
@@ -270,13 +293,13 @@ def check_schedule(dsl: DslProgram) -> tuple[list[Proof], list[Violation]] | tup
     return [Proof("scheduler.bijection", "G4", "enum", text, points)], []
 
 
-def check_schedule_all_sizes(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+def check_schedule_all_sizes(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``scheduler.bijection`` for every unit count and grid (arith): with ``step == grid``,
     CTA ``c`` takes unit ``w`` iff ``w = c + i * grid``, ``c < grid``, which is Euclidean division
     of ``w`` by ``grid``: it exists and is unique for every ``w``. Any other step fails
     already in the enumeration's small cases (``step < grid``: units ``c2`` and ``c1 + step``
     coincide; ``step > grid``: unit ``grid`` is never taken)."""
-    sch = dsl.schedule
+    sch = program.schedule
     if sch.step_delta != 0:
         return [], []
     return [Proof("scheduler.bijection", "G4", "arith",
@@ -284,7 +307,7 @@ def check_schedule_all_sizes(dsl: DslProgram) -> tuple[list[Proof], list[Violati
                   "exists and unique) for every unit count and grid", 0)], []
 
 
-def check_uniformity(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+def check_uniformity(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``warpgroup.uniform`` (G7): every warp of a consumer warpgroup passes ``wgmma`` the
     descriptor of the same stage (and so the same start address) at every iteration.
 
@@ -295,9 +318,25 @@ def check_uniformity(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     """
     proofs: list[Proof] = []
     violations: list[Violation] = []
-    S = dsl.stages
-    for read in dsl.reads:
+    S = program.stages
+    for read in program.reads:
         skew = read.warp_stage_skew
+        if len(skew) != 4:
+            violations.append(Violation("warpgroup.uniform", "G7", f"operand {read.operand}: warp_stage_skew {skew} "
+                                        f"has {len(skew)} entries; a warpgroup has 4 warps", None, str(read.loc)))
+            continue
+        if skew[0] % S:
+            i = 0
+            cex = Counterexample(
+                "G6", "pipeline.stage", "enum", "mainloop.gemm", str(read.loc), i, 0, 0, {},
+                {"cta": 0, "threadIdx": 128, "warpgroup": 0, "warp": 4, "lane": 0}, f"{read.operand} descriptor", {},
+                "stage 0 (the stage whose full barrier iteration 0 waited on)",
+                f"warp 0 passes the descriptor of stage {skew[0] % S}", f"stage per warp = (i mod {S} + skew[w]) mod "
+                f"{S}, skew = {skew}", params={"i": i})
+            violations.append(Violation(
+                "pipeline.stage", "G6", f"operand {read.operand}: the MMA reads stage (i mod {S} + {skew[0]}) mod {S}, "
+                f"not the stage i mod {S} the consumer waited for (iteration 0 reads stage {skew[0] % S})",
+                "read the stage of the pipeline state the consumer waited on", str(read.loc), cex))
         for i in range(S):
             used = [(i + s_) % S for s_ in skew]
             bad = [w for w in range(len(used)) if used[w] != used[0]]
@@ -324,42 +363,171 @@ def check_uniformity(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
     return proofs, violations
 
 
-def check_tma_store(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
-    """``epilogue.tma_store`` (G2): the epilogue stages accumulator (m, n) of a subtile at
-    ``sD.layout(m, n, stage)`` (CUTLASS partitions the staging buffer with that layout), and the
-    TMA store must send exactly that smem element to gmem (m, n). Enumerated over every
-    subtile element of every staging stage with the TMA box model
-    (:func:`~argus_cutlass.hw.semantics.tma_box_offset`, PTX ISA 9.7.9.25)."""
-    from argus_cutlass.hw.semantics import INT_OPS, tma_box_offset
+def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """``epilogue.tma_store`` (G2): the epilogue stages accumulator (m, n) of a subtile at the
+    staging view's ``(m, n, stage)`` offset (:mod:`.staging`), and the TMA store, box by box as the
+    kernel issues it (:func:`~argus_cutlass.hw.semantics.tma_store_box_coords`: box ``b`` at
+    ``b * inner * outer`` elements of the stage, swizzled on the absolute address), must send
+    exactly that element to gmem (m, n) and every (m, n) of the subtile once. The store's
+    majorness must be D's (``"K"`` for a row-major D). PTX ISA 9.7.9.25."""
+    from argus_cutlass.hw.semantics import (
+        INT_OPS,
+        TMA_SWIZZLE_BITS,
+        box_element_offset,
+        swizzle,
+        tma_store_box_coords,
+    )
 
     proofs: list[Proof] = []
     violations: list[Violation] = []
-    for st in dsl.stores:
-        t = dsl.tensor(st.src)
-        stages = t.shape[2]
-        mn, k, s_ = np.meshgrid(np.arange(st.tile_mn), np.arange(st.tile_k), np.arange(stages), indexing="ij")
-        want = np.asarray(t.layout(mn, k, s_), dtype=np.int64)
-        got = np.asarray(tma_box_offset(INT_OPS, st, mn, k, s_, t.base_bytes, t.elem_bytes), dtype=np.int64)
-        bad = np.argwhere(want != got)
-        if bad.size:
-            i, j, s0 = (int(x) for x in bad[0])
+    e = program.epilogue
+    node = program.staging
+    for st in program.stores:
+        t = program.tensor(st.src)
+        where = str(st.loc)
+        gd = program.tensor(st.dst)
+        want_major = "K" if (e.d_major if e is not None else gd.major) == "N" else "MN"
+        wrong = []
+        if gd.space != "gmem" or gd.tag is None or gd.tag.name != "D" or tuple(gd.shape) != ("M", "N"):
+            wrong.append(f"the TMA store writes {gd.name} ({gd.space}, shape {gd.shape}, tag {gd.tag}), not the gmem "
+                         "output D:(m,n) over (M, N)")
+        if gd.dtype != t.dtype or st.copy.elem_bits != 8 * t.elem_bytes:
+            wrong.append(f"the TMA store copies {st.copy.elem_bits}-bit elements of the {t.dtype} staging buffer "
+                         f"{t.name} to {gd.dtype} {gd.name}")
+        if e is not None and gd.major != e.d_major:
+            wrong.append(f"D ({st.dst}) is {gd.major}-contiguous but the epilogue partitions a "
+                         f"{e.d_major}-contiguous D")
+        if st.major != want_major:
+            wrong.append(f"the TMA store is {st.major}-major, but D is {e.d_major if e else gd.major}-contiguous "
+                         f"({want_major}-major boxes)")
+        if node is None or node.view is None:
+            wrong.append("the staging step has no smem view to read the staged elements through")
+        if wrong:
+            violations += [Violation("epilogue.tma_store", "G2", w, "print the store from D's own majorness", where)
+                           for w in wrong]
+            continue
+        lay = view_layout(node.view)
+        stages = int(t.shape[2])
+        em, en = int(t.shape[0]), int(t.shape[1])
+        stage_elems = em * en
+        inner, outer = st.copy.box[0], st.copy.box[1]
+        b, j, i = (x.ravel() for x in np.meshgrid(np.arange(st.boxes), np.arange(outer), np.arange(inner),
+                                                  indexing="ij"))
+        gm, gn = tma_store_box_coords(st, b, i, j)
+        copy_eb = max(1, st.copy.elem_bits // 8)
+        problem = None
+        count = 0
+        for s_ in range(stages):
+            addr = t.base_bytes + s_ * stage_elems * t.elem_bytes + box_element_offset(b, i, j, inner, outer) * copy_eb
+            addr = swizzle(INT_OPS, TMA_SWIZZLE_BITS.get(st.copy.swizzle_bytes, 0), 4, 3, addr)
+            got = (addr - t.base_bytes) // t.elem_bytes
+            inside = (gm >= 0) & (gm < em) & (gn >= 0) & (gn < en)
+            want = np.where(inside, np.asarray(lay(np.clip(gm, 0, em - 1), np.clip(gn, 0, en - 1), s_), dtype=np.int64),
+                            -1)
+            hits = np.bincount(np.where(inside, gm * en + gn, stage_elems), minlength=stage_elems + 1)[:stage_elems]
+            bad = np.flatnonzero(~inside | (want != got))
+            count += want.size
+            if bad.size or (hits != 1).any():
+                if bad.size:
+                    x = int(bad[0])
+                    mm, nn = int(gm[x]), int(gn[x])
+                    if not inside[x]:
+                        actual = (f"box {int(b[x])} element ({int(i[x])}, {int(j[x])}) is stored to D({mm},{nn}), "
+                                  f"outside the {em}x{en} subtile (another subtile's elements)")
+                    else:
+                        actual = f"it sends smem elem {int(got[x])} to D({mm},{nn})"
+                    problem = (s_, mm, nn, int(want[x]), int(got[x]), actual)
+                else:
+                    z = int(np.flatnonzero(hits != 1)[0])
+                    mm, nn = z // en, z % en
+                    problem = (s_, mm, nn, int(lay(mm, nn, s_)), -1,
+                               f"D({mm},{nn}) of the subtile is stored {int(hits[z])} times")
+                break
+        if problem is not None:
+            s0, mm, nn, w_off, g_off, actual = problem
             cex = Counterexample(
-                "G2", "epilogue.tma_store", "enum", "epilogue.tma_store", str(st.loc), -1, s0, -1,
-                {"m": i, "n": j}, {}, "", {"D": int(want[i, j, s0])},
-                f"the TMA store sends smem elem {int(want[i, j, s0])} (where D({i},{j}) was staged) to D({i},{j})",
-                f"it sends smem elem {int(got[i, j, s0])} to D({i},{j})",
-                f"staging layout {t.layout} vs TMA store box {st.copy.box} SW{st.copy.swizzle_bytes}",
-                element={"tensor": "D", "m": i, "n": j},
-                chain=(f"accum D({i},{j})", f"sD elem {int(want[i, j, s0])} (stage {s0})",
-                       f"TMA store reads sD elem {int(got[i, j, s0])}", f"gmem D({i},{j})"))
+                "G2", "epilogue.tma_store", "enum", "epilogue.tma_store", where, -1, s0, -1,
+                {"m": mm, "n": nn}, consumer_thread(0, 0), "TMA store (issued by the store thread)", {"D": w_off},
+                f"the TMA store sends smem elem {w_off} (where D({mm},{nn}) was staged) to D({mm},{nn})", actual,
+                f"staging view {node.view.atom.name} {node.view.shape} vs TMA store box {st.copy.box} "
+                f"SW{st.copy.swizzle_bytes} {st.major}-major",
+                element={"tensor": "D", "m": mm, "n": nn},
+                chain=(f"accum D({mm},{nn})", f"sD elem {w_off} (stage {s0})",
+                       f"TMA store reads sD elem {g_off}", f"gmem D({mm},{nn})"))
             violations.append(Violation(
                 "epilogue.tma_store", "G2",
-                f"{int(bad.shape[0])} of {want.size} staged elements are not where the TMA store reads them; first: "
-                f"D({i},{j}) of stage {s0} staged at smem elem {int(want[i, j, s0])}, stored from {int(got[i, j, s0])}",
-                "build the TMA store from the staging buffer's own layout (same swizzle and box)", str(st.loc), cex))
+                f"the TMA store of stage {s0} does not send each staged element to its own (m, n): {actual}",
+                "build the TMA store from the staging buffer's own view (same swizzle and box)", where, cex))
         else:
             proofs.append(Proof("epilogue.tma_store", "G2", "enum",
-                                f"TMA store {st.copy.box} SW{st.copy.swizzle_bytes} sends every staged element of "
-                                f"all {stages} {st.tile_mn}x{st.tile_k} stages of {st.src} to its own (m, n)",
-                                int(want.size)))
+                                f"TMA store: {st.boxes} boxes {st.copy.box} SW{st.copy.swizzle_bytes} send every "
+                                f"staged "
+                                f"element of all {stages} {em}x{en} stages of {st.src} to its own (m, n)", count))
+    return proofs, violations
+
+
+def check_source(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """``epilogue.source`` (G2) and ``residue.source`` (G8): the epilogue reads ``C`` for
+    ``beta * C`` from gmem at each accumulator's own coordinate (``path == "gmem"``, ``row_offset
+    == 0``, a gmem tensor tagged ``C`` over the accumulator's (M, N) modes with D's majorness:
+    the kernel indexes it as D), and masks the loads to ``M x N`` (``residue_mask``; without it an
+    edge tile reads past the last row of C). ``templates/gemm/epilogue.j2`` (``epi_value``)."""
+    src = program.source
+    e = program.epilogue
+    where = str(src.loc)
+    bad = []
+    try:
+        c = program.tensor(src.src)
+    except KeyError:
+        c = None
+    d_major = e.d_major if e is not None else "N"
+    if src.path != "gmem":
+        bad.append((f"C source path {src.path!r}: C is never read, so D = alpha * acc drops beta * C for every beta "
+                    "!= 0", "C(0,0) read at accumulator D(0,0)", "D(0,0) = alpha * acc(0,0): beta * C(0,0) missing"))
+    if src.row_offset:
+        bad.append((f"the epilogue reads C at row m + {src.row_offset} for accumulator row m: D(0,0) gets beta * "
+                    f"C({src.row_offset},0)", "C(0,0) added to D(0,0)", f"C({src.row_offset},0) added to D(0,0)"))
+    if c is None or c.space != "gmem" or c.tag is None or c.tag.name != "C" or tuple(c.shape) != ("M", "N"):
+        what = "no tensor" if c is None else f"{c.name} ({c.space}, shape {c.shape}, tag {c.tag})"
+        bad.append((f"the epilogue reads C from {what}, not a gmem C:(m,n) tensor over (M, N)",
+                    "C(0,0) read from gmem C", f"read from {what}"))
+    elif c.dtype not in ("bf16", "fp16", "fp32"):
+        bad.append((f"C ({c.name}) has dtype {c.dtype!r}: not a type the epilogue can read",
+                    "C(0,0) read as bf16/fp16/fp32", f"C read as {c.dtype!r}"))
+    elif c.major != d_major:
+        bad.append((f"C ({c.name}) is {c.major}-contiguous but the epilogue indexes it as D, {d_major}-contiguous: "
+                    "C is read transposed", "C(0,1) read for D(0,1)", "C(1,0) read for D(0,1)"))
+    proofs: list[Proof] = []
+    violations: list[Violation] = []
+    mma = program.mma
+    if mma is not None:
+        from argus_cutlass.verify.absint import accumulator_thread
+
+        thread, register = accumulator_thread(mma, 0, 0)
+    else:
+        thread, register = {}, ""
+    for msg, expected, actual in bad:
+        cex = Counterexample("G2", "epilogue.source", "enum", "epilogue.source", where, -1, -1, -1, {"m": 0, "n": 0},
+                             thread, register, {}, expected, actual,
+                             f"source path {src.path}, row offset {src.row_offset}, tensor {src.src}",
+                             element={"tensor": "C", "m": src.row_offset, "n": 0})
+        violations.append(Violation("epilogue.source", "G2", msg, "read C[m, n] for accumulator (m, n) from gmem",
+                                    where, cex))
+    if not bad:
+        proofs.append(Proof("epilogue.source", "G2", "enum", f"beta * C reads {src.src}(m, n) ({d_major}-contiguous) "
+                            "for every accumulator (m, n)", 1))
+    if src.residue_mask:
+        proofs.append(Proof("residue.source", "G8", "arith", "C loads predicated on m < M and n < N for every "
+                            "residue of M and N", 1))
+    else:
+        tm = e.tile_m if e is not None else 1
+        cex = Counterexample("G8", "residue.source", "arith", "epilogue.source", where, -1, -1, -1, {"m": 1, "n": 0},
+                             thread, register, {}, f"no load of C({tm + 1},0): row {tm + 1} >= M = {tm + 1}",
+                             f"C({tm + 1},0) loaded, past the last row of C", "edge tile of M = tile_m + 1",
+                             element={"tensor": "C", "m": tm + 1, "n": 0}, params={"M": tm + 1})
+        violations.append(Violation("residue.source", "G8",
+                                    f"C loads are not masked: with M = {tm + 1} the edge tile reads C({tm + 1},0), "
+                                    "past "
+                                    "the last row (out of bounds)", "predicate every C load on m < M && n < N",
+                                    where, cex))
     return proofs, violations

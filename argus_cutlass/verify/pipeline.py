@@ -4,13 +4,20 @@ The pipeline node (:class:`~argus_cutlass.dsl.ir.Pipeline`) gives the stage coun
 side's ``PipelineState`` (start phase, wrap, carried across persistent tiles or not), the
 ``expect_tx`` bytes and the barrier arrival counts. This module checks
 
-* ``pipeline.tx_bytes`` (G6c, arith): ``tx_bytes`` == the bytes the stage's TMA boxes write;
-* ``pipeline.arrivals`` (arith): the *full* barrier expects the producer's 1 arrival, the
-  *empty* barrier as many arrivals as one release makes (consumer warpgroups x reader CTAs);
-* ``pipeline.protocol`` (enum): every interleaving of one producer and one consumer over
-  ``tiles`` persistent tiles of ``k_tiles`` k-tiles, for every ``k_tiles`` in [1, 2S+1]:
-  the consumer of iteration i reads the data of iteration i, completely landed, and nobody
-  deadlocks. Breadth-first, so the first violation has the shortest trace.
+* ``pipeline.tx_bytes`` (G6c, arith): ``tx_bytes`` == the bytes of the TMA boxes every CTA
+  receives per stage (all boxes of the pipeline's loads, whoever issues them);
+* ``pipeline.arrivals`` (arith): the *full* barrier expects the producer's 1 arrival; the
+  *empty* barrier (``consumer_arrivals``) and the node's ``consumer_arrivers`` both equal the
+  arrivals one release makes in the generated kernel: one per consumer warpgroup reading the
+  stage (``mma.atoms_m``) on every CTA whose loads write the stage (``cluster_m + cluster_n - 1``,
+  ``release_stage`` in ``templates/gemm/mainloop.j2``);
+* ``pipeline.protocol`` (enum): every interleaving of the producer and the consumers over
+  ``tiles`` persistent tiles of ``k_tiles`` k-tiles, for every ``k_tiles`` in [1, 2S+1], with the
+  consumer's state moved as the kernel moves it per schedule (cooperative: both warpgroups run
+  every tile; ping-pong: warpgroup ``t mod 2`` runs tile ``t`` and skips the other's,
+  :func:`~argus_cutlass.hw.semantics.consumer_counter`): the consumer of iteration i reads the data
+  of iteration i, completely landed, and nobody deadlocks. Breadth-first, so the first violation
+  has the shortest trace.
 
 The symbolic counterparts (all i < 2^24, all k-tile counts) are in
 :func:`argus_cutlass.verify.smt.check_pipeline_smt`. Both use
@@ -21,17 +28,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
-from argus_cutlass.dsl.ir import DslProgram, Pipeline
-from argus_cutlass.verify.report import Counterexample, Proof, Violation
+from argus_cutlass.dsl.ir import Pipeline, Program
 from argus_cutlass.hw.semantics import (
     INT_OPS,
+    consumer_counter,
     pipeline_state,
     side_counter,
     tma_boxes_per_stage,
     wait_passes,
 )
+from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
 Outcome = tuple[list[Proof], list[Violation]]
 
@@ -41,17 +50,53 @@ PRODUCER_THREAD = {"cta": 0, "threadIdx": 0, "warpgroup": 0, "warp": 0, "lane": 
 CONSUMER_THREAD = {"cta": 0, "threadIdx": 128, "warpgroup": 0, "warp": 4, "lane": 0, "role": "consumer"}
 
 
-def stage_box_bytes(dsl: DslProgram, pipe: Pipeline) -> list[tuple[str, int, int]]:
-    """(load, boxes per stage, bytes per box) of every TMA load that fills a stage."""
+def stage_box_bytes(program: Program, pipe: Pipeline) -> list[tuple[str, int, int]]:
+    """(load, boxes per stage, bytes per box) of every TMA load that fills a stage: the boxes a
+    CTA *receives* (every slice of a multicast load, from itself and its peers)."""
     out = []
-    for load in dsl.loads:
-        if load.name in pipe.loads:
+    for load in program.loads:
+        if load.name in pipe.loads or load.pipeline == pipe.name:
             out.append((load.name, tma_boxes_per_stage(load), load.copy.box_bytes))
     return out
 
 
-def _side_state(side: Any, g: int, k_tiles: int) -> tuple[int, int]:
-    n = side_counter(INT_OPS, g // k_tiles, g % k_tiles, k_tiles, side.carry_across_tiles)
+@dataclass(frozen=True)
+class Schedule:
+    """How the consumer warpgroups take the pipeline's iterations (from the program's nodes):
+    ``stride`` (``schedule.consumer_stride``: 1 cooperative, 2 ping-pong), ``turn_skip`` (a turn
+    order makes a ping-pong group advance past the other group's tile), ``readers`` (consumer
+    warpgroups reading each stage, ``mma.atoms_m``) and ``writers`` (CTAs whose loads write a
+    CTA's stage: ``cluster_m + cluster_n - 1``)."""
+
+    stride: int = 1
+    turn_skip: bool = False
+    readers: int = 1
+    writers: int = 1
+
+    @property
+    def arrivers(self) -> int:
+        """Arrivals one release makes on a CTA's empty barrier in the generated kernel."""
+        return self.readers * self.writers
+
+
+def schedule_of(program: Program) -> Schedule:
+    """The :class:`Schedule` of ``program`` (defaults for a node that is missing)."""
+    sch = program.schedule
+    stride = sch.consumer_stride if sch is not None else 1
+    turn = any("mainloop" in o.points for o in program.orders)
+    mma = program.mma
+    readers = mma.atoms_m if mma is not None else 1
+    launch = program.launch
+    writers = launch.cluster_m + launch.cluster_n - 1 if launch is not None else 1
+    return Schedule(stride, turn, readers, writers)
+
+
+def _side_state(side: Any, g: int, k_tiles: int, sched: Schedule | None = None) -> tuple[int, int]:
+    if sched is None:
+        n = side_counter(INT_OPS, g // k_tiles, g % k_tiles, k_tiles, side.carry_across_tiles)
+    else:
+        n = consumer_counter(INT_OPS, g // k_tiles, g % k_tiles, k_tiles, side.carry_across_tiles, sched.stride,
+                             sched.turn_skip)
     return pipeline_state(INT_OPS, n, side.wrap, side.start_phase)
 
 
@@ -72,15 +117,15 @@ def _cex(pipe: Pipeline, rule: str, *, where: str, iteration: int, k_tiles: int,
     )
 
 
-def check_tx_bytes(dsl: DslProgram) -> Outcome:
+def check_tx_bytes(program: Program) -> Outcome:
     """pipeline.tx_bytes: the producer's ``expect_tx`` equals the bytes the stage's TMA boxes
     write (VERIFIER.md G6; PTX ISA 9.7.13.15 ``mbarrier.expect_tx``: the phase completes when
     the transaction count reaches zero)."""
     rule = "pipeline.tx_bytes"
-    pipe = dsl.pipeline
+    pipe = program.pipeline
     assert pipe is not None
     t0 = time.perf_counter()
-    boxes = stage_box_bytes(dsl, pipe)
+    boxes = stage_box_bytes(program, pipe)
     real = sum(n * b for _, n, b in boxes)
     terms = " + ".join(f"{name} {n} x {b}" for name, n, b in boxes)
     if pipe.tx_bytes == real:
@@ -103,28 +148,51 @@ def check_tx_bytes(dsl: DslProgram) -> Outcome:
                           str(pipe.loc), cex)]
 
 
-def check_arrivals(dsl: DslProgram) -> Outcome:
-    """pipeline.arrivals: the full barrier counts 1 producer arrival; the empty barrier counts
-    as many arrivals as one release makes (``PipelineTmaAsync::Params.num_consumers``)."""
+def check_arrivals(program: Program) -> Outcome:
+    """pipeline.arrivals: the full barrier counts 1 producer arrival (one thread arrives with
+    ``arrive.expect_tx`` per fill); the empty barrier's count (``consumer_arrivals``) and the node's
+    ``consumer_arrivers`` equal the arrivals one release makes in the kernel: one per consumer
+    warpgroup reading the stage (``mma.atoms_m``: 2 cooperative, 1 ping-pong) on every CTA whose
+    loads write the stage (``cluster_m + cluster_n - 1``; ``release_stage`` arrives on the CTAs of
+    its cluster row and column). PTX ISA 9.7.13.15 (``mbarrier.init`` count: the phase completes
+    when that many arrivals are made)."""
     rule = "pipeline.arrivals"
-    pipe = dsl.pipeline
+    pipe = program.pipeline
     assert pipe is not None
     t0 = time.perf_counter()
+    sched = schedule_of(program)
+    real = sched.arrivers
+    why = (f"{sched.readers} consumer warpgroup(s) reading a stage x {sched.writers} CTA(s) whose loads write it")
     bad = []
     if pipe.producer_arrivals != 1:
         bad.append(f"full barrier initialised with {pipe.producer_arrivals} arrivals, but one producer "
                    f"thread arrives (arrive.expect_tx) per fill")
-    if pipe.consumer_arrivals != pipe.consumer_arrivers:
+    if pipe.consumer_arrivals != real:
+        effect = ("never completes: the producer waits forever" if pipe.consumer_arrivals > real else
+                  "completes before every reader released the stage: the producer overwrites it while "
+                  "it is read")
         bad.append(f"empty barrier initialised with {pipe.consumer_arrivals} arrivals, but a release makes "
-                   f"{pipe.consumer_arrivers} (consumer warpgroups x reader CTAs)")
+                   f"{real} ({why}): the empty barrier {effect}")
+    if pipe.consumer_arrivers != real:
+        bad.append(f"consumer_arrivers {pipe.consumer_arrivers} != the {real} arrivals the release code makes "
+                   f"({why})")
     if bad:
-        return [], [Violation(rule, "G6", m, "barrier arrival counts must match the arrivers", str(pipe.loc))
-                    for m in bad]
+        out = []
+        for m in bad:
+            cex = _cex(pipe, rule, where=str(pipe.loc), iteration=0, k_tiles=1, stage=0,
+                       thread=PRODUCER_THREAD if m.startswith("full") else CONSUMER_THREAD,
+                       expected=f"full barrier 1 arrival; empty barrier {real} arrivals ({why})", actual=m,
+                       params={"producer_arrivals": pipe.producer_arrivals,
+                               "consumer_arrivals": pipe.consumer_arrivals,
+                               "consumer_arrivers": pipe.consumer_arrivers, "readers": sched.readers,
+                               "writers": sched.writers}, engine="arith")
+            out.append(Violation(rule, "G6", m, "barrier arrival counts must match the arrivers", str(pipe.loc), cex))
+        return [], out
     return [Proof(rule, "G6", "arith", f"full barrier 1 arrival, empty barrier {pipe.consumer_arrivals} "
-                  f"arrivals per phase", 1, time.perf_counter() - t0)], []
+                  f"arrivals per phase = {why}", 1, time.perf_counter() - t0)], []
 
 
-def check_release(dsl: DslProgram) -> Outcome:
+def check_release(program: Program) -> Outcome:
     """pipeline.release: a stage is released only after the wgmma batch that read it retired.
 
     After issuing iteration ``i``'s batch the consumer waits until at most ``mma_in_flight``
@@ -134,10 +202,13 @@ def check_release(dsl: DslProgram) -> Outcome:
     first unsafe release is at iteration ``release_lag``, of the stage iteration 0 filled, and
     the producer may overwrite it while the MMA reads it."""
     rule = "pipeline.release"
-    pipe = dsl.pipeline
+    pipe = program.pipeline
     assert pipe is not None
     t0 = time.perf_counter()
     lag, n = pipe.release_lag, pipe.mma_in_flight
+    if n < 0 or lag < 0:
+        return [], [Violation(rule, "G6", f"warpgroup_wait<{n}> / release lag {lag}: both count wgmma batches and must "
+                              "be >= 0", "mma_in_flight 1 and release_lag 1 (CUTLASS K_PIPE_MMAS)", str(pipe.loc))]
     if lag >= n:
         return [Proof(rule, "G6", "arith", f"release of iteration i - {lag} after warpgroup_wait<{n}>: the batch "
                       f"that read the stage has retired for every i", 1, time.perf_counter() - t0)], []
@@ -155,14 +226,22 @@ def check_release(dsl: DslProgram) -> Outcome:
                           "release the previous stage (lag >= the wgmma batches left in flight)", str(pipe.loc), cex)]
 
 
-def _explore(pipe: Pipeline, real_bytes: int, k_tiles: int, tiles: int) -> tuple[int, tuple | None]:
+def _explore(pipe: Pipeline, real_bytes: int, k_tiles: int, tiles: int,
+             sched: Schedule | None = None) -> tuple[int, tuple | None]:
     """BFS over producer/consumer interleavings; returns (states, first violation or None).
 
+    The consumers take the iterations in order (cooperative warpgroups together, ping-pong
+    groups by turns). As the kernel does (``consumer_mainloop``), after reading k-tile ``kt`` of a
+    tile the consumer releases the stage of the tile's iteration ``kt - release_lag`` (when ``kt >=
+    release_lag``) and, after the tile's last k-tile, every stage of the tile it has not released;
+    each release adds ``sched.arrivers`` arrivals to the stage's empty barrier.
     A violation is ``(kind, g, stage, detail, trace)``; kind is ``read``, ``deadlock`` or ``range``.
     """
+    sched = sched if sched is not None else Schedule(readers=1, writers=pipe.consumer_arrivers)
     S = pipe.stages
     N = k_tiles * tiles
-    init = (0, 0, (0,) * S, (0,) * S, (0,) * S, (None,) * S)
+    lag = max(0, pipe.release_lag)
+    init = (0, 0, 0, (0,) * S, (0,) * S, (0,) * S, (None,) * S)
     parent: dict[tuple, tuple[tuple, str] | None] = {init: None}
     queue = deque([init])
 
@@ -175,23 +254,23 @@ def _explore(pipe: Pipeline, real_bytes: int, k_tiles: int, tiles: int) -> tuple
 
     while queue:
         st = queue.popleft()
-        p, c, full_done, empty_done, empty_pending, buf = st
+        p, c, r, full_done, empty_done, empty_pending, buf = st
         moves = []
         if p < N:
             s, ph = _side_state(pipe.producer, p, k_tiles)
-            if s >= S:
-                return len(parent), ("range", p, s, f"producer stage index {s} >= {S} stages", trace_of(st))
+            if not 0 <= s < S:
+                return len(parent), ("range", p, s, f"producer stage index {s} outside the {S} stages", trace_of(st))
             if wait_passes(INT_OPS, empty_done[s], ph):
                 fd, nb = list(full_done), list(buf)
                 if pipe.tx_bytes <= real_bytes:
                     fd[s] += 1  # the transaction count reaches 0
                 nb[s] = (p, "complete" if pipe.tx_bytes >= real_bytes else "partial")
-                moves.append(((p + 1, c, tuple(fd), empty_done, empty_pending, tuple(nb)),
+                moves.append(((p + 1, c, r, tuple(fd), empty_done, empty_pending, tuple(nb)),
                               f"P{p}:wait empty[{s}] parity {ph}, fill stage {s}"))
         if c < N:
-            s, ph = _side_state(pipe.consumer, c, k_tiles)
-            if s >= S:
-                return len(parent), ("range", c, s, f"consumer stage index {s} >= {S} stages", trace_of(st))
+            s, ph = _side_state(pipe.consumer, c, k_tiles, sched)
+            if not 0 <= s < S:
+                return len(parent), ("range", c, s, f"consumer stage index {s} outside the {S} stages", trace_of(st))
             if wait_passes(INT_OPS, full_done[s], ph):
                 if buf[s] != (c, "complete"):
                     got = ("never written" if buf[s] is None else
@@ -199,12 +278,30 @@ def _explore(pipe: Pipeline, real_bytes: int, k_tiles: int, tiles: int) -> tuple
                     step = f"C{c}:wait full[{s}] parity {ph}, read stage {s}"
                     return len(parent), ("read", c, s, got, trace_of(st) + (step,))
                 ed, ep = list(empty_done), list(empty_pending)
-                ep[s] += pipe.consumer_arrivers
-                while ep[s] >= pipe.consumer_arrivals > 0:
-                    ep[s] -= pipe.consumer_arrivals
-                    ed[s] += 1
-                moves.append(((p, c + 1, full_done, tuple(ed), tuple(ep), buf),
-                              f"C{c}:wait full[{s}] parity {ph}, read+release stage {s}"))
+                kt = c % k_tiles
+                todo = []
+                if kt >= lag:
+                    todo.append(r)
+                    r2 = r + 1
+                else:
+                    r2 = r
+                if kt == k_tiles - 1:
+                    todo += list(range(r2, c + 1))
+                    r2 = c + 1
+                released = []
+                for it in todo:
+                    sr, _ = _side_state(pipe.consumer, it, k_tiles, sched)
+                    if not 0 <= sr < S:
+                        return len(parent), ("range", it, sr, f"consumer releases stage index {sr} outside the {S} "
+                                             "stages", trace_of(st))
+                    released.append(sr)
+                    ep[sr] += sched.arrivers
+                    while ep[sr] >= pipe.consumer_arrivals > 0:
+                        ep[sr] -= pipe.consumer_arrivals
+                        ed[sr] += 1
+                rel = f", release stage(s) {released}" if released else ""
+                moves.append(((p, c + 1, r2, full_done, tuple(ed), tuple(ep), buf),
+                              f"C{c}:wait full[{s}] parity {ph}, read stage {s}{rel}"))
         if not moves and (p < N or c < N):
             return len(parent), ("deadlock", c if c < N else p, -1,
                                  f"producer at iteration {p}, consumer at iteration {c}: both wait forever",
@@ -216,7 +313,7 @@ def _explore(pipe: Pipeline, real_bytes: int, k_tiles: int, tiles: int) -> tuple
     return len(parent), None
 
 
-def check_protocol(dsl: DslProgram, tiles: int = 2) -> Outcome:
+def check_protocol(program: Program, tiles: int | None = None) -> Outcome:
     """pipeline.protocol: exhaustive interleavings of producer and consumer for ``tiles``
     persistent tiles of every k-tile count in [1, 2S+1] (VERIFIER.md G6; pitfall 4: data is
     tagged with the producer iteration, so stale reads that pass the parity check are caught).
@@ -226,20 +323,25 @@ def check_protocol(dsl: DslProgram, tiles: int = 2) -> Outcome:
     transaction bytes arrived; the empty barrier when its arrival count is reached.
     """
     rule = "pipeline.protocol"
-    pipe = dsl.pipeline
+    pipe = program.pipeline
     assert pipe is not None
     t0 = time.perf_counter()
-    real = sum(n * b for _, n, b in stage_box_bytes(dsl, pipe))
+    sched = schedule_of(program)
+    if tiles is None:
+        # cooperative: 2 tiles (the state carried into the second); ping-pong: 3 (group 1 starts
+        # advanced past tile 0, group 0 skips tile 1 before its second tile)
+        tiles = sched.stride + 1
+    real = sum(n * b for _, n, b in stage_box_bytes(program, pipe))
     states = 0
     S = pipe.stages
     for k_tiles in range(1, 2 * S + 2):
-        n, bad = _explore(pipe, real, k_tiles, tiles)
+        n, bad = _explore(pipe, real, k_tiles, tiles, sched)
         states += n
         if bad is None:
             continue
         kind, g, s, detail, trace = bad
         if kind == "read":
-            cs, cph = _side_state(pipe.consumer, g, k_tiles)
+            cs, cph = _side_state(pipe.consumer, g, k_tiles, sched)
             ps, _ = _side_state(pipe.producer, g, k_tiles)
             expected = f"stage {s} holds iteration {g}'s data, all {real} bytes landed"
             actual = f"stage {s} holds {detail}"
@@ -264,7 +366,9 @@ def check_protocol(dsl: DslProgram, tiles: int = 2) -> Outcome:
                    expected=expected, actual=actual, chain=chain, trace=trace)
         return [], [Violation(rule, "G6", msg, "stage = i mod S on both sides, consumer parity (i / S) & 1, "
                               "producer parity 1 ^ that, state carried across tiles", str(pipe.loc), cex)]
+    how = ("ping-pong: warpgroup t mod 2 runs tile t" if sched.stride == 2 else
+           f"{sched.readers} cooperative warpgroup(s) per tile")
     return [Proof(rule, "G6", "enum",
-                  f"all interleavings of {tiles} tiles x k_tiles in [1, {2 * S + 1}] ({states} states): "
+                  f"all interleavings of {tiles} tiles x k_tiles in [1, {2 * S + 1}] ({how}; {states} states): "
                   f"every read sees its own iteration's complete data, no deadlock", states,
                   time.perf_counter() - t0)], []

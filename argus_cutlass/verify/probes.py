@@ -2,7 +2,7 @@
 
 The verifier's transfer functions say which global element every MMA operand slot reads.
 TMA writes the gmem box into shared memory (:func:`~argus_cutlass.verify.absint.tag_image`),
-and GMMA reads it back through the descriptor's layout (``MmaRead.layout``). Run on actual
+and GMMA reads it back through its own smem view (``MmaRead.view``). Run on actual
 numbers, the same functions predict the output tile of a CTA, including for a *wrong*
 program. If TMA writes SW128 and the descriptor reads SW64, for example, the model says
 which A element lands in each slot, and so which wrong D the GPU must produce.
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from argus_cutlass.dsl.ir import DslProgram
-from argus_cutlass.verify.absint import _read, tag_image
+from argus_cutlass.dsl.ir import Program
+from argus_cutlass.verify.absint import read_tags, tag_image
 
 __all__ = ["TilePrediction", "one_hot_inputs", "one_hot_probes", "operand_sources", "predict_tile", "swizzle_probe_configs"]
 
@@ -44,7 +44,7 @@ class TilePrediction:
     predictable: np.ndarray
 
 
-def operand_sources(dsl: DslProgram, operand: str) -> tuple[np.ndarray, np.ndarray]:
+def operand_sources(program: Program, operand: str) -> tuple[np.ndarray, np.ndarray]:
     """Global (mn, k) read by every MMA slot of ``operand`` at each stage.
 
     Returns:
@@ -53,40 +53,40 @@ def operand_sources(dsl: DslProgram, operand: str) -> tuple[np.ndarray, np.ndarr
         Both are negative where the slot reads an unwritten element or one outside the
         buffer.
     """
-    read = dsl.read(operand)
-    load = dsl.load_into(read.src)
-    image = tag_image(dsl, load)
-    _off, tags = _read(dsl, read, image)
-    f_mn, f_k = load.src_tag.fields
-    stage = np.arange(dsl.stages)[None, None, :]
+    read = program.read(operand)
+    load = program.load_into(read.src)
+    image = tag_image(program, load)
+    _off, tags, valid = read_tags(program, read, image, program.stages)
+    f_mn, f_k = list(image.fields)[:2]
+    stage = np.arange(program.stages)[None, None, :]
     mn, k = tags[f_mn], tags[f_k]
-    ok = (mn >= 0) & (k >= 0)
+    ok = valid & (mn >= 0) & (k >= 0)
     k_in_tile = np.where(ok, k - stage * load.tile_k, -1)
     return np.where(ok, mn, -1), k_in_tile
 
 
-def predict_tile(dsl: DslProgram, a: np.ndarray, b: np.ndarray) -> TilePrediction:
+def predict_tile(program: Program, a: np.ndarray, b: np.ndarray) -> TilePrediction:
     """The model's output tile for gmem tiles ``a`` (``tile_m x K``) and ``b`` (``tile_n x K``).
 
     Args:
-        dsl: the mainloop program (possibly mutated, e.g. ``replace_read``).
+        program: the GEMM program (possibly mutated, e.g. ``replace_node("read", "A", view=...)``).
         a, b: float arrays, ``K`` a multiple of the program's ``tile_k``. They are the CTA's
             A rows and B rows (B stored N x K), so the correct result is ``a @ b.T``.
 
     Raises:
         ValueError: shapes that do not match the program's tile.
     """
-    ra, rb = dsl.read("A"), dsl.read("B")
+    ra, rb = program.read("A"), program.read("B")
     tile_m, tile_n, tile_k = ra.tile_mn, rb.tile_mn, ra.tile_k
     if a.shape[0] != tile_m or b.shape[0] != tile_n or a.shape[1] != b.shape[1] or a.shape[1] % tile_k:
         raise ValueError(f"a {a.shape} / b {b.shape} do not fit tile {tile_m}x{tile_n}x{tile_k}")
-    am, ak = operand_sources(dsl, "A")
-    bn, bk = operand_sources(dsl, "B")
+    am, ak = operand_sources(program, "A")
+    bn, bk = operand_sources(program, "B")
     d = np.zeros((tile_m, tile_n))
     bad_a = np.zeros(tile_m, dtype=bool)
     bad_b = np.zeros(tile_n, dtype=bool)
     for t in range(a.shape[1] // tile_k):
-        s = t % dsl.stages
+        s = t % program.stages
         va = (am[:, :, s] >= 0) & (am[:, :, s] < tile_m)
         vb = (bn[:, :, s] >= 0) & (bn[:, :, s] < tile_n)
         bad_a |= ~va.all(axis=1)
@@ -124,7 +124,7 @@ def one_hot_probes(tile_mn: int, k: int, count: int = 8) -> list[tuple[int, int]
     return [((i * 7 + 3) % tile_mn, (i * 37 + 5) % k) for i in range(count)]
 
 
-def one_hot_inputs(m: int, n: int, k: int, count: int = 8):  # noqa: ANN201 - generator
+def one_hot_inputs(m: int, n: int, k: int, count: int = 8):
     """The probe inputs: ``count`` one-hot A tiles with B all ones, then ``count`` one-hot B
     tiles with A all ones (positions from :func:`one_hot_probes`).
 

@@ -41,7 +41,8 @@ class Proof:
 
 @dataclass(frozen=True)
 class Unknown:
-    """An obligation the SMT tier could not decide (timeout or z3 ``unknown``): never a proof.
+    """An obligation the verifier could not decide: an SMT query that timed out or that z3 gave up
+    on, or a case outside what a model covers (e.g. a non-power-of-two cluster). Never a proof.
 
     ``query`` names the z3 query (``G6 pipeline.parity: consumer wait parity``), ``reason``
     is z3's reason (``timeout``, ``canceled``...), ``timeout_ms`` the per-query limit."""
@@ -184,8 +185,20 @@ class VerificationReport:
 
     @property
     def complete(self) -> bool:
-        """Every obligation decided: no violation and no ``unknown``."""
-        return self.ok and not self.unknowns
+        """Every obligation decided (proved or violated): no ``unknown``. A complete report with no
+        violation is a proof of every obligation; ``ok and not complete`` must not be rendered as
+        verified (``not_proved`` names what is missing)."""
+        return not self.unknowns
+
+    @property
+    def verified(self) -> bool:
+        """No violation and no ``unknown``: every obligation proved."""
+        return self.ok and self.complete
+
+    @property
+    def not_proved(self) -> list[str]:
+        """One line per ``unknown``: ``"<inv> <rule>: <query> (<reason>)"``."""
+        return [f"{u.invariant} {u.rule}: {u.query} ({u.reason})" for u in self.unknowns]
 
     def tier_summary(self) -> list[str]:
         """One line per tier: proofs, median seconds per proof, the tier's total time."""
@@ -217,7 +230,8 @@ class VerificationReport:
         return [v.rule for v in self.violations]
 
     def format(self) -> str:
-        status = "REJECTED" if not self.ok else "verified" if self.complete else "verified (incomplete)"
+        status = ("REJECTED" if not self.ok else "verified" if self.complete else
+                  f"INCOMPLETE ({len(self.unknowns)} unknown: not proved)")
         head = (
             f"{self.kernel}: {status} "
             f"({len(self.proofs)} proved, {len(self.violations)} violated, "
@@ -249,6 +263,8 @@ class VerificationReport:
                 "violations": [conv(v) for v in self.violations],
                 "unknowns": [conv(u) for u in self.unknowns],
                 "complete": self.complete,
+                "verified": self.verified,
+                "not_proved": self.not_proved,
                 "tier_seconds": self.tier_seconds,
             },
             indent=2,

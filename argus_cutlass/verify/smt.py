@@ -1,13 +1,14 @@
 """SMT tier: z3 bit-vector proofs of what enumeration cannot cover.
 
-* G3 ``k.coverage``: for **symbolic** K in [1, 2^24), the k loop (``k_tiles(K)`` k-tiles of
-  ``k_blocks`` GMMA k-blocks) sums every k in [0, K) exactly once, and nothing past K except
-  TMA's zero fill.
+* G3 ``k.coverage``: for **symbolic** K in [1, 2^bits) (``bits`` = the k loop's ``bound_bits``,
+  24 unless the problem needs more; the host entry refuses a larger K), the k loop
+  (``k_tiles(K)`` k-tiles of ``k_blocks`` GMMA k-blocks) sums every k in [0, K) exactly once.
 * G6 ``pipeline.state`` / ``pipeline.stage`` / ``pipeline.parity`` / ``pipeline.carry``: for
-  every iteration i < 2^24, every k-tile count and every persistent tile: ``PipelineState``'s
+  every iteration i < 2^bits, every k-tile count and every persistent tile: ``PipelineState``'s
   closed form is what ``operator++`` computes (induction), read stage == write stage ==
   i mod S, the consumer waits parity (i / S) & 1 and the producer 1 ^ that (the release of
-  i - S), and the state is carried across tiles.
+  i - S), and the state is carried across tiles, with the consumer's state moved per schedule
+  (:func:`~argus_cutlass.hw.semantics.consumer_counter`: ping-pong groups skip each other's tile).
 * G1/G5 cross-check ``mma.k_agreement`` / ``tma.image``: the TMA box map and the GMMA read map
   on bit-vectors, with the TMA writer as an existential witness plus the side queries
   (writes in the buffer, injective, so bijective by counting; reads in the buffer).
@@ -26,20 +27,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from argus_cutlass.dsl.ir import DslProgram
-from argus_cutlass.verify.pipeline import CONSUMER_THREAD, PRODUCER_THREAD
-from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
+from argus_cutlass.dsl.ir import Program
 from argus_cutlass.hw.semantics import (
     INT_OPS,
     Z3Ops,
-    gmma_read_offset,
+    consumer_counter,
     k_of_slot,
     k_tiles_of,
+    layout_offset,
     pipeline_state,
     pipeline_step,
     side_counter,
     tma_box_offset,
 )
+from argus_cutlass.verify.pipeline import CONSUMER_THREAD, PRODUCER_THREAD, Schedule, schedule_of
+from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
 #: default per-query timeout (ms); the caller (``verify_gemm(smt_timeout_ms=...)``, CLI
 #: ``--smt-timeout-ms``) overrides it
@@ -62,8 +64,15 @@ def require_z3() -> None:
             "pip install z3-solver (a dependency of argus_cutlass), or verify without the SMT tier "
             "(verify_gemm(..., smt=False); argus-cutlass verify --no-smt)",
         ) from None
-#: iteration counters and K are proved for all values below this bound
-BOUND = 1 << 24
+#: bits of the symbolic sizes when a program has no k loop (K and iteration counters < 2^24)
+DEFAULT_BOUND_BITS = 24
+
+
+def bound_bits(program: Program) -> int:
+    """The program's symbolic-size bound: K and iteration counters are proved below ``2**bits``
+    (``KLoop.bound_bits``)."""
+    kl = program.kloop
+    return kl.bound_bits if kl is not None else DEFAULT_BOUND_BITS
 
 Outcome = tuple[list[Proof], list[Violation], list[Unknown]]
 
@@ -158,9 +167,10 @@ def _ule(a: Any, b: Any) -> Any:
 # --------------------------------------------------------------------------- G6
 
 
-def check_pipeline_smt(dsl: DslProgram, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
-    """G6 for all iterations i < 2^24, k-tile counts k_tiles in [1, 2^24), tiles t with
-    t * k_tiles + k_tile < 2^24 (48-bit vectors: no product overflows).
+def check_pipeline_smt(program: Program, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
+    """G6 for all iterations i < 2^bits, k-tile counts k_tiles in [1, 2^bits), tiles t with
+    t * k_tiles + k_tile < 2^bits (``bits`` = :func:`bound_bits`; vectors of ``2 bits + 4`` bits:
+    no product overflows).
 
     Queries: ``pipeline.state`` (per side: ``pipeline_step(closed(n)) == closed(n + 1)`` and
     ``closed(0) == (0, start_phase)``, i.e. the closed form is what ``operator++`` computes);
@@ -169,36 +179,57 @@ def check_pipeline_smt(dsl: DslProgram, timeout_ms: int = DEFAULT_TIMEOUT_MS) ->
     producer waits 1 ^ that: the release of i - S); ``pipeline.carry`` (each side's state at
     the start of tile t is the state after t * k_tiles iterations).
     """
-    return _memoised(("pipeline", dsl.pipeline, timeout_ms), lambda: _check_pipeline_smt(dsl, timeout_ms))
+    sched = schedule_of(program)
+    bits = bound_bits(program)
+    return _memoised(("pipeline", program.pipeline, sched, bits, timeout_ms),
+                     lambda: _check_pipeline_smt(program, sched, bits, timeout_ms))
 
 
-def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
+def _counter(ops: Any, side_name: str, side: Any, t: Any, kt: Any, KT: Any, sched: Schedule,
+             split: tuple[Any, Any] | None = None) -> Any:
+    if side_name == "producer":
+        return side_counter(ops, t, kt, KT, side.carry_across_tiles)
+    return consumer_counter(ops, t, kt, KT, side.carry_across_tiles, sched.stride, sched.turn_skip, split)
+
+
+def _check_pipeline_smt(program: Program, sched: Schedule, bits: int, timeout_ms: int) -> Outcome:
     import z3
 
-    pipe = dsl.pipeline
+    pipe = program.pipeline
     assert pipe is not None
     S = pipe.stages
-    o = Z3Ops(48)
-    t, KT, kt = o.var("tile"), o.var("k_tiles"), o.var("k_tile")
+    BOUND = 1 << bits
+    o = Z3Ops(2 * bits + 4)
+    KT, kt = o.var("k_tiles"), o.var("k_tile")
+    split = None
+    if sched.stride > 1:
+        # the tile as (group w, its j-th own tile): t = j * stride + w, no bit-vector division
+        w, jj = o.var("group"), o.var("own_tile")
+        t = o.add(o.mul(jj, sched.stride), w)
+        split = (w, jj)
+        extra = [z3.ULT(w, sched.stride), z3.ULT(jj, BOUND)]
+    else:
+        t = o.var("tile")
+        extra = []
     g = o.add(o.mul(t, KT), kt)
-    dom = [z3.ULT(0, KT), z3.ULT(KT, BOUND), z3.ULT(kt, KT), z3.ULT(t, BOUND), z3.ULT(g, BOUND)]
+    dom = [z3.ULT(0, KT), z3.ULT(KT, BOUND), z3.ULT(kt, KT), z3.ULT(t, BOUND), z3.ULT(g, BOUND), *extra]
     small = ([_ule(t, 2), _ule(KT, 2 * S + 1)],)
     names = {"tile": t, "k_tiles": KT, "k_tile": kt, "i": g}
     sides = {"producer": pipe.producer, "consumer": pipe.consumer}
     state = {}
     for side_name, side in sides.items():
-        cnt = side_counter(o, t, kt, KT, side.carry_across_tiles)
+        cnt = _counter(o, side_name, side, t, kt, KT, sched, split)
         state[side_name] = pipeline_state(o, cnt, side.wrap, side.start_phase)
     spec_stage = o.urem(g, S)
     spec_cparity = o.and_(o.udiv(g, S), 1)
     spec_pparity = o.xor(spec_cparity, 1)
 
     queries: list[tuple[str, str, Any, dict, Any, Callable[[dict], tuple[str, str, str, str]]]] = []
-    o26 = Z3Ops(26)  # n + 1 <= 2^24 and q * wrap <= 2^24 + wrap fit: no overflow
+    o26 = Z3Ops(bits + 2 + max(1, S).bit_length())  # n + 1 and q * wrap fit: no overflow
     n, q, idx = o26.var("n"), o26.var("q"), o26.var("index")
     state_dom: dict[str, list[Any]] = {}
     for side_name, side in sides.items():
-        # induction on n < 2^24: if (index, phase) is the closed form of n (Euclid:
+        # induction on n < 2^bits: if (index, phase) is the closed form of n (Euclid:
         # n = q * wrap + index, index < wrap, phase = phase0 ^ (q & 1); unique, so no division
         # is needed), then operator++ gives the closed form of n + 1 (witness q' = q + wrapped)
         ph = o26.xor(o26.and_(q, 1), side.start_phase)
@@ -226,14 +257,14 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
 
         def explain_stage(m: dict, side_name: str = side_name) -> tuple[str, str, str, str]:
             side = sides[side_name]
-            cnt = m["tile"] * m["k_tiles"] + m["k_tile"] if side.carry_across_tiles else m["k_tile"]
+            cnt = _counter(INT_OPS, side_name, side, m["tile"], m["k_tile"], m["k_tiles"], sched)
             s, _ = pipeline_state(INT_OPS, cnt, side.wrap, side.start_phase)
             return (side_name, f"stage {m['i'] % S} (= i mod {S})", f"{side_name} uses stage {s}",
                     f"{side_name} stage of iteration i={m['i']}")
 
         def explain_parity(m: dict, side_name: str = side_name) -> tuple[str, str, str, str]:
             side = sides[side_name]
-            cnt = m["tile"] * m["k_tiles"] + m["k_tile"] if side.carry_across_tiles else m["k_tile"]
+            cnt = _counter(INT_OPS, side_name, side, m["tile"], m["k_tile"], m["k_tiles"], sched)
             _, p = pipeline_state(INT_OPS, cnt, side.wrap, side.start_phase)
             fills = m["i"] // S
             want = (fills & 1) ^ (1 if side_name == "producer" else 0)
@@ -246,7 +277,7 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
                         explain_stage))
         queries.append(("pipeline.parity", f"{side_name} wait parity", ph != spec_par, names, g, explain_parity))
     for side_name, side in sides.items():
-        cnt0 = side_counter(o, t, 0, KT, side.carry_across_tiles)
+        cnt0 = _counter(o, side_name, side, t, 0, KT, sched, split)
         a = pipeline_state(o, cnt0, side.wrap, side.start_phase)
         b = pipeline_state(o, o.mul(t, KT), side.wrap, side.start_phase)
         bad = z3.And(z3.Or(a[0] != b[0], a[1] != b[1]), z3.ULT(o.mul(t, KT), BOUND))
@@ -254,7 +285,8 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
         def explain_carry(m: dict, side_name: str = side_name, side: Any = side) -> tuple[str, str, str, str]:
             tt, kk = m["tile"], m["k_tiles"]
             want = pipeline_state(INT_OPS, tt * kk, side.wrap, side.start_phase)
-            got = pipeline_state(INT_OPS, tt * kk if side.carry_across_tiles else 0, side.wrap, side.start_phase)
+            got = pipeline_state(INT_OPS, _counter(INT_OPS, side_name, side, tt, 0, kk, sched), side.wrap,
+                                 side.start_phase)
             return (side_name, f"(index, phase) = {want} after {tt * kk} iterations of earlier tiles",
                     f"{side_name} restarts tile {tt} at {got}", f"{side_name} state at the start of tile {tt}")
 
@@ -274,7 +306,8 @@ def _check_pipeline_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
         res = run_query(f"G6 {rule}: {qname}", vars_, dom_q, bad, timeout_ms=timeout_ms, scopes=scopes,
                         measure=measure)
         if res.status == "proved":
-            scope = "n < 2^24" if "n" in vars_ else "all i < 2^24, k_tiles in [1, 2^24), persistent tiles"
+            scope = (f"n < 2^{bits}" if "n" in vars_ else f"all i < 2^{bits}, k_tiles in [1, 2^{bits}), persistent "
+                     f"tiles{', ping-pong turns' if sched.stride == 2 else ''}")
             proofs.append(Proof(rule, "G6", "smt", f"{qname} for {scope} (z3)", 0, res.seconds))
         elif res.status == "unknown":
             unknowns.append(Unknown(rule, "G6", res.name, res.reason, timeout_ms, res.seconds))
@@ -306,30 +339,32 @@ _PRODUCER, _CONSUMER = PRODUCER_THREAD, CONSUMER_THREAD
 # --------------------------------------------------------------------------- G3
 
 
-def check_k_coverage_smt(dsl: DslProgram, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
-    """G3 ``k.coverage`` for symbolic K in [1, 2^24) (32-bit vectors).
+def check_k_coverage_smt(program: Program, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
+    """G3 ``k.coverage`` for symbolic K in [1, 2^bits) (``bits`` = :func:`bound_bits`; vectors of
+    ``bits + 10`` bits, so ``k_tiles * tile_k`` cannot overflow).
 
     The slot map is ``k(j, b, kk) = j * tile_k + b * block_k + kk`` over
     ``j < k_tiles(K)``, ``b < k_blocks``, ``kk < block_k`` (:func:`.semantics.k_of_slot`).
     Queries: *injective* (two distinct slots never sum the same k < K), *covering* (the
     witness ``(k / tile_k, (k % tile_k) / block_k, k % block_k)`` of every k < K is a slot
-    summing k), *in tile* (every slot reads a column of the loaded k-tile), and, without
-    TMA zero fill, *no residue* (no slot sums a column >= K).
+    summing k) and *in tile* (every slot reads a column of the loaded k-tile). What the slots
+    past K read is ``residue.load`` (G8).
     """
-    key = ("k", dsl.kloop, dsl.stages, repr(dsl.reads), repr(dsl.loads), timeout_ms)
-    return _memoised(key, lambda: _check_k_coverage_smt(dsl, timeout_ms))
+    bits = bound_bits(program)
+    key = ("k", program.kloop, program.stages, bits, timeout_ms)
+    return _memoised(key, lambda: _check_k_coverage_smt(program, bits, timeout_ms))
 
 
-def _check_k_coverage_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
+def _check_k_coverage_smt(program: Program, bits: int, timeout_ms: int) -> Outcome:
     import z3
 
-    kl = dsl.kloop
+    kl = program.kloop
     assert kl is not None
-    o = Z3Ops(32)
+    o = Z3Ops(bits + 10)
     K = o.var("K")
     j, b, kk, j2, b2, kk2, k = (o.var(x) for x in ("k_tile", "k_block", "kk", "k_tile2", "k_block2", "kk2", "k"))
     KT = k_tiles_of(o, K, kl.tile_k, kl.rounding)
-    base = [z3.ULT(0, K), z3.ULT(K, BOUND)]
+    base = [z3.ULT(0, K), z3.ULT(K, 1 << bits)]
 
     def slot(jj: Any, bb: Any, kq: Any) -> list[Any]:
         return [z3.ULT(jj, KT), z3.ULT(bb, kl.k_blocks), z3.ULT(kq, kl.block_k)]
@@ -349,9 +384,6 @@ def _check_k_coverage_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
         ("in tile", "every slot reads a column of its loaded k-tile", base + slot(j, b, kk),
          z3.Not(z3.ULT(o.add(o.mul(b, kl.block_k), kk), kl.tile_k)), slot_vars),
     ]
-    if kl.oob_fill != "zero":
-        queries.append(("no residue", "no slot sums a column >= K (no TMA zero fill)", base + slot(j, b, kk),
-                        z3.Not(z3.ULT(f, K)), slot_vars))
     proofs: list[Proof] = []
     violations: list[Violation] = []
     unknowns: list[Unknown] = []
@@ -359,20 +391,21 @@ def _check_k_coverage_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
     for qid, qname, dom, bad, vars_ in queries:
         res = run_query(f"G3 {rule}: {qname}", vars_, dom, bad, timeout_ms=timeout_ms, scopes=small, measure=K)
         if res.status == "proved":
-            extra = " (TMA zero-fills k >= K)" if qid == "injective" and kl.oob_fill == "zero" else ""
-            proofs.append(Proof(rule, "G3", "smt", f"{qname} for all K in [1, 2^24){extra}: {kl.rounding}(K/"
+            proofs.append(Proof(rule, "G3", "smt", f"{qname} for all K in [1, 2^{bits}): {kl.rounding}(K/"
                                 f"{kl.tile_k}) k-tiles x {kl.k_blocks} k-blocks x {kl.block_k} (z3)", 0, res.seconds))
             continue
         if res.status == "unknown":
             unknowns.append(Unknown(rule, "G3", res.name, res.reason, timeout_ms, res.seconds))
             continue
-        violations.append(_k_violation(dsl, qid, qname, res.model))
+        violations.append(_k_violation(program, qid, qname, res.model))
         break
     return proofs, violations, unknowns
 
 
-def _k_violation(dsl: DslProgram, qid: str, qname: str, m: dict[str, int]) -> Violation:
-    kl = dsl.kloop
+def _k_violation(program: Program, qid: str, qname: str, m: dict[str, int]) -> Violation:
+    from argus_cutlass.verify.absint import accumulator_thread
+
+    kl = program.kloop
     assert kl is not None
     Kv = m["K"]
     kts = k_tiles_of(INT_OPS, Kv, kl.tile_k, kl.rounding)
@@ -390,21 +423,24 @@ def _k_violation(dsl: DslProgram, qid: str, qname: str, m: dict[str, int]) -> Vi
             expected = f"k={k} summed once"
             actual = (f"k={k} summed twice: (k_tile {j}, k_block {b}, slot {kk}) and "
                       f"(k_tile {j2}, k_block {b2}, slot {kk2})")
-        elif qid == "in tile":
+        else:
             expected = f"tile column b*{kl.block_k}+kk < tile_k={kl.tile_k}"
             actual = f"k_block {b} slot {kk} reads tile column {b * kl.block_k + kk} of a {kl.tile_k}-column k-tile"
-        else:
-            expected = f"k={k} >= K={Kv} contributes 0 (TMA zero fill)"
-            actual = f"k={k} >= K={Kv} summed from an unfilled smem element (oob_fill={kl.oob_fill})"
-    read = dsl.read("A")
-    la = dsl.load_into(read.src)
-    chain = (f"gmem A(m=0, k={k})", f"TMA k-tile {j} box {la.copy.box} SW{la.copy.swizzle_bytes}",
-             f"smem stage {j % dsl.stages} column {k - j * kl.tile_k}",
+    S = program.stages or 1
+    try:
+        read = program.read("A")
+        la = program.load_into(read.src)
+        box = f"TMA k-tile {j} box {la.copy.box} SW{la.copy.swizzle_bytes}"
+    except KeyError:
+        box = f"TMA k-tile {j}"
+    mma = program.mma
+    thread, register = accumulator_thread(mma, 0, 0) if mma is not None else (dict(_CONSUMER), "accum[0]")
+    chain = (f"gmem A(m=0, k={k})", box, f"smem stage {j % S} column {k - j * kl.tile_k}",
              f"descriptor k_block {b} (+{b * kl.block_k} columns)", f"MMA slot k={kk}")
     cex = Counterexample(
         invariant="G3", rule="k.coverage", engine="smt", program_point="mainloop.k_loop", where=str(kl.loc),
-        iteration=j, stage=j % dsl.stages, k_block=b, slot={"k": kk},
-        thread=dict(_CONSUMER), register="accum[0]=D(0,0) (every accumulator sums the same k set)",
+        iteration=j, stage=j % S, k_block=b, slot={"k": kk},
+        thread=thread, register=f"{register} (every accumulator sums the same k set)",
         smem_offset={}, expected=expected, actual=actual,
         provenance=f"k loop: {kl.rounding}(K/{kl.tile_k}) k-tiles, {kl.k_blocks} k-blocks of {kl.block_k}, "
                    f"oob_fill={kl.oob_fill}",
@@ -412,38 +448,44 @@ def _k_violation(dsl: DslProgram, qid: str, qname: str, m: dict[str, int]) -> Vi
         params={"K": Kv, "k_tiles": kts},
     )
     msg = f"{qname} fails for K={Kv} ({kts} k-tiles): {actual}"
-    return Violation("k.coverage", "G3", msg, "k_tiles = ceil_div(K, tile_k) with k_blocks = tile_k / block_k "
-                     "and TMA zero fill past K", str(kl.loc), cex)
+    return Violation("k.coverage", "G3", msg, "k_tiles = ceil_div(K, tile_k) with k_blocks = tile_k / block_k",
+                     str(kl.loc), cex)
 
 
 # --------------------------------------------------------------------------- G1 / G5
 
 
-def check_operands_smt(dsl: DslProgram, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
+def check_operands_smt(program: Program, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
     """G5 ``tma.image`` and G1 ``mma.k_agreement`` on bit-vectors (cross-check of the
     enumeration tier through the same semantics functions).
 
-    Per operand: *writes in buffer* and *writes injective* (so, the domain having exactly
+    Per SS operand read: *writes in buffer* and *writes injective* (so, the domain having exactly
     as many points as the buffer, the TMA image is a bijection onto it); *reads in buffer*;
     *tag*: at every read slot (mn, k, s), the TMA writer of the element read (existential
     witness) wrote k-tile s's column k (``k_w + s_w * tile_k == k + s * tile_k``).
     """
-    key = ("operands", repr(dsl.reads), repr(dsl.loads), repr(dsl.tensors), dsl.stages, timeout_ms)
-    return _memoised(key, lambda: _check_operands_smt(dsl, timeout_ms))
+    key = ("operands", repr(program.reads), repr(program.loads), repr(program.tensors), timeout_ms)
+    return _memoised(key, lambda: _check_operands_smt(program, timeout_ms))
 
 
-def _check_operands_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
+def _check_operands_smt(program: Program, timeout_ms: int) -> Outcome:
     import z3
+
+    from argus_cutlass.verify.absint import view_layout
 
     proofs: list[Proof] = []
     violations: list[Violation] = []
     unknowns: list[Unknown] = []
     o = Z3Ops(32)
-    for read in dsl.reads:
-        load = dsl.load_into(read.src)
-        t = dsl.tensor(load.dst)
-        S = dsl.stages
+    mma = program.mma
+    for read in program.reads:
+        if read.view is None or mma is None or read.name not in (mma.a, mma.b):
+            continue
+        load = program.load_into(read.src)
+        t = program.tensor(load.dst)
+        S = int(t.shape[2]) if len(t.shape) >= 3 else 1
         cells = load.tile_mn * load.tile_k * S
+        lay = view_layout(read.view)
         v = {x: o.var(f"{read.operand}_{x}") for x in ("mn", "k", "s", "mn2", "k2", "s2", "rmn", "rk", "rs")}
 
         def wdom(mn: Any, k: Any, s: Any, load: Any = load, S: int = S) -> list[Any]:
@@ -451,7 +493,7 @@ def _check_operands_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
 
         w1 = tma_box_offset(o, load, v["mn"], v["k"], v["s"], t.base_bytes, t.elem_bytes)
         w2 = tma_box_offset(o, load, v["mn2"], v["k2"], v["s2"], t.base_bytes, t.elem_bytes)
-        r = gmma_read_offset(o, read, v["rmn"], v["rk"], v["rs"])
+        r = layout_offset(o, lay, v["rmn"], v["rk"], v["rs"])
         rdom = [z3.ULT(v["rmn"], read.tile_mn), z3.ULT(v["rk"], read.tile_k), z3.ULT(v["rs"], S)]
         op = read.operand
         queries = [
@@ -483,20 +525,23 @@ def _check_operands_smt(dsl: DslProgram, timeout_ms: int) -> Outcome:
                 unknowns.append(Unknown(rule, inv, res.name, res.reason, timeout_ms, res.seconds))
             else:
                 m = dict(res.model)
-                violations.append(_operand_violation(dsl, read, load, rule, inv, qname, m, cells))
+                violations.append(_operand_violation(program, read, load, rule, inv, qname, m, cells, S))
                 break
     return proofs, violations, unknowns
 
 
-def _operand_violation(dsl: DslProgram, read: Any, load: Any, rule: str, inv: str, qname: str,
-                       m: dict[str, int], cells: int) -> Violation:
+def _operand_violation(program: Program, read: Any, load: Any, rule: str, inv: str, qname: str,
+                       m: dict[str, int], cells: int, S: int) -> Violation:
     """A violation of the operand cross-check, with the model as a counterexample record."""
-    t = dsl.tensor(load.dst)
+    from argus_cutlass.verify.absint import accumulator_thread, view_layout
+
+    t = program.tensor(load.dst)
     op = read.operand
+    lay = view_layout(read.view)
     w = tma_box_offset(INT_OPS, load, m["mn"], m["k"], m["s"], t.base_bytes, t.elem_bytes)
     if "reads" in qname:
         mn, k, s = m["rmn"], m["rk"], m["rs"]
-        off = gmma_read_offset(INT_OPS, read, mn, k, s)
+        off = int(lay(mn, k, s))
         if "inside" in qname:
             expected, actual = f"read offset < {cells}", f"GMMA {op} reads smem elem {off}, outside the buffer"
         else:
@@ -512,11 +557,8 @@ def _operand_violation(dsl: DslProgram, read: Any, load: Any, rule: str, inv: st
             expected = "one TMA write per smem element"
             actual = (f"{op}(mn={mn}, k={k}, stage {s}) and {op}(mn={m['mn2']}, k={m['k2']}, stage {m['s2']}) "
                       f"both land at smem elem {off}")
-    from argus_cutlass.verify.absint import accumulator_thread
-
-    sw = read.layout.describe() if hasattr(read.layout, "describe") else str(read.layout)
-    ra, rb = dsl.read("A"), dsl.read("B")
-    thread, register = accumulator_thread(ra, rb, mn if op == "A" else 0, mn if op == "B" else 0)
+    sw = lay.describe() if hasattr(lay, "describe") else str(lay)
+    thread, register = accumulator_thread(program.mma, mn if op == "A" else 0, mn if op == "B" else 0)
     cex = Counterexample(
         invariant=inv, rule=rule, engine="smt", program_point="mainloop.gemm", where=str(read.loc),
         iteration=s, stage=s, k_block=k // read.op.k, slot={"mn": mn, "k": k % read.op.k}, thread=thread,
@@ -527,7 +569,7 @@ def _operand_violation(dsl: DslProgram, read: Any, load: Any, rule: str, inv: st
                f"TMA box {load.copy.box} SW{load.copy.swizzle_bytes}",
                f"smem byte {t.base_bytes + int(off) * t.elem_bytes:#x}", f"descriptor {sw}",
                f"MMA slot {op}(mn={mn}, k={k})"),
-        params={"stages": dsl.stages},
+        params={"stages": S},
     )
     msg = f"{qname} fails (z3 model): {actual}"
     return Violation(rule, inv, msg, "build the TMA box and the descriptor from the same smem atom",

@@ -9,7 +9,13 @@ Rules (VERIFIER.md catalogue):
   be 16-byte aligned.
 * ``epilogue.stage_reuse`` (G6): the epilogue overwrites staging stage ``q mod S`` at subtile
   ``q`` only after the TMA store of subtile ``q - S`` has finished reading it
-  (``cp.async.bulk.wait_group.read`` with at most ``S - 1`` groups in flight).
+  (``cp.async.bulk.wait_group.read`` with at most ``S - 1`` groups in flight). The subtile
+  counter ``q`` runs on across the tiles of one storing thread (cooperative) and restarts per
+  tile for ping-pong, where the two groups' store threads share the buffer and each drains its
+  stores before handing the epilogue turn over (``tma_store_wait<0>`` under the turn order).
+
+Both read the staging buffer through the staging node's own view (``SmemStage.view``), the
+layout the kernel partitions it with (``SmemLayoutStage``).
 
 The hardware model of ``stmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`` (PTX ISA,
 data movement instructions, "stmatrix"; the fragment is the one of ``ldmatrix`` / ``mma.m8n8``):
@@ -37,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from argus_cutlass.dsl.ir import DslProgram, SmemStage
-from argus_cutlass.verify.absint import consumer_thread
+from argus_cutlass.dsl.ir import Program, SmemStage
+from argus_cutlass.verify.absint import consumer_thread, view_layout
 from argus_cutlass.verify.output import accumulator_map
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
@@ -115,9 +121,9 @@ def _block_of(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return 8 * (i % 2), 8 * (i // 2)
 
 
-def tiling_problem(dsl: DslProgram) -> str | None:
+def tiling_problem(program: Program) -> str | None:
     """Why the staging step's subtile cannot be run over the tile (None when it can)."""
-    e, node = dsl.epilogue, dsl.staging
+    e, node = program.epilogue, program.staging
     em, en = node.epi_m, node.epi_n
     if e.tile_m % em or e.tile_n % en:
         return f"the epilogue subtile {em}x{en} does not divide the {e.tile_m}x{e.tile_n} tile"
@@ -143,28 +149,28 @@ def row_addresses(stage_bytes: Callable[[np.ndarray, np.ndarray], np.ndarray], n
     return stage_bytes(m0 + dm + j, n0 + dn)
 
 
-def staging_map(dsl: DslProgram) -> StagingMap:
-    """Run the register -> smem step of ``dsl`` over one output tile (see the module docstring).
+def staging_map(program: Program) -> StagingMap:
+    """Run the register -> smem step of ``program`` over one output tile (see the module docstring).
 
     Raises:
         ValueError: the program has no epilogue, no staging step, or the subtile does not divide
             the tile / the warp's 16-row block.
     """
-    e, node = dsl.epilogue, dsl.staging
+    e, node = program.epilogue, program.staging
     if e is None or node is None:
         raise ValueError("the program has no epilogue staging step (EpilogueStore + SmemStage)")
-    problem = tiling_problem(dsl)
+    problem = tiling_problem(program)
     if problem:
         raise ValueError(problem)
-    sd = dsl.tensor(node.dst)
+    sd = program.tensor(node.dst)
     em, en, stages = node.epi_m, node.epi_n, sd.shape[2]
     base, eb = sd.base_bytes, sd.elem_bytes
     subs_m = e.tile_m // em
 
     def layout_bytes(mm: np.ndarray, nn: np.ndarray, st: np.ndarray | int) -> np.ndarray:
-        return base + eb * np.asarray(sd.layout(mm, nn, st), dtype=np.int64)
+        return base + eb * np.asarray(view_layout(node.view)(mm, nn, st), dtype=np.int64)
 
-    wg, th, reg, m, n = accumulator_map(dsl)
+    wg, th, reg, m, n = accumulator_map(program)
     q = (n // en) * subs_m + m // em  # CUTLASS walks epi_m inside epi_n
     stage = q % stages
     want = layout_bytes(m % em, n % en, stage)
@@ -204,21 +210,28 @@ def staging_map(dsl: DslProgram) -> StagingMap:
     return StagingMap(wg, th, reg, m, n, q, stage, want, got, instr, sreg, half, row_lane, misaligned)
 
 
-def check_staging(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+def check_staging(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``epilogue.stmatrix`` (G2) by enumeration: every register lands where ``sD`` wants it.
 
     A subtile that cannot be run over the tile (it does not divide it, or splits a warp's
     16-row block or a stmatrix's columns) is a violation of this rule, whatever R4 says about
     the config."""
-    node = dsl.staging
-    if node is None or dsl.epilogue is None:
+    node = program.staging
+    if node is None or program.epilogue is None:
         return [], []
     where = str(node.loc)
-    problem = tiling_problem(dsl)
+    mma = program.mma
+    if mma is not None and node.src != mma.acc:
+        return [], [Violation("epilogue.stmatrix", "G2", f"the staging step stores register tensor {node.src!r}, but "
+                              f"the MMA accumulates into {mma.acc!r}", "stage the MMA's accumulator", where)]
+    if node.view is None:
+        return [], [Violation("epilogue.stmatrix", "G2", "the staging step has no smem view: where it stores is "
+                              "unknown", "give the staging step the view of its buffer", where)]
+    problem = tiling_problem(program)
     if problem:
         return [], [Violation("epilogue.stmatrix", "G2", f"the staging step cannot be checked: {problem}",
                               "pick an epilogue subtile that tiles the CTA tile (R4 epilogue.tile)", where)]
-    sm = staging_map(dsl)
+    sm = staging_map(program)
     what = (f"stmatrix.x{node.num}{'.trans' if node.trans else ''}" if node.op == "stmatrix" else "st.shared")
     if node.op == "st.shared":
         return [Proof("epilogue.stmatrix", "G2", "enum",
@@ -240,14 +253,14 @@ def check_staging(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
         i = int(bad[np.lexsort((sm.reg[bad], sm.thread[bad], sm.wg[bad], sm.subtile[bad]))][0])
         w, t = int(sm.wg[i]), int(sm.thread[i])
         mm, nn = int(sm.m[i]), int(sm.n[i])
-        sd = dsl.tensor(node.dst)
+        sd = program.tensor(node.dst)
         eb = sd.elem_bytes
         got_elem = (int(sm.got[i]) - sd.base_bytes) // eb
         want_elem = (int(sm.want[i]) - sd.base_bytes) // eb
         # which (m, n) of the subtile the staging layout keeps at the byte actually written
         em, en = node.epi_m, node.epi_n
         grid_m, grid_n = np.meshgrid(np.arange(em), np.arange(en), indexing="ij")
-        offs = np.asarray(sd.layout(grid_m, grid_n, int(sm.stage[i])), dtype=np.int64)
+        offs = np.asarray(view_layout(node.view)(grid_m, grid_n, int(sm.stage[i])), dtype=np.int64)
         hit = np.argwhere(offs == got_elem)
         lands = f"sD({int(hit[0][0])},{int(hit[0][1])})" if hit.size else "outside the staging stage"
         if node.op == "stmatrix":
@@ -265,7 +278,7 @@ def check_staging(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
             f"D({mm},{nn}) staged at sD elem {want_elem} (byte {int(sm.want[i])}), where the TMA store reads it",
             f"written to sD elem {got_elem} (byte {int(sm.got[i])}), which holds {lands}",
             f"{what}, row_lane_skew {node.row_lane_skew}, matrix order {node.matrix_order}; staging layout "
-            f"{sd.layout}",
+            f"{node.view.atom.name} {node.view.shape}",
             element={"tensor": "D", "m": mm, "n": nn}, chain=chain,
             params={"subtile": int(sm.subtile[i])})
         return [], [Violation(
@@ -281,38 +294,65 @@ def check_staging(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
                   int(sm.m.size))], []
 
 
-def check_stage_reuse(dsl: DslProgram) -> tuple[list[Proof], list[Violation]]:
+def check_stage_reuse(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``epilogue.stage_reuse`` (G6), arithmetic: subtile ``q`` writes stage ``q mod S`` after
     waiting until at most ``store_wait`` TMA stores are in flight, so the stores of subtiles
     ``<= q - 1 - store_wait`` have finished reading. Safe iff ``q - S <= q - 1 - store_wait``
-    for every ``q >= S``, i.e. ``store_wait <= S - 1``. CUTLASS's ``PipelineTmaStore`` waits in
-    ``producer_acquire`` until ``UnacquiredStages`` stores are in flight: ``StagesD - 1`` both
-    for ``PipelineTmaStore<StagesD>`` and, when D reuses C's ``StagesC`` buffers,
-    ``PipelineTmaStore<StagesC, StagesD - 1>`` (``sm90_epilogue_tma_warpspecialized.hpp``)."""
-    node = dsl.staging
+    for every ``q >= S``, i.e. ``store_wait <= S - 1`` (CUTLASS ``PipelineTmaStore``: ``StagesD -
+    1``, ``sm90_epilogue_tma_warpspecialized.hpp``).
+
+    Per schedule (``templates/gemm/kernel.cu.j2``): cooperative (``consumer_stride`` 1) has one
+    store thread and ``q`` runs on across its tiles, so the bound holds across tiles too;
+    ping-pong (stride 2) has one store thread per group, and ``cp.async.bulk.wait_group`` only
+    waits for the calling thread's stores, so the groups must take the epilogue by turns (a
+    :class:`~argus_cutlass.dsl.ir.TurnOrder` with an ``epilogue`` point), under which each group
+    drains its stores (``tma_store_wait<0>``) and restarts ``q`` at 0 before handing over."""
+    node = program.staging
     if node is None:
         return [], []
-    stages = dsl.tensor(node.dst).shape[2]
-    e = dsl.epilogue
-    subtiles = (e.tile_m // node.epi_m) * (e.tile_n // node.epi_n) if e is not None else stages + 1
-    if node.store_wait <= stages - 1:
-        return [Proof("epilogue.stage_reuse", "G6", "arith",
-                      f"staging stage q mod {stages} is rewritten after at most {node.store_wait} TMA stores in "
-                      f"flight: the store of subtile q - {stages} has finished reading it", 1)], []
-    q = stages
-    cex = Counterexample(
-        "G6", "epilogue.stage_reuse", "arith", "epilogue.r2s", str(node.loc), q, 0, -1, {"subtile": q},
-        {}, "", {}, f"the TMA store of subtile 0 has finished reading stage 0 before subtile {q} writes it",
-        f"up to {node.store_wait} stores may be in flight, including subtile 0's, while subtile {q} overwrites "
-        "stage 0",
-        f"cp.async.bulk.wait_group.read {node.store_wait} with {stages} staging stages",
-        params={"stages": stages, "store_wait": node.store_wait, "subtiles_per_tile": subtiles})
-    return [], [Violation("epilogue.stage_reuse", "G6",
-                          f"the epilogue waits for at most {node.store_wait} TMA stores in flight but has only "
-                          f"{stages} staging stages: subtile {q} overwrites stage 0 while subtile 0's store may "
-                          "still be reading it",
-                          f"wait with cp.async.bulk.wait_group.read {stages - 1} (PipelineTmaStore) before "
-                          "reusing a stage", str(node.loc), cex)]
+    stages = int(program.tensor(node.dst).shape[2])
+    e = program.epilogue
+    subtiles = (e.tile_m // node.epi_m) * (e.tile_n // node.epi_n) if e is not None and node.epi_m and node.epi_n \
+        else stages + 1
+    sch = program.schedule
+    stride = sch.consumer_stride if sch is not None else 1
+    turns = any("epilogue" in o.points for o in program.orders)
+    violations: list[Violation] = []
+    if node.store_wait > stages - 1:
+        q = stages
+        cex = Counterexample(
+            "G6", "epilogue.stage_reuse", "arith", "epilogue.r2s", str(node.loc), q, 0, -1, {"subtile": q},
+            consumer_thread(0, 0), "", {}, f"the TMA store of subtile 0 has finished reading stage 0 before subtile "
+            f"{q} writes it",
+            f"up to {node.store_wait} stores may be in flight, including subtile 0's, while subtile {q} overwrites "
+            "stage 0",
+            f"cp.async.bulk.wait_group.read {node.store_wait} with {stages} staging stages",
+            params={"stages": stages, "store_wait": node.store_wait, "subtiles_per_tile": subtiles})
+        violations.append(Violation("epilogue.stage_reuse", "G6",
+                                    f"the epilogue waits for at most {node.store_wait} TMA stores in flight but has "
+                                    f"only {stages} staging stages: subtile {q} overwrites stage 0 while subtile 0's "
+                                    "store may still be reading it",
+                                    f"wait with cp.async.bulk.wait_group.read {stages - 1} (PipelineTmaStore) before "
+                                    "reusing a stage", str(node.loc), cex))
+    if stride > 1 and not turns:
+        cex = Counterexample(
+            "G6", "epilogue.stage_reuse", "arith", "epilogue.r2s", str(node.loc), 0, 0, -1, {"subtile": 0},
+            consumer_thread(1, 0), "", {}, "group 1 writes staging stage 0 after group 0's store of it finished",
+            "group 1's subtile 0 overwrites stage 0 while group 0's TMA store of its subtile 0 may still read it "
+            "(each group's wait_group sees only its own stores)",
+            f"consumer_stride {stride}, no turn order at the epilogue", params={"stages": stages})
+        violations.append(Violation("epilogue.stage_reuse", "G6",
+                                    f"{stride} consumer groups share the staging buffer without taking turns at the "
+                                    "epilogue: one group's stmatrix can overwrite a stage another group's TMA store "
+                                    "is still reading", "order the groups' epilogues (TurnOrder point 'epilogue')",
+                                    str(node.loc), cex))
+    if violations:
+        return [], violations
+    how = ("one store thread, the subtile counter runs on across tiles" if stride == 1 else
+           f"{stride} groups take turns at the epilogue and drain their stores before handing over")
+    return [Proof("epilogue.stage_reuse", "G6", "arith",
+                  f"staging stage q mod {stages} is rewritten after at most {node.store_wait} TMA stores in "
+                  f"flight: the store of subtile q - {stages} has finished reading it ({how})", 1)], []
 
 
 @dataclass(frozen=True)
@@ -373,17 +413,17 @@ def predict_image(regs: np.ndarray, rows: np.ndarray, num: int, trans: bool, sme
     return img
 
 
-def probe_tables(dsl: DslProgram) -> StmatrixProbe:
-    """The stmatrix stores of subtile 0 (stage 0) of ``dsl`` as GPU probe tables.
+def probe_tables(program: Program) -> StmatrixProbe:
+    """The stmatrix stores of subtile 0 (stage 0) of ``program`` as GPU probe tables.
 
     Raises:
         ValueError: the program's staging step is not stmatrix (see :func:`staging_map`).
     """
-    node = dsl.staging
+    node = program.staging
     if node is None or node.op != "stmatrix":
         raise ValueError("the program's epilogue staging step is not stmatrix")
-    sm = staging_map(dsl)
-    sd = dsl.tensor(node.dst)
+    sm = staging_map(program)
+    sd = program.tensor(node.dst)
     em, en = node.epi_m, node.epi_n
     sel = np.flatnonzero(sm.subtile == 0)
     tg = (sm.wg * 128 + sm.thread)[sel]
@@ -395,7 +435,7 @@ def probe_tables(dsl: DslProgram) -> StmatrixProbe:
     rows = np.zeros((threads, instrs), dtype=np.uint32)
 
     def stage0(mm: np.ndarray, nn: np.ndarray) -> np.ndarray:
-        return sd.elem_bytes * np.asarray(sd.layout(mm, nn, 0), dtype=np.int64)
+        return sd.elem_bytes * np.asarray(view_layout(node.view)(mm, nn, 0), dtype=np.int64)
 
     width = 4 * node.num
     mw = ((sm.m % em) // 16 * 16)[sel]
@@ -407,6 +447,7 @@ def probe_tables(dsl: DslProgram) -> StmatrixProbe:
     smem_bytes = em * en * sd.elem_bytes
     grid_m, grid_n = np.meshgrid(np.arange(em), np.arange(en), indexing="ij")
     intended = np.full(smem_bytes // 2, 0xFFFF, dtype=np.uint16)
-    intended[np.asarray(sd.layout(grid_m, grid_n, 0), dtype=np.int64)] = (grid_m * en + grid_n + 1).astype(np.uint16)
+    codes = (grid_m * en + grid_n + 1).astype(np.uint16)
+    intended[np.asarray(view_layout(node.view)(grid_m, grid_n, 0), dtype=np.int64)] = codes
     predicted = predict_image(regs, rows, node.num, node.trans, smem_bytes)
     return StmatrixProbe(regs, rows, node.num, node.trans, smem_bytes, predicted, intended)

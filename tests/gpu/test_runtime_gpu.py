@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus_cutlass.runtime import check
-from argus_cutlass.runtime.cuda import DeviceBuffer, Event, Stream, device_info, synchronize
+from argus_cutlass.kernels.gemm import check
 from argus_cutlass.kernels.gemm.problem import GemmProblem
 from argus_cutlass.kernels.gemm.reference import reference_library
+from argus_cutlass.runtime.cuda import DeviceBuffer, Event, Stream, device_info, synchronize
 
 pytestmark = pytest.mark.gpu
 
@@ -108,3 +108,10 @@ def test_poisoning_detects_a_kernel_that_does_nothing(gpu_device):
     p = GemmProblem(32, 32, 32, "bf16", "bf16", "tn")
     res = check.run_and_check(Nothing(), p, seed=0)
     assert not res.passed and res.unwritten == 32 * 32
+
+
+def test_reference_kernel_covers_more_rows_than_one_grid(gpu_device):
+    """The reference grid-strides over M: 65535 x 16 rows fit one launch, more rows still get
+    computed (here 1048576 + 32 rows, N = 8, K = 8)."""
+    p = GemmProblem(2**20 + 32, 8, 8, "bf16", "fp32", "tn")
+    assert _reference_vs_numpy(p, alpha=1.0, beta=0.0, seed=4) < 1e-5

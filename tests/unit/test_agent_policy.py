@@ -232,3 +232,34 @@ def test_problem_bucket():
     assert Problem(1, 4096, 4096).bucket() == "m1_n4096_k4096"
     assert Problem(8192, 28672, 8192).bucket() == "m8192_n32768_k8192"
     assert Problem(100, 10240, 8192).bucket() == "m128_n16384_k8192"
+
+
+def test_cost_model_reads_the_program():
+    """The cost model's inputs come from the kernel's program (tile from the MMA and the k loop,
+    stages from the pipeline, cluster from the launch, walk and decomposition from the schedule);
+    the planner's search-time shortcut over configurations gives the same inputs for every sampled
+    point of the whole space whose MMA tile is well formed (rule gmma.m_tile: the cooperative
+    schedule needs tile_m % 128 == 0, ping-pong tile_m % 64 == 0), and a program edit moves the
+    prediction."""
+    import random
+
+    from argus_cutlass.agent.costmodel import shape_of, shape_of_config
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.kernels.gemm.program import build_program
+
+    space, rng, checked = GemmSpace(), random.Random(0), 0
+    for _ in range(1500):
+        cfg = space.sample(rng)
+        if cfg.tile_m % (128 if cfg.schedule == "cooperative" else 64):
+            continue
+        try:
+            program = build_program(cfg)
+        except ArgusError:
+            continue  # no program (smem.atom): nothing to predict
+        assert shape_of(program) == shape_of_config(cfg), cfg
+        checked += 1
+    assert checked > 500
+    program = build_program(GemmConfig())
+    deeper = program.replace_node("pipeline", "mainloop", stages=2)
+    assert shape_of(deeper).stages == 2
+    assert predict_ms(deeper, 4096, 4096, 256) != predict_ms(program, 4096, 4096, 256)

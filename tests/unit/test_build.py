@@ -273,6 +273,32 @@ def test_compile_cu_caches_and_parses(tmp_path, monkeypatch):
     nvcc.compile_cu("// src", "k1", "cubin", toolchain=tc)
     assert len(calls) == 4  # source, flags and kind are all in the key
     assert "-cubin" in calls[3] and "--shared" not in calls[3]
+    other = nvcc.compile_cu("// src", "k1", "shared", toolchain=tc, key_parts=("program=abc",))
+    assert len(calls) == 5 and not other.cached and other.key != first.key  # the program fingerprint too
+    assert "program=abc" not in calls[4]  # a key part, not a flag
+
+
+def test_orchestrator_keys_the_cache_by_program_fingerprint(tmp_path, monkeypatch):
+    """Two programs that print the same source still get two cache entries: the orchestrator
+    hashes the program's full fingerprint into the key (STYLE (b) 4)."""
+    from argus_cutlass.generate import GeneratedKernel, compile_kernel
+
+    calls: list = []
+    monkeypatch.setattr(nvcc, "_run_nvcc", _fake_run(PTXAS_OK_LOG, calls))
+    tc = _fake_toolchain(tmp_path)
+
+    class _Program:
+        def __init__(self, fp: str) -> None:
+            self.fp = fp
+
+        def fingerprint(self) -> str:
+            return self.fp
+
+    a = GeneratedKernel("kern", None, None, _Program("a" * 64), None, "// same source")
+    b = GeneratedKernel("kern", None, None, _Program("b" * 64), None, "// same source")
+    first, again, other = (compile_kernel(k, toolchain=tc) for k in (a, a, b))
+    assert again.cached and again.key == first.key
+    assert not other.cached and other.key != first.key and len(calls) == 2
 
 
 def test_cache_key_covers_versions():
@@ -395,14 +421,14 @@ def test_incomplete_entry_is_not_a_hit(tmp_path):
     ids=["coop-bf16-tn", "coop-fp32out-nt", "pingpong-fp16-tt"],
 )
 def test_gemm_compiles_to_ptx_with_wgmma_and_tma(cfg_args):
-    """The front end also evaluates the template's static_asserts (smem model, atom shapes)."""
+    """The front end also evaluates the template's static_asserts (the program's relations, the
+    CuTe layouts against the node sizes)."""
     from argus_cutlass.kernels.gemm.config import GemmConfig
-    from argus_cutlass.programs.gemm import build_gemm_program
-    from argus_cutlass.render.naming import kernel_name
-    from argus_cutlass.render.render import render_gemm
+    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.render.gemm import render_gemm
 
-    cfg = GemmConfig(**cfg_args)
-    art = nvcc.compile_cu(render_gemm(build_gemm_program(cfg)), kernel_name(cfg), "ptx")
+    program = build_program(GemmConfig(**cfg_args))
+    art = nvcc.compile_cu(render_gemm(program), program.kernel_name(), "ptx")
     ptx = art.path.read_text()
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" in ptx

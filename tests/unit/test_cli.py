@@ -1,7 +1,8 @@
 """The main command, ``argus-cutlass gemm``: outputs, exit codes and bad-input messages.
 
 Bad input must produce one clear message naming the input and the rule, on stderr, with
-exit code 2 and no Python traceback.
+exit code 2 and no Python traceback. An ``unknown`` verification result blocks rendering
+(exit 1, naming what was not proved) unless ``--allow-unknown``.
 """
 
 from __future__ import annotations
@@ -63,11 +64,15 @@ def test_without_nvcc_writes_the_cu_and_json_and_exits_zero(tmp_path):
     js = list((tmp_path / "out").glob("*.json"))
     assert len(cu) == 1 and len(js) == 1 and cu[0].stem == js[0].stem
     record = json.loads(js[0].read_text())
-    assert record["kernel"] == cu[0].stem
+    assert record["kernel"] == cu[0].stem and record["status"] == "rendered"
     assert record["verification"]["ok"] is True
     assert "skipped" in record["compile"]
     assert set(record["stage_seconds"]) >= {"build_program", "verify", "render"}
-    assert f'int {cu[0].stem}(' in cu[0].read_text()
+    source = cu[0].read_text()
+    assert f'int {cu[0].stem}(' in source
+    # the kernel is named by its program: the readable label and the program's hash
+    assert cu[0].stem.startswith("argus_gemm_sm90_bf16_bf16_tn_") and cu[0].stem[-8:] in record["program"]["fingerprint"]
+    assert record["program"]["fingerprint"][:16] in source
 
 
 def test_verification_failure_exits_one_with_the_rule(tmp_path, capsys):
@@ -121,3 +126,62 @@ def test_verify_output_into_a_closed_pipe_is_not_a_traceback(tmp_path):
                               shell=True, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stdout.strip()
+
+
+def _unknown_report(program, **_):
+    """A report with one undecided obligation and no violation (a stand-in verifier)."""
+    from argus_cutlass.verify.report import Proof, Unknown, VerificationReport
+
+    return VerificationReport(program.kernel_name(), (), (Proof("mma.k_agreement", "G1", "enum", "A.k == B.k"),),
+                              (), 0.01, (), (Unknown("pipeline.parity", "G6", "consumer wait parity", "timeout", 5),))
+
+
+def _no_nvcc(monkeypatch, tmp_path):
+    monkeypatch.setenv("ARGUS_NVCC", str(tmp_path / "no-nvcc-here"))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_unknown_blocks_rendering_unless_allowed(tmp_path, monkeypatch, capsys):
+    import argus_cutlass.generate as gen
+
+    _no_nvcc(monkeypatch, tmp_path)
+    monkeypatch.setattr(gen, "verify", lambda program, **kw: _unknown_report(program))
+    args = ["gemm", "--m", "256", "--n", "512", "--k", "128", "--heuristic"]
+    rc = main([*args, "--out", str(tmp_path / "strict")])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "Traceback" not in out + err
+    assert "[verify.unknown]" in out and "G6 pipeline.parity: consumer wait parity (timeout)" in out
+    assert not list((tmp_path / "strict").glob("*.cu"))  # not rendered
+    record = json.loads(next((tmp_path / "strict").glob("*.json")).read_text())
+    assert record["status"] == "unproved" and record["error"]["rule"] == "verify.unknown"
+
+    rc = main([*args, "--allow-unknown", "--out", str(tmp_path / "allowed")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "UNPROVED  G6 pipeline.parity" in out
+    source = next((tmp_path / "allowed").glob("*.cu")).read_text()
+    assert "NOT PROVED (allowed by --allow-unknown): G6 pipeline.parity: consumer wait parity (timeout)" in source
+
+
+def test_program_is_built_for_the_problems_k(tmp_path, monkeypatch, capsys):
+    """K beyond 2^24: the program (and so the proofs and the kernel's K check) is stated for it."""
+    import argus_cutlass.generate as gen
+    from argus_cutlass.verify.report import VerificationReport
+
+    _no_nvcc(monkeypatch, tmp_path)
+    seen = []
+
+    def fake_verify(program, **_):
+        seen.append(program.kloop.bound_bits)
+        return VerificationReport(program.kernel_name())
+
+    monkeypatch.setattr(gen, "verify", fake_verify)
+    for k, bits in ((4096, 24), (2**24 + 8, 26)):
+        out = tmp_path / str(k)
+        assert main(["gemm", "--m", "256", "--n", "256", "--k", str(k), "--heuristic", "--out", str(out)]) == 0
+        record = json.loads(next(out.glob("*.json")).read_text())
+        assert record["program"]["k_bound_bits"] == bits == seen[-1]
+        assert f"K >= 2^{bits}: outside the range the k-loop proofs hold for" in next(out.glob("*.cu")).read_text()
+    capsys.readouterr()

@@ -1,21 +1,29 @@
-"""Malformed DSL programs are refused at their source line, with a named rule (not a trace)."""
+"""Malformed DSL programs are refused at their source line, with a named rule (not a trace); an
+edited program the builder never saw is a violation of the verifier, never an exception."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from argus_cutlass.dsl.atoms import GmmaOp, TmaCopy
-from argus_cutlass.dsl.ir import ProgramBuilder, Tag
+from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom, TmaCopy
+from argus_cutlass.dsl.builder import ProgramBuilder
+from argus_cutlass.dsl.ir import Tag
 from argus_cutlass.errors import DslError
-from argus_cutlass.layout.algebra import Layout
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.program import build_program
+from argus_cutlass.verify import verify_gemm
 
 THIS = "test_dsl_errors.py"
+ATOM = GmmaSmemAtom("K", 128, 16)
+OP = GmmaOp(64, 64, 16, "bf16", "K", "K")
 
 
 def _builder():
-    b = ProgramBuilder("bad", stages=2)
-    g = b.tensor("gA", "gmem", (64, 64), "bf16", tag=Tag("A", ("m", "k")))
-    s = b.tensor("sA", "smem", (64, 64, 2), "bf16", layout=Layout((64, 64, 2), (64, 1, 4096)))
+    b = ProgramBuilder("bad")
+    g = b.tensor("gA", "gmem", ("M", "K"), "bf16", tag=Tag("A", ("m", "k")), major="K", binding="A")
+    s = b.tensor("sA", "smem", (64, 64, 2), "bf16", align_bytes=1024)
     return b, g, s
 
 
@@ -25,16 +33,16 @@ def _line_of(err: DslError) -> str:
     return text
 
 
-def test_layout_size_disagrees_with_shape():
-    b = ProgramBuilder("bad", stages=2)
+def test_smem_shape_must_be_ints():
+    b = ProgramBuilder("bad")
     with pytest.raises(DslError) as info:
-        b.tensor("sA", "smem", (64, 64, 2), "bf16", layout=Layout((64, 32, 2), (32, 1, 2048)))
-    assert info.value.rule == "dsl.layout_size" and "8192 elements" in _line_of(info.value)
+        b.tensor("sA", "smem", (64, "K", 2), "bf16")
+    assert info.value.rule == "dsl.layout_size" and "every extent must be a positive int" in _line_of(info.value)
 
 
 def test_tma_from_an_untagged_tensor():
     b, _, s = _builder()
-    g = b.tensor("gX", "gmem", (64, 64), "bf16")
+    g = b.tensor("gX", "gmem", ("M", "K"), "bf16", major="K", binding="A")
     with pytest.raises(DslError) as info:
         b.tma_load(g, s, TmaCopy("load", (64, 64), 16, 128), major="K", tile_mn=64, tile_k=64,
                    stage_tag=Tag("stage", ("iter",)))
@@ -45,19 +53,57 @@ def test_assertion_over_an_unknown_tag_field_and_an_untagged_operand():
     b, g, s = _builder()
     b.tma_load(g, s, TmaCopy("load", (64, 64), 16, 128), major="K", tile_mn=64, tile_k=64,
                stage_tag=Tag("stage", ("iter",)))
-    op = GmmaOp(64, 64, 16, "bf16", "K", "K")
-    b.mma_read("A", s, s.layout, op, tile_mn=64, tile_k=64, warpgroups=1)
+    b.mma_read("A", s, b.smem_view(ATOM, s.shape), OP, tile_mn=64, tile_k=64, warpgroups=1)
     with pytest.raises(DslError) as info:
         b.assert_tags("mainloop.gemm", ("A", "kk"), "==", ("A", "k"), invariant="G1", rule="mma.k_agreement")
     assert info.value.rule == "dsl.unknown_tag" and "has no field 'kk'" in _line_of(info.value)
     with pytest.raises(DslError) as info:
         b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1", rule="mma.k_agreement")
     assert info.value.rule == "dsl.untagged" and "'B' has no MMA read" in _line_of(info.value)
-
-
-def test_mma_read_layout_of_another_size():
-    b, g, s = _builder()
-    op = GmmaOp(64, 64, 16, "bf16", "K", "K")
     with pytest.raises(DslError) as info:
-        b.mma_read("A", s, Layout((64, 64, 1), (64, 1, 4096)), op, tile_mn=64, tile_k=64, warpgroups=1)
+        b.assert_tags("mainloop.gemm", ("A", "k"), "~=", ("A", "k"), invariant="G1", rule="x")
+    assert info.value.rule == "dsl.relation" and _line_of(info.value)
+
+
+def test_mma_read_view_of_another_shape():
+    b, g, s = _builder()
+    with pytest.raises(DslError) as info:
+        b.mma_read("A", s, b.smem_view(ATOM, (64, 64, 1)), OP, tile_mn=64, tile_k=64, warpgroups=1)
     assert info.value.rule == "dsl.layout_size" and _line_of(info.value)
+
+
+def test_relation_over_a_node_that_does_not_exist():
+    b, _, _ = _builder()
+    with pytest.raises(DslError) as info:
+        b.relate("pipeline[main].stages", "==", "tensor[sA].shape[2]", invariant="G6", rule="pipeline.buffers")
+    assert info.value.rule == "dsl.unknown_ref" and "no pipeline 'main'" in _line_of(info.value)
+
+
+@pytest.mark.parametrize("edit,rule", [
+    (("relation", None, {"lhs": "pipeline[nope].stages"}), "dsl.unknown_ref"),
+    (("relation", None, {"lhs": "tensor[sA].shape[2]x"}), "dsl.unknown_ref"),   # trailing garbage
+    (("relation", None, {"relation": "<", "rhs": "mma[mainloop].op.dtype"}), "dsl.relation"),
+    (("load", "tma_sA", {"src": "gX"}), "dsl.unknown_ref"),
+    (("mma", "mainloop", {"a": "gmma_X"}), "dsl.unknown_ref"),
+    (("assertion", None, {"lhs": ("A",)}), "dsl.relation"),
+    (("assertion", None, {"at": "epilogue.store"}), "dsl.unknown_ref"),
+])
+def test_edited_programs_are_violations_not_exceptions(edit, rule):
+    p = build_program(GemmConfig(cluster_m=1))
+    kind, key, changes = edit
+    if kind == "relation":
+        key = p.relations[0].name
+    if kind == "assertion":
+        key = p.assertions[0].name
+    report = verify_gemm(p.replace_node(kind, key, **changes), smt=False)
+    assert rule in report.rules_violated(), report.format()
+    v = next(v for v in report.violations if v.rule == rule)
+    assert v.invariant == "DSL" and v.where
+
+
+def test_a_program_without_gemm_nodes_is_refused_once():
+    p = build_program(GemmConfig(cluster_m=1))
+    report = verify_gemm(dataclasses.replace(p, pipelines=(), staging=None), smt=False)
+    assert "dsl.program" in report.rules_violated()
+    v = next(v for v in report.violations if v.rule == "dsl.program")
+    assert "has no pipeline, staging" in v.message

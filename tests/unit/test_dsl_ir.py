@@ -1,4 +1,5 @@
-"""DSL IR: tags, source locations, frozen nodes; the invariant catalogue as data."""
+"""DSL IR: tags, source locations, frozen nodes; the invariant catalogue as data; tag assertions
+as data (a new invariant needs no verifier code), with relations beyond ``==``."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import linecache
 
 import pytest
 
-from argus_cutlass.dsl import ProgramBuilder, Tag
+from argus_cutlass.dsl.atoms import GmmaSmemAtom
+from argus_cutlass.dsl.builder import ProgramBuilder
+from argus_cutlass.dsl.ir import SmemView, Tag, TagAssertion
 from argus_cutlass.kernels.gemm.config import GemmConfig
-from argus_cutlass.programs.gemm import build_gemm_program
-from argus_cutlass.programs.gemm_dsl import gemm_dsl_program, smem_offsets
-from argus_cutlass.plan.resources import smem_bytes
-from argus_cutlass.verify import RULES, load_invariants
+from argus_cutlass.kernels.gemm.program import build_program
+from argus_cutlass.plan.resources import smem_breakdown, smem_total_bytes
+from argus_cutlass.verify import RULES, all_invariants, invariant_of, load_invariants, verify_gemm
+from argus_cutlass.verify.absint import check_assertion
+from argus_cutlass.verify.catalogue import catalogue_names
 
 
 def test_tag_str():
@@ -21,88 +25,133 @@ def test_tag_str():
 
 
 def test_nodes_record_the_users_line():
-    b = ProgramBuilder("demo", stages=2)
-    g = b.tensor("gA", "gmem", (64, 64), "bf16", tag=Tag("A", ("m", "k")))  # line under test
+    b = ProgramBuilder("demo")
+    g = b.tensor("gA", "gmem", ("M", "K"), "bf16", tag=Tag("A", ("m", "k")), major="K", binding="A")  # line under test
     t = b.build().tensor("gA")
     assert t is g and t.loc.file == __file__
     assert 'b.tensor("gA"' in linecache.getline(t.loc.file, t.loc.line)
     assert t.loc.function == "test_nodes_record_the_users_line"
 
 
-def test_gemm_dsl_nodes_point_at_their_statements():
-    dsl = gemm_dsl_program(build_gemm_program(GemmConfig()))
-    for node, text in [(dsl.assertions[0], "assert_tags"), (dsl.read("A"), "mma_read"),
-                       (dsl.load_into("sB"), "tma_load"), (dsl.epilogue, "epilogue_store"),
-                       (dsl.schedule, "tile_schedule"), (dsl.staging, "smem_stage")]:
-        assert node.loc.file.endswith("programs/gemm_dsl.py")
+def test_gemm_program_nodes_point_at_their_statements():
+    p = build_program(GemmConfig())
+    for node, text in [(p.assertions[0], "assert_tags"), (p.read("A"), "mma_read"),
+                       (p.load_into("sB"), "tma_load"), (p.epilogue, "epilogue_store"),
+                       (p.schedule, "tile_schedule"), (p.staging, "smem_stage"), (p.relations[0], "rel(")]:
+        assert node.loc.file.endswith("kernels/gemm/program.py")
         assert text in linecache.getline(node.loc.file, node.loc.line)
-    a = dsl.assertions[0]
+    a = p.assertions[0]
     assert (a.invariant, a.rule, str(a)) == ("G1", "mma.k_agreement", "A.k == B.k at mainloop.gemm")
 
 
 def test_nodes_are_frozen_and_replace_is_by_name():
-    dsl = gemm_dsl_program(build_gemm_program(GemmConfig()))
+    p = build_program(GemmConfig())
     with pytest.raises(dataclasses.FrozenInstanceError):
-        dsl.tensor("sA").base_bytes = 0  # type: ignore[misc]
-    moved = dsl.replace_tensor("sA", base_bytes=0)
-    assert moved.tensor("sA").base_bytes == 0 and dsl.tensor("sA").base_bytes != 0
+        p.tensor("sA").base_bytes = 0  # type: ignore[misc]
+    moved = p.replace_node("tensor", "sB", base_bytes=0)
+    assert moved.tensor("sB").base_bytes == 0 and p.tensor("sB").base_bytes != 0
     with pytest.raises(KeyError, match="no tensor 'sX'"):
-        dsl.tensor("sX")
+        p.tensor("sX")
 
 
-def test_mma_reads_through_the_buffer_layout_by_default():
-    dsl = gemm_dsl_program(build_gemm_program(GemmConfig()))
-    assert dsl.read("A").layout is dsl.tensor("sA").layout
-    assert dsl.read("B").layout is dsl.tensor("sB").layout
-
-
-def test_smem_offsets_match_the_resource_model():
+def test_smem_model_is_the_templates_formula():
+    """kSmemBytes = barrier_bytes + 2 x stages x 8 + 1024, and the breakdown adds up to it."""
     for cfg in (GemmConfig(), GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, stages=7)):
-        p = build_gemm_program(cfg)
-        off = smem_offsets(p)
-        end = off["B"] + p.b.stage_bytes * cfg.stages
-        assert smem_bytes(p).total == (end + 15) // 16 * 16
-        assert off["A"] % 1024 == 0 and off["B"] % 1024 == 0
+        p = build_program(cfg)
+        total = smem_total_bytes(p)
+        assert total == p.pipeline.barrier_bytes + 16 * cfg.stages + 1024 == smem_breakdown(p).total
+        ends = [t.base_bytes + t.size_bytes for t in p.tensors if t.space == "smem"]
+        assert max(ends) <= p.pipeline.barrier_bytes
+        assert p.tensor("sA").base_bytes % 1024 == 0 and p.tensor("sB").base_bytes % 1024 == 0
 
 
 def test_catalogue_is_data_and_honest():
+    assert {"gemm", "common"} <= set(catalogue_names())
     invs = {i.id: i for i in load_invariants()}
     assert [f"G{i}" for i in range(1, 9)] == [k for k in invs if k.startswith("G")]
-    assert invs["G1"].checked and invs["G1"].rules == ("mma.k_agreement", "gmma.descriptor")
-    assert invs["G5"].checked and "tma.image" in invs["G5"].rules
-    assert invs["G3"].checked and invs["G3"].rules == ("k.coverage",)
-    assert invs["G6"].checked and "pipeline.protocol" in invs["G6"].rules
-    assert "pipeline.release" in invs["G6"].rules  # release only after the wgmma retired
-    assert "epilogue.stage_reuse" in invs["G6"].rules  # staging stage rewritten only after its TMA store read it
-    assert invs["G2"].checked and invs["G2"].rules == ("epilogue.coordinate", "epilogue.stmatrix", "epilogue.tma_store")
-    assert not invs["G2"].unchecked and not invs["G6"].unchecked
+    assert invs["G1"].checked
+    assert {"mma.k_agreement", "mma.operand_identity", "gmma.descriptor"} <= set(invs["G1"].rules)
+    assert invs["G5"].checked and {"tma.image", "tma.multicast", "cluster.consistency"} <= set(invs["G5"].rules)
+    assert invs["G3"].checked and invs["G3"].rules == ("k.coverage", "loop.step")
+    assert invs["G6"].checked and {"pipeline.protocol", "pipeline.release", "pipeline.wrap", "pipeline.buffers",
+                                   "epilogue.stage_reuse"} <= set(invs["G6"].rules)
+    assert invs["G2"].checked and {"epilogue.coordinate", "epilogue.stmatrix", "epilogue.tma_store",
+                                   "epilogue.source", "epilogue.partition"} <= set(invs["G2"].rules)
     assert invs["G4"].checked and set(invs["G4"].rules) == {"output.bijection", "scheduler.bijection"}
-    assert not invs["G4"].unchecked  # CUTLASS's walk and the stream-K / split-K division are modelled
-    assert invs["G8"].checked and invs["G8"].rules == ("residue.store",)
+    assert invs["G8"].checked and set(invs["G8"].rules) == {"residue.store", "residue.load", "residue.source"}
     assert invs["G7"].checked and invs["G7"].rules == ("warpgroup.uniform",)
-    checked_rules = {r for i in invs.values() if i.checked for r in i.rules}
-    output_rules = {"epilogue.coordinate", "epilogue.stmatrix", "epilogue.tma_store", "output.bijection", "scheduler.bijection",
-                    "residue.store", "warpgroup.uniform"}
-    assert set(RULES) | {"mma.k_agreement", "gmma.descriptor", "tma.image", "tma.multicast", "k.coverage"} \
-        | set(invs["G6"].rules) | output_rules \
-        == checked_rules
-    assert all(i.source for i in invs.values())
+    # every resource rule and every relation rule of the GEMM program has exactly one invariant
+    p = build_program(GemmConfig())
+    rules = set(RULES) | {r.rule for r in p.relations} | {a.rule for a in p.assertions}
+    for rule in rules:
+        owners = [i.id for i in all_invariants() if rule in i.rules]
+        assert len(owners) == 1, (rule, owners)
+    assert invariant_of("relation.that.nobody.checks") == "?"
+    assert all(i.source for i in all_invariants())
+
+
+def test_catalogue_covers_the_other_families_rules():
+    """invariant_of finds the shared catalogue's rules (named barriers, turn orders)."""
+    assert invariant_of("barrier.named") == "B1" and invariant_of("turn.order") == "B2"
+
+
+def test_every_rule_a_report_names_is_in_the_catalogue():
+    p = build_program(GemmConfig(cluster_m=2, cluster_n=2, stages=3))
+    reports = [verify_gemm(p)]
+    for kind, key, ch in [("load", "tma_sA", {"mask_self": False}), ("epilogue", None, {"row_offset": 8}),
+                          ("source", None, {"residue_mask": False}), ("loop", "k", {"oob_fill": "nan"}),
+                          ("read", "A", {"warp_stage_skew": (1, 1, 1, 1)})]:
+        reports.append(verify_gemm(p.replace_node(kind, key, **ch), smt=False))
+    rules = {x.rule for r in reports for x in (*r.proofs, *r.violations)}
+    assert all(invariant_of(r) != "?" for r in rules), sorted(r for r in rules if invariant_of(r) == "?")
+
+
+def _assertion(p, lhs, rel, rhs, rule="user.rule", inv="U1"):
+    return TagAssertion(f"{inv}:{lhs}{rel}{rhs}", "mainloop.gemm", lhs, rel, rhs, inv, rule, p.assertions[0].loc)
 
 
 def test_user_assertion_with_its_own_rule_is_checked_generically():
     """A new invariant is data: an assertion with a rule the verifier has never heard of is
     checked slot by slot over the tags it names, and reported under its own id."""
-    from argus_cutlass.dsl.atoms import GmmaSmemAtom
-    from argus_cutlass.dsl.ir import TagAssertion
-    from argus_cutlass.verify import verify_gemm
+    p = build_program(GemmConfig(cluster_m=1))
+    mine = _assertion(p, ("A", "iter"), "==", ("stage", "iter"), rule="user.same_k_tile")
+    ok = verify_gemm(dataclasses.replace(p, assertions=p.assertions + (mine,)), smt=False)
+    assert ok.ok and any(x.rule == "user.same_k_tile" and x.invariant == "U1" for x in ok.proofs)
+    bad = p.replace_node("read", "A", view=SmemView(GmmaSmemAtom("K", 64, 16), p.read("A").view.shape))
+    report = verify_gemm(dataclasses.replace(bad, assertions=bad.assertions + (mine,)), smt=False)
+    assert "mma.k_agreement" in report.rules_violated()
+    # SW64 over SW128 permutes within a stage: every slot still reads its own k-tile (the stage tag holds)
+    assert "user.same_k_tile" not in report.rules_violated()
 
-    program = build_gemm_program(GemmConfig())
-    dsl = gemm_dsl_program(program)
-    mine = dataclasses.replace(dsl.assertions[0], name="U1:stage", rule="user.same_k_tile", invariant="U1")
-    assert isinstance(mine, TagAssertion)
-    ok = verify_gemm(program, dataclasses.replace(dsl, assertions=dsl.assertions + (mine,)))
-    assert ok.ok and any(p.rule == "user.same_k_tile" and p.invariant == "U1" for p in ok.proofs)
-    bad = gemm_dsl_program(program, mma_atoms={"A": GmmaSmemAtom("K", 64, 16)})
-    report = verify_gemm(program, dataclasses.replace(bad, assertions=bad.assertions + (mine,)))
-    v = next(v for v in report.violations if v.rule == "user.same_k_tile")
-    assert v.invariant == "U1" and v.counterexample is not None
+
+@pytest.mark.parametrize("lhs,rel,rhs,holds", [
+    (("A", "k"), "<=", ("slot", "k"), True),
+    (("A", "k"), "<", ("slot", "k"), False),
+    (("A", "m"), ">=", ("const", "0"), True),
+    (("A", "m"), ">", ("const", "0"), False),              # row 0 of tile (0, 0)
+    (("A", "m"), "!=", ("B", "n"), False),                 # A(0, k) and B(0, k) share the coordinate 0
+    (("A", "k"), "in_range", ("const", "0:256"), True),    # 4 stages x 64 columns
+    (("A", "k"), "in_range", ("const", "0:128"), False),
+    (("A", "m"), "bijection", ("slot", "m"), True),
+    (("A", "m"), "bijection", ("slot", "k"), False),
+    (("acc", "n"), "==", ("B", "n"), True),
+    (("A", "k"), "!=", ("const", "-1"), True),
+])
+def test_relations_beyond_equality(lhs, rel, rhs, holds):
+    p = build_program(GemmConfig(cluster_m=1))
+    proofs, violations, unknowns = check_assertion(p, _assertion(p, lhs, rel, rhs))
+    assert not unknowns
+    assert bool(proofs) == holds and bool(violations) != holds
+    if violations:
+        cex = violations[0].counterexample
+        assert cex.thread and cex.register and cex.program_point == "mainloop.gemm"
+
+
+def test_bijection_catches_a_row_read_twice():
+    """An MMA that reads A's rows 0..63 for both warpgroups (the view's second 64 rows collapsed onto
+    the first) is not a bijection of A's rows onto the slot's rows."""
+    p = build_program(GemmConfig(cluster_m=1))
+    view = p.read("A").view
+    bad = p.replace_node("read", "A", view=SmemView(view.atom, (64, view.shape[1], view.shape[2] * 2)))
+    proofs, violations, _ = check_assertion(bad, _assertion(bad, ("A", "m"), "bijection", ("slot", "m")))
+    assert violations and "not one-to-one" in violations[0].counterexample.actual

@@ -14,12 +14,19 @@ import numpy as np
 import pytest
 
 from argus_cutlass.build.toolchain import find_cutlass, find_nvcc
-from argus_cutlass.dsl.atoms import GmmaSmemAtom
-from argus_cutlass.layout.gmma import smem_layout
-from argus_cutlass.layout.gmma_desc import DescriptorError, GmmaDescriptor, decode_bytes, encode
+from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom
+from argus_cutlass.dsl.ir import MmaRead, SmemView, SourceLoc
 from argus_cutlass.kernels.gemm.config import GemmConfig
-from argus_cutlass.programs.gemm import OperandPlan, build_gemm_program
-from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+from argus_cutlass.kernels.gemm.program import build_program
+from argus_cutlass.layout.gmma import view_layout
+from argus_cutlass.layout.gmma_desc import (
+    DescriptorError,
+    GmmaDescriptor,
+    decode_bytes,
+    descriptor_plan,
+    encode,
+    plan_descriptor,
+)
 from argus_cutlass.verify import verify_gemm
 from argus_cutlass.verify.absint import check_descriptors
 
@@ -28,13 +35,19 @@ CASES = [("K", 128, 64, 64, 2), ("K", 64, 64, 32, 2), ("K", 32, 64, 16, 2), ("K"
          ("MN", 128, 128, 64, 2), ("MN", 64, 64, 64, 2), ("MN", 32, 64, 64, 2), ("MN", 16, 64, 64, 2)]
 
 
-def _plan(major, sw, mn, k):
-    return OperandPlan("A", major, mn, k, GmmaSmemAtom(major, sw, 16), None, 1)  # type: ignore[arg-type]
+def _view(major, sw, mn, k, stages):
+    atom = GmmaSmemAtom(major, sw, 16)
+    return SmemView(atom, (mn, k, stages))
+
+
+def _layout(major, sw, mn, k, stages):
+    v = _view(major, sw, mn, k, stages)
+    return view_layout(v.atom, v.shape, v.order)
 
 
 def _our_descs(major, sw, mn, k, stages):
     """(stage, k_block) -> (start offset bytes, lbo, sbo, layout type) for one 64-row wgmma."""
-    lay = smem_layout(_plan(major, sw, mn, k), stages)
+    lay = _layout(major, sw, mn, k, stages)
     out = {}
     for s in range(stages):
         for kb in range(k // 16):
@@ -53,7 +66,7 @@ def test_bits_round_trip_and_field_overflow():
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-SW{c[1]}" for c in CASES])
 def test_decode_of_encode_is_the_layout(case):
     major, sw, mn, k, stages = case
-    lay = smem_layout(_plan(major, sw, mn, k), stages)
+    lay = _layout(major, sw, mn, k, stages)
     m_, k_ = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
     for (s, kb), _ in _our_descs(major, sw, mn, k, stages).items():
         d = encode(lay.layout, lay.swizzle.bits, major, 2, 1024, 0, 16 * kb, s, 64, 16)
@@ -62,7 +75,7 @@ def test_decode_of_encode_is_the_layout(case):
 
 
 def test_non_canonical_layout_is_refused():
-    lay = smem_layout(_plan("K", 128, 64, 64), 2)
+    lay = _layout("K", 128, 64, 64, 2)
     from argus_cutlass.layout.algebra import Layout
 
     padded = Layout((64, 64, 2), (128, 1, 8192))  # rows padded to 256 B: SW128 rows must be 128 B apart
@@ -71,18 +84,53 @@ def test_non_canonical_layout_is_refused():
     assert encode(lay.layout, 3, "K", 2, 0, 0, 16, 0, 64, 16).sbo == 64  # 8 rows x 128 B
 
 
-def test_rule_proves_shipped_configs_and_rejects_a_non_canonical_read():
-    report = verify_gemm(build_gemm_program(GemmConfig()))
-    assert any(p.rule == "gmma.descriptor" for p in report.proofs) and report.ok
-    dsl = gemm_dsl_program(build_gemm_program(GemmConfig(layout="nt", cluster_m=1)))
-    proofs, violations = check_descriptors(dsl)
-    assert not violations and "LBO=512" in proofs[1].summary  # B: 4 SW128 MN atoms of 64 along N
-    from argus_cutlass.dsl.atoms import Swizzle
-    from argus_cutlass.layout.swizzle import SwizzledLayout
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-SW{c[1]}" for c in CASES])
+def test_plan_descriptor_is_encode_of_every_subtile(case):
+    """What the kernel prints (one base descriptor + start-address advances per stage and k-block)
+    is, field for field, the descriptor ``encode`` derives for that sub-tile."""
+    major, sw, mn, k, stages = case
+    view = _view(major, sw, mn, k, stages)
+    op = GmmaOp(64, 64, 16, "fp16", major, major)
+    read = MmaRead("gmma_A", "A", "sA", view, op, mn, k, 1, SourceLoc("x", 0))
+    plan = descriptor_plan(read)
+    lay = _layout(major, sw, mn, k, stages)
+    for s in range(stages):
+        for kb in range(k // 16):
+            want = encode(lay.layout, lay.swizzle.bits, major, 2, 1024, 0, 16 * kb, s, 64, 16)
+            assert plan_descriptor(plan, 1024, s, 0, 0, kb) == want
 
-    bad = dsl.replace_read("A", layout=SwizzledLayout(Swizzle(2, 3, 3), dsl.tensor("sA").layout.layout))
+
+def test_rule_proves_shipped_configs_and_rejects_a_bad_read():
+    report = verify_gemm(build_program(GemmConfig()))
+    assert any(p.rule == "gmma.descriptor" for p in report.proofs) and report.ok
+    program = build_program(GemmConfig(layout="nt", cluster_m=1))
+    proofs, violations = check_descriptors(program)
+    assert not violations and "LBO=512" in proofs[1].summary  # B: 4 SW128 MN atoms of 64 along N
+    assert "14-bit start address masked" in proofs[0].summary
+    # a view no descriptor can express (the buffer is not a tiling of the atom)
+    bad = program.replace_node("read", "A", view=SmemView(program.read("A").view.atom, (96, 64, 4)))
     _, violations = check_descriptors(bad)
-    assert violations and violations[0].invariant == "G1" and "not a canonical SW64" in violations[0].message
+    assert violations and violations[0].invariant == "G1" and "no GMMA descriptor expresses" in violations[0].message
+
+
+def test_start_address_field_overflow_is_found():
+    """A buffer whose stages reach past 2^18 bytes: the kernel's 14-bit start field wraps."""
+    p = build_program(GemmConfig(tile_n=128, tile_k=128, cluster_m=1, stages=5))  # B stage 4 starts past 256 KiB
+    _, violations = check_descriptors(p)
+    assert violations and "overflows its 14 bits" in violations[0].message
+
+
+def test_descriptor_advance_follows_the_reads_op():
+    """The template forms the descriptors from the read's op; the instruction is the MMA's. A read
+    op of K = 8 advances 8 columns per k-block while the wgmma consumes 16 (the mutation suite's
+    ``desc_a_advance_k8``); a read op of M = 128 puts warpgroup 1 at row 128 instead of 64."""
+    p = build_program(GemmConfig(cluster_m=1))
+    _, v = check_descriptors(p.replace_node("read", "A", **{"op.k": 8}))
+    assert v and v[0].message.startswith("operand A stage 0 warpgroup 0 rep 0 k_block 1:")
+    assert "reads byte 16 for slot (mn=0, k=16) but the view places it at 32" in v[0].message
+    assert v[0].counterexample.k_block == 1 and v[0].counterexample.smem_offset == {"A": 16}
+    _, v = check_descriptors(p.replace_node("read", "A", **{"op.m": 128}))
+    assert v and "warpgroup 1" in v[0].message and "is not the MMA's 64x256x16" in v[0].message
 
 
 _HOST_PROGRAM = r"""

@@ -151,3 +151,34 @@ def test_for_config():
     p = GemmProblem.for_config(GemmConfig(layout="nt", out_dtype="fp32"), 128, 256, 64)
     assert (p.layout, p.dtype, p.out_dtype, p.lda, p.ldb) == ("nt", "bf16", "fp32", 128, 256)
     assert p.flops == 2 * 128 * 256 * 64
+
+
+def test_c_abi_matches_the_host_template():
+    """ERROR_CODES and ENTRY_SIGNATURE are the C ABI that templates/gemm/host.j2 and kernel.cu.j2
+    print: every enumerator of ``enum ErrorCode`` (1..7) has its code here, the error strings
+    agree, and the entry's parameter list is the signature."""
+    import re
+    from importlib import resources
+
+    from argus_cutlass.kernels.gemm.problem import ENTRY_SIGNATURE, ERROR_CODES
+
+    host = resources.files("argus_cutlass.templates").joinpath("gemm").joinpath("host.j2").read_text()
+    enum = dict((name, int(code)) for name, code in re.findall(r"\b(kErr\w+) = (\d+),", host))
+    assert sorted(enum.values()) == sorted(ERROR_CODES) == list(range(1, 8))
+    for name, code in enum.items():
+        text = re.search(rf"case {name}: return \"([^\"]+)\";", host).group(1)
+        if code != 3:  # code 3's text names the proved bound (2^{{ bound_bits }})
+            assert text == ERROR_CODES[code][1], (code, text)
+    kernel = resources.files("argus_cutlass.templates").joinpath("gemm").joinpath("kernel.cu.j2").read_text()
+    entry = re.search(r"int \{\{ name \}\}\(([^)]*)\) \{", kernel).group(1)
+    params = [" ".join(p.split()) for p in entry.split(",")]
+    assert params == [f"{t} {n}" for n, t in ENTRY_SIGNATURE]
+
+
+def test_k_range():
+    p = GemmProblem(64, 64, 2**24 - 1)
+    p.check_k_range(24)
+    with pytest.raises(ProblemError) as info:
+        GemmProblem(64, 64, 2**24).check_k_range(24)
+    assert info.value.rule == "problem.k_range"
+    assert "K=16777216 >= 2^24" in str(info.value) and "generate the kernel for this problem" in str(info.value)

@@ -1,5 +1,6 @@
 """CPU-side runtime: dtype bits, result comparison, pointer/stream handling, CUDA error
-mapping, the reference kernel's rendering, and loading a built library (no GPU needed)."""
+mapping, the reference kernel's rendering, and loading a built library through the GEMM's C ABI
+(no GPU needed: the entries refuse bad arguments before any CUDA call)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import numpy as np
 import pytest
 
 from argus_cutlass.errors import DeviceError, LaunchError, ProblemError
-from argus_cutlass.runtime import check, cuda
-from argus_cutlass.runtime.launch import GemmKernelLibrary, device_pointer
-from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.kernels.gemm import check
+from argus_cutlass.kernels.gemm.library import GemmKernelLibrary
+from argus_cutlass.kernels.gemm.problem import ERROR_CODES, GemmProblem
 from argus_cutlass.kernels.gemm.reference import reference_name, render_reference
+from argus_cutlass.runtime import cuda
+from argus_cutlass.runtime.launch import device_pointer
 
 # ---- dtype bits --------------------------------------------------------------------------
 
@@ -105,6 +108,20 @@ def test_check_result_summary_and_dict():
     assert res.summary().startswith("PASS 16x24x8 bf16->bf16 tn")
     d = res.as_dict()
     assert d["passed"] and d["problem"]["layout"] == "tn" and d["unwritten"] == 0
+
+
+def test_runtime_keeps_only_generic_glue():
+    """GEMM specifics live in kernels/gemm; runtime/ imports no family (layers point down)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    runtime_dir = Path(importlib.util.find_spec("argus_cutlass.runtime").origin).parent
+    for name in ("__init__.py", "cuda.py", "launch.py", "check.py"):
+        tree = ast.parse((runtime_dir / name).read_text())
+        mods = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in mods if m.startswith(("argus_cutlass.kernels", "argus_cutlass.generate"))], name
+    assert check.float32_to_bits is __import__("argus_cutlass.runtime.check", fromlist=["x"]).float32_to_bits
 
 
 def test_time_kernel_needs_iterations():
@@ -228,11 +245,11 @@ def test_load_reference_library(tmp_path, monkeypatch):
     name, src = render_reference("bf16", "bf16", "tn")
     art = compile_cu(src, name, "shared")
     lib = GemmKernelLibrary(art.path, name)
-    assert lib.smem_bytes() == 0 and lib.threads() == 256
-    assert lib.error_string(2) == "C is null but beta != 0"
+    assert lib.smem_bytes() == 0 and lib.threads() == 256 and lib.grid(8, 8) is None  # no <name>_grid
+    assert lib.error_string(2) == "C is null but beta != 0" == ERROR_CODES[2][1]
     with pytest.raises(LaunchError) as info:  # refused before any CUDA call: no GPU needed
         lib(0x1000, 0x2000, None, 0x3000, 8, 8, 8, 8, 8, 8, 8, 1.0, 1.0)
-    assert info.value.rule == "launch.failed"
+    assert info.value.rule == "problem.pointer"  # the ABI's code 2
     assert "returned 2: C is null but beta != 0" in str(info.value)
     with pytest.raises(LaunchError) as info:
         GemmKernelLibrary(art.path, "no_such_kernel")
@@ -247,8 +264,9 @@ def test_load_missing_library(tmp_path):
 
 def test_run_validates_problem_and_pointers():
     class Lib(GemmKernelLibrary):
-        def __init__(self):
+        def __init__(self, k_bound_bits=None):
             self.calls = []
+            self.k_bound_bits = k_bound_bits
 
         def __call__(self, *args):
             self.calls.append(args)
@@ -266,3 +284,17 @@ def test_run_validates_problem_and_pointers():
     with pytest.raises(ProblemError) as info:
         lib.run(p, 0x1000, 0x2000, None, 0x3000, beta=1.0)
     assert info.value.rule == "problem.pointer" and "C is a null pointer" in str(info.value)
+    with pytest.raises(ProblemError) as info:  # K outside the range the kernel's proofs hold for
+        Lib(k_bound_bits=24).run(GemmProblem(64, 64, 2**24), 0x1000, 0x2000, None, 0x3000)
+    assert info.value.rule == "problem.k_range" and "K=16777216 >= 2^24" in str(info.value)
+    Lib(k_bound_bits=25).run(GemmProblem(64, 64, 2**24), 0x1000, 0x2000, None, 0x3000)
+
+
+def test_return_codes_map_to_their_rules():
+    from argus_cutlass.kernels.gemm.library import _code_rule
+
+    assert _code_rule(3)[0] == "problem.k_range" and "generate it for this problem" in _code_rule(3)[1]
+    assert [_code_rule(c)[0] for c in (1, 2, 4, 5, 6, 7)] == [
+        "problem.size", "problem.pointer", "tma.address_alignment", "tma.stride_alignment", "launch.tensor_map",
+        "launch.attribute"]
+    assert _code_rule(1002)[0] == "launch.cuda" and _code_rule(99)[0] == "launch.failed"

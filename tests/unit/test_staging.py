@@ -11,8 +11,7 @@ from argus_cutlass.agent.store import shipped_entries
 
 from argus_cutlass.errors import DslError
 from argus_cutlass.kernels.gemm.config import GemmConfig
-from argus_cutlass.programs.gemm import build_gemm_program
-from argus_cutlass.programs.gemm_dsl import gemm_dsl_program, r2s_instruction
+from argus_cutlass.kernels.gemm.program import build_program
 from argus_cutlass.verify.staging import (
     check_stage_reuse,
     check_staging,
@@ -27,8 +26,9 @@ COL_MAJOR = GemmConfig(swap_ab=True, tile_m=64, tile_n=32, schedule="pingpong", 
 
 
 def _dsl(cfg: GemmConfig, **changes):
-    dsl = gemm_dsl_program(build_gemm_program(cfg))
-    return dsl.replace_staging(**changes) if changes else dsl
+    """The program of ``cfg`` with its staging node edited."""
+    program = build_program(cfg)
+    return program.replace_node("staging", **changes) if changes else program
 
 
 def test_stmatrix_semantics_hand_values():
@@ -52,15 +52,10 @@ def test_stmatrix_rejects_bad_arguments():
         stmatrix_store(np.zeros(32, dtype=np.int64), 3, False)
 
 
-def test_r2s_ops_map_to_ptx():
-    assert r2s_instruction("cute::SM90_U32x4_STSM_N") == ("stmatrix", 4, False)
-    assert r2s_instruction("cute::SM90_U16x8_STSM_T") == ("stmatrix", 4, True)
-    assert r2s_instruction("cute::AutoVectorizingCopyWithAssumedAlignment<128>")[0] == "st.shared"
-
-
 @pytest.mark.parametrize("cfg", [ROW_MAJOR, COL_MAJOR, GemmConfig(), GemmConfig(out_dtype="fp32"),
-                                 GemmConfig(dtype="fp16", out_dtype="fp16", epi_n=16)],
-                         ids=["row", "col", "default", "fp32_out", "fp16_epi16"])
+                                 GemmConfig(dtype="fp16", out_dtype="fp16", epi_n=16), GemmConfig(epi_n=8),
+                                 GemmConfig(epi_n=24, tile_n=192)],
+                         ids=["row", "col", "default", "fp32_out", "fp16_epi16", "epi8_x2", "epi24_x2"])
 def test_correct_programs_are_accepted(cfg):
     dsl = _dsl(cfg)
     proofs, bad = check_staging(dsl)
@@ -102,12 +97,25 @@ def test_missing_trans_is_a_misaligned_row():
 
 
 def test_stage_reuse_needs_one_stage_of_slack():
-    dsl = _dsl(ROW_MAJOR)
-    stages = dsl.tensor("sD").shape[2]
-    assert dsl.staging.store_wait == build_gemm_program(ROW_MAJOR).epilogue.stages_d - 1 <= stages - 1
-    _, bad = check_stage_reuse(dsl.replace_staging(store_wait=stages))
+    program = _dsl(ROW_MAJOR)
+    stages = program.tensor("sD").shape[2]
+    assert program.staging.store_wait == stages - 1
+    _, bad = check_stage_reuse(program.replace_node("staging", store_wait=stages))
     assert bad and bad[0].invariant == "G6" and bad[0].counterexample.params["store_wait"] == stages
     assert f"subtile {stages} overwrites stage 0" in bad[0].message
+
+
+def test_stage_reuse_per_schedule():
+    """Cooperative: one store thread, the counter runs on. Ping-pong: two store threads share sD and
+    must take turns at the epilogue (the turn order); without it group 1 overwrites group 0's stage."""
+    import dataclasses
+
+    coop = check_stage_reuse(build_program(GemmConfig()))[0][0].summary
+    assert "one store thread, the subtile counter runs on across tiles" in coop
+    pp = build_program(ROW_MAJOR)
+    assert "2 groups take turns at the epilogue" in check_stage_reuse(pp)[0][0].summary
+    _, bad = check_stage_reuse(dataclasses.replace(pp, orders=()))
+    assert bad and "share the staging buffer without taking turns" in bad[0].message
 
 
 def test_probe_tables_predict_the_staging_image():
@@ -121,9 +129,9 @@ def test_probe_tables_predict_the_staging_image():
 
 
 def test_dsl_rejects_bad_staging_nodes():
-    from argus_cutlass.dsl.ir import ProgramBuilder
+    from argus_cutlass.dsl.builder import ProgramBuilder
 
-    b = ProgramBuilder("p", 2)
+    b = ProgramBuilder("p")
     sd = b.tensor("sD", "smem", (64, 32, 2), "bf16")
     with pytest.raises(DslError) as info:
         b.smem_stage("accum", sd, op="stmatrix", num=3)
@@ -133,8 +141,11 @@ def test_dsl_rejects_bad_staging_nodes():
         b.smem_stage("accum", sd, op="stmatrix", num=4, matrix_order=(0, 0, 1, 2))
     with pytest.raises(DslError, match="expected 'stmatrix' or 'st.shared'"):
         b.smem_stage("accum", sd, op="st.global")
-    with pytest.raises(DslError, match="only the MMA accumulator"):
-        b.smem_stage("acc", sd, op="stmatrix")
+
+
+def test_staging_from_another_register_tensor_is_rejected():
+    _, bad = check_staging(_dsl(ROW_MAJOR, src="acc2"))
+    assert bad and "stores register tensor 'acc2', but the MMA accumulates into 'accum'" in bad[0].message
 
 
 @pytest.mark.parametrize("changes,text", [
@@ -146,7 +157,7 @@ def test_dsl_rejects_bad_staging_nodes():
 ])
 def test_replace_staging_validates_like_the_builder(changes, text):
     with pytest.raises(DslError, match=re.escape(text)):
-        _dsl(ROW_MAJOR).replace_staging(**changes)
+        _dsl(ROW_MAJOR).replace_node("staging", **changes)
 
 
 @pytest.mark.nvcc

@@ -5,26 +5,29 @@ from __future__ import annotations
 import pytest
 
 from argus_cutlass.errors import VerificationError
+from argus_cutlass.hw.semantics import INT_OPS, consumer_counter, pipeline_state, pipeline_step, wait_passes
 from argus_cutlass.kernels.gemm.config import GemmConfig
-from argus_cutlass.programs.gemm import build_gemm_program
-from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
+from argus_cutlass.kernels.gemm.program import build_program
 from argus_cutlass.verify import check_gemm, verify_gemm
-from argus_cutlass.verify.pipeline import check_protocol, check_tx_bytes
-from argus_cutlass.hw.semantics import INT_OPS, pipeline_state, pipeline_step, wait_passes
+from argus_cutlass.verify.pipeline import check_protocol, check_tx_bytes, schedule_of
 from argus_cutlass.verify.smt import check_pipeline_smt
 
 S4 = GemmConfig()  # 4 stages
 S7 = GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, cluster_m=1, stages=7)
 
 
-def _program(cfg):
-    program = build_gemm_program(cfg)
-    return program, gemm_dsl_program(program)
+def _pipe(program, producer=None, consumer=None, **changes):
+    """``program`` with its mainloop pipeline edited (nested sides as dicts)."""
+    ch = dict(changes)
+    for side, d in (("producer", producer), ("consumer", consumer)):
+        for k, v in (d or {}).items():
+            ch[f"{side}.{k}"] = v
+    return program.replace_node("pipeline", "mainloop", **ch)
 
 
-def _rejected(program, dsl):
+def _rejected(program):
     with pytest.raises(VerificationError) as info:
-        check_gemm(program, dsl)
+        check_gemm(program)
     report = info.value.report
     assert all(v.invariant == "G6" for v in report.violations), report.format()
     return report
@@ -33,18 +36,18 @@ def _rejected(program, dsl):
 def _cex(report, rule):
     v = next(v for v in report.violations if v.rule == rule)
     assert v.counterexample is not None and v.counterexample.invariant == "G6"
-    assert "gemm_dsl.py" in v.where and v.counterexample.program_point == "mainloop.pipeline"
+    assert "program.py" in v.where and v.counterexample.program_point == "mainloop.pipeline"
     return v, v.counterexample
 
 
-def test_pipeline_node_mirrors_pipeline_plan():
-    program, dsl = _program(S4)
-    pipe = dsl.pipeline
-    assert pipe.stages == program.pipeline.stages == 4
+def test_pipeline_node_of_the_program():
+    pipe = build_program(S4).pipeline
+    assert pipe.stages == S4.stages == 4
     assert (pipe.producer.start_phase, pipe.consumer.start_phase) == (1, 0)
     assert pipe.producer.wrap == pipe.consumer.wrap == 4
     assert pipe.producer.carry_across_tiles and pipe.consumer.carry_across_tiles
     assert pipe.tx_bytes == 49152 and pipe.loads == ("tma_sA", "tma_sB")
+    # 2 cooperative warpgroups x (2 + 1 - 1) CTAs of the 2x1 cluster whose loads write a stage
     assert pipe.consumer_arrivals == pipe.consumer_arrivers == 4
 
 
@@ -60,20 +63,18 @@ def test_closed_form_matches_operator_plus_plus_by_enumeration():
 
 @pytest.mark.parametrize("cfg", [S4, S7], ids=["s4", "s7"])
 def test_shipped_pipeline_proved_by_every_tier(cfg):
-    program, dsl = _program(cfg)
-    report = check_gemm(program, dsl)
+    report = check_gemm(build_program(cfg))
     got = {(p.rule, p.engine) for p in report.proofs}
     assert {("pipeline.tx_bytes", "arith"), ("pipeline.arrivals", "arith"), ("pipeline.protocol", "enum"),
             ("pipeline.state", "smt"), ("pipeline.stage", "smt"), ("pipeline.parity", "smt"),
             ("pipeline.carry", "smt")} <= got
     proto = next(p for p in report.proofs if p.rule == "pipeline.protocol")
     assert f"k_tiles in [1, {2 * cfg.stages + 1}]" in proto.summary and proto.points > 100
-    assert any("for all i < 2^24" in p.summary for p in report.proofs if p.rule == "pipeline.stage")
+    assert any("all i < 2^24" in p.summary for p in report.proofs if p.rule == "pipeline.stage")
 
 
 def test_consumer_phase_starting_at_1():
-    program, dsl = _program(S4)
-    report = _rejected(program, dsl.replace_pipeline(consumer={"start_phase": 1}))
+    report = _rejected(_pipe(build_program(S4), consumer={"start_phase": 1}))
     assert {"pipeline.protocol", "pipeline.parity"} <= set(report.rules_violated())
     _, cex = _cex(report, "pipeline.protocol")
     # smallest: the very first read passes the barrier before any fill
@@ -88,8 +89,7 @@ def test_consumer_phase_starting_at_1():
 
 
 def test_producer_phase_starting_at_0_deadlocks():
-    program, dsl = _program(S4)
-    report = _rejected(program, dsl.replace_pipeline(producer={"start_phase": 0}))
+    report = _rejected(_pipe(build_program(S4), producer={"start_phase": 0}))
     v, cex = _cex(report, "pipeline.protocol")
     assert "deadlock" in v.message and cex.trace == ()
     v, cex = _cex(report, "pipeline.parity")
@@ -99,10 +99,10 @@ def test_producer_phase_starting_at_0_deadlocks():
 
 @pytest.mark.parametrize("cfg", [S4, S7], ids=["s4", "s7"])
 def test_consumer_stage_index_mod_s_minus_1(cfg):
-    program, dsl = _program(cfg)
     S = cfg.stages
-    report = _rejected(program, dsl.replace_pipeline(consumer={"wrap": S - 1}))
-    assert {"pipeline.protocol", "pipeline.state", "pipeline.stage", "pipeline.parity"} <= set(report.rules_violated())
+    report = _rejected(_pipe(build_program(cfg), consumer={"wrap": S - 1}))
+    assert {"pipeline.wrap", "pipeline.protocol", "pipeline.state", "pipeline.stage",
+            "pipeline.parity"} <= set(report.rules_violated())
     _, cex = _cex(report, "pipeline.stage")
     # smallest iteration at which i mod (S-1) != i mod S is i = S - 1
     assert cex.engine == "smt" and cex.params["i"] == S - 1 and cex.iteration == S - 1
@@ -113,10 +113,10 @@ def test_consumer_stage_index_mod_s_minus_1(cfg):
 
 @pytest.mark.parametrize("delta", [-1, 1], ids=["one_box_short", "one_box_extra"])
 def test_tx_bytes_off_by_one_box(delta):
-    program, dsl = _program(S4)
-    box = dsl.load_into("sA").copy.box_bytes
-    bad = dsl.replace_pipeline(tx_bytes=dsl.pipeline.tx_bytes + delta * box)
-    report = _rejected(program, bad)
+    program = build_program(S4)
+    box = program.load_into("sA").copy.box_bytes
+    bad = _pipe(program, tx_bytes=program.pipeline.tx_bytes + delta * box)
+    report = _rejected(bad)
     v, cex = _cex(report, "pipeline.tx_bytes")
     assert f"expect_tx {49152 + delta * box} bytes != 49152 bytes" in v.message
     assert "tma_sA 1 x 16384 + tma_sB 2 x 16384" in v.message
@@ -126,12 +126,11 @@ def test_tx_bytes_off_by_one_box(delta):
         assert cex.iteration == 0 and "iteration 0's data (partial)" in cex.actual
     else:  # the barrier never completes
         assert "deadlock" in v.message
-    assert check_tx_bytes(dsl)[1] == []
+    assert check_tx_bytes(program)[1] == []
 
 
 def test_pipeline_reset_per_tile_consumer_only():
-    program, dsl = _program(S4)
-    report = _rejected(program, dsl.replace_pipeline(consumer={"carry_across_tiles": False}))
+    report = _rejected(_pipe(build_program(S4), consumer={"carry_across_tiles": False}))
     assert {"pipeline.protocol", "pipeline.stage", "pipeline.carry"} <= set(report.rules_violated())
     _, cex = _cex(report, "pipeline.protocol")
     # one k-tile per tile: tile 1's consumer re-reads stage 0 = iteration 0's (stale) data
@@ -145,9 +144,8 @@ def test_pipeline_reset_per_tile_consumer_only():
 def test_pipeline_reset_per_tile_both_sides():
     """Both sides reset: consistent with each other, but tile 1's producer waits on a release
     parity that already flipped: the SMT tier finds it for every k_tiles not a multiple of 2S."""
-    program, dsl = _program(S7)
-    bad = dsl.replace_pipeline(producer={"carry_across_tiles": False}, consumer={"carry_across_tiles": False})
-    report = _rejected(program, bad)
+    bad = _pipe(build_program(S7), producer={"carry_across_tiles": False}, consumer={"carry_across_tiles": False})
+    report = _rejected(bad)
     assert {"pipeline.protocol", "pipeline.carry"} <= set(report.rules_violated())
     _v, cex = _cex(report, "pipeline.carry")
     assert cex.params == {"tile": 1, "k_tiles": 1}
@@ -158,29 +156,76 @@ def test_reset_invisible_when_k_tiles_multiple_of_2s_but_smt_finds_it():
     check at K = 4096 (64 k-tiles, S = 4) passes; the symbolic one does not."""
     from argus_cutlass.verify.pipeline import _explore
 
-    _, dsl = _program(S4)
-    bad = dsl.replace_pipeline(producer={"carry_across_tiles": False}, consumer={"carry_across_tiles": False})
-    assert _explore(bad.pipeline, 49152, k_tiles=8, tiles=3)[1] is None
+    bad = _pipe(build_program(S4), producer={"carry_across_tiles": False}, consumer={"carry_across_tiles": False})
+    assert _explore(bad.pipeline, 49152, k_tiles=8, tiles=3, sched=schedule_of(bad))[1] is None
     _, v, unknown = check_pipeline_smt(bad)
     assert not unknown and "pipeline.carry" in {x.rule for x in v}
 
 
 def test_arrival_count_mismatch():
-    program, dsl = _program(S4)
-    report = _rejected(program, dsl.replace_pipeline(consumer_arrivals=3))
+    report = _rejected(_pipe(build_program(S4), consumer_arrivals=5))
     assert "pipeline.arrivals" in report.rules_violated()
     v = next(v for v in report.violations if v.rule == "pipeline.arrivals")
-    assert "empty barrier initialised with 3 arrivals, but a release makes 4" in v.message
+    assert ("empty barrier initialised with 5 arrivals, but a release makes 4 (2 consumer warpgroup(s) reading a "
+            "stage x 2 CTA(s) whose loads write it): the empty barrier never completes") in v.message
+    # the protocol finds the hang it causes
+    assert any("deadlock" in x.message for x in report.violations if x.rule == "pipeline.protocol")
+
+
+@pytest.mark.parametrize("cfg,real", [
+    (GemmConfig(cluster_m=1), 2),                         # cooperative: 2 warpgroups read each stage
+    (GemmConfig(cluster_m=2, cluster_n=2, stages=3), 6),  # x 3 CTAs (row + column) write it
+    (S7, 1),                                              # ping-pong: 1 warpgroup per stage
+    (GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, cluster_m=2, stages=7), 2),
+])
+def test_arrivals_per_schedule_and_cluster(cfg, real):
+    """consumer_arrivals == consumer_arrivers == what release_stage makes; both fields planted."""
+    p = build_program(cfg)
+    assert p.pipeline.consumer_arrivals == p.pipeline.consumer_arrivers == real
+    for field in ("consumer_arrivals", "consumer_arrivers"):
+        report = verify_gemm(_pipe(p, **{field: real + 1}), smt=False)
+        assert "pipeline.arrivals" in report.rules_violated(), field
+        assert next(v for v in report.violations if v.rule == "pipeline.arrivals").counterexample is not None
 
 
 def test_protocol_enumeration_alone_is_fast_and_exhaustive():
-    _, dsl = _program(S7)
-    proofs, violations = check_protocol(dsl)
+    proofs, violations = check_protocol(build_program(S7))
     assert not violations and proofs[0].engine == "enum" and "k_tiles in [1, 15]" in proofs[0].summary
+    assert "ping-pong: warpgroup t mod 2 runs tile t" in proofs[0].summary and "3 tiles" in proofs[0].summary
+
+
+def test_ping_pong_consumer_state_skips_the_other_groups_tile():
+    """The kernel's ping-pong groups: group 1 starts advanced by k_tiles, each group advances past the
+    other's tile; the counter of tile t's k-tile kt is t * k_tiles + kt, as the producer's."""
+    for kt_count in (1, 3, 5):
+        for t in range(6):
+            for kt in range(kt_count):
+                assert consumer_counter(INT_OPS, t, kt, kt_count, True, 2, True) == t * kt_count + kt
+    # without the skip (no turn order) group 0's second tile reuses group 1's iterations
+    assert consumer_counter(INT_OPS, 2, 0, 4, True, 2, False) == 4 != 2 * 4
+
+
+def test_ping_pong_without_turn_order_is_rejected():
+    import dataclasses
+
+    p = build_program(S7)
+    report = verify_gemm(dataclasses.replace(p, orders=()), smt=True)
+    assert {"pipeline.protocol", "pipeline.carry", "epilogue.stage_reuse"} <= set(report.rules_violated())
+    v = next(v for v in report.violations if v.rule == "pipeline.protocol")
+    assert v.counterexample.params["tile"] == 2  # group 0's second tile reads stale data
+
+
+@pytest.mark.parametrize("lag,ok", [(1, True), (3, True), (4, False)])
+def test_release_lag_is_modelled(lag, ok):
+    """Releasing the stage of iteration i - lag: fine while lag < S (4), a deadlock at lag = S."""
+    report = verify_gemm(_pipe(build_program(GemmConfig(cluster_m=1)), release_lag=lag), smt=False)
+    assert report.ok == ok, report.format()
+    if not ok:
+        v = next(v for v in report.violations if v.rule == "pipeline.protocol")
+        assert "deadlock" in v.message
 
 
 def test_no_smt_keeps_enumeration_and_says_so():
-    program, dsl = _program(S4)
-    report = verify_gemm(program, dsl.replace_pipeline(consumer={"start_phase": 1}), smt=False)
+    report = verify_gemm(_pipe(build_program(S4), consumer={"start_phase": 1}), smt=False)
     assert report.rules_violated() == ["pipeline.protocol"]
     assert any("SMT tier off" in n for n in report.notes)

@@ -8,33 +8,34 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_verify_accept import ACCEPTED
 
-from argus_cutlass.dsl.atoms import Swizzle
-from argus_cutlass.layout import SwizzledLayout
-from argus_cutlass.kernels.gemm.config import GemmConfig
-from argus_cutlass.programs.gemm import build_gemm_program
-from argus_cutlass.programs.gemm_dsl import gemm_dsl_program
-from argus_cutlass.verify import check_gemm, verify_gemm
-from argus_cutlass.verify import smt as smt_tier
-from argus_cutlass.verify.absint import check_k_coverage
-from argus_cutlass.verify.report import Unknown
+from argus_cutlass.dsl.atoms import GmmaSmemAtom, Swizzle
+from argus_cutlass.dsl.ir import SmemView
 from argus_cutlass.hw.semantics import (
     INT_OPS,
     Z3Ops,
-    gmma_read_offset,
     k_tiles_of,
+    layout_offset,
     pipeline_state,
     swizzle,
     tma_box_offset,
 )
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.program import build_program
+from argus_cutlass.verify import check_gemm, verify_gemm
+from argus_cutlass.verify import smt as smt_tier
+from argus_cutlass.verify.absint import check_k_coverage, view_layout
+from argus_cutlass.verify.report import Unknown
 from argus_cutlass.verify.smt import check_k_coverage_smt, check_operands_smt, run_query
 
 z3 = pytest.importorskip("z3")
 
 
-def _dsl(cfg=None):
-    cfg = GemmConfig() if cfg is None else cfg
-    program = build_gemm_program(cfg)
-    return program, gemm_dsl_program(program)
+def _prog(cfg=None):
+    return build_program(GemmConfig() if cfg is None else cfg)
+
+
+def _sw64_view(program):
+    return program.replace_node("read", "A", view=SmemView(GmmaSmemAtom("K", 64, 16), program.read("A").view.shape))
 
 
 def _z3_value(term) -> int:
@@ -44,23 +45,24 @@ def _z3_value(term) -> int:
 @pytest.mark.parametrize("cfg", ACCEPTED[:4], ids=["tn", "nt", "nn", "tt"])
 def test_tma_and_gmma_maps_agree_between_numpy_and_z3(cfg):
     """The law: one semantics function, two engines, equal values on every sampled point."""
-    _, dsl = _dsl(cfg)
+    program = _prog(cfg)
     o = Z3Ops(32)
     rng = np.random.default_rng(0)
-    for read in dsl.reads:
-        load = dsl.load_into(read.src)
-        t = dsl.tensor(load.dst)
+    for read in program.reads:
+        load = program.load_into(read.src)
+        t = program.tensor(load.dst)
+        lay = view_layout(read.view)
         mn = rng.integers(0, load.tile_mn, 64)
         k = rng.integers(0, load.tile_k, 64)
-        s = rng.integers(0, dsl.stages, 64)
+        s = rng.integers(0, program.stages, 64)
         w = tma_box_offset(INT_OPS, load, mn, k, s, t.base_bytes, t.elem_bytes)
-        r = gmma_read_offset(INT_OPS, read, mn, k, s)
-        assert (r == read.layout(mn, k, s)).all()
+        r = layout_offset(INT_OPS, lay, mn, k, s)
+        assert (r == lay(mn, k, s)).all() and (w == r).all()  # the TMA writes where the MMA reads
         for i in range(0, 64, 8):
             a, b, c = int(mn[i]), int(k[i]), int(s[i])
             assert _z3_value(tma_box_offset(o, load, o.const(a), o.const(b), o.const(c), t.base_bytes,
                                             t.elem_bytes)) == int(w[i])
-            assert _z3_value(gmma_read_offset(o, read, o.const(a), o.const(b), o.const(c))) == int(r[i])
+            assert _z3_value(layout_offset(o, lay, o.const(a), o.const(b), o.const(c))) == int(r[i])
 
 
 @settings(max_examples=60, deadline=None)
@@ -75,9 +77,9 @@ def test_swizzle_and_pipeline_state_agree(bits, x, wrap, phase0, n):
         assert _z3_value(k_tiles_of(o, o.const(n + 1), 64, rounding)) == k_tiles_of(INT_OPS, n + 1, 64, rounding)
 
 
-@pytest.mark.parametrize("cfg", ACCEPTED, ids=lambda c: f"{c.layout}-{c.tile_m}x{c.tile_n}-s{c.stages}")
+@pytest.mark.parametrize("cfg", ACCEPTED, ids=lambda c: f"{c.layout}-{c.tile_m}x{c.tile_n}-{c.schedule}-s{c.stages}")
 def test_shipped_configs_have_smt_proofs(cfg):
-    report = check_gemm(build_gemm_program(cfg))
+    report = check_gemm(build_program(cfg))
     assert report.complete, report.format()
     smt_rules = {p.rule for p in report.proofs if p.engine == "smt"}
     assert {"k.coverage", "pipeline.stage", "pipeline.parity", "pipeline.carry", "pipeline.state",
@@ -86,19 +88,22 @@ def test_shipped_configs_have_smt_proofs(cfg):
     assert set(report.tier_seconds) == {"arith", "enum", "smt"}
 
 
-def _k_violation(dsl):
-    _proofs, violations, unknown = check_k_coverage_smt(dsl)
+def _k_violation(program):
+    _proofs, violations, unknown = check_k_coverage_smt(program)
     assert not unknown and len(violations) == 1
     v = violations[0]
-    assert v.rule == "k.coverage" and v.invariant == "G3" and "gemm_dsl.py" in v.where
+    assert v.rule == "k.coverage" and v.invariant == "G3" and "program.py" in v.where
     cex = v.counterexample
     assert cex.engine == "smt" and cex.program_point == "mainloop.k_loop" and cex.invariant == "G3"
     return v, cex
 
 
+def _loop(program, **changes):
+    return program.replace_node("loop", "k", **changes)
+
+
 def test_k_tiles_floor_drops_the_residue():
-    _, dsl = _dsl()
-    v, cex = _k_violation(dsl.replace_kloop(rounding="floor"))
+    v, cex = _k_violation(_loop(_prog(), rounding="floor"))
     assert cex.params == {"K": 1, "k_tiles": 0}  # smallest K
     assert cex.element == {"tensor": "A", "coord": "(m=0, k=0)"}
     assert cex.actual == "k=0 never summed: the loop runs 0 k-tiles x 4 k-blocks (floor(1/64))"
@@ -106,8 +111,7 @@ def test_k_tiles_floor_drops_the_residue():
 
 
 def test_one_k_block_missing():
-    _, dsl = _dsl()
-    _v, cex = _k_violation(dsl.replace_kloop(k_blocks=3))
+    _v, cex = _k_violation(_loop(_prog(), k_blocks=3))
     assert cex.params == {"K": 49, "k_tiles": 1}
     assert (cex.k_tile, cex.k_block, cex.slot) == (0, 3, {"k": 0})
     assert cex.chain[0] == "gmem A(m=0, k=48)" and cex.chain[-1] == "MMA slot k=0"
@@ -115,51 +119,56 @@ def test_one_k_block_missing():
 
 
 def test_one_k_block_too_many_sums_twice():
-    _, dsl = _dsl()
-    _v, cex = _k_violation(dsl.replace_kloop(k_blocks=5))
+    _v, cex = _k_violation(_loop(_prog(), k_blocks=5))
     assert cex.params == {"K": 65, "k_tiles": 2}
     assert "k=64 summed twice" in cex.actual
 
 
-def test_no_zero_fill_sums_garbage_past_k():
-    _, dsl = _dsl()
-    _v, cex = _k_violation(dsl.replace_kloop(oob_fill="none"))
-    assert cex.params["K"] == 1 and "summed from an unfilled smem element" in cex.actual
+def test_nan_fill_is_residue_load_not_coverage():
+    """k coverage is about which k are summed; what the residue slots read is residue.load (G8)."""
+    bad = _loop(_prog(), oob_fill="nan")
+    _proofs, violations, unknown = check_k_coverage_smt(bad)
+    assert not violations and not unknown
+    report = verify_gemm(bad)
+    assert report.rules_violated() == ["residue.load"]
+    cex = report.violations[0].counterexample
+    assert cex.invariant == "G8" and cex.params == {"K": 1, "k_tiles": 1} and "NaN" in cex.actual
 
 
 def test_k_coverage_enumeration_tier_agrees():
-    _, dsl = _dsl()
-    assert check_k_coverage(dsl)[1] == []
-    for bad in (dsl.replace_kloop(rounding="floor"), dsl.replace_kloop(k_blocks=3), dsl.replace_kloop(k_blocks=5)):
+    program = _prog()
+    assert check_k_coverage(program)[1] == []
+    for bad in (_loop(program, rounding="floor"), _loop(program, k_blocks=3), _loop(program, k_blocks=5)):
         assert check_k_coverage(bad)[1][0].invariant == "G3"
     # with the SMT tier on, the report carries the SMT counterexample instead
-    program, _ = _dsl()
-    report = verify_gemm(program, dsl.replace_kloop(rounding="floor"))
+    report = verify_gemm(_loop(program, rounding="floor"))
     ks = [v for v in report.violations if v.rule == "k.coverage"]
     assert len(ks) == 1 and ks[0].counterexample.engine == "smt"
 
 
 def test_operand_cross_check_finds_the_enumeration_counterexample():
-    """The SMT tier, through the same semantics, finds the same smallest bad slot as enumeration."""
-    program, dsl = _dsl()
-    bad = dsl.replace_read("A", layout=SwizzledLayout(Swizzle(2, 3, 3), dsl.tensor("sA").layout.layout))
-    enum_cex = verify_gemm(program, bad).violations[0].counterexample
+    """The SMT tier, through the same semantics, finds a bad slot on the same stage and k-block as
+    the enumeration, and the element it names really is misplaced."""
+    bad = _sw64_view(_prog())
+    enum_cex = next(v for v in verify_gemm(bad, smt=False).violations if v.rule == "mma.k_agreement").counterexample
     _, violations, _ = check_operands_smt(bad)
     v = violations[0]
     cex = v.counterexample
     assert v.rule == "mma.k_agreement" and v.invariant == "G1" and cex.engine == "smt"
-    assert cex.smem_offset["A"] == enum_cex.smem_offset["A"] == 256
-    assert (cex.slot["mn"], cex.stage, cex.k_block) == (enum_cex.slot["m"], enum_cex.stage, enum_cex.k_block)
-    assert cex.thread == enum_cex.thread and cex.register == enum_cex.register
-    assert "A(mn=4, k=32)" in cex.actual
+    assert (cex.stage, cex.k_block) == (enum_cex.stage, enum_cex.k_block) == (0, 0)
+    mn, k = cex.slot["mn"], cex.slot["k"]
+    off = int(view_layout(bad.read("A").view)(mn, k, 0))
+    assert cex.smem_offset["A"] == off
+    load = bad.load_into("sA")
+    t = bad.tensor("sA")
+    mm, kk = np.meshgrid(np.arange(128), np.arange(64), indexing="ij")
+    w = tma_box_offset(INT_OPS, load, mm, kk, 0, t.base_bytes, t.elem_bytes)
+    hit = np.argwhere(w == off)[0]
+    assert int(hit[1]) != k and f"A(mn={int(hit[0])}, k={int(hit[1])})" in cex.actual
 
 
 def test_operand_cross_check_tma_writes_outside():
-    import dataclasses
-
-    _, dsl = _dsl(GemmConfig(cluster_m=1))
-    ld = dsl.load_into("sB")
-    bad = dsl.replace_load("sB", copy=dataclasses.replace(ld.copy, box=(48, 256)))
+    bad = _prog(GemmConfig(cluster_m=1)).replace_node("load", "tma_sB", **{"copy.box": (48, 256)})
     _, violations, _ = check_operands_smt(bad)
     v = violations[0]
     cex = v.counterexample
@@ -189,14 +198,16 @@ def test_unknown_in_the_report(monkeypatch):
         return smt_tier.QueryResult(name, "unknown", {}, 0.05, "timeout")
 
     monkeypatch.setattr(smt_tier, "run_query", always_unknown)
-    report = verify_gemm(build_gemm_program(GemmConfig()), smt_timeout_ms=7)
-    assert report.ok and not report.complete
+    smt_tier._MEMO.clear()
+    report = verify_gemm(build_program(GemmConfig()), smt_timeout_ms=7)
+    assert report.ok and not report.complete and not report.verified
     assert not [p for p in report.proofs if p.engine == "smt"]
     assert all(isinstance(u, Unknown) and u.timeout_ms == 7 and u.reason == "timeout" for u in report.unknowns)
     names = {u.query for u in report.unknowns}
     assert "G6 pipeline.parity: consumer wait parity" in names and "G3 k.coverage: every k < K is summed by a slot" in names
+    assert "G6 pipeline.parity: G6 pipeline.parity: consumer wait parity (timeout)" in report.not_proved
     text = report.format()
-    assert "verified (incomplete)" in text
+    assert f"INCOMPLETE ({len(report.unknowns)} unknown: not proved)" in text.splitlines()[0]
     assert "UNKNOWN G6 pipeline.parity: query 'G6 pipeline.parity: consumer wait parity' returned unknown " \
            "(timeout, timeout 7 ms): not proved" in text
     assert not any("[smt]" in line for line in report.proved)
@@ -206,14 +217,11 @@ def test_missing_z3_is_a_clear_toolchain_error(monkeypatch):
     import sys
 
     from argus_cutlass.errors import ToolchainError
-    from argus_cutlass.kernels.gemm.config import GemmConfig
-    from argus_cutlass.programs.gemm import build_gemm_program
-    from argus_cutlass.verify import verify_gemm
 
     monkeypatch.setitem(sys.modules, "z3", None)  # import z3 now raises ImportError
     with pytest.raises(ToolchainError, match=r"\[toolchain\.z3\] the verifier's SMT tier needs z3-solver"):
-        verify_gemm(build_gemm_program(GemmConfig()))
-    assert verify_gemm(build_gemm_program(GemmConfig()), smt=False).ok  # still usable without it
+        verify_gemm(build_program(GemmConfig()))
+    assert verify_gemm(build_program(GemmConfig()), smt=False).ok  # still usable without it
 
 
 def test_smt_timeout_setting_reaches_the_queries(monkeypatch):

@@ -64,13 +64,18 @@ def default_config(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str =
 
 
 def fit_stages(cfg: GemmConfig) -> GemmConfig:
-    """``cfg`` with its stage count lowered until the shared-memory model fits sm_90.
+    """``cfg`` with its stage count lowered until its program's shared memory fits sm_90's
+    232448 bytes (:func:`argus_cutlass.plan.resources.smem_total_bytes`: the template's
+    ``kSmemBytes``, read from the program's smem tensors and mbarriers).
 
     Stops at 2 stages (the verifier reports a config that does not fit even then).
-    """
-    from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, smem_bytes
-    from argus_cutlass.programs.gemm import build_gemm_program
 
-    while cfg.stages > 2 and smem_bytes(build_gemm_program(cfg)).total > SMEM_LIMIT_BYTES:
+    >>> fit_stages(GemmConfig(stages=9)).stages  # 4 x 48 KiB + 16 KiB staging + barriers + 1 KiB
+    4
+    """
+    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, smem_total_bytes
+
+    while cfg.stages > 2 and smem_total_bytes(build_program(cfg)) > SMEM_LIMIT_BYTES:
         cfg = cfg.replace(stages=cfg.stages - 1)
     return cfg

@@ -28,6 +28,24 @@ Rules checked by :meth:`GemmProblem.validate` (the ``rule`` of the raised
                            for B, N for C/D) is a multiple of 16 bytes, i.e. of 8 bf16/fp16
                            or 4 fp32 elements (CUTLASS ``can_implement``: TMA alignment)
 ``tma.address_alignment``  base pointers are 16-byte aligned (:meth:`GemmProblem.check_pointer`)
+
+The C ABI
+---------
+Every generated GEMM (``templates/gemm/host.j2`` and ``kernel.cu.j2``) and the reference GEMM
+(``templates/reference_gemm.cu.j2``) export, for the kernel name ``<name>``::
+
+    int <name>(const void* A, const void* B, const void* C, void* D,
+               int M, int N, int K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd,
+               float alpha, float beta, cudaStream_t stream);   // 0 on success
+    int <name>_smem_bytes();                // dynamic shared memory per CTA (bytes)
+    int <name>_threads();                   // threads per CTA
+    int <name>_grid(int M, int N);          // persistent CTAs launched (generated GEMMs only)
+    const char* <name>_error_string(int code);
+
+The entry is stream-ordered (it returns once the kernel is enqueued); C may be null when
+``beta == 0``. Its return codes are :data:`ERROR_CODES` (``1000 + cudaError_t`` for a failed
+CUDA runtime call). Code 3 is the proof range: the k-loop proofs of a program hold for
+``K < 2**bound_bits`` (its :class:`~argus_cutlass.dsl.ir.KLoop`), and the entry refuses a larger K.
 """
 
 from __future__ import annotations
@@ -43,6 +61,28 @@ LAYOUTS = ("tn", "nt", "nn", "tt")
 #: TMA: global address and every global stride must be multiples of this many bytes
 TMA_ALIGN_BYTES = 16
 _INT32_MAX = 2**31 - 1
+
+#: argument types of the ``extern "C"`` entry, in order (the names are the C parameters)
+ENTRY_SIGNATURE: tuple[tuple[str, str], ...] = (
+    ("A", "const void*"), ("B", "const void*"), ("C", "const void*"), ("D", "void*"),
+    ("M", "int"), ("N", "int"), ("K", "int"),
+    ("lda", "int64_t"), ("ldb", "int64_t"), ("ldc", "int64_t"), ("ldd", "int64_t"),
+    ("alpha", "float"), ("beta", "float"), ("stream", "cudaStream_t"),
+)
+#: the entry's return codes (``enum ErrorCode`` of ``templates/gemm/host.j2``): code ->
+#: (rule, meaning). The rules are the Python checks that refuse the same input first.
+ERROR_CODES: dict[int, tuple[str, str]] = {
+    1: ("problem.size", "M, N and K must be >= 1"),
+    2: ("problem.pointer", "C is null but beta != 0"),
+    3: ("problem.k_range", "K is outside the range the verifier proved the k loop for"),
+    4: ("tma.address_alignment", "A, B, C or D is not 16-byte aligned (TMA global address rule)"),
+    5: ("tma.stride_alignment",
+        "a leading dimension times the element size is not a multiple of 16 bytes (TMA stride rule)"),
+    6: ("launch.tensor_map", "cuTensorMapEncodeTiled is unavailable or refused a tensor map"),
+    7: ("launch.attribute", "cudaFuncSetAttribute or the cluster occupancy query failed"),
+}
+#: a return code at or above this is ``1000 + cudaError_t``
+CUDA_ERROR_BASE = 1000
 
 
 @dataclass(frozen=True)
@@ -229,6 +269,21 @@ class GemmProblem:
                 return f"{pad} or use K-major B stored N x K (layout '{self.layout[0]}n')"
             return f"{pad} or use B stored K x N (layout '{self.layout[0]}t') if N is a multiple of {per16}"
         return pad
+
+    def check_k_range(self, bound_bits: int) -> None:
+        """Check that K lies in the range a kernel's k-loop proofs hold for (``K < 2**bound_bits``,
+        the program's ``KLoop.bound_bits``); the entry returns code 3 otherwise.
+
+        Raises:
+            ProblemError: ``problem.k_range`` naming K, the bound and the fix.
+        """
+        if isinstance(self.k, int) and self.k >= 2**bound_bits:
+            raise ProblemError(
+                "problem.k_range",
+                f"K={self.k} >= 2^{bound_bits}: the kernel's k-loop proofs hold for K < 2^{bound_bits} only",
+                "generate the kernel for this problem (argus-cutlass gemm --k K, or "
+                "argus_cutlass.generate.generate(cfg, problem)): the proofs are then stated for its K",
+            )
 
     def validate(self) -> GemmProblem:
         """Check every rule; returns ``self`` when valid.

@@ -162,9 +162,11 @@ def build_program(cfg: GemmConfig, problem: object | None = None) -> Program:
     # CUTLASS's 2-D cluster, x (M) fastest
     rank_order = "col" if c.raster == "along_n" or c.scheduler != "persistent" else "row"
     load_a = b.tma_load(g_a, s_a, tma_a, major=atom_a.major, tile_mn=c.tile_m, tile_k=c.tile_k, stage_tag=stage_tag,
-                        block_mode="m", cluster=cluster, share_axis="n" if mc_a > 1 else "", rank_order=rank_order)
+                        block_mode="m", cluster=cluster, share_axis="n" if mc_a > 1 else "",
+                        rank_order=rank_order if mc_a > 1 else "col")
     load_b = b.tma_load(g_b, s_b, tma_b, major=atom_b.major, tile_mn=c.tile_n, tile_k=c.tile_k, stage_tag=stage_tag,
-                        block_mode="n", cluster=cluster, share_axis="m" if mc_b > 1 else "", rank_order=rank_order)
+                        block_mode="n", cluster=cluster, share_axis="m" if mc_b > 1 else "",
+                        rank_order=rank_order if mc_b > 1 else "col")
 
     # ---- pipeline: full = 1 producer arrival + tx bytes; empty = readers x consumer WGs ------
     readers = c.cluster_m + c.cluster_n - 1

@@ -3,8 +3,10 @@
 It computes ``D = alpha * A @ B + beta * C`` with one thread per output element, fp32
 products and an fp32 sum in k order, and writes an **fp32** D (row-major M x N, ``ldd``).
 A and B are bf16 or fp16 in any of the four layouts; C is in the GEMM's output dtype.
-Its ``extern "C"`` entry has the GEMM entry's signature, so
-:class:`~argus_cutlass.runtime.launch.GemmKernelLibrary` loads it.
+Its ``extern "C"`` entry has the GEMM entry's signature and return codes (the C ABI of
+:mod:`argus_cutlass.kernels.gemm.problem`: 1 size, 2 null C, ``1000 + cudaError_t``), so
+:class:`~argus_cutlass.kernels.gemm.library.GemmKernelLibrary` loads it. Unlike the generated
+kernels it has no alignment rules: any sizes >= 0 and leading dimensions work.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from functools import cache
 from argus_cutlass import __version__
 from argus_cutlass.errors import ProblemError
 from argus_cutlass.kernels.gemm.config import a_is_k_major, b_is_k_major
-from argus_cutlass.render.render import template_environment
-from argus_cutlass.runtime.launch import GemmKernelLibrary
+from argus_cutlass.kernels.gemm.library import GemmKernelLibrary
 from argus_cutlass.kernels.gemm.problem import INPUT_DTYPES, LAYOUTS, OUTPUT_DTYPES
+from argus_cutlass.render.env import template_environment
 
 REFERENCE_TEMPLATE = "reference_gemm.cu.j2"
 _CPP = {"bf16": "__nv_bfloat16", "fp16": "__half", "fp32": "float"}

@@ -1,7 +1,7 @@
 """Typed search space of :class:`~argus_cutlass.kernels.gemm.config.GemmConfig` (Helion-style fragments).
 
-A space is a set of *fragments*, one per knob, each with a default and a neighbour move,
-kept apart from the frozen config. Derived fields are not searched: the epilogue subtile
+A space is a set of *fragments* (:mod:`argus_cutlass.plan.fragments`), one per knob, each with
+a default and a neighbour move, kept apart from the frozen config. Derived fields are not searched: the epilogue subtile
 rows ``epi_m`` follow the schedule (128 cooperative, 64 ping-pong; rule ``epilogue.tile``).
 The cluster is one fragment (``(cluster_m, cluster_n)`` pairs) because only three shapes
 make sense for the kernel; so is the work decomposition (``(scheduler, splits)``: the
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.plan.fragments import EnumFragment, Fragment, IntRangeFragment
 
 __all__ = [
     "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "admissible", "derive",
@@ -42,60 +43,6 @@ __all__ = [
 
 #: GemmConfig fields computed from others, never searched
 DERIVED_FIELDS = ("epi_m",)
-
-
-class Fragment:
-    """One knob's domain: ``domain`` (ordered values), ``default`` and neighbour moves."""
-
-    default: Any
-
-    def domain(self) -> tuple[Any, ...]:
-        raise NotImplementedError
-
-    def contains(self, value: Any) -> bool:
-        return value in self.domain()
-
-    def neighbours(self, value: Any) -> list[Any]:
-        """Values one step away in the domain order (the local-search move)."""
-        dom = self.domain()
-        if value not in dom:
-            return [self.default]
-        i = dom.index(value)
-        return [dom[j] for j in (i - 1, i + 1) if 0 <= j < len(dom)]
-
-    def random(self, rng: random.Random) -> Any:
-        return rng.choice(self.domain())
-
-
-@dataclass(frozen=True)
-class EnumFragment(Fragment):
-    """A finite ordered set of values (power-of-two sizes, enums, cluster shapes)."""
-
-    values: tuple[Any, ...]
-    default: Any
-
-    def __post_init__(self) -> None:
-        if self.default not in self.values:
-            raise ValueError(f"default {self.default!r} not in {self.values!r}")
-
-    def domain(self) -> tuple[Any, ...]:
-        return self.values
-
-
-@dataclass(frozen=True)
-class IntRangeFragment(Fragment):
-    """Integers ``lo..hi`` inclusive (pipeline stages)."""
-
-    lo: int
-    hi: int
-    default: int
-
-    def __post_init__(self) -> None:
-        if not self.lo <= self.default <= self.hi:
-            raise ValueError(f"default {self.default} not in [{self.lo}, {self.hi}]")
-
-    def domain(self) -> tuple[int, ...]:
-        return tuple(range(self.lo, self.hi + 1))
 
 
 def default_fragments() -> dict[str, Fragment]:
@@ -279,26 +226,27 @@ class GemmSpace:
 
 @functools.lru_cache(maxsize=65536)
 def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ...]]:
-    """The one feasibility function: build the program and run the verifier.
+    """The one feasibility function: build the config's program and run the verifier on it.
 
     Args:
         cfg: the configuration.
         smt: also run the verifier's z3 tier (about 0.3 s per config). Off by default for
-            search: the arithmetic and enumeration tiers (20-80 ms) decide every
-            config-dependent rule; :func:`argus_cutlass.api.generate_gemm` runs the full
-            verifier again before each compile.
+            search: the arithmetic and enumeration tiers decide every config-dependent rule;
+            the orchestrator (:func:`argus_cutlass.generate.generate`) runs the full verifier
+            again before each render.
 
     Returns:
-        ``(ok, reasons)``; each reason is ``"<rule>: <message>"`` (rule names from
-        :data:`argus_cutlass.verify.RULES` and the verifier's other obligations, ``smem.atom``
-        etc. for a config that cannot be instantiated). Results are memoised.
+        ``(ok, reasons)``: ``ok`` is "no violation" (an SMT ``unknown`` is not a violation; the
+        orchestrator refuses to render it unless asked); each reason is ``"<rule>: <message>"``
+        (the verifier's rule names, or ``smem.atom`` etc. for a config whose program cannot be
+        built). Results are memoised.
     """
     from argus_cutlass.errors import ArgusError
-    from argus_cutlass.programs.gemm import build_gemm_program
+    from argus_cutlass.kernels.gemm.program import build_program
     from argus_cutlass.verify import verify_gemm
 
     try:
-        program = build_gemm_program(cfg)
+        program = build_program(cfg)
     except ArgusError as exc:
         return False, (f"{exc.rule}: {exc.message}",)
     report = verify_gemm(program, smt=smt)

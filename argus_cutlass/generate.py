@@ -1,0 +1,721 @@
+"""The one orchestrator: configure -> build program -> verify -> render -> compile -> load -> check -> time.
+
+Every entry point runs its kernels through here: the CLI (``argus-cutlass gemm``), the Python API
+(:mod:`argus_cutlass.api`), the agent (``agent/measure.py``, ``agent/tune.py``) and the benchmarks
+(``bench/agent_eval.py``, ``bench/test_gemm_bench.py``). There is one function per stage:
+
+=================  =========================================================================
+stage              function (GEMM family, ``argus_cutlass.kernels.gemm``)
+=================  =========================================================================
+configure          :func:`configure`: experience store -> shipped table -> heuristic
+build program      :func:`build`: ``kernels.gemm.program.build_program(cfg, problem)``
+verify             :func:`verify` (``argus_cutlass.verify.verify_gemm``) and :func:`require_proved`
+render             :func:`render`: ``render.gemm.render_gemm(program, proved lines)``
+compile            :func:`compile_kernel` / :func:`compile_many`: nvcc through the content-addressed
+                   cache (the key hashes the source and the program's full fingerprint)
+load               :func:`load`: ``kernels.gemm.library.GemmKernelLibrary``
+check              :func:`check`: ``kernels.gemm.check.run_and_check`` against the fp32 reference
+time               :func:`time_kernel`: ``kernels.gemm.check.time_gemm``; :func:`baseline`: cuBLAS
+=================  =========================================================================
+
+and two drivers: :func:`run` (one problem, every stage, for the CLI) and :func:`run_many` (a batch
+of configurations for one problem, compiled in parallel, for the agent and the benchmarks).
+:func:`generate` is the front half (build, verify, render) and :func:`build_many` the front half
+plus compile and load, both used by the API and the tests.
+
+The kernel name is the program's (:meth:`argus_cutlass.dsl.ir.Program.kernel_name`: a readable
+label of the configuration and a hash of every node). A verifier ``unknown`` blocks rendering
+unless ``allow_unknown`` is set (:class:`~argus_cutlass.errors.UnprovedError` names what was not
+proved). A program is built for its problem: the symbolic-K proofs are stated for ``K <
+2**bound_bits`` with ``bound_bits`` large enough for the problem's K, and the built kernel refuses
+a larger K (return code 3, ``problem.k_range``).
+
+>>> from argus_cutlass.kernels.gemm.config import GemmConfig
+>>> kernel = generate(GemmConfig(layout="nt"), smt=False)
+>>> kernel.name == kernel.program.kernel_name() and kernel.name.startswith("argus_gemm_sm90_bf16_bf16_nt_")
+True
+>>> f"int {kernel.name}(" in kernel.source and kernel.program.fingerprint()[:16] in kernel.source
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from argus_cutlass.errors import (
+    ArgusError,
+    CompileError,
+    ConfigError,
+    DslError,
+    UnprovedError,
+    VerificationError,
+    unknown_text,
+)
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+__all__ = [
+    "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_many", "check", "compile_kernel",
+    "compile_many", "configure", "generate", "kernel_label", "kernel_name", "load", "render", "require_proved", "run",
+    "run_many", "time_kernel", "verify",
+]
+
+#: where a configuration came from (:func:`configure`)
+CONFIG_SOURCES = ("store", "shipped", "heuristic", "forced", "given")
+
+
+# ---------------------------------------------------------------------------------------- stages
+
+
+def configure(problem: GemmProblem, *, heuristic: bool = False, gpu: str | None = None,
+              store: Any = None) -> tuple[GemmConfig, str]:
+    """The configuration for ``problem`` and where it came from.
+
+    Returns:
+        ``(config, source)``; source ``"store"`` (the user's experience store, filled by ``tune``),
+        ``"shipped"`` (``agent/tuned_h200.json``), ``"heuristic"`` (no tuned entry for the shape
+        bucket) or ``"forced"`` (``heuristic=True``). Tuned entries are used only when the
+        verifier accepts them.
+    """
+    from argus_cutlass.kernels.gemm.heuristics import default_config
+
+    p = problem
+    if heuristic:
+        return default_config(p.m, p.n, p.k, p.dtype, p.out_dtype, p.layout), "forced"
+    from argus_cutlass.agent.store import lookup_config
+
+    return lookup_config("gemm", p.m, p.n, p.k, p.dtype, p.out_dtype, p.layout, gpu=gpu, store=store)
+
+
+def build(cfg: GemmConfig, problem: GemmProblem | None = None) -> Any:
+    """The DSL program of ``cfg`` for ``problem`` (:func:`argus_cutlass.kernels.gemm.program.build_program`).
+
+    Raises:
+        ConfigError: the configuration has no program (e.g. ``smem.atom``).
+        DslError: a node of the program is malformed.
+    """
+    from argus_cutlass.kernels.gemm.program import build_program
+
+    return build_program(cfg, problem)
+
+
+@functools.lru_cache(maxsize=8192)
+def kernel_name(cfg: GemmConfig, problem: GemmProblem | None = None) -> str:
+    """The kernel name of ``cfg``'s program for ``problem`` (memoised).
+
+    >>> kernel_name(GemmConfig())[:-8]
+    'argus_gemm_sm90_bf16_bf16_tn_128x256x64_c2x1_s4_coop_e128x32_rn1_'
+    """
+    return build(cfg, problem).kernel_name()
+
+
+def kernel_label(cfg: GemmConfig) -> str:
+    """``argus_`` + the readable part of the kernel name, without the program hash: the names
+    kernels had before they carried it (measured tables of that time are keyed by them).
+
+    >>> kernel_label(GemmConfig())
+    'argus_gemm_sm90_bf16_bf16_tn_128x256x64_c2x1_s4_coop_e128x32_rn1'
+    """
+    from argus_cutlass.kernels.gemm.program import program_label
+
+    return f"argus_{program_label(cfg)}"
+
+
+def _z3_installed() -> bool:
+    from argus_cutlass.errors import ToolchainError
+    from argus_cutlass.verify.smt import require_z3
+
+    try:
+        require_z3()
+    except ToolchainError:
+        return False
+    return True
+
+
+_Z3 = functools.cache(_z3_installed)
+
+
+def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None = None,
+           notes: list[str] | None = None) -> Any:
+    """The verifier's report on ``program`` (never raises for a bad program).
+
+    Args:
+        smt: run the z3 tier; ``None``: run it when z3-solver is installed, else skip it and
+            append a note to ``notes``.
+        smt_timeout_ms: per-query z3 timeout (default ``ARGUS_SMT_TIMEOUT_MS``); a timeout is an
+            ``unknown``, never a proof.
+
+    Raises:
+        ToolchainError: ``toolchain.z3`` when ``smt`` is True and z3-solver is missing.
+    """
+    from argus_cutlass.verify import verify_gemm
+
+    if smt is None:
+        smt = _Z3()
+        if not smt and notes is not None:
+            notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration "
+                         "tiers ran")
+    kwargs = {"smt": smt} if smt_timeout_ms is None else {"smt": smt, "smt_timeout_ms": smt_timeout_ms}
+    return verify_gemm(program, **kwargs)
+
+
+def require_proved(report: Any, *, allow_unknown: bool = False) -> None:
+    """Refuse a report that does not license rendering.
+
+    Raises:
+        VerificationError: a violation (``.report`` has all of them).
+        UnprovedError: ``verify.unknown``: no violation, but obligations left undecided, and
+            ``allow_unknown`` is False; the message names each one.
+    """
+    if not report.ok:
+        raise VerificationError(report)
+    if report.unknowns and not allow_unknown:
+        raise UnprovedError(report)
+
+
+def proof_lines(report: Any) -> tuple[str, ...]:
+    """The lines the ``.cu`` header lists: every proof, then every obligation not proved
+    (present only when the caller allowed ``unknown``)."""
+    return tuple(report.proved) + tuple(f"NOT PROVED (allowed by --allow-unknown): {unknown_text(u)}"
+                                        for u in report.unknowns)
+
+
+def render(program: Any, report: Any) -> str:
+    """The ``.cu`` source of a verified ``program`` (:func:`argus_cutlass.render.gemm.render_gemm`).
+
+    Raises:
+        ConfigError: ``render.program``: the template cannot print this program (stream-K and
+            split-K until the template has them).
+    """
+    from argus_cutlass.render.gemm import render_gemm
+
+    return render_gemm(program, proof_lines(report))
+
+
+@dataclass(frozen=True)
+class GeneratedKernel:
+    """A verified, rendered GEMM kernel (not yet compiled).
+
+    Attributes:
+        name: ``program.kernel_name()`` (the ``extern "C"`` symbol and the file names).
+        config: the configuration; problem: the problem it was built for (None: any K < 2^24).
+        program: the DSL program that was verified and printed.
+        report: the verifier's report; source: the ``.cu`` text.
+    """
+
+    name: str
+    config: GemmConfig
+    problem: GemmProblem | None
+    program: Any
+    report: Any
+    source: str
+
+    @property
+    def fingerprint(self) -> str:
+        """The program's full fingerprint (sha256 of every node)."""
+        return self.program.fingerprint()
+
+    @property
+    def k_bound_bits(self) -> int | None:
+        """The k-loop proofs hold for ``K < 2**k_bound_bits``."""
+        loop = self.program.kloop
+        return None if loop is None else loop.bound_bits
+
+
+def generate(cfg: GemmConfig, problem: GemmProblem | None = None, *, smt: bool | None = True,
+             smt_timeout_ms: int | None = None, allow_unknown: bool = False,
+             notes: list[str] | None = None) -> GeneratedKernel:
+    """Build, verify and render ``cfg`` (for ``problem`` when given).
+
+    Raises:
+        ConfigError: the configuration has no program, or the template cannot print it.
+        VerificationError: a violation; UnprovedError: an ``unknown`` without ``allow_unknown``.
+        ToolchainError: ``toolchain.z3`` when ``smt`` is True and z3-solver is missing.
+    """
+    program = build(cfg, problem)
+    report = verify(program, smt=smt, smt_timeout_ms=smt_timeout_ms, notes=notes)
+    require_proved(report, allow_unknown=allow_unknown)
+    return GeneratedKernel(program.kernel_name(), cfg, problem, program, report, render(program, report))
+
+
+def _job(kernel: GeneratedKernel) -> Any:
+    from argus_cutlass.build.nvcc import CompileJob
+
+    return CompileJob(kernel.source, kernel.name, "shared", (), (f"program={kernel.fingerprint}",))
+
+
+def compile_kernel(kernel: GeneratedKernel, *, toolchain: Any = None) -> Any:
+    """nvcc ``kernel`` into a shared library through the content-addressed cache.
+
+    Raises:
+        ToolchainError: nvcc or the CUTLASS headers are missing.
+        CompileError: nvcc/ptxas failed or warned C7510.
+    """
+    from argus_cutlass.build.nvcc import compile_cu
+
+    job = _job(kernel)
+    return compile_cu(job.source, job.name, job.kind, toolchain=toolchain, key_parts=job.key_parts)
+
+
+def compile_many(kernels: Sequence[GeneratedKernel], *, workers: int | None = None,
+                 reference: tuple[str, str, str] | None = None) -> list[Any]:
+    """Compile ``kernels`` in parallel (one nvcc per worker); a failed build's
+    :class:`~argus_cutlass.errors.CompileError` takes its place in the list.
+
+    Args:
+        reference: ``(dtype, out_dtype, layout)``: also build the fp32 reference GEMM in the same
+            batch (the numerics check then finds it in the cache); not part of the result.
+
+    Raises:
+        ToolchainError: nvcc or the headers are missing (once, before any build).
+    """
+    from argus_cutlass.build.nvcc import CompileJob, compile_many as nvcc_many
+
+    jobs = [_job(k) for k in kernels]
+    if reference is not None and jobs:
+        from argus_cutlass.kernels.gemm.reference import render_reference
+
+        ref_name, ref_src = render_reference(*reference)
+        jobs.append(CompileJob(ref_src, ref_name, "shared"))
+    if not jobs:
+        return []
+    return list(nvcc_many(jobs, max_workers=workers, return_exceptions=True))[: len(kernels)]
+
+
+def load(kernel: GeneratedKernel, artifact: Any) -> Any:
+    """The built library of ``kernel`` (refuses a problem outside its proved K range).
+
+    Raises:
+        LaunchError: ``launch.load`` / ``launch.symbol``.
+    """
+    from argus_cutlass.kernels.gemm.library import GemmKernelLibrary
+
+    return GemmKernelLibrary(artifact.path, kernel.name, kernel.k_bound_bits)
+
+
+def check(lib: Any, problem: GemmProblem, *, alpha: float = 1.0, beta: float = 0.0, seed: int = 0) -> Any:
+    """Run ``lib`` once on random inputs against the fp32 reference GEMM
+    (:func:`argus_cutlass.kernels.gemm.check.run_and_check`); a mismatch is in the result, not raised.
+
+    Raises:
+        ProblemError, LaunchError, DeviceError: bad problem, refused or failed launch.
+    """
+    from argus_cutlass.kernels.gemm.check import run_and_check
+
+    return run_and_check(lib, problem, alpha=alpha, beta=beta, seed=seed)
+
+
+def time_kernel(lib: Any, problem: GemmProblem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
+                iters: int = 100) -> float:
+    """Median milliseconds of one launch (:func:`argus_cutlass.kernels.gemm.check.time_gemm`)."""
+    from argus_cutlass.kernels.gemm.check import time_gemm
+
+    return time_gemm(lib, problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
+
+
+def baseline(problem: GemmProblem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
+             iters: int = 100) -> float | None:
+    """Median milliseconds of cuBLAS on the same problem (None without torch;
+    :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`)."""
+    from argus_cutlass.kernels.gemm.baseline import cublas_time
+
+    return cublas_time(problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
+
+
+def build_many(configs: Iterable[GemmConfig], problem: GemmProblem | None = None, *,
+               workers: int | None = None, smt: bool | None = True) -> dict[str, Any]:
+    """Generate (each distinct config verified once), compile in parallel and load several
+    configurations; returns ``{kernel name: GemmKernelLibrary}``.
+
+    Raises:
+        the first error of :func:`generate` or of a build (``CompileError``).
+    """
+    kernels = {k.name: k for k in (generate(c, problem, smt=smt) for c in dict.fromkeys(configs))}
+    artifacts = compile_many(list(kernels.values()), workers=workers)
+    for art in artifacts:
+        if isinstance(art, CompileError):
+            raise art
+    return {name: load(k, a) for (name, k), a in zip(kernels.items(), artifacts)}
+
+
+# ---------------------------------------------------------------------------------------- drivers
+
+
+@dataclass(frozen=True)
+class Options:
+    """What :func:`run` / :func:`run_many` do.
+
+    Attributes:
+        smt, smt_timeout_ms: verifier tiers (see :func:`verify`; ``smt=None`` runs z3 when installed).
+        allow_unknown: render a program with undecided obligations (listed in the ``.cu`` header).
+        heuristic: :func:`configure` uses the fixed heuristic, not a tuned configuration.
+        compile: compile (else stop after rendering); run: check and time on the GPU when there is one.
+        time, baseline: time our kernel / cuBLAS after a passing check.
+        alpha, beta, seed: the check's epilogue scalars and input seed (timing uses them too).
+        check_shapes: ``(m, n, k)`` sizes to check numerics on (the problem's dtypes and layout),
+            e.g. a bounded copy of a large problem; default: the problem itself.
+        warmup, iters: timing launches (median of ``iters`` CUDA-event intervals, ms).
+        workers: parallel nvcc processes (:func:`run_many`; default: CPU count).
+    """
+
+    smt: bool | None = True
+    smt_timeout_ms: int | None = None
+    allow_unknown: bool = False
+    heuristic: bool = False
+    compile: bool = True
+    run: bool = True
+    time: bool = True
+    baseline: bool = True
+    alpha: float = 1.0
+    beta: float = 0.0
+    seed: int = 0
+    check_shapes: tuple[tuple[int, int, int], ...] | None = None
+    warmup: int = 10
+    iters: int = 100
+    workers: int | None = None
+
+
+#: outcomes of a run, in stage order (``pending``: still running; ``ok``: checked and timed)
+STATUSES = ("pending", "rejected", "unproved", "render_error", "rendered", "compile_error", "compiled",
+            "launch_error", "check_failed", "checked", "ok")
+
+
+@dataclass(eq=False)
+class RunResult:
+    """Every artifact of one configuration's run; fields after the stage that stopped it are None.
+
+    Attributes:
+        status: one of :data:`STATUSES`: ``rejected`` (a violation, or no program),
+            ``unproved`` (``unknown`` without ``allow_unknown``), ``render_error``, ``rendered``
+            (no nvcc, or ``compile=False``), ``compile_error``, ``compiled`` (no GPU, or
+            ``run=False``), ``launch_error``, ``check_failed``, ``checked`` (``time=False``), ``ok``.
+        error: the expected failure behind ``rejected`` / ``unproved`` / ``*_error`` (an ArgusError).
+        skipped: stage -> why it did not run (``compile``: no nvcc; ``run``: no GPU; ``baseline``).
+        checks: one CheckResult per checked shape; ms / baseline_ms: median milliseconds.
+        stage_seconds: wall seconds per stage (``configure``, ``build_program``, ``verify``,
+            ``render``, ``compile``, ``load``, ``check``, ``time``, ``baseline``).
+        notes: remarks of the stages (e.g. the SMT tier skipped).
+    """
+
+    problem: GemmProblem
+    config: GemmConfig | None = None
+    config_source: str = "given"
+    status: str = "pending"
+    error: ArgusError | None = None
+    program: Any = None
+    report: Any = None
+    source: str | None = None
+    kernel: GeneratedKernel | None = None
+    artifact: Any = None
+    library: Any = None
+    checks: list[Any] = field(default_factory=list)
+    ms: float | None = None
+    baseline_ms: float | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str | None:
+        """The kernel name (None when no program was built)."""
+        return None if self.program is None else self.program.kernel_name()
+
+    @property
+    def ok(self) -> bool:
+        """Nothing went wrong: every stage that ran passed (skipped stages are fine)."""
+        return self.status in ("rendered", "compiled", "checked", "ok")
+
+    @property
+    def check(self) -> Any:
+        """The first (or only) CheckResult."""
+        return self.checks[0] if self.checks else None
+
+    def raise_for_status(self) -> RunResult:
+        """Raise the stored error of a failed run (``check_failed`` as ``CheckFailed``); returns self."""
+        if self.ok:
+            return self
+        if self.error is not None:
+            raise self.error
+        raise ArgusError("check.failed", "; ".join(c.summary() for c in self.checks if not c.passed))
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record the CLI writes beside the ``.cu`` (``<kernel>.json``)."""
+        import json
+
+        p = self.problem
+        rec: dict[str, Any] = {
+            "kernel": self.name,
+            "status": self.status,
+            "problem": {"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "out_dtype": p.out_dtype,
+                        "layout": p.layout},
+            "config": self.config.model_dump() if self.config is not None else None,
+            "config_source": self.config_source,
+            "stage_seconds": dict(self.stage_seconds),
+        }
+        if self.program is not None:
+            loop = self.program.kloop
+            rec["program"] = {"fingerprint": self.program.fingerprint(),
+                              "k_bound_bits": None if loop is None else loop.bound_bits}
+        if self.report is not None:
+            rec["verification"] = json.loads(self.report.to_json())
+        if self.error is not None:
+            rec["error"] = {"rule": self.error.rule, "message": str(self.error)}
+        if "compile" in self.skipped:
+            rec["compile"] = {"skipped": self.skipped["compile"]}
+        elif self.artifact is not None:
+            a = self.artifact
+            rec["compile"] = {"cached": a.cached, "seconds": round(a.seconds, 2), "registers": a.registers,
+                              "spill_bytes": a.spill_bytes, "path": str(a.path)}
+        if "run" in self.skipped:
+            rec["run"] = {"skipped": self.skipped["run"]}
+        if self.checks:
+            checks = [c.as_dict() for c in self.checks]
+            rec["check"] = checks[0] if len(checks) == 1 else checks
+        if self.ms is not None:
+            timing: dict[str, Any] = {"ms": self.ms, "tflops": p.flops / self.ms / 1e9}
+            if self.baseline_ms is not None:
+                timing.update(cublas_ms=self.baseline_ms, cublas_tflops=p.flops / self.baseline_ms / 1e9,
+                              speedup_vs_cublas=self.baseline_ms / self.ms)
+            elif "baseline" in self.skipped:
+                timing["cublas_skipped"] = self.skipped["baseline"]
+            rec["timing"] = timing
+        if self.notes:
+            rec["notes"] = list(self.notes)
+        return rec
+
+
+Hook = Callable[[str, RunResult], None]
+
+
+class _Clock:
+    def __init__(self, result: RunResult, hook: Hook | None) -> None:
+        self.result, self.hook = result, hook
+
+    def stage(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.result.stage_seconds[name] = round(self.result.stage_seconds.get(name, 0.0)
+                                                    + time.perf_counter() - t0, 4)
+
+    def done(self, name: str) -> None:
+        if self.hook is not None:
+            self.hook(name, self.result)
+
+
+def _front(result: RunResult, clock: _Clock, options: Options) -> bool:
+    """build program -> verify -> render into ``result``; False when the run stops here."""
+    r = result
+    try:
+        r.program = clock.stage("build_program", build, r.config, r.problem)
+    except (ConfigError, DslError) as exc:
+        r.status, r.error = "rejected", exc
+        clock.done("build_program")
+        return False
+    clock.done("build_program")
+    r.report = clock.stage("verify", verify, r.program, smt=options.smt,
+                           smt_timeout_ms=options.smt_timeout_ms, notes=r.notes)
+    try:
+        require_proved(r.report, allow_unknown=options.allow_unknown)
+    except (VerificationError, UnprovedError) as exc:
+        r.status = "rejected" if isinstance(exc, VerificationError) else "unproved"
+        r.error = exc
+        clock.done("verify")
+        return False
+    clock.done("verify")
+    try:
+        r.source = clock.stage("render", render, r.program, r.report)
+    except ConfigError as exc:
+        r.status, r.error = "render_error", exc
+        clock.done("render")
+        return False
+    r.kernel = GeneratedKernel(r.program.kernel_name(), r.config, r.problem, r.program, r.report, r.source)
+    r.status = "rendered"
+    clock.done("render")
+    return True
+
+
+def _check_problems(problem: GemmProblem, options: Options) -> list[GemmProblem]:
+    if not options.check_shapes:
+        return [problem]
+    p = problem
+    return [GemmProblem(m, n, k, p.dtype, p.out_dtype, p.layout) for m, n, k in options.check_shapes]
+
+
+def _back(result: RunResult, clock: _Clock, options: Options) -> None:
+    """load -> check -> time -> baseline on a compiled ``result`` (GPU present)."""
+    from argus_cutlass.errors import DeviceError, LaunchError, ProblemError
+
+    r = result
+    try:
+        r.library = clock.stage("load", load, r.kernel, r.artifact)
+        clock.done("load")
+        for p in _check_problems(r.problem, options):
+            r.checks.append(clock.stage("check", check, r.library, p, alpha=options.alpha, beta=options.beta,
+                                        seed=options.seed))
+        clock.done("check")
+        if not all(c.passed for c in r.checks):
+            r.status = "check_failed"
+            return
+        r.status = "checked"
+        if not options.time:
+            return
+        r.ms = clock.stage("time", time_kernel, r.library, r.problem, alpha=options.alpha, beta=options.beta,
+                           warmup=options.warmup, iters=options.iters)
+        r.status = "ok"
+        clock.done("time")
+    except (LaunchError, ProblemError, DeviceError) as exc:
+        r.status, r.error = "launch_error", exc
+        clock.done("error")
+        return
+    if options.baseline:
+        ms = clock.stage("baseline", baseline, r.problem, alpha=options.alpha, beta=options.beta,
+                         warmup=options.warmup, iters=options.iters)
+        if ms is None:
+            r.skipped["baseline"] = "torch is not installed"
+        r.baseline_ms = ms
+        clock.done("baseline")
+
+
+def _toolchain_or_skip(result: RunResult) -> Any:
+    """The toolchain, or None with ``skipped["compile"]`` when nvcc is missing (CUTLASS headers
+    missing is an error: the user asked for a compile and has nvcc)."""
+    from argus_cutlass.build.toolchain import Toolchain, find_cutlass, find_nvcc
+    from argus_cutlass.errors import ToolchainError
+
+    try:
+        nvcc = find_nvcc()
+    except ToolchainError as exc:
+        result.skipped["compile"] = exc.message
+        return None
+    return Toolchain(nvcc=nvcc, cutlass=find_cutlass())
+
+
+def _gpu_or_skip(result: RunResult) -> bool:
+    from argus_cutlass.runtime.cuda import gpu_available, require_sm90
+
+    ok, why = gpu_available()
+    if not ok:
+        result.skipped["run"] = why
+        return False
+    require_sm90()
+    return True
+
+
+def run(problem: GemmProblem, config: GemmConfig | None = None, *, options: Options = Options(),
+        on_stage: Hook | None = None, out_dir: str | Path | None = None) -> RunResult:
+    """Every stage for one problem: configure (unless ``config`` is given), build, verify, render,
+    compile (when nvcc exists), load, check and time (on a Hopper GPU), cuBLAS beside it.
+
+    Args:
+        on_stage: called as ``on_stage(stage, result)`` after each stage (progress printing).
+        out_dir: write ``<kernel>.cu`` after rendering and ``<kernel>.json`` (:meth:`RunResult.record`)
+            at the end, also when the verifier rejected the program.
+
+    Returns:
+        the :class:`RunResult`; a rejected, unproved or numerically wrong kernel is a status,
+        not an exception.
+
+    Raises:
+        ProblemError: the problem is invalid (checked first).
+        ConfigError: the configuration has no program (e.g. ``smem.atom``) or the template cannot
+            print it (``render.program``).
+        ToolchainError: the CUTLASS headers are missing (with nvcc present), or z3 (``smt=True``).
+        CompileError, LaunchError, DeviceError: a build or a launch failed, or the GPU is not a Hopper.
+    """
+    problem.validate()
+    result = RunResult(problem)
+    clock = _Clock(result, on_stage)
+    if config is None:
+        result.config, result.config_source = clock.stage("configure", configure, problem,
+                                                          heuristic=options.heuristic)
+    else:
+        result.config = config
+    clock.done("configure")
+    out = Path(out_dir) if out_dir is not None else None
+    try:
+        if not _front(result, clock, options):
+            if result.program is None or result.status == "render_error":
+                raise result.error  # type: ignore[misc]  # no program, or not printable: an error
+            return result
+        if out is not None:
+            (out / f"{result.name}.cu").write_text(result.source or "")
+            clock.done("write")
+        if not options.compile:
+            result.skipped["compile"] = "compile=False"
+            return result
+        toolchain = _toolchain_or_skip(result)
+        if toolchain is None:
+            clock.done("compile")
+            return result
+        result.artifact = clock.stage("compile", compile_kernel, result.kernel, toolchain=toolchain)
+        result.status = "compiled"
+        clock.done("compile")
+        if not options.run:
+            result.skipped["run"] = "run=False"
+            return result
+        if not _gpu_or_skip(result):
+            clock.done("run")
+            return result
+        _back(result, clock, options)
+        if result.status == "launch_error":
+            raise result.error  # type: ignore[misc]
+        return result
+    finally:
+        if out is not None and result.program is not None:
+            import json
+
+            text = json.dumps(result.record(), indent=2, sort_keys=True)
+            (out / f"{result.name}.json").write_text(text + "\n")
+
+
+def run_many(configs: Sequence[GemmConfig], problem: GemmProblem, *, options: Options = Options(),
+             on_stage: Hook | None = None) -> list[RunResult]:
+    """:func:`run` for a batch of configurations of one problem, compiled in parallel; every
+    expected failure (rejected, unproved, render, compile, launch, check) is a status of its
+    result, never an exception. Without a GPU (or with ``run=False``) the results stop at
+    ``compiled``.
+
+    Raises:
+        ProblemError: the problem is invalid. ToolchainError: nvcc or the headers are missing.
+        DeviceError: the GPU is not a Hopper.
+    """
+    problem.validate()
+    results = [RunResult(problem, cfg) for cfg in configs]
+    clocks = [_Clock(r, on_stage) for r in results]
+    front = [(r, c) for r, c in zip(results, clocks) if _front(r, c, options)]
+    if not options.compile or not front:
+        for r, _ in front:
+            r.skipped["compile"] = "compile=False"
+        return results
+    reference = (problem.dtype, problem.out_dtype, problem.layout) if options.run else None
+    t0 = time.perf_counter()
+    artifacts = compile_many([r.kernel for r, _ in front], workers=options.workers,  # type: ignore[misc]
+                             reference=reference)
+    share = round((time.perf_counter() - t0) / len(front), 4)  # one parallel batch: its wall time, shared
+    for (r, c), art in zip(front, artifacts):
+        r.stage_seconds["compile"] = share
+        if isinstance(art, CompileError):
+            r.status, r.error = "compile_error", art
+        else:
+            r.artifact, r.status = art, "compiled"
+        c.done("compile")
+    compiled = [(r, c) for r, c in front if r.status == "compiled"]
+    if not options.run or not compiled:
+        for r, _ in compiled:
+            r.skipped["run"] = "run=False"
+        return results
+    first = compiled[0][0]
+    if not _gpu_or_skip(first):
+        for r, _ in compiled[1:]:
+            r.skipped["run"] = first.skipped["run"]
+        return results
+    for r, c in compiled:
+        _back(r, c, options)
+    return results

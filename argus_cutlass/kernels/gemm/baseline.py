@@ -1,0 +1,69 @@
+"""The GEMM's vendor baseline: cuBLAS through torch, timed in the same process as our kernel.
+
+torch is optional: :func:`cublas_time` returns ``None`` when it is not installed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from argus_cutlass.errors import DeviceError
+from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+
+def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
+                          warmup: int = 10, iters: int = 100) -> float | None:
+    """Median milliseconds of torch (cuBLAS) computing the same GEMM in the same layout,
+    or ``None`` when torch is not installed.
+
+    A and B are torch tensors with the problem's strides (``A.t()`` / ``B.t()`` views for
+    the column-major / N x K cases). D has the input dtype (torch's matmul output) unless
+    ``out_dtype == "fp32"`` and this torch supports ``torch.mm(..., out_dtype=...)``.
+    Timed with ``torch.cuda.Event`` on torch's current stream, in this process.
+
+    Raises:
+        DeviceError: ``device.torch`` when torch is installed but sees no CUDA device.
+    """
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        raise DeviceError("device.torch", "torch.cuda.is_available() is False")
+    problem.validate()
+    m, n, k = problem.m, problem.n, problem.k
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    dt = tdt[problem.dtype]
+    dev = "cuda"
+    if problem.layout[0] == "t":
+        a = torch.randn(m, problem.lda, device=dev, dtype=dt)[:, :k]
+    else:
+        a = torch.randn(k, problem.lda, device=dev, dtype=dt)[:, :m].t()
+    if problem.layout[1] == "n":
+        b = torch.randn(n, problem.ldb, device=dev, dtype=dt)[:, :k].t()
+    else:
+        b = torch.randn(k, problem.ldb, device=dev, dtype=dt)[:, :n]
+    out_dt = tdt[problem.out_dtype]
+    c = torch.randn(m, n, device=dev, dtype=dt) if beta != 0 else None
+
+    def run_mm() -> Any:
+        if out_dt != dt:
+            try:
+                return torch.mm(a, b, out_dtype=out_dt)
+            except TypeError:
+                pass
+        if c is not None:
+            return torch.addmm(c, a, b, beta=beta, alpha=alpha)
+        return torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
+
+    for _ in range(max(0, warmup)):
+        run_mm()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(iters)]
+    for start, end in pairs:
+        start.record()
+        run_mm()
+        end.record()
+    torch.cuda.synchronize()
+    return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
