@@ -32,6 +32,7 @@ import time
 from collections import deque
 from typing import Any
 
+from argus_cutlass.verify.explore import path_to
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
 Outcome = tuple[list[Proof], list[Violation]]
@@ -402,11 +403,7 @@ def _explore(program: Any, order: Any, points: tuple, rows: tuple, have: dict, t
     queue = deque([init])
 
     def trace_of(state: tuple) -> tuple[str, ...]:
-        out = []
-        while parent[state] is not None:
-            state, step = parent[state]  # type: ignore[misc]
-            out.append(step)
-        return tuple(reversed(out))
+        return path_to(parent, state)
 
     while queue:
         st = queue.popleft()

@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from argus_cutlass.verify.explore import path_to
 from argus_cutlass.dsl.ir import Pipeline, Program
 from argus_cutlass.hw.semantics import (
     INT_OPS,
@@ -246,11 +247,7 @@ def _explore(pipe: Pipeline, real_bytes: int, k_tiles: int, tiles: int,
     queue = deque([init])
 
     def trace_of(state: tuple) -> tuple[str, ...]:
-        out = []
-        while parent[state] is not None:
-            state, step = parent[state]  # type: ignore[misc]
-            out.append(step)
-        return tuple(reversed(out))
+        return path_to(parent, state)
 
     while queue:
         st = queue.popleft()

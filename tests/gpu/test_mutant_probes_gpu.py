@@ -6,7 +6,7 @@ such mutant, the production template prints
 the program, nvcc builds it WITHOUT the verifier, and one output tile (M = tile_m,
 N = tile_n, K = tile_k x (stages + 1), so the stages wrap once) runs on one-hot probes (a
 single 1 in A with B all ones, and the converse) and on one random input. The kernel's D must
-equal :func:`argus_cutlass.verify.probes.predict_tile` on the *mutated* program: the model's
+equal :func:`argus_cutlass.testing.probes.predict_tile` on the *mutated* program: the model's
 gmem -> TMA box -> smem -> descriptor -> MMA slot map, which the verifier uses to reject these
 programs. One-hot runs must match exactly (sums of ones are exact in bf16); the random run to
 bf16 rounding of D.
@@ -52,7 +52,7 @@ def _run(build, job, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("job", JOBS, ids=[j.id for j in JOBS])
 def test_gpu_tile_equals_the_models_prediction(job, built):
-    from argus_cutlass.verify.probes import one_hot_inputs, predict_tile
+    from argus_cutlass.testing.probes import one_hot_inputs, predict_tile
 
     build = built[job.id]
     assert build.so_path, f"build failed: {build.error[:2000]}"

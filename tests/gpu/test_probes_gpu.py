@@ -1,14 +1,14 @@
 """Silicon agreement, one-hot probes: the generated kernels against the model's prediction.
 
 For each operand major (K, MN) in every GMMA swizzle mode (SW128, SW64, SW32)
-(:func:`argus_cutlass.verify.probes.swizzle_probe_configs`, fp16 in, fp32 out, ping-pong,
+(:func:`argus_cutlass.testing.probes.swizzle_probe_configs`, fp16 in, fp32 out, ping-pong,
 one CTA), the orchestrator builds the production kernel (:func:`argus_cutlass.generate.build_many`:
 program, verifier, template, nvcc; the six builds in one parallel batch). One CTA tile runs over
 M = tile_m, N = tile_n, K = tile_k x (stages + 1), so the pipeline wraps its stages once. Each
-probe (:func:`~argus_cutlass.verify.probes.one_hot_inputs`: 8 positions per operand) puts a
+probe (:func:`~argus_cutlass.testing.probes.one_hot_inputs`: 8 positions per operand) puts a
 single 1 in A, with B all ones, or a single 1 in B, with A all ones. The probe goes through
 TMA, shared memory, the GMMA descriptor and the epilogue. D is poisoned with NaN first. The
-GPU's D must equal :func:`~argus_cutlass.verify.probes.predict_tile` on the kernel's program
+GPU's D must equal :func:`~argus_cutlass.testing.probes.predict_tile` on the kernel's program
 exactly: the model's gmem -> smem -> MMA slot map applied to the same inputs (0/1 inputs and
 sums of at most K ones are exact in fp16 x fp16 -> fp32).
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus_cutlass.verify.probes import one_hot_inputs, predict_tile, swizzle_probe_configs
+from argus_cutlass.testing.probes import one_hot_inputs, predict_tile, swizzle_probe_configs
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""The model's numeric prediction of a CTA tile (argus_cutlass.verify.probes)."""
+"""The model's numeric prediction of a CTA tile (argus_cutlass.testing.probes)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from argus_cutlass.dsl.atoms import GmmaSmemAtom
 from argus_cutlass.dsl.ir import SmemView
 from argus_cutlass.kernels.gemm.program import build_program
 from argus_cutlass.verify import verify_gemm
-from argus_cutlass.verify.probes import one_hot_probes, operand_sources, predict_tile, swizzle_probe_configs
+from argus_cutlass.testing.probes import one_hot_probes, operand_sources, predict_tile, swizzle_probe_configs
 
 #: both majors and every swizzle mode (SW128 / SW64 / SW32) on the operand that varies
 CONFIGS = swizzle_probe_configs("bf16", "bf16")
@@ -69,7 +69,7 @@ def test_probe_configs_are_verified_and_probes_spread():
 
 
 def test_one_hot_inputs_put_a_single_one_in_one_operand():
-    from argus_cutlass.verify.probes import one_hot_inputs
+    from argus_cutlass.testing.probes import one_hot_inputs
 
     probes = list(one_hot_inputs(64, 32, 80))
     assert [p[0] for p in probes] == ["A"] * 8 + ["B"] * 8
