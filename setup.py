@@ -25,6 +25,7 @@ setup(
         "argus_cutlass.templates": ["*.j2", "*/*.j2"],
         "argus_cutlass.invariants": ["*.toml"],
         "argus_cutlass.agent": ["*.toml", "*.json"],
+        "argus_cutlass.testing": ["*.toml"],
     },
     install_requires=[
         "nvidia-cutlass>=4.2",
@@ -32,11 +33,12 @@ setup(
         "jinja2>=3.1",
         "pydantic>=2.6",
         "z3-solver>=4.12",
-        "openai>=1.0",
         "numpy>=1.24",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6"],
+        # the LLM policy of the agent (argus-cutlass tune --policy llm) talks to an OpenAI-compatible API
+        "llm": ["openai>=1.0"],
+        "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6", "openai>=1.0"],
     },
     entry_points={"console_scripts": ["argus-cutlass=argus_cutlass.cli:main"]},
 )

@@ -39,6 +39,21 @@ ENV_API_KEY = "OPENAI_API_KEY"
 HISTORY_ROWS = 24
 
 
+
+def _openai():  # noqa: ANN202 - the openai module
+    """The ``openai`` package (an extra: ``pip install 'argus_cutlass[llm]'``).
+
+    Raises:
+        LLMError: ``llm.missing`` when it is not installed.
+    """
+    try:
+        import openai
+    except ModuleNotFoundError:
+        raise LLMError("llm.missing", "the LLM policy needs the openai package, which is not installed",
+                       "pip install 'argus_cutlass[llm]' (or use --policy default)") from None
+    return openai
+
+
 class LLMError(ArgusError):
     """The LLM policy cannot run: missing settings, endpoint down or too slow."""
 
@@ -227,8 +242,7 @@ class LLMPolicy:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         if client is None:
-            import openai
-
+            openai = _openai()
             client = openai.OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout_s,
                                    max_retries=max_retries)
         self.client = client
@@ -262,7 +276,7 @@ class LLMPolicy:
     # ---- protocol -----------------------------------------------------------------------------
 
     def _chat(self, messages: list[dict[str, str]]) -> str:
-        import openai
+        openai = _openai()
 
         try:
             resp = self.client.chat.completions.create(model=self.model, messages=messages, temperature=0)

@@ -72,6 +72,7 @@ def unknown_text(u) -> str:  # noqa: ANN001 - argus_cutlass.verify.report.Unknow
     """One line naming an undecided obligation: ``"<invariant> <rule>: <query> (<reason>)"``."""
     head = " ".join(x for x in (getattr(u, "invariant", ""), getattr(u, "rule", "")) if x)
     query = getattr(u, "query", "") or getattr(u, "description", "")
+    query = query.removeprefix(f"{head}: ") if head else query
     reason = getattr(u, "reason", "")
     return f"{head}: {query}" + (f" ({reason})" if reason else "")
 

@@ -847,6 +847,11 @@ class Program:
         if kind in groups:
             nodes, attr = groups[kind]
             hit = [n for n in nodes if getattr(n, attr) == key]
+            if kind == "read":  # a read is named (gmma_pv_A) or, when unambiguous, keyed by its operand
+                named = [n for n in nodes if n.name == key]
+                hit = named or hit
+                if len(hit) > 1:
+                    raise KeyError(f"read[{key}] is ambiguous ({[n.name for n in hit]}): name the read (path {path!r})")
             if not hit:
                 raise KeyError(f"no {kind} {key!r} (path {path!r})")
             value: Any = hit[0]
@@ -905,6 +910,10 @@ class Program:
         elif kind in plural:
             attr, keyattr = plural[kind]
             nodes = getattr(self, attr)
+            if kind == "read" and any(n.name == key for n in nodes):
+                keyattr = "name"  # a read is named, or keyed by its operand when that is unambiguous
+            elif kind == "read" and sum(n.operand == key for n in nodes) > 1:
+                raise KeyError(f"read {key!r} is ambiguous ({[n.name for n in nodes if n.operand == key]}): name it")
             if not any(getattr(n, keyattr) == key for n in nodes):
                 raise KeyError(f"no {kind} {key!r}; have {[getattr(n, keyattr) for n in nodes]}")
             out = dataclasses.replace(self, **{attr: tuple(_edit(n, changes) if getattr(n, keyattr) == key else n

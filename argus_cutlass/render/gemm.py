@@ -95,10 +95,15 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             raise KeyError(f"MMA {mma.name!r} reads {ra.name!r} ({ra.operand}, of {ra.mma!r}) and {rb.name!r} "
                            f"({rb.operand}, of {rb.mma!r}): expected its own A and B reads")
         la, lb = p.load_into(ra.src), p.load_into(rb.src)
+        if p.family != "gemm":
+            raise KeyError(f"family {p.family!r}: this is the GEMM template")
         pipe = _named(p.pipelines, la.pipeline, "pipeline")
-        if lb.pipeline != pipe.name or set(pipe.loads) != {la.name, lb.name} or set(pipe.buffers) != {la.dst, lb.dst}:
-            raise KeyError(f"pipeline {pipe.name!r} (loads {pipe.loads}, buffers {pipe.buffers}) is not the one "
-                           f"loads {la.name!r}/{lb.name!r} complete on")
+        if lb.pipeline != pipe.name or sorted(pipe.loads) != sorted((la.name, lb.name)):
+            raise KeyError(f"pipeline {pipe.name!r} (loads {pipe.loads}) is not the one loads {la.name!r}/{lb.name!r} "
+                           "complete on")
+        by_name = {la.name: la, lb.name: lb}
+        if tuple(by_name[x].dst for x in pipe.loads) != tuple(pipe.buffers):
+            raise KeyError(f"pipeline {pipe.name!r}: buffers {pipe.buffers} are not its loads' destinations in order")
         loop = p.kloop
         epi, stg, src = p.epilogue, p.staging, p.source
         if epi.acc != mma.acc or stg.src != mma.acc:
@@ -118,8 +123,20 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             "bar_epi": p.barrier(stg.barrier), "order": p.orders[0] if p.orders else None,
         }
         for t in ("gA", "gB", "gC", "gD"):
-            if ctx[t].space != "gmem":
-                raise KeyError(f"{ctx[t].name!r} is a {ctx[t].space} tensor where the kernel binds a gmem one")
+            g = ctx[t]
+            if g.space != "gmem":
+                raise KeyError(f"{g.name!r} is a {g.space} tensor where the kernel binds a gmem one")
+            if g.tag is not None and tuple(x.lower() for x in g.shape) != tuple(g.tag.fields):
+                raise KeyError(f"{g.name!r}: modes {g.shape} are not its tag's fields {g.tag.fields} in order")
+        # the caller's layout letters follow from the operands' contiguous modes and bindings (a
+        # program binding both operands to one argument is printed as stated: the verifier's
+        # operand-identity rule rejects it)
+        caller = {ctx["gA"].binding: ctx["gA"], ctx["gB"].binding: ctx["gB"]}
+        letters = (("t" if caller["A"].major == "K" else "n") + ("n" if caller["B"].major == "K" else "t")
+                   if set(caller) == {"A", "B"} else p.param("layout"))
+        if p.param("layout") != letters:
+            raise KeyError(f"param layout {p.param('layout')!r} disagrees with the operands (A {caller['A'].major}-major, "
+                           f"B {caller['B'].major}-major: {letters!r})")
         for t in ("sA", "sB", "sD"):
             if ctx[t].space != "smem":
                 raise KeyError(f"{ctx[t].name!r} is a {ctx[t].space} tensor where the kernel stages in smem")

@@ -181,7 +181,7 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
     obligations: list[Obligation] = []
     run = _Run()
     try:
-        name = program.kernel_name().removeprefix("argus_")
+        name = program.kernel_name()
     except Exception:  # noqa: BLE001 - an unprintable node still gets a report
         name = str(getattr(program, "name", "program"))
     if smt:

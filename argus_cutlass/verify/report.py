@@ -198,7 +198,9 @@ class VerificationReport:
     @property
     def not_proved(self) -> list[str]:
         """One line per ``unknown``: ``"<inv> <rule>: <query> (<reason>)"``."""
-        return [f"{u.invariant} {u.rule}: {u.query} ({u.reason})" for u in self.unknowns]
+        from argus_cutlass.errors import unknown_text
+
+        return [unknown_text(u) for u in self.unknowns]
 
     def tier_summary(self) -> list[str]:
         """One line per tier: proofs, median seconds per proof, the tier's total time."""
@@ -243,8 +245,9 @@ class VerificationReport:
             if v.counterexample is not None:
                 lines.append("  counterexample: " + v.counterexample.format())
         for u in self.unknowns:
-            lines.append(f"  UNKNOWN {u.invariant} {u.rule}: query '{u.query}' returned unknown "
-                         f"({u.reason}, timeout {u.timeout_ms} ms): not proved")
+            why = f"{u.reason}, timeout {u.timeout_ms} ms" if u.timeout_ms else u.reason
+            query = u.query.removeprefix(f"{u.invariant} {u.rule}: ")
+            lines.append(f"  UNKNOWN {u.invariant} {u.rule}: {query}: not proved ({why})")
         for p in self.proofs:
             lines.append(f"  ok {p.invariant} {p.rule} [{p.engine}]: {p.summary}")
         return "\n".join(lines)

@@ -11,7 +11,11 @@ applied with :meth:`Program.replace_node`, and one of these must hold:
 * the DSL refuses the edit (``DslError``): the mutation cannot be stated, so it is covered;
 * rendering refuses the program (``ConfigError`` rule ``render.program``): unprintable;
 * the emitted ``.cu`` differs from the base's, after the program fingerprint (which hashes
-  every field, and so differs trivially) is masked out of both texts.
+  every field, and so differs trivially) is masked out of both texts, **in its compiled content**
+  (comments and static_assert message strings removed), except for the explicit specification
+  and label fields of :data:`SPEC_NODES` / :data:`LABEL_FIELDS` (tag assertions and relations are
+  proof obligations the verifier decides; a role's or a store's name labels code), whose edits
+  may change only the printed text.
 
 A field whose mutation leaves the text unchanged is a **defect** (a field the template drops:
 what the verifier proves about it never reaches the kernel); so is a mutation that makes the
@@ -337,7 +341,33 @@ def outcome(m: Mutation) -> Outcome:
         return Outcome(m, "crash", f"{type(exc).__name__}: {exc}")
     if normalized(mutated, text) == base_text(m.base):
         return Outcome(m, "unprinted", "the emitted .cu is byte-identical (fingerprint masked)")
+    if code_of(normalized(mutated, text)) == code_of(base_text(m.base)) and not is_spec_field(m):
+        return Outcome(m, "comment_only", "only comments or static_assert messages change; the compiled code does not")
     return Outcome(m, "changed")
+
+
+#: fields that are specifications or labels, not kernel quantities: an edit may change only the
+#: comments and static_assert messages that print them. Tag assertions and relations are proof
+#: obligations (the verifier decides them; the .cu lists them and asserts the relations' values);
+#: a role's, a store's and a turn order's names only label code (references by name are followed by the renderer,
+#: so a broken reference is refused, not hidden).
+SPEC_NODES = ("assertion", "relation")
+LABEL_FIELDS = {("role", "name"), ("store", "name"), ("order", "name")}
+
+
+def is_spec_field(m: Mutation) -> bool:
+    return m.kind in SPEC_NODES or (m.kind, m.field) in LABEL_FIELDS
+
+
+def code_of(text: str) -> str:
+    """The compiled content of a .cu text: without comments, and with each static_assert's
+    message string dropped (its condition stays)."""
+    import re
+
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r'(static_assert\([^;]*),\s*"(?:[^"\\]|\\.)*"\s*\);', r"\1);", text)
+    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
 
 def _cases() -> list[tuple[str, str, str | None]]:

@@ -96,7 +96,7 @@ def test_report_json_and_text():
     assert ": verified (" in text.splitlines()[0]
     # kSmemBytes = barrier_bytes + 2 x 4 x 8 + 1024 with barrier_bytes = 64 + 128 + 16 KiB of buffers
     assert "214080 <= 232448 bytes (4 stages; kSmemBytes = barrier_bytes 212992 + 64 + 1024)" in text
-    assert report.kernel == build_program(GemmConfig()).kernel_name().removeprefix("argus_")
+    assert report.kernel == build_program(GemmConfig()).kernel_name()
 
 
 def test_symbolic_proofs_state_their_range():

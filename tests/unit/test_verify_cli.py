@@ -27,7 +27,7 @@ def test_verify_default_config_prints_tiers(tmp_path, capsys):
     rc, out, err = _run(capsys, _write(tmp_path, "cfg.json", "{}"))
     assert rc == 0 and err == ""
     # the kernel name: the program's readable label, then 8 hex digits of its fingerprint
-    assert re.match(r"gemm_sm90_bf16_bf16_tn_128x256x64_c2x1_s4_coop_e128x32_rn1_[0-9a-f]{8}: verified \(", out)
+    assert re.match(r"argus_gemm_sm90_bf16_bf16_tn_128x256x64_c2x1_s4_coop_e128x32_rn1_[0-9a-f]{8}: verified \(", out)
     assert "tiers:\n  algebraic " in out
     for tier in ("algebraic", "enumeration", "SMT"):
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(tier))

@@ -19,6 +19,7 @@ Rules checked by :meth:`GemmProblem.validate` (the ``rule`` of the raised
 :class:`~argus_cutlass.errors.ProblemError`):
 
 ``problem.size``           M, N, K >= 1 and < 2**31 (the entry takes ``int``)
+``problem.k_range``        K < 2**30 (the k-loop proofs are stated over 31-bit words)
 ``problem.dtype``          dtype in bf16/fp16, out_dtype in bf16/fp16/fp32
 ``problem.layout``         one of tn, nt, nn, tt
 ``problem.ld``             each leading dimension >= its tensor's contiguous extent
@@ -61,6 +62,8 @@ LAYOUTS = ("tn", "nt", "nn", "tt")
 #: TMA: global address and every global stride must be multiples of this many bytes
 TMA_ALIGN_BYTES = 16
 _INT32_MAX = 2**31 - 1
+#: the largest K a kernel's k-loop proofs can be stated for (``KLoop.bound_bits`` <= 31)
+MAX_K = 2**30
 
 #: argument types of the ``extern "C"`` entry, in order (the names are the C parameters)
 ENTRY_SIGNATURE: tuple[tuple[str, str], ...] = (
@@ -204,6 +207,11 @@ class GemmProblem:
             elif value > _INT32_MAX:
                 errs.append(ProblemError(
                     "problem.size", f"{mode}={value} exceeds 2**31-1 (the kernel entry takes 32-bit sizes)"))
+            elif mode == "K" and value >= MAX_K:
+                errs.append(ProblemError(
+                    "problem.k_range", f"K={value} >= 2**30: the k-loop proofs are stated over 31-bit words "
+                    "(K < 2^30), the widest the kernel's int32 k-tile arithmetic allows",
+                    "split the reduction into chunks of K < 2^30 and add the partial products (beta = 1)"))
         if self.dtype not in INPUT_DTYPES:
             errs.append(ProblemError(
                 "problem.dtype", f"dtype={self.dtype!r} is not supported for A and B; expected one of {INPUT_DTYPES}"))
