@@ -29,15 +29,18 @@ from argus_cutlass.dsl.ir import (
     FragmentConvert,
     KLoop,
     Launch,
+    Mask,
     Mma,
     MmaRead,
     NamedBarrier,
+    OnlineSoftmax,
     Pipeline,
     PipelineSide,
     Program,
     Reduction,
     Relation,
     Role,
+    RowOutput,
     SmemStage,
     SmemView,
     Space,
@@ -122,12 +125,14 @@ class ProgramBuilder:
     # -------------------------------------------------------------------------------- copies
     def tma_load(self, src: Tensor, dst: Tensor, copy: TmaCopy, *, major: str, tile_mn: int, tile_k: int,
                  stage_tag: Tag, pipeline: str = "mainloop", block_mode: str = "m",
-                 cluster: tuple[int, int] = (1, 1), share_axis: str = "", rank_order: str = "col") -> TmaLoad:
+                 cluster: tuple[int, int] = (1, 1), share_axis: str = "", rank_order: str = "col",
+                 advance: str = "k", head: str = "", block_shift: int = 0) -> TmaLoad:
         """A TMA tile load ``src`` (gmem, tagged) -> ``dst`` (smem ``(tile_mn, tile_k, S)``).
 
         With ``copy.multicast > 1`` the CTAs of a ``cluster`` (CTAs along M, along N) that share
         the operand along ``share_axis`` (``"n"``: A, ``"m"``: B) each issue one slice of the
-        stage's boxes and multicast it to the others.
+        stage's boxes and multicast it to the others. ``advance`` / ``head`` / ``block_shift``:
+        see :class:`~argus_cutlass.dsl.ir.TmaLoad` (attention's loads).
 
         Raises:
             argus_cutlass.errors.DslError: ``dsl.untagged`` (the source carries no tag: nothing could
@@ -145,7 +150,8 @@ class ProgramBuilder:
             _dsl_error("dsl.layout_size", loc, f"TMA tile ({tile_mn}, {tile_k}) does not match the "
                        f"destination {dst.name!r} of shape {dst.shape}")
         node = TmaLoad(f"tma_{dst.name}", src.name, dst.name, copy, major, tile_mn, tile_k, src.tag, stage_tag, loc,
-                       pipeline, block_mode, tuple(cluster), share_axis, share_axis, share_axis, True, rank_order)
+                       pipeline, block_mode, tuple(cluster), share_axis, share_axis, share_axis, True, rank_order,
+                       advance, head, block_shift)
         self._loads.append(node)
         return node
 
@@ -402,11 +408,67 @@ class ProgramBuilder:
 
     def tile_schedule(self, *, raster: str, swizzle: int, decomposition: str = "persistent", step_delta: int = 0,
                       cluster_m: int = 1, cluster_n: int = 1, splits: int = 1,
-                      consumer_stride: int = 1) -> TileSchedule:
+                      consumer_stride: int = 1, longest_first: bool = False) -> TileSchedule:
         """The persistent tile scheduler (see :class:`TileSchedule`)."""
         node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc(), cluster_m, cluster_n, splits,
-                            consumer_stride)
+                            consumer_stride, longest_first)
         self._single["schedule"] = node
+        return node
+
+    # ------------------------------------------------------------------------------ attention
+    def mask(self, acc: Tensor, *, causal: bool, bottom_right: bool = True, key_bound: bool = True,
+             diagonal_shift: int = 0, name: str = "mask") -> Mask:
+        """Attention's score mask on the S accumulator ``acc`` (see :class:`Mask`).
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.operand`` (``acc`` is not a register tensor, a
+                flag that is not a bool).
+        """
+        loc = caller_loc()
+        if acc.space != "rmem":
+            _dsl_error("dsl.operand", loc, f"mask on {acc.name!r} ({acc.space}): the mask acts on the S accumulator "
+                       "registers")
+        node = Mask(name, acc.name, causal, bottom_right, key_bound, diagonal_shift, loc)
+        self._single["mask"] = node
+        return node
+
+    def online_softmax(self, src: Tensor, acc: Tensor, *, max: Reduction, sum: Reduction,  # noqa: A002
+                       rescale: bool = True, fold_log2e: bool = True, name: str = "softmax") -> OnlineSoftmax:
+        """The online softmax of the S accumulator ``src`` rescaling the O accumulator ``acc``
+        (see :class:`OnlineSoftmax`).
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.operand`` (a reduction over another tensor or with the
+                wrong op, an accumulator that is not in registers).
+        """
+        loc = caller_loc()
+        for red, op in ((max, "max"), (sum, "sum")):
+            if red.src != src.name or red.op != op:
+                _dsl_error("dsl.operand", loc, f"softmax over {src.name!r}: reduction {red.name!r} is a {red.op} over "
+                           f"{red.src!r}, expected a {op} over {src.name!r}")
+        if src.space != "rmem" or acc.space != "rmem":
+            _dsl_error("dsl.operand", loc, f"softmax {src.name!r} -> {acc.name!r}: both are register tensors")
+        node = OnlineSoftmax(name, src.name, acc.name, max.name, sum.name, rescale, fold_log2e, loc)
+        self._single["softmax"] = node
+        return node
+
+    def row_output(self, acc: Tensor, dst: Tensor, lse: Tensor, *, normalize: bool = True, row_mask: bool = True,
+                   row_offset: int = 0, head: str = "q", name: str = "output") -> RowOutput:
+        """Attention's epilogue: O accumulator ``acc`` -> gmem ``dst`` (and the LSE into ``lse``);
+        see :class:`RowOutput`.
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.operand`` (``dst``/``lse`` not gmem, ``acc`` not
+                registers), ``dsl.untagged`` (``dst`` carries no tag).
+        """
+        loc = caller_loc()
+        if acc.space != "rmem" or dst.space != "gmem" or lse.space != "gmem":
+            _dsl_error("dsl.operand", loc, f"row output {acc.name!r} -> {dst.name!r}, {lse.name!r}: registers to "
+                       "gmem")
+        if dst.tag is None or lse.tag is None:
+            _dsl_error("dsl.untagged", loc, f"row output destinations {dst.name!r} / {lse.name!r} carry no tag")
+        node = RowOutput(name, acc.name, dst.name, lse.name, normalize, row_mask, row_offset, loc, head)
+        self._single["output"] = node
         return node
 
     def launch(self, *, threads: int, cluster_m: int = 1, cluster_n: int = 1) -> Launch:
@@ -500,7 +562,8 @@ class ProgramBuilder:
             tuple(self._roles), tuple(self._barriers), tuple(self._orders), tuple(self._converts),
             tuple(self._reductions), tuple(self._relations), self._single.get("epilogue"), self._single.get("source"),
             self._single.get("staging"), self._single.get("schedule"), self._single.get("launch"),
-            tuple(sorted(self._params.items())))
+            tuple(sorted(self._params.items())), self._single.get("mask"), self._single.get("softmax"),
+            self._single.get("output"))
 
     def build(self) -> Program:
         """The program. Checks that every node's references exist.
@@ -533,4 +596,12 @@ class ProgramBuilder:
             self._need("named barrier", p.staging.barrier, p.staging.loc, [b.name for b in p.barriers])
         if p.source is not None:
             self._need("tensor", p.source.src, p.source.loc, tensors)
+        if p.mask is not None:
+            self._need("tensor", p.mask.acc, p.mask.loc, tensors)
+        if p.softmax is not None:
+            for t in (p.softmax.src, p.softmax.acc):
+                self._need("tensor", t, p.softmax.loc, tensors)
+        if p.output is not None:
+            for t in (p.output.acc, p.output.dst, p.output.lse):
+                self._need("tensor", t, p.output.loc, tensors)
         return p

@@ -32,6 +32,9 @@ Node kinds (each records the :class:`SourceLoc` of the statement that made it):
 :class:`EpilogueStore` accumulator register -> output coordinate map (and residue mask)
 :class:`EpilogueSource` how the epilogue reads C (``beta * C``)
 :class:`SmemStage`  epilogue register -> smem staging (stmatrix / st.shared)
+:class:`Mask`       attention's score mask (key bound, causal diagonal) on the S accumulator
+:class:`OnlineSoftmax` attention's running max / sum over kv blocks and the rescale of O
+:class:`RowOutput`  attention's epilogue: O / l stored by row, LSE per row
 :class:`TileSchedule` the persistent tile scheduler's walk and work decomposition
 :class:`Launch`     threads per CTA and the cluster shape of the launch
 :class:`TagAssertion` a relation between tags at every slot of a program point
@@ -59,6 +62,8 @@ _DSL_DIR = os.path.dirname(os.path.abspath(__file__))
 
 #: bytes per element of each dtype name
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: the Program attributes that hold one node (or None)
+SINGLE_NODES = ("epilogue", "source", "staging", "schedule", "launch", "mask", "softmax", "output")
 #: relations a TagAssertion or Relation may state
 RELATIONS = ("==", "!=", "<=", "<", ">=", ">", "divides", "in_range", "bijection", "disjoint")
 
@@ -212,7 +217,17 @@ class TmaLoad:
     Attributes:
         pipeline: the :class:`Pipeline` whose full barrier the load completes on.
         block_mode: the output tile coordinate that picks the gmem block (``"m"`` for A, ``"n"``
-            for B): the operand-identity knob.
+            for B; ``"none"``: the load's MN block does not follow the output tile, e.g.
+            attention's K and V, whose blocks follow the kv loop): the operand-identity knob.
+        advance: the mode the loop iteration moves the box along: ``"k"`` (GEMM: k-tile
+            ``iter`` reads k ``iter * tile_k`` onward), ``"mn"`` (attention's K: kv block
+            ``iter`` reads keys ``iter * tile_mn`` onward) or ``"none"`` (loaded once per output
+            tile: attention's Q).
+        head: the head coordinate of an attention load: ``"q"`` (the tile's query head) or
+            ``"kv"`` (its kv head, ``head // (heads / kv_heads)``, grouped-query attention);
+            ``""`` for loads without a head mode (GEMM).
+        block_shift: the load reads the loop's block ``iter + block_shift`` (0 in a correct
+            kernel: the knob that pairs attention's V block with its P block).
     """
 
     name: str
@@ -235,6 +250,9 @@ class TmaLoad:
     mask_axis: str = ""
     mask_self: bool = True
     rank_order: str = "col"
+    advance: str = "k"
+    head: str = ""
+    block_shift: int = 0
 
     def __post_init__(self) -> None:
         validate_load(self)
@@ -636,6 +654,107 @@ class SmemStage:
     barrier: str = "epilogue"
 
 
+# ----------------------------------------------------------------------------------- attention
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Attention's score mask: ``S(q, key) := -inf`` where row ``q`` may not attend ``key``
+    (coordinates inside one (batch, head); ``Lq`` / ``Lk`` the batch's query / key counts, ``Lk``
+    = ``seqused_k`` when given).
+
+    * ``key_bound``: keys ``>= Lk`` are masked (the last kv block may reach past the keys; TMA
+      fills zeros there, which are scores of 0, not -inf).
+    * ``causal``: keys ``> q + shift + diagonal_shift`` are masked, ``shift = Lk - Lq`` with
+      ``bottom_right`` (FlashAttention >= 2.1, cuDNN's bottom-right diagonal) and 0 without;
+      ``diagonal_shift`` is 0 in a correct kernel.
+
+    The kernel derives from the same fields the kv blocks a tile walks (the last block holding a
+    key some row of the tile may see) and the blocks it applies the mask to (those that may hold
+    a masked key); the verifier proves both symbolically in the lengths (invariant FA5).
+    """
+
+    name: str
+    acc: str
+    causal: bool
+    bottom_right: bool
+    key_bound: bool
+    diagonal_shift: int
+    loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        for f in ("causal", "bottom_right", "key_bound"):
+            if not isinstance(getattr(self, f), bool):
+                _dsl_error("dsl.operand", self.loc, f"mask {self.name!r}: {f} must be a bool")
+        if not isinstance(self.diagonal_shift, int) or isinstance(self.diagonal_shift, bool):
+            _dsl_error("dsl.operand", self.loc, f"mask {self.name!r}: diagonal_shift {self.diagonal_shift!r} must "
+                       "be an int")
+
+
+@dataclass(frozen=True)
+class OnlineSoftmax:
+    """Attention's online softmax over kv blocks (FlashAttention-2/3), per query row.
+
+    For each kv block: ``m_new = max(m, rowmax(S) * c)`` (reduction ``max``), ``P = exp2(S * c -
+    m_new)``, ``l = l * f + rowsum(P)`` (reduction ``sum``) and ``O = O * f + P V`` with ``f =
+    exp2(m - m_new)``, ``c = softmax_scale * log2(e)`` when ``fold_log2e`` (``exp(x) =
+    exp2(x log2 e)``, one FFMA per score: FA3 ``hopper/softmax.h``).
+
+    Attributes:
+        src: the S accumulator (fp32 registers) the softmax reads and overwrites with P.
+        acc: the O accumulator the rescale factor multiplies.
+        max, sum: the :class:`Reduction` nodes over ``src`` (row max, row sum).
+        rescale: O and l are multiplied by ``f`` when the running max grows (FA2 "rescale").
+        fold_log2e: the scale is multiplied by ``log2(e)`` so that ``exp2`` computes ``exp``.
+    """
+
+    name: str
+    src: str
+    acc: str
+    max: str
+    sum: str
+    rescale: bool
+    fold_log2e: bool
+    loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        for f in ("rescale", "fold_log2e"):
+            if not isinstance(getattr(self, f), bool):
+                _dsl_error("dsl.operand", self.loc, f"softmax {self.name!r}: {f} must be a bool")
+
+
+@dataclass(frozen=True)
+class RowOutput:
+    """Attention's epilogue: each consumer thread stores its O registers, divided by the row's
+    sum ``l`` (``normalize``), at row ``q`` of the tile's (batch, head) in ``dst``, and the row's
+    log-sum-exp ``m ln 2 + ln l`` (fp32) in ``lse``; rows past the batch's query count are not
+    stored (``row_mask``); a row with no unmasked key stores O = 0 and LSE = -inf.
+
+    The register -> row map is CuTe's ``CLayout_64xN`` (PTX ISA 9.7.15.4) with the row shifted
+    by ``row_offset`` modulo the 64-row atom (0 in a correct kernel). ``head`` is the head mode
+    the store addresses (``"q"``: the query head).
+    """
+
+    name: str
+    acc: str
+    dst: str
+    lse: str
+    normalize: bool
+    row_mask: bool
+    row_offset: int
+    loc: SourceLoc
+    head: str = "q"
+
+    def __post_init__(self) -> None:
+        for f in ("normalize", "row_mask"):
+            if not isinstance(getattr(self, f), bool):
+                _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: {f} must be a bool")
+        if not isinstance(self.row_offset, int) or isinstance(self.row_offset, bool):
+            _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: row_offset must be an int")
+        if self.head not in ("q", "kv"):
+            _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: head {self.head!r}: expected 'q' or 'kv'")
+
+
 # --------------------------------------------------------------------------------- launch / schedule
 
 
@@ -654,6 +773,10 @@ class TileSchedule:
     divided among units, ``splits`` ways for split-K: CUTLASS's ``PersistentTileSchedulerSm90StreamK``
     as the building block, Deterministic reduction through a global workspace, launched on CUTLASS's
     grid with a 2-D ``(cluster_m, cluster_n)`` cluster: rank ``r`` at ``(r % cluster_m, r // cluster_m)``).
+
+    Attention (family ``attention``): unit ``u`` is the tile ``(m_block, head, batch)`` with
+    ``m_block`` fastest; ``longest_first`` walks the query blocks from the last one (causal: the
+    blocks with the most keys start first, FA3's longest-processing-time-first order).
     """
 
     raster: str
@@ -665,6 +788,7 @@ class TileSchedule:
     cluster_n: int = 1
     splits: int = 1
     consumer_stride: int = 1
+    longest_first: bool = False
 
     def __post_init__(self) -> None:
         validate_schedule(self)
@@ -767,6 +891,9 @@ class Program:
     schedule: TileSchedule | None = None
     launch: Launch | None = None
     params: tuple[tuple[str, Any], ...] = ()
+    mask: Mask | None = None
+    softmax: OnlineSoftmax | None = None
+    output: RowOutput | None = None
 
     # ---- lookups ------------------------------------------------------------------------------
     def tensor(self, name: str) -> Tensor:
@@ -824,7 +951,8 @@ class Program:
     def resolve(self, path: str) -> Any:
         """The value at ``path``: an int literal, or ``kind[name].field(.field|[i])*`` with kind one
         of tensor, load, store, read, mma, pipeline, loop, role, barrier, order, convert, reduction;
-        or ``epilogue``, ``source``, ``staging``, ``schedule``, ``launch`` followed by fields.
+        or one of :data:`SINGLE_NODES` (``epilogue``, ``source``, ``staging``, ``schedule``,
+        ``launch``, ``mask``, ``softmax``, ``output``) followed by fields.
 
         Raises:
             KeyError: the path names a node or field that does not exist.
@@ -855,7 +983,7 @@ class Program:
             if not hit:
                 raise KeyError(f"no {kind} {key!r} (path {path!r})")
             value: Any = hit[0]
-        elif kind in ("epilogue", "source", "staging", "schedule", "launch") and key is None:
+        elif kind in SINGLE_NODES and key is None:
             value = getattr(self, kind)
             if value is None:
                 raise KeyError(f"program has no {kind} (path {path!r})")
@@ -894,7 +1022,7 @@ class Program:
         Raises:
             KeyError: no such node. argus_cutlass.errors.DslError: the edited node is malformed.
         """
-        single = ("epilogue", "source", "staging", "schedule", "launch")
+        single = SINGLE_NODES
         plural = {"tensor": ("tensors", "name"), "load": ("loads", "name"), "store": ("stores", "name"),
                   "read": ("reads", "operand"), "mma": ("mmas", "name"), "pipeline": ("pipelines", "name"),
                   "loop": ("loops", "name"), "role": ("roles", "kind"), "barrier": ("barriers", "name"),
@@ -1091,8 +1219,14 @@ def validate_load(node: TmaLoad) -> None:
     c = node.cluster
     if node.major not in ("K", "MN"):
         _dsl_error("dsl.operand", loc, f"{node.name}: major {node.major!r}: expected 'K' or 'MN'")
-    if node.block_mode not in ("m", "n"):
-        _dsl_error("dsl.operand", loc, f"{node.name}: block_mode {node.block_mode!r}: expected 'm' or 'n'")
+    if node.block_mode not in ("m", "n", "none"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: block_mode {node.block_mode!r}: expected 'm', 'n' or 'none'")
+    if node.advance not in ("k", "mn", "none"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: advance {node.advance!r}: expected 'k', 'mn' or 'none'")
+    if node.head not in ("", "q", "kv"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: head {node.head!r}: expected '', 'q' or 'kv'")
+    if not isinstance(node.block_shift, int) or isinstance(node.block_shift, bool):
+        _dsl_error("dsl.operand", loc, f"{node.name}: block_shift {node.block_shift!r} must be an int")
     if len(c) != 2 or not all(_positive_int(x) for x in c):
         _dsl_error("dsl.operand", loc, f"{node.name}: cluster {c} must be two positive ints (CTAs along M, N)")
     if c[0] * c[1] > MAX_MULTICAST_CLUSTER:
@@ -1171,6 +1305,8 @@ def validate_schedule(node: TileSchedule) -> None:
         _dsl_error("dsl.operand", loc, f"splits={node.splits} needs decomposition 'splitk'")
     if not isinstance(node.step_delta, int):
         _dsl_error("dsl.operand", loc, f"step_delta {node.step_delta!r} must be an int")
+    if not isinstance(node.longest_first, bool):
+        _dsl_error("dsl.operand", loc, f"longest_first {node.longest_first!r} must be a bool")
 
 
 def _dsl_error(rule: str, loc: SourceLoc, message: str, hint: str | None = None) -> None:

@@ -34,7 +34,7 @@ def _staging_layout(view, elem: str) -> str:  # noqa: ANN001 - SmemView
             f"{step}{{}}))")
 
 
-def _relations(program: Program) -> list[dict]:
+def relation_lines(program: Program) -> list[dict]:
     """The program's relation nodes as ``static_assert`` lines: numeric relations on their values,
     string relations through ``streq``, ``disjoint`` on the two smem tensors' byte ranges.
 
@@ -101,6 +101,15 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
         if lb.pipeline != pipe.name or sorted(pipe.loads) != sorted((la.name, lb.name)):
             raise KeyError(f"pipeline {pipe.name!r} (loads {pipe.loads}) is not the one loads {la.name!r}/{lb.name!r} "
                            "complete on")
+        for ld in (la, lb):
+            if ld.block_mode not in ("m", "n") or (ld.advance, ld.head, ld.block_shift) != ("k", "", 0):
+                raise KeyError(f"load {ld.name!r}: block_mode {ld.block_mode!r}, advance {ld.advance!r}, head "
+                               f"{ld.head!r}, block_shift {ld.block_shift}: a GEMM load takes the output tile's m or "
+                               "n block and advances along k, with no head mode and no shift")
+        if p.schedule.longest_first:
+            raise KeyError("schedule.longest_first walks attention's query blocks; the GEMM walk is CUTLASS's raster")
+        if p.mask is not None or p.softmax is not None or p.output is not None:
+            raise KeyError("mask / softmax / row output nodes belong to the attention family")
         by_name = {la.name: la, lb.name: lb}
         if tuple(by_name[x].dst for x in pipe.loads) != tuple(pipe.buffers):
             raise KeyError(f"pipeline {pipe.name!r}: buffers {pipe.buffers} are not its loads' destinations in order")
@@ -167,7 +176,7 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             ctx["bar_epi1"] = p.barrier(stg.barrier + ".1")
     except KeyError as exc:
         raise ConfigError("render.program", f"turn order {order.name!r}: {exc.args[0]}") from None
-    ctx["relations"] = _relations(p)
+    ctx["relations"] = relation_lines(p)
     return ctx
 
 

@@ -1,9 +1,11 @@
-"""The planted-mistake suite: mutants of the GEMM program, read from ``mutants.toml`` (data).
+"""The planted-mistake suites: mutants of each family's program, read from data catalogues
+(``mutants.toml`` for GEMM, ``mutants_attention.toml`` for attention: :data:`FAMILIES`).
 
-A mutant is one realistic kernel mistake written as edits of the program that
-:func:`argus_cutlass.kernels.gemm.program.build_program` states for a base configuration::
+A mutant is one realistic kernel mistake written as edits of the program that the family's
+``build_program`` (e.g. :func:`argus_cutlass.kernels.gemm.program.build_program`) states for a base
+configuration::
 
-    program = build_program(GemmConfig(**base))
+    program = build_program(GemmConfig(**base))    # AttentionConfig(**base) for attention
     for edit in mutant.edits:
         program = program.replace_node(edit.node, edit.key, **edit.changes)
 
@@ -14,7 +16,7 @@ it with the mutant's owning ``rule``.
 
 Catalogue format (``argus_cutlass/testing/mutants.toml``)::
 
-    [base.coop]                      # named base configurations: GemmConfig fields
+    [base.coop]                      # named base configurations: the family's config fields
     tile_m = 128
     ...
     [[mutant]]
@@ -47,13 +49,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from argus_cutlass.dsl.ir import Program
+from argus_cutlass.dsl.ir import SINGLE_NODES, Program
 from argus_cutlass.errors import ConfigError, DslError
-from argus_cutlass.kernels.gemm.config import GemmConfig
-from argus_cutlass.kernels.gemm.program import build_program
 
 __all__ = [
     "CATALOGUE_PATH",
+    "FAMILIES",
     "CLASSES",
     "DATA_FLOW_RULES",
     "RESOURCE_RULES",
@@ -66,8 +67,47 @@ __all__ = [
     "verify_mutant",
 ]
 
-#: the catalogue shipped with the package
+#: the catalogue shipped with the package (GEMM)
 CATALOGUE_PATH = Path(__file__).with_name("mutants.toml")
+
+
+@dataclass(frozen=True)
+class Family:
+    """How to build and verify one family's programs: its config class, ``build_program`` and
+    ``verify_<family>`` (module paths, imported on use) and its shipped catalogue."""
+
+    name: str
+    config: str
+    build: str
+    verify: str
+    catalogue: Path
+
+    def _load(self, path: str) -> Any:
+        import importlib
+
+        module, _, attr = path.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
+
+    def config_class(self) -> Any:
+        return self._load(self.config)
+
+    def build_program(self, cfg: Any) -> Program:
+        return self._load(self.build)(cfg)
+
+    def verify_program(self, program: Program, **kwargs: Any) -> Any:
+        return self._load(self.verify)(program, **kwargs)
+
+
+#: the families with a mutant catalogue
+FAMILIES: dict[str, Family] = {
+    "gemm": Family("gemm", "argus_cutlass.kernels.gemm.config.GemmConfig",
+                   "argus_cutlass.kernels.gemm.program.build_program", "argus_cutlass.verify.verify_gemm",
+                   CATALOGUE_PATH),
+    "attention": Family("attention", "argus_cutlass.kernels.attention.config.AttentionConfig",
+                        "argus_cutlass.kernels.attention.program.build_program",
+                        "argus_cutlass.verify.attention.verify_attention",
+                        Path(__file__).with_name("mutants_attention.toml")),
+}
 
 #: verifier rules whose violations carry a counterexample record (a concrete failing point)
 DATA_FLOW_RULES = (
@@ -76,6 +116,9 @@ DATA_FLOW_RULES = (
     "pipeline.stage", "pipeline.parity", "pipeline.carry", "tma.image", "tma.multicast", "epilogue.coordinate",
     "epilogue.stmatrix", "epilogue.tma_store", "epilogue.source", "epilogue.stage_reuse", "output.bijection",
     "scheduler.bijection", "warpgroup.uniform", "barrier.named", "turn.order",
+    # attention (invariants/attention.toml)
+    "mask.exact", "kv.coverage", "softmax.online", "output.row", "head.map", "reduction.rows", "fragment.convert",
+    "mma.rs_operand",
 )
 #: verifier rules over numbers (resources and consistency relations): their violations carry the numbers
 RESOURCE_RULES = (
@@ -92,12 +135,15 @@ CLASSES = (
     "phase_wrap", "phase_start", "pipeline_carry", "release_order", "epilogue_map", "residue_mask",
     "epilogue_r2s", "store_pipeline", "warpgroup_uniformity", "scheduler", "named_barrier", "turn_order",
     "registers",
+    # attention (issue 10): the FlashAttention catalogue's classes
+    "row_reduction", "rescale", "p_to_pv", "kv_pairing", "output_row", "gqa_head", "causal_mask", "length_mask",
+    "kv_pipeline",
 )
 
 #: Program.replace_node kinds an edit may name
 NODE_KINDS = ("tensor", "load", "store", "read", "mma", "pipeline", "loop", "role", "barrier", "order",
-              "assertion", "relation", "epilogue", "source", "staging", "schedule", "launch")
-_SINGLE = ("epilogue", "source", "staging", "schedule", "launch")
+              "assertion", "relation", "convert", "reduction", "params") + SINGLE_NODES
+_SINGLE = SINGLE_NODES + ("params",)
 _MUTANT_KEYS = {"id", "class", "base", "rule", "story", "edit", "benign_reason"}
 _REQUIRED = ("id", "class", "base", "rule", "story", "edit")
 _EDIT_KEYS = {"node", "key", "set"}
@@ -151,11 +197,12 @@ class Mutant:
     id: str
     cls: str
     base_name: str
-    config: GemmConfig
+    config: Any
     edits: tuple[Edit, ...]
     rule: str
     story: str
     benign_reason: str = ""
+    family: str = "gemm"
 
     @property
     def data_flow(self) -> bool:
@@ -165,6 +212,8 @@ class Mutant:
 
 def _field_value(program: Program, node: str, key: str | None, field: str) -> Any:
     """The current value of ``field`` (dotted) of node ``node[key]``."""
+    if node == "params":
+        return program.param(field)
     if node in _SINGLE:
         value: Any = getattr(program, node)
     else:
@@ -178,16 +227,18 @@ def _fail(where: str, message: str) -> None:
     raise ConfigError("mutants.catalogue", f"{where}: {message}")
 
 
-def _config(where: str, fields: Any) -> GemmConfig:
+def _config(where: str, fields: Any, family: str = "gemm") -> Any:
+    cls = FAMILIES[family].config_class()
+    what = cls.__name__
     if not isinstance(fields, dict):
-        _fail(where, f"a base configuration must be a table of GemmConfig fields, got {fields!r}")
-    unknown = sorted(set(fields) - set(GemmConfig.model_fields))
+        _fail(where, f"a base configuration must be a table of {what} fields, got {fields!r}")
+    unknown = sorted(set(fields) - set(cls.model_fields))
     if unknown:
-        _fail(where, f"unknown GemmConfig field(s) {unknown}; known: {sorted(GemmConfig.model_fields)}")
+        _fail(where, f"unknown {what} field(s) {unknown}; known: {sorted(cls.model_fields)}")
     try:
-        return GemmConfig(**fields)
+        return cls(**fields)
     except ValueError as exc:  # pydantic's ValidationError
-        _fail(where, f"invalid GemmConfig: {exc}")
+        _fail(where, f"invalid {what}: {exc}")
     raise AssertionError("unreachable")
 
 
@@ -214,10 +265,11 @@ def _parse_edit(where: str, raw: Any) -> Edit:
     return Edit(node, key, tuple(sorted(_frozen(changes).items())))
 
 
-def parse_catalogue(text: str, *, check_edits: bool = True) -> dict[str, Mutant]:
+def parse_catalogue(text: str, *, check_edits: bool = True, family: str = "gemm") -> dict[str, Mutant]:
     """The mutants of a catalogue text, in file order.
 
     Args:
+        family: the family whose configurations and programs the catalogue edits (:data:`FAMILIES`).
         check_edits: also apply every edit to its base program and require that it changes a
             field (a catalogue entry whose edit is a no-op or that the DSL refuses is not a mutant).
 
@@ -232,7 +284,9 @@ def parse_catalogue(text: str, *, check_edits: bool = True) -> dict[str, Mutant]
     unknown = sorted(set(data) - {"base", "mutant"})
     if unknown:
         _fail("mutants.toml", f"unknown top-level key(s) {unknown}; expected [base.*] and [[mutant]]")
-    bases = {name: _config(f"[base.{name}]", fields) for name, fields in data.get("base", {}).items()}
+    if family not in FAMILIES:
+        _fail("mutants catalogue", f"family {family!r} is not one of {sorted(FAMILIES)}")
+    bases = {name: _config(f"[base.{name}]", fields, family) for name, fields in data.get("base", {}).items()}
     out: dict[str, Mutant] = {}
     for i, raw in enumerate(data.get("mutant", [])):
         where = f"mutant #{i + 1} ({raw.get('id', '?')})"
@@ -257,7 +311,7 @@ def parse_catalogue(text: str, *, check_edits: bool = True) -> dict[str, Mutant]
                 _fail(where, f"base {base!r} is not a [base.*] table; have {sorted(bases)}")
             name, cfg = base, bases[base]
         else:
-            name, cfg = "inline", _config(where, base)
+            name, cfg = "inline", _config(where, base, family)
         edits = raw["edit"]
         if not isinstance(edits, list) or not edits:
             _fail(where, "edit must be a non-empty array of {node, key, set} tables")
@@ -265,7 +319,7 @@ def parse_catalogue(text: str, *, check_edits: bool = True) -> dict[str, Mutant]
             if not isinstance(raw.get(field, ""), str) or (field == "story" and not raw[field].strip()):
                 _fail(where, f"{field} must be a non-empty string")
         m = Mutant(mid, raw["class"], name, cfg, tuple(_parse_edit(where, e) for e in edits), raw["rule"],
-                   " ".join(raw["story"].split()), " ".join(raw.get("benign_reason", "").split()))
+                   " ".join(raw["story"].split()), " ".join(raw.get("benign_reason", "").split()), family)
         if check_edits:
             _check(m, where)
         out[mid] = m
@@ -282,21 +336,24 @@ def _check(m: Mutant, where: str) -> None:
         _fail(where, "the edits change no field of the program")
 
 
-@lru_cache(maxsize=4)
-def load_catalogue(path: str | Path | None = None) -> dict[str, Mutant]:
-    """The catalogue (default: the shipped ``mutants.toml``), validated (see :func:`parse_catalogue`)."""
-    p = Path(path) if path is not None else CATALOGUE_PATH
-    return parse_catalogue(p.read_text("utf-8"))
+@lru_cache(maxsize=8)
+def load_catalogue(path: str | Path | None = None, family: str = "gemm") -> dict[str, Mutant]:
+    """A family's catalogue (default: the shipped one, :data:`FAMILIES`), validated (see
+    :func:`parse_catalogue`)."""
+    if family not in FAMILIES:
+        _fail("mutants catalogue", f"family {family!r} is not one of {sorted(FAMILIES)}")
+    p = Path(path) if path is not None else FAMILIES[family].catalogue
+    return parse_catalogue(p.read_text("utf-8"), family=family)
 
 
 @lru_cache(maxsize=64)
-def _base(cfg: GemmConfig) -> Program:
-    return build_program(cfg)
+def _base(family: str, cfg: Any) -> Program:
+    return FAMILIES[family].build_program(cfg)
 
 
 def baseline_program(m: Mutant) -> Program:
     """The unmutated program of the mutant's base configuration."""
-    return _base(m.config)
+    return _base(m.family, m.config)
 
 
 def mutant_program(m: Mutant) -> Program:
@@ -314,16 +371,16 @@ def mutant_program(m: Mutant) -> Program:
             if "kind" in changes or "key" in changes:
                 _fail(f"mutant {m.id}", "an edit cannot set a field named 'kind' or 'key' through "
                       "Program.replace_node(kind, key, **changes)")
-            program = program.replace_node(e.node, e.key, **changes)
+            program = (program.replace_node("params", **changes) if e.node == "params"
+                       else program.replace_node(e.node, e.key, **changes))
         except KeyError as exc:
             _fail(f"mutant {m.id}", f"edit {e.node}[{e.key}]: {exc.args[0] if exc.args else exc}")
     return program
 
 
 def verify_mutant(m: Mutant | str, **kwargs: Any) -> Any:
-    """:func:`argus_cutlass.verify.verify_gemm` on the mutated program (the report; never raises
-    for a rejected program). ``kwargs`` go to ``verify_gemm`` (e.g. ``smt=False``)."""
-    from argus_cutlass.verify import verify_gemm
-
+    """The family's verifier (``verify_gemm``, ``verify_attention``) on the mutated program (the
+    report; never raises for a rejected program). A string names a GEMM mutant. ``kwargs`` go to
+    the verifier (e.g. ``smt=False``)."""
     mutant = load_catalogue()[m] if isinstance(m, str) else m
-    return verify_gemm(mutant_program(mutant), **kwargs)
+    return FAMILIES[mutant.family].verify_program(mutant_program(mutant), **kwargs)

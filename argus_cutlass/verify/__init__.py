@@ -43,6 +43,9 @@ from argus_cutlass.verify.report import (
     Violation,
 )
 from argus_cutlass.verify.rules import RULES, SHAPE_RULES
+from argus_cutlass.verify.run import Run as _Run
+from argus_cutlass.verify.run import node_text as _text
+from argus_cutlass.verify.run import report as _report
 
 __all__ = [
     "RULES",
@@ -89,54 +92,6 @@ _OUTPUT_OBLIGATIONS = {
 
 #: nodes every GEMM check reads; a program without one gets a single dsl.program violation
 _GEMM_NODES = ("pipeline", "kloop", "mma", "epilogue", "source", "staging", "schedule", "launch")
-
-
-class _Run:
-    """Collects proofs, violations and unknowns, and the wall time per tier. Every check runs
-    through :meth:`add`, which turns an exception inside a check into a violation of the
-    check's rule (the verifier never raises on a program it is given)."""
-
-    def __init__(self) -> None:
-        self.proofs: list[Proof] = []
-        self.violations: list[Violation] = []
-        self.unknowns: list[Unknown] = []
-        self.tier: dict[str, float] = {"arith": 0.0, "enum": 0.0, "smt": 0.0}
-
-    def add(self, tier: str, rule: str, fn: Callable[..., Any], *args: Any) -> tuple[list[Proof], list[Violation]]:
-        import numpy as np
-
-        t0 = time.perf_counter()
-        try:
-            with np.errstate(divide="raise", invalid="raise"):
-                out = fn(*args)
-        except Exception as exc:  # noqa: BLE001 - a program the check cannot run on is a violation
-            self.tier[tier] += time.perf_counter() - t0
-            inv = invariant_of(rule)
-            v = Violation(rule, inv if inv != "?" else "DSL",
-                          f"the {rule} check cannot run on this program ({fn.__name__}): {type(exc).__name__}: {exc}",
-                          "the program is malformed where this rule looks; fix the node it names")
-            self.violations.append(v)
-            return [], [v]
-        dt = time.perf_counter() - t0
-        self.tier[tier] += dt
-        p, v = list(out[0]), list(out[1])
-        if len(out) > 2:
-            self.unknowns += out[2]
-        untimed = [x for x in p if not x.seconds]
-        if untimed:
-            share = dt / len(p)
-            p = [dataclasses.replace(x, seconds=share) if not x.seconds else x for x in p]
-        self.proofs += p
-        self.violations += v
-        return p, v
-
-
-def _text(node: Any) -> str:
-    """``str(node)``, or its repr when a malformed field breaks ``__str__``."""
-    try:
-        return str(node)
-    except Exception:  # noqa: BLE001
-        return repr(node)
 
 
 def _missing_nodes(program: Program) -> list[str]:
@@ -214,12 +169,6 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
         notes.append(f"output checks (G2, G4, G8) not run: shape rules failed ({sorted(failed & set(SHAPE_RULES))})")
     _family_checks(run, program, obligations, notes)
     return _report(name, obligations, run, notes, t0)
-
-
-def _report(name: str, obligations: list[Obligation], run: _Run, notes: list[str], t0: float) -> VerificationReport:
-    return VerificationReport(name, tuple(obligations), tuple(run.proofs), tuple(run.violations),
-                              time.perf_counter() - t0, tuple(notes), tuple(run.unknowns),
-                              {k: v for k, v in run.tier.items() if v})
 
 
 def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], shapes_ok: bool) -> None:

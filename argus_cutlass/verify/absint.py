@@ -81,7 +81,8 @@ class TagImage:
 
     ``fields[name]`` is an int64 array over the buffer's element offsets (``UNWRITTEN`` where no
     box element landed): the operand's MN coordinate inside its tile (field 0 of the data tag),
-    its global k (``iteration * tile_k + k``) and the producer iteration. ``tag`` is the tag of the
+    its k (``iteration * tile_k + k`` when the loop advances k, GEMM; the MN coordinate advances instead
+    when the load's ``advance`` is ``"mn"``, neither for ``"none"``) and the producer iteration. ``tag`` is the tag of the
     gmem tensor the load reads (``A:(m,k)``...). ``outside`` counts box elements that land outside
     their own stage, ``collisions`` elements written more than once, ``foreign`` box elements that
     carry gmem data outside the tile, ``unwritten`` elements no box reaches.
@@ -134,8 +135,10 @@ def tag_image(program: Program, load: TmaLoad) -> TagImage:
     f_k = data_tag.fields[1] if data_tag is not None and len(data_tag.fields) > 1 else "k"
     f_it = load.stage_tag.fields[0] if load.stage_tag.fields else "iter"
     fields = {name: np.full(cells, UNWRITTEN, dtype=np.int64) for name in (f_mn, f_k, f_it)}
-    fields[f_mn][off[inb]] = mn[inb]
-    fields[f_k][off[inb]] = k[inb] + s[inb] * load.tile_k
+    # the loop's iteration s (stage s) moves the box along the load's advancing mode
+    adv = getattr(load, "advance", "k")
+    fields[f_mn][off[inb]] = mn[inb] + (s[inb] * load.tile_mn if adv == "mn" else 0)
+    fields[f_k][off[inb]] = k[inb] + (s[inb] * load.tile_k if adv == "k" else 0)
     fields[f_it][off[inb]] = s[inb]
     counts = np.bincount(off[inb], minlength=cells)[:cells]
     first_bad: dict[str, int] = {}
@@ -230,9 +233,13 @@ def _load_problems(program: Program, load: TmaLoad) -> list[str]:
         out.append(f"copies {src.dtype} {src.name} into {dst.dtype} {dst.name}")
     if load.copy.elem_bits != 8 * dst.elem_bytes:
         out.append(f"copies {load.copy.elem_bits}-bit elements into the {dst.dtype} buffer {dst.name}")
-    if (load.major == "K") != (src.major == "K"):
-        out.append(f"is {load.major}-major (box inner extent along {'K' if load.major == 'K' else 'MN'}) but "
-                   f"{src.name} is {src.major}-contiguous: the tensor map's inner dimension is {src.major}")
+    # the box's inner extent runs along the tile's k mode (K-major) or mn mode (MN-major): the gmem mode
+    # in that position of the source's (MN, K) shape must be the contiguous one
+    inner_mode = (src.shape[1] if load.major == "K" else src.shape[0]) if len(src.shape) == 2 else None
+    if inner_mode != src.major:
+        out.append(f"is {load.major}-major (box inner extent along {'K' if load.major == 'K' else 'MN'}: "
+                   f"{src.name}'s mode {inner_mode!r}) but {src.name} is {src.major}-contiguous: the tensor map's "
+                   f"inner dimension is {src.major}")
     return out
 
 

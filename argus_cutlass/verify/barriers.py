@@ -215,8 +215,9 @@ def check_turn_orders(program: Any) -> Outcome:
     participants exactly: per phase one group ``bar.sync``-s and one ``bar.arrive``-s, 2 x 128
     threads (a count that differs is undefined behaviour by PTX ISA 9.7.13.1).
 
-    Interleavings (enum): the groups run the protocol the template prints: every group but
-    ``first`` ``bar.arrive``-s on ``barriers[p][first]`` of every point ``p``; then per tile and
+    Interleavings (enum): the groups run the protocol the template prints: the group before
+    ``first`` in the cycle (``(first - 1) % groups``) ``bar.arrive``-s on ``barriers[p][first]`` of
+    every point ``p``; then per turn and
     point ``p`` in order: ``bar.sync barriers[p][g]``, the point, ``bar.arrive
     barriers[p][(g + 1) % groups]``. The tile scheduler deals a CTA's units to the groups in turn
     (group ``g`` takes units ``g, g + groups, ...``), so for every unit count ``0 ..
@@ -283,7 +284,11 @@ def _check_order(program: Any, order: Any) -> Outcome:
         struct(f"{G} groups but the consumer role has {len(cons[0].warpgroups)} warpgroups",
                f"<= {len(cons[0].warpgroups)} groups", f"{G} groups", "one group per consumer warpgroup")
     sched = program.schedule
-    if sched is not None and _int(sched.consumer_stride) and G > 1 and sched.consumer_stride != G:
+    # GEMM ping-pong: a turn is a scheduler unit (each group owns every G-th tile). Attention: every
+    # group runs every tile and a turn is one GEMM issue of it, so the scheduler's stride is 1.
+    units_are_tiles = getattr(program, "family", "gemm") == "gemm"
+    if (units_are_tiles and sched is not None and _int(sched.consumer_stride) and G > 1
+            and sched.consumer_stride != G):
         struct(f"{G} groups take turns, but the tile scheduler deals units to {sched.consumer_stride} consumer "
                "group(s)", f"schedule consumer_stride == {G}", f"consumer_stride {sched.consumer_stride}",
                "ping-pong: each consumer warpgroup takes every second unit")
@@ -353,7 +358,7 @@ def _check_order(program: Any, order: Any) -> Outcome:
                "alternation": "the groups do not alternate in tile order",
                "rearrive": "a warp re-arrives at a barrier before it resets (PTX: unpredictable)"}[kind]
         out.append(Violation(RULE_TURN, INV_TURN, f"turn order {name!r}: {msg} at point {point!r} with tile counts "
-                             f"{tiles}: {actual}", "groups != first pre-arrive on barriers[p][first]; before point p "
+                             f"{tiles}: {actual}", "group (first - 1) % groups pre-arrives on barriers[p][first]; before point p "
                              "group g syncs barriers[p][g], after it arrives on barriers[p][(g + 1) % groups]",
                              where, cex))
     elif out:
@@ -388,7 +393,7 @@ def _explore(program: Any, order: Any, points: tuple, rows: tuple, have: dict, t
     progs: list[list[tuple]] = []
     for g in range(G):
         ops: list[tuple] = []
-        if g != first:
+        if g == (first - 1) % G:  # the group before ``first`` in the cycle hands it the first turn
             for p in range(P):
                 ops.append(("arrive", p, first, -1))
         for j in range(tiles[g]):

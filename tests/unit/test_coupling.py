@@ -1,6 +1,7 @@
 """The coupling test: what runs is what was proved (issue 9, Deliver 2).
 
-Generated from the IR's own field list. For a few base GEMM programs and for **every node** of
+Generated from the IR's own field list. For a few base programs of each family (GEMM and
+attention) and for **every node** of
 each (tensors, TMA loads and stores, MMA reads, MMAs, pipelines, loops, roles, named barriers,
 turn orders, epilogue nodes, schedule, launch, tag assertions, relations, and the program's
 scalar params) and **every leaf field** (:func:`argus_cutlass.dsl.ir.node_fields`; tags and
@@ -37,8 +38,11 @@ import pytest
 
 from argus_cutlass.dsl.ir import Program, Tag, node_fields
 from argus_cutlass.errors import ConfigError, DslError
+from argus_cutlass.kernels.attention.config import AttentionConfig
+from argus_cutlass.kernels.attention.program import build_program as build_attention
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program
+from argus_cutlass.render.attention import render_attention
 from argus_cutlass.render.gemm import render_gemm
 
 #: the base programs (kernel modes): cooperative tn 128x256 with a 2x1 cluster (B multicast),
@@ -50,16 +54,30 @@ BASES: dict[str, GemmConfig] = {
     "swapab_64x16_fp32": GemmConfig(swap_ab=True, tile_m=64, tile_n=16, schedule="pingpong", cluster_m=1,
                                     epi_m=64, epi_n=16, out_dtype="fp32", stages=8),
     "nt_128x128_c1x2": GemmConfig(layout="nt", tile_m=128, tile_n=128, cluster_m=1, cluster_n=2),
+    # attention: d=128 causal (2 warpgroups taking turns), d=64 (3 warpgroups), d=256 fp16 varlen
+    # non-causal without turns (no turn order), d=96 (SW64 atoms)
+    "attn_d128_causal": AttentionConfig(head_dim=128, causal=True, tile_m=128, tile_n=128),
+    "attn_d64_3wg": AttentionConfig(head_dim=64, tile_m=192, tile_n=128),
+    "attn_d256_varlen_fp16_noturns": AttentionConfig(head_dim=256, dtype="fp16", varlen=True, tile_m=128, tile_n=80,
+                                                     pingpong=False),
+    "attn_d96": AttentionConfig(head_dim=96, causal=True, tile_m=128, tile_n=144),
 }
+
+
+def render(program: Program) -> str:
+    """The family's renderer (the program's own family picks it)."""
+    return render_attention(program) if program.family == "attention" else render_gemm(program)
 
 #: Program attribute holding nodes -> (replace_node kind, the attribute that keys a node)
 GROUPS: dict[str, tuple[str, str | None]] = {
-    "tensors": ("tensor", "name"), "loads": ("load", "name"), "reads": ("read", "operand"),
+    "tensors": ("tensor", "name"), "loads": ("load", "name"), "reads": ("read", "name"),
     "assertions": ("assertion", "name"), "pipelines": ("pipeline", "name"), "loops": ("loop", "name"),
     "mmas": ("mma", "name"), "stores": ("store", "name"), "roles": ("role", "kind"),
     "barriers": ("barrier", "name"), "orders": ("order", "name"), "relations": ("relation", "name"),
     "epilogue": ("epilogue", None), "source": ("source", None), "staging": ("staging", None),
-    "schedule": ("schedule", None), "launch": ("launch", None),
+    "schedule": ("schedule", None), "launch": ("launch", None), "converts": ("convert", "name"),
+    "reductions": ("reduction", "name"), "mask": ("mask", None), "softmax": ("softmax", None),
+    "output": ("output", None),
 }
 
 #: valid values of enumerated string fields, by leaf field name (the last dotted component)
@@ -67,8 +85,10 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "space": ("gmem", "smem", "rmem"),
     "dtype": ("bf16", "fp16", "fp32"),
     "acc_dtype": ("fp32", "fp16"),
-    "binding": ("A", "B", "C", "D"),
-    "block_mode": ("m", "n"),
+    "binding": ("A", "B", "C", "D", "q", "k", "v", "o", "lse"),
+    "block_mode": ("m", "n", "none"),
+    "advance": ("k", "mn", "none"),
+    "head": ("", "q", "kv"),
     "share_axis": ("m", "n", ""),
     "slice_axis": ("m", "n", ""),
     "mask_axis": ("m", "n", ""),
@@ -89,11 +109,12 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "family": ("gemm", "attention"),
 }
 #: ``major`` means different things on different nodes
-MAJOR_DOMAINS = {"Tensor": ("K", "M", "N", ""), "TmaLoad": ("K", "MN"), "TmaStore": ("K", "MN"),
+MAJOR_DOMAINS = {"Tensor": ("K", "M", "N", "D", "Lq", ""), "TmaLoad": ("K", "MN"), "TmaStore": ("K", "MN"),
                  "GmmaSmemAtom": ("K", "MN")}
 #: valid values of the string elements of tuple fields: (node type, field) -> domain
-ELEMENT_DOMAINS = {("Tensor", "shape"): ("M", "N", "K"), ("TagAssertion", "lhs"): ("A", "B", "slot", "acc"),
-                   ("TagAssertion", "rhs"): ("A", "B", "slot", "acc"), ("TurnOrder", "points"): ("mainloop", "epilogue")}
+ELEMENT_DOMAINS = {("Tensor", "shape"): ("M", "N", "K", "Lq", "Lk", "D"), ("TagAssertion", "lhs"): ("A", "B", "slot", "acc"),
+                   ("TagAssertion", "rhs"): ("A", "B", "slot", "acc"),
+                   ("TurnOrder", "points"): ("mainloop", "epilogue", "gemm")}
 #: the role a kind value must keep (Role.kind vs TmaCopy.kind)
 KIND_DOMAINS = {"Role": ("producer", "consumer"), "TmaCopy": ("load", "load_multicast", "store")}
 
@@ -172,6 +193,10 @@ def _str_alternatives(owner: Any, attr: str, value: str, program: Program) -> li
             names = sorted({x.name for x in program.pipelines} - {value}) or []
         elif attr in ("a", "b"):
             names = sorted({r.name for r in program.reads} - {value})
+        elif attr in ("max", "sum"):
+            names = sorted({r.name for r in program.reductions} - {value})
+        elif attr == "lse":
+            names = sorted({t.name for t in program.tensors} - {value})
         elif attr == "mma":
             names = sorted({m.name for m in program.mmas} - {value})
         elif attr == "barrier":
@@ -222,6 +247,13 @@ def alternatives(owner: Any, attr: str, value: Any, program: Program) -> list[An
         out = _int_alternatives(attr, value)
     elif isinstance(value, str):
         out = _str_alternatives(owner, attr, value, program)
+    elif value is None and attr == "view":
+        # an RS read has no smem view: give it one (another read's), which makes it an SS read
+        out = [r.view for r in program.reads if r.view is not None][:1]
+    elif value == () and attr == "pairing":
+        # the identity conversion is stated as (); a full-length pairing with two registers swapped
+        n = program.tensor(owner.dst).shape[1] // 4
+        out = [(1, 0) + tuple(range(2, n)), tuple(range(n))]
     elif isinstance(value, tuple):
         if not value:
             raise TypeError(f"{type(owner).__name__}.{attr} is an empty tuple: nothing to permute")
@@ -315,13 +347,14 @@ def normalized(program: Program, text: str) -> str:
 
 @lru_cache(maxsize=None)
 def base_program(base: str) -> Program:
-    return build_program(BASES[base])
+    cfg = BASES[base]
+    return build_attention(cfg) if isinstance(cfg, AttentionConfig) else build_program(cfg)
 
 
 @lru_cache(maxsize=None)
 def base_text(base: str) -> str:
     p = base_program(base)
-    return normalized(p, render_gemm(p))
+    return normalized(p, render(p))
 
 
 def outcome(m: Mutation) -> Outcome:
@@ -332,7 +365,7 @@ def outcome(m: Mutation) -> Outcome:
     except DslError as exc:
         return Outcome(m, "dsl_error", str(exc))
     try:
-        text = render_gemm(mutated)
+        text = render(mutated)
     except ConfigError as exc:
         if exc.rule == "render.program":
             return Outcome(m, "unprintable", str(exc))
@@ -352,7 +385,8 @@ def outcome(m: Mutation) -> Outcome:
 #: a role's, a store's and a turn order's names only label code (references by name are followed by the renderer,
 #: so a broken reference is refused, not hidden).
 SPEC_NODES = ("assertion", "relation")
-LABEL_FIELDS = {("role", "name"), ("store", "name"), ("order", "name")}
+LABEL_FIELDS = {("role", "name"), ("store", "name"), ("order", "name"), ("mask", "name"), ("softmax", "name"),
+                ("output", "name")}
 
 
 def is_spec_field(m: Mutation) -> bool:
@@ -456,6 +490,11 @@ STATIC_ASSERT_CASES = [
      lambda p: p.schedule.cluster_n + 1, "G5 cluster.consistency"),
     ("pingpong_64x128", "tensor", "sB", "base_bytes",
      lambda p: p.tensor("sA").base_bytes, "R8 smem.disjoint: tensor[sA] disjoint tensor[sB]"),
+    ("attn_d128_causal", "pipeline", "k", "consumer_arrivers",
+     lambda p: p.resolve("pipeline[k].consumer_arrivers") + 1, "G6 pipeline.arrivals"),
+    ("attn_d128_causal", "mask", None, "causal", lambda p: False, "FA5 mask.exact"),
+    ("attn_d64_3wg", "loop", "kv", "block_k",
+     lambda p: 2 * p.resolve("loop[kv].block_k"), "G3 loop.step: loop[kv].block_k == mma[pv].op.k"),
 ]
 
 
@@ -470,8 +509,8 @@ def test_static_assert_is_printed(case):
     """CPU half of the compile test: the mutated program prints the static_assert whose
     message the compile must stop on, and the base prints it too (with values that hold)."""
     mutated, message = _static_assert_program(case)
-    assert message in render_gemm(mutated)
-    assert message in render_gemm(base_program(case[0]))
+    assert message in render(mutated)
+    assert message in render(base_program(case[0]))
 
 
 @pytest.mark.nvcc
@@ -482,7 +521,7 @@ def test_static_asserts_stop_the_compile():
     from argus_cutlass.errors import CompileError
 
     progs = [_static_assert_program(c) for c in STATIC_ASSERT_CASES]
-    jobs = [CompileJob(render_gemm(p), p.kernel_name(), "shared") for p, _ in progs]
+    jobs = [CompileJob(render(p), p.kernel_name(), "shared") for p, _ in progs]
     results = compile_many(jobs, return_exceptions=True)
     for (p, message), res in zip(progs, results, strict=True):
         assert isinstance(res, CompileError), f"{p.kernel_name()} compiled although {message!r} should fail"

@@ -1,0 +1,71 @@
+"""Frozen attention-forward kernel configuration.
+
+An :class:`AttentionConfig` fixes every compile-time choice of one Hopper FlashAttention forward
+kernel: the head dim, dtype, mask kind and length mode it is built for, the CTA tile (query rows x
+keys per kv block), the K/V pipeline depth, and the consumer warpgroups' schedule. Batch, heads,
+kv heads, lengths, strides and the softmax scale stay run-time arguments of the entry.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DType = Literal["bf16", "fp16"]
+#: head dims the family builds (FlashAttention-3's set; others get ``attention.head_dim``)
+HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)
+
+
+class AttentionConfig(BaseModel):
+    """One SM90 warp-specialized FlashAttention forward kernel.
+
+    Attributes:
+        dtype: Q, K, V and O element type (``bf16`` or ``fp16``); S, P's softmax and O accumulate
+            in fp32, P is converted to ``dtype`` for the second GEMM.
+        head_dim: D (64, 96, 128, 192 or 256), the K of ``S = Q K^T`` and the N of ``O = P V``.
+        causal: mask keys after the row's diagonal (bottom-right aligned when the lengths differ).
+        varlen: packed variable-length batches (``cu_seqlens_q`` / ``cu_seqlens_k``) instead of
+            ``(batch, seq, heads, dim)`` tensors.
+        tile_m: query rows per CTA tile: 64 per consumer warpgroup (128: 2, 192: 3).
+        tile_n: keys per kv block (a multiple of 16, at most 256): the N of ``S = Q K^T`` and
+            the K of ``O += P V``.
+        stages: smem stages of the K and the V pipelines.
+        pingpong: the consumer warpgroups take turns issuing their GEMMs (FA3's inter-warpgroup
+            overlap through named barriers); without it they issue freely.
+        longest_first: the persistent scheduler starts with the last query blocks (the most keys
+            under a causal mask). ``None``: on for causal kernels.
+
+    Constraints (smem, registers, GMMA shapes) are checked by the verifier, not here, so a wrong
+    configuration reaches it and gets every violation reported at once.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dtype: DType = "bf16"
+    head_dim: int = Field(128, gt=0)
+    causal: bool = False
+    varlen: bool = False
+    tile_m: int = Field(128, gt=0)
+    tile_n: int = Field(128, gt=0)
+    stages: int = Field(2, gt=0)
+    pingpong: bool = True
+    longest_first: bool | None = None
+
+    @property
+    def consumer_warpgroups(self) -> int:
+        """Math warpgroups: one per 64 query rows of the tile."""
+        return max(1, self.tile_m // 64)
+
+    @property
+    def threads(self) -> int:
+        """Threads per CTA: one producer warpgroup plus the consumer warpgroups."""
+        return 128 * (1 + self.consumer_warpgroups)
+
+    @property
+    def walk_longest_first(self) -> bool:
+        return self.causal if self.longest_first is None else self.longest_first
+
+    def replace(self, **changes: object) -> AttentionConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return AttentionConfig(**{**self.model_dump(), **changes})

@@ -1,0 +1,234 @@
+"""The SM90 FlashAttention forward as one DSL program: :func:`build_program` (config, problem) -> Program.
+
+Every quantity of the kernel is a node field here: the verifier proves the program
+(:func:`argus_cutlass.verify.attention.verify_attention`) and ``templates/attention/`` prints it
+(:func:`argus_cutlass.render.attention.render_attention`). The kernel, as FlashAttention-3 builds
+it (``hopper/flash_fwd_kernel_sm90.h``, ``mainloop_fwd_sm90_tma_gmma_ws.hpp``):
+
+* warpgroup 0 is the producer (``setmaxnreg.dec``): one thread issues the TMA loads of Q (once per
+  tile, pipeline ``q``), then K and V of every kv block, the last block first (pipelines ``k`` and
+  ``v``, ``stages`` deep);
+* ``tile_m / 64`` consumer warpgroups (``setmaxnreg.inc``), 64 query rows each: ``S = Q K^T``
+  (SS-mode wgmma, K-major Q and K), the score mask, the online softmax with exp2 and the scale
+  folded in (row max / sum across each quad), ``P = convert(S)`` in registers, ``O += P V``
+  (RS-mode wgmma, V read MN-major); the softmax of block j overlaps the QK^T of block j - 1 (in
+  walk order) and, with ``pingpong``, the warpgroups take turns issuing their GEMMs through named
+  barriers;
+* the epilogue divides O by the row sum and writes O (input dtype) and the LSE (fp32) by row;
+* a persistent scheduler walks the tiles ``(m_block, head, batch)`` (m_block fastest), longest
+  first for causal kernels.
+
+Shapes by mode: gQ ``(Lq, D)``, gK ``(Lk, D)``, gV ``(D, Lk)`` (V as the B operand of ``O += P V``:
+N = d, K = key; d is contiguous, so it is MN-major), gO ``(Lq, D)``, gLSE ``(H, Lq)``; sQ
+``(tile_m, D, 1)``, sK ``(tile_n, D, stages)``, sV ``(D, tile_n, stages)``; per consumer warpgroup
+s_acc / p_frag ``(64, tile_n)`` and o_acc ``(64, D)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from argus_cutlass.dsl.atoms import GmmaOp, TmaCopy, select_smem_atom
+from argus_cutlass.dsl.builder import ProgramBuilder
+from argus_cutlass.dsl.ir import DTYPE_BYTES, PipelineSide, Program, Tag
+from argus_cutlass.errors import ConfigError
+from argus_cutlass.kernels.attention.config import HEAD_DIMS, AttentionConfig
+
+__all__ = ["FIRST_BARRIER_ID", "LENGTH_BOUND_BITS", "build_program", "program_label", "role_registers"]
+
+#: the proofs over the symbolic lengths hold for lengths < 2**LENGTH_BOUND_BITS; the entry refuses longer
+LENGTH_BOUND_BITS = 24
+#: first named-barrier id (0 is __syncthreads; CUTLASS reserves 1-7)
+FIRST_BARRIER_ID = 8
+
+
+def role_registers(consumer_warpgroups: int) -> tuple[int, int]:
+    """(producer, consumer) registers per thread after ``setmaxnreg``, within the 64K-register file:
+    ``128 * (producer + warpgroups * consumer) <= 65536``. FA3 (``flash_fwd_kernel_sm90.h``) gives
+    the consumers 240 (2 MMA warpgroups) or 160 (3) and its producer 24 / 32; our producer walks the
+    tiles itself (varlen offsets, causal block counts) and spills at 24 (ptxas, d = 128), so it takes
+    the 32 that the budget leaves with 2 warpgroups as well."""
+    return {1: (32, 240), 2: (32, 240), 3: (32, 160)}.get(consumer_warpgroups, (32, 240))
+
+
+def program_label(cfg: AttentionConfig) -> str:
+    """The readable part of the kernel name.
+
+    >>> program_label(AttentionConfig(head_dim=128, causal=True))
+    'attn_fwd_sm90_bf16_d128_causal_128x128_s2_pp_lf'
+    """
+    c = cfg
+    mask = "causal" if c.causal else "full"
+    return (f"attn_fwd_sm90_{c.dtype}_d{c.head_dim}_{mask}{'_varlen' if c.varlen else ''}_{c.tile_m}x{c.tile_n}_"
+            f"s{c.stages}{'_pp' if c.pingpong else ''}{'_lf' if c.walk_longest_first else ''}")
+
+
+def _align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def _period(swizzle_bytes: int) -> int:
+    """Bytes of one swizzle period: the base alignment a swizzled buffer needs (PTX ISA 9.7.15.5.1)."""
+    return max(128, 8 * swizzle_bytes)
+
+
+def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
+    """The attention forward of ``cfg`` as a DSL program.
+
+    Args:
+        cfg: the kernel configuration.
+        problem: an :class:`~argus_cutlass.kernels.attention.problem.AttentionProblem` or None; the
+            program's proofs over the lengths are stated for lengths < 2**``LENGTH_BOUND_BITS``,
+            and the problem must agree with the configuration's head dim, dtype, mask and length mode.
+
+    Raises:
+        argus_cutlass.errors.ConfigError: ``attention.head_dim`` (not one of 64, 96, 128, 192, 256),
+            ``attention.tile`` (``tile_m`` not a multiple of 64, ``tile_n`` not a multiple of 16),
+            ``attention.problem`` (the problem disagrees with the configuration).
+        argus_cutlass.errors.DslError: a node is malformed.
+    """
+    c = cfg
+    D = c.head_dim
+    if D not in HEAD_DIMS:
+        raise ConfigError("attention.head_dim", f"head_dim={D}: the attention kernels are built for head dims "
+                          f"{list(HEAD_DIMS)}", "pad the head dim to the next supported one")
+    if c.tile_m % 64 or c.tile_n % 16 or c.tile_n > 256:
+        raise ConfigError("attention.tile", f"tile {c.tile_m}x{c.tile_n}: tile_m is 64 query rows per consumer "
+                          "warpgroup (a multiple of 64) and tile_n a multiple of 16 keys (the RS-mode wgmma's K) "
+                          "up to 256 (the wgmma N of S = Q K^T)")
+    if problem is not None:
+        want = (problem.head_dim, problem.dtype, problem.causal, problem.varlen)
+        have = (D, c.dtype, c.causal, c.varlen)
+        if want != have:
+            raise ConfigError("attention.problem", f"the problem (head_dim, dtype, causal, varlen) = {want} but the "
+                              f"configuration builds {have}")
+    wgs = c.consumer_warpgroups
+    bits = DTYPE_BYTES[c.dtype] * 8
+    nbytes = bits // 8
+    b = ProgramBuilder(program_label(c), family="attention")
+    stage_tag = Tag("stage", ("iter",))
+
+    # ---- gmem: the caller's tensors and the values they carry
+    g_q = b.tensor("gQ", "gmem", ("Lq", "D"), c.dtype, tag=Tag("Q", ("q", "d")), major="D", binding="q")
+    g_k = b.tensor("gK", "gmem", ("Lk", "D"), c.dtype, tag=Tag("K", ("key", "d")), major="D", binding="k")
+    g_v = b.tensor("gV", "gmem", ("D", "Lk"), c.dtype, tag=Tag("V", ("d", "key")), major="D", binding="v")
+    g_o = b.tensor("gO", "gmem", ("Lq", "D"), c.dtype, tag=Tag("O", ("q", "d")), major="D", binding="o")
+    g_lse = b.tensor("gLSE", "gmem", ("H", "Lq"), "fp32", tag=Tag("LSE", ("h", "q")), major="Lq", binding="lse")
+
+    # ---- smem: Q once, K and V in `stages` stages, each buffer at its swizzle period; barriers after
+    atom_q = select_smem_atom("K", bits, c.tile_m, D)
+    atom_k = select_smem_atom("K", bits, c.tile_n, D)
+    atom_v = select_smem_atom("MN", bits, D, c.tile_n)
+    offset, bases = 0, {}
+    for name, atom, size in (("sQ", atom_q, c.tile_m * D), ("sK", atom_k, c.tile_n * D * c.stages),
+                             ("sV", atom_v, D * c.tile_n * c.stages)):
+        offset = _align(offset, _period(atom.swizzle_bytes))
+        bases[name] = offset
+        offset += size * nbytes
+    s_q = b.tensor("sQ", "smem", (c.tile_m, D, 1), c.dtype, base_bytes=bases["sQ"],
+                   align_bytes=_period(atom_q.swizzle_bytes))
+    s_k = b.tensor("sK", "smem", (c.tile_n, D, c.stages), c.dtype, base_bytes=bases["sK"],
+                   align_bytes=_period(atom_k.swizzle_bytes))
+    s_v = b.tensor("sV", "smem", (D, c.tile_n, c.stages), c.dtype, base_bytes=bases["sV"],
+                   align_bytes=_period(atom_v.swizzle_bytes))
+
+    # ---- TMA loads (boxes: one swizzle row of d by the tile's rows); Q follows the tile's query
+    # block, K the kv loop along its rows (mn), V the kv loop along its k mode (keys)
+    def box(atom: Any, tile_mn: int, tile_k: int) -> tuple[int, int]:
+        if atom.major == "K":
+            return (min(atom.contiguous_elems, tile_k), tile_mn)
+        return (min(atom.contiguous_elems, tile_mn), tile_k)
+
+    loads = {}
+    for g, s, atom, mn, k, pipe, block, advance, head in (
+            (g_q, s_q, atom_q, c.tile_m, D, "q", "m", "none", "q"),
+            (g_k, s_k, atom_k, c.tile_n, D, "k", "none", "mn", "kv"),
+            (g_v, s_v, atom_v, D, c.tile_n, "v", "none", "k", "kv")):
+        copy = TmaCopy("load", box(atom, mn, k), bits, atom.swizzle_bytes)
+        loads[pipe] = b.tma_load(g, s, copy, major=atom.major, tile_mn=mn, tile_k=k, stage_tag=stage_tag,
+                                 pipeline=pipe, block_mode=block, advance=advance, head=head)
+    barrier_base = _align(offset, 8)
+    for i, (pipe, n_stages, size) in enumerate((("q", 1, c.tile_m * D), ("k", c.stages, c.tile_n * D),
+                                                ("v", c.stages, D * c.tile_n))):
+        # the stage is released after the wgmma that read it retired (release_lag 0, none in flight)
+        b.pipeline(pipe, (loads[pipe],), stages=n_stages, tx_bytes=size * nbytes, producer_arrivals=1,
+                   consumer_arrivals=wgs, consumer_arrivers=wgs, producer=PipelineSide(1, n_stages),
+                   consumer=PipelineSide(0, n_stages), mma_in_flight=0, release_lag=0,
+                   barrier_bytes=barrier_base + 16 * (0 if i == 0 else 1 + (i - 1) * c.stages))
+
+    # ---- roles and launch: producer warpgroup 0, consumer warpgroups 1..wgs
+    producer_regs, consumer_regs = role_registers(wgs)
+    b.role("producer", "producer", warpgroups=(0,), issue_warps=(0,), regs=producer_regs)
+    b.role("consumer", "consumer", warpgroups=tuple(range(1, 1 + wgs)), issue_warps=(0, 1, 2, 3),
+           regs=consumer_regs)
+    b.launch(threads=128 * (1 + wgs))
+
+    # ---- S = Q K^T (SS, K-major both); mask; row max / sum across each quad
+    op_qk = GmmaOp(64, c.tile_n, 16, c.dtype, "K", "K")
+    read_q = b.mma_read("A", s_q, b.smem_view(atom_q, s_q.shape), op_qk, tile_mn=c.tile_m, tile_k=D,
+                        warpgroups=wgs, mma="qk")
+    read_k = b.mma_read("B", s_k, b.smem_view(atom_k, s_k.shape), op_qk, tile_mn=c.tile_n, tile_k=D,
+                        warpgroups=1, mma="qk")
+    s_acc = b.tensor("s_acc", "rmem", (64, c.tile_n), "fp32", tag=Tag("S", ("q", "key")))
+    b.mma("qk", op_qk, read_q, read_k, s_acc, atoms_m=wgs, reps_m=1)
+    b.mask(s_acc, causal=c.causal, bottom_right=True, key_bound=True)
+    red_max = b.reduction(s_acc, "max", xor_lanes=(1, 2))
+    red_sum = b.reduction(s_acc, "sum", xor_lanes=(1, 2))
+
+    # ---- P = convert(S) into A registers; O += P V (RS: A from registers, V MN-major)
+    p_frag = b.tensor("p_frag", "rmem", (64, c.tile_n), c.dtype)
+    b.fragment_convert(s_acc, p_frag, c.dtype, pairing=tuple(range(c.tile_n // 4)))  # identity repack
+    op_pv = GmmaOp(64, D, 16, c.dtype, "K", atom_v.major, mode="RS")
+    read_p = b.mma_read("A", p_frag, None, op_pv, tile_mn=c.tile_m, tile_k=c.tile_n, warpgroups=wgs, mma="pv")
+    read_v = b.mma_read("B", s_v, b.smem_view(atom_v, s_v.shape), op_pv, tile_mn=D, tile_k=c.tile_n,
+                        warpgroups=1, mma="pv")
+    o_acc = b.tensor("o_acc", "rmem", (64, D), "fp32", tag=Tag("O", ("q", "d")))
+    b.mma("pv", op_pv, read_p, read_v, o_acc, atoms_m=wgs, reps_m=1)
+    b.online_softmax(s_acc, o_acc, max=red_max, sum=red_sum, rescale=True, fold_log2e=True)
+    b.k_loop(tile_k=c.tile_n, block_k=op_pv.k, k_blocks=c.tile_n // op_pv.k, name="kv",
+             bound_bits=LENGTH_BOUND_BITS)
+    b.row_output(o_acc, g_o, g_lse, normalize=True, row_mask=True)
+
+    # ---- the consumer warpgroups take turns issuing their GEMMs (FA3's warp-scheduler barriers);
+    # one more barrier per warpgroup for its own syncs (zeroing V rows past seqused_k)
+    next_id = FIRST_BARRIER_ID
+    if c.pingpong and wgs > 1:
+        names = tuple(f"turn.{g}" for g in range(wgs))
+        for name in names:
+            b.named_barrier(name, id=next_id, threads=2 * 128)
+            next_id += 1
+        b.turn_order("mma_turns", groups=wgs, points=("gemm",), barriers=(names,))
+    for g in range(wgs):
+        b.named_barrier(f"wg.{g}", id=next_id, threads=128)
+        next_id += 1
+    b.tile_schedule(raster="along_m", swizzle=1, decomposition="persistent", longest_first=c.walk_longest_first)
+
+    # ---- tag assertions at the MMA slots
+    b.assert_tags("qk.gemm", ("A", "d"), "==", ("B", "d"), invariant="G1", rule="mma.k_agreement")
+    b.assert_tags("qk.gemm", ("A", "q"), "==", ("slot", "m"), invariant="G1", rule="mma.operand_identity")
+    b.assert_tags("qk.gemm", ("B", "key"), "==", ("slot", "n"), invariant="G1", rule="mma.operand_identity")
+    b.assert_tags("pv.gemm", ("A", "key"), "==", ("B", "key"), invariant="FA3", rule="mma.k_agreement")
+    b.assert_tags("pv.gemm", ("A", "q"), "==", ("slot", "m"), invariant="FA3", rule="mma.operand_identity")
+    b.assert_tags("pv.gemm", ("B", "d"), "==", ("slot", "n"), invariant="FA3", rule="mma.operand_identity")
+
+    # ---- consistency between nodes
+    rel = b.relate
+    for pipe, buf in (("q", "sQ"), ("k", "sK"), ("v", "sV")):
+        rel(f"pipeline[{pipe}].stages", "==", f"tensor[{buf}].shape[2]", invariant="G6", rule="pipeline.buffers")
+    rel("loop[kv].block_k", "==", "mma[pv].op.k", invariant="G3", rule="loop.step")
+    rel("loop[kv].tile_k", "==", "tensor[sK].shape[0]", invariant="G3", rule="loop.step")
+    rel("loop[kv].tile_k", "==", "tensor[sV].shape[1]", invariant="G3", rule="loop.step")
+    rel("mma[qk].op.n", "==", "loop[kv].tile_k", invariant="FA3", rule="fragment.convert")
+    rel("mma[qk].atoms_m", "==", "mma[pv].atoms_m", invariant="FA3", rule="fragment.convert")
+    rel("mma[qk].tile_m", "==", "tensor[sQ].shape[0]", invariant="G1", rule="mma.tile")
+    rel("convert[convert_p_frag].dtype", "==", "mma[pv].op.dtype", invariant="FA3", rule="fragment.convert")
+    rel("mma[pv].op.n", "==", "tensor[sV].shape[0]", invariant="G1", rule="mma.tile")
+    rel("mma[qk].op.k", "==", "mma[pv].op.k", invariant="G1", rule="mma.tile")
+    rel("tensor[sQ].shape[1]", "==", "tensor[sK].shape[1]", invariant="G1", rule="mma.tile")
+    rel("mask.acc", "==", "softmax.src", invariant="FA5", rule="mask.exact")
+    rel("softmax.acc", "==", "output.acc", invariant="FA4", rule="output.row")
+    for x, y in (("sQ", "sK"), ("sQ", "sV"), ("sK", "sV")):
+        rel(f"tensor[{x}]", "disjoint", f"tensor[{y}]", invariant="R8", rule="smem.disjoint")
+    b.param("varlen", c.varlen)
+    b.param("causal", c.causal)  # the specification the mask node is proved against (FA5)
+    return b.build()

@@ -1,0 +1,68 @@
+"""The verifier's run bookkeeping, shared by every family's ``verify_<family>``: :class:`Run`
+collects proofs, violations and unknowns per tier and turns an exception inside a check into a
+violation of the check's rule; :func:`report` builds the :class:`VerificationReport`."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from argus_cutlass.verify.catalogue import invariant_of
+from argus_cutlass.verify.report import Obligation, Proof, Unknown, VerificationReport, Violation
+
+
+class Run:
+    """Collects proofs, violations and unknowns, and the wall time per tier. Every check runs
+    through :meth:`add`, which turns an exception inside a check into a violation of the
+    check's rule (the verifier never raises on a program it is given)."""
+
+    def __init__(self) -> None:
+        self.proofs: list[Proof] = []
+        self.violations: list[Violation] = []
+        self.unknowns: list[Unknown] = []
+        self.tier: dict[str, float] = {"arith": 0.0, "enum": 0.0, "smt": 0.0}
+
+    def add(self, tier: str, rule: str, fn: Callable[..., Any], *args: Any) -> tuple[list[Proof], list[Violation]]:
+        import numpy as np
+
+        t0 = time.perf_counter()
+        try:
+            with np.errstate(divide="raise", invalid="raise"):
+                out = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - a program the check cannot run on is a violation
+            self.tier[tier] += time.perf_counter() - t0
+            inv = invariant_of(rule)
+            v = Violation(rule, inv if inv != "?" else "DSL",
+                          f"the {rule} check cannot run on this program ({fn.__name__}): {type(exc).__name__}: {exc}",
+                          "the program is malformed where this rule looks; fix the node it names")
+            self.violations.append(v)
+            return [], [v]
+        dt = time.perf_counter() - t0
+        self.tier[tier] += dt
+        p, v = list(out[0]), list(out[1])
+        if len(out) > 2:
+            self.unknowns += out[2]
+        untimed = [x for x in p if not x.seconds]
+        if untimed:
+            share = dt / len(p)
+            p = [dataclasses.replace(x, seconds=share) if not x.seconds else x for x in p]
+        self.proofs += p
+        self.violations += v
+        return p, v
+
+
+def node_text(node: Any) -> str:
+    """``str(node)``, or its repr when a malformed field breaks ``__str__``."""
+    try:
+        return str(node)
+    except Exception:  # noqa: BLE001
+        return repr(node)
+
+
+def report(name: str, obligations: list[Obligation], run: Run, notes: list[str], t0: float) -> VerificationReport:
+    """The :class:`VerificationReport` of a finished run (``t0``: its start, ``time.perf_counter``)."""
+    return VerificationReport(name, tuple(obligations), tuple(run.proofs), tuple(run.violations),
+                              time.perf_counter() - t0, tuple(notes), tuple(run.unknowns),
+                              {k: v for k, v in run.tier.items() if v})
