@@ -230,9 +230,77 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
         return cfg, "store"
     key = entry_key(gpu, kernel, problem)
     for e in shipped_entries():
+        if e.get("kernel") != kernel:
+            continue
         if entry_key(e.get("gpu", ""), e.get("kernel", ""),
                      Problem(*e["shape"], e["dtype"], e["out_dtype"], e["layout"])) == key:
             cfg = _usable(e, problem)
             if cfg is not None:
                 return cfg, "shipped"
     return default_config(m, n, k, dtype, out_dtype, layout), "heuristic"
+
+
+# ---- attention -------------------------------------------------------------------------------
+
+
+def attention_key(gpu: str, problem: Any) -> str:
+    """``<gpu>|attention|<dtype>|d<D>|<causal|full>|<fixed|varlen>|s<bucket>``: the shape bucket rounds
+    the key length (the longest, with varlen) up to a power of two (at least 128)."""
+    s = max(128, int(problem.seqlen_k))
+    bucket = 1 << (s - 1).bit_length()
+    return "|".join((gpu, "attention", problem.dtype, f"d{problem.head_dim}",
+                     "causal" if problem.causal else "full", "varlen" if problem.varlen else "fixed", f"s{bucket}"))
+
+
+def attention_entry(gpu: str, problem: Any, cfg: Any, ms: float, cudnn_ms: float | None = None) -> dict[str, Any]:
+    """One attention entry of ``agent/tuned_h200.json`` (or of the user store)."""
+    import dataclasses
+
+    return {"gpu": gpu, "kernel": "attention", "key": attention_key(gpu, problem),
+            "problem": dataclasses.asdict(problem), "config": cfg.model_dump(), "ms": ms,
+            "tflops": problem.flops / (ms * 1e-3) / 1e12, "cudnn_ms": cudnn_ms}
+
+
+def _usable_attention(entry: dict[str, Any] | None, problem: Any) -> Any:
+    from argus_cutlass.kernels.attention.config import AttentionConfig
+
+    if not entry:
+        return None
+    try:
+        cfg = AttentionConfig(**entry["config"])
+    except Exception:  # noqa: BLE001 - a stale or hand-edited entry is skipped
+        return None
+    if (cfg.head_dim, cfg.dtype, cfg.causal, cfg.varlen) != (problem.head_dim, problem.dtype, problem.causal,
+                                                             problem.varlen):
+        return None
+    return cfg
+
+
+def lookup_attention_config(problem: Any, *, heuristic: bool = False, gpu: str | None = None,
+                            store: ExperienceStore | None = None) -> tuple[Any, str]:
+    """The configuration of an attention problem and where it came from: ``"store"`` (an entry the
+    user's tuning recorded under :func:`attention_key`), ``"shipped"`` (``agent/tuned_h200.json``),
+    ``"heuristic"`` (:func:`argus_cutlass.kernels.attention.heuristics.default_config`: FA3's tile
+    per head dim) or ``"forced"`` (``heuristic=True``).
+
+    Raises:
+        ConfigError: ``attention.head_dim`` for a head dim the family does not build.
+    """
+    from argus_cutlass.kernels.attention.heuristics import default_config
+
+    p = problem
+    fallback = default_config(p.head_dim, p.dtype, p.causal, p.varlen)
+    if heuristic:
+        return fallback, "forced"
+    gpu = gpu or gpu_name() or DEFAULT_GPU
+    key = attention_key(gpu, p)
+    store = store or ExperienceStore()
+    cfg = _usable_attention(store.read().get("entries", {}).get(key), p)
+    if cfg is not None:
+        return cfg, "store"
+    for e in shipped_entries():
+        if e.get("kernel") == "attention" and e.get("key") == key:
+            cfg = _usable_attention(e, p)
+            if cfg is not None:
+                return cfg, "shipped"
+    return fallback, "heuristic"

@@ -20,7 +20,7 @@ from argus_cutlass.generate import GeneratedKernel, build_many as _build_many, c
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import GemmProblem
 
-__all__ = ["GeneratedKernel", "build_gemm", "build_many", "generate_gemm"]
+__all__ = ["GeneratedKernel", "attention", "attention_kernel", "build_gemm", "build_many", "generate_gemm"]
 
 
 def generate_gemm(cfg: GemmConfig, problem: GemmProblem | None = None, *, smt: bool = True,
@@ -63,3 +63,67 @@ def build_many(configs: Iterable[GemmConfig], max_workers: int | None = None) ->
     """Compile several configurations in parallel; returns ``{kernel name: library}``
     (:func:`argus_cutlass.generate.build_many`)."""
     return _build_many(configs, workers=max_workers)
+
+
+# ---- attention ---------------------------------------------------------------------------------
+
+_ATTENTION_LIBS: dict[Any, Any] = {}
+
+
+def attention_kernel(problem: Any, config: Any = None, *, smt: bool | None = None) -> Any:
+    """The built :class:`~argus_cutlass.kernels.attention.library.AttentionKernelLibrary` for an
+    :class:`~argus_cutlass.kernels.attention.problem.AttentionProblem` (configured through the
+    orchestrator: user store, shipped table, then FA3's tile per head dim), generated, verified,
+    compiled (content-addressed cache) and loaded once per configuration and process.
+
+    Raises:
+        ConfigError, VerificationError, UnprovedError, ToolchainError, CompileError: as
+        :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
+    """
+    from argus_cutlass.generate import configure
+
+    cfg = config if config is not None else configure(problem)[0]
+    lib = _ATTENTION_LIBS.get(cfg)
+    if lib is None:
+        kernel = generate(cfg, smt=smt)
+        lib = _ATTENTION_LIBS[cfg] = load(kernel, compile_kernel(kernel))
+    return lib
+
+
+def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+              max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, seqused_k: Any = None,
+              softmax_scale: float | None = None, config: Any = None) -> tuple[Any, Any]:
+    """FlashAttention forward on torch tensors: ``(o, lse)``.
+
+    Args:
+        q: ``(batch, seqlen_q, heads, head_dim)`` bf16/fp16 CUDA tensor, or packed
+            ``(total_q, heads, head_dim)`` with ``cu_seqlens_q``; k, v: ``(batch, seqlen_k,
+            kv_heads, head_dim)`` or packed ``(total_k, kv_heads, head_dim)``; kv_heads divides heads
+            (GQA; MQA with 1). The head dim (64, 96, 128, 192 or 256) must be contiguous and every
+            other stride a multiple of 16 bytes.
+        causal: bottom-right aligned causal mask (row i sees keys j <= i + Lk - Lq).
+        cu_seqlens_q, cu_seqlens_k: int32 ``(batch + 1,)`` cumulative lengths (varlen).
+        max_seqlen_q, max_seqlen_k: varlen maxima (read from cu_seqlens when None).
+        seqused_k: int32 ``(batch,)``: only the first ``seqused_k[b]`` keys of batch b are attended.
+        softmax_scale: default ``1 / sqrt(head_dim)``.
+        config: an :class:`~argus_cutlass.kernels.attention.config.AttentionConfig` to use instead
+            of the configured one.
+
+    Returns:
+        ``o`` (q's shape and dtype) and ``lse`` (fp32, natural log; ``(batch, heads, seqlen_q)``, or
+        ``(heads, total_q)`` with varlen; ``-inf`` and an all-zero O row where a row sees no key).
+
+    Raises:
+        ProblemError: a tensor breaks a rule (:mod:`argus_cutlass.kernels.attention.library`).
+        and the errors of :func:`attention_kernel`.
+
+    The first call per configuration generates and compiles the kernel (seconds, cached on disk).
+    """
+    from argus_cutlass.kernels.attention.library import problem_from_tensors
+
+    problem = problem_from_tensors(q, k, v, causal=causal, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                   seqused_k=seqused_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                   softmax_scale=softmax_scale)
+    lib = attention_kernel(problem, config)
+    return lib.forward(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+                       problem=problem)

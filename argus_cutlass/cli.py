@@ -6,6 +6,10 @@ Commands:
       pick a configuration, verify it, render ``DIR/<kernel>.cu``, compile it when
       nvcc exists, and on a Hopper GPU run it against an fp32 reference and time it
       beside cuBLAS. Writes ``DIR/<kernel>.json`` (config, verification, stage times).
+  ``argus-cutlass attention --batch B --heads H [--kv-heads HK] --seqlen-q SQ --seqlen-k SK
+  --head-dim D [--causal] [--dtype bf16|fp16] [--out DIR]``
+      the same for FlashAttention forward: render, compile, check against an fp32 reference
+      (outputs poisoned first) and time beside cuDNN (torch SDPA's cuDNN backend).
   ``argus-cutlass verify CONFIG.json [--json]``
       verify one configuration; exit code 1 on a violation (or an unknown, unless
       ``--allow-unknown``).
@@ -79,6 +83,23 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_attention(args: argparse.Namespace) -> int:
+    """``attention``: :func:`~argus_cutlass.generate.run` on an attention problem, exit codes as ``gemm``."""
+    from argus_cutlass.generate import Options, run
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+
+    problem = AttentionProblem(args.batch, args.heads, args.kv_heads or args.heads, args.seqlen_q,
+                               args.seqlen_k if args.seqlen_k is not None else args.seqlen_q, args.head_dim,
+                               dtype=args.dtype, causal=args.causal, softmax_scale=args.softmax_scale)
+    problem.validate()
+    out_dir = _output_dir(args.out)
+    options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed)
+    result = run(problem, options=options, on_stage=_Progress(args.verbose, out_dir), out_dir=out_dir)
+    for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
+        _print(f"wrote     {path}")
+    return 0 if result.ok else 1
+
+
 class _Progress:
     """Prints one line per finished stage of :func:`argus_cutlass.generate.run`."""
 
@@ -88,8 +109,14 @@ class _Progress:
 
     def __call__(self, stage: str, r) -> None:  # noqa: ANN001 - RunResult
         p = r.problem
+        attention = hasattr(p, "head_dim")
+        vendor = "cuDNN" if attention else "cuBLAS"
         if stage == "configure":
-            _print(f"problem   M={p.m} N={p.n} K={p.k} {p.dtype}->{p.out_dtype} layout {p.layout}")
+            if attention:
+                _print(f"problem   attention batch={p.batch} heads={p.heads}/{p.kv_heads} seqlen_q={p.seqlen_q} "
+                       f"seqlen_k={p.seqlen_k} head_dim={p.head_dim} {p.dtype}{' causal' if p.causal else ''}")
+            else:
+                _print(f"problem   M={p.m} N={p.n} K={p.k} {p.dtype}->{p.out_dtype} layout {p.layout}")
         elif stage == "build_program" and r.program is not None:
             _print(f"config    {r.name} ({_SOURCE_TEXT[r.config_source]})")
         elif stage == "build_program":
@@ -121,16 +148,21 @@ class _Progress:
             _print(f"no GPU    no usable NVIDIA GPU here ({r.skipped['run']}); stopping after compile")
         elif stage == "check":
             c = r.check
-            _print(f"check     {'PASS' if c.passed else 'FAIL'}: rel. error {c.rel_error:.2e}"
-                   f" (tolerance {c.tolerance:.0e}), unwritten outputs {c.unwritten}")
+            if attention:
+                _print(f"check     {'PASS' if c.passed else 'FAIL'}: rel. error {c.rel_error:.2e} (tolerance "
+                       f"{c.tolerance:.0e}), NaN outputs {c.nan_count}, LSE mismatches {c.lse_errors}, "
+                       f"rows with no key {c.empty_rows} (wrong {c.empty_row_errors})")
+            else:
+                _print(f"check     {'PASS' if c.passed else 'FAIL'}: rel. error {c.rel_error:.2e}"
+                       f" (tolerance {c.tolerance:.0e}), unwritten outputs {c.unwritten}")
         elif stage == "baseline":
             flops = p.flops
             line = f"time      {r.ms:.4f} ms = {flops / r.ms / 1e9:.1f} TFLOP/s"
             if r.baseline_ms is not None:
-                line += (f"; cuBLAS {r.baseline_ms:.4f} ms = {flops / r.baseline_ms / 1e9:.1f} TFLOP/s; "
+                line += (f"; {vendor} {r.baseline_ms:.4f} ms = {flops / r.baseline_ms / 1e9:.1f} TFLOP/s; "
                          f"ratio {r.baseline_ms / r.ms:.3f}x")
             else:
-                line += "; cuBLAS not measured (torch is not installed)"
+                line += f"; {vendor} not measured ({r.skipped.get('baseline', 'torch is not installed')})"
             _print(line)
 
 
@@ -269,6 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use the fixed heuristic, not a tuned configuration from the experience store "
                         "or the shipped H200 table")
     g.set_defaults(func=cmd_gemm)
+
+    a = sub.add_parser("attention", help="generate (and build, run) a FlashAttention forward kernel")
+    a.add_argument("--batch", type=int, required=True, help="batch size B")
+    a.add_argument("--heads", type=int, required=True, help="query heads H")
+    a.add_argument("--kv-heads", type=int, default=None, help="key/value heads HK dividing H (default H; 1 = MQA)")
+    a.add_argument("--seqlen-q", type=int, required=True, help="query length SQ")
+    a.add_argument("--seqlen-k", type=int, default=None, help="key/value length SK (default SQ)")
+    a.add_argument("--head-dim", type=int, required=True, help="head dim D: 64, 96, 128, 192 or 256")
+    a.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned when SQ != SK")
+    a.add_argument("--dtype", default="bf16", help="Q/K/V/O element type: bf16 or fp16")
+    a.add_argument("--softmax-scale", type=float, default=None, help="scale of Q K^T (default 1/sqrt(D))")
+    a.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
+    a.add_argument("--out", default="out", help="output folder (default: ./out)")
+    a.add_argument("--verbose", action="store_true", help="print every proved obligation")
+    a.add_argument("--allow-unknown", action="store_true", help="as for gemm")
+    a.add_argument("--heuristic", action="store_true", help="FA3's tile per head dim, not a tuned entry")
+    a.set_defaults(func=cmd_attention)
 
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent)")
     tsub = t.add_subparsers(dest="kernel", required=True)

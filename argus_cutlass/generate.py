@@ -56,8 +56,14 @@ from argus_cutlass.errors import (
     VerificationError,
     unknown_text,
 )
+from argus_cutlass.kernels.attention.config import AttentionConfig
+from argus_cutlass.kernels.attention.problem import AttentionProblem
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+#: a configuration / problem of any family
+Config = GemmConfig | AttentionConfig
+Problem = GemmProblem | AttentionProblem
 
 __all__ = [
     "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_many", "check", "compile_kernel",
@@ -72,8 +78,16 @@ CONFIG_SOURCES = ("store", "shipped", "heuristic", "forced", "given")
 # ---------------------------------------------------------------------------------------- stages
 
 
-def configure(problem: GemmProblem, *, heuristic: bool = False, gpu: str | None = None,
-              store: Any = None) -> tuple[GemmConfig, str]:
+def family_of(obj: Any) -> str:
+    """``"attention"`` or ``"gemm"``: the family of a configuration, problem or program."""
+    if isinstance(obj, (AttentionConfig, AttentionProblem)):
+        return "attention"
+    fam = getattr(obj, "family", None)
+    return fam if isinstance(fam, str) else "gemm"
+
+
+def configure(problem: Problem, *, heuristic: bool = False, gpu: str | None = None,
+              store: Any = None) -> tuple[Config, str]:
     """The configuration for ``problem`` and where it came from.
 
     Returns:
@@ -82,6 +96,10 @@ def configure(problem: GemmProblem, *, heuristic: bool = False, gpu: str | None 
         bucket) or ``"forced"`` (``heuristic=True``). Tuned entries are used only when the
         verifier accepts them.
     """
+    if isinstance(problem, AttentionProblem):
+        from argus_cutlass.agent.store import lookup_attention_config
+
+        return lookup_attention_config(problem, heuristic=heuristic, gpu=gpu, store=store)
     from argus_cutlass.kernels.gemm.heuristics import default_config
 
     p = problem
@@ -92,13 +110,18 @@ def configure(problem: GemmProblem, *, heuristic: bool = False, gpu: str | None 
     return lookup_config("gemm", p.m, p.n, p.k, p.dtype, p.out_dtype, p.layout, gpu=gpu, store=store)
 
 
-def build(cfg: GemmConfig, problem: GemmProblem | None = None) -> Any:
-    """The DSL program of ``cfg`` for ``problem`` (:func:`argus_cutlass.kernels.gemm.program.build_program`).
+def build(cfg: Config, problem: Problem | None = None) -> Any:
+    """The DSL program of ``cfg`` for ``problem`` (``kernels.<family>.program.build_program``).
 
     Raises:
-        ConfigError: the configuration has no program (e.g. ``smem.atom``).
+        ConfigError: the configuration has no program (e.g. ``smem.atom``), or the problem
+            disagrees with it (``attention.problem``).
         DslError: a node of the program is malformed.
     """
+    if isinstance(cfg, AttentionConfig):
+        from argus_cutlass.kernels.attention.program import build_program as build_attention
+
+        return build_attention(cfg, problem)
     from argus_cutlass.kernels.gemm.program import build_program
 
     return build_program(cfg, problem)
@@ -155,6 +178,8 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
     """
     from argus_cutlass.verify import verify_gemm
 
+    if family_of(program) == "attention":
+        from argus_cutlass.verify.attention import verify_attention as verify_gemm  # noqa: N813 - same signature
     if smt is None:
         smt = _Z3()
         if not smt and notes is not None:
@@ -192,6 +217,10 @@ def render(program: Any, report: Any) -> str:
         ConfigError: ``render.program``: the template cannot print this program (stream-K and
             split-K until the template has them).
     """
+    if family_of(program) == "attention":
+        from argus_cutlass.render.attention import render_attention
+
+        return render_attention(program, proof_lines(report))
     from argus_cutlass.render.gemm import render_gemm
 
     return render_gemm(program, proof_lines(report))
@@ -209,8 +238,8 @@ class GeneratedKernel:
     """
 
     name: str
-    config: GemmConfig
-    problem: GemmProblem | None
+    config: Config
+    problem: Problem | None
     program: Any
     report: Any
     source: str
@@ -227,7 +256,7 @@ class GeneratedKernel:
         return None if loop is None else loop.bound_bits
 
 
-def generate(cfg: GemmConfig, problem: GemmProblem | None = None, *, smt: bool | None = True,
+def generate(cfg: Config, problem: Problem | None = None, *, smt: bool | None = True,
              smt_timeout_ms: int | None = None, allow_unknown: bool = False,
              notes: list[str] | None = None) -> GeneratedKernel:
     """Build, verify and render ``cfg`` (for ``problem`` when given).
@@ -293,41 +322,61 @@ def load(kernel: GeneratedKernel, artifact: Any) -> Any:
     Raises:
         LaunchError: ``launch.load`` / ``launch.symbol``.
     """
+    if isinstance(kernel.config, AttentionConfig):
+        from argus_cutlass.kernels.attention.library import AttentionKernelLibrary
+
+        return AttentionKernelLibrary(artifact.path, kernel.name, kernel.config)
     from argus_cutlass.kernels.gemm.library import GemmKernelLibrary
 
     return GemmKernelLibrary(artifact.path, kernel.name, kernel.k_bound_bits)
 
 
-def check(lib: Any, problem: GemmProblem, *, alpha: float = 1.0, beta: float = 0.0, seed: int = 0) -> Any:
-    """Run ``lib`` once on random inputs against the fp32 reference GEMM
-    (:func:`argus_cutlass.kernels.gemm.check.run_and_check`); a mismatch is in the result, not raised.
+def check(lib: Any, problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, seed: int = 0) -> Any:
+    """Run ``lib`` once on random inputs against the fp32 reference (GEMM:
+    :func:`argus_cutlass.kernels.gemm.check.run_and_check`; attention:
+    :func:`argus_cutlass.kernels.attention.check.run_and_check`, outputs poisoned with NaN first);
+    a mismatch is in the result, not raised.
 
     Raises:
         ProblemError, LaunchError, DeviceError: bad problem, refused or failed launch.
     """
+    if isinstance(problem, AttentionProblem):
+        from argus_cutlass.kernels.attention.check import run_and_check as check_attention
+
+        return check_attention(lib, problem, seed=seed)
     from argus_cutlass.kernels.gemm.check import run_and_check
 
     return run_and_check(lib, problem, alpha=alpha, beta=beta, seed=seed)
 
 
-def time_kernel(lib: Any, problem: GemmProblem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
+def time_kernel(lib: Any, problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
                 iters: int = 100) -> float:
-    """Median milliseconds of one launch (:func:`argus_cutlass.kernels.gemm.check.time_gemm`)."""
+    """Median milliseconds of one launch (``kernels.<family>.check.time_*``)."""
+    if isinstance(problem, AttentionProblem):
+        from argus_cutlass.kernels.attention.check import time_attention
+
+        return time_attention(lib, problem, warmup=warmup, iters=iters)
     from argus_cutlass.kernels.gemm.check import time_gemm
 
     return time_gemm(lib, problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
 
 
-def baseline(problem: GemmProblem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
+def baseline(problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
              iters: int = 100) -> float | None:
-    """Median milliseconds of cuBLAS on the same problem (None without torch;
-    :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`)."""
+    """Median milliseconds of the vendor library on the same problem (GEMM: cuBLAS,
+    :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`; attention: cuDNN through torch SDPA,
+    :func:`argus_cutlass.kernels.attention.baseline.cudnn_time`); None without torch or an
+    equivalent vendor call."""
+    if isinstance(problem, AttentionProblem):
+        from argus_cutlass.kernels.attention.baseline import cudnn_time
+
+        return cudnn_time(problem, warmup=warmup, iters=iters)
     from argus_cutlass.kernels.gemm.baseline import cublas_time
 
     return cublas_time(problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
 
 
-def build_many(configs: Iterable[GemmConfig], problem: GemmProblem | None = None, *,
+def build_many(configs: Iterable[Config], problem: Problem | None = None, *,
                workers: int | None = None, smt: bool | None = True) -> dict[str, Any]:
     """Generate (each distinct config verified once), compile in parallel and load several
     configurations; returns ``{kernel name: GemmKernelLibrary}``.
@@ -402,8 +451,8 @@ class RunResult:
         notes: remarks of the stages (e.g. the SMT tier skipped).
     """
 
-    problem: GemmProblem
-    config: GemmConfig | None = None
+    problem: Problem
+    config: Config | None = None
     config_source: str = "given"
     status: str = "pending"
     error: ArgusError | None = None
@@ -447,12 +496,17 @@ class RunResult:
         """The JSON record the CLI writes beside the ``.cu`` (``<kernel>.json``)."""
         import json
 
+        import dataclasses
+
         p = self.problem
+        attention = isinstance(p, AttentionProblem)
+        vendor = "cudnn" if attention else "cublas"
         rec: dict[str, Any] = {
             "kernel": self.name,
+            "family": family_of(p),
             "status": self.status,
-            "problem": {"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "out_dtype": p.out_dtype,
-                        "layout": p.layout},
+            "problem": dataclasses.asdict(p) if attention else {
+                "m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "out_dtype": p.out_dtype, "layout": p.layout},
             "config": self.config.model_dump() if self.config is not None else None,
             "config_source": self.config_source,
             "stage_seconds": dict(self.stage_seconds),
@@ -479,10 +533,10 @@ class RunResult:
         if self.ms is not None:
             timing: dict[str, Any] = {"ms": self.ms, "tflops": p.flops / self.ms / 1e9}
             if self.baseline_ms is not None:
-                timing.update(cublas_ms=self.baseline_ms, cublas_tflops=p.flops / self.baseline_ms / 1e9,
-                              speedup_vs_cublas=self.baseline_ms / self.ms)
+                timing.update({f"{vendor}_ms": self.baseline_ms, f"{vendor}_tflops": p.flops / self.baseline_ms / 1e9,
+                               f"speedup_vs_{vendor}": self.baseline_ms / self.ms})
             elif "baseline" in self.skipped:
-                timing["cublas_skipped"] = self.skipped["baseline"]
+                timing[f"{vendor}_skipped"] = self.skipped["baseline"]
             rec["timing"] = timing
         if self.notes:
             rec["notes"] = list(self.notes)
@@ -541,8 +595,8 @@ def _front(result: RunResult, clock: _Clock, options: Options) -> bool:
     return True
 
 
-def _check_problems(problem: GemmProblem, options: Options) -> list[GemmProblem]:
-    if not options.check_shapes:
+def _check_problems(problem: Problem, options: Options) -> list[Problem]:
+    if not options.check_shapes or isinstance(problem, AttentionProblem):
         return [problem]
     p = problem
     return [GemmProblem(m, n, k, p.dtype, p.out_dtype, p.layout) for m, n, k in options.check_shapes]
@@ -578,7 +632,12 @@ def _back(result: RunResult, clock: _Clock, options: Options) -> None:
         ms = clock.stage("baseline", baseline, r.problem, alpha=options.alpha, beta=options.beta,
                          warmup=options.warmup, iters=options.iters)
         if ms is None:
-            r.skipped["baseline"] = "torch is not installed"
+            if isinstance(r.problem, AttentionProblem):
+                from argus_cutlass.kernels.attention.baseline import cudnn_support
+
+                r.skipped["baseline"] = cudnn_support(r.problem) or "torch with cuDNN attention is not available"
+            else:
+                r.skipped["baseline"] = "torch is not installed"
         r.baseline_ms = ms
         clock.done("baseline")
 
@@ -604,11 +663,17 @@ def _gpu_or_skip(result: RunResult) -> bool:
     if not ok:
         result.skipped["run"] = why
         return False
+    if isinstance(result.problem, AttentionProblem):
+        try:
+            import torch  # noqa: F401 - the attention check, tensors and baseline are torch's
+        except ImportError:
+            result.skipped["run"] = "torch is not installed (the attention check runs on torch tensors)"
+            return False
     require_sm90()
     return True
 
 
-def run(problem: GemmProblem, config: GemmConfig | None = None, *, options: Options = Options(),
+def run(problem: Problem, config: Config | None = None, *, options: Options = Options(),
         on_stage: Hook | None = None, out_dir: str | Path | None = None) -> RunResult:
     """Every stage for one problem: configure (unless ``config`` is given), build, verify, render,
     compile (when nvcc exists), load, check and time (on a Hopper GPU), cuBLAS beside it.
@@ -675,7 +740,7 @@ def run(problem: GemmProblem, config: GemmConfig | None = None, *, options: Opti
             (out / f"{result.name}.json").write_text(text + "\n")
 
 
-def run_many(configs: Sequence[GemmConfig], problem: GemmProblem, *, options: Options = Options(),
+def run_many(configs: Sequence[Config], problem: Problem, *, options: Options = Options(),
              on_stage: Hook | None = None) -> list[RunResult]:
     """:func:`run` for a batch of configurations of one problem, compiled in parallel; every
     expected failure (rejected, unproved, render, compile, launch, check) is a status of its
@@ -694,7 +759,8 @@ def run_many(configs: Sequence[GemmConfig], problem: GemmProblem, *, options: Op
         for r, _ in front:
             r.skipped["compile"] = "compile=False"
         return results
-    reference = (problem.dtype, problem.out_dtype, problem.layout) if options.run else None
+    reference = (problem.dtype, problem.out_dtype, problem.layout) \
+        if options.run and isinstance(problem, GemmProblem) else None
     t0 = time.perf_counter()
     artifacts = compile_many([r.kernel for r, _ in front], workers=options.workers,  # type: ignore[misc]
                              reference=reference)

@@ -43,6 +43,7 @@ import numpy as np
 from argus_cutlass.dsl.ir import Program
 from argus_cutlass.hw import attention as sem
 from argus_cutlass.hw.fragments import acc_coord, a_frag_coord
+from argus_cutlass.plan.resources import launch_register_cap
 from argus_cutlass.verify.catalogue import invariant_of
 from argus_cutlass.verify.explore import path_to
 from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Unknown, VerificationReport, Violation
@@ -209,13 +210,16 @@ def check_resources(program: Program) -> Outcome:
     if len(wgs_c) != x.wgs:
         msgs.append(f"{len(wgs_c)} consumer warpgroups but the MMAs tile {x.wgs} warpgroups along M")
     budget = WG * (prod.regs + len(wgs_c) * cons.regs)
-    if budget > REGISTERS_PER_SM:
-        msgs.append(f"128 x ({prod.regs} + {len(wgs_c)} x {cons.regs}) = {budget} registers > {REGISTERS_PER_SM}: "
-                    "setmaxnreg.inc waits forever for registers no warpgroup frees")
+    threads = p.launch.threads
+    pool = threads * launch_register_cap(threads) if isinstance(threads, int) and threads > 0 else REGISTERS_PER_SM
+    if budget > pool:
+        msgs.append(f"128 x ({prod.regs} + {len(wgs_c)} x {cons.regs}) = {budget} registers > the CTA's {pool} "
+                    f"({threads} threads x {launch_register_cap(threads)} allotted at launch): setmaxnreg.inc draws "
+                    "only on registers the CTA's producer released, so the consumers wait forever (a hang)")
     if p.launch.threads != WG * (1 + len(wgs_c)):
         msgs.append(f"launch threads {p.launch.threads} != 128 x (1 producer + {len(wgs_c)} consumer warpgroups)")
     rule("roles.registers", msgs, f"producer {prod.regs}, consumers {cons.regs} x {len(wgs_c)}: {budget} <= "
-         f"{REGISTERS_PER_SM}")
+         f"the CTA's {pool} registers at launch")
     msgs = []
     for m in (x.qk, x.pv):
         if m.op.n % 8 or not 8 <= m.op.n <= 256:

@@ -205,7 +205,9 @@ def check_registers(program: Program) -> Outcome:
 
 def check_roles_registers(program: Program) -> Outcome:
     """roles.registers: every role's ``setmaxnreg`` count is a multiple of 8 in [24, 256]; the
-    warpgroups' registers (128 threads x count) fit the SM's 65536; the producer role decreases
+    warpgroups' registers (128 threads x count) fit the CTA's allocation at launch (threads x the cap
+    below, e.g. 384 x 168 = 64512, not the SM's 65536: ``.inc`` draws only on what ``.dec`` released
+    in the same CTA; measured: a 2-consumer attention kernel with 32 + 2 x 240 hung on the H200); the producer role decreases
     (``setmaxnreg.dec``) and the consumer role increases (``.inc``) from the launch's cap under
     ``__launch_bounds__(threads, 1)`` (65536 / threads, in units of 8: 168 for 384 threads).
 
@@ -232,8 +234,11 @@ def check_roles_registers(program: Program) -> Outcome:
                        f"{cap} (__launch_bounds__({launch.threads}, 1)): .inc cannot lower the count")
         total += 128 * len(role.warpgroups) * r
         parts.append(f"{len(role.warpgroups)} x 128 x {r}")
-    if total > REGISTERS_PER_SM:
-        bad.append(f"the roles hold {' + '.join(parts)} = {total} registers > {REGISTERS_PER_SM} per SM")
+    pool = launch.threads * cap if _is_int(launch.threads) else REGISTERS_PER_SM
+    if total > pool:
+        bad.append(f"the roles hold {' + '.join(parts)} = {total} registers > the CTA's {pool} "
+                   f"({launch.threads} threads x {cap} at launch): setmaxnreg.inc takes registers only from those "
+                   "the CTA's other warpgroups released with .dec, so it waits forever (a hang)")
     warpgroups = sum(len(r.warpgroups) for r in program.roles)
     owned = sorted(w for r in program.roles for w in r.warpgroups)
     if owned != list(range(len(owned))):

@@ -43,12 +43,13 @@ FIRST_BARRIER_ID = 8
 
 
 def role_registers(consumer_warpgroups: int) -> tuple[int, int]:
-    """(producer, consumer) registers per thread after ``setmaxnreg``, within the 64K-register file:
-    ``128 * (producer + warpgroups * consumer) <= 65536``. FA3 (``flash_fwd_kernel_sm90.h``) gives
-    the consumers 240 (2 MMA warpgroups) or 160 (3) and its producer 24 / 32; our producer walks the
-    tiles itself (varlen offsets, causal block counts) and spills at 24 (ptxas, d = 128), so it takes
-    the 32 that the budget leaves with 2 warpgroups as well."""
-    return {1: (32, 240), 2: (32, 240), 3: (32, 160)}.get(consumer_warpgroups, (32, 240))
+    """(producer, consumer) registers per thread after ``setmaxnreg``, within the CTA's allocation at
+    launch: ``128 * (producer + warpgroups * consumer) <= threads * cap`` (cap = 65536 / threads in
+    units of 8: 168 for 384 threads, 128 for 512); ``setmaxnreg.inc`` only draws on what ``.dec``
+    released in the same CTA. FA3 (``flash_fwd_kernel_sm90.h``) gives the consumers 240 (2 MMA
+    warpgroups) or 160 (3) and its producer 24 / 32: 128 x (24 + 2 x 240) = 384 x 168 exactly. (32 + 2 x
+    240 exceeds it by 1024 and hung on the H200.)"""
+    return {1: (24, 240), 2: (24, 240), 3: (32, 160)}.get(consumer_warpgroups, (24, 240))
 
 
 def program_label(cfg: AttentionConfig) -> str:
