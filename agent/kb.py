@@ -12,6 +12,14 @@ True
 (False, True)
 >>> "stages" in kb.get("pipeline_depth").knobs
 True
+
+A file may name its kernel family at the top (``family = "attention"``; default ``gemm``): the
+knobs and precondition variables are then checked against that family's config
+(:data:`FAMILIES`). ``agent/knowledge_attention.toml`` holds the attention techniques:
+
+>>> akb = load_knowledge("knowledge_attention.toml")
+>>> akb.family, akb.get("cluster_2x1").available, akb.get("cluster_2x1").missing_knobs
+('attention', False, ('cluster',))
 """
 
 from __future__ import annotations
@@ -25,8 +33,9 @@ from importlib import resources
 from typing import Any, Literal
 
 from argus_cutlass.agent.costmodel import SMS  # for the ``waves`` precondition variable
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from argus_cutlass.kernels.attention.config import AttentionConfig
 from argus_cutlass.kernels.gemm.config import GemmConfig
 
 _OPS = {
@@ -34,6 +43,22 @@ _OPS = {
     "==": operator.eq, "!=": operator.ne, "in": lambda a, b: a in b,
 }
 _PROBLEM_VARS = ("m", "n", "k", "tiles_m", "tiles_n", "tiles", "waves")
+#: precondition variables of attention problems (:func:`attention_env`)
+_ATTENTION_VARS = ("head_dim", "causal", "varlen", "seqlen_q", "seqlen_k", "tiles", "waves")
+#: family -> (its config model, its problem variables); the validation context's ``family``
+#: (default ``gemm``) picks the row
+FAMILIES: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
+    "gemm": (GemmConfig, _PROBLEM_VARS),
+    "attention": (AttentionConfig, _ATTENTION_VARS),
+}
+
+
+def _family(info: ValidationInfo | None) -> tuple[str, type[BaseModel], tuple[str, ...]]:
+    ctx = info.context if info is not None and isinstance(info.context, dict) else {}
+    name = ctx.get("family", "gemm")
+    if name not in FAMILIES:
+        raise ValueError(f"unknown kernel family {name!r}; known: {sorted(FAMILIES)}")
+    return (name, *FAMILIES[name])
 
 
 class Precondition(BaseModel):
@@ -46,10 +71,11 @@ class Precondition(BaseModel):
     value: Any
 
     @model_validator(mode="after")
-    def _known_var(self) -> Precondition:
-        if self.var not in _PROBLEM_VARS and self.var not in GemmConfig.model_fields:
+    def _known_var(self, info: ValidationInfo) -> Precondition:
+        _, config, variables = _family(info)
+        if self.var not in variables and self.var not in config.model_fields:
             raise ValueError(f"unknown precondition variable {self.var!r}; "
-                             f"use one of {_PROBLEM_VARS} or a GemmConfig field")
+                             f"use one of {variables} or a {config.__name__} field")
         return self
 
     def holds(self, env: dict[str, Any]) -> bool:
@@ -76,10 +102,11 @@ class Technique(BaseModel):
     source: str
 
     @model_validator(mode="after")
-    def _consistent(self) -> Technique:
-        bad = [k for k in self.knobs if k not in GemmConfig.model_fields]
+    def _consistent(self, info: ValidationInfo) -> Technique:
+        _, config, _ = _family(info)
+        bad = [k for k in self.knobs if k not in config.model_fields]
         if bad:
-            raise ValueError(f"technique {self.id}: knobs {bad} are not GemmConfig fields")
+            raise ValueError(f"technique {self.id}: knobs {bad} are not {config.__name__} fields")
         if self.available and not self.knobs:
             raise ValueError(f"technique {self.id}: an available technique needs knobs")
         if not self.available and not (self.why and self.missing_knobs):
@@ -94,6 +121,8 @@ class Technique(BaseModel):
 @dataclass(frozen=True)
 class KnowledgeBase:
     techniques: tuple[Technique, ...]
+    #: the kernel family the knobs belong to (:data:`FAMILIES`)
+    family: str = "gemm"
 
     def get(self, tid: str) -> Technique:
         """The technique ``tid``; KeyError naming the known ids otherwise."""
@@ -122,18 +151,22 @@ class KnowledgeBase:
 
 @lru_cache(maxsize=4)
 def load_knowledge(name: str = "knowledge.toml") -> KnowledgeBase:
-    """Parse and validate ``argus_cutlass.agent/<name>``.
+    """Parse and validate ``argus_cutlass.agent/<name>`` (its top-level ``family``, default ``gemm``,
+    names the config whose fields the knobs are).
 
     Raises:
         pydantic.ValidationError: a row is malformed (unknown knob, precondition variable...).
     """
     text = resources.files("argus_cutlass.agent").joinpath(name).read_text("utf-8")
-    rows = tomllib.loads(text)["technique"]
-    techs = tuple(Technique(**r) for r in rows)
+    data = tomllib.loads(text)
+    family = data.get("family", "gemm")
+    if family not in FAMILIES:
+        raise ValueError(f"{name}: unknown family {family!r}; known: {sorted(FAMILIES)}")
+    techs = tuple(Technique.model_validate(r, context={"family": family}) for r in data["technique"])
     ids = [t.id for t in techs]
     if len(set(ids)) != len(ids):
         raise ValueError(f"duplicate technique ids in {name}")
-    return KnowledgeBase(techs)
+    return KnowledgeBase(techs, family)
 
 
 def problem_env(m: int, n: int, k: int, cfg: GemmConfig) -> dict[str, Any]:
@@ -145,3 +178,13 @@ def problem_env(m: int, n: int, k: int, cfg: GemmConfig) -> dict[str, Any]:
     tm, tn = math.ceil(m / cfg.tile_m), math.ceil(n / cfg.tile_n)
     return {**cfg.model_dump(), "m": m, "n": n, "k": k, "tiles_m": tm, "tiles_n": tn,
             "tiles": tm * tn, "waves": tm * tn / SMS}
+
+
+def attention_env(problem: Any, cfg: AttentionConfig) -> dict[str, Any]:
+    """Precondition variables of an attention problem and the incumbent ``cfg``: its fields, the
+    problem's ``head_dim``, ``causal``, ``varlen``, ``seqlen_q``, ``seqlen_k`` (the maxima with
+    varlen), ``tiles = heads x sum over the batch of ceil(Lq / tile_m)`` and ``waves = tiles / 132``."""
+    tiles = problem.heads * sum(math.ceil(lq / cfg.tile_m) for lq, _ in problem.lengths())
+    return {**cfg.model_dump(), "head_dim": problem.head_dim, "causal": bool(problem.causal),
+            "varlen": bool(problem.varlen), "seqlen_q": problem.seqlen_q, "seqlen_k": problem.seqlen_k,
+            "tiles": tiles, "waves": tiles / SMS}

@@ -273,7 +273,9 @@ def _usable_attention(entry: dict[str, Any] | None, problem: Any) -> Any:
     if (cfg.head_dim, cfg.dtype, cfg.causal, cfg.varlen) != (problem.head_dim, problem.dtype, problem.causal,
                                                              problem.varlen):
         return None
-    return cfg
+    from argus_cutlass.kernels.attention.space import feasible
+
+    return cfg if feasible(cfg)[0] else None  # the resource rules of the verifier (the full run follows)
 
 
 def lookup_attention_config(problem: Any, *, heuristic: bool = False, gpu: str | None = None,
@@ -304,3 +306,34 @@ def lookup_attention_config(problem: Any, *, heuristic: bool = False, gpu: str |
             if cfg is not None:
                 return cfg, "shipped"
     return fallback, "heuristic"
+
+
+def record_attention_best(problem: Any, cfg: Any, ms: float, cudnn_ms: float | None = None, *,
+                          gpu: str | None = None, store: ExperienceStore | None = None) -> bool:
+    """Keep ``cfg`` as the best configuration of ``problem``'s attention bucket (:func:`attention_key`)
+    in the user store when its TFLOP/s beats the stored entry's (or there is none).
+
+    Args:
+        problem: an AttentionProblem; cfg: the measured AttentionConfig; ms: its median time.
+        cudnn_ms: cuDNN's time for the same problem, when measured.
+        gpu: the GPU name of the key (default: the current GPU, or ``NVIDIA H200`` without one).
+        store: the user store (default: :func:`store_path`).
+
+    Returns:
+        True when the entry was written. :func:`lookup_attention_config` then returns it (source
+        ``"store"``).
+    """
+    gpu = gpu or gpu_name() or DEFAULT_GPU
+    store = store or ExperienceStore()
+    entry = attention_entry(gpu, problem, cfg, ms, cudnn_ms)
+    key = entry["key"]
+    written = [False]
+
+    def fn(data: dict[str, Any]) -> None:
+        old = data["entries"].get(key)
+        if old is None or entry["tflops"] > old.get("tflops", 0.0):
+            data["entries"][key] = entry
+            written[0] = True
+
+    store.update(fn)
+    return written[0]

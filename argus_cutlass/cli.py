@@ -10,6 +10,11 @@ Commands:
   --head-dim D [--causal] [--dtype bf16|fp16] [--out DIR]``
       the same for FlashAttention forward: render, compile, check against an fp32 reference
       (outputs poisoned first) and time beside cuDNN (torch SDPA's cuDNN backend).
+  ``argus-cutlass tune attention --batch B --heads H [--kv-heads HK] --seqlen-q SQ [--seqlen-k SK]
+  --head-dim D [--causal] [--dtype bf16|fp16] [--budget N] [--out DIR]``
+      compile the first N candidates of the attention search space in one parallel batch,
+      measure them on a Hopper GPU, record the fastest in the experience store and write
+      ``DIR/tune_attention.json`` (no nvcc: stops after rendering; no GPU: after compiling).
   ``argus-cutlass verify CONFIG.json [--json]``
       verify one configuration; exit code 1 on a violation (or an unknown, unless
       ``--allow-unknown``).
@@ -88,7 +93,8 @@ def cmd_attention(args: argparse.Namespace) -> int:
     from argus_cutlass.generate import Options, run
     from argus_cutlass.kernels.attention.problem import AttentionProblem
 
-    problem = AttentionProblem(args.batch, args.heads, args.kv_heads or args.heads, args.seqlen_q,
+    problem = AttentionProblem(args.batch, args.heads, args.heads if args.kv_heads is None else args.kv_heads,
+                               args.seqlen_q,
                                args.seqlen_k if args.seqlen_k is not None else args.seqlen_q, args.head_dim,
                                dtype=args.dtype, causal=args.causal, softmax_scale=args.softmax_scale)
     problem.validate()
@@ -182,9 +188,13 @@ def _output_dir(path: str) -> Path:
     """Create the output folder; a path that cannot be a folder is a user error (``cli.out``)."""
     from argus_cutlass.errors import ProblemError
 
+    import tempfile
+
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # writable (an existing read-only folder fails here, not later)
+            pass
     except OSError as exc:
         raise ProblemError("cli.out", f"--out {path!r} cannot be used as the output folder: {exc.strerror}",
                            "pass a writable folder path") from None
@@ -266,6 +276,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return run_tune(args)
 
 
+def _cmd_tune_attention(args: argparse.Namespace) -> int:
+    """``tune attention``: :func:`argus_cutlass.agent.tune_attention.run_tune_attention`."""
+    from argus_cutlass.agent.tune_attention import run_tune_attention
+
+    return run_tune_attention(args, say=_print)
+
+
 
 def _add_problem_args(p: argparse.ArgumentParser) -> None:
     """The GEMM problem options shared by ``gemm`` and ``tune gemm``."""
@@ -332,6 +349,21 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
     tg.add_argument("--out", default="out", help="output folder for the best .cu and the tuning log")
     tg.set_defaults(func=_cmd_tune)
+    ta = tsub.add_parser("attention", help="measure the best candidates of the attention space for one problem")
+    ta.add_argument("--batch", type=int, required=True, help="batch size B")
+    ta.add_argument("--heads", type=int, required=True, help="query heads H")
+    ta.add_argument("--kv-heads", type=int, default=None, help="key/value heads HK dividing H (default H)")
+    ta.add_argument("--seqlen-q", type=int, required=True, help="query length SQ")
+    ta.add_argument("--seqlen-k", type=int, default=None, help="key/value length SK (default SQ)")
+    ta.add_argument("--head-dim", type=int, required=True, help="head dim D: 64, 96, 128, 192 or 256")
+    ta.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned when SQ != SK")
+    ta.add_argument("--dtype", default="bf16", help="Q/K/V/O element type: bf16 or fp16")
+    ta.add_argument("--budget", type=int, default=8,
+                    help="candidates to compile and measure, FA3's configuration first (default 8)")
+    ta.add_argument("--seed", type=int, default=0, help="seed of the check inputs")
+    ta.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
+    ta.add_argument("--out", default="out", help="output folder for tune_attention.json and the best .cu")
+    ta.set_defaults(func=_cmd_tune_attention)
 
     v = sub.add_parser("verify", help="verify a configuration (JSON file, or - for stdin)")
     v.add_argument("config", help="a JSON file (or - for stdin) holding a GemmConfig object, e.g. "

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run the GPU tests, the GEMM benchmark and the main command on an H100/H200 machine.
+# Run the GPU tests, the GEMM and attention benchmarks and the main commands on an H100/H200 machine.
 #
 #   bash bench/device_run.sh OUTDIR [pytest -k expression for the bench]
 #
@@ -22,4 +22,8 @@ cd /tmp  # import the installed package, not the source folder
 python3 -m pytest -q -rA -m gpu "$R/tests/gpu" -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE "^PASSED" | tail -20
 ARGUS_BENCH_TABLE="$OUT/bench_table.md" python3 -m pytest -q -s "$R/bench/test_gemm_bench.py" \
   -p no:cacheprovider --benchmark-json="$OUT/bench.json" ${2:+-k "$2"} 2>&1 | tee "$OUT/bench.log" | tail -22
+ARGUS_BENCH_TABLE="$OUT/attention_table.md" python3 -m pytest -q -s "$R/bench/test_attention_bench.py" \
+  -p no:cacheprovider --benchmark-json="$OUT/attention.json" 2>&1 | tee "$OUT/attention_bench.log" | tail -30
 python3 -m argus_cutlass.cli gemm --m 4096 --n 4096 --k 4096 --out "$OUT/cli" 2>&1 | tee "$OUT/cli.log"
+python3 -m argus_cutlass.cli attention --batch 2 --heads 16 --seqlen-q 8192 --head-dim 128 --out "$OUT/cli" 2>&1 \
+  | tee "$OUT/cli_attention.log"

@@ -20,7 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not installed
+try:  # the installed package (its templates/agent data); else the checkout, in place
+    import argus_cutlass.templates  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from argus_cutlass.testing.gpu import SHAPES, run_suite, write_results  # noqa: E402
 from argus_cutlass.testing.mutants import load_catalogue  # noqa: E402

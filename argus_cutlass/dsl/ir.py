@@ -777,6 +777,11 @@ class TileSchedule:
     Attention (family ``attention``): unit ``u`` is the tile ``(m_block, head, batch)`` with
     ``m_block`` fastest; ``longest_first`` walks the query blocks from the last one (causal: the
     blocks with the most keys start first, FA3's longest-processing-time-first order).
+    ``decomposition`` ``dynamic`` (attention): CTA ``c`` starts with unit ``c`` and then takes unit
+    ``grid + atomicAdd(counter, 1 + step_delta)`` (the counter is zeroed by the host before each
+    launch), FA3's dynamic persistent scheduler; the producer publishes each unit to the consumers
+    in an int32 slot per Q stage at smem byte ``slot_bytes`` (-1: no slots), written before the Q
+    stage's full barrier is signalled (a unit < 0 ends the walk).
     """
 
     raster: str
@@ -789,6 +794,7 @@ class TileSchedule:
     splits: int = 1
     consumer_stride: int = 1
     longest_first: bool = False
+    slot_bytes: int = -1
 
     def __post_init__(self) -> None:
         validate_schedule(self)
@@ -1293,9 +1299,14 @@ def validate_schedule(node: TileSchedule) -> None:
     loc = node.loc
     if node.raster not in ("along_m", "along_n"):
         _dsl_error("dsl.operand", loc, f"raster {node.raster!r}: expected 'along_m' or 'along_n'")
-    if node.decomposition not in ("persistent", "streamk", "splitk"):
-        _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r}: expected persistent, streamk or "
-                   "splitk")
+    if node.decomposition not in ("persistent", "streamk", "splitk", "dynamic"):
+        _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r}: expected persistent, streamk, "
+                   "splitk or dynamic")
+    if not isinstance(node.slot_bytes, int) or isinstance(node.slot_bytes, bool) or node.slot_bytes < -1:
+        _dsl_error("dsl.operand", loc, f"slot_bytes {node.slot_bytes!r} must be an int >= -1")
+    if (node.decomposition == "dynamic") != (node.slot_bytes >= 0):
+        _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r} with slot_bytes {node.slot_bytes}: a "
+                   "dynamic scheduler publishes its units through smem slots (slot_bytes >= 0), a static one has none")
     if node.swizzle not in (1, 2, 4, 8):
         _dsl_error("dsl.operand", loc, f"swizzle {node.swizzle}: CUTLASS's max_swizzle_size is 1, 2, 4 or 8")
     if not all(_positive_int(x) for x in (node.cluster_m, node.cluster_n, node.splits, node.consumer_stride)):

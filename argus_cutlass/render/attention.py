@@ -175,9 +175,12 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
         wgs = mma_qk.atoms_m
         wg_bars = [p.barrier(f"wg.{g}") for g in range(wgs)]
         sched, launch = p.schedule, p.launch
-        if sched.decomposition != "persistent" or sched.raster != "along_m" or sched.swizzle != 1:
+        if sched.decomposition not in ("persistent", "dynamic") or sched.raster != "along_m" or sched.swizzle != 1:
             raise KeyError(f"schedule {sched.decomposition}/{sched.raster}/swizzle {sched.swizzle}: the attention "
-                           "walk is persistent over (m_block, head, batch), m_block fastest")
+                           "walk is persistent (static or dynamic) over (m_block, head, batch), m_block fastest")
+        dynamic = sched.decomposition == "dynamic"
+        if dynamic and (sched.slot_bytes % 4 or sched.slot_bytes < 0):
+            raise KeyError(f"unit slots at smem byte {sched.slot_bytes}: int32 slots need 4-byte alignment")
         if (sched.cluster_m, sched.cluster_n, sched.splits, sched.consumer_stride) != (1, 1, 1, 1):
             raise KeyError("the attention scheduler has no cluster, split or consumer stride")
         if (launch.cluster_m, launch.cluster_n) != (1, 1):
@@ -196,6 +199,8 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
                 raise KeyError(f"{tensors[t].name!r} is not a register tensor")
         smem_end = max(x.barrier_bytes + 16 * x.stages for x in pipes.values())
         smem_end = max([smem_end] + [t.base_bytes + t.size_bytes for t in p.tensors if t.space == "smem"])
+        if dynamic:
+            smem_end = max(smem_end, sched.slot_bytes + 4 * pipes["q"].stages)
         ctx = {
             "name": p.kernel_name(), "version": __version__, "verified": list(verified), "p": p,
             "fingerprint": p.fingerprint()[:16], "cpp": CPP_TYPE, **tensors,
@@ -205,7 +210,7 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             "smax": smax, "mask": mask, "out": out, "g_lse": g_lse, "lq": lq, "lk": lk, "lv": lv,
             "coords": ctx_loads, "pq": pipes["q"], "pk": pipes["k"], "pv": pipes["v"], "kv_loop": loop,
             "producer": producer, "consumer": consumer, "order": order, "wg_bars": wg_bars,
-            "sched": sched, "launch": launch, "smem_end": smem_end,
+            "sched": sched, "launch": launch, "smem_end": smem_end, "dynamic": dynamic,
             "turn_bars": [p.barrier(b) for b in order.barriers[0]] if order is not None else [],
         }
     except (KeyError, IndexError, AttributeError, TypeError, StopIteration) as exc:

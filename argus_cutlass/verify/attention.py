@@ -161,6 +161,10 @@ def check_resources(program: Program) -> Outcome:
     smem = [t for t in p.tensors if t.space == "smem"]
     ends = [t.base_bytes + t.size_bytes for t in smem]
     bar_regions = [(pp.name, pp.barrier_bytes, pp.barrier_bytes + 16 * pp.stages) for pp in p.pipelines]
+    sched = p.schedule
+    if sched is not None and sched.decomposition == "dynamic":
+        # the dynamic scheduler's int32 unit slots, one per Q stage (checked with the barriers)
+        bar_regions.append(("unit slots", sched.slot_bytes, sched.slot_bytes + 4 * x.pq.stages))
     end = max(ends + [hi for _, _, hi in bar_regions])
     total = end + SMEM_ALIGN_SLACK
     rule("smem.capacity", [f"the kernel asks for {total} bytes of dynamic shared memory (buffers and barriers end at "
@@ -182,8 +186,9 @@ def check_resources(program: Program) -> Outcome:
          "align buffers to 8 x swizzle bytes")
     msgs = []
     for name, lo, hi in bar_regions:
-        if lo % 8:
-            msgs.append(f"pipeline {name!r}: mbarriers at byte {lo} are not 8-byte aligned")
+        if lo % (4 if name == "unit slots" else 8):
+            msgs.append(f"{name if name == 'unit slots' else f'pipeline {name!r}: mbarriers'} at byte {lo} are not "
+                        f"{4 if name == 'unit slots' else 8}-byte aligned")
         for t in smem:
             if lo < t.base_bytes + t.size_bytes and t.base_bytes < hi:
                 msgs.append(f"pipeline {name!r}'s mbarriers [{lo}, {hi}) overlap {t.name} [{t.base_bytes}, "
@@ -191,7 +196,23 @@ def check_resources(program: Program) -> Outcome:
         for name2, lo2, hi2 in bar_regions:
             if name2 > name and lo < hi2 and lo2 < hi:
                 msgs.append(f"the mbarriers of pipelines {name!r} [{lo}, {hi}) and {name2!r} [{lo2}, {hi2}) overlap")
-    rule("smem.disjoint", msgs, "mbarrier regions are 8-byte aligned, apart from each other and from the buffers")
+    if msgs:
+        # the first byte two regions share: where the producer's write (a TMA box, an mbarrier
+        # init / arrive, a unit slot) lands on another region's data
+        regions = [(t.name, t.base_bytes, t.base_bytes + t.size_bytes) for t in smem] + bar_regions
+        clash = next(((a, b, max(lo, lo2)) for i, (a, lo, hi) in enumerate(regions)
+                      for b, lo2, hi2 in regions[i + 1:] if lo < hi2 and lo2 < hi), None)
+        for m in msgs:
+            cex = None if clash is None else _cex(
+                "smem.disjoint", "smem", str(p.schedule.loc if clash[1] == "unit slots" or clash[0] == "unit slots"
+                                             else x.pq.loc),
+                "every smem byte owned by one buffer, barrier or slot",
+                f"byte {clash[2]} belongs to {clash[0]} and {clash[1]}", thread=_PRODUCER,
+                element={"smem_byte": clash[2]}, params={"regions": f"{clash[0]} / {clash[1]}"})
+            bad.append(Violation("smem.disjoint", _inv("smem.disjoint"), m, "", "", cex))
+    else:
+        proofs.append(Proof("smem.disjoint", _inv("smem.disjoint"), "arith",
+                            "mbarrier regions are 8-byte aligned, apart from each other and from the buffers"))
 
     prod, cons = x.producer, x.consumer
     need = x.tile_n // 2 + x.D // 2 + x.tile_n // 4 + REGISTER_OVERHEAD
@@ -889,6 +910,9 @@ def _consumer_ops(nbs: tuple[int, ...]) -> list[tuple[str, str]]:
     """The consumer's order over the three pipelines (``kernel_body.j2``), per tile of ``nb`` blocks."""
     ops: list[tuple[str, str]] = []
     for nb in nbs:
+        if nb == 0:  # a published tile with no key (its O rows are zeros), or the end marker
+            ops += [("wait", "q"), ("release", "q")]
+            continue
         ops += [("wait", "q"), ("wait", "k"), ("release", "k")]
         for _ in range(nb - 1):
             ops += [("wait", "k"), ("wait", "v"), ("release", "k"), ("release", "v")]
@@ -899,6 +923,9 @@ def _consumer_ops(nbs: tuple[int, ...]) -> list[tuple[str, str]]:
 def _producer_ops(nbs: tuple[int, ...], stages: dict[str, int]) -> list[tuple[str, str]]:
     ops: list[tuple[str, str]] = []
     for nb in nbs:
+        if nb == 0:  # the unit published with a plain arrive on Q's full barrier, no bytes
+            ops.append(("publish", "q"))
+            continue
         ops.append(("fill", "q"))
         for _ in range(nb):
             ops += [("fill", "k"), ("fill", "v")]
@@ -945,6 +972,9 @@ def _explore(pipes: dict[str, Any], real: dict[str, int], arrivers: int, nbs: tu
                     if pp.tx_bytes <= real[n]:
                         nfull[i][s] += 1
                     nbuf[i][s] = (cnt, "complete" if pp.tx_bytes >= real[n] else "partial")
+                elif kind == "publish":  # arrive without bytes: the phase completes, the slot holds the unit
+                    nfull[i][s] += 1
+                    nbuf[i][s] = (cnt, "complete")
                 nxt = (pc + 1, cc, tuple(nf), waits, rels, tuple(map(tuple, nfull)), empty, pend,
                        tuple(map(tuple, nbuf)))
                 moves.append((nxt, f"P:{kind} {n} #{cnt} stage {s} (wait empty parity {ph})"))
@@ -1011,7 +1041,11 @@ def check_protocol(program: Program) -> Outcome:
     arrivers = schedule_of(program).arrivers
     top = max(x.pk.stages, x.pv_pipe.stages) + 2
     states = 0
-    for nbs in itertools.product(range(1, top + 1), repeat=2):
+    dynamic = program.schedule.decomposition == "dynamic"
+    # static: both roles skip tiles without keys; dynamic: every tile goes through Q's stage (no
+    # bytes when it has no key) and the walk ends with a published end marker (0 blocks)
+    walks = [(*nbs, 0) if dynamic else nbs for nbs in itertools.product(range(0 if dynamic else 1, top + 1), repeat=2)]
+    for nbs in walks:
         n, bad = _explore(pipes, real, arrivers, nbs)
         states += n
         if bad is None:
@@ -1026,8 +1060,10 @@ def check_protocol(program: Program) -> Outcome:
         return [], [Violation("pipeline.protocol", "G6", f"{kind} with kv blocks {nbs} in two tiles: {detail}",
                               "stage = fill index mod S on both sides, consumer parity (i / S) & 1, producer the "
                               "opposite, arrival counts = the releasing warpgroups", str(pp.loc), cex)]
-    return _ok("pipeline.protocol", f"Q, K, V pipelines together: all interleavings of two tiles with 1..{top} kv "
-               f"blocks each ({states} states): every read sees its own fill complete, no deadlock", "enum", states)
+    lo = 0 if dynamic else 1
+    return _ok("pipeline.protocol", f"Q, K, V pipelines together: all interleavings of two tiles with {lo}..{top} kv "
+               f"blocks each{' and the end marker published through Q' if dynamic else ''} ({states} states): every "
+               "read sees its own fill complete, no deadlock", "enum", states)
 
 
 def check_pipeline_smt(program: Program, timeout_ms: int) -> tuple[list[Proof], list[Violation], list[Unknown]]:
@@ -1058,6 +1094,8 @@ def check_schedule(program: Program) -> Outcome:
     sch = program.schedule
     rule = "scheduler.bijection"
     step_delta = sch.step_delta
+    if sch.decomposition == "dynamic":
+        return _check_dynamic_schedule(program)
     for mbs, heads, batch in itertools.product((1, 2, 3), (1, 2), (1, 2)):
         tiles = mbs * heads * batch
         for grid in range(1, tiles + 2):
@@ -1088,6 +1126,53 @@ def check_schedule(program: Program) -> Outcome:
                                                    "step_delta": step_delta}))]
     return _ok(rule, f"every tile once for grids 1..tiles + 1 and tile counts up to 12 (enum); step = grid, so all "
                f"sizes ({'longest first' if sch.longest_first else 'in order'})", "enum", 12)
+
+
+def _check_dynamic_schedule(program: Program) -> Outcome:
+    """scheduler.bijection (G4) of the dynamic scheduler: CTA ``c`` starts with unit ``c``, then takes
+    ``grid + f`` where ``f`` is the value its ``atomicAdd(counter, 1 + step_delta)`` returned (the
+    host zeroes the counter before the launch); a CTA stops at its first unit >= tiles. Whatever the
+    order in which the CTAs fetch, the fetched values are ``0, d, 2d, ...`` (``d = 1 + step_delta``), so
+    the units taken are ``[0, grid) u {grid + j d}``: every unit below the tile count exactly once iff
+    ``d == 1``; the walk ends iff ``d >= 1``. Checked by enumeration of every fetch order for small
+    sizes, then ``tile_of`` as for the static walk."""
+    sch = program.schedule
+    rule = "scheduler.bijection"
+    d = 1 + sch.step_delta
+    if d < 1:
+        what = f"atomicAdd(counter, {d}) never advances the counter: the CTAs never leave their walk"
+        return [], [Violation(rule, "G4", what, "fetch with atomicAdd(counter, 1)", str(sch.loc),
+                              _cex(rule, "schedule", str(sch.loc), "a finite walk", what,
+                                   params={"step_delta": sch.step_delta}))]
+    checked = 0
+    for mbs, heads, batch in itertools.product((1, 2, 3), (1, 2), (1, 2)):
+        tiles = mbs * heads * batch
+        for grid in range(1, tiles + 2):
+            taken = [u for u in range(min(grid, tiles))]
+            f = 0
+            while grid + f < tiles:  # every fetched value below the count is some CTA's next unit
+                taken.append(grid + f)
+                f += d
+            checked += 1
+            seen: dict[tuple, int] = {}
+            for u in taken:
+                tile = sem.tile_of(u, mbs, heads, sch.longest_first)
+                seen[tile] = seen.get(tile, 0) + 1
+            every = {sem.tile_of(t, mbs, heads, sch.longest_first) for t in range(tiles)}
+            missing = sorted(every - set(seen))
+            twice = sorted(k for k, v in seen.items() if v > 1)
+            if missing or twice or len(every) != tiles:
+                what = (f"tile (m_block, head, batch) = {missing[0]} is never computed" if missing else
+                        f"tile {twice[0]} is computed {seen[twice[0]]} times" if twice else "tile_of is not one-to-one")
+                return [], [Violation(rule, "G4", f"dynamic scheduler, {mbs} query blocks x {heads} heads x {batch} "
+                                      f"batches on {grid} CTAs, fetch step {d}: {what}", "fetch with "
+                                      "atomicAdd(counter, 1)", str(sch.loc),
+                                      _cex(rule, "schedule", str(sch.loc), "every tile once", what,
+                                           params={"m_blocks": mbs, "heads": heads, "batch": batch, "grid": grid,
+                                                   "step_delta": sch.step_delta}))]
+    return _ok(rule, f"dynamic scheduler: units [0, grid) then grid + atomicAdd(counter, 1): every tile once for "
+               f"every fetch order ({checked} sizes enumerated; the fetched values are 0, 1, 2, ... whatever the "
+               f"order, so all sizes) ({'longest first' if sch.longest_first else 'in order'})", "enum", checked)
 
 
 def check_barrier_extras(program: Program) -> Outcome:

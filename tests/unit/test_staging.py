@@ -68,7 +68,7 @@ def test_correct_programs_are_accepted(cfg):
 
 
 def test_shipped_configs_are_accepted():
-    entries = shipped_entries()
+    entries = [e for e in shipped_entries() if e.get("kernel") == "gemm"]
     assert len(entries) >= 13
     for e in entries:
         cfg = GemmConfig(**e["config"])

@@ -91,7 +91,9 @@ def test_registers_pingpong_128x256():
 @pytest.mark.parametrize("role,regs,text", [
     ("consumer", 160, "setmaxnreg.inc to 160 registers, below the launch's 168 (__launch_bounds__(384, 1))"),
     ("producer", 176, "setmaxnreg.dec to 176 registers, above the launch's 168"),
-    ("consumer", 248, "1 x 128 x 40 + 2 x 128 x 248 = 68608 registers > 65536 per SM"),
+    ("consumer", 248, "1 x 128 x 40 + 2 x 128 x 248 = 68608 registers > the CTA's 64512 (384 threads x 168 at "
+                      "launch)"),
+    ("consumer", 240, "1 x 128 x 40 + 2 x 128 x 240 = 66560 registers > the CTA's 64512"),
     ("consumer", 252, "setmaxnreg 252 is not a multiple of 8 in [24, 256]"),
 ])
 def test_roles_registers(role, regs, text):

@@ -35,6 +35,10 @@ class AttentionConfig(BaseModel):
             overlap through named barriers); without it they issue freely.
         longest_first: the persistent scheduler starts with the last query blocks (the most keys
             under a causal mask). ``None``: on for causal kernels.
+        scheduler: ``static`` (CTA ``c`` takes tiles ``c, c + grid, ...``) or ``dynamic`` (the
+            producer fetches the next tile from a global counter with ``atomicAdd`` and hands it to
+            the consumers through the Q stage: tiles of unequal work balance across SMs, FA3's
+            causal scheduler). ``None``: dynamic for causal kernels.
 
     Constraints (smem, registers, GMMA shapes) are checked by the verifier, not here, so a wrong
     configuration reaches it and gets every violation reported at once.
@@ -51,6 +55,7 @@ class AttentionConfig(BaseModel):
     stages: int = Field(2, gt=0)
     pingpong: bool = True
     longest_first: bool | None = None
+    scheduler: Literal["static", "dynamic"] | None = None
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -65,6 +70,11 @@ class AttentionConfig(BaseModel):
     @property
     def walk_longest_first(self) -> bool:
         return self.causal if self.longest_first is None else self.longest_first
+
+    @property
+    def dynamic_scheduler(self) -> bool:
+        """Tiles come from a global atomic counter (``scheduler``, default: causal kernels)."""
+        return self.causal if self.scheduler is None else self.scheduler == "dynamic"
 
     def replace(self, **changes: object) -> AttentionConfig:
         """A copy with ``changes`` applied (validated again)."""

@@ -56,6 +56,7 @@ runtime call).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 from argus_cutlass.errors import ProblemError
@@ -90,7 +91,23 @@ CUDA_ERROR_BASE = 1000
 
 
 def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer (Python or numpy), not a bool and not a float."""
+    if isinstance(x, bool) or isinstance(x, float):
+        return False
+    try:
+        operator.index(x)  # int, numpy integer
+    except TypeError:
+        return False
+    return True
+
+
+def _is_real(x: object) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float)) or type(x).__module__ == "numpy" and \
+        hasattr(x, "dtype") and x.dtype.kind in "iuf"
+
+
+#: fp32's range for the kernel's ``softmax_scale * log2(e)`` (normal numbers)
+_FP32_MIN_NORMAL, _FP32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -129,6 +146,9 @@ class AttentionProblem:
                        softmax_scale: float | None = None) -> AttentionProblem:
         """A packed variable-length problem from per-batch lengths (``batch = len(seqlens_q)``)."""
         sq, sk = tuple(seqlens_q), tuple(seqlens_k)
+        for name, seq in (("seqlens_q", sq), ("seqlens_k", sk)):
+            if not all(_is_int(x) and int(x) >= 0 for x in seq):
+                raise ProblemError("problem.seqlens", f"{name}={list(seq)} must hold integers >= 0")
         return cls(len(sq), heads, kv_heads, max(sq, default=0), max(sk, default=0), head_dim, dtype, causal,
                    sq, sk, None if seqused_k is None else tuple(seqused_k), softmax_scale)
 
@@ -183,10 +203,23 @@ class AttentionProblem:
     def violations(self) -> list[ProblemError]:
         """Every rule this problem breaks (empty when it is valid), in a fixed order."""
         errs: list[ProblemError] = []
-        if self.head_dim not in HEAD_DIMS:
+        if not isinstance(self.causal, bool):
+            errs.append(ProblemError("problem.causal", f"causal={self.causal!r} must be True or False"))
+        for name in ("seqlens_q", "seqlens_k", "seqused_k"):
+            seq = getattr(self, name)
+            if seq is not None and not isinstance(seq, (tuple, list)):
+                errs.append(ProblemError("problem.seqused_k" if name == "seqused_k" else "problem.seqlens",
+                                         f"{name}={seq!r} must be a tuple of per-batch lengths"))
+        if self.softmax_scale is not None and not _is_real(self.softmax_scale):
+            errs.append(ProblemError("problem.softmax_scale",
+                                     f"softmax_scale={self.softmax_scale!r} must be a real number"))
+        if errs:
+            return errs
+        if not _is_int(self.head_dim) or self.head_dim not in HEAD_DIMS:
             errs.append(ProblemError(
                 "attention.head_dim", f"head_dim={self.head_dim!r}: the attention kernels are built for head dims "
-                f"{list(HEAD_DIMS)}", "pad Q, K and V to the next supported head dim (zeros do not change O)"))
+                f"{list(HEAD_DIMS)}", "pad Q, K and V with zeros to the next supported head dim and pass softmax_scale=1/sqrt(your "
+                "head dim) (zero columns change neither Q K^T nor O's first columns)"))
         if self.dtype not in DTYPES:
             errs.append(ProblemError("problem.dtype", f"dtype={self.dtype!r}: Q, K, V must be one of {DTYPES}"))
         for name in ("batch", "heads", "kv_heads"):
@@ -239,9 +272,15 @@ class AttentionProblem:
                 b, u, s = bad[0]
                 errs.append(ProblemError(
                     "problem.seqused_k", f"seqused_k[{b}]={u} exceeds the {s} keys stored for batch {b}"))
-        if self.softmax_scale is not None and not (math.isfinite(self.softmax_scale) and self.softmax_scale > 0):
-            errs.append(ProblemError("problem.softmax_scale",
-                                     f"softmax_scale={self.softmax_scale!r} must be finite and > 0"))
+        if self.softmax_scale is not None:
+            scale = float(self.softmax_scale)
+            if not (math.isfinite(scale) and scale > 0):
+                errs.append(ProblemError("problem.softmax_scale", f"softmax_scale={self.softmax_scale!r} must be "
+                                         "finite and > 0"))
+            elif not _FP32_MIN_NORMAL <= scale * 1.4426950408889634 <= _FP32_MAX:
+                errs.append(ProblemError("problem.softmax_scale", f"softmax_scale={self.softmax_scale!r}: the kernel "
+                                         "computes in fp32, where scale * log2(e) must be a normal number "
+                                         "(1.2e-38 .. 3.4e38)"))
         return errs
 
     def validate(self) -> AttentionProblem:

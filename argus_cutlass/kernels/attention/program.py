@@ -56,12 +56,13 @@ def program_label(cfg: AttentionConfig) -> str:
     """The readable part of the kernel name.
 
     >>> program_label(AttentionConfig(head_dim=128, causal=True))
-    'attn_fwd_sm90_bf16_d128_causal_128x128_s2_pp_lf'
+    'attn_fwd_sm90_bf16_d128_causal_128x128_s2_pp_lf_dyn'
     """
     c = cfg
     mask = "causal" if c.causal else "full"
     return (f"attn_fwd_sm90_{c.dtype}_d{c.head_dim}_{mask}{'_varlen' if c.varlen else ''}_{c.tile_m}x{c.tile_n}_"
-            f"s{c.stages}{'_pp' if c.pingpong else ''}{'_lf' if c.walk_longest_first else ''}")
+            f"s{c.stages}{'_pp' if c.pingpong else ''}{'_lf' if c.walk_longest_first else ''}"
+            f"{'_dyn' if c.dynamic_scheduler else ''}")
 
 
 def _align(x: int, a: int) -> int:
@@ -202,7 +203,10 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
     for g in range(wgs):
         b.named_barrier(f"wg.{g}", id=next_id, threads=128)
         next_id += 1
-    b.tile_schedule(raster="along_m", swizzle=1, decomposition="persistent", longest_first=c.walk_longest_first)
+    # the dynamic scheduler's unit slots (one int32 per Q stage) follow the mbarriers
+    slot_bytes = _align(barrier_base + 16 * (1 + 2 * c.stages), 16) if c.dynamic_scheduler else -1
+    b.tile_schedule(raster="along_m", swizzle=1, decomposition="dynamic" if c.dynamic_scheduler else "persistent",
+                    longest_first=c.walk_longest_first, slot_bytes=slot_bytes)
 
     # ---- tag assertions at the MMA slots
     b.assert_tags("qk.gemm", ("A", "d"), "==", ("B", "d"), invariant="G1", rule="mma.k_agreement")
