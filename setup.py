@@ -24,7 +24,7 @@ setup(
     package_data={
         "argus_cutlass.templates": ["*.j2", "*/*.j2"],
         "argus_cutlass.invariants": ["*.toml"],
-        "argus_cutlass.agent": ["*.toml", "*.json"],
+        "argus_cutlass.agent": ["*.toml", "*.json", "models/*.json"],
         "argus_cutlass.testing": ["*.toml"],
     },
     install_requires=[
@@ -38,6 +38,8 @@ setup(
     extras_require={
         # the LLM policy of the agent (argus-cutlass tune --policy llm) talks to an OpenAI-compatible API
         "llm": ["openai>=1.0"],
+        # argus-cutlass tune --shapes/--model: compiles and measurements spread through Ray, a progress bar
+        "tune": ["ray>=2.9", "tqdm>=4"],
         "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6", "openai>=1.0"],
     },
     entry_points={"console_scripts": ["argus-cutlass=argus_cutlass.cli:main"]},

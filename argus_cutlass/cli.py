@@ -15,6 +15,11 @@ Commands:
       compile the first N candidates of the attention search space in one parallel batch,
       measure them on a Hopper GPU, record the fastest in the experience store and write
       ``DIR/tune_attention.json`` (no nvcc: stops after rendering; no GPU: after compiling).
+  ``argus-cutlass tune --shapes FILE | --model CONFIG.json [--m-values 1,8,...] [--budget N]
+  [--address ADDR] [--workers W] [--gpus G] [--no-resume] [--quiet] [--out DIR]``
+      tune many GEMM shapes (a JSON/CSV file, or a Hugging Face config's projections): compiles on
+      CPU workers, measurements on GPUs (through Ray when installed), each best recorded in the
+      experience store; resumable from ``DIR/tune_journal.jsonl`` (:mod:`argus_cutlass.agent.tune_many`).
   ``argus-cutlass verify CONFIG.json [--json]``
       verify one configuration; exit code 1 on a violation (or an unknown, unless
       ``--allow-unknown``).
@@ -271,13 +276,33 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    _no_shapes_with_kernel(args)
     from argus_cutlass.agent.tune import run_tune
 
     return run_tune(args)
 
 
+def _cmd_tune_shapes(args: argparse.Namespace) -> int:
+    """``tune --shapes FILE`` / ``tune --model CONFIG.json``: :func:`argus_cutlass.agent.tune_many.run_tune_shapes`."""
+    from argus_cutlass.agent.tune_many import run_tune_shapes
+
+    named = argparse.Namespace(**{**vars(args), "budget": args.shapes_budget, "workers": args.shapes_workers,
+                                  "out": args.shapes_out})
+    return run_tune_shapes(named, say=_print)
+
+
+def _no_shapes_with_kernel(args: argparse.Namespace) -> None:
+    """``tune --shapes/--model`` tunes many GEMMs; with a kernel subcommand it would be ignored: refuse it."""
+    from argus_cutlass.errors import ProblemError
+
+    if getattr(args, "shapes", None) is not None or getattr(args, "model_config", None) is not None:
+        raise ProblemError("tune.shapes", f"--shapes/--model tune many GEMM shapes; drop `{args.kernel}` and its "
+                                          "options, or drop --shapes/--model")
+
+
 def _cmd_tune_attention(args: argparse.Namespace) -> int:
     """``tune attention``: :func:`argus_cutlass.agent.tune_attention.run_tune_attention`."""
+    _no_shapes_with_kernel(args)
     from argus_cutlass.agent.tune_attention import run_tune_attention
 
     return run_tune_attention(args, say=_print)
@@ -336,8 +361,30 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--heuristic", action="store_true", help="FA3's tile per head dim, not a tuned entry")
     a.set_defaults(func=cmd_attention)
 
-    t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent)")
-    tsub = t.add_subparsers(dest="kernel", required=True)
+    t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent), or fill the tuned "
+                                    "table for many GEMM shapes (--shapes FILE / --model CONFIG.json)",
+                       allow_abbrev=False)  # `tune gemm --m` must not read as an abbreviation of --model/--m-values
+    t.add_argument("--shapes", default=None, metavar="FILE",
+                   help="a JSON or CSV file of GEMM shapes: tune them all (compiles on CPU workers, measurements "
+                        "on GPUs through Ray when installed), resumable, each best recorded in the experience store")
+    t.add_argument("--model", dest="model_config", default=None, metavar="CONFIG.json",
+                   help="a Hugging Face config.json: tune the GEMMs of its projections (for each of --m-values)")
+    t.add_argument("--m-values", default=None, metavar="M,M,...",
+                   help="token counts M for --model, comma-separated (e.g. 1,8,64,512,4096)")
+    t.add_argument("--budget", dest="shapes_budget", type=int, default=16,
+                   help="candidates per shape with --shapes/--model (default 16)")
+    t.add_argument("--address", default=None,
+                   help="join this Ray cluster (default: start a local one when Ray is installed)")
+    t.add_argument("--workers", dest="shapes_workers", type=int, default=None,
+                   help="compile workers with --shapes/--model (default: CPU count)")
+    t.add_argument("--gpus", type=int, default=None, help="GPUs to measure on (default: all found; 0: compile only)")
+    t.add_argument("--no-resume", action="store_true",
+                   help="start afresh (the old journal is moved aside) instead of resuming OUT/tune_journal.jsonl")
+    t.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    t.add_argument("--out", dest="shapes_out", default="out",
+                   help="with --shapes/--model: folder of tune_journal.jsonl and tune_summary.json (default ./out)")
+    t.set_defaults(func=_cmd_tune_shapes)
+    tsub = t.add_subparsers(dest="kernel", required=False)
     tg = tsub.add_parser("gemm", help="tune a GEMM")
     _add_problem_args(tg)
     tg.add_argument("--budget", type=int, default=16, help="most candidates to compile and measure (default 16)")

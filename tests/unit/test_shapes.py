@@ -1,0 +1,338 @@
+"""agent/shapes.py: projection shapes from Hugging Face configs, shape files, the shipped set."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from argus_cutlass.agent.shapes import (
+    DEFAULT_M,
+    FIELDS,
+    GemmShape,
+    load_model,
+    load_shapes,
+    merge_shapes,
+    model_shape_set,
+    projection_shapes,
+    shipped_models,
+    write_shapes,
+)
+from argus_cutlass.errors import ProblemError
+from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+LLAMA3_8B = {
+    "_name_or_path": "meta-llama/Meta-Llama-3-8B",
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+}
+
+
+def _by_mnk(shapes):
+    return {(s.m, s.n, s.k): s for s in shapes}
+
+
+# ---- GemmShape --------------------------------------------------------------------------------
+
+
+def test_gemm_shape_defaults_and_problem():
+    s = GemmShape(100, 1024, 4096)
+    assert (s.dtype, s.out_dtype, s.layout, s.name) == ("bf16", "bf16", "tn", "")
+    assert GemmShape(1, 8, 8, "fp16").out_dtype == "fp16"
+    assert GemmShape(1, 8, 8, "bf16", "fp32").out_dtype == "fp32"
+    p = s.problem()
+    assert p == GemmProblem(100, 1024, 4096, "bf16", "bf16", "tn")
+    assert (p.lda, p.ldb, p.ldd) == (4096, 4096, 1024)
+    assert s.label == "100x1024x4096_bf16_bf16_tn"
+    assert s.to_dict() == {"m": 100, "n": 1024, "k": 4096, "dtype": "bf16", "out_dtype": "bf16",
+                           "layout": "tn", "name": ""}
+
+
+def test_merge_keeps_order_and_collects_names():
+    merged = merge_shapes([
+        GemmShape(1, 16, 16, name="a.x"), GemmShape(2, 16, 16, name="a.y"),
+        GemmShape(1, 16, 16, name="b.x+a.x"), GemmShape(1, 16, 16, "fp16", name="c.x"),
+    ])
+    assert [(s.m, s.dtype, s.name) for s in merged] == [
+        (1, "bf16", "a.x+b.x"), (2, "bf16", "a.y"), (1, "fp16", "c.x")]
+
+
+# ---- projection_shapes -------------------------------------------------------------------------
+
+
+def test_llama3_8b_projections_at_m1():
+    shapes = projection_shapes(LLAMA3_8B, m_values=(1,), model_name="llama3-8b")
+    by = _by_mnk(shapes)
+    assert "llama3-8b.q_proj" in by[(1, 4096, 4096)].names
+    assert "llama3-8b.o_proj" in by[(1, 4096, 4096)].names  # same GEMM, merged
+    assert by[(1, 1024, 4096)].names == ("llama3-8b.k_proj", "llama3-8b.v_proj")
+    assert by[(1, 6144, 4096)].names == ("llama3-8b.qkv_proj",)
+    assert "llama3-8b.gate_proj" in by[(1, 14336, 4096)].names
+    assert "llama3-8b.up_proj" in by[(1, 14336, 4096)].names
+    assert by[(1, 28672, 4096)].names == ("llama3-8b.gate_up_proj",)
+    assert by[(1, 4096, 14336)].names == ("llama3-8b.down_proj",)
+    assert len(shapes) == 6  # no duplicate (m, n, k)
+    assert all((s.dtype, s.out_dtype, s.layout) == ("bf16", "bf16", "tn") for s in shapes)
+
+
+def test_default_m_values_and_name_from_config():
+    shapes = projection_shapes(LLAMA3_8B)
+    assert DEFAULT_M == (1, 8, 32, 64, 100, 256, 512, 1024, 3000, 8192)
+    assert sorted({s.m for s in shapes}) == sorted(DEFAULT_M)
+    assert len(shapes) == 6 * len(DEFAULT_M)
+    assert shapes[0].name.startswith("meta-llama-3-8b.")  # last part of _name_or_path, lower case
+    assert [s.m for s in shapes[:6]] == [1] * 6  # M order, then projection order
+
+
+def test_head_dim_and_kv_heads_defaults():
+    cfg = {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16}
+    by = _by_mnk(projection_shapes(cfg, m_values=(8,), model_name="mha"))
+    assert "mha.k_proj" in by[(8, 1024, 1024)].names  # kv heads = heads, head_dim = 64
+    assert by[(8, 3072, 1024)].names == ("mha.qkv_proj",)
+    # an explicit head_dim that is not hidden / heads (Qwen3-30B-A3B: 32 x 128 = 4096 != 2048)
+    cfg = {"hidden_size": 2048, "intermediate_size": 6144, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "head_dim": 128}
+    by = _by_mnk(projection_shapes(cfg, m_values=(1,), model_name="x"))
+    assert by[(1, 4096, 2048)].names == ("x.q_proj",)
+    assert by[(1, 2048, 4096)].names == ("x.o_proj",)
+    assert by[(1, 4096 + 2 * 512, 2048)].names == ("x.qkv_proj",)
+
+
+def test_fp16_dtype_propagates_and_bad_dtype_refused():
+    assert {s.dtype for s in projection_shapes(LLAMA3_8B, (1,), dtype="fp16")} == {"fp16"}
+    with pytest.raises(ProblemError) as info:
+        projection_shapes(LLAMA3_8B, (1,), dtype="fp8")
+    assert info.value.rule == "problem.dtype"
+
+
+def test_missing_config_key_names_key_and_file(tmp_path):
+    cfg = dict(LLAMA3_8B)
+    del cfg["intermediate_size"]
+    with pytest.raises(ProblemError) as info:
+        projection_shapes(cfg, (1,))
+    assert info.value.rule == "shapes.config_key"
+    assert "'intermediate_size'" in str(info.value)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps({k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"}))
+    with pytest.raises(ProblemError) as info:
+        load_model(path)
+    assert info.value.rule == "shapes.config_key"
+    assert str(path) in str(info.value) and "'hidden_size'" in str(info.value)
+
+
+@pytest.mark.parametrize("key, value", [("num_attention_heads", 0), ("hidden_size", "4096"),
+                                        ("num_key_value_heads", True), ("head_dim", 12.5)])
+def test_malformed_config_value(key, value):
+    with pytest.raises(ProblemError) as info:
+        projection_shapes({**LLAMA3_8B, key: value}, (1,))
+    assert info.value.rule == "shapes.config_key"
+    assert repr(key) in str(info.value)
+
+
+def test_head_dim_needed_when_hidden_not_divisible():
+    cfg = {"hidden_size": 1000, "intermediate_size": 4096, "num_attention_heads": 16}
+    with pytest.raises(ProblemError, match="head_dim"):
+        projection_shapes(cfg, (1,))
+
+
+def test_mla_config_refused():
+    with pytest.raises(ProblemError) as info:
+        projection_shapes({**LLAMA3_8B, "kv_lora_rank": 512}, (1,))
+    assert info.value.rule == "shapes.config_unsupported"
+
+
+@pytest.mark.parametrize("m_values", [(), (0,), (1, 2.5), (True,)])
+def test_bad_m_values(m_values):
+    with pytest.raises(ProblemError) as info:
+        projection_shapes(LLAMA3_8B, m_values)
+    assert info.value.rule == "shapes.m_values"
+
+
+def test_text_config_is_read():
+    cfg = {"_name_or_path": "org/VLM-1", "text_config": dict(LLAMA3_8B, _name_or_path="")}
+    shapes = projection_shapes(cfg, (1,))
+    assert (1, 6144, 4096) in _by_mnk(shapes)
+    assert shapes[0].name.startswith("vlm-1.")
+
+
+def test_moe_dense_mlp_only_when_some_layers_keep_it():
+    moe = {"hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+           "num_experts": 128, "decoder_sparse_step": 1, "mlp_only_layers": []}
+    by = _by_mnk(projection_shapes(moe, (64,), model_name="q"))
+    assert by[(64, 768, 2048)].names == ("q.experts.gate_proj", "q.experts.up_proj")
+    assert by[(64, 2048, 768)].names == ("q.experts.down_proj",)
+    assert by[(64, 128, 2048)].names == ("q.router",)
+    assert (64, 6144, 2048) not in by  # every layer is sparse: no dense MLP
+    by = _by_mnk(projection_shapes({**moe, "mlp_only_layers": [0]}, (64,), model_name="q"))
+    assert by[(64, 6144, 2048)].names == ("q.gate_proj", "q.up_proj")
+    by = _by_mnk(projection_shapes({**moe, "shared_expert_intermediate_size": 5632}, (64,), model_name="q"))
+    assert "q.shared_expert.gate_proj" in by[(64, 5632, 2048)].names
+
+
+# ---- load_model / shipped models ---------------------------------------------------------------
+
+
+def test_load_model_names(tmp_path):
+    (tmp_path / "llama3-8b.json").write_text(json.dumps(LLAMA3_8B))
+    assert load_model(tmp_path / "llama3-8b.json", (1,))[0].name.startswith("llama3-8b.")
+    folder = tmp_path / "snapshot"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA3_8B))
+    assert load_model(folder, (1,))[0].name.startswith("meta-llama-3-8b.")  # a folder, its config.json
+    assert load_model(folder / "config.json", (1,), model_name="l3")[0].name.startswith("l3.")
+    with pytest.raises(ProblemError) as info:
+        load_model(tmp_path / "absent.json")
+    assert info.value.rule == "shapes.file"
+    (tmp_path / "bad.json").write_text('{"hidden_size": 4096,\n "x": }')
+    with pytest.raises(ProblemError) as info:
+        load_model(tmp_path / "bad.json")
+    assert info.value.rule == "shapes.syntax" and "bad.json:2:" in str(info.value)
+
+
+def test_shipped_models():
+    models = shipped_models()
+    assert len(models) >= 6
+    assert {"llama3-8b", "llama3-70b", "qwen3-8b", "mistral-7b-v0.3", "gemma2-9b", "mixtral-8x7b",
+            "qwen3-30b-a3b"} <= set(models)
+    for name, cfg in models.items():
+        assert isinstance(cfg.get("_name_or_path"), str) and "/" in cfg["_name_or_path"], name
+        assert isinstance(cfg.get("model_type"), str), name
+    # the published numbers (agent/models/SOURCES.md)
+    assert (models["llama3-70b"]["hidden_size"], models["llama3-70b"]["intermediate_size"]) == (8192, 28672)
+    assert (models["gemma2-9b"]["head_dim"], models["gemma2-9b"]["num_attention_heads"]) == (256, 16)
+    assert models["qwen3-30b-a3b"]["moe_intermediate_size"] == 768
+
+
+def test_model_shape_set_validates_and_covers_every_model():
+    shapes = model_shape_set()
+    assert len({s.key for s in shapes}) == len(shapes)  # merged across models
+    assert {s.m for s in shapes} == set(DEFAULT_M)
+    for s in shapes:
+        s.problem().validate()
+    names = [n for s in shapes for n in s.names]
+    for model in shipped_models():
+        assert any(n.startswith(f"{model}.") for n in names), model
+    # Llama-3-8B and Mistral-7B share every dense shape: one GEMM, both names
+    qkv = _by_mnk(shapes)[(1, 6144, 4096)]
+    assert {"llama3-8b.qkv_proj", "mistral-7b-v0.3.qkv_proj"} <= set(qkv.names)
+
+
+def test_mixtral_expert_shapes():
+    shapes = model_shape_set(m_values=(1, 3000))
+    by = _by_mnk(shapes)
+    for m in (1, 3000):
+        assert "mixtral-8x7b.experts.gate_proj" in by[(m, 14336, 4096)].names
+        assert "mixtral-8x7b.experts.down_proj" in by[(m, 4096, 14336)].names
+        assert "mixtral-8x7b.router" in by[(m, 8, 4096)].names
+    mixtral = [n for s in shapes for n in s.names if n.startswith("mixtral-8x7b.")]
+    assert "mixtral-8x7b.gate_proj" not in mixtral  # no dense MLP in Mixtral
+
+
+# ---- shape files --------------------------------------------------------------------------------
+
+
+SAMPLE = [
+    GemmShape(1, 4096, 4096, name="llama3-8b.q_proj+llama3-8b.o_proj"),
+    GemmShape(100, 1024, 4096, "fp16", "fp32", "tn", "k, v"),
+    GemmShape(3000, 14336, 4096, layout="nt"),
+]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_round_trip(tmp_path, suffix):
+    path = write_shapes(SAMPLE, tmp_path / f"shapes{suffix}")
+    assert load_shapes(path) == SAMPLE
+    both = model_shape_set(m_values=(1, 100))
+    assert load_shapes(write_shapes(both, tmp_path / f"set{suffix}")) == both
+
+
+def test_json_forms(tmp_path):
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps([{"m": 8, "n": 1024, "k": 4096}]))
+    assert load_shapes(p) == [GemmShape(8, 1024, 4096)]
+    entry = {"m": 8, "n": 1024, "k": 4096, "out_dtype": "fp32"}
+    p.write_text(json.dumps({"comment": "x", "shapes": [entry]}))
+    assert load_shapes(p) == [GemmShape(8, 1024, 4096, out_dtype="fp32")]
+    p2 = tmp_path / "noext"
+    p2.write_text(json.dumps([{"m": 8, "n": 16, "k": 16}]))
+    assert load_shapes(p2) == [GemmShape(8, 16, 16)]
+
+
+def test_csv_minimal_with_comments_and_defaults(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text("# token counts of the decode step\nM, N, K, layout\n\n1,4096,4096,\n8, 1024, 4096, nt\n")
+    assert load_shapes(p) == [GemmShape(1, 4096, 4096), GemmShape(8, 1024, 4096, layout="nt")]
+
+
+def test_bad_csv_row_names_line_and_field(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text("m,n,k,dtype\n1,4096,4096,bf16\n8,four,4096,bf16\n")
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == "shapes.field"
+    assert f"{p}:3:" in str(info.value) and "'n'" in str(info.value)
+
+
+@pytest.mark.parametrize("text, rule, needle", [
+    ("m,n,k\n1,4096\n", "shapes.syntax", ":2:"),                   # too few cells
+    ("m,n,k,dtpye\n1,16,16,bf16\n", "shapes.field", "'dtpye'"),     # unknown column
+    ("m,n\n1,16\n", "shapes.field", "'k'"),                         # missing column
+    ("m,n,k\n1,16,\n", "shapes.field", "'k'"),                      # empty required cell
+    ("m,n,k\n1,16,1.5\n", "shapes.field", "'k'"),                   # not an integer
+    ("m,n,k,dtype\n1,16,16,fp8\n", "problem.dtype", ":2:"),        # GemmProblem rule, with the line
+    ("m,n,k\n1,4100,4095\n", "tma.contiguous_extent", ":2:"),       # K not a multiple of 8
+    ("m,n,k\n0,16,16\n", "problem.size", ":2:"),
+    ("m,n,k\n", "shapes.syntax", "no shapes"),
+    ("# only a comment\n", "shapes.syntax", "no header"),
+])
+def test_bad_csv(tmp_path, text, rule, needle):
+    p = tmp_path / "s.csv"
+    p.write_text(text)
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == rule
+    assert needle in str(info.value)
+
+
+def test_bad_json_entries_name_line(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text('{"shapes": [\n  {"m": 1, "n": 16, "k": 16},\n  {"m": 1, "n": 16, "k": "16"}\n]}\n')
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == "shapes.field" and f"{p}:3:" in str(info.value) and "'k'" in str(info.value)
+    p.write_text('[\n {"m": 1, "n": 16, "k": 16, "layout": "xx"}\n]')
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == "problem.layout" and f"{p}:2:" in str(info.value)
+    p.write_text('[{"m": 1, "n": 16, "k": 16, "lda": 32}]')
+    with pytest.raises(ProblemError, match="unknown field 'lda'"):
+        load_shapes(p)
+    p.write_text('[{"m": true, "n": 16, "k": 16}]')
+    with pytest.raises(ProblemError, match="'m'"):
+        load_shapes(p)
+    p.write_text('[1, 2]')
+    with pytest.raises(ProblemError, match="JSON object"):
+        load_shapes(p)
+    p.write_text('[{"m": 1,}]')
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == "shapes.syntax" and f"{p}:1:" in str(info.value)
+    p.write_text(json.dumps(LLAMA3_8B))
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert "--model" in str(info.value)
+
+
+def test_missing_file_and_bad_suffix(tmp_path):
+    with pytest.raises(ProblemError) as info:
+        load_shapes(tmp_path / "nope.csv")
+    assert info.value.rule == "shapes.file"
+    with pytest.raises(ProblemError) as info:
+        write_shapes(SAMPLE, tmp_path / "s.txt")
+    assert info.value.rule == "shapes.file"
+    assert FIELDS[:3] == ("m", "n", "k")
