@@ -14,7 +14,7 @@ The single feasibility function is :func:`feasible`: it *is* the verifier
 
 >>> space = GemmSpace()
 >>> space.size
-285120
+209088
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]
@@ -65,9 +65,16 @@ def default_fragments() -> dict[str, Fragment]:
 
 def admissible(values: dict[str, Any]) -> bool:
     """Cross-fragment constraints: stream-K / split-K only with the cooperative schedule
-    (the CUTLASS StreamKScheduler reduction runs in the cooperative kernel)."""
+    (the CUTLASS StreamKScheduler reduction runs in the cooperative kernel); the cooperative
+    schedule splits tile_m between 2 warpgroups of 64 rows, so tile_m is a multiple of 128 (the
+    verifier's ``gmma.m_tile`` and ``epilogue.tile`` rules; PTX ISA 9.7.15.5: wgmma M = 64).
+    Without the second constraint the planner verifies thousands of such tiles for a small M
+    before it reaches a feasible one."""
     dec = values.get("decomposition", ("persistent", 1))
-    return dec[0] == "persistent" or values.get("schedule", "cooperative") == "cooperative"
+    schedule = values.get("schedule", "cooperative")
+    if schedule == "cooperative" and values.get("tile_m", 128) % 128:
+        return False
+    return dec[0] == "persistent" or schedule == "cooperative"
 
 
 def derive(values: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +147,7 @@ class GemmSpace:
         """Number of configurations (before feasibility)."""
         if self.allowed is not None:
             return len(self.allowed)
-        coupled = ("schedule", "decomposition")
+        coupled = ("schedule", "decomposition", "tile_m")  # the fragments admissible() relates
         n = 1
         for name, frag in self.fragments.items():
             if name not in coupled:
