@@ -111,8 +111,11 @@ class ExperienceStore:
 
         Returns True when the entry was written.
         """
-        key = entry_key(gpu, kernel, problem)
-        entry = make_entry(gpu, kernel, problem, cfg, ms, cublas_ms)
+        return self.keep_faster(entry_key(gpu, kernel, problem), make_entry(gpu, kernel, problem, cfg, ms, cublas_ms))
+
+    def keep_faster(self, key: str, entry: dict[str, Any]) -> bool:
+        """Store ``entry`` under ``key`` when no entry is there or its TFLOP/s beats the stored one's
+        (one locked read-modify-write). Returns True when the entry was written."""
         written = [False]
 
         def fn(data: dict[str, Any]) -> None:
@@ -326,14 +329,4 @@ def record_attention_best(problem: Any, cfg: Any, ms: float, cudnn_ms: float | N
     gpu = gpu or gpu_name() or DEFAULT_GPU
     store = store or ExperienceStore()
     entry = attention_entry(gpu, problem, cfg, ms, cudnn_ms)
-    key = entry["key"]
-    written = [False]
-
-    def fn(data: dict[str, Any]) -> None:
-        old = data["entries"].get(key)
-        if old is None or entry["tflops"] > old.get("tflops", 0.0):
-            data["entries"][key] = entry
-            written[0] = True
-
-    store.update(fn)
-    return written[0]
+    return store.keep_faster(entry["key"], entry)

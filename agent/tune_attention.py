@@ -20,29 +20,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from argus_cutlass.errors import ProblemError
+from argus_cutlass.settings import output_dir
 
 RESULT_FILE = "tune_attention.json"
 
 
-def problem_of(args: Any) -> Any:
-    """The validated AttentionProblem of the CLI arguments (``kv_heads`` defaults to ``heads``,
-    ``seqlen_k`` to ``seqlen_q``)."""
-    from argus_cutlass.kernels.attention.problem import AttentionProblem
-
-    problem = AttentionProblem(args.batch, args.heads, args.heads if args.kv_heads is None else args.kv_heads,
-                               args.seqlen_q,
-                               args.seqlen_k if args.seqlen_k is not None else args.seqlen_q, args.head_dim,
-                               dtype=args.dtype, causal=args.causal)
-    problem.validate()
+def check_options(args: Any) -> None:
+    """Refuse a budget or a worker count below 1."""
     if args.budget < 1:
         raise ProblemError("tune.budget", f"--budget {args.budget}: need at least 1 candidate")
     if getattr(args, "workers", None) is not None and args.workers < 1:
         raise ProblemError("tune.workers", f"--workers {args.workers}: need at least 1 compile process")
-    return problem
 
 
 def _knobs(cfg: Any) -> str:
@@ -53,9 +44,9 @@ def _knobs(cfg: Any) -> str:
             f"{v['scheduler']}")
 
 
-def run_tune_attention(args: Any, say: Any = print) -> int:
-    """The ``tune attention`` command (args: batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, causal,
-    dtype, budget, seed, workers, out); ``say`` prints a progress line (the CLI passes its own printer).
+def run_tune_attention(args: Any, say: Any = print, *, problem: Any) -> int:
+    """The ``tune attention`` command for the validated ``problem`` (an AttentionProblem; args:
+    budget, seed, workers, out); ``say`` prints a progress line (the CLI passes its own printer).
     Returns the exit code."""
     _say = say
     from argus_cutlass.agent.store import DEFAULT_GPU, attention_key, gpu_name, record_attention_best
@@ -64,13 +55,8 @@ def run_tune_attention(args: Any, say: Any = print) -> int:
     from argus_cutlass.generate import Options, baseline, run_many
     from argus_cutlass.kernels.attention.space import AttentionSpace, candidates, estimate
 
-    problem = problem_of(args)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ProblemError("cli.out", f"--out {args.out!r} cannot be used as the output folder: {exc.strerror}",
-                           "pass a writable folder path") from None
+    check_options(args)
+    out = output_dir(args.out)
     t0 = time.perf_counter()
     space = AttentionSpace.for_problem(problem)
     ranked = candidates(problem)

@@ -76,8 +76,8 @@ from typing import Any, TextIO
 
 from argus_cutlass.agent.planner import Measurement, Problem
 from argus_cutlass.errors import ArgusError, ProblemError
-
 from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.settings import output_dir
 
 __all__ = [
     "JOURNAL", "Built", "Journal", "ShapeResult", "TuneManyResult", "compile_candidate", "config_key",
@@ -177,45 +177,36 @@ def compile_candidate(problem: Problem, cfg: GemmConfig, *, ship_binary: bool = 
     Raises:
         ToolchainError: the CUTLASS headers are missing (nvcc present).
     """
-    from argus_cutlass.errors import CompileError, ConfigError, DslError, ToolchainError, UnprovedError
-    from argus_cutlass.generate import compile_kernel, generate
+    from argus_cutlass.errors import CompileError, ConfigError, DslError, ToolchainError
+    from argus_cutlass.generate import Options, run
 
     t0 = time.perf_counter()
-    try:
-        kernel = generate(cfg, problem, smt=None)
-    except UnprovedError as exc:
-        return Built("unproved", error=_err(exc), seconds=time.perf_counter() - t0)
-    except (ConfigError, DslError) as exc:
+    try:  # the orchestrator's front half and compile (run=False: no GPU stage)
+        r = run(problem, cfg, options=Options(smt=None, run=False, time=False, baseline=False))
+    except (ConfigError, DslError) as exc:  # no program, or the template cannot print it
         status = "render_error" if exc.rule.startswith("render") else "rejected"
         return Built(status, error=_err(exc), seconds=time.perf_counter() - t0)
-    except ArgusError as exc:
-        if isinstance(exc, ToolchainError):
-            raise
-        return Built("rejected", error=_err(exc), seconds=time.perf_counter() - t0)
-    try:
-        from argus_cutlass.build.toolchain import find_nvcc
-
-        find_nvcc()
-    except ToolchainError as exc:
-        return Built("rendered", kernel.name, None, kernel.k_bound_bits, error=_err(exc),
-                     seconds=time.perf_counter() - t0)
-    try:
-        art = compile_kernel(kernel)
     except CompileError as exc:
-        return Built("compile_error", kernel.name, None, kernel.k_bound_bits, error=_err(exc),
+        return Built("compile_error", error=_err(exc), seconds=time.perf_counter() - t0)
+    except ToolchainError:
+        raise
+    except ArgusError as exc:
+        return Built("rejected", error=_err(exc), seconds=time.perf_counter() - t0)
+    bits = r.kernel.k_bound_bits if r.kernel is not None else None
+    if r.status in ("rejected", "unproved"):
+        return Built(r.status, error=_err(r.error), seconds=time.perf_counter() - t0)
+    if r.artifact is None:  # no nvcc: rendered only
+        return Built("rendered", r.name, None, bits, error=r.skipped.get("compile", ""),
                      seconds=time.perf_counter() - t0)
-    binary = Path(art.path).read_bytes() if ship_binary else None
-    return Built("compiled", kernel.name, str(art.path), kernel.k_bound_bits, binary,
-                 seconds=time.perf_counter() - t0)
+    binary = Path(r.artifact.path).read_bytes() if ship_binary else None
+    return Built("compiled", r.name, str(r.artifact.path), bits, binary, seconds=time.perf_counter() - t0)
 
 
 def compile_reference(dtype: str, out_dtype: str, layout: str) -> str:
     """Build the fp32 reference GEMM of a dtype/layout into the cache (the numerics check loads it)."""
-    from argus_cutlass.build.nvcc import compile_cu
-    from argus_cutlass.kernels.gemm.reference import render_reference
+    from argus_cutlass.generate import compile_reference as build_reference
 
-    name, src = render_reference(dtype, out_dtype, layout)
-    return str(compile_cu(src, name, kind="shared").path)
+    return str(build_reference(dtype, out_dtype, layout).path)
 
 
 def _err(exc: BaseException) -> str:
@@ -1062,12 +1053,7 @@ def run_tune_shapes(args: Any, say: Say = print) -> int:
     if args.gpus is not None and args.gpus < 0:
         raise ProblemError("tune.gpus", f"--gpus {args.gpus}: need 0 (compile only) or more")
     shapes = shapes_of(args)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ProblemError("cli.out", f"--out {args.out!r} cannot be used as the output folder: {exc.strerror}",
-                           "pass a writable folder path") from None
+    out = output_dir(args.out)
     say(f"shapes    {len(shapes)} from {args.shapes or args.model_config}; {budget} candidates each")
     r = tune_shapes(shapes, budget=budget, out_dir=out, address=args.address, workers=args.workers, gpus=args.gpus,
                     resume=not args.no_resume, quiet=args.quiet, say=say)

@@ -68,21 +68,33 @@ def build_many(configs: Iterable[GemmConfig], max_workers: int | None = None) ->
 # ---- attention ---------------------------------------------------------------------------------
 
 _ATTENTION_LIBS: dict[Any, Any] = {}
+_ATTENTION_CONFIGS: dict[str, Any] = {}
+
+
+def _configured(problem: Any) -> Any:
+    """The orchestrator's configuration for ``problem``, looked up once per shape bucket and process
+    (the lookup reads the experience store from disk; a call on the inference path must not)."""
+    from argus_cutlass.agent.store import attention_key
+    from argus_cutlass.generate import configure
+
+    key = attention_key("", problem)
+    if key not in _ATTENTION_CONFIGS:
+        _ATTENTION_CONFIGS[key] = configure(problem)[0]
+    return _ATTENTION_CONFIGS[key]
 
 
 def attention_kernel(problem: Any, config: Any = None, *, smt: bool | None = None) -> Any:
     """The built :class:`~argus_cutlass.kernels.attention.library.AttentionKernelLibrary` for an
     :class:`~argus_cutlass.kernels.attention.problem.AttentionProblem` (configured through the
     orchestrator: user store, shipped table, then FA3's tile per head dim), generated, verified,
-    compiled (content-addressed cache) and loaded once per configuration and process.
+    compiled (content-addressed cache) and loaded once per configuration and process; the
+    configuration is looked up once per shape bucket (:func:`~argus_cutlass.agent.store.attention_key`).
 
     Raises:
         ConfigError, VerificationError, UnprovedError, ToolchainError, CompileError: as
         :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
     """
-    from argus_cutlass.generate import configure
-
-    cfg = config if config is not None else configure(problem)[0]
+    cfg = config if config is not None else _configured(problem)
     lib = _ATTENTION_LIBS.get(cfg)
     if lib is None:
         kernel = generate(cfg, smt=smt)

@@ -96,19 +96,37 @@ def cmd_gemm(args: argparse.Namespace) -> int:
 def cmd_attention(args: argparse.Namespace) -> int:
     """``attention``: :func:`~argus_cutlass.generate.run` on an attention problem, exit codes as ``gemm``."""
     from argus_cutlass.generate import Options, run
-    from argus_cutlass.kernels.attention.problem import AttentionProblem
 
-    problem = AttentionProblem(args.batch, args.heads, args.heads if args.kv_heads is None else args.kv_heads,
-                               args.seqlen_q,
-                               args.seqlen_k if args.seqlen_k is not None else args.seqlen_q, args.head_dim,
-                               dtype=args.dtype, causal=args.causal, softmax_scale=args.softmax_scale)
-    problem.validate()
+    problem = _attention_problem(args)
     out_dir = _output_dir(args.out)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed)
     result = run(problem, options=options, on_stage=_Progress(args.verbose, out_dir), out_dir=out_dir)
     for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
         _print(f"wrote     {path}")
     return 0 if result.ok else 1
+
+
+def _attention_problem(args: argparse.Namespace):  # noqa: ANN202 - AttentionProblem
+    """The validated attention problem of ``attention`` / ``tune attention`` options (``--kv-heads``
+    defaults to ``--heads``, ``--seqlen-k`` to ``--seqlen-q``)."""
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+
+    return AttentionProblem(args.batch, args.heads, args.heads if args.kv_heads is None else args.kv_heads,
+                            args.seqlen_q, args.seqlen_q if args.seqlen_k is None else args.seqlen_k,
+                            args.head_dim, dtype=args.dtype, causal=args.causal,
+                            softmax_scale=getattr(args, "softmax_scale", None)).validate()
+
+
+def _add_attention_args(p: argparse.ArgumentParser) -> None:
+    """The attention problem options shared by ``attention`` and ``tune attention``."""
+    p.add_argument("--batch", type=int, required=True, help="batch size B")
+    p.add_argument("--heads", type=int, required=True, help="query heads H")
+    p.add_argument("--kv-heads", type=int, default=None, help="key/value heads HK dividing H (default H; 1 = MQA)")
+    p.add_argument("--seqlen-q", type=int, required=True, help="query length SQ")
+    p.add_argument("--seqlen-k", type=int, default=None, help="key/value length SK (default SQ)")
+    p.add_argument("--head-dim", type=int, required=True, help="head dim D: 64, 96, 128, 192 or 256")
+    p.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned when SQ != SK")
+    p.add_argument("--dtype", default="bf16", help="Q/K/V/O element type: bf16 or fp16")
 
 
 class _Progress:
@@ -190,20 +208,10 @@ def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
 
 
 def _output_dir(path: str) -> Path:
-    """Create the output folder; a path that cannot be a folder is a user error (``cli.out``)."""
-    from argus_cutlass.errors import ProblemError
+    """Create the output folder; a path that cannot be a writable folder is a user error (``cli.out``)."""
+    from argus_cutlass.settings import output_dir
 
-    import tempfile
-
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):  # writable (an existing read-only folder fails here, not later)
-            pass
-    except OSError as exc:
-        raise ProblemError("cli.out", f"--out {path!r} cannot be used as the output folder: {exc.strerror}",
-                           "pass a writable folder path") from None
-    return out
+    return output_dir(path)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -305,7 +313,7 @@ def _cmd_tune_attention(args: argparse.Namespace) -> int:
     _no_shapes_with_kernel(args)
     from argus_cutlass.agent.tune_attention import run_tune_attention
 
-    return run_tune_attention(args, say=_print)
+    return run_tune_attention(args, say=_print, problem=_attention_problem(args))
 
 
 
@@ -345,14 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_gemm)
 
     a = sub.add_parser("attention", help="generate (and build, run) a FlashAttention forward kernel")
-    a.add_argument("--batch", type=int, required=True, help="batch size B")
-    a.add_argument("--heads", type=int, required=True, help="query heads H")
-    a.add_argument("--kv-heads", type=int, default=None, help="key/value heads HK dividing H (default H; 1 = MQA)")
-    a.add_argument("--seqlen-q", type=int, required=True, help="query length SQ")
-    a.add_argument("--seqlen-k", type=int, default=None, help="key/value length SK (default SQ)")
-    a.add_argument("--head-dim", type=int, required=True, help="head dim D: 64, 96, 128, 192 or 256")
-    a.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned when SQ != SK")
-    a.add_argument("--dtype", default="bf16", help="Q/K/V/O element type: bf16 or fp16")
+    _add_attention_args(a)
     a.add_argument("--softmax-scale", type=float, default=None, help="scale of Q K^T (default 1/sqrt(D))")
     a.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     a.add_argument("--out", default="out", help="output folder (default: ./out)")
@@ -397,14 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--out", default="out", help="output folder for the best .cu and the tuning log")
     tg.set_defaults(func=_cmd_tune)
     ta = tsub.add_parser("attention", help="measure the best candidates of the attention space for one problem")
-    ta.add_argument("--batch", type=int, required=True, help="batch size B")
-    ta.add_argument("--heads", type=int, required=True, help="query heads H")
-    ta.add_argument("--kv-heads", type=int, default=None, help="key/value heads HK dividing H (default H)")
-    ta.add_argument("--seqlen-q", type=int, required=True, help="query length SQ")
-    ta.add_argument("--seqlen-k", type=int, default=None, help="key/value length SK (default SQ)")
-    ta.add_argument("--head-dim", type=int, required=True, help="head dim D: 64, 96, 128, 192 or 256")
-    ta.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned when SQ != SK")
-    ta.add_argument("--dtype", default="bf16", help="Q/K/V/O element type: bf16 or fp16")
+    _add_attention_args(ta)
     ta.add_argument("--budget", type=int, default=8,
                     help="candidates to compile and measure, FA3's configuration first (default 8)")
     ta.add_argument("--seed", type=int, default=0, help="seed of the check inputs")

@@ -36,6 +36,17 @@ class DslError(ArgusError):
 class ProblemError(ArgusError):
     """A problem description is invalid: sizes, dtypes, layouts, leading dimensions, pointers."""
 
+    @staticmethod
+    def raise_all(errs: list[ProblemError], subject: str) -> None:
+        """Raise nothing for no error, the error itself for one, else the first one's rule with a
+        message listing all of them (``subject``: what they are about, e.g. the problem's repr)."""
+        if not errs:
+            return
+        if len(errs) == 1:
+            raise errs[0]
+        lines = "\n".join(f"  - {e}" for e in errs)
+        raise ProblemError(errs[0].rule, f"{len(errs)} problems with {subject}:\n{lines}")
+
 
 class VerificationError(ArgusError):
     """The verifier rejected a program; ``.report`` holds every violation."""

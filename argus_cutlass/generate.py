@@ -176,17 +176,17 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
     Raises:
         ToolchainError: ``toolchain.z3`` when ``smt`` is True and z3-solver is missing.
     """
-    from argus_cutlass.verify import verify_gemm
-
     if family_of(program) == "attention":
-        from argus_cutlass.verify.attention import verify_attention as verify_gemm  # noqa: N813 - same signature
+        from argus_cutlass.verify.attention import verify_attention as verify_family
+    else:
+        from argus_cutlass.verify import verify_gemm as verify_family
     if smt is None:
         smt = _Z3()
         if not smt and notes is not None:
             notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration "
                          "tiers ran")
     kwargs = {"smt": smt} if smt_timeout_ms is None else {"smt": smt, "smt_timeout_ms": smt_timeout_ms}
-    return verify_gemm(program, **kwargs)
+    return verify_family(program, **kwargs)
 
 
 def require_proved(report: Any, *, allow_unknown: bool = False) -> None:
@@ -291,6 +291,27 @@ def compile_kernel(kernel: GeneratedKernel, *, toolchain: Any = None) -> Any:
     return compile_cu(job.source, job.name, job.kind, toolchain=toolchain, key_parts=job.key_parts)
 
 
+def _reference_job(dtype: str, out_dtype: str, layout: str) -> Any:
+    from argus_cutlass.build.nvcc import CompileJob
+    from argus_cutlass.kernels.gemm.reference import render_reference
+
+    name, src = render_reference(dtype, out_dtype, layout)
+    return CompileJob(src, name, "shared")
+
+
+def compile_reference(dtype: str, out_dtype: str, layout: str) -> Any:
+    """nvcc the fp32 reference GEMM of a dtype/layout into the cache (the numerics check loads it
+    from there); returns the artifact.
+
+    Raises:
+        ToolchainError, CompileError: as :func:`compile_kernel`.
+    """
+    from argus_cutlass.build.nvcc import compile_cu
+
+    job = _reference_job(dtype, out_dtype, layout)
+    return compile_cu(job.source, job.name, job.kind)
+
+
 def compile_many(kernels: Sequence[GeneratedKernel], *, workers: int | None = None,
                  reference: tuple[str, str, str] | None = None) -> list[Any]:
     """Compile ``kernels`` in parallel (one nvcc per worker); a failed build's
@@ -303,14 +324,11 @@ def compile_many(kernels: Sequence[GeneratedKernel], *, workers: int | None = No
     Raises:
         ToolchainError: nvcc or the headers are missing (once, before any build).
     """
-    from argus_cutlass.build.nvcc import CompileJob, compile_many as nvcc_many
+    from argus_cutlass.build.nvcc import compile_many as nvcc_many
 
     jobs = [_job(k) for k in kernels]
     if reference is not None and jobs:
-        from argus_cutlass.kernels.gemm.reference import render_reference
-
-        ref_name, ref_src = render_reference(*reference)
-        jobs.append(CompileJob(ref_src, ref_name, "shared"))
+        jobs.append(_reference_job(*reference))
     if not jobs:
         return []
     return list(nvcc_many(jobs, max_workers=workers, return_exceptions=True))[: len(kernels)]

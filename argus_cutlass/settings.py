@@ -65,3 +65,24 @@ def settings() -> Settings:
         bench_table=env.get("ARGUS_BENCH_TABLE") or None,
         verify_bench_table=env.get("ARGUS_VERIFY_BENCH_TABLE") or None,
     )
+
+
+def output_dir(path: str | Path) -> Path:
+    """Create the output folder ``path`` (an ``--out`` option) and check that it is writable.
+
+    Raises:
+        argus_cutlass.errors.ProblemError: ``cli.out`` when it cannot be a writable folder.
+    """
+    import tempfile
+
+    from argus_cutlass.errors import ProblemError
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # writable (an existing read-only folder fails here, not later)
+            pass
+    except OSError as exc:
+        raise ProblemError("cli.out", f"--out {str(path)!r} cannot be used as the output folder: {exc.strerror}",
+                           "pass a writable folder path") from None
+    return out

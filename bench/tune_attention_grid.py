@@ -86,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
                          f"{p.flops / ours[k] / 1e9:.0f} | {med.get('cudnn', float('nan')):.3f} | "
                          f"{'**best**' if k == best else ''} |")
         print(f"{cell}: best {name} {ours[best]:.3f} ms, cuDNN {med.get('cudnn', float('nan')):.3f} ms", flush=True)
-        del ins, o, lse
         torch.cuda.empty_cache()
     note = (f"measured by bench/tune_attention_grid.py on {gpu} ({time.strftime('%Y-%m-%d')}): the best of the "
             f"first {args.limit} candidates of kernels.attention.space per cell, interleaved with cuDNN")

@@ -16,7 +16,7 @@ from argus_cutlass import __version__
 from argus_cutlass.dsl.atoms import CPP_TYPE
 from argus_cutlass.dsl.ir import Program
 from argus_cutlass.errors import ConfigError
-from argus_cutlass.render.env import template_environment
+from argus_cutlass.render.env import render_template
 from argus_cutlass.render.gemm import L2_PROMOTION, OOB_FILL, TMA_SWIZZLE, relation_lines
 
 ATTENTION_TEMPLATE = "attention/kernel.cu.j2"
@@ -242,11 +242,4 @@ def render_attention(program: Program, verified: tuple[str, ...] = ()) -> str:
         ConfigError: ``render.program`` when the template cannot print the program (see
             :func:`attention_context`); never another exception for a program it is given.
     """
-    import jinja2
-
-    ctx = attention_context(program, verified)
-    try:
-        return template_environment().get_template(ATTENTION_TEMPLATE).render(**ctx)
-    except (jinja2.UndefinedError, KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
-        raise ConfigError("render.program", f"the attention template cannot print program {program.name!r}: "
-                          f"{type(exc).__name__}: {exc}") from None
+    return render_template(ATTENTION_TEMPLATE, attention_context(program, verified), "attention", program.name)

@@ -30,3 +30,19 @@ def template_environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+
+
+def render_template(template: str, ctx: dict, family: str, program_name: str) -> str:
+    """``template`` rendered with ``ctx``; a template error (a node the template cannot print) is
+    :class:`~argus_cutlass.errors.ConfigError` ``render.program``, never another exception.
+
+    Raises:
+        ConfigError: ``render.program``.
+    """
+    from argus_cutlass.errors import ConfigError
+
+    try:
+        return template_environment().get_template(template).render(**ctx)
+    except (jinja2.UndefinedError, KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
+        raise ConfigError("render.program", f"the {family} template cannot print program {program_name!r}: "
+                          f"{type(exc).__name__}: {exc}") from None

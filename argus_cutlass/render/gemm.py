@@ -11,7 +11,7 @@ from argus_cutlass import __version__
 from argus_cutlass.dsl.atoms import CPP_TYPE
 from argus_cutlass.dsl.ir import Program
 from argus_cutlass.errors import ConfigError
-from argus_cutlass.render.env import template_environment
+from argus_cutlass.render.env import render_template
 
 GEMM_TEMPLATE = "gemm/kernel.cu.j2"
 
@@ -190,11 +190,4 @@ def render_gemm(program: Program, verified: tuple[str, ...] = ()) -> str:
         ConfigError: ``render.program`` when the template cannot print the program (see
             :func:`gemm_context`); never another exception for a program it is given.
     """
-    import jinja2
-
-    ctx = gemm_context(program, verified)
-    try:
-        return template_environment().get_template(GEMM_TEMPLATE).render(**ctx)
-    except (jinja2.UndefinedError, KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
-        raise ConfigError("render.program", f"the GEMM template cannot print program {program.name!r}: "
-                          f"{type(exc).__name__}: {exc}") from None
+    return render_template(GEMM_TEMPLATE, gemm_context(program, verified), "GEMM", program.name)

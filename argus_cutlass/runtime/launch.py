@@ -73,3 +73,63 @@ def load_function(path: str, symbol: str, argtypes: list[Any] | None = None, res
         fn.argtypes = argtypes
     fn.restype = restype
     return fn
+
+
+class KernelLibrary:
+    """A generated kernel's ``.so`` and the exports every family's C ABI shares: ``<name>`` (the
+    entry, bound by the family's subclass), ``<name>_smem_bytes``, ``<name>_error_string`` and,
+    when exported, ``<name>_threads``.
+
+    Raises:
+        LaunchError: ``launch.load`` (dlopen failed), ``launch.symbol`` (a required export is missing).
+    """
+
+    def __init__(self, path: Any, name: str) -> None:
+        from pathlib import Path
+
+        self.path = Path(path)
+        self.name = name
+        try:
+            self._lib = load_library(str(self.path))
+        except OSError as exc:
+            raise LaunchError("launch.load", f"cannot load kernel library {self.path}: {exc}") from None
+        self._smem = self._symbol(f"{name}_smem_bytes")
+        self._smem.argtypes = []
+        self._smem.restype = ctypes.c_int
+        self._err = self._symbol(f"{name}_error_string")
+        self._err.argtypes = [ctypes.c_int]
+        self._err.restype = ctypes.c_char_p
+        self._threads = self._optional(f"{name}_threads", [])
+
+    def _symbol(self, symbol: str) -> Any:
+        try:
+            return getattr(self._lib, symbol)
+        except AttributeError:
+            raise LaunchError(
+                "launch.symbol",
+                f"{self.path} does not export {symbol!r}; was it built from a template with "
+                f"kernel name {self.name!r}?",
+            ) from None
+
+    def _optional(self, symbol: str, argtypes: list[Any]) -> Any:
+        fn = getattr(self._lib, symbol, None)
+        if fn is not None:
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_int
+        return fn
+
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory one CTA uses (bytes)."""
+        return int(self._smem())
+
+    def threads(self) -> int | None:
+        """Threads per CTA, or None when the library does not export ``<name>_threads``."""
+        return int(self._threads()) if self._threads is not None else None
+
+    def error_string(self, code: int) -> str:
+        """The kernel's text for a return code of the entry."""
+        raw = self._err(int(code))
+        return raw.decode(errors="replace") if raw else f"error {code}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r}, {self.name!r})"

@@ -88,11 +88,12 @@ SHOWN = ("wrong", "hung", "crashed", "compile_fail")
 
 @dataclass(frozen=True)
 class Job:
-    """One kernel to build and run: a mutant (``mutant`` set) or the baseline of a base config."""
+    """One kernel to build and run: a mutant (``mutant`` set) or the baseline of a base config
+    (``config``: the family's configuration, e.g. a GemmConfig or an AttentionConfig)."""
 
     id: str
     base: str
-    config: GemmConfig
+    config: Any
     program: Program
     mutant: Mutant | None = None
 
@@ -134,11 +135,12 @@ class Result:
         return self.outcome in SHOWN
 
 
-def plan_jobs(mutants: Sequence[Mutant] | None = None) -> list[Job]:
-    """Baselines (one per base configuration the mutants use, first) then the mutants."""
-    ms = list(load_catalogue().values()) if mutants is None else list(mutants)
+def plan_jobs(mutants: Sequence[Mutant] | None = None, family: str = "gemm") -> list[Job]:
+    """Baselines (one per base configuration the mutants use, first) then the mutants (default:
+    the family's whole catalogue)."""
+    ms = list(load_catalogue(family=family).values()) if mutants is None else list(mutants)
     jobs: list[Job] = []
-    seen: dict[GemmConfig, str] = {}
+    seen: dict[Any, str] = {}
     for m in ms:
         if m.config not in seen:
             name = m.base_name if m.base_name != "inline" else f"inline{len(seen)}"

@@ -46,12 +46,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from argus_cutlass.dsl.ir import Program
 from argus_cutlass.errors import CompileError, ConfigError
 from argus_cutlass.kernels.attention.config import AttentionConfig
 from argus_cutlass.kernels.attention.problem import AttentionProblem
-from argus_cutlass.testing.gpu import static_assert_messages
-from argus_cutlass.testing.mutants import Mutant, baseline_program, load_catalogue, mutant_program
+from argus_cutlass.testing import gpu as gemm_runner
+from argus_cutlass.testing.gpu import Job, static_assert_messages
+from argus_cutlass.testing.mutants import Mutant
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -121,22 +121,6 @@ def problems_for(cfg: AttentionConfig) -> list[tuple[str, AttentionProblem]]:
     return [(label, p.validate()) for label, p in out]
 
 
-@dataclass(frozen=True)
-class Job:
-    """One kernel to print, build and run: a mutant (``mutant`` set) or the baseline of a base."""
-
-    id: str
-    base: str
-    config: AttentionConfig
-    program: Program
-    mutant: Mutant | None = None
-
-    @property
-    def name(self) -> str:
-        """The kernel name (the ``extern "C"`` entry)."""
-        return self.program.kernel_name()
-
-
 @dataclass
 class Build:
     """One job's print and build: the ``.so`` (None when not printable or not built), nvcc's wall
@@ -175,19 +159,9 @@ class Result:
 
 
 def plan_jobs(mutants: Sequence[Mutant] | None = None) -> list[Job]:
-    """Baselines (one per base configuration the mutants use, first) then the mutants
-    (default: the whole attention catalogue)."""
-    ms = list(load_catalogue(family="attention").values()) if mutants is None else list(mutants)
-    jobs: list[Job] = []
-    seen: dict[AttentionConfig, str] = {}
-    for m in ms:
-        if m.config not in seen:
-            name = m.base_name if m.base_name != "inline" else f"inline{len(seen)}"
-            seen[m.config] = name
-            jobs.append(Job(f"baseline_{name}", name, m.config, baseline_program(m)))
-    for m in ms:
-        jobs.append(Job(m.id, seen[m.config], m.config, mutant_program(m), m))
-    return jobs
+    """Baselines (one per base configuration the mutants use, first) then the mutants (default:
+    the whole attention catalogue); :func:`argus_cutlass.testing.gpu.plan_jobs` for the family."""
+    return gemm_runner.plan_jobs(mutants, family="attention")
 
 
 def render_job(job: Job) -> str:

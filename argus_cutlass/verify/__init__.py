@@ -129,24 +129,11 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
     Raises:
         argus_cutlass.errors.ToolchainError: ``smt`` is asked for and z3 is not installed.
     """
-    from argus_cutlass.verify.relations import check_references, check_relations
+    from argus_cutlass.verify.run import start
 
     t0 = time.perf_counter()
     notes: list[str] = []
-    obligations: list[Obligation] = []
-    run = _Run()
-    try:
-        name = program.kernel_name()
-    except Exception:  # noqa: BLE001 - an unprintable node still gets a report
-        name = str(getattr(program, "name", "program"))
-    if smt:
-        from argus_cutlass.verify import smt as smt_tier
-
-        smt_tier.require_z3()
-    for rel in program.relations:
-        obligations.append(Obligation(rel.rule, rel.invariant, _text(rel), str(rel.loc)))
-    run.add("arith", "dsl.relation", check_relations, program)
-    run.add("arith", "dsl.unknown_ref", check_references, program)
+    name, obligations, run = start(program, smt)
     missing = _missing_nodes(program)
     if missing:
         run.violations.append(Violation("dsl.program", "DSL", f"the GEMM program has no {', '.join(missing)}: the "

@@ -47,7 +47,7 @@ from argus_cutlass.plan.resources import launch_register_cap
 from argus_cutlass.verify.catalogue import invariant_of
 from argus_cutlass.verify.explore import path_to
 from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Unknown, VerificationReport, Violation
-from argus_cutlass.verify.run import Run, node_text, report
+from argus_cutlass.verify.run import report
 
 Outcome = tuple[list[Proof], list[Violation]]
 
@@ -362,7 +362,6 @@ def check_tags(program: Program) -> Outcome:
     bad: list[Violation] = []
     img = {n: _local_image(program, ld) for n, ld in (("q", x.lq), ("k", x.lk), ("v", x.lv))}
     S = {"k": x.pk.stages, "v": x.pv_pipe.stages}
-    W, BN, D = x.wgs, x.tile_n, x.D
     for a in program.assertions:
         if a.at not in ("qk.gemm", "pv.gemm"):
             bad.append(Violation(a.rule, a.invariant, f"tag assertion {a}: the attention engine evaluates assertions "
@@ -871,7 +870,7 @@ def check_output(program: Program) -> Outcome:
                              f"writes {x.tile_m - 1} rows after the last query (the next sequence's rows in a packed "
                              "batch, past the tensor otherwise)", "mask the rows >= Lq in the epilogue", str(out.loc),
                              _cex(rule, "output.store", str(out.loc), "rows >= Lq not written",
-                                  f"row 1 written with Lq = 1", params={"Lq": 1}, element={"tensor": out.dst, "row": 1})))
+                                  "row 1 written with Lq = 1", params={"Lq": 1}, element={"tensor": out.dst, "row": 1})))
     if not out.normalize:
         bad.append(Violation(rule, "FA4", "O is stored without dividing by the row sum l: the output is sum_k "
                              "exp(s_k - m) v_k, not the softmax average", "divide O by l in the epilogue",
@@ -1084,75 +1083,53 @@ def check_pipeline_smt(program: Program, timeout_ms: int) -> tuple[list[Proof], 
 # ---------------------------------------------------------------------------------------- schedule
 
 
-def check_schedule(program: Program) -> Outcome:
-    """scheduler.bijection (G4): CTA ``c`` of ``grid`` takes units ``c, c + step, ...`` below the tile
-    count (``step = grid + step_delta``) and ``tile_of`` maps a unit to ``(m_block, head, batch)``
-    (longest first or in order): every tile is taken exactly once, for every grid of 1..tiles + 1
-    CTAs and tile counts up to 3 x 2 x 2 (enum), and for all sizes when ``step_delta == 0`` (the
-    units are then ``c + j grid``, a partition of ``[0, tiles)``, and ``tile_of`` is a bijection:
-    ``m_block`` from ``t mod m_blocks`` reversed or not, head and batch from the quotient)."""
-    sch = program.schedule
-    rule = "scheduler.bijection"
-    step_delta = sch.step_delta
+def _units_taken(sch: Any, grid: int, tiles: int) -> list[int] | str:
+    """The units the CTAs of ``grid`` take below ``tiles`` (with repeats), or why the walk never ends.
+
+    Static: CTA ``c`` takes ``c, c + step, ...`` (``step = grid + step_delta``). Dynamic: CTA ``c``
+    starts with unit ``c``, then takes ``grid + f`` where ``f`` is the value its
+    ``atomicAdd(counter, d)`` returned (``d = 1 + step_delta``; the host zeroes the counter before
+    the launch); whatever the order in which the CTAs fetch, the fetched values are ``0, d, 2d, ...``."""
     if sch.decomposition == "dynamic":
-        return _check_dynamic_schedule(program)
-    for mbs, heads, batch in itertools.product((1, 2, 3), (1, 2), (1, 2)):
-        tiles = mbs * heads * batch
-        for grid in range(1, tiles + 2):
-            step = grid + step_delta
-            seen: dict[tuple, int] = {}
-            for c in range(grid):
-                t, guard = c, 0
-                while t < tiles and guard <= tiles:
-                    tile = sem.tile_of(t, mbs, heads, sch.longest_first)
-                    seen[tile] = seen.get(tile, 0) + 1
-                    t += step
-                    guard += 1
-                if guard > tiles:
-                    return [], [Violation(rule, "G4", f"with {tiles} tiles and grid {grid}, CTA {c} never leaves its "
-                                          f"tile loop (step {step})", "step = gridDim.x", str(sch.loc),
-                                          _cex(rule, "schedule", str(sch.loc), "a finite walk", f"step {step}",
-                                               params={"tiles": tiles, "grid": grid, "step_delta": step_delta}))]
-            every = {sem.tile_of(t, mbs, heads, sch.longest_first) for t in range(tiles)}
-            missing = sorted(every - set(seen))
-            twice = sorted(k for k, v in seen.items() if v > 1)
-            if missing or twice or len(every) != tiles:
-                what = (f"tile (m_block, head, batch) = {missing[0]} is never computed" if missing else
-                        f"tile {twice[0]} is computed {seen[twice[0]]} times" if twice else "tile_of is not one-to-one")
-                return [], [Violation(rule, "G4", f"{mbs} query blocks x {heads} heads x {batch} batches on {grid} "
-                                      f"CTAs (step {step}): {what}", "each CTA steps by gridDim.x", str(sch.loc),
-                                      _cex(rule, "schedule", str(sch.loc), "every tile once", what,
-                                           params={"m_blocks": mbs, "heads": heads, "batch": batch, "grid": grid,
-                                                   "step_delta": step_delta}))]
-    return _ok(rule, f"every tile once for grids 1..tiles + 1 and tile counts up to 12 (enum); step = grid, so all "
-               f"sizes ({'longest first' if sch.longest_first else 'in order'})", "enum", 12)
+        d = 1 + sch.step_delta
+        if d < 1:
+            return f"atomicAdd(counter, {d}) never advances the counter: the CTAs never leave their walk"
+        return list(range(min(grid, tiles))) + list(range(grid, tiles, d))
+    step = grid + sch.step_delta
+    taken: list[int] = []
+    for c in range(grid):
+        t, guard = c, 0
+        while t < tiles and guard <= tiles:
+            taken.append(t)
+            t += step
+            guard += 1
+        if guard > tiles:
+            return f"with {tiles} tiles and grid {grid}, CTA {c} never leaves its tile loop (step {step})"
+    return taken
 
 
-def _check_dynamic_schedule(program: Program) -> Outcome:
-    """scheduler.bijection (G4) of the dynamic scheduler: CTA ``c`` starts with unit ``c``, then takes
-    ``grid + f`` where ``f`` is the value its ``atomicAdd(counter, 1 + step_delta)`` returned (the
-    host zeroes the counter before the launch); a CTA stops at its first unit >= tiles. Whatever the
-    order in which the CTAs fetch, the fetched values are ``0, d, 2d, ...`` (``d = 1 + step_delta``), so
-    the units taken are ``[0, grid) u {grid + j d}``: every unit below the tile count exactly once iff
-    ``d == 1``; the walk ends iff ``d >= 1``. Checked by enumeration of every fetch order for small
-    sizes, then ``tile_of`` as for the static walk."""
+def check_schedule(program: Program) -> Outcome:
+    """scheduler.bijection (G4): the units the CTAs take (:func:`_units_taken`: the static walk
+    ``c, c + grid + step_delta, ...`` or the dynamic scheduler's ``[0, grid) u {grid + j (1 +
+    step_delta)}``) and ``tile_of`` (unit -> ``(m_block, head, batch)``, longest first or in order)
+    cover every tile exactly once, for every grid of 1..tiles + 1 CTAs and tile counts up to 3 x 2 x 2
+    (enum); for all sizes when ``step_delta == 0`` (the units are then a partition of ``[0, tiles)``
+    and ``tile_of`` is a bijection: ``m_block`` from ``t mod m_blocks`` reversed or not, head and batch
+    from the quotient)."""
     sch = program.schedule
     rule = "scheduler.bijection"
-    d = 1 + sch.step_delta
-    if d < 1:
-        what = f"atomicAdd(counter, {d}) never advances the counter: the CTAs never leave their walk"
-        return [], [Violation(rule, "G4", what, "fetch with atomicAdd(counter, 1)", str(sch.loc),
-                              _cex(rule, "schedule", str(sch.loc), "a finite walk", what,
-                                   params={"step_delta": sch.step_delta}))]
+    dynamic = sch.decomposition == "dynamic"
+    walk = (f"dynamic scheduler, fetch step {1 + sch.step_delta}" if dynamic else f"step grid + {sch.step_delta}")
+    fix = "fetch with atomicAdd(counter, 1)" if dynamic else "each CTA steps by gridDim.x"
     checked = 0
     for mbs, heads, batch in itertools.product((1, 2, 3), (1, 2), (1, 2)):
         tiles = mbs * heads * batch
         for grid in range(1, tiles + 2):
-            taken = [u for u in range(min(grid, tiles))]
-            f = 0
-            while grid + f < tiles:  # every fetched value below the count is some CTA's next unit
-                taken.append(grid + f)
-                f += d
+            taken = _units_taken(sch, grid, tiles)
+            if isinstance(taken, str):
+                return [], [Violation(rule, "G4", taken, fix, str(sch.loc),
+                                      _cex(rule, "schedule", str(sch.loc), "a finite walk", taken,
+                                           params={"tiles": tiles, "grid": grid, "step_delta": sch.step_delta}))]
             checked += 1
             seen: dict[tuple, int] = {}
             for u in taken:
@@ -1164,15 +1141,19 @@ def _check_dynamic_schedule(program: Program) -> Outcome:
             if missing or twice or len(every) != tiles:
                 what = (f"tile (m_block, head, batch) = {missing[0]} is never computed" if missing else
                         f"tile {twice[0]} is computed {seen[twice[0]]} times" if twice else "tile_of is not one-to-one")
-                return [], [Violation(rule, "G4", f"dynamic scheduler, {mbs} query blocks x {heads} heads x {batch} "
-                                      f"batches on {grid} CTAs, fetch step {d}: {what}", "fetch with "
-                                      "atomicAdd(counter, 1)", str(sch.loc),
+                return [], [Violation(rule, "G4", f"{'dynamic scheduler, ' if dynamic else ''}{mbs} query blocks x "
+                                      f"{heads} heads x {batch} batches on {grid} CTAs ({walk}): {what}", fix,
+                                      str(sch.loc),
                                       _cex(rule, "schedule", str(sch.loc), "every tile once", what,
                                            params={"m_blocks": mbs, "heads": heads, "batch": batch, "grid": grid,
                                                    "step_delta": sch.step_delta}))]
-    return _ok(rule, f"dynamic scheduler: units [0, grid) then grid + atomicAdd(counter, 1): every tile once for "
-               f"every fetch order ({checked} sizes enumerated; the fetched values are 0, 1, 2, ... whatever the "
-               f"order, so all sizes) ({'longest first' if sch.longest_first else 'in order'})", "enum", checked)
+    order = "longest first" if sch.longest_first else "in order"
+    if dynamic:
+        return _ok(rule, f"dynamic scheduler: units [0, grid) then grid + atomicAdd(counter, 1): every tile once for "
+                   f"every fetch order ({checked} sizes enumerated; the fetched values are 0, 1, 2, ... whatever the "
+                   f"order, so all sizes) ({order})", "enum", checked)
+    return _ok(rule, f"every tile once for grids 1..tiles + 1 and tile counts up to 12 (enum); step = grid, so all "
+               f"sizes ({order})", "enum", 12)
 
 
 def check_barrier_extras(program: Program) -> Outcome:
@@ -1233,24 +1214,11 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
     from argus_cutlass.verify.absint import check_tma_image
     from argus_cutlass.verify.barriers import check_named_barriers, check_turn_orders
     from argus_cutlass.verify.fragments import check_fragments
-    from argus_cutlass.verify.relations import check_references, check_relations
+    from argus_cutlass.verify.run import start
 
     t0 = time.perf_counter()
-    run = Run()
     notes: list[str] = []
-    obligations: list[Obligation] = []
-    try:
-        name = program.kernel_name()
-    except Exception:  # noqa: BLE001
-        name = str(getattr(program, "name", "program"))
-    if smt:
-        from argus_cutlass.verify import smt as smt_tier
-
-        smt_tier.require_z3()
-    for rel in program.relations:
-        obligations.append(Obligation(rel.rule, rel.invariant, node_text(rel), str(rel.loc)))
-    run.add("arith", "dsl.relation", check_relations, program)
-    run.add("arith", "dsl.unknown_ref", check_references, program)
+    name, obligations, run = start(program, smt)
     try:
         parts(program)
     except (KeyError, AttributeError, IndexError, TypeError) as exc:

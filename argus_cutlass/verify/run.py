@@ -61,6 +61,31 @@ def node_text(node: Any) -> str:
         return repr(node)
 
 
+def start(program: Any, smt: bool) -> tuple[str, list[Obligation], Run]:
+    """The common opening of every ``verify_<family>``: the program's name (its repr's name when a
+    malformed node breaks the kernel name), z3 required when ``smt``, and the relation and reference
+    checks of the DSL; returns ``(name, obligations, run)``.
+
+    Raises:
+        argus_cutlass.errors.ToolchainError: ``smt`` is asked for and z3 is not installed.
+    """
+    from argus_cutlass.verify.relations import check_references, check_relations
+
+    try:
+        name = program.kernel_name()
+    except Exception:  # noqa: BLE001 - an unprintable node still gets a report
+        name = str(getattr(program, "name", "program"))
+    if smt:
+        from argus_cutlass.verify import smt as smt_tier
+
+        smt_tier.require_z3()
+    obligations = [Obligation(rel.rule, rel.invariant, node_text(rel), str(rel.loc)) for rel in program.relations]
+    run = Run()
+    run.add("arith", "dsl.relation", check_relations, program)
+    run.add("arith", "dsl.unknown_ref", check_references, program)
+    return name, obligations, run
+
+
 def report(name: str, obligations: list[Obligation], run: Run, notes: list[str], t0: float) -> VerificationReport:
     """The :class:`VerificationReport` of a finished run (``t0``: its start, ``time.perf_counter``)."""
     return VerificationReport(name, tuple(obligations), tuple(run.proofs), tuple(run.violations),

@@ -22,6 +22,7 @@ none, whose O rows must be exactly 0.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +79,7 @@ def make_inputs(problem: AttentionProblem, seed: int = 0, device: str = "cuda") 
     ins = AttentionInputs(q, k, v, buffers=[qb, kb, vb])
     if p.varlen:
         def cum(lens: tuple[int, ...]) -> Any:
-            return torch.tensor([0, *__import__("itertools").accumulate(lens)], dtype=torch.int32, device=device)
+            return torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device)
 
         ins.cu_seqlens_q = cum(p.seqlens_q)  # type: ignore[arg-type]
         ins.cu_seqlens_k = cum(p.seqlens_k)  # type: ignore[arg-type]

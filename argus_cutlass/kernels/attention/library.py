@@ -39,7 +39,7 @@ from argus_cutlass.kernels.attention.problem import (
     AttentionProblem,
 )
 from argus_cutlass.runtime.cuda import stream_handle
-from argus_cutlass.runtime.launch import device_pointer, load_library
+from argus_cutlass.runtime.launch import KernelLibrary, device_pointer
 
 _CTYPES = {"const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "int": ctypes.c_int,
            "float": ctypes.c_float, "cudaStream_t": ctypes.c_void_p}
@@ -201,8 +201,8 @@ def _check_tma(name: str, t: Any, varlen: bool) -> None:
                            "pass the start of an allocation or a view at a 16-byte offset")
 
 
-class AttentionKernelLibrary:
-    """A loaded attention kernel ``.so``.
+class AttentionKernelLibrary(KernelLibrary):
+    """A loaded attention kernel ``.so`` (the shared exports: :class:`~argus_cutlass.runtime.launch.KernelLibrary`).
 
     Args:
         path: the shared library; name: the kernel name (the ``extern "C"`` symbol).
@@ -214,41 +214,11 @@ class AttentionKernelLibrary:
     """
 
     def __init__(self, path: str | Path, name: str, config: Any) -> None:
-        self.path = Path(path)
-        self.name = name
+        super().__init__(path, name)
         self.config = config
-        try:
-            self._lib = load_library(str(self.path))
-        except OSError as exc:
-            raise LaunchError("launch.load", f"cannot load kernel library {self.path}: {exc}") from None
         self._entry = self._symbol(name)
         self._entry.argtypes = _ENTRY_ARGTYPES
         self._entry.restype = ctypes.c_int
-        self._smem = self._symbol(f"{name}_smem_bytes")
-        self._smem.restype = ctypes.c_int
-        self._threads = self._symbol(f"{name}_threads")
-        self._threads.restype = ctypes.c_int
-        self._err = self._symbol(f"{name}_error_string")
-        self._err.argtypes = [ctypes.c_int]
-        self._err.restype = ctypes.c_char_p
-
-    def _symbol(self, symbol: str) -> Any:
-        try:
-            return getattr(self._lib, symbol)
-        except AttributeError:
-            raise LaunchError("launch.symbol", f"{self.path} does not export {symbol!r}") from None
-
-    def smem_bytes(self) -> int:
-        """Dynamic shared memory one CTA uses (bytes)."""
-        return int(self._smem())
-
-    def threads(self) -> int:
-        """Threads per CTA."""
-        return int(self._threads())
-
-    def error_string(self, code: int) -> str:
-        raw = self._err(int(code))
-        return raw.decode(errors="replace") if raw else f"error {code}"
 
     def __call__(self, q: Any, k: Any, v: Any, o: Any, lse: Any, batch: int, heads: int, kv_heads: int,
                  seqlen_q: int, seqlen_k: int, total_q: int, total_k: int, cu_seqlens_q: Any, cu_seqlens_k: Any,
@@ -354,6 +324,3 @@ class AttentionKernelLibrary:
                  cu_seqlens_q if p.varlen else None, cu_seqlens_k if p.varlen else None, seqused_k, strides,
                  p.scale, stream)
         return out, lse
-
-    def __repr__(self) -> str:
-        return f"AttentionKernelLibrary({str(self.path)!r}, {self.name!r})"

@@ -64,7 +64,8 @@ from argus_cutlass.kernels.attention.config import HEAD_DIMS
 
 DTYPES = ("bf16", "fp16")
 _INT32_MAX = 2**31 - 1
-#: the length bound of the kernels' mask proofs (``kernels.attention.program.LENGTH_BOUND_BITS``)
+#: lengths are < 2**LENGTH_BOUND_BITS: the kernels' mask and coverage proofs are stated for this range
+#: (``kernels.attention.program`` builds its k loop with it; the entry returns code 7 beyond)
 LENGTH_BOUND_BITS = 24
 TMA_ALIGN_BYTES = 16
 
@@ -289,13 +290,8 @@ class AttentionProblem:
         Raises:
             ProblemError: the first violation's rule; the message lists all of them.
         """
-        errs = self.violations()
-        if not errs:
-            return self
-        if len(errs) == 1:
-            raise errs[0]
-        lines = "\n".join(f"  - {e}" for e in errs)
-        raise ProblemError(errs[0].rule, f"{len(errs)} problems with {self!r}:\n{lines}")
+        ProblemError.raise_all(self.violations(), repr(self))
+        return self
 
     def describe(self) -> str:
         """A short label, e.g. ``b2 h16/8 sq1000 sk1000 d128 bf16 causal``."""

@@ -33,11 +33,12 @@ from argus_cutlass.dsl.builder import ProgramBuilder
 from argus_cutlass.dsl.ir import DTYPE_BYTES, PipelineSide, Program, Tag
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.attention.config import HEAD_DIMS, AttentionConfig
+# the proofs over the symbolic lengths hold for lengths < 2**LENGTH_BOUND_BITS (the problem's rule
+# problem.length_range and the entry's code 7 use the same bound)
+from argus_cutlass.kernels.attention.problem import LENGTH_BOUND_BITS
 
 __all__ = ["FIRST_BARRIER_ID", "LENGTH_BOUND_BITS", "build_program", "program_label", "role_registers"]
 
-#: the proofs over the symbolic lengths hold for lengths < 2**LENGTH_BOUND_BITS; the entry refuses longer
-LENGTH_BOUND_BITS = 24
 #: first named-barrier id (0 is __syncthreads; CUTLASS reserves 1-7)
 FIRST_BARRIER_ID = 8
 

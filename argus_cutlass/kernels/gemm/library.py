@@ -17,7 +17,7 @@ from typing import Any
 from argus_cutlass.errors import LaunchError
 from argus_cutlass.kernels.gemm.problem import CUDA_ERROR_BASE, ENTRY_SIGNATURE, ERROR_CODES, GemmProblem
 from argus_cutlass.runtime.cuda import stream_handle
-from argus_cutlass.runtime.launch import device_pointer, load_library
+from argus_cutlass.runtime.launch import KernelLibrary, device_pointer
 
 _CTYPES = {"const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "int": ctypes.c_int,
            "int64_t": ctypes.c_int64, "float": ctypes.c_float, "cudaStream_t": ctypes.c_void_p}
@@ -25,7 +25,7 @@ _ENTRY_ARGTYPES = [_CTYPES[t] for _, t in ENTRY_SIGNATURE]
 _INT32_MAX = 2**31 - 1
 
 
-class GemmKernelLibrary:
+class GemmKernelLibrary(KernelLibrary):
     """A loaded GEMM kernel ``.so`` (a generated kernel or the reference GEMM).
 
     Args:
@@ -41,59 +41,17 @@ class GemmKernelLibrary:
     k_bound_bits: int | None = None
 
     def __init__(self, path: str | Path, name: str, k_bound_bits: int | None = None) -> None:
-        self.path = Path(path)
-        self.name = name
+        super().__init__(path, name)
         self.k_bound_bits = k_bound_bits
-        try:
-            self._lib = load_library(str(self.path))
-        except OSError as exc:
-            raise LaunchError("launch.load", f"cannot load kernel library {self.path}: {exc}") from None
         self._entry = self._symbol(name)
         self._entry.argtypes = _ENTRY_ARGTYPES
         self._entry.restype = ctypes.c_int
-        self._smem = self._symbol(f"{name}_smem_bytes")
-        self._smem.argtypes = []
-        self._smem.restype = ctypes.c_int
-        self._err = self._symbol(f"{name}_error_string")
-        self._err.argtypes = [ctypes.c_int]
-        self._err.restype = ctypes.c_char_p
-        self._threads = self._optional(f"{name}_threads", [])
         self._grid = self._optional(f"{name}_grid", [ctypes.c_int, ctypes.c_int])
-
-    def _symbol(self, symbol: str) -> Any:
-        try:
-            return getattr(self._lib, symbol)
-        except AttributeError:
-            raise LaunchError(
-                "launch.symbol",
-                f"{self.path} does not export {symbol!r}; was it built from a template with "
-                f"kernel name {self.name!r}?",
-            ) from None
-
-    def _optional(self, symbol: str, argtypes: list[Any]) -> Any:
-        fn = getattr(self._lib, symbol, None)
-        if fn is not None:
-            fn.argtypes = argtypes
-            fn.restype = ctypes.c_int
-        return fn
-
-    def smem_bytes(self) -> int:
-        """Dynamic shared memory one CTA uses (bytes)."""
-        return int(self._smem())
-
-    def threads(self) -> int | None:
-        """Threads per CTA, or None when the library does not export ``<name>_threads``."""
-        return int(self._threads()) if self._threads is not None else None
 
     def grid(self, m: int, n: int) -> int | None:
         """Persistent CTAs the entry launches for an ``m x n`` problem on the current device
         (0 when the occupancy query fails), or None when ``<name>_grid`` is not exported."""
         return int(self._grid(int(m), int(n))) if self._grid is not None else None
-
-    def error_string(self, code: int) -> str:
-        """The kernel's text for a return code of the entry."""
-        raw = self._err(int(code))
-        return raw.decode(errors="replace") if raw else f"error {code}"
 
     def __call__(self, A: Any, B: Any, C: Any, D: Any, M: int, N: int, K: int, lda: int, ldb: int,
                  ldc: int, ldd: int, alpha: float = 1.0, beta: float = 0.0, stream: Any = None) -> None:
@@ -151,9 +109,6 @@ class GemmKernelLibrary:
             problem.check_pointer(ptr, name)
         self(ptrs["A"], ptrs["B"], ptrs["C"] or None, ptrs["D"], problem.m, problem.n, problem.k,
              problem.lda, problem.ldb, problem.ldc, problem.ldd, alpha, beta, stream)
-
-    def __repr__(self) -> str:
-        return f"GemmKernelLibrary({str(self.path)!r}, {self.name!r})"
 
 
 def _code_rule(code: int) -> tuple[str, str | None]:

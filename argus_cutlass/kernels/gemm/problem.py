@@ -299,13 +299,8 @@ class GemmProblem:
         Raises:
             ProblemError: the first violation's rule; the message lists all of them.
         """
-        errs = self.violations()
-        if not errs:
-            return self
-        if len(errs) == 1:
-            raise errs[0]
-        lines = "\n".join(f"  - {e}" for e in errs)
-        raise ProblemError(errs[0].rule, f"{len(errs)} problems with {self!r}:\n{lines}")
+        ProblemError.raise_all(self.violations(), repr(self))
+        return self
 
     @staticmethod
     def check_pointer(ptr: int, name: str) -> None:

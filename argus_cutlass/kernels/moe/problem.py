@@ -203,7 +203,7 @@ class MoEProblem:
         Raises:
             ProblemError: the first violation's rule; the message lists all of them.
         """
-        _raise_first(self.violations(), repr(self))
+        ProblemError.raise_all(self.violations(), repr(self))
         return self
 
     def routing_violations(self, topk_ids: Any, topk_weights: Any) -> list[ProblemError]:
@@ -263,18 +263,10 @@ class MoEProblem:
         Raises:
             ProblemError: ``problem.routing``, naming the first bad ``(token, slot)``.
         """
-        _raise_first(self.routing_violations(topk_ids, topk_weights), f"the routing of {self!r}")
+        ProblemError.raise_all(self.routing_violations(topk_ids, topk_weights), f"the routing of {self!r}")
         return self
 
     def describe(self) -> str:
         """A short label, e.g. ``t256 e8 k2 h4096 i14336 bf16``."""
         return f"t{self.tokens} e{self.experts} k{self.topk} h{self.hidden} i{self.ffn} {self.dtype}"
 
-
-def _raise_first(errs: list[ProblemError], what: str) -> None:
-    if not errs:
-        return
-    if len(errs) == 1:
-        raise errs[0]
-    lines = "\n".join(f"  - {e}" for e in errs)
-    raise ProblemError(errs[0].rule, f"{len(errs)} problems with {what}:\n{lines}")
