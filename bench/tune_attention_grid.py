@@ -1,6 +1,6 @@
 """Tune the attention benchmark grid on a Hopper GPU and write the entries shipped in ``agent/tuned_h200.json``.
 
-    python3 bench/tune_attention_grid.py --out OUTDIR [--limit 4]
+    python3 bench/tune_attention_grid.py --out OUTDIR [--limit 4] [--seqlens 512,2048] [--variants]
 
 For every cell of ``bench/test_attention_bench.py``'s grid (bf16, 16k tokens, D in {64, 128, 256},
 S in {512, 2048, 8192, 16384}, causal and not): the first ``--limit`` candidates of
@@ -10,6 +10,11 @@ the fp32 reference on a one-batch copy of the cell (O and LSE poisoned with NaN)
 and cuDNN are timed alternately (``ROUNDS`` rounds, median of CUDA-event medians). Writes
 ``OUTDIR/tuned_attention.json`` (entries in the format of :func:`argus_cutlass.agent.store.attention_entry`)
 and ``OUTDIR/tuned_attention.md`` (per cell: every candidate's time, the winner, cuDNN).
+
+``--variants`` replaces the space's ranking by the tile-transition knobs around two bases, the
+configured entry (:func:`argus_cutlass.generate.configure`) and FA3's tile: each with ``q_stages``
+1 / 2 and ``prefetch_q`` off / on, where the verifier's resource rules accept them.
+``--seqlens`` restricts the grid to those sequence lengths.
 """
 
 from __future__ import annotations
@@ -41,12 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--limit", type=int, default=4)
+    ap.add_argument("--seqlens", default="", help="comma-separated S values of the grid to tune (default: all)")
+    ap.add_argument("--variants", action="store_true",
+                    help="candidates: q_stages x prefetch_q around the configured entry and FA3's tile")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    cells = [(cell, _problem(*cell)) for cell in GRID]
-    cands = {cell: candidates(p, limit=args.limit) for cell, p in cells}
+    seqlens = {int(x) for x in args.seqlens.split(",") if x}
+    cells = [(cell, _problem(*cell)) for cell in GRID if not seqlens or cell[1] in seqlens]
+    cands = {cell: (_variants(p) if args.variants else candidates(p, limit=args.limit)) for cell, p in cells}
     libs = build_many([c for cs in cands.values() for c in cs])
     print(f"built {len(libs)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
     gpu = gpu_name() or DEFAULT_GPU
@@ -81,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in ours:
             c, n = cfg_of[k]
             lines.append(f"| {p.head_dim} | {p.seqlen_q} | {'yes' if p.causal else 'no'} | {c.tile_m}x{c.tile_n}, "
-                         f"s{c.stages}, {'pp' if c.pingpong else 'no pp'}, "
+                         f"s{c.stages}, q{c.q_stages}{', pf' if c.prefetch_q else ''}, {'pp' if c.pingpong else 'no pp'}, "
                          f"{'dynamic' if c.dynamic_scheduler else 'static'} | {ours[k]:.3f} | "
                          f"{p.flops / ours[k] / 1e9:.0f} | {med.get('cudnn', float('nan')):.3f} | "
                          f"{'**best**' if k == best else ''} |")
@@ -93,6 +102,29 @@ def main(argv: list[str] | None = None) -> int:
     (out / "tuned_attention.md").write_text("\n".join(lines) + "\n")
     print(f"done in {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
+
+
+def _variants(p) -> list:  # noqa: ANN001
+    """q_stages x prefetch_q around the configured entry, FA3's tile and the widest kv block (up to the
+    configured one) that fits two Q stages (feasible ones, one per program)."""
+    from argus_cutlass.generate import configure
+    from argus_cutlass.kernels.attention.heuristics import default_config
+    from argus_cutlass.kernels.attention.space import feasible, program_name
+
+    out, seen = [], set()
+    bases = [configure(p)[0], default_config(p.head_dim, p.dtype, p.causal, p.varlen)]
+    # and the widest kv block (up to the configured one) that leaves smem for a second Q stage
+    fits = [n for n in range(bases[0].tile_n, 47, -16) if feasible(bases[0].replace(tile_n=n, q_stages=2))[0]]
+    if fits:
+        bases.append(bases[0].replace(tile_n=fits[0]))
+    for base in bases:
+        for q in (1, 2):
+            for pf in (False, True):
+                cfg = base.replace(q_stages=q, prefetch_q=pf)
+                if feasible(cfg)[0] and program_name(cfg) not in seen:
+                    seen.add(program_name(cfg))
+                    out.append(cfg)
+    return out
 
 
 if __name__ == "__main__":

@@ -205,6 +205,7 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             "name": p.kernel_name(), "version": __version__, "verified": list(verified), "p": p,
             "fingerprint": p.fingerprint()[:16], "cpp": CPP_TYPE, **tensors,
             "D": mma_pv.op.n, "tile_m": mma_qk.tile_m, "tile_n": mma_qk.op.n, "varlen": bool(p.param("varlen")),
+            "prefetch_q": bool(p.param("prefetch_next_q", False)),
             "consumer_wgs": wgs, "mma_qk": mma_qk, "mma_pv": mma_pv, "rd_q": rd_q, "rd_k": rd_k, "rd_p": rd_p,
             "rd_v": rd_v, "conv": conv, "conv_pairing": pairing, "red_max": red_max, "red_sum": red_sum,
             "smax": smax, "mask": mask, "out": out, "g_lse": g_lse, "lq": lq, "lk": lk, "lv": lv,

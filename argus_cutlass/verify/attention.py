@@ -370,9 +370,9 @@ def check_tags(program: Program) -> Outcome:
         points = 0
         first = None
         for m_block, n_block in itertools.product((0, 1), (0, 1)):
-            stages = range(S["k"] if a.at == "qk.gemm" else S["v"])
-            for s in stages:
-                vals, shape = _values(program, x, img, a.at, m_block, n_block, s)
+            stages = itertools.product(range(S["k"] if a.at == "qk.gemm" else S["v"]), range(x.pq.stages))
+            for s, sq in stages:  # the K (qk) or V (pv) stage, and the Q stage the tile's QK^T read
+                vals, shape = _values(program, x, img, a.at, m_block, n_block, s, sq)
                 lhs, rhs = _side(vals, a.lhs, shape), _side(vals, a.rhs, shape)
                 if lhs is None or rhs is None:
                     first = ("unknown", None)
@@ -428,22 +428,23 @@ def check_tags(program: Program) -> Outcome:
 
 
 def _values(program: Program, x: SimpleNamespace, img: dict, at: str, m_block: int, n_block: int,
-            s: int) -> tuple[dict[str, Any], tuple[int, ...]]:
-    """Operand tag arrays of one program point over (warpgroup, row, column, k) slots."""
+            s: int, sq: int = 0) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """Operand tag arrays of one program point over (warpgroup, row, column, k) slots: K or V read
+    from stage ``s``, Q from stage ``sq``."""
     W, BN, D = x.wgs, x.tile_n, x.D
     if at == "qk.gemm":
         shape = (W, 64, BN, D)
         w, r, n, k = np.meshgrid(np.arange(W), np.arange(64), np.arange(BN), np.arange(D), indexing="ij",
                                  sparse=True)
-        # A = Q slot (64 w + r, k) of stage 0; B = K slot (n, k) of stage s
-        qm, qk_, qv = _read_local(program, x.rd_q, img["q"], 64 * w + r + 0 * k, k + 0 * r, 0)
+        # A = Q slot (64 w + r, k) of stage sq; B = K slot (n, k) of stage s
+        qm, qk_, qv = _read_local(program, x.rd_q, img["q"], 64 * w + r + 0 * k, k + 0 * r, sq)
         qm, qk_ = _global(x.lq, qm, qk_, m_block, n_block)
         km, kk_, kvld = _read_local(program, x.rd_k, img["k"], n + 0 * k, k + 0 * n, s)
         km, kk_ = _global(x.lk, km, kk_, m_block, n_block)
         A = {_tag_field(program, x.lq, "mn"): qm, _tag_field(program, x.lq, "k"): qk_}
         B = {_tag_field(program, x.lk, "mn"): km, _tag_field(program, x.lk, "k"): kk_}
         slot = {"m": m_block * x.tile_m + 64 * w + r, "n": n_block * BN + n, "k": k}
-        chain = (f"{x.lq.src} -> TMA {x.lq.name} -> {x.lq.dst} (stage 0)", f"{x.lk.src} -> TMA {x.lk.name} -> "
+        chain = (f"{x.lq.src} -> TMA {x.lq.name} -> {x.lq.dst} (stage {sq})", f"{x.lk.src} -> TMA {x.lk.name} -> "
                  f"{x.lk.dst} (stage {s})", "descriptors of qk -> S slot")
         names = ("w", "m", "n", "k")
     else:
@@ -455,7 +456,7 @@ def _values(program: Program, x: SimpleNamespace, img: dict, at: str, m_block: i
         # S(prow, pcol): its key is the K element its qk slot read (stage s, the same iteration)
         km, _, _ = _read_local(program, x.rd_k, img["k"], pkeys, np.zeros_like(pkeys), s)
         km, _ = _global(x.lk, km, np.zeros_like(km), m_block, n_block)
-        qm, _, _ = _read_local(program, x.rd_q, img["q"], 64 * w + prow, np.zeros_like(prow + w), 0)
+        qm, _, _ = _read_local(program, x.rd_q, img["q"], 64 * w + prow, np.zeros_like(prow + w), sq)
         qm, _ = _global(x.lq, qm, np.zeros_like(qm), m_block, n_block)
         vm, vk, _ = _read_local(program, x.rd_v, img["v"], d + 0 * kk, kk + 0 * d, s)
         vm, vk = _global(x.lv, vm, vk, m_block, n_block)
@@ -1181,6 +1182,36 @@ def check_barrier_extras(program: Program) -> Outcome:
     return _ok(rule, f"{x.wgs} per-warpgroup barriers of 128 threads, apart from the turn order")
 
 
+def check_prefetch(program: Program) -> Outcome:
+    """tma.prefetch (FA7): the program param ``prefetch_next_q`` asks the producer to warm L2 with the
+    next tile's Q. It must be a bool; the Q load it mirrors must be a per-tile load (``block_mode``
+    ``m``, ``advance`` ``none``) of the caller's ``q``; the walk must have a next tile (a persistent or
+    dynamic schedule). The prefetch writes no smem and arrives on no barrier (template
+    ``prefetch_Q``), so no pipeline rule changes."""
+    rule = "tma.prefetch"
+    flag = program.param("prefetch_next_q", False)
+    if flag is False:
+        return _ok(rule, "no Q prefetch")
+    x = parts(program)
+    msgs = []
+    if flag is not True:
+        msgs.append(f"param prefetch_next_q = {flag!r}: a bool")
+    if (x.lq.block_mode, x.lq.advance) != ("m", "none"):
+        msgs.append(f"load {x.lq.name!r} (block_mode {x.lq.block_mode!r}, advance {x.lq.advance!r}) is not the "
+                    "per-tile Q load the prefetch mirrors")
+    if program.tensor(x.lq.src).binding != "q":
+        msgs.append(f"load {x.lq.name!r} reads {x.lq.src!r}, not the caller's q")
+    if program.schedule.decomposition not in ("persistent", "dynamic"):
+        msgs.append(f"schedule {program.schedule.decomposition!r} has no next tile to prefetch")
+    if msgs:
+        return [], [Violation(rule, _inv(rule), m, "prefetch the Q of the walk's next tile through the Q load",
+                              str(x.lq.loc), _cex(rule, "producer.prefetch_Q", str(x.lq.loc),
+                                                  "the next tile's Q through the Q load", m, engine="arith",
+                                                  thread=_PRODUCER)) for m in msgs]
+    return _ok(rule, f"L2 prefetch of the next tile's Q through {x.lq.name!r} ({program.schedule.decomposition} walk); "
+               "no smem write, no barrier")
+
+
 # -------------------------------------------------------------------------------------------- driver
 
 
@@ -1197,6 +1228,7 @@ OBLIGATIONS = {
     "output.row": "O / l and the LSE stored at each register's row, rows >= Lq masked",
     "pipeline.protocol": "Q, K, V pipelines: every read sees its own complete fill, no deadlock",
     "scheduler.bijection": "every (m_block, head, batch) tile computed once",
+    "tma.prefetch": "an L2 prefetch (if any) warms the walk's next Q through the Q load, writing nothing",
 }
 
 
@@ -1247,6 +1279,7 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
     run.add("arith", "pipeline.arrivals", check_pipelines, program)
     run.add("enum", "pipeline.protocol", check_protocol, program)
     run.add("enum", "scheduler.bijection", check_schedule, program)
+    run.add("arith", "tma.prefetch", check_prefetch, program)
     run.add("arith", "barrier.named", check_named_barriers, program)
     run.add("arith", "barrier.named", check_barrier_extras, program)
     if program.orders:

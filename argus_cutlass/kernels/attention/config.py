@@ -31,6 +31,12 @@ class AttentionConfig(BaseModel):
         tile_n: keys per kv block (a multiple of 16, at most 256): the N of ``S = Q K^T`` and
             the K of ``O += P V``.
         stages: smem stages of the K and the V pipelines.
+        q_stages: smem stages of the Q pipeline (1 or 2). With 2 the producer loads the next tile's
+            Q while the consumers still work on this tile (it costs ``tile_m x head_dim`` elements of
+            smem), so a tile starts without waiting for its Q: worth most when tiles have few kv blocks.
+        prefetch_q: the producer warms L2 with the next tile's Q (``cp.async.bulk.prefetch.tensor``,
+            PTX ISA 9.7.9.26) while this tile runs, so the Q load that follows the release of Q's
+            stage hits L2 instead of HBM. A hint: it moves no data into shared memory.
         pingpong: the consumer warpgroups take turns issuing their GEMMs (FA3's inter-warpgroup
             overlap through named barriers); without it they issue freely.
         longest_first: the persistent scheduler starts with the last query blocks (the most keys
@@ -53,6 +59,8 @@ class AttentionConfig(BaseModel):
     tile_m: int = Field(128, gt=0)
     tile_n: int = Field(128, gt=0)
     stages: int = Field(2, gt=0)
+    q_stages: int = Field(1, ge=1, le=2)
+    prefetch_q: bool = False
     pingpong: bool = True
     longest_first: bool | None = None
     scheduler: Literal["static", "dynamic"] | None = None

@@ -20,7 +20,7 @@ it (``hopper/flash_fwd_kernel_sm90.h``, ``mainloop_fwd_sm90_tma_gmma_ws.hpp``):
 
 Shapes by mode: gQ ``(Lq, D)``, gK ``(Lk, D)``, gV ``(D, Lk)`` (V as the B operand of ``O += P V``:
 N = d, K = key; d is contiguous, so it is MN-major), gO ``(Lq, D)``, gLSE ``(H, Lq)``; sQ
-``(tile_m, D, 1)``, sK ``(tile_n, D, stages)``, sV ``(D, tile_n, stages)``; per consumer warpgroup
+``(tile_m, D, q_stages)``, sK ``(tile_n, D, stages)``, sV ``(D, tile_n, stages)``; per consumer warpgroup
 s_acc / p_frag ``(64, tile_n)`` and o_acc ``(64, D)``.
 """
 
@@ -62,7 +62,7 @@ def program_label(cfg: AttentionConfig) -> str:
     c = cfg
     mask = "causal" if c.causal else "full"
     return (f"attn_fwd_sm90_{c.dtype}_d{c.head_dim}_{mask}{'_varlen' if c.varlen else ''}_{c.tile_m}x{c.tile_n}_"
-            f"s{c.stages}{'_pp' if c.pingpong else ''}{'_lf' if c.walk_longest_first else ''}"
+            f"s{c.stages}{f'_q{c.q_stages}' if c.q_stages != 1 else ''}{'_pf' if c.prefetch_q else ''}{'_pp' if c.pingpong else ''}{'_lf' if c.walk_longest_first else ''}"
             f"{'_dyn' if c.dynamic_scheduler else ''}")
 
 
@@ -123,12 +123,12 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
     atom_k = select_smem_atom("K", bits, c.tile_n, D)
     atom_v = select_smem_atom("MN", bits, D, c.tile_n)
     offset, bases = 0, {}
-    for name, atom, size in (("sQ", atom_q, c.tile_m * D), ("sK", atom_k, c.tile_n * D * c.stages),
+    for name, atom, size in (("sQ", atom_q, c.tile_m * D * c.q_stages), ("sK", atom_k, c.tile_n * D * c.stages),
                              ("sV", atom_v, D * c.tile_n * c.stages)):
         offset = _align(offset, _period(atom.swizzle_bytes))
         bases[name] = offset
         offset += size * nbytes
-    s_q = b.tensor("sQ", "smem", (c.tile_m, D, 1), c.dtype, base_bytes=bases["sQ"],
+    s_q = b.tensor("sQ", "smem", (c.tile_m, D, c.q_stages), c.dtype, base_bytes=bases["sQ"],
                    align_bytes=_period(atom_q.swizzle_bytes))
     s_k = b.tensor("sK", "smem", (c.tile_n, D, c.stages), c.dtype, base_bytes=bases["sK"],
                    align_bytes=_period(atom_k.swizzle_bytes))
@@ -151,13 +151,15 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
         loads[pipe] = b.tma_load(g, s, copy, major=atom.major, tile_mn=mn, tile_k=k, stage_tag=stage_tag,
                                  pipeline=pipe, block_mode=block, advance=advance, head=head)
     barrier_base = _align(offset, 8)
-    for i, (pipe, n_stages, size) in enumerate((("q", 1, c.tile_m * D), ("k", c.stages, c.tile_n * D),
-                                                ("v", c.stages, D * c.tile_n))):
+    bar_offset = barrier_base
+    for pipe, n_stages, size in (("q", c.q_stages, c.tile_m * D), ("k", c.stages, c.tile_n * D),
+                                 ("v", c.stages, D * c.tile_n)):
         # the stage is released after the wgmma that read it retired (release_lag 0, none in flight)
         b.pipeline(pipe, (loads[pipe],), stages=n_stages, tx_bytes=size * nbytes, producer_arrivals=1,
                    consumer_arrivals=wgs, consumer_arrivers=wgs, producer=PipelineSide(1, n_stages),
                    consumer=PipelineSide(0, n_stages), mma_in_flight=0, release_lag=0,
-                   barrier_bytes=barrier_base + 16 * (0 if i == 0 else 1 + (i - 1) * c.stages))
+                   barrier_bytes=bar_offset)
+        bar_offset += 16 * n_stages  # a full and an empty mbarrier per stage
 
     # ---- roles and launch: producer warpgroup 0, consumer warpgroups 1..wgs
     producer_regs, consumer_regs = role_registers(wgs)
@@ -205,7 +207,7 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
         b.named_barrier(f"wg.{g}", id=next_id, threads=128)
         next_id += 1
     # the dynamic scheduler's unit slots (one int32 per Q stage) follow the mbarriers
-    slot_bytes = _align(barrier_base + 16 * (1 + 2 * c.stages), 16) if c.dynamic_scheduler else -1
+    slot_bytes = _align(bar_offset, 16) if c.dynamic_scheduler else -1
     b.tile_schedule(raster="along_m", swizzle=1, decomposition="dynamic" if c.dynamic_scheduler else "persistent",
                     longest_first=c.walk_longest_first, slot_bytes=slot_bytes)
 
@@ -237,4 +239,6 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
         rel(f"tensor[{x}]", "disjoint", f"tensor[{y}]", invariant="R8", rule="smem.disjoint")
     b.param("varlen", c.varlen)
     b.param("causal", c.causal)  # the specification the mask node is proved against (FA5)
+    if c.prefetch_q:  # an L2 prefetch of the next tile's Q through the Q load's tensor map (rule tma.prefetch)
+        b.param("prefetch_next_q", True)
     return b.build()

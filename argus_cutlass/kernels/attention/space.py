@@ -10,6 +10,7 @@ knob            domain                                 meaning
 ``tile_m``      64, 128, 192                           query rows per CTA: 1, 2 or 3 consumer warpgroups
 ``tile_n``      48, 64, ..., 256 (multiples of 16)     keys per kv block
 ``stages``      2, 3                                   K and V pipeline depth
+``q_stages``    1, 2                                   Q pipeline depth (2: the next tile's Q lands early)
 ``pingpong``    True, False                            consumer warpgroups take turns issuing GEMMs
 ``scheduler``   static, dynamic                        persistent tile walk: round robin / atomic counter
 ==============  =====================================  ==============================================
@@ -35,8 +36,8 @@ memoised per config. The orchestrator runs the full verifier again before it ren
 documented there; FA3's configuration for the head dim always comes first.
 
 >>> space = AttentionSpace(head_dim=128)
->>> space.size  # 3 x 14 x 2 x 2 x 2, less ping-pong with one warpgroup
-280
+>>> space.size  # 3 x 14 x 2 x 2 x 2 x 2, less ping-pong with one warpgroup
+560
 >>> space.default().tile_m, space.default().tile_n, space.default().scheduler
 (128, 176, 'static')
 >>> feasible(space.default())[0]
@@ -66,7 +67,7 @@ __all__ = [
 ]
 
 #: the searched AttentionConfig fields, in fragment order
-KNOBS = ("tile_m", "tile_n", "stages", "pingpong", "scheduler")
+KNOBS = ("tile_m", "tile_n", "stages", "q_stages", "pingpong", "scheduler")
 #: streaming multiprocessors of an H100 / H200 SXM (the persistent grid is at most one CTA per SM:
 #: the kernel's smem and its setmaxnreg register split leave room for one CTA)
 SMS = 132
@@ -84,6 +85,9 @@ PINGPONG_GAIN = 1.08
 KV_BLOCK_OVERHEAD_KEYS = 32
 #: per tile cost beside its kv blocks (Q load, epilogue, LSE), in keys of MMA work
 TILE_OVERHEAD_KEYS = 64
+#: the same with two Q stages (the next tile's Q is loaded during this tile). Measured on the H200
+#: (bench/RESULTS.md, issue 10, session 16): 1-3% faster at S = 512 for d = 64, within noise elsewhere
+TILE_OVERHEAD_KEYS_Q2 = 44
 #: a third K/V stage: more loads in flight for small head dims (short MMAs), none for large ones
 STAGE3_GAIN = {64: 1.02, 96: 1.01}
 #: dynamic scheduler: one atomicAdd per tile on the producer's path
@@ -99,6 +103,7 @@ def default_fragments(head_dim: int = 128, causal: bool = False) -> dict[str, Fr
         "tile_m": EnumFragment((64, 128, 192), tile_m),
         "tile_n": EnumFragment(TILE_N, tile_n_causal if causal else tile_n),
         "stages": EnumFragment((2, 3), 2),
+        "q_stages": EnumFragment((1, 2), 1),
         "pingpong": EnumFragment((True, False), True),
         "scheduler": EnumFragment(("static", "dynamic"), "dynamic" if causal else "static"),
     }
@@ -111,7 +116,8 @@ def admissible(values: dict[str, Any]) -> bool:
 
 def knob_values(cfg: AttentionConfig) -> dict[str, Any]:
     """The knob values of ``cfg``, ``scheduler`` resolved (``None`` -> the mask's default)."""
-    return {"tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages, "pingpong": cfg.pingpong,
+    return {"tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages, "q_stages": cfg.q_stages,
+            "pingpong": cfg.pingpong,
             "scheduler": "dynamic" if cfg.dynamic_scheduler else "static"}
 
 
@@ -253,7 +259,8 @@ def _tile_costs(cfg: AttentionConfig, problem: Any) -> np.ndarray:
             else:
                 keys = np.full(mb.shape, lk)
             blocks = -(-keys // tn)
-            cost = tm * (blocks * (tn + KV_BLOCK_OVERHEAD_KEYS) + TILE_OVERHEAD_KEYS)
+            tile_overhead = TILE_OVERHEAD_KEYS_Q2 if cfg.q_stages >= 2 else TILE_OVERHEAD_KEYS
+            cost = tm * (blocks * (tn + KV_BLOCK_OVERHEAD_KEYS) + tile_overhead)
             if cfg.walk_longest_first:
                 cost = cost[::-1]
             per_batch[(lq, lk)] = np.tile(cost.astype(np.float64), problem.heads)
@@ -270,7 +277,7 @@ def estimate(cfg: AttentionConfig, problem: Any) -> float:
        ``ceil(keys / tile_n)`` kv blocks (bottom-right causal mask: the last row of the tile sees
        ``row + Lk - Lq + 1`` keys); a block costs ``tile_m x (tile_n + 32)`` (its MMAs plus softmax,
        rescale and barriers, :data:`KV_BLOCK_OVERHEAD_KEYS`), a tile ``64`` keys more (Q load,
-       epilogue: :data:`TILE_OVERHEAD_KEYS`). Padding of the last query tile and the last kv block
+       epilogue: :data:`TILE_OVERHEAD_KEYS`; 44 with two Q stages, :data:`TILE_OVERHEAD_KEYS_Q2`). Padding of the last query tile and the last kv block
        is paid in full.
     2. **makespan** over the persistent grid (``G = min(tiles, 132)`` CTAs): ``static`` gives CTA
        ``c`` the tiles ``c, c + G, ...`` of the walk (computed exactly); ``dynamic`` hands the next
