@@ -20,7 +20,8 @@ from argus_cutlass.generate import GeneratedKernel, build_many as _build_many, c
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import GemmProblem
 
-__all__ = ["GeneratedKernel", "attention", "attention_kernel", "build_gemm", "build_many", "generate_gemm"]
+__all__ = ["GeneratedKernel", "attention", "attention_kernel", "build_gemm", "build_many", "generate_gemm", "moe",
+           "moe_kernel"]
 
 
 def generate_gemm(cfg: GemmConfig, problem: GemmProblem | None = None, *, smt: bool = True,
@@ -139,3 +140,62 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any
     lib = attention_kernel(problem, config)
     return lib.forward(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
                        problem=problem)
+
+
+_MOE_LIBS: dict[Any, Any] = {}
+
+
+def moe_kernel(problem: Any, config: Any = None, *, smt: bool | None = None) -> Any:
+    """The built :class:`~argus_cutlass.kernels.moe.library.MoEKernelLibrary` for an
+    :class:`~argus_cutlass.kernels.moe.problem.MoEProblem` (E, k, H, I and dtype are compile-time;
+    T is a run-time argument up to 2^20), generated, verified, compiled and loaded once per
+    (configuration, E, k, H, I, dtype) and process.
+
+    Raises:
+        ConfigError, VerificationError, UnprovedError, ToolchainError, CompileError: as
+        :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
+    """
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    cfg = config if config is not None else default_config(problem)
+    key = (cfg, problem.experts, problem.topk, problem.hidden, problem.ffn, problem.dtype)
+    lib = _MOE_LIBS.get(key)
+    if lib is None:
+        kernel = generate(cfg, problem, smt=smt)
+        lib = _MOE_LIBS[key] = load(kernel, compile_kernel(kernel))
+    return lib
+
+
+def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *, config: Any = None,
+        padding: str = "refuse", workspace: Any = None) -> Any:
+    """One mixture-of-experts layer with SwiGLU experts on torch tensors: ``y`` (T, H), x's dtype.
+
+    ``y[t] = sum_j topk_weights[t, j] * (silu(x[t] W13[e, :I]^T) * (x[t] W13[e, I:]^T)) W2[e]^T`` with
+    ``e = topk_ids[t, j]``, accumulated in fp32.
+
+    Args:
+        x: ``(T, H)`` bf16 / fp16 CUDA tensor, contiguous, 1 <= T <= 2^20, H a multiple of 8.
+        topk_ids: ``(T, k)`` integer tensor of expert ids in [0, E) (distinct per token).
+        topk_weights: ``(T, k)`` floating tensor (used in fp32).
+        w13: ``(E, 2I)`` x ``H`` per expert, ``(E, 2I, H)``: rows [0, I) gate, [I, 2I) up; x's dtype.
+        w2: ``(E, H, I)``, x's dtype; I a multiple of 8.
+        config: a :class:`~argus_cutlass.kernels.moe.config.MoEConfig` (default: the heuristic).
+        padding: ``"refuse"`` ids outside [0, E); ``"skip"`` lets -1 slots add nothing;
+            ``"unchecked"`` skips the host check of the ids (no synchronisation: for CUDA graph
+            capture; the kernel skips every id outside [0, E), never reading out of bounds).
+        workspace: a uint8 CUDA tensor to reuse (allocated when None or too small).
+
+    Raises:
+        ProblemError: ``moe.input`` (names the tensor: shape, dtype, device, E / k disagreement,
+            ids out of range), ``tma.contiguous_extent`` / ``tma.alignment`` (the 16-byte rules),
+            ``problem.token_range`` (T > 2^20).
+        and the errors of :func:`moe_kernel`.
+
+    The first call per layer shape generates and compiles the kernels (seconds, cached on disk).
+    """
+    from argus_cutlass.kernels.moe.library import check_inputs
+
+    problem = check_inputs(x, topk_ids, topk_weights, w13, w2, padding=padding)
+    lib = moe_kernel(problem, config)
+    return lib.forward(x, topk_ids, topk_weights, w13, w2, workspace=workspace,
+                       padding="unchecked")

@@ -106,6 +106,78 @@ def cmd_attention(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_moe(args: argparse.Namespace) -> int:
+    """``moe``: build, verify and render the MoE layer, write ``<name>.cu`` and ``<name>.json``, compile
+    (when nvcc is found) and, on a Hopper GPU, check against fp32 and time beside the torch
+    ``_grouped_mm`` baseline in the same run. Exit 0 when every stage that could run passed; 1 on a
+    rejected layer or a failed check; bad input raises (exit 2)."""
+    import json
+
+    from argus_cutlass.errors import ToolchainError, VerificationError
+    from argus_cutlass.generate import compile_kernel, generate, load
+    from argus_cutlass.kernels.moe.heuristics import default_config
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype).validate()
+    out_dir = _output_dir(args.out)
+    cfg = default_config(problem)
+    record: dict = {"family": "moe", "problem": problem.__dict__, "config": cfg.model_dump()}
+    try:
+        kernel = generate(cfg, problem, smt=None)
+    except VerificationError as exc:
+        _print(f"rejected  {exc}")
+        return 1
+    cu = out_dir / f"{kernel.name}.cu"
+    cu.write_text(kernel.source)
+    _print(f"verified  {len(kernel.report.proofs)} proofs, 0 violations ({kernel.report.elapsed_s:.2f} s)")
+    _print(f"wrote     {cu}")
+    record.update(name=kernel.name, fingerprint=kernel.fingerprint, proofs=list(kernel.report.proved),
+                  floor_ms_4p3=problem.floor_ms(hbm_bytes_per_s=4.3e12))
+    status = 0
+    try:
+        art = compile_kernel(kernel)
+        record["compile"] = {"path": str(art.path)}
+        _print(f"compiled  {art.path}")
+        gpu = False
+        try:
+            import torch
+
+            gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+        except ImportError:
+            pass
+        if gpu:
+            from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
+            from argus_cutlass.kernels.moe.check import make_inputs, run_and_check, time_fn
+
+            lib = load(kernel, art)
+            chk = run_and_check(lib, problem, seed=args.seed)
+            record["check"] = {"err": chk.err, "baseline_err": chk.baseline_err, "bound": chk.bound, "ok": chk.ok}
+            _print(f"checked   max |y - fp32| = {chk.err:.3g} (bound {chk.bound:.3g}): {'ok' if chk.ok else 'FAILED'}")
+            if not chk.ok:
+                status = 1
+            else:
+                x, ids, w, w13, w2 = make_inputs(problem, seed=args.seed)
+                ours = time_fn(lambda: lib.forward(x, ids, w, w13, w2, padding="unchecked"))
+                base = time_fn(lambda: grouped_mm_layer(x, ids, w, w13, w2))
+                record["time_ms"] = {"ours": ours, "grouped_mm": base}
+                _print(f"timed     {ours:.3f} ms; torch _grouped_mm layer {base:.3f} ms "
+                       f"({base / ours:.2f}x); floor {record['floor_ms_4p3']:.3f} ms")
+        else:
+            record["skipped"] = {"run": "no Hopper GPU (or no torch)"}
+            _print("skipped   run: no Hopper GPU")
+    except ToolchainError as exc:
+        record["skipped"] = {"compile": str(exc)}
+        _print(f"skipped   compile: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a failed build or launch is reported in the record
+        record["error"] = f"{type(exc).__name__}: {exc}"
+        _print(f"failed    {record['error']}")
+        status = 1
+    js = out_dir / f"{kernel.name}.json"
+    js.write_text(json.dumps(record, indent=2, default=str))
+    _print(f"wrote     {js}")
+    return status
+
+
 def _attention_problem(args: argparse.Namespace):  # noqa: ANN202 - AttentionProblem
     """The validated attention problem of ``attention`` / ``tune attention`` options (``--kv-heads``
     defaults to ``--heads``, ``--seqlen-k`` to ``--seqlen-q``)."""
@@ -361,6 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--allow-unknown", action="store_true", help="as for gemm")
     a.add_argument("--heuristic", action="store_true", help="FA3's tile per head dim, not a tuned entry")
     a.set_defaults(func=cmd_attention)
+
+    mo = sub.add_parser("moe", help="generate (and build, run) a mixture-of-experts layer (SwiGLU experts)")
+    mo.add_argument("--tokens", type=int, required=True, help="T, tokens of the batch (1 .. 2^20)")
+    mo.add_argument("--experts", type=int, required=True, help="E, experts")
+    mo.add_argument("--topk", type=int, required=True, help="k, experts per token")
+    mo.add_argument("--hidden", type=int, required=True, help="H, model width (a multiple of 8)")
+    mo.add_argument("--ffn", type=int, required=True, help="I, expert intermediate width (a multiple of 8)")
+    mo.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    mo.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
+    mo.add_argument("--out", default="out", help="output folder (default: ./out)")
+    mo.set_defaults(func=cmd_moe)
 
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent), or fill the tuned "
                                     "table for many GEMM shapes (--shapes FILE / --model CONFIG.json)",

@@ -79,9 +79,14 @@ CONFIG_SOURCES = ("store", "shipped", "heuristic", "forced", "given")
 
 
 def family_of(obj: Any) -> str:
-    """``"attention"`` or ``"gemm"``: the family of a configuration, problem or program."""
+    """``"attention"``, ``"moe"`` or ``"gemm"``: the family of a configuration, problem or program."""
     if isinstance(obj, (AttentionConfig, AttentionProblem)):
         return "attention"
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    if isinstance(obj, (MoEConfig, MoEProblem)):
+        return "moe"
     fam = getattr(obj, "family", None)
     return fam if isinstance(fam, str) else "gemm"
 
@@ -122,6 +127,12 @@ def build(cfg: Config, problem: Problem | None = None) -> Any:
         from argus_cutlass.kernels.attention.program import build_program as build_attention
 
         return build_attention(cfg, problem)
+    if family_of(cfg) == "moe":
+        from argus_cutlass.kernels.moe.program import build_layer
+
+        if problem is None:
+            raise ConfigError("moe.problem", "an MoE layer is built for its problem (E, k, H, I are compile-time)")
+        return build_layer(cfg, problem)
     from argus_cutlass.kernels.gemm.program import build_program
 
     return build_program(cfg, problem)
@@ -178,6 +189,8 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
     """
     if family_of(program) == "attention":
         from argus_cutlass.verify.attention import verify_attention as verify_family
+    elif family_of(program) == "moe":
+        from argus_cutlass.verify.moe import verify_moe as verify_family
     else:
         from argus_cutlass.verify import verify_gemm as verify_family
     if smt is None:
@@ -221,6 +234,10 @@ def render(program: Any, report: Any) -> str:
         from argus_cutlass.render.attention import render_attention
 
         return render_attention(program, proof_lines(report))
+    if family_of(program) == "moe":
+        from argus_cutlass.render.moe import render_moe
+
+        return render_moe(program, proof_lines(report))
     from argus_cutlass.render.gemm import render_gemm
 
     return render_gemm(program, proof_lines(report))
@@ -252,7 +269,7 @@ class GeneratedKernel:
     @property
     def k_bound_bits(self) -> int | None:
         """The k-loop proofs hold for ``K < 2**k_bound_bits``."""
-        loop = self.program.kloop
+        loop = getattr(self.program, "kloop", None)
         return None if loop is None else loop.bound_bits
 
 
@@ -344,6 +361,10 @@ def load(kernel: GeneratedKernel, artifact: Any) -> Any:
         from argus_cutlass.kernels.attention.library import AttentionKernelLibrary
 
         return AttentionKernelLibrary(artifact.path, kernel.name, kernel.config)
+    if family_of(kernel.config) == "moe":
+        from argus_cutlass.kernels.moe.library import MoEKernelLibrary
+
+        return MoEKernelLibrary(artifact.path, kernel.name, kernel.program)
     from argus_cutlass.kernels.gemm.library import GemmKernelLibrary
 
     return GemmKernelLibrary(artifact.path, kernel.name, kernel.k_bound_bits)

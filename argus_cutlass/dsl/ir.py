@@ -51,7 +51,7 @@ import dataclasses
 import hashlib
 import inspect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom, TmaCopy
@@ -59,6 +59,9 @@ from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom, TmaCopy
 Space = Literal["gmem", "smem", "rmem"]
 
 _DSL_DIR = os.path.dirname(os.path.abspath(__file__))
+#: field metadata: the field is left out of :meth:`Program.fingerprint` while it holds its default
+#: (fields added for a later family keep the earlier families' kernel names unchanged)
+_CANON_SKIP = {"canon_skip_default": True}
 
 #: bytes per element of each dtype name
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -253,6 +256,15 @@ class TmaLoad:
     advance: str = "k"
     head: str = ""
     block_shift: int = 0
+    #: grouped GEMM (family ``moe``): the gmem rows one expert owns in this operand (``2I`` for
+    #: W13, ``H`` for W2): the block origin is ``expert * expert_rows + ...``; 0: not grouped
+    expert_rows: int = field(default=0, metadata=_CANON_SKIP)
+    #: grouped GEMM: the tile reads expert ``expert + expert_shift`` (0 in a correct kernel)
+    expert_shift: int = field(default=0, metadata=_CANON_SKIP)
+    #: paired halves (SwiGLU gate+up): tile rows ``[0, tile_mn/2)`` read rows ``origin + r`` and rows
+    #: ``[tile_mn/2, tile_mn)`` read ``origin + pair_offset + r - tile_mn/2`` (the up rows, ``I``
+    #: after the gate rows); 0: one contiguous block
+    pair_offset: int = field(default=0, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_load(self)
@@ -598,6 +610,12 @@ class EpilogueStore:
     epi_n: int = 0
     acc: str = "accum"
     dst: str = "gD"
+    #: fused activation (family ``moe``): ``""`` (store acc), ``"swiglu"`` (store ``silu(acc[i]) *
+    #: acc[i + act_pair]``: gate in register i, up in register ``i + act_pair``; ``tile_n`` is then
+    #: the *output* tile, half the accumulator's columns), ``"swiglu_swapped"`` (``silu(up) * gate``,
+    #: a planted mistake)
+    act: str = field(default="", metadata=_CANON_SKIP)
+    act_pair: int = field(default=0, metadata=_CANON_SKIP)
 
 
 @dataclass(frozen=True)
@@ -1145,7 +1163,8 @@ def _canonical(value: Any) -> str:
         if isinstance(value, SourceLoc):
             return "@"
         parts = [f"{f.name}={_canonical(getattr(value, f.name))}" for f in dataclasses.fields(value)
-                 if f.name != "loc"]
+                 if f.name != "loc" and not (f.metadata.get("canon_skip_default") and
+                                             getattr(value, f.name) == f.default)]
         return f"{type(value).__name__}({','.join(parts)})"
     if isinstance(value, (tuple, list)):
         return "(" + ",".join(_canonical(v) for v in value) + ")"
@@ -1233,6 +1252,13 @@ def validate_load(node: TmaLoad) -> None:
         _dsl_error("dsl.operand", loc, f"{node.name}: head {node.head!r}: expected '', 'q' or 'kv'")
     if not isinstance(node.block_shift, int) or isinstance(node.block_shift, bool):
         _dsl_error("dsl.operand", loc, f"{node.name}: block_shift {node.block_shift!r} must be an int")
+    for fld in ("expert_rows", "expert_shift", "pair_offset"):
+        v = getattr(node, fld)
+        if not isinstance(v, int) or isinstance(v, bool) or (fld != "expert_shift" and v < 0):
+            _dsl_error("dsl.operand", loc, f"{node.name}: {fld} {v!r} must be an int (>= 0 unless a shift)")
+    if (node.expert_rows or node.expert_shift or node.pair_offset) and (node.advance, node.head) != ("k", ""):
+        _dsl_error("dsl.operand", loc, f"{node.name}: expert_rows / expert_shift / pair_offset describe a grouped GEMM "
+                   f"operand (advance 'k', no head mode), not a load with advance {node.advance!r}, head {node.head!r}")
     if len(c) != 2 or not all(_positive_int(x) for x in c):
         _dsl_error("dsl.operand", loc, f"{node.name}: cluster {c} must be two positive ints (CTAs along M, N)")
     if c[0] * c[1] > MAX_MULTICAST_CLUSTER:
@@ -1299,9 +1325,9 @@ def validate_schedule(node: TileSchedule) -> None:
     loc = node.loc
     if node.raster not in ("along_m", "along_n"):
         _dsl_error("dsl.operand", loc, f"raster {node.raster!r}: expected 'along_m' or 'along_n'")
-    if node.decomposition not in ("persistent", "streamk", "splitk", "dynamic"):
+    if node.decomposition not in ("persistent", "streamk", "splitk", "dynamic", "grouped"):
         _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r}: expected persistent, streamk, "
-                   "splitk or dynamic")
+                   "splitk, dynamic or grouped")
     if not isinstance(node.slot_bytes, int) or isinstance(node.slot_bytes, bool) or node.slot_bytes < -1:
         _dsl_error("dsl.operand", loc, f"slot_bytes {node.slot_bytes!r} must be an int >= -1")
     if (node.decomposition == "dynamic") != (node.slot_bytes >= 0):

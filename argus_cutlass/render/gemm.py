@@ -95,8 +95,11 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             raise KeyError(f"MMA {mma.name!r} reads {ra.name!r} ({ra.operand}, of {ra.mma!r}) and {rb.name!r} "
                            f"({rb.operand}, of {rb.mma!r}): expected its own A and B reads")
         la, lb = p.load_into(ra.src), p.load_into(rb.src)
-        if p.family != "gemm":
-            raise KeyError(f"family {p.family!r}: this is the GEMM template")
+        if p.family not in ("gemm", "moe"):
+            raise KeyError(f"family {p.family!r}: this is the GEMM template (and the grouped GEMMs' partials)")
+        if (p.family == "moe") != (p.schedule.decomposition == "grouped"):
+            raise KeyError(f"family {p.family!r} with decomposition {p.schedule.decomposition!r}: the grouped "
+                           "scheduler is the MoE family's, and the MoE family's GEMMs are grouped")
         pipe = _named(p.pipelines, la.pipeline, "pipeline")
         if lb.pipeline != pipe.name or sorted(pipe.loads) != sorted((la.name, lb.name)):
             raise KeyError(f"pipeline {pipe.name!r} (loads {pipe.loads}) is not the one loads {la.name!r}/{lb.name!r} "

@@ -1,4 +1,4 @@
-"""The mixture-of-experts (MoE) family with SwiGLU experts (issue 11): foundations only.
+"""The mixture-of-experts (MoE) family with SwiGLU experts (issue 11).
 
 ========================  ===================================================================
 ``problem``               :class:`~.problem.MoEProblem` (sizes, rules, flops, the weight-traffic
@@ -11,7 +11,13 @@
 ``baseline``              the torch baseline (sort + two ``torch._grouped_mm``)
 ========================  ===================================================================
 
-Not built yet: the kernels (permute, gate+up grouped GEMM with SiLU * up fused, down grouped
-GEMM, weighted combine), their DSL programs and templates, the verifier rules for the routing
-invariants, and any check on a GPU.
+``config`` / ``program``   :class:`~.config.MoEConfig` and :func:`~.program.build_layer` (the layer's
+                          DSL programs: routing, two grouped GEMMs on the GEMM mainloop nodes,
+                          combine); verified by :mod:`argus_cutlass.verify.moe`, printed by
+                          :mod:`argus_cutlass.render.moe`
+``library`` / ``check``   the built ``.so`` and the input rules; numerics and timing on a GPU
+``heuristics`` / ``space``  the default configuration and the knob grid
+
+Not built yet: a swap-AB small-T path; tuned configurations; any run on a GPU (the GPU tests and
+the benchmark are written, not yet run).
 """

@@ -1,0 +1,191 @@
+"""IR nodes of the MoE family beyond the GEMM mainloop, and :class:`MoELayer` (one layer's programs).
+
+The layer is four kernels printed into one ``.cu`` (``templates/moe/``):
+
+============== =========================================================================
+kernel         program / node
+============== =========================================================================
+route          :class:`Routing`: per-CTA expert histograms, a one-CTA scan (counts, offsets,
+               padded offsets, the expert of every m-tile), the stable permutation and the
+               gather of x rows into the permuted buffer ``xs``
+gate+up        a GEMM :class:`~argus_cutlass.dsl.ir.Program` (family ``moe``): the GEMM family's
+               mainloop nodes, B read from expert ``e``'s W13 rows in paired halves, SwiGLU in
+               the epilogue, the grouped tile scheduler
+down           the same for W2, plain epilogue
+combine        :class:`Combine`: ``y[t] = sum_j w[t, j] * out[permuted_row[t, j]]`` in fp32
+============== =========================================================================
+
+:class:`IndexWidth` nodes name every index product the templates print with its C type: the
+verifier bounds it for ``T <= 2^tokens_bits``. Everything the templates print is a field here or in
+the two GEMM programs (``tests/unit/test_moe_layer.py`` mutates every field and requires a changed
+``.cu``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from argus_cutlass.dsl.ir import Program, SourceLoc, _canonical, _dsl_error, _edit
+
+__all__ = ["Combine", "IndexWidth", "MoELayer", "Routing", "CTYPES"]
+
+#: index C types and their largest value
+CTYPES = {"int32_t": 2**31 - 1, "int64_t": 2**63 - 1, "uint32_t": 2**32 - 1}
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The routing kernels' semantics.
+
+    For routed row ``s = t * k + j`` (token t, slot j) with expert ``e = ids[s]``:
+
+    * ``counts[e] = #{s : ids[s] == e}`` (ids outside ``[0, E)`` are skipped when ``invalid ==
+      "skip"``: they get no row and add nothing to y);
+    * ``offsets`` = the ``scan`` (``exclusive``: ``off_0 = 0``, ``off_{e+1} = off_e + count_e``) of
+      the group sizes padded to ``pad`` rows (``ceil(count_e / pad) * pad``; ``pad`` = the GEMMs'
+      tile_m), so every group starts on a tile boundary;
+    * ``permuted_row[s] = off_e + rank_base + #{s' < s : ids[s'] == e}`` (``rank`` ``stable``:
+      the order of (t, j) inside each group; ``rank_base`` 0 in a correct kernel), counted per
+      CTA of ``chunk`` rows plus the exclusive scan of the earlier CTAs' counts of ``e``;
+    * ``tile_expert[i] = e`` for the ``ceil(count_e / pad)`` m-tiles of group e; ``tiles_m`` =
+      their number (empty groups get no tile);
+    * ``xs[permuted_row[s], :] = x[t, :]`` (the gather).
+    """
+
+    chunk: int
+    pad: int
+    scan: str
+    rank: str
+    rank_base: int
+    invalid: str
+    loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        if self.scan not in ("exclusive", "inclusive"):
+            _dsl_error("dsl.operand", self.loc, f"routing scan {self.scan!r}: expected 'exclusive' or 'inclusive'")
+        if self.rank not in ("stable", "block"):
+            _dsl_error("dsl.operand", self.loc, f"routing rank {self.rank!r}: expected 'stable' or 'block'")
+        if self.invalid not in ("skip", "clamp"):
+            _dsl_error("dsl.operand", self.loc, f"routing invalid {self.invalid!r}: expected 'skip' or 'clamp'")
+        for f in ("chunk", "pad"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                _dsl_error("dsl.operand", self.loc, f"routing {f} {v!r} must be an int >= 1")
+
+
+@dataclass(frozen=True)
+class Combine:
+    """``y[t, :] = sum_{j < terms} weight(t, j) * out[row(t, j), :]``, accumulated in ``acc_dtype``.
+
+    ``row_map`` ``permuted_row`` reads row ``permuted_row[t * k + j]`` (the un-permute: the inverse
+    of the gather's ``source``); ``weight_slot_shift`` 0 reads slot j's own weight. ``terms`` is k in
+    a correct kernel; a slot whose id was skipped (``permuted_row < 0``) adds nothing.
+    """
+
+    terms: int
+    row_map: str
+    weighted: bool
+    weight_slot_shift: int
+    acc_dtype: str
+    threads: int
+    loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        if self.row_map not in ("permuted_row", "identity"):
+            _dsl_error("dsl.operand", self.loc, f"combine row_map {self.row_map!r}: expected 'permuted_row' or "
+                       "'identity'")
+        if self.acc_dtype not in ("fp32", "bf16", "fp16"):
+            _dsl_error("dsl.operand", self.loc, f"combine acc_dtype {self.acc_dtype!r}")
+
+
+@dataclass(frozen=True)
+class IndexWidth:
+    """One index product the kernels print: ``product(factors)`` computed in ``ctype``.
+
+    Factors are size names bounded by the verifier: ``T`` (tokens, up to ``2^tokens_bits``), ``k``,
+    ``E``, ``H``, ``I``, ``rows`` (the padded permuted rows, ``T*k + E*(pad-1)``), ``tiles``
+    (m-tiles, ``rows / pad``), ``chunks`` (CTAs of the routing kernels), ``2I``.
+    """
+
+    name: str
+    factors: tuple[str, ...]
+    ctype: str
+    loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        if self.ctype not in CTYPES:
+            _dsl_error("dsl.operand", self.loc, f"index {self.name!r}: ctype {self.ctype!r}, expected one of "
+                       f"{sorted(CTYPES)}")
+
+
+@dataclass(frozen=True)
+class MoELayer:
+    """All programs of one MoE layer (the unit the verifier proves and the template prints).
+
+    Attributes:
+        name: readable label (the kernel name appends a hash of every node).
+        experts, topk, hidden, ffn, dtype: the layer's compile-time sizes (E, k, H, I).
+        tokens_bits: the proofs hold for ``T <= 2^tokens_bits`` (the host entry refuses larger T).
+        routing, combine: see :class:`Routing`, :class:`Combine`.
+        gate_up, down: the two grouped GEMM programs (family ``moe``).
+        indices: every printed index product with its C type.
+    """
+
+    name: str
+    experts: int
+    topk: int
+    hidden: int
+    ffn: int
+    dtype: str
+    tokens_bits: int
+    routing: Routing
+    gate_up: Program
+    down: Program
+    combine: Combine
+    indices: tuple[IndexWidth, ...]
+
+    family = "moe"
+
+    def fingerprint(self) -> str:
+        """sha256 of every node field (source locations aside)."""
+        return hashlib.sha256(_canonical(self).encode()).hexdigest()
+
+    def kernel_name(self) -> str:
+        """``argus_<name>_<8 hex digits of the fingerprint>``."""
+        return f"argus_{self.name}_{self.fingerprint()[:8]}"
+
+    def index(self, name: str) -> IndexWidth:
+        for ix in self.indices:
+            if ix.name == name:
+                return ix
+        raise KeyError(f"no index {name!r}; have {[i.name for i in self.indices]}")
+
+    def program(self, part: str) -> Program:
+        if part not in ("gate_up", "down"):
+            raise KeyError(f"no GEMM program {part!r}: 'gate_up' or 'down'")
+        return getattr(self, part)
+
+    def replace_node(self, part: str, kind: str | None = None, key: str | None = None, /, **changes: Any) -> MoELayer:
+        """A copy with one node changed. ``part``: ``routing`` / ``combine`` (``kind`` None),
+        ``index`` (``key`` = the index name), ``layer`` (the layer's own scalar fields), or
+        ``gate_up`` / ``down`` with a :meth:`Program.replace_node` ``kind`` and ``key``.
+
+        Raises:
+            KeyError: no such node or field. argus_cutlass.errors.DslError: a malformed edit.
+        """
+        if part in ("routing", "combine"):
+            return dataclasses.replace(self, **{part: _edit(getattr(self, part), changes)})
+        if part == "index":
+            self.index(key)  # KeyError naming the indices
+            return dataclasses.replace(self, indices=tuple(_edit(i, changes) if i.name == key else i
+                                                           for i in self.indices))
+        if part == "layer":
+            for k in changes:
+                if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits"):
+                    raise KeyError(f"MoELayer has no scalar field {k!r}")
+            return dataclasses.replace(self, **changes)
+        prog = self.program(part)
+        return dataclasses.replace(self, **{part: prog.replace_node(kind, key, **changes)})

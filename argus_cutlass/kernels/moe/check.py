@@ -1,0 +1,110 @@
+"""Numerics and timing of a built MoE layer on a GPU (torch; not exercised on the CPU).
+
+:func:`run_and_check` compares the layer with the fp32 torch reference
+(:func:`argus_cutlass.kernels.moe.reference.torch_reference_fp32` when present, else an fp32
+evaluation here) under STYLE.md (b) 11: ``err(ours) <= 3 * err(same-precision torch baseline) +
+atol``, both against the fp32 reference. :func:`time_layer` / :func:`time_baseline` give median
+milliseconds of CUDA-event intervals, interleaved by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from argus_cutlass.kernels.moe.problem import MoEProblem
+
+__all__ = ["MoECheck", "fp32_layer", "make_inputs", "run_and_check", "time_fn"]
+
+
+@dataclass(frozen=True)
+class MoECheck:
+    """Max abs errors against fp32 (ours, the torch baseline), the bound, and ``ok``."""
+
+    problem: MoEProblem
+    routing: str
+    err: float
+    baseline_err: float
+    bound: float
+    ok: bool
+
+
+def make_inputs(problem: MoEProblem, routing: str = "uniform", seed: int = 0, sizes: Any = None,
+                device: str = "cuda") -> tuple[Any, ...]:
+    """``(x, ids, weights, w13, w2)`` torch tensors: x ~ N(0, 1), weights ~ N(0, 1) / sqrt(fan-in),
+    router output from :func:`~argus_cutlass.kernels.moe.routing.make_routing`."""
+    import torch
+
+    from argus_cutlass.kernels.moe.routing import make_routing
+
+    p = problem
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dt = torch.bfloat16 if p.dtype == "bf16" else torch.float16
+    x = torch.randn(p.tokens, p.hidden, generator=g).to(device, dt)
+    w13 = (torch.randn(p.experts, 2 * p.ffn, p.hidden, generator=g) / p.hidden ** 0.5).to(device, dt)
+    w2 = (torch.randn(p.experts, p.hidden, p.ffn, generator=g) / p.ffn ** 0.5).to(device, dt)
+    ids, w = make_routing(routing, p.tokens, p.experts, p.topk, seed=seed, sizes=sizes)
+    return x, torch.from_numpy(ids).to(device), torch.from_numpy(w).to(device), w13, w2
+
+
+def fp32_layer(x: Any, ids: Any, weights: Any, w13: Any, w2: Any) -> Any:
+    """The layer in fp32 (T, H), token by slot (the definition in ``problem.py``); ids outside
+    [0, E) add nothing."""
+    import torch
+
+    xf, w13f, w2f = x.float(), w13.float(), w2.float()
+    i = w13.shape[1] // 2
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    e_ = w13.shape[0]
+    for e in range(e_):
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        gu = xf[tok] @ w13f[e].t()
+        h = torch.nn.functional.silu(gu[:, :i]) * gu[:, i:]
+        y.index_add_(0, tok, weights[tok, slot].float().unsqueeze(1) * (h @ w2f[e].t()))
+    return y
+
+
+def run_and_check(lib: Any, problem: MoEProblem, *, routing: str = "uniform", seed: int = 0, sizes: Any = None,
+                  atol: float = 2e-2) -> MoECheck:
+    """Run ``lib`` once (output poisoned first) and compare with fp32 and the torch baseline."""
+    import torch
+
+    from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
+
+    x, ids, w, w13, w2 = make_inputs(problem, routing, seed, sizes)
+    ref = fp32_layer(x, ids, w, w13, w2)
+    y = lib.forward(x, ids, w, w13, w2)
+    torch.cuda.synchronize()
+    err = float((y.float() - ref).abs().max()) if y.numel() else 0.0
+    if not torch.isfinite(y.float()).all():
+        err = float("inf")
+    try:
+        base = grouped_mm_layer(x, ids, w, w13, w2)
+        berr = float((base.float() - ref).abs().max())
+    except Exception:  # noqa: BLE001 - _grouped_mm lacks fp16 on some builds: compare against a rounding bound
+        berr = float(ref.abs().max()) * 2 ** -7
+    bound = 3.0 * berr + atol
+    return MoECheck(problem, routing, err, berr, bound, err <= bound)
+
+
+def time_fn(fn: Any, *, warmup: int = 10, iters: int = 50, flush_l2: bool = True) -> float:
+    """Median milliseconds of ``fn()`` by CUDA events (L2 flushed before each call by default)."""
+    import torch
+
+    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda") if flush_l2 else None
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        if flush is not None:
+            flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]

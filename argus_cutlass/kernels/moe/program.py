@@ -1,0 +1,114 @@
+"""The MoE layer as DSL programs: :func:`build_layer` (config, problem) -> :class:`MoELayer`.
+
+The two grouped GEMMs are the GEMM family's programs (:func:`argus_cutlass.kernels.gemm.program.
+build_program`: the same TMA load, pipeline, wgmma, k-loop, epilogue staging and TMA-store nodes,
+printed by the same ``templates/gemm`` partials), edited into the grouped form:
+
+* the tile scheduler is ``grouped``: unit ``u`` is m-tile ``u % tiles_m`` and n-block ``u // tiles_m``
+  (``tiles_m`` and each m-tile's expert read from device memory, written by the routing kernel;
+  no host synchronisation);
+* B's block origin is ``expert * expert_rows + n-block`` (``expert_rows`` = 2I for W13, H for W2);
+* gate+up reads W13's gate rows and up rows in paired halves (``pair_offset`` = I): a 256-column
+  tile holds 128 gate and the matching 128 up columns, so thread registers ``i`` and ``i +
+  tile_n/4`` hold gate and up of the same (row, column) and the epilogue stores ``silu(gate) * up``
+  (``act = "swiglu"``) into a 128-column tile of h.
+
+The routing and combine kernels are :class:`~argus_cutlass.dsl.moe_ir.Routing` and
+:class:`~argus_cutlass.dsl.moe_ir.Combine` nodes; index products are
+:class:`~argus_cutlass.dsl.moe_ir.IndexWidth` nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from argus_cutlass.dsl.ir import Program, SourceLoc, caller_loc
+from argus_cutlass.dsl.moe_ir import Combine, IndexWidth, MoELayer, Routing
+from argus_cutlass.errors import ConfigError
+from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.gemm.program import build_program as build_gemm_program
+from argus_cutlass.kernels.moe.config import MoEConfig
+from argus_cutlass.kernels.moe.problem import MAX_TOKENS, MoEProblem
+
+__all__ = ["TOKENS_BITS", "build_layer", "gemm_configs", "layer_label"]
+
+#: the index proofs hold for T <= 2^TOKENS_BITS (issue 11: T up to 2^20)
+TOKENS_BITS = MAX_TOKENS.bit_length() - 1
+
+
+def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
+    """The readable part of the kernel name.
+
+    >>> layer_label(MoEConfig(), MoEProblem(16, 8, 2, 4096, 14336))
+    'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5'
+    """
+    c, p = cfg, problem
+    return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
+            f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}")
+
+
+def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
+    """The GEMM configurations the two grouped GEMMs start from (``tn``, no cluster, M-raster)."""
+    common = dict(dtype=cfg.dtype, out_dtype=cfg.dtype, layout="tn", tile_m=cfg.tile_m, tile_k=cfg.tile_k,
+                  cluster_m=1, cluster_n=1, schedule=cfg.schedule, epi_m=cfg.tile_m if cfg.tile_m == 128 else 64,
+                  epi_n=cfg.epi_n, raster="along_m", swizzle=1, scheduler="persistent")
+    return (GemmConfig(tile_n=cfg.gu_tile_n, stages=cfg.gu_stages, **common),
+            GemmConfig(tile_n=cfg.dn_tile_n, stages=cfg.dn_stages, **common))
+
+
+def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, loc: SourceLoc) -> Program:
+    """``program`` (a GEMM) edited into a grouped GEMM of family ``moe``."""
+    p = dataclasses.replace(program, family="moe", name=label)
+    lb = p.load_into("sB")
+    changes: dict = {"expert_rows": expert_rows}
+    if pair_offset:
+        half = lb.tile_mn // 2
+        changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))
+    p = p.replace_node("load", lb.name, **changes)
+    p = p.replace_node("schedule", decomposition="grouped")
+    if pair_offset:
+        e = p.epilogue
+        p = p.replace_node("epilogue", tile_n=e.tile_n // 2, act="swiglu", act_pair=e.op_n // 4)
+    return p
+
+
+def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
+    """The programs of one MoE layer (no checking beyond well-formedness: see
+    :func:`argus_cutlass.verify.moe.verify_moe`).
+
+    Raises:
+        ProblemError: the problem breaks a rule of :meth:`MoEProblem.validate`.
+        ConfigError: ``moe.config``: the config does not fit the problem (dtype disagrees,
+            ``gu_tile_n`` odd, ``epi_n`` does not divide an output tile).
+    """
+    problem.validate()
+    c, p = cfg, problem
+    if c.dtype != p.dtype:
+        raise ConfigError("moe.config", f"config dtype {c.dtype} != problem dtype {p.dtype}")
+    if c.gu_tile_n % 32 or (c.gu_tile_n // 2) % c.epi_n or c.dn_tile_n % c.epi_n:
+        raise ConfigError("moe.config", f"gu_tile_n={c.gu_tile_n} (a multiple of 32) and dn_tile_n={c.dn_tile_n} "
+                          f"must split into epilogue subtiles of epi_n={c.epi_n} (gate+up's output tile is "
+                          f"gu_tile_n/2 = {c.gu_tile_n // 2})")
+    loc = caller_loc()
+    label = layer_label(c, p)
+    gcfg_gu, gcfg_dn = gemm_configs(c)
+    gate_up = _grouped(build_gemm_program(gcfg_gu, None), label + "_gu", 2 * p.ffn, p.ffn, loc)
+    down = _grouped(build_gemm_program(gcfg_dn, None), label + "_dn", p.hidden, 0, loc)
+    routing = Routing(chunk=c.route_chunk, pad=c.tile_m, scan="exclusive", rank="stable", rank_base=0,
+                      invalid="skip", loc=loc)
+    combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",
+                      threads=c.combine_threads, loc=loc)
+    ix = [
+        ("routed_row", ("T", "k"), "int32_t"),        # s = t * k + j
+        ("permuted_row", ("rows",), "int32_t"),       # a row of xs / h / out
+        ("x_offset", ("T", "H"), "int64_t"),          # t * H: x and y rows
+        ("xs_offset", ("rows", "H"), "int64_t"),      # row * H: xs and out rows
+        ("h_offset", ("rows", "I"), "int64_t"),       # row * I: h rows (TMA map extents)
+        ("block_count", ("chunks", "E"), "int32_t"),  # chunk * E + e: the per-CTA histograms
+        ("w13_row", ("E", "2I"), "int32_t"),          # expert * 2I + row: a TMA coordinate (int32)
+        ("w2_row", ("E", "H"), "int32_t"),            # expert * H + row: a TMA coordinate (int32)
+        ("tile_unit", ("tiles", "N_blocks"), "int32_t"),  # a grouped scheduler's unit
+    ]
+    indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
+    return MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
+                    combine, indices)

@@ -1,0 +1,51 @@
+"""The MoE search space: typed knobs of :class:`~argus_cutlass.kernels.moe.config.MoEConfig` (no
+tuned entries yet: measuring needs the GPU). Each knob has a default and its allowed values; the
+feasibility function is the verifier (a configuration is feasible when its layer verifies).
+
+>>> sorted(KNOBS)[:3]
+['combine_threads', 'dn_stages', 'dn_tile_n']
+>>> len(list(enumerate_space(limit=4)))
+4
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from argus_cutlass.kernels.moe.config import MoEConfig
+
+__all__ = ["KNOBS", "enumerate_space", "feasible"]
+
+#: knob -> allowed values (the default first)
+KNOBS: dict[str, tuple] = {
+    "tile_m": (128, 64),
+    "gu_tile_n": (256, 128),
+    "dn_tile_n": (128, 256),
+    "gu_stages": (4, 3, 5),
+    "dn_stages": (5, 4, 6),
+    "epi_n": (32, 64),
+    "route_chunk": (256, 512, 1024),
+    "combine_threads": (128, 256),
+}
+
+
+def enumerate_space(dtype: str = "bf16", limit: int | None = None) -> Iterator[MoEConfig]:
+    """Every configuration of the knob grid (default-first order), at most ``limit``."""
+    names = list(KNOBS)
+    for n, values in enumerate(itertools.product(*(KNOBS[k] for k in names))):
+        if limit is not None and n >= limit:
+            return
+        yield MoEConfig(dtype=dtype, **dict(zip(names, values)))
+
+
+def feasible(cfg: MoEConfig, problem: object) -> bool:
+    """True when the layer of ``cfg`` builds and verifies for ``problem`` (smem, stages, tiles...)."""
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.kernels.moe.program import build_layer
+    from argus_cutlass.verify.moe import verify_moe
+
+    try:
+        return verify_moe(build_layer(cfg, problem), smt=False).ok
+    except ArgusError:
+        return False

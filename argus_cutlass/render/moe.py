@@ -1,0 +1,59 @@
+"""Print a verified :class:`~argus_cutlass.dsl.moe_ir.MoELayer` as one CuTe C++ file (``templates/moe/``).
+
+The two grouped GEMMs are printed by the GEMM family's partials (``gemm/traits.j2``,
+``gemm/mainloop.j2``, ``gemm/epilogue.j2``, ``gemm/kernel_body.j2``, ``gemm/host_maps.j2``) from the
+context :func:`argus_cutlass.render.gemm.gemm_context` builds of each program, each in its own
+namespace (``moe/gemm.j2``); the routing and combine kernels and the host entry are
+``moe/layer.cu.j2``, printed from the layer's routing, combine and index nodes.
+"""
+
+from __future__ import annotations
+
+from argus_cutlass import __version__
+from argus_cutlass.dsl.atoms import CPP_TYPE
+from argus_cutlass.dsl.moe_ir import MoELayer
+from argus_cutlass.errors import ConfigError
+from argus_cutlass.render.env import render_template
+from argus_cutlass.render.gemm import gemm_context
+
+__all__ = ["LAYER_TEMPLATE", "moe_context", "render_moe"]
+
+LAYER_TEMPLATE = "moe/layer.cu.j2"
+GEMM_PART_TEMPLATE = "moe/gemm.j2"
+
+
+def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
+    program = layer.program(part)
+    ctx = gemm_context(program)
+    if program.family != "moe" or program.schedule.decomposition != "grouped":
+        raise ConfigError("render.program", f"MoE part {part!r} is not a grouped GEMM of family moe")
+    try:
+        ctx.update(ns=ns, ix_tile_unit=layer.index("tile_unit"))
+    except KeyError as exc:
+        raise ConfigError("render.program", f"MoE layer {layer.name!r}: {exc.args[0]}") from None
+    return render_template(GEMM_PART_TEMPLATE, ctx, "MoE", program.name)
+
+
+def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
+    """The template variables of ``layer`` (exposed for tests).
+
+    Raises:
+        ConfigError: ``render.program`` when a part cannot be printed.
+    """
+    name = layer.kernel_name()
+    gu_ns, dn_ns = f"{name}_gu", f"{name}_dn"
+    return {
+        "name": name, "version": __version__, "verified": list(verified), "L": layer, "cpp": CPP_TYPE,
+        "fingerprint": layer.fingerprint()[:16], "gu_ns": gu_ns, "dn_ns": dn_ns,
+        "ix": {i.name: i for i in layer.indices},
+        "gate_up_text": _gemm_text(layer, "gate_up", gu_ns), "down_text": _gemm_text(layer, "down", dn_ns),
+    }
+
+
+def render_moe(layer: MoELayer, verified: tuple[str, ...] = ()) -> str:
+    """The self-contained ``.cu`` source of ``layer``; ``verified`` lists the proved invariants.
+
+    Raises:
+        ConfigError: ``render.program`` when the templates cannot print the layer.
+    """
+    return render_template(LAYER_TEMPLATE, moe_context(layer, verified), "MoE", layer.name)

@@ -1,0 +1,112 @@
+"""MoE layer on the H200 against the fp32 reference (issue 11, Deliver 5). Marked ``gpu``.
+
+    pytest -q -m gpu tests/gpu/test_moe_gpu.py
+
+Cases: the three ANCHORS shapes x T in {1, 16, 256, 2048, 8192} (uniform routing), top-1/2/6/8,
+skewed routing, experts with no token, all tokens to one expert, group sizes 128 / 130 / 65, -1
+padding skipped, fp16, CUDA-graph capture, and the bad-input errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from argus_cutlass.kernels.moe.check import fp32_layer, make_inputs, run_and_check  # noqa: E402
+from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def _lib(problem):
+    from argus_cutlass.api import moe_kernel
+
+    return moe_kernel(problem, smt=False)
+
+
+@pytest.mark.parametrize("model", sorted(MODEL_SHAPES))
+@pytest.mark.parametrize("tokens", [1, 16, 256, 2048, 8192])
+def test_anchor_shapes(model, tokens):
+    p = MoEProblem.for_model(model, tokens)
+    chk = run_and_check(_lib(p), p)
+    assert chk.ok, chk
+
+
+@pytest.mark.parametrize("experts,topk", [(8, 1), (8, 2), (64, 6), (128, 8)])
+def test_topk(experts, topk):
+    p = MoEProblem(300, experts, topk, 512, 256)
+    assert run_and_check(_lib(p), p, routing="uniform").ok
+
+
+@pytest.mark.parametrize("routing", ["skewed", "zero_experts", "all_to_one"])
+def test_routings(routing):
+    p = MoEProblem(777, 16, 2, 512, 384)
+    assert run_and_check(_lib(p), p, routing=routing).ok
+
+
+def test_group_sizes_not_tile_multiples():
+    p = MoEProblem(162, 8, 2, 512, 256)
+    chk = run_and_check(_lib(p), p, routing="sizes", sizes=[128, 130, 65, 1, 0, 0, 0, 0])
+    assert chk.ok, chk
+
+
+def test_fp16():
+    p = MoEProblem(256, 8, 2, 512, 256, "fp16")
+    assert run_and_check(_lib(p), p).ok
+
+
+def test_minus_one_padding_is_skipped():
+    from argus_cutlass.api import moe
+
+    p = MoEProblem(64, 8, 2, 256, 128)
+    x, ids, w, w13, w2 = make_inputs(p, seed=5)
+    ids[3, 1] = -1
+    ids[10, 0] = -1
+    y = moe(x, ids, w, w13, w2, padding="skip")
+    ref = fp32_layer(x, ids, w, w13, w2)
+    assert float((y.float() - ref).abs().max()) < 3e-2
+
+
+def test_cuda_graph_capture():
+    p = MoEProblem(256, 8, 2, 512, 256)
+    lib = _lib(p)
+    x, ids, w, w13, w2 = make_inputs(p, seed=2)
+    ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
+    ids32, w32 = ids.int().contiguous(), w.float().contiguous()
+    y = torch.empty_like(x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        lib(x, ids32, w32, w13, w2, y, ws, p.tokens, s.cuda_stream)  # warm (tensor-map encoder, attributes)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        lib(x, ids32, w32, w13, w2, y, ws, p.tokens, s.cuda_stream)
+    y.zero_()
+    g.replay()
+    torch.cuda.synchronize()
+    ref = fp32_layer(x, ids, w, w13, w2)
+    assert float((y.float() - ref).abs().max()) < 3e-2
+
+
+def test_bad_inputs_named():
+    from argus_cutlass.api import moe
+    from argus_cutlass.errors import ProblemError
+
+    p = MoEProblem(32, 8, 2, 256, 128)
+    x, ids, w, w13, w2 = make_inputs(p)
+    bad = ids.clone()
+    bad[0, 0] = 8
+    with pytest.raises(ProblemError, match=r"topk_ids\[0, 0\] = 8"):
+        moe(x, bad, w, w13, w2)
+    bad[0, 0] = -1
+    with pytest.raises(ProblemError, match="outside"):
+        moe(x, bad, w, w13, w2)
+    with pytest.raises(ProblemError, match="w13 has dtype"):
+        moe(x, ids, w, w13.half(), w2)
+    with pytest.raises(ProblemError, match="w2 has shape"):
+        moe(x, ids, w, w13, w2[:4])
+    with pytest.raises(ProblemError, match="topk_ids has 31 rows"):
+        moe(x, ids[:31], w[:31], w13, w2)
+    with pytest.raises(ProblemError, match="is on cpu"):
+        moe(x, ids.cpu(), w, w13, w2)
