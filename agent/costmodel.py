@@ -1,7 +1,10 @@
 """Roofline + occupancy / wave-quantization cost model of one GEMM kernel on an H200.
 
 Not a simulator: it ranks candidates so that the measured budget goes to plausible ones.
-Units: seconds internally, :func:`predict_ms` returns milliseconds.
+Units: seconds internally, :func:`predict_ms` returns milliseconds. Its constants
+(:class:`CostParams`) are calibrated once from measured tables by ``bench/calibrate_costmodel.py``
+and shipped as data (``agent/costmodel_h200.json``, read by :func:`calibrated`); without that file
+the hand-set defaults below apply.
 
 Model (per kernel problem ``M x N x K``, i.e. ``N x M x K`` under swap-AB; tile ``tm x tn x tk``):
 
@@ -40,8 +43,12 @@ True
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from argus_cutlass.kernels.gemm.config import DTYPE_BYTES, GemmConfig
@@ -60,6 +67,69 @@ MEM_LATENCY_S = 1.0e-6
 LAUNCH_S = 4e-6
 #: shared-memory store bandwidth of the epilogue per SM (bytes/s)
 EPILOGUE_BYTES_PER_S_PER_SM = 100e9
+#: the calibrated parameters shipped with the package (:func:`calibrated`)
+CALIBRATION_FILE = "costmodel_h200.json"
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """The model's constants (the module constants above are the hand-set defaults).
+
+    Attributes:
+        peak_flops: dense 16-bit tensor throughput of the GPU (FLOP/s).
+        hbm_bytes_per_s: HBM bandwidth (bytes/s).
+        l2_bytes_per_s_per_sm: L2 -> SMEM feed per SM (bytes/s).
+        mem_latency_s: latency for Little's law on the bytes in flight (s).
+        launch_s: launch + prologue per kernel (s).
+        epilogue_bytes_per_s_per_sm: epilogue store rate per SM of a non-overlapped epilogue (bytes/s).
+        gmma_wg64, gmma_wg128: wgmma utilisation with 64 / 128 accumulator rows per warpgroup.
+        gmma_smem: shared-memory cost of a wgmma instruction: utilisation is divided by
+            ``1 + gmma_smem * 64 / N`` (a 64 x N x 16 instruction reads (64 + N) x 16 operand
+            elements from smem for 64 x N x 16 MACs, so narrow tiles are smem-bound).
+        sm_bytes_per_s: most bytes per second one SM's TMA loads bring in (caps the memory
+            rate when few SMs are active).
+        pingpong_big_tile: utilisation factor of a ping-pong tile larger than 128 x 128.
+        stage_penalty: slowdown of a pipeline holding less than 256 elements of K in flight.
+        swizzle_bonus: time factor of a swizzled walk on grids of 8 x 8 tiles or more.
+        reduce_fixed_s: stream-K fixed cost of its fix-up (s).
+    """
+
+    peak_flops: float = PEAK_FLOPS
+    hbm_bytes_per_s: float = HBM_BYTES_PER_S
+    l2_bytes_per_s_per_sm: float = L2_BYTES_PER_S_PER_SM
+    mem_latency_s: float = MEM_LATENCY_S
+    launch_s: float = LAUNCH_S
+    epilogue_bytes_per_s_per_sm: float = EPILOGUE_BYTES_PER_S_PER_SM
+    gmma_wg64: float = 0.80
+    gmma_wg128: float = 0.95
+    gmma_smem: float = 0.0
+    sm_bytes_per_s: float = 1e12
+    pingpong_big_tile: float = 0.9
+    stage_penalty: float = 0.15
+    swizzle_bonus: float = 0.98
+    reduce_fixed_s: float = 2e-6
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@functools.lru_cache(maxsize=1)
+def calibrated() -> CostParams:
+    """The parameters of ``agent/costmodel_h200.json`` (written by ``bench/calibrate_costmodel.py``
+    from measured tables), or the hand-set defaults when the file is absent.
+
+    Raises:
+        ValueError: the file names a parameter :class:`CostParams` does not have.
+    """
+    path = Path(__file__).with_name(CALIBRATION_FILE)
+    if not path.exists():
+        return CostParams()
+    data = json.loads(path.read_text())
+    unknown = set(data.get("params", {})) - set(CostParams.fields())
+    if unknown:
+        raise ValueError(f"{path}: unknown cost-model parameters {sorted(unknown)}")
+    return CostParams(**data.get("params", {}))
 
 
 @dataclass(frozen=True)
@@ -129,14 +199,16 @@ def _shape(kernel: Any) -> KernelShape:
     return shape_of(kernel)
 
 
-def predict_s(kernel: Any, m: int, n: int, k: int) -> float:
+def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = None) -> float:
     """Predicted run time of ``kernel`` on the problem ``M x N x K`` (seconds).
 
     Args:
         kernel: a GEMM :class:`~argus_cutlass.dsl.ir.Program` (read through :func:`shape_of`), a
             :class:`KernelShape`, or a configuration (:func:`shape_of_config`, for ranking spaces).
         m, n, k: the problem's sizes; under swap-AB the kernel runs ``N x M x K``.
+        params: the model's constants (default: :func:`calibrated`).
     """
+    c = params if params is not None else calibrated()
     cfg = _shape(kernel)
     m, n, k = cfg.kernel_problem(m, n, k)
     in_b = DTYPE_BYTES[cfg.dtype]
@@ -159,40 +231,40 @@ def predict_s(kernel: Any, m: int, n: int, k: int) -> float:
     # compute per tile: intensity against the L2->SMEM feed
     bytes_per_k = (tm / cfg.cluster_n + tn / cfg.cluster_m) * in_b
     intensity = 2 * tm * tn / bytes_per_k  # FLOP per byte per unit of K
-    feed = min(1.0, intensity * L2_BYTES_PER_S_PER_SM / (PEAK_FLOPS / SMS))
+    feed = min(1.0, intensity * c.l2_bytes_per_s_per_sm / (c.peak_flops / SMS))
     wg_rows = cfg.wg_tile_m
-    gmma = 0.80 if wg_rows == 64 else 0.95
+    gmma = (c.gmma_wg64 if wg_rows == 64 else c.gmma_wg128) / (1.0 + c.gmma_smem * 64.0 / tn)
     if not cfg.cooperative and tm * tn > 128 * 128:
-        gmma *= 0.9  # whole-tile accumulators per warpgroup: register pressure
+        gmma *= c.pingpong_big_tile  # whole-tile accumulators per warpgroup: register pressure
     k_eff = math.ceil(math.ceil(k / splits) / tk) * tk
     if cfg.scheduler == "streamk" and tiles < SMS:
         k_eff = max(tk, math.ceil(k * tiles / SMS / tk) * tk)  # the K loop is shared by all SMs
-    tile_s = 2 * tm * tn * k_eff / (PEAK_FLOPS / SMS) / (feed * gmma)
-    # deeper pipelines hide more latency (saturates around 3 stages of 64)
-    tile_s *= 1.0 + 0.15 * max(0.0, 1.0 - (cfg.stages * tk) / 256)
+    tile_s = 2 * tm * tn * k_eff / (c.peak_flops / SMS) / (feed * gmma)
+    # deeper pipelines hide more latency (saturates around 256 elements of K in flight)
+    tile_s *= 1.0 + c.stage_penalty * max(0.0, 1.0 - (cfg.stages * tk) / 256)
     compute_s = waves * tile_s
 
     # memory: ideal traffic, limited by bytes in flight on the active SMs
     hbm_bytes = in_b * (m * k + n * k) + out_b * m * n
     inflight = active * cfg.stages * (tm + tn) * tk * in_b
-    bw = min(HBM_BYTES_PER_S, inflight / MEM_LATENCY_S)
+    bw = min(c.hbm_bytes_per_s, inflight / c.mem_latency_s, active * c.sm_bytes_per_s)
     memory_s = hbm_bytes / bw
 
     epi_s = 0.0
     if cfg.cooperative:
-        epi_s = waves * tm * tn * out_b / EPILOGUE_BYTES_PER_S_PER_SM
+        epi_s = waves * tm * tn * out_b / c.epilogue_bytes_per_s_per_sm
     # L2 locality of the tile walk: a small bonus for swizzle on big grids, penalty on small
     locality = 1.0
     if cfg.swizzle > 1:
-        locality = 0.98 if (tiles_m >= 8 and tiles_n >= 8) else 1.0 + 0.02 * math.log2(cfg.swizzle)
+        locality = c.swizzle_bonus if (tiles_m >= 8 and tiles_n >= 8) else 1.0 + 0.02 * math.log2(cfg.swizzle)
     reduce_s = 0.0
     if cfg.scheduler == "splitk" and splits > 1:
-        reduce_s = 2 * 4 * tm * tn * (splits - 1) * tiles / HBM_BYTES_PER_S
+        reduce_s = 2 * 4 * tm * tn * (splits - 1) * tiles / c.hbm_bytes_per_s
     elif cfg.scheduler == "streamk":
-        reduce_s = 2 * 4 * tm * tn * min(tiles, SMS) / HBM_BYTES_PER_S + 2e-6
-    return (max(compute_s, memory_s) + epi_s) * locality + reduce_s + LAUNCH_S
+        reduce_s = 2 * 4 * tm * tn * min(tiles, SMS) / c.hbm_bytes_per_s + c.reduce_fixed_s
+    return (max(compute_s, memory_s) + epi_s) * locality + reduce_s + c.launch_s
 
 
-def predict_ms(kernel: Any, m: int, n: int, k: int) -> float:
+def predict_ms(kernel: Any, m: int, n: int, k: int, params: CostParams | None = None) -> float:
     """:func:`predict_s` in milliseconds."""
-    return predict_s(kernel, m, n, k) * 1e3
+    return predict_s(kernel, m, n, k, params) * 1e3
