@@ -4,7 +4,22 @@ The user's top-level folders ``templates/``, ``invariants/`` and ``agent/`` inst
 ``argus_cutlass.templates``, ``argus_cutlass.invariants`` and ``argus_cutlass.agent``.
 """
 
+import atexit
+import shutil
+import sys
+import tempfile
+
 from setuptools import find_packages, setup
+
+# `pip install .` leaves no build artefacts in the source tree: setuptools' build/ and *.egg-info go to a
+# scratch folder removed when the build step ends (pip copies what it needs first). An editable install
+# (`pip install -e .`, setup.py develop) keeps its egg-info beside the sources: it is read from there.
+_EDITABLE = any(cmd in sys.argv for cmd in ("develop", "editable_wheel"))
+_options = {}
+if not _EDITABLE:
+    _scratch = tempfile.mkdtemp(prefix="argus_cutlass-build-")
+    atexit.register(shutil.rmtree, _scratch, True)
+    _options = {"build": {"build_base": f"{_scratch}/build"}, "egg_info": {"egg_base": _scratch}}
 
 core = ["argus_cutlass"] + [f"argus_cutlass.{p}" for p in find_packages("argus_cutlass")]
 
@@ -43,4 +58,5 @@ setup(
         "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6", "openai>=1.0"],
     },
     entry_points={"console_scripts": ["argus-cutlass=argus_cutlass.cli:main"]},
+    options=_options,
 )

@@ -144,8 +144,9 @@ def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budge
     best_path = None
     if result.best is not None:
         src = (sources or {}).get(result.best) or generate(result.best, problem, smt=None).source
-        best_path = out / f"{best_name(result.best, problem)}.cu"
-        best_path.write_text(src, encoding="utf-8")
+        from argus_cutlass.generate import build, write_sources
+
+        best_path, _ = write_sources(out, build(result.best, problem), src)  # the .cu and its .h
     log.write("end", best=result.best.model_dump() if result.best else None, best_ms=result.best_ms,
               measured=len(result.measured), cu=str(best_path) if best_path else None)
     if own_log:

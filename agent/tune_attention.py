@@ -118,8 +118,9 @@ def run_tune_attention(args: Any, say: Any = print, *, problem: Any) -> int:
         except ArgusError as exc:
             _say(f"cuDNN     baseline skipped: {exc}")
         recorded = record_attention_best(problem, cfg, ms, cudnn_ms, gpu=gpu)
-        cu = out / f"{r.name}.cu"
-        cu.write_text(r.source or "", encoding="utf-8")
+        from argus_cutlass.generate import write_sources
+
+        cu, _ = write_sources(out, r.program, r.source or "")  # the .cu and its .h
         best = {"kernel": r.name, "config": cfg.model_dump(), "ms": ms, "tflops": p.flops / ms / 1e9,
                 "cudnn_ms": cudnn_ms, "cu": str(cu)}
         line = f"best      {r.name}: {ms:.4f} ms ({p.flops / ms / 1e9:.1f} TFLOP/s)"

@@ -20,9 +20,16 @@ Commands:
       tune many GEMM shapes (a JSON/CSV file, or a Hugging Face config's projections): compiles on
       CPU workers, measurements on GPUs (through Ray when installed), each best recorded in the
       experience store; resumable from ``DIR/tune_journal.jsonl`` (:mod:`argus_cutlass.agent.tune_many`).
-  ``argus-cutlass verify CONFIG.json [--json]``
-      verify one configuration; exit code 1 on a violation (or an unknown, unless
-      ``--allow-unknown``).
+  ``argus-cutlass include-path [--dirs]``
+      the CUTLASS/CuTe ``-I`` flags a generated ``.cu`` compiles with (the ``.h`` beside it documents the
+      entry), e.g. ``nvcc ... $(argus-cutlass include-path) -c KERNEL.cu``.
+  ``argus-cutlass verify CONFIG.json [--json] [--verbose]``
+      verify one configuration: violations first, the proofs only with ``--verbose``; exit code 1 on a
+      violation (or an unknown, unless ``--allow-unknown``).
+  ``argus-cutlass table [--kernel gemm|attention|moe] [--json] [--m M --n N --k K | --batch B --heads H
+  --seqlen-q SQ --head-dim D ...]``
+      list the tuned entries (your experience store, then the shipped H200 table); given a problem, its key,
+      the configuration it would get, and which key fields of the nearest entries missed.
 
 Every stage runs through the orchestrator :mod:`argus_cutlass.generate`.
 
@@ -58,6 +65,97 @@ def _print(msg: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+#: spellings of the element types accepted on the command line (case-insensitive) -> the canonical name
+DTYPE_ALIASES = {
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16", "torch.float16": "fp16",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32", "torch.float32": "fp32",
+}
+
+
+def dtype_arg(text: str) -> str:
+    """``--dtype``/``--out-dtype``: a known alias (``float16``, ``half``, ``bfloat16``, ``float32``, any
+    case) becomes its canonical name; anything else passes through for the problem's own check
+    (``problem.dtype``), which names the supported types.
+
+    >>> dtype_arg("BFloat16"), dtype_arg("half"), dtype_arg("float32"), dtype_arg("int8")
+    ('bf16', 'fp16', 'fp32', 'int8')
+    """
+    return DTYPE_ALIASES.get(text.strip().lower(), text)
+
+
+def layout_arg(text: str) -> str:
+    """``--layout``: BLAS letters in any case (``TN`` = ``tn``).
+
+    >>> layout_arg("TN")
+    'tn'
+    """
+    return text.strip().lower()
+
+
+#: what the command is doing now (named when Ctrl-C stops it)
+_ACTIVITY = ["starting"]
+
+
+def _doing(text: str) -> None:
+    _ACTIVITY[0] = text
+
+
+class _CompileTicker:
+    """Progress while nvcc runs (one compile takes 30-60 s): a tqdm elapsed-time bar on a terminal when
+    tqdm is installed (the ``tune`` extra), else one line and, on a terminal, an elapsed-seconds
+    counter; nothing with ``--quiet``."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._stop = None
+        self._thread = None
+
+    def start(self, name: str) -> None:
+        import threading
+        import time
+
+        if self.quiet:
+            return
+        tty = sys.stderr.isatty()
+        bar = None
+        if tty:
+            try:
+                from tqdm import tqdm
+
+                bar = tqdm(total=None, desc=f"compiling {name[:48]}", bar_format="{desc}: {elapsed} (nvcc)",
+                           file=sys.stderr, leave=False)
+            except ImportError:
+                bar = None
+        if bar is None:
+            print(f"compiling {name} with nvcc (30-60 s unless cached; Ctrl-C stops it) ...", file=sys.stderr,
+                  flush=True)
+        if not tty:
+            return
+        stop = threading.Event()
+        t0 = time.monotonic()
+
+        def tick() -> None:
+            while not stop.wait(0.5):
+                if bar is not None:
+                    bar.refresh()
+                else:
+                    print(f"\r  nvcc running: {time.monotonic() - t0:5.0f} s", end="", file=sys.stderr, flush=True)
+            if bar is not None:
+                bar.close()
+            else:
+                print("\r" + " " * 30 + "\r", end="", file=sys.stderr, flush=True)
+
+        self._stop, self._thread = stop, threading.Thread(target=tick, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._thread.join(timeout=2)
+            self._stop = self._thread = None
+
+
 _SOURCE_TEXT = {
     "store": "tuned: your experience store",
     "shipped": "tuned: the shipped H200 table",
@@ -87,7 +185,11 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     out_dir = _output_dir(args.out)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, alpha=args.alpha,
                       beta=args.beta, seed=args.seed)
-    result = run(problem, options=options, on_stage=_Progress(args.verbose, out_dir), out_dir=out_dir)
+    progress = _Progress(args.verbose, out_dir, args.quiet)
+    try:
+        result = run(problem, options=options, on_stage=progress, out_dir=out_dir)
+    finally:
+        progress.ticker.stop()
     for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
         _print(f"wrote     {path}")
     return 0 if result.ok else 1
@@ -100,7 +202,11 @@ def cmd_attention(args: argparse.Namespace) -> int:
     problem = _attention_problem(args)
     out_dir = _output_dir(args.out)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed)
-    result = run(problem, options=options, on_stage=_Progress(args.verbose, out_dir), out_dir=out_dir)
+    progress = _Progress(args.verbose, out_dir, args.quiet)
+    try:
+        result = run(problem, options=options, on_stage=progress, out_dir=out_dir)
+    finally:
+        progress.ticker.stop()
     for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
         _print(f"wrote     {path}")
     return 0 if result.ok else 1
@@ -114,7 +220,7 @@ def cmd_moe(args: argparse.Namespace) -> int:
     import json
 
     from argus_cutlass.errors import ToolchainError, VerificationError
-    from argus_cutlass.generate import compile_kernel, generate, load
+    from argus_cutlass.generate import compile_kernel, generate, load, write_sources
     from argus_cutlass.kernels.moe.heuristics import default_config
     from argus_cutlass.kernels.moe.problem import MoEProblem
 
@@ -127,15 +233,23 @@ def cmd_moe(args: argparse.Namespace) -> int:
     except VerificationError as exc:
         _print(f"rejected  {exc}")
         return 1
-    cu = out_dir / f"{kernel.name}.cu"
-    cu.write_text(kernel.source)
+    cu, header = write_sources(out_dir, kernel.program, kernel.source)
     _print(f"verified  {len(kernel.report.proofs)} proofs, 0 violations ({kernel.report.elapsed_s:.2f} s)")
     _print(f"wrote     {cu}")
+    _print(f"wrote     {header}")
     record.update(name=kernel.name, fingerprint=kernel.fingerprint, proofs=list(kernel.report.proved),
                   floor_ms_4p3=problem.floor_ms(hbm_bytes_per_s=4.3e12))
     status = 0
+    ticker = _CompileTicker(args.quiet)
     try:
-        art = compile_kernel(kernel)
+        _doing(f"compiling {kernel.name} with nvcc (the partial build was discarded; nothing was cached; the .cu "
+               f"is in {out_dir})")
+        ticker.start(kernel.name)
+        try:
+            art = compile_kernel(kernel)
+        finally:
+            ticker.stop()
+        _doing("running the layer")
         record["compile"] = {"path": str(art.path)}
         _print(f"compiled  {art.path}")
         gpu = False
@@ -198,17 +312,33 @@ def _add_attention_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seqlen-k", type=int, default=None, help="key/value length SK (default SQ)")
     p.add_argument("--head-dim", type=int, required=True, help="head dim D: 64, 96, 128, 192 or 256")
     p.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned when SQ != SK")
-    p.add_argument("--dtype", default="bf16", help="Q/K/V/O element type: bf16 or fp16")
+    p.add_argument("--dtype", type=dtype_arg, default="bf16",
+                   help="Q/K/V/O element type: bf16 or fp16 (also bfloat16, float16, half)")
 
 
 class _Progress:
-    """Prints one line per finished stage of :func:`argus_cutlass.generate.run`."""
+    """Prints one line per finished stage of :func:`argus_cutlass.generate.run`, shows progress while
+    nvcc runs (not with ``quiet``) and keeps :data:`_ACTIVITY` up to date for a Ctrl-C message."""
 
-    def __init__(self, verbose: bool, out_dir: Path) -> None:
+    _NEXT = {"configure": "building and verifying the program", "build_program": "verifying the program",
+             "verify": "rendering the .cu", "render": "writing the .cu", "write": "finding nvcc",
+             "compile": "loading the kernel", "load": "checking the kernel against the fp32 reference",
+             "check": "timing the kernel", "time": "timing the vendor baseline"}
+
+    def __init__(self, verbose: bool, out_dir: Path, quiet: bool = False) -> None:
         self.verbose = verbose
         self.out_dir = out_dir
+        self.ticker = _CompileTicker(quiet)
 
     def __call__(self, stage: str, r) -> None:  # noqa: ANN001 - RunResult
+        if stage == "compile_start":
+            _doing(f"compiling {r.name} with nvcc (the partial build was discarded; nothing was cached; the .cu "
+                   f"is in {self.out_dir})")
+            self.ticker.start(r.name)
+            return
+        if stage == "compile":
+            self.ticker.stop()
+        _doing(self._NEXT.get(stage, f"after stage {stage}"))
         p = r.problem
         attention = hasattr(p, "head_dim")
         vendor = "cuDNN" if attention else "cuBLAS"
@@ -237,6 +367,7 @@ class _Progress:
                     _print(f"UNPROVED  {unknown_text(u)} (rendered anyway: --allow-unknown)")
         elif stage == "write":
             _print(f"wrote     {self.out_dir / (r.name + '.cu')}")
+            _print(f"wrote     {self.out_dir / (r.name + '.h')} (the C interface: include it to call the .cu)")
         elif stage == "compile":
             if "compile" in r.skipped:
                 _print(f"no nvcc   {r.skipped['compile']}; wrote the .cu only (compile it with the command in "
@@ -348,11 +479,82 @@ def _verify(args: argparse.Namespace) -> int:
     if args.json:
         _print(report.to_json())
     else:
-        _print(report.format())
+        # the report lists violations and unknowns first, then one "  ok ..." line per proof
+        lines = report.format().splitlines()
+        proofs = [line for line in lines if line.startswith("  ok ")]
+        for line in lines if args.verbose else [line for line in lines if not line.startswith("  ok ")]:
+            _print(line)
+        if proofs and not args.verbose:
+            _print(f"({len(proofs)} proofs; --verbose lists them)")
         _print("tiers:")
         for line in report.tier_summary():
             _print(f"  {line}")
     return 0 if report.ok and (args.allow_unknown or not report.unknowns) else 1
+
+
+def cmd_include_path(args: argparse.Namespace) -> int:
+    """``include-path``: the CUTLASS/CuTe include flags a generated ``.cu`` compiles with (``-I<include>
+    -I<tools/util/include>``, as ``pybind11 --includes``), from ``CUTLASS_PATH`` or the nvidia-cutlass wheel;
+    ``--dirs``: the directories, one a line. Missing headers raise ToolchainError (exit 2)."""
+    from argus_cutlass.build.toolchain import find_cutlass
+
+    headers = find_cutlass()
+    if args.dirs:
+        _print(str(headers.include))
+        _print(str(headers.util_include))
+    else:
+        _print(" ".join(headers.include_flags()))
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    """``table``: the tuned entries (your experience store, then the shipped H200 table) and, given a
+    problem (``--m/--n/--k`` or the attention options), the key it has, the configuration it would get
+    and, for the nearest entries, which key fields missed (:mod:`argus_cutlass.agent.table`)."""
+    from argus_cutlass.agent.table import entries, explain, format_entries, format_explain
+    from argus_cutlass.errors import ProblemError
+
+    gemm_given = [f for f in ("m", "n", "k") if getattr(args, f) is not None]
+    attn_names = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim")
+    attn_given = [f for f in attn_names if getattr(args, f) is not None] + (["causal"] if args.causal else [])
+    if gemm_given and attn_given:
+        raise ProblemError("table.problem", f"--{'/--'.join(gemm_given)} describe a GEMM and "
+                           f"--{'/--'.join(f.replace('_', '-') for f in attn_given)} an attention problem: give one")
+    problem = None
+    if gemm_given:
+        if len(gemm_given) != 3:
+            raise ProblemError("table.problem", "a GEMM problem needs all of --m, --n and --k")
+        if args.kernel not in (None, "gemm"):
+            raise ProblemError("table.problem", f"--m/--n/--k describe a GEMM, not --kernel {args.kernel}")
+        from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+        problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype,
+                              out_dtype=args.out_dtype or (args.dtype if args.dtype in ("bf16", "fp16") else "bf16"),
+                              layout=args.layout)
+        problem.validate()
+    elif attn_given:
+        missing = [f"--{f.replace('_', '-')}" for f in ("batch", "heads", "seqlen_q", "head_dim") if getattr(args, f) is None]
+        if missing:
+            raise ProblemError("table.problem", f"an attention problem needs {', '.join(missing)}")
+        if args.kernel not in (None, "attention"):
+            raise ProblemError("table.problem", f"the attention options describe attention, not --kernel {args.kernel}")
+        args.softmax_scale = None
+        problem = _attention_problem(args)
+    if problem is None:
+        rows = entries(args.kernel)
+        if args.json:
+            _print(json.dumps({"entries": rows}, indent=1, default=str))
+        else:
+            for line in format_entries(rows, args.kernel):
+                _print(line)
+        return 0
+    ex = explain(problem, gpu=args.gpu)
+    if args.json:
+        _print(json.dumps(ex, indent=1, default=str))
+    else:
+        for line in format_explain(ex):
+            _print(line)
+    return 0
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -394,9 +596,12 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--m", type=int, required=True, help="rows of A and D")
     p.add_argument("--n", type=int, required=True, help="columns of B and D")
     p.add_argument("--k", type=int, required=True, help="reduction length")
-    p.add_argument("--dtype", default="bf16", help="A/B element type: bf16 or fp16")
-    p.add_argument("--out-dtype", default=None, help="C/D element type: bf16, fp16 or fp32 (default: --dtype)")
-    p.add_argument("--layout", default="tn", help="tn, nt, nn or tt (A then B; t = K-major A / N-major B)")
+    p.add_argument("--dtype", type=dtype_arg, default="bf16",
+                   help="A/B element type: bf16 or fp16 (also bfloat16, float16, half)")
+    p.add_argument("--out-dtype", type=dtype_arg, default=None,
+                   help="C/D element type: bf16, fp16 or fp32 (also float32; default: --dtype)")
+    p.add_argument("--layout", type=layout_arg, default="tn",
+                   help="tn, nt, nn or tt, any case (A then B; t = K-major A / N-major B)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -415,6 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--beta", type=float, default=0.0, help="scale of C (default 0: C is not read)")
     g.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     g.add_argument("--out", default="out", help="output folder (default: ./out)")
+    g.add_argument("--quiet", action="store_true", help="no progress display while nvcc compiles")
     g.add_argument("--verbose", action="store_true", help="print every proved obligation")
     g.add_argument("--allow-unknown", action="store_true",
                    help="render and run a program whose verification left obligations unknown (not proved); "
@@ -429,6 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--softmax-scale", type=float, default=None, help="scale of Q K^T (default 1/sqrt(D))")
     a.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     a.add_argument("--out", default="out", help="output folder (default: ./out)")
+    a.add_argument("--quiet", action="store_true", help="no progress display while nvcc compiles")
     a.add_argument("--verbose", action="store_true", help="print every proved obligation")
     a.add_argument("--allow-unknown", action="store_true", help="as for gemm")
     a.add_argument("--heuristic", action="store_true", help="FA3's tile per head dim, not a tuned entry")
@@ -440,9 +647,11 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--topk", type=int, required=True, help="k, experts per token")
     mo.add_argument("--hidden", type=int, required=True, help="H, model width (a multiple of 8)")
     mo.add_argument("--ffn", type=int, required=True, help="I, expert intermediate width (a multiple of 8)")
-    mo.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    mo.add_argument("--dtype", type=dtype_arg, choices=("bf16", "fp16"), default="bf16",
+                    help="bf16 or fp16 (also bfloat16, float16, half)")
     mo.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     mo.add_argument("--out", default="out", help="output folder (default: ./out)")
+    mo.add_argument("--quiet", action="store_true", help="no progress display while nvcc compiles")
     mo.set_defaults(func=cmd_moe)
 
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent), or fill the tuned "
@@ -489,6 +698,37 @@ def build_parser() -> argparse.ArgumentParser:
     ta.add_argument("--out", default="out", help="output folder for tune_attention.json and the best .cu")
     ta.set_defaults(func=_cmd_tune_attention)
 
+    tb = sub.add_parser("table", help="list the tuned entries; with a problem, say why it would or would not "
+                                      "use one",
+                        description="The tuned entries configure() consults: your experience store (filled by "
+                                    "`tune`), then the shipped H200 table, then the heuristic. With --m/--n/--k (GEMM) "
+                                    "or the attention options, print the problem's key, the configuration it would "
+                                    "get and which key fields of the nearest entries missed.")
+    tb.add_argument("--kernel", choices=("gemm", "attention", "moe"), default=None, help="one family (default all)")
+    tb.add_argument("--json", action="store_true", help="machine-readable output")
+    tb.add_argument("--gpu", default=None, help="GPU name of the key (default: this GPU, else NVIDIA H200)")
+    tb.add_argument("--m", type=int, default=None, help="GEMM rows")
+    tb.add_argument("--n", type=int, default=None, help="GEMM columns")
+    tb.add_argument("--k", type=int, default=None, help="GEMM reduction length")
+    tb.add_argument("--dtype", type=dtype_arg, default="bf16", help="element type (default bf16)")
+    tb.add_argument("--out-dtype", type=dtype_arg, default=None, help="GEMM C/D element type (default: --dtype)")
+    tb.add_argument("--layout", type=layout_arg, default="tn", help="GEMM layout, any case (default tn)")
+    tb.add_argument("--batch", type=int, default=None, help="attention batch")
+    tb.add_argument("--heads", type=int, default=None, help="attention query heads")
+    tb.add_argument("--kv-heads", type=int, default=None, help="attention key/value heads (default --heads)")
+    tb.add_argument("--seqlen-q", type=int, default=None, help="attention query length")
+    tb.add_argument("--seqlen-k", type=int, default=None, help="attention key length (default --seqlen-q)")
+    tb.add_argument("--head-dim", type=int, default=None, help="attention head dim")
+    tb.add_argument("--causal", action="store_true", help="causal attention")
+    tb.set_defaults(func=cmd_table)
+
+    ip = sub.add_parser("include-path", help="print the CUTLASS/CuTe include flags a generated .cu compiles with",
+                        description="Print -I flags for the CUTLASS/CuTe headers (CUTLASS_PATH, else the "
+                                    "nvidia-cutlass wheel), for vendoring a generated .cu: "
+                                    "nvcc ... $(argus-cutlass include-path) -c KERNEL.cu")
+    ip.add_argument("--dirs", action="store_true", help="the directories, one a line (for CMake and friends)")
+    ip.set_defaults(func=cmd_include_path)
+
     v = sub.add_parser("verify", help="verify a configuration (JSON file, or - for stdin)")
     v.add_argument("config", help="a JSON file (or - for stdin) holding a GemmConfig object, e.g. "
                                    "{\"tile_m\": 128, \"tile_n\": 128, \"cluster_m\": 1, \"stages\": 6}: "
@@ -498,6 +738,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='machine-readable report: "ok" = no violation; "complete" = ok and every obligation '
                         'decided (no SMT "unknown"); violations with counterexamples, proofs, tier times')
     v.add_argument("--no-smt", action="store_true", help="skip the SMT tier (z3)")
+    v.add_argument("--verbose", action="store_true", help="list every proof (by default only violations, unknowns "
+                                                          "and a count of the proofs)")
     v.add_argument("--allow-unknown", action="store_true",
                    help="exit 0 when the only findings are unknown (not proved) obligations")
     v.add_argument("--smt-timeout-ms", type=int, default=None,
@@ -508,6 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _doing(f"running `{args.command}`")
     if getattr(args, "out_dtype", "x") is None:
         # D defaults to the input type; an unsupported --dtype is reported once, for --dtype
         args.out_dtype = args.dtype if args.dtype in ("bf16", "fp16") else "bf16"
@@ -517,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"argus-cutlass: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("argus-cutlass: interrupted", file=sys.stderr)
+        print(f"\nargus-cutlass: interrupted (Ctrl-C) while {_ACTIVITY[0]}", file=sys.stderr)
         return 130
 
 

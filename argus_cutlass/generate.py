@@ -68,7 +68,7 @@ Problem = GemmProblem | AttentionProblem
 __all__ = [
     "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_many", "check", "compile_kernel",
     "compile_many", "configure", "generate", "kernel_label", "kernel_name", "load", "render", "require_proved", "run",
-    "run_many", "time_kernel", "verify",
+    "run_many", "time_kernel", "verify", "write_sources",
 ]
 
 #: where a configuration came from (:func:`configure`)
@@ -267,6 +267,14 @@ class GeneratedKernel:
         return self.program.fingerprint()
 
     @property
+    def header(self) -> str:
+        """The ``<name>.h`` text: the ``extern "C"`` exports of :attr:`source`, every argument and
+        return code documented (:func:`argus_cutlass.render.header.render_header`)."""
+        from argus_cutlass.render.header import render_header
+
+        return render_header(self.program)
+
+    @property
     def k_bound_bits(self) -> int | None:
         """The k-loop proofs hold for ``K < 2**k_bound_bits``."""
         loop = getattr(self.program, "kloop", None)
@@ -287,6 +295,27 @@ def generate(cfg: Config, problem: Problem | None = None, *, smt: bool | None = 
     report = verify(program, smt=smt, smt_timeout_ms=smt_timeout_ms, notes=notes)
     require_proved(report, allow_unknown=allow_unknown)
     return GeneratedKernel(program.kernel_name(), cfg, problem, program, report, render(program, report))
+
+
+def write_sources(out_dir: str | Path, program: Any, source: str) -> tuple[Path, Path]:
+    """Write ``<name>.cu`` and ``<name>.h`` (:func:`argus_cutlass.render.header.render_header`) of a
+    rendered ``program`` into ``out_dir``, each to a temporary name first, then renamed.
+
+    Returns:
+        the two paths ``(cu, h)``.
+    """
+    import os
+
+    from argus_cutlass.render.header import render_header
+
+    out = Path(out_dir)
+    name = program.kernel_name()
+    paths = (out / f"{name}.cu", out / f"{name}.h")
+    for path, text in zip(paths, (source, render_header(program))):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return paths
 
 
 def _job(kernel: GeneratedKernel) -> Any:
@@ -718,8 +747,9 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
     compile (when nvcc exists), load, check and time (on a Hopper GPU), cuBLAS beside it.
 
     Args:
-        on_stage: called as ``on_stage(stage, result)`` after each stage (progress printing).
-        out_dir: write ``<kernel>.cu`` after rendering and ``<kernel>.json`` (:meth:`RunResult.record`)
+        on_stage: called as ``on_stage(stage, result)`` after each stage (progress printing), and
+            with ``"compile_start"`` just before nvcc runs.
+        out_dir: write ``<kernel>.cu`` and ``<kernel>.h`` (:func:`write_sources`) after rendering and ``<kernel>.json`` (:meth:`RunResult.record`)
             at the end, also when the verifier rejected the program.
 
     Returns:
@@ -749,7 +779,7 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
                 raise result.error  # type: ignore[misc]  # no program, or not printable: an error
             return result
         if out is not None:
-            (out / f"{result.name}.cu").write_text(result.source or "")
+            write_sources(out, result.program, result.source or "")
             clock.done("write")
         if not options.compile:
             result.skipped["compile"] = "compile=False"
@@ -758,6 +788,7 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
         if toolchain is None:
             clock.done("compile")
             return result
+        clock.done("compile_start")  # progress: nvcc starts (30-60 s unless the cache has it)
         result.artifact = clock.stage("compile", compile_kernel, result.kernel, toolchain=toolchain)
         result.status = "compiled"
         clock.done("compile")

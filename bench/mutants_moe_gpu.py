@@ -1,99 +1,247 @@
 """Build every planted mistake of the MoE catalogue WITHOUT the verifier; run it on a Hopper GPU.
 
-    python3 bench/mutants_moe_gpu.py --out OUTDIR [--ids a,b]
+    python3 bench/mutants_moe_gpu.py --out OUTDIR [--ids a,b] [--timeout 60] [--jobs N] [--skip-large]
 
-For each mutant of ``argus_cutlass/testing/mutants_moe.toml`` (and the unmutated base layer of each
-base problem first, which must pass): render the mutated layer (``render_moe``, no verifier), nvcc
-it, run it on T = 300 tokens (uniform routing; -1 padding in two slots for the ``invalid_ids``
-class) with the output poisoned, compare with the fp32 reference. Outcomes: ``compile_error``,
-``launch_error``, ``wrong`` (silicon shows the mistake), ``silent`` (ran correct on this input),
-``ok`` (baselines). Writes ``OUTDIR/mutants_moe_gpu.json`` and ``.md``; exit 1 when a baseline fails.
+For each mutant of ``argus_cutlass/testing/mutants_moe.toml`` and the unmutated layer of each base
+it runs on (the baselines, which must pass): render the layer (``render_moe``, no verifier), build
+all of them in one parallel nvcc batch (``--jobs``), then run each in its own spawned process (a
+hung kernel or a sticky CUDA fault kills only that process; ``--timeout`` seconds per problem)
+on its problems (``argus_cutlass.testing.mutants_moe.GPU_PROBLEMS``: the base's 300-token default
+plus the problems the entry names, e.g. groups of exactly 128 rows for ``rank_off_by_one``, 2048
+skewed tokens for ``gu_step_delta``, T = 2^19 + 256 at H = 4096 for the int32 index mutants). The
+output y AND the workspace are poisoned (0xFF bytes: NaN) before every run, so a tile the kernel
+skips cannot inherit correct data from an earlier run in the same allocator block.
+
+Outcomes per kernel: ``compile_error``, ``crashed`` (launch error / device fault), ``hung``,
+``wrong`` (silicon shows the mistake), ``silent`` (correct on every problem), ``ok`` (baselines).
+Writes ``OUTDIR/mutants_moe_gpu.json`` and ``.md``; exit 1 when a baseline is not ``ok``.
+``--skip-large`` leaves out ``wide_int32_wrap`` (13 GB of device memory, ~1 min with its inputs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 try:
     import argus_cutlass.templates  # noqa: F401
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from argus_cutlass.testing.mutants_moe import base_layer, load_moe_catalogue, mutant_layer  # noqa: E402
+from argus_cutlass.testing.mutants_moe import (  # noqa: E402
+    GPU_PROBLEMS,
+    base_layer,
+    gpu_problems_of,
+    load_moe_catalogue,
+    mutant_layer,
+)
 
-TOKENS = 300
+SETUP_TIMEOUT_S = 120.0
 
 
-def _run_layer(layer, name: str, cls: str) -> dict:
+def _inputs(problem, routing: str, sizes, seed: int):
+    """(x, ids, w, w13, w2) on the GPU; large T draws x on the device (a CPU randn of 2^31 values
+    would take a minute)."""
     import torch
 
-    from argus_cutlass.build.nvcc import compile_cu
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.kernels.moe.check import fp32_layer, make_inputs
-    from argus_cutlass.kernels.moe.library import MoEKernelLibrary
-    from argus_cutlass.kernels.moe.problem import MoEProblem
-    from argus_cutlass.render.moe import render_moe
+    from argus_cutlass.kernels.moe.check import make_inputs
+    from argus_cutlass.kernels.moe.routing import make_routing
 
+    if problem.tokens * problem.hidden < 2**26:
+        return make_inputs(problem, routing, seed, sizes)
+    p = problem
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dt = torch.bfloat16 if p.dtype == "bf16" else torch.float16
+    x = torch.randn(p.tokens, p.hidden, generator=g, device="cuda", dtype=dt)
+    w13 = (torch.randn(p.experts, 2 * p.ffn, p.hidden, generator=g, device="cuda") / p.hidden ** 0.5).to(dt)
+    w2 = (torch.randn(p.experts, p.hidden, p.ffn, generator=g, device="cuda") / p.ffn ** 0.5).to(dt)
+    ids, w = make_routing(routing, p.tokens, p.experts, p.topk, seed=seed, sizes=sizes)
+    return x, torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda(), w13, w2
+
+
+def _child(conn: Any, so_path: str, name: str, layer: Any, problems: list[str], cls: str, seed: int) -> None:
+    started = False
     try:
-        src = render_moe(layer)
-        art = compile_cu(src, layer.kernel_name(), "shared", key_parts=(f"program={layer.fingerprint()}",))
-    except ArgusError as exc:
-        return {"id": name, "outcome": "compile_error", "detail": str(exc)[:500]}
-    p = MoEProblem(TOKENS, layer.experts, layer.topk, layer.hidden, layer.ffn, layer.dtype)
-    x, ids, w, w13, w2 = make_inputs(p, seed=11)
-    if cls == "invalid_ids":
-        ids[3, 0] = -1
-        ids[7, p.topk - 1] = -1
+        import torch
+
+        from argus_cutlass.kernels.moe.check import fp32_layer
+        from argus_cutlass.kernels.moe.library import MoEKernelLibrary
+        from argus_cutlass.kernels.moe.problem import MoEProblem
+
+        lib = MoEKernelLibrary(so_path, name, layer)
+        conn.send({"ready": True})
+        for label in problems:
+            gp = GPU_PROBLEMS[label]
+            conn.send({"start": label})
+            started = True
+            t0 = time.perf_counter()
+            p = MoEProblem(gp.tokens, layer.experts, layer.topk, layer.hidden, layer.ffn, layer.dtype)
+            x, ids, w, w13, w2 = _inputs(p, gp.routing, gp.sizes, seed)
+            if cls == "invalid_ids":
+                ids[3, 0] = -1
+                ids[7, p.topk - 1] = -1
+            ws = torch.full((lib.workspace_bytes(p.tokens),), 0xFF, dtype=torch.uint8, device="cuda")
+            y = torch.full_like(x, float("nan"))
+            try:
+                lib(x, ids.int().contiguous(), w.float().contiguous(), w13, w2, y, ws, p.tokens,
+                    torch.cuda.current_stream().cuda_stream)
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001 - a launch error or a device fault is an outcome
+                conn.send({"problem": label, "outcome": "crashed", "detail": f"{type(exc).__name__}: {exc}"[:800]})
+                break
+            if gp.sample is None:
+                sel = torch.arange(p.tokens, device="cuda")
+            else:
+                head, tail = gp.sample
+                sel = torch.cat([torch.arange(head, device="cuda"),
+                                 torch.arange(p.tokens - tail, p.tokens, device="cuda")])
+            ref = fp32_layer(x[sel], ids[sel], w[sel], w13, w2)
+            err = float((y[sel].float() - ref).abs().max())
+            ok = err == err and err < 3e-2
+            conn.send({"problem": label, "outcome": "ok" if ok else "wrong", "max_err": err,
+                       "seconds": round(time.perf_counter() - t0, 2)})
+            del x, y, ws
+            torch.cuda.empty_cache()
+    except BaseException as exc:  # noqa: BLE001
+        conn.send({"problem": "?" if started else "setup", "outcome": "crashed" if started else "error",
+                   "detail": f"{type(exc).__name__}: {str(exc)[:800]}"})
+    finally:
+        conn.send(None)
+        conn.close()
+        os._exit(0)
+
+
+def run_job(so_path: str, name: str, layer: Any, problems: list[str], cls: str, timeout_s: float,
+            seed: int = 11) -> list[dict]:
+    """Run one built layer over ``problems`` in a spawned child; a problem silent for ``timeout_s``
+    is ``hung`` and the child is killed."""
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, so_path, name, layer, problems, cls, seed), daemon=True)
+    proc.start()
+    send.close()
+    rows: list[dict] = []
+    current, limit = None, SETUP_TIMEOUT_S
     try:
-        lib = MoEKernelLibrary(art.path, layer.kernel_name(), layer)
-        ws = torch.empty(lib.workspace_bytes(TOKENS), dtype=torch.uint8, device="cuda")
-        y = torch.full_like(x, float("nan"))
-        lib(x, ids.int().contiguous(), w.float().contiguous(), w13, w2, y, ws, TOKENS,
-            torch.cuda.current_stream().cuda_stream)
-        torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - a crash is an outcome
-        return {"id": name, "outcome": "launch_error", "detail": f"{type(exc).__name__}: {exc}"[:500]}
-    ref = fp32_layer(x, ids, w, w13, w2)
-    err = float((y.float() - ref).abs().max())
-    ok = err == err and err < 3e-2
-    return {"id": name, "outcome": "ok" if ok else "wrong", "max_err": err}
+        while True:
+            if not recv.poll(limit):
+                rows.append({"problem": current or "setup", "outcome": "hung" if current else "error",
+                             "detail": f"no message for {limit:g} s; child killed"})
+                break
+            try:
+                msg = recv.recv()
+            except EOFError:
+                rows.append({"problem": current or "setup", "outcome": "crashed",
+                             "detail": f"child died (exit {proc.exitcode})"})
+                break
+            if msg is None:
+                break
+            if "ready" in msg:
+                limit = timeout_s
+            elif "start" in msg:
+                current = msg["start"]
+                # the int32-wrap problem draws 13 GB of inputs and an fp32 reference first
+                limit = timeout_s * (4 if GPU_PROBLEMS[current].tokens > 100_000 else 1)
+            else:
+                rows.append(msg)
+                current = None
+    finally:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(30)
+        recv.close()
+    return rows
+
+
+_SEVERITY = ("error", "compile_error", "hung", "crashed", "wrong", "ok")
+
+
+def _overall(rows: list[dict]) -> str:
+    for o in _SEVERITY:
+        if any(r["outcome"] == o for r in rows):
+            return o
+    return "error"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--ids", default="")
+    ap.add_argument("--ids", default="", help="comma-separated mutant ids (default: all)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds one problem may run")
+    ap.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: CPU count)")
+    ap.add_argument("--skip-large", action="store_true", help="leave out the 13 GB int32-wrap problem")
     args = ap.parse_args(argv)
+    from argus_cutlass.build.nvcc import CompileError, CompileJob, compile_many
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.render.moe import render_moe
+
     cat = load_moe_catalogue()
     ids = [s for s in args.ids.split(",") if s]
+    unknown = sorted(set(ids) - set(cat))
+    if unknown:
+        ap.error(f"unknown mutant id(s) {unknown}")
     chosen = [m for m in cat.values() if not ids or m.id in ids]
-    results, bad_base = [], False
-    bases = {}
+    t0 = time.perf_counter()
+
+    def probs(m):
+        return [p for p in gpu_problems_of(m) if not (args.skip_large and GPU_PROBLEMS[p].tokens > 100_000)]
+
+    # jobs: (id, cls, layer, problems); one baseline per silicon base, over the union of its problems
+    jobs: list[tuple[str, str, Any, list[str], dict]] = []
+    bases: dict[str, tuple[Any, list[str]]] = {}
     for m in chosen:
-        key = tuple(sorted(m.base.items()))
-        if key not in bases:
-            r = _run_layer(base_layer(m, TOKENS), f"base{dict(key)}", "base")
-            bases[key] = r
-            results.append(r)
-            print(r, flush=True)
-            bad_base |= r["outcome"] != "ok"
-        r = _run_layer(mutant_layer(m), m.id, m.cls)
-        r.update(rule=m.rule, cls=m.cls, story=m.story)
-        if r["outcome"] == "ok":
-            r["outcome"] = "silent"
+        bname = m.gpu_base_name or GPU_PROBLEMS[gpu_problems_of(m)[0]].base
+        layer, plist = bases.setdefault(bname, (base_layer(m, gpu=True), []))
+        plist.extend(p for p in probs(m) if p not in plist)
+    for bname, (layer, plist) in bases.items():
+        if plist:
+            jobs.append((f"base_{bname}", "baseline", layer, plist, {}))
+    for m in chosen:
+        if probs(m):
+            jobs.append((m.id, m.cls, mutant_layer(m, gpu=True), probs(m),
+                         {"rule": m.rule, "cls": m.cls, "story": m.story}))
+    results: list[dict] = []
+    printed, compile_jobs = [], []
+    for jid, cls, layer, plist, meta in jobs:
+        try:
+            src = render_moe(layer)
+        except ArgusError as exc:
+            results.append({"id": jid, **meta, "outcome": "compile_error", "detail": f"not printable: {exc}"[:800]})
+            continue
+        printed.append((jid, cls, layer, plist, meta))
+        compile_jobs.append(CompileJob(src, layer.kernel_name(), "shared", (), (f"program={layer.fingerprint()}",)))
+    arts = compile_many(compile_jobs, args.jobs, return_exceptions=True)
+    print(f"built {len(arts)} layers in {time.perf_counter() - t0:.0f} s", flush=True)
+    for (jid, cls, layer, plist, meta), art in zip(printed, arts):
+        if isinstance(art, CompileError):
+            r = {"id": jid, **meta, "outcome": "compile_error", "detail": str(art)[:800]}
+        else:
+            rows = run_job(str(art.path), layer.kernel_name(), layer, plist, cls, args.timeout)
+            outcome = _overall(rows)
+            if outcome == "ok" and cls != "baseline":
+                outcome = "silent"
+            r = {"id": jid, **meta, "outcome": outcome, "problems": rows, "registers": art.registers,
+                 "spill_bytes": art.spill_bytes}
         results.append(r)
-        print(r, flush=True)
+        print({k: v for k, v in r.items() if k != "story"}, flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "mutants_moe_gpu.json").write_text(json.dumps(results, indent=2))
-    lines = ["| id | class | rule | outcome | max err |", "|---|---|---|---|---|"]
-    lines += [f"| {r['id']} | {r.get('cls', '')} | {r.get('rule', '')} | {r['outcome']} | {r.get('max_err', '')} |"
-              for r in results]
+    (out / "mutants_moe_gpu.json").write_text(json.dumps(results, indent=2, default=str))
+    lines = ["| id | class | rule | outcome | problems (outcome, max err) |", "|---|---|---|---|---|"]
+    for r in results:
+        cells = "; ".join(f"{p['problem']}: {p['outcome']} {p.get('max_err', '')}" for p in r.get("problems", []))
+        lines.append(f"| {r['id']} | {r.get('cls', 'baseline')} | {r.get('rule', '')} | {r['outcome']} | {cells} |")
     (out / "mutants_moe_gpu.md").write_text("\n".join(lines) + "\n")
-    return 1 if bad_base else 0
+    bad = [r["id"] for r in results if r.get("cls", "baseline") == "baseline" and r["outcome"] != "ok"]
+    print(f"{time.perf_counter() - t0:.0f} s; baselines not ok: {bad}" if bad else f"{time.perf_counter() - t0:.0f} s")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import statistics
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="cuDNN attention is measured through torch SDPA")
+torch = pytest.importorskip("torch", reason="torch is not installed (cuDNN attention is measured through torch SDPA)")
 
 pytestmark = pytest.mark.gpu
 

@@ -28,7 +28,7 @@ import pytest
 
 from argus_cutlass.settings import settings
 
-torch = pytest.importorskip("torch", reason="the cuBLAS baseline is measured through torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (the cuBLAS baseline is measured through it)")
 
 pytestmark = pytest.mark.gpu
 

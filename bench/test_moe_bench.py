@@ -9,6 +9,10 @@ checked against fp32 first, then ours and the baseline are timed alternately for
 (each the median of CUDA-event timings with L2 flushed), the result the median of the rounds. The
 table has the activated-weight floor at 4.3 TB/s (``MoEProblem.floor_ms`` on the measured routing's
 counts) and the vLLM column of ANCHORS.md as a reference (measured in another run: compare ratios).
+The layer timed is the one :func:`argus_cutlass.api.moe` runs: the configuration
+``kernels/moe/heuristics.py::default_config`` picks for the cell's T (column ``config``: ``m64`` the
+small-T path for T <= 256, ``m128`` the large-T default). ``ARGUS_MOE_BENCH_COMPARE=1`` also times
+the 128-row default in the small-T cells (column ``m128 ms``), interleaved with the other two.
 """
 
 from __future__ import annotations
@@ -46,30 +50,43 @@ ROWS: list[str] = []
 def test_moe_cell(model, tokens):
     from argus_cutlass.api import moe_kernel
 
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
     p = MoEProblem.for_model(model, tokens)
-    lib = moe_kernel(p, smt=False)
+    cfg = default_config(p)
+    lib = moe_kernel(p, cfg, smt=False)
     chk = run_and_check(lib, p)
     assert chk.ok, chk
     x, ids, w, w13, w2 = make_inputs(p, seed=1)
     ws = torch.empty(lib.workspace_bytes(tokens), dtype=torch.uint8, device="cuda")
-    ours, base = [], []
+    alt = None
+    if os.environ.get("ARGUS_MOE_BENCH_COMPARE") and cfg.tile_m != 128:
+        alt = moe_kernel(p, MoEConfig(dtype=p.dtype), smt=False)
+        ws_alt = torch.empty(alt.workspace_bytes(tokens), dtype=torch.uint8, device="cuda")
+    ours, base, other = [], [], []
     for _ in range(ROUNDS):
         ours.append(time_fn(lambda: lib.forward(x, ids, w, w13, w2, workspace=ws, padding="unchecked"), iters=20))
         base.append(time_fn(lambda: grouped_mm_layer(x, ids, w, w13, w2), iters=20))
+        if alt is not None:
+            other.append(time_fn(lambda: alt.forward(x, ids, w, w13, w2, workspace=ws_alt, padding="unchecked"),
+                                 iters=20))
     o, b = statistics.median(ours), statistics.median(base)
+    m128 = f"{statistics.median(other):.3f}" if other else "-"
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
     floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
     v = VLLM_MS.get((model, tokens))
     need = VLLM_RATIO.get((model, tokens))
-    ROWS.append(f"| {model} | {tokens} | {o:.3f} | {b:.3f} | {b / o:.2f} | {v if v else '-'} | "
-                f"{need if need else '-'} | {floor:.3f} | {o / floor:.2f} |")
+    ROWS.append(f"| {model} | {tokens} | m{cfg.tile_m} | {o:.3f} | {m128} | {b:.3f} | {b / o:.2f} | "
+                f"{v if v else '-'} | {need if need else '-'} | {floor:.3f} | {o / floor:.2f} |")
     print(ROWS[-1])
 
 
 def teardown_module(module):
     table = os.environ.get("ARGUS_BENCH_TABLE")
-    head = ("| model | T | ours ms | _grouped_mm ms | speedup | vLLM ms (ANCHORS) | speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor |\n"
-            "|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| model | T | config | ours ms | m128 ms | _grouped_mm ms | speedup | vLLM ms (ANCHORS) | "
+            "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n")
     if table and ROWS:
         with open(table, "w") as f:
             f.write(head + "\n".join(ROWS) + "\n")

@@ -1,6 +1,7 @@
 """Tune the attention benchmark grid on a Hopper GPU and write the entries shipped in ``agent/tuned_h200.json``.
 
     python3 bench/tune_attention_grid.py --out OUTDIR [--limit 4] [--seqlens 512,2048] [--variants]
+                                         [--epilogues direct,quad16]
 
 For every cell of ``bench/test_attention_bench.py``'s grid (bf16, 16k tokens, D in {64, 128, 256},
 S in {512, 2048, 8192, 16384}, causal and not): the first ``--limit`` candidates of
@@ -13,7 +14,9 @@ and ``OUTDIR/tuned_attention.md`` (per cell: every candidate's time, the winner,
 
 ``--variants`` replaces the space's ranking by the tile-transition knobs around two bases, the
 configured entry (:func:`argus_cutlass.generate.configure`) and FA3's tile: each with ``q_stages``
-1 / 2 and ``prefetch_q`` off / on, where the verifier's resource rules accept them.
+1 / 2 and ``prefetch_q`` off / on, each with every O epilogue of ``--epilogues`` (``direct``: 4-byte
+stores from the accumulator layout; ``quad16``: 16-byte stores after the quad's lane exchange), where
+the verifier's resource rules accept them.
 ``--seqlens`` restricts the grid to those sequence lengths.
 """
 
@@ -48,14 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--seqlens", default="", help="comma-separated S values of the grid to tune (default: all)")
     ap.add_argument("--variants", action="store_true",
-                    help="candidates: q_stages x prefetch_q around the configured entry and FA3's tile")
+                    help="candidates: q_stages x prefetch_q x epilogue around the configured entry and FA3's tile")
+    ap.add_argument("--epilogues", default="direct,quad16",
+                    help="comma-separated O epilogues the --variants candidates take (AttentionConfig.epilogue)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     seqlens = {int(x) for x in args.seqlens.split(",") if x}
     cells = [(cell, _problem(*cell)) for cell in GRID if not seqlens or cell[1] in seqlens]
-    cands = {cell: (_variants(p) if args.variants else candidates(p, limit=args.limit)) for cell, p in cells}
+    epilogues = tuple(x for x in args.epilogues.split(",") if x)
+    cands = {cell: (_variants(p, epilogues) if args.variants else candidates(p, limit=args.limit))
+             for cell, p in cells}
     libs = build_many([c for cs in cands.values() for c in cs])
     print(f"built {len(libs)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
     gpu = gpu_name() or DEFAULT_GPU
@@ -91,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             c, n = cfg_of[k]
             lines.append(f"| {p.head_dim} | {p.seqlen_q} | {'yes' if p.causal else 'no'} | {c.tile_m}x{c.tile_n}, "
                          f"s{c.stages}, q{c.q_stages}{', pf' if c.prefetch_q else ''}, {'pp' if c.pingpong else 'no pp'}, "
+                         f"{'' if c.epilogue == 'direct' else c.epilogue + ', '}"
                          f"{'dynamic' if c.dynamic_scheduler else 'static'} | {ours[k]:.3f} | "
                          f"{p.flops / ours[k] / 1e9:.0f} | {med.get('cudnn', float('nan')):.3f} | "
                          f"{'**best**' if k == best else ''} |")
@@ -104,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _variants(p) -> list:  # noqa: ANN001
-    """q_stages x prefetch_q around the configured entry, FA3's tile and the widest kv block (up to the
-    configured one) that fits two Q stages (feasible ones, one per program)."""
+def _variants(p, epilogues: tuple[str, ...] = ("direct", "quad16")) -> list:  # noqa: ANN001
+    """q_stages x prefetch_q x ``epilogues`` around the configured entry, FA3's tile and the widest kv
+    block (up to the configured one) that fits two Q stages (feasible ones, one per program)."""
     from argus_cutlass.generate import configure
     from argus_cutlass.kernels.attention.heuristics import default_config
     from argus_cutlass.kernels.attention.space import feasible, program_name
@@ -120,10 +128,11 @@ def _variants(p) -> list:  # noqa: ANN001
     for base in bases:
         for q in (1, 2):
             for pf in (False, True):
-                cfg = base.replace(q_stages=q, prefetch_q=pf)
-                if feasible(cfg)[0] and program_name(cfg) not in seen:
-                    seen.add(program_name(cfg))
-                    out.append(cfg)
+                for epi in epilogues:
+                    cfg = base.replace(q_stages=q, prefetch_q=pf, epilogue=epi)
+                    if feasible(cfg)[0] and program_name(cfg) not in seen:
+                        seen.add(program_name(cfg))
+                        out.append(cfg)
     return out
 
 

@@ -123,6 +123,18 @@ _FRAME = re.compile(
 _USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 _C7510 = re.compile(r"C7510|wgmma\.mma_async instructions are serialized", re.IGNORECASE)
 _ERROR = re.compile(r"\berror\b|\bfatal\b|undefined reference", re.IGNORECASE)
+#: nvcc's report of a compiler stage killed by SIGINT (Ctrl-C reaches the whole process group)
+_INTERRUPTED = re.compile(r"died due to signal 2\b")
+
+
+def interrupted(returncode: int, log: str) -> bool:
+    """True when nvcc (or a stage it ran: cudafe++, cicc, ptxas) was stopped by Ctrl-C (SIGINT), not by a
+    compile error: a negative SIGINT exit, the shell's 130, or nvcc's ``died due to signal 2`` line.
+
+    >>> interrupted(2, "nvcc error   : 'cudafe++' died due to signal 2 "), interrupted(1, "error: x")
+    (True, False)
+    """
+    return returncode in (-2, 130) or bool(_INTERRUPTED.search(log))
 
 
 def parse_ptxas_resources(log: str) -> tuple[FunctionResources, ...]:
@@ -300,6 +312,7 @@ def compile_cu(
             ``.log`` the full log, also kept under ``<cache>/kernels/failed/<key>/``),
             ``nvcc.timeout`` (ran past ``ARGUS_NVCC_TIMEOUT`` seconds),
             ``ptxas.C7510`` (wgmma serialized), ``nvcc.kind`` (unknown kind).
+        KeyboardInterrupt: nvcc was stopped by Ctrl-C (:func:`interrupted`); nothing is cached.
     """
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise CompileError("nvcc.name", f"kernel name {name!r} is not a C identifier")
@@ -337,6 +350,9 @@ def compile_cu(
             ) from None
         seconds = time.perf_counter() - t0
         log = f"$ {' '.join(full)}\n" + (proc.stdout or "") + (proc.stderr or "")
+        if proc.returncode != 0 and interrupted(proc.returncode, log):
+            # Ctrl-C: not a compiler failure; nothing is cached or kept as a failed build
+            raise KeyboardInterrupt(f"nvcc building {name} was interrupted")
         if proc.returncode != 0 or not out_path.is_file():
             log_path = cache.store_failure(key, name, log, source)
             raise CompileError(
@@ -427,8 +443,13 @@ def compile_many(
         except CompileError as err:
             return err
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
         results = list(pool.map(one, job_list))
+    except KeyboardInterrupt:  # Ctrl-C: start no queued build, wait for the running ones to stop
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     if not return_exceptions:
         for r in results:
             if isinstance(r, CompileError):

@@ -453,7 +453,8 @@ class ProgramBuilder:
         return node
 
     def row_output(self, acc: Tensor, dst: Tensor, lse: Tensor, *, normalize: bool = True, row_mask: bool = True,
-                   row_offset: int = 0, head: str = "q", name: str = "output") -> RowOutput:
+                   row_offset: int = 0, head: str = "q", name: str = "output", store_mode: str = "direct",
+                   shuffle: tuple[int, ...] = (), group_cols: int = 8, lane_cols: int = 2) -> RowOutput:
         """Attention's epilogue: O accumulator ``acc`` -> gmem ``dst`` (and the LSE into ``lse``);
         see :class:`RowOutput`.
 
@@ -467,7 +468,8 @@ class ProgramBuilder:
                        "gmem")
         if dst.tag is None or lse.tag is None:
             _dsl_error("dsl.untagged", loc, f"row output destinations {dst.name!r} / {lse.name!r} carry no tag")
-        node = RowOutput(name, acc.name, dst.name, lse.name, normalize, row_mask, row_offset, loc, head)
+        node = RowOutput(name, acc.name, dst.name, lse.name, normalize, row_mask, row_offset, loc, head, store_mode,
+                         tuple(shuffle), group_cols, lane_cols)
         self._single["output"] = node
         return node
 

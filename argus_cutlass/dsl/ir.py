@@ -751,6 +751,17 @@ class RowOutput:
     The register -> row map is CuTe's ``CLayout_64xN`` (PTX ISA 9.7.15.4) with the row shifted
     by ``row_offset`` modulo the 64-row atom (0 in a correct kernel). ``head`` is the head mode
     the store addresses (``"q"``: the query head).
+
+    The store map: a thread's registers hold packed pairs ``P[j]`` (columns ``8 j + 2 (lane % 4)``
+    and ``+ 1`` of its row, for each 8-column block ``j``). ``store_mode`` ``"direct"``: each pair is
+    one 4-byte store at column ``group_cols * j + lane_cols * (lane % 4)`` (8 and 2 in a correct
+    kernel). ``"quad16"``: per group ``g`` of 4 blocks the thread's words ``w[k] = P[4 g + k]`` go
+    through the butterfly stages ``shuffle`` (stage mask ``b``: the lane whose bit ``b`` is set sends
+    ``w[k]`` and takes the partner's word into ``w[k]``, the other sends ``w[k ^ b]`` and takes into
+    ``w[k ^ b]``, for every ``k`` with ``k & b == 0``; partner ``lane ^ b`` through
+    ``__shfl_xor_sync``), then ``w[0..3]`` are one 16-byte store at column ``group_cols * g +
+    lane_cols * (lane % 4)`` ((2, 1), 32 and 8 in a correct kernel). Every lane shuffles; the row
+    mask guards the store only.
     """
 
     name: str
@@ -762,8 +773,22 @@ class RowOutput:
     row_offset: int
     loc: SourceLoc
     head: str = "q"
+    store_mode: str = field(default="direct", metadata=_CANON_SKIP)
+    shuffle: tuple[int, ...] = field(default=(), metadata=_CANON_SKIP)
+    group_cols: int = field(default=8, metadata=_CANON_SKIP)
+    lane_cols: int = field(default=2, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
+        if self.store_mode not in ("direct", "quad16"):
+            _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: store_mode {self.store_mode!r}: expected "
+                       "'direct' or 'quad16'")
+        if not isinstance(self.shuffle, tuple) or not all(isinstance(b, int) and not isinstance(b, bool)
+                                                          for b in self.shuffle):
+            _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: shuffle must be a tuple of lane masks")
+        for f in ("group_cols", "lane_cols"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool):
+                _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: {f} must be an int")
         for f in ("normalize", "row_mask"):
             if not isinstance(getattr(self, f), bool):
                 _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: {f} must be a bool")

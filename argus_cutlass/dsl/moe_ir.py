@@ -16,9 +16,14 @@ combine        :class:`Combine`: ``y[t] = sum_j w[t, j] * out[permuted_row[t, j]
 ============== =========================================================================
 
 :class:`IndexWidth` nodes name every index product the templates print with its C type: the
-verifier bounds it for ``T <= 2^tokens_bits``. Everything the templates print is a field here or in
-the two GEMM programs (``tests/unit/test_moe_layer.py`` mutates every field and requires a changed
-``.cu``).
+renderer prints each product *from* the node (``ctype(variable) * constant ...``, the constants
+named by ``factors`` through :data:`FACTOR_CPP`) and the verifier bounds that same product for
+``T <= 2^tokens_bits``; both read :data:`INDEX_SITES` (which product each index is, and which
+sizes bound its variable), so a node that disagrees with the site is refused by the verifier
+(``moe.index_width``) or by the renderer (an unknown factor). Every other quantity the templates
+print is a field here or in the two GEMM programs; ``tests/unit/test_moe_coupling.py`` mutates
+every field of the routing, combine, index and layer nodes (and the MoE fields of the GEMM
+programs) and requires a changed compiled ``.cu`` or a refusal by the DSL, renderer or verifier.
 """
 
 from __future__ import annotations
@@ -30,10 +35,62 @@ from typing import Any
 
 from argus_cutlass.dsl.ir import Program, SourceLoc, _canonical, _dsl_error, _edit
 
-__all__ = ["Combine", "IndexWidth", "MoELayer", "Routing", "CTYPES"]
+__all__ = ["Combine", "FACTOR_CPP", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing", "CTYPES",
+           "MAX_EXPERTS", "MAX_CTA_THREADS"]
 
 #: index C types and their largest value
 CTYPES = {"int32_t": 2**31 - 1, "int64_t": 2**63 - 1, "uint32_t": 2**32 - 1}
+#: the signed index C types (a -1 sentinel survives them)
+SIGNED_CTYPES = ("int32_t", "int64_t")
+#: the route_scan kernel holds one expert per thread of one 1024-thread CTA
+MAX_EXPERTS = 1024
+#: CUDA's limit on the threads of one CTA
+MAX_CTA_THREADS = 1024
+
+#: how the constant factors of an index product are printed (the first factor is the site's variable)
+FACTOR_CPP = {"k": "kTopk", "H": "kHidden", "I": "kFfn", "2I": "(2 * kFfn)", "E": "kExperts", "N_blocks": "tiles_n"}
+
+
+@dataclass(frozen=True)
+class IndexSite:
+    """What one index node means: the product ``factors`` the kernel computes (``factors[0]`` the
+    variable, printed ``ctype(variable)``, the others constants of :data:`FACTOR_CPP`), the size
+    bounding the variable (``"last"``: it is at most ``size - 1``; ``"extent"``: the size itself is
+    printed), the largest term added to the product (sizes, each contributing ``size - 1``), a C
+    type the hardware fixes (``None``: free), whether a ``-1`` sentinel must survive, the program
+    points that print it, and how the variable is printed there."""
+
+    factors: tuple[str, ...]
+    var: str
+    addend: tuple[str, ...]
+    fixed_ctype: str | None
+    signed: bool
+    points: str
+
+
+#: every index the MoE templates print, shared by the renderer (``render/moe.py``) and the verifier
+#: (``verify/moe.py::_check_index_width``)
+INDEX_SITES: dict[str, IndexSite] = {
+    # s = t * k + j (combine, weights), rows = T * k, s = chunk_id * kChunk + threadIdx (route_*)
+    "routed_row": IndexSite(("T", "k"), "extent", ("chunk",), None, False,
+                            "route_count / route_permute s and rows, combine t * kTopk + j"),
+    # a row of xs / h / out, the offsets, the stored permuted_row array (-1: a skipped slot)
+    "permuted_row": IndexSite(("rows",), "extent", (), None, True,
+                              "route_permute pos, permuted_row[], offsets[], combine row[]"),
+    # t * H: x and y rows
+    "x_offset": IndexSite(("T", "H"), "last", (), None, False, "route_permute gather x, combine store y"),
+    # row * H: xs and out rows
+    "xs_offset": IndexSite(("rows", "H"), "last", (), None, False, "route_permute gather xs, combine load out"),
+    # chunk * E + e: the per-CTA histograms
+    "block_count": IndexSite(("chunks", "E"), "last", ("E",), None, False, "route_count / route_scan / route_permute"),
+    # expert * 2I + row: W13's TMA row coordinate and extent (PTX cp.async.bulk.tensor coordinates are .s32)
+    "w13_row": IndexSite(("E", "2I"), "extent", (), "int32_t", False, "gate+up b_mn0, W13 tensor map rows"),
+    # expert * H + row: W2's TMA row coordinate and extent
+    "w2_row": IndexSite(("E", "H"), "extent", (), "int32_t", False, "down b_mn0, W2 tensor map rows"),
+    # a grouped scheduler's unit u = cta + first * step, advanced by stride * step
+    "tile_unit": IndexSite(("tiles", "N_blocks"), "extent", ("walk",), None, False,
+                           "moe/work.j2 Scheduler u, step, units"),
+}
 
 
 @dataclass(frozen=True)
@@ -48,7 +105,8 @@ class Routing:
       the group sizes padded to ``pad`` rows (``ceil(count_e / pad) * pad``; ``pad`` = the GEMMs'
       tile_m), so every group starts on a tile boundary;
     * ``permuted_row[s] = off_e + rank_base + #{s' < s : ids[s'] == e}`` (``rank`` ``stable``:
-      the order of (t, j) inside each group; ``rank_base`` 0 in a correct kernel), counted per
+      the order of (t, j) inside each group, the only rank the template prints and the verifier
+      accepts; ``rank_base`` 0 in a correct kernel), counted per
       CTA of ``chunk`` rows plus the exclusive scan of the earlier CTAs' counts of ``e``;
     * ``tile_expert[i] = e`` for the ``ceil(count_e / pad)`` m-tiles of group e; ``tiles_m`` =
       their number (empty groups get no tile);

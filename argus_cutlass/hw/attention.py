@@ -171,3 +171,74 @@ def load_head(kind: str, head: int, heads: int, kv_heads: int) -> int:
 def store_row(t: Any, h: Any, row_offset: int) -> Any:
     """``store_output``: the row (of the warpgroup's 64) where thread ``t`` stores its row half ``h``."""
     return (16 * (t // 32) + (t % 32) // 4 + 8 * h + row_offset) % 64
+
+
+#: 32-bit words one store of each ``RowOutput.store_mode`` writes (4-byte / 16-byte stores)
+STORE_WORDS = {"direct": 1, "quad16": 4}
+
+
+def quad_exchange(lanes: list[list[Any]], b: int) -> str | None:
+    """One butterfly stage of ``store_output`` (``quad16``) on the 32 lanes' word arrays, in place.
+
+    For each ``k < len(words)`` with ``k & b == 0``, in order (the template's unrolled loop): every
+    lane computes ``hi = lane & b != 0``, sends ``words[k]`` if ``hi`` else ``words[k ^ b]``
+    (``__shfl_xor_sync(~0u, send, b)``: it receives lane ``lane ^ b``'s send), and writes what it
+    received into ``words[k]`` if ``hi`` else ``words[k ^ b]``. Returns a message when the stage
+    names a register past the thread's words or a lane mask outside ``[1, 31]``, else None.
+
+    >>> lanes = [[(lane, k) for k in range(4)] for lane in range(32)]
+    >>> quad_exchange(lanes, 2), quad_exchange(lanes, 1)
+    (None, None)
+    >>> lanes[1]  # lane 1 now holds word 1 (column block 4 g + 1) of lanes 0..3: a transpose
+    [(0, 1), (1, 1), (2, 1), (3, 1)]
+    """
+    n = len(lanes[0])
+    if not 1 <= b <= 31:
+        return f"lane mask {b} is outside [1, 31] (shfl.sync.bfly within a warp)"
+    for k in range(n):
+        if k & b:
+            continue
+        kb = k ^ b
+        if kb >= n:
+            return f"stage {b} exchanges word {k} with word {kb}, past the thread's {n} words"
+        sent = [lanes[lane][kb if not (lane & b) else k] for lane in range(32)]
+        for lane in range(32):
+            lanes[lane][k if lane & b else kb] = sent[lane ^ b]
+    return None
+
+
+def output_store_map(out: Any, head_dim: int) -> tuple[list[tuple[int, ...]], str | None]:
+    """The elements ``store_output`` writes for one consumer warpgroup, as the template computes them
+    from the :class:`~argus_cutlass.dsl.ir.RowOutput` node ``out`` (``store_mode``, ``shuffle``,
+    ``group_cols``, ``lane_cols``, ``row_offset``).
+
+    Each record is ``(t, h, g, w, e, row, d, src_t, src_reg)``: thread ``t`` of the warpgroup, for its
+    row half ``h`` and store ``g``, writes word ``w`` element ``e`` at ``(row, d)`` of the warpgroup's
+    64 x ``head_dim`` tile, and that value is accumulator register ``src_reg`` of thread ``src_t``
+    (after the exchange). The second item is a message when the exchange itself is malformed.
+
+    >>> from types import SimpleNamespace as NS
+    >>> recs, err = output_store_map(NS(store_mode="quad16", shuffle=(2, 1), group_cols=32, lane_cols=8,
+    ...                                 row_offset=0), 64)
+    >>> err, len(recs), recs[1]  # 64 x 64 elements; thread 0's (row 0, d 1) is its own register 1
+    (None, 4096, (0, 0, 0, 0, 1, 0, 1, 0, 1))
+    """
+    words = STORE_WORDS[out.store_mode]
+    groups = head_dim // (8 * words)
+    recs: list[tuple[int, ...]] = []
+    for g in range(groups):
+        lanes = [[(lane, g * words + k) for k in range(words)] for lane in range(32)]
+        for b in out.shuffle:
+            err = quad_exchange(lanes, b)
+            if err is not None:
+                return recs, err
+        for t in range(128):
+            lane, warp = t % 32, t // 32
+            for h in (0, 1):
+                row = store_row(t, h, out.row_offset)
+                for w in range(words):
+                    src_lane, block = lanes[lane][w]
+                    for e in (0, 1):
+                        d = out.group_cols * g + out.lane_cols * (lane % 4) + 2 * w + e
+                        recs.append((t, h, g, w, e, row, d, 32 * warp + src_lane, 4 * block + 2 * h + e))
+    return recs, None

@@ -167,6 +167,10 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             raise KeyError(f"the LSE {g_lse.name!r} must be the caller's fp32 lse, one row after the other")
         if out.head != "q":
             raise KeyError(f"row output head {out.head!r}: the output is addressed by the query head")
+        if out.store_mode not in ("direct", "quad16"):
+            raise KeyError(f"row output store mode {out.store_mode!r}: the template prints 'direct' and 'quad16'")
+        if out.store_mode == "direct" and out.shuffle:
+            raise KeyError(f"row output shuffle {out.shuffle} on the direct store: each thread stores its own pairs")
         loop = _named(p.loops, "kv", "loop")
         producer, consumer = p.role("producer"), p.role("consumer")
         order = p.orders[0] if p.orders else None

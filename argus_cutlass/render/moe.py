@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from argus_cutlass import __version__
 from argus_cutlass.dsl.atoms import CPP_TYPE
-from argus_cutlass.dsl.moe_ir import MoELayer
+from argus_cutlass.dsl.moe_ir import FACTOR_CPP, INDEX_SITES, MoELayer
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.render.env import render_template
 from argus_cutlass.render.gemm import gemm_context
 
-__all__ = ["LAYER_TEMPLATE", "moe_context", "render_moe"]
+__all__ = ["LAYER_TEMPLATE", "index_expr", "moe_context", "render_moe"]
 
 LAYER_TEMPLATE = "moe/layer.cu.j2"
 GEMM_PART_TEMPLATE = "moe/gemm.j2"
@@ -28,10 +28,34 @@ def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
     if program.family != "moe" or program.schedule.decomposition != "grouped":
         raise ConfigError("render.program", f"MoE part {part!r} is not a grouped GEMM of family moe")
     try:
-        ctx.update(ns=ns, ix_tile_unit=layer.index("tile_unit"))
+        ctx.update(ns=ns, ix_tile_unit=layer.index("tile_unit"), units_expr=index_expr(layer, "tile_unit", "tiles_m"),
+                   ix_b_row=layer.index("w13_row" if part == "gate_up" else "w2_row"))
     except KeyError as exc:
         raise ConfigError("render.program", f"MoE layer {layer.name!r}: {exc.args[0]}") from None
     return render_template(GEMM_PART_TEMPLATE, ctx, "MoE", program.name)
+
+
+def index_expr(layer: MoELayer, name: str, var: str) -> str:
+    """The C++ text of index ``name`` with ``var`` its variable, printed from the node:
+    ``ctype(var) * constant ...`` (the constants named by ``factors[1:]``, :data:`FACTOR_CPP`).
+
+    Raises:
+        ConfigError: ``render.program`` when the node is missing, or its first factor is not the
+            site's variable, or a factor has no printed constant.
+    """
+    try:
+        node = layer.index(name)
+    except KeyError as exc:
+        raise ConfigError("render.program", f"MoE layer {layer.name!r}: {exc.args[0]}") from None
+    site = INDEX_SITES.get(name)
+    if site is None or not node.factors or node.factors[0] != site.factors[0]:
+        raise ConfigError("render.program", f"index {name!r}: factors {node.factors} do not start with the "
+                          f"variable the kernel indexes by ({site.factors[0] if site else '?'!r})")
+    unknown = [f for f in node.factors[1:] if f not in FACTOR_CPP]
+    if unknown:
+        raise ConfigError("render.program", f"index {name!r}: factor(s) {unknown} have no printed constant "
+                          f"(known: {sorted(FACTOR_CPP)})")
+    return f"{node.ctype}({var})" + "".join(f" * {FACTOR_CPP[f]}" for f in node.factors[1:])
 
 
 def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
@@ -41,11 +65,14 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         ConfigError: ``render.program`` when a part cannot be printed.
     """
     name = layer.kernel_name()
+    for needed in INDEX_SITES:
+        index_expr(layer, needed, "v")  # every printed index is a node the renderer can print
     gu_ns, dn_ns = f"{name}_gu", f"{name}_dn"
     return {
         "name": name, "version": __version__, "verified": list(verified), "L": layer, "cpp": CPP_TYPE,
         "fingerprint": layer.fingerprint()[:16], "gu_ns": gu_ns, "dn_ns": dn_ns,
         "ix": {i.name: i for i in layer.indices},
+        "ixp": lambda n, v: index_expr(layer, n, v),
         "gate_up_text": _gemm_text(layer, "gate_up", gu_ns), "down_text": _gemm_text(layer, "down", dn_ns),
     }
 

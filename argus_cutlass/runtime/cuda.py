@@ -83,6 +83,21 @@ class GpuAvailability(NamedTuple):
         return self.ok
 
 
+def nvidia_driver_present() -> bool:
+    """True when this machine has an NVIDIA kernel driver (``/dev/nvidiactl``, ``/proc/driver/nvidia``)
+    or a loadable ``libcuda.so.1``; False on a machine without any NVIDIA GPU (never raises)."""
+    import ctypes
+    import os
+
+    if os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def gpu_available() -> GpuAvailability:
     """Whether cuda-python, a driver and at least one GPU are present (never raises).
 
@@ -98,6 +113,10 @@ def gpu_available() -> GpuAvailability:
     except Exception as exc:  # noqa: BLE001 - any failure means "no usable GPU"
         return GpuAvailability(False, f"cudaGetDeviceCount raised {type(exc).__name__}: {exc}")
     if int(err) != 0:
+        if not nvidia_driver_present():
+            # cudart says "driver version is insufficient" when there is no driver at all: say what is missing
+            return GpuAvailability(False, "no NVIDIA GPU or driver on this machine (no /dev/nvidiactl, no "
+                                          "libcuda.so.1)")
         return GpuAvailability(False, f"cudaGetDeviceCount failed: {error_string(err)}")
     if count == 0:
         return GpuAvailability(False, "the CUDA driver reports 0 devices")

@@ -17,7 +17,8 @@ from typing import Any
 from argus_cutlass.dsl.moe_ir import MoELayer
 from argus_cutlass.errors import ConfigError
 
-__all__ = ["MOE_CATALOGUE_PATH", "MoEMutant", "base_layer", "load_moe_catalogue", "mutant_layer", "verify_moe_mutant"]
+__all__ = ["GPU_PROBLEMS", "MOE_CATALOGUE_PATH", "GpuProblem", "MoEMutant", "base_layer", "gpu_problems_of",
+           "int32_wrap_tokens", "load_moe_catalogue", "mutant_layer", "verify_moe_mutant"]
 
 MOE_CATALOGUE_PATH = Path(__file__).with_name("mutants_moe.toml")
 
@@ -30,6 +31,91 @@ class MoEMutant:
     rule: str
     story: str
     edits: tuple[dict, ...]
+    gpu_base: dict | None = None        # the base its silicon run uses (None: ``base``)
+    gpu_base_name: str = ""
+    gpu_problems: tuple[str, ...] = ()  # extra silicon problems (keys of GPU_PROBLEMS)
+
+
+@dataclass(frozen=True)
+class GpuProblem:
+    """One silicon problem of ``bench/mutants_moe_gpu.py``.
+
+    ``tokens`` T; ``routing`` a :func:`~argus_cutlass.kernels.moe.routing.make_routing` kind with
+    ``sizes``; ``sample`` None compares every token with the fp32 reference, else ``(head, tail)``:
+    only the first ``head`` and the last ``tail`` tokens (the layer is token-wise independent; the
+    large problems would need a multi-GB fp32 reference otherwise). ``why`` says which mistake it
+    exposes.
+    """
+
+    base: str
+    tokens: int
+    routing: str = "uniform"
+    sizes: tuple[int, ...] | None = None
+    sample: tuple[int, int] | None = None
+    why: str = ""
+
+
+def int32_wrap_tokens(hidden: int, topk: int, index: str) -> int:
+    """The smallest T for which index ``x_offset`` (``t * H``, t < T) or ``xs_offset`` (``row * H``,
+    row < the padded rows >= T*k) passes ``2^31 - 1`` for every routing.
+
+    >>> int32_wrap_tokens(4096, 1, "x_offset"), int32_wrap_tokens(4096, 8, "xs_offset")
+    (524289, 65537)
+    >>> int32_wrap_tokens(2048, 8, "x_offset")   # > 2^20: never reached by the proved range T <= 2^20
+    1048577
+    """
+    limit = 2**31 // hidden            # the first row whose offset wraps
+    if index == "x_offset":
+        return limit + 1               # token t = T-1 >= limit
+    if index == "xs_offset":
+        return -(-(limit + 1) // topk)  # routed rows T*k >= limit + 1: the last real row >= limit
+    raise KeyError(index)
+
+
+#: T of the int32 wrap problem: 2^19 + 256 tokens at H = 4096, k = 1 (256 tokens and >= 256 permuted
+#: rows past the wrap). Device memory: x and y 4.3 GB each, xs/out 4.3 GB, h 0.27 GB, weights 50 MB:
+#: about 13 GB of the H200's 141 GB.
+WRAP_TOKENS = 2**19 + 256
+
+#: the silicon problems (name -> problem); ``<base>_uniform300`` is every base's default
+GPU_PROBLEMS: dict[str, GpuProblem] = {
+    "small_uniform300": GpuProblem("small", 300, why="the default: uniform routing, 600 routed rows"),
+    "qwen_uniform300": GpuProblem("qwen", 300, why="the default: uniform routing, 2400 routed rows"),
+    "small64_uniform300": GpuProblem("small64", 300, why="the default of the small-T configuration"),
+    "small64_many_units": GpuProblem(
+        "small64", 4096, "skewed",
+        why="8192 routed rows in 64-row tiles: ~130 m-tiles x 2 down n-blocks, more units than CTAs"),
+    "small_aligned_groups": GpuProblem(
+        "small", 300, "sizes", (128, 256, 0, 130, 65, 21, 0, 0),
+        why="groups of exactly 128 and 256 rows (multiples of the 128-row padding): a rank shifted by one "
+            "moves a group's last row onto the next group's first padded row, computed with the wrong expert"),
+    "qwen_many_units": GpuProblem(
+        "qwen", 2048, "skewed",
+        why="2048 tokens x 8 slots, one hot expert: hundreds of m-tiles x 6 n-blocks = thousands of grouped "
+            "units for 132 CTAs, so a wrong scheduler step skips units (the workspace is poisoned, so a "
+            "skipped tile cannot inherit a correct h from an earlier run)"),
+    "wide_int32_wrap": GpuProblem(
+        "wide", WRAP_TOKENS, sample=(128, 512),
+        why="T = 2^19 + 256 at H = 4096, k = 1: t * H and row * H pass 2^31 for the last >= 256 tokens / "
+            "rows (int32_wrap_tokens: x_offset wraps from T = 524289, xs_offset from T*k = 524289)"),
+}
+
+
+def gpu_problems_of(m: MoEMutant) -> list[str]:
+    """The silicon problems of ``m``: its base's default (unless it runs on a ``gpu_base`` with no
+    default) plus its own ``gpu_problems``."""
+    base = m.gpu_base_name or _base_name(m)
+    default = f"{base}_uniform300"
+    names = [default] if default in GPU_PROBLEMS else []
+    return names + [p for p in m.gpu_problems if p not in names]
+
+
+def _base_name(m: MoEMutant) -> str:
+    data = tomllib.loads(MOE_CATALOGUE_PATH.read_text()).get("base", {})
+    for name, b in data.items():
+        if dict(b) == m.base:
+            return name
+    return ""
 
 
 @lru_cache(maxsize=1)
@@ -45,20 +131,25 @@ def load_moe_catalogue(path: str | None = None) -> dict[str, MoEMutant]:
     for m in data.get("mutant", []):
         try:
             base = bases[m["base"]] if isinstance(m["base"], str) else m["base"]
-            out[m["id"]] = MoEMutant(m["id"], m["class"], dict(base), m["rule"], m["story"], tuple(m["edit"]))
+            gb = m.get("gpu_base")
+            out[m["id"]] = MoEMutant(m["id"], m["class"], dict(base), m["rule"], m["story"], tuple(m["edit"]),
+                                     dict(bases[gb]) if gb else None, gb or "",
+                                     tuple(m.get("gpu_problems", ())))
         except KeyError as exc:
             raise ConfigError("mutants.catalogue", f"MoE mutant {m.get('id')!r}: missing {exc}") from None
     return out
 
 
-def base_layer(m: MoEMutant, tokens: int = 64) -> MoELayer:
-    """The unedited layer of ``m``'s base problem (default configuration)."""
+def base_layer(m: MoEMutant, tokens: int = 64, *, gpu: bool = False) -> MoELayer:
+    """The unedited layer of ``m``'s base problem (default configuration); ``gpu``: of its silicon
+    base (``gpu_base`` when set)."""
     from argus_cutlass.kernels.moe.config import MoEConfig
     from argus_cutlass.kernels.moe.problem import MoEProblem
     from argus_cutlass.kernels.moe.program import build_layer
 
-    b = m.base
-    return build_layer(MoEConfig(), MoEProblem(tokens, b["experts"], b["topk"], b["hidden"], b["ffn"]))
+    b = m.gpu_base if gpu and m.gpu_base else m.base
+    return build_layer(MoEConfig(**b.get("config", {})),
+                       MoEProblem(tokens, b["experts"], b["topk"], b["hidden"], b["ffn"]))
 
 
 def _current(layer: MoELayer, part: str, kind: str | None, key: str | None, field: str) -> Any:
@@ -71,16 +162,16 @@ def _current(layer: MoELayer, part: str, kind: str | None, key: str | None, fiel
     return getattr(node, field)
 
 
-def mutant_layer(m: MoEMutant) -> MoELayer:
-    """The base layer with ``m``'s edits applied."""
-    layer = base_layer(m)
+def mutant_layer(m: MoEMutant, *, gpu: bool = False) -> MoELayer:
+    """The base layer (``gpu``: the silicon base) with ``m``'s edits applied."""
+    layer = base_layer(m, gpu=gpu)
     for e in m.edits:
         part, kind, key = e["part"], e.get("kind"), e.get("key")
         changes = {}
         for f, v in e["set"].items():
             if isinstance(v, dict) and "add" in v:
                 v = _current(layer, part, kind, key, f) + int(v["add"])
-            changes[f] = v
+            changes[f] = tuple(v) if isinstance(v, list) else v
         if part in ("routing", "combine"):
             layer = layer.replace_node(part, **changes)
         elif part == "index":

@@ -18,7 +18,8 @@ with GEMM (resources, TMA images, GMMA descriptors, pipelines, named barriers, t
   enumeration over boundary lengths and by z3 for all lengths below ``2^bound_bits``;
 * the online softmax (FA2): the node's flags against the recurrence's invariant, with a numeric
   counterexample when they break it;
-* the output (FA4): every register stored at its own row, normalised, row-masked, the query head;
+* the output (FA4): the store map (direct, or the quad16 lane exchange simulated on a warp) stores
+  every accumulator element once at its own (row, d), aligned, normalised, row-masked, the query head;
 * the pipelines Q, K, V (G6): expect-tx bytes, arrival counts, release after retirement, all
   interleavings of the producer's and the consumers' order of the three pipelines, the state
   update by z3;
@@ -842,44 +843,103 @@ def check_softmax(program: Program) -> Outcome:
 
 
 def check_output(program: Program) -> Outcome:
-    """output.row (FA4): every thread stores its O registers' rows where the accumulator holds them
-    (``store_row`` against ``CLayout_64xN``'s row for every thread and row half), rows past the
+    """output.row (FA4): the epilogue's store map, enumerated as the template computes it
+    (:func:`argus_cutlass.hw.attention.output_store_map`: the row of each thread's row half, the
+    ``quad16`` lane exchange ``shuffle`` simulated on all 32 lanes of a warp, the column
+    ``group_cols * g + lane_cols * (lane % 4) + 2 w + e``), proves for every consumer thread that
+    each element it stores at (row, d) is the accumulator element (row, d) (after the exchange: the
+    source lane's register holding it), that every (row, d) of the warpgroup's 64 x D tile is stored
+    exactly once and inside the head's D columns, and that each 4- or 16-byte store is aligned (the
+    entry refuses o pointers / strides that are not 16-byte multiples, code kErrAlign). Rows past the
     batch's query count are not stored (``row_mask``: a query block may reach past ``Lq``; in a packed
-    batch those rows are the next sequence's), and O is divided by l (``normalize``)."""
+    batch those rows are the next sequence's; every lane still takes part in the exchange, the mask
+    guards the store), and O is divided by l (``normalize``)."""
     x = parts(program)
     out = program.output
     rule = "output.row"
     bad = []
-    for t in range(WG):
-        for h in (0, 1):
-            want = acc_coord(t, 2 * h)[0]
-            got = sem.store_row(t, h, out.row_offset)
-            if got != want:
-                w = 0
-                cex = _cex(rule, "output.store", str(out.loc), f"row {want} (the row of {x.pv.acc}[{2 * h}])",
-                           f"stored at row {got} (row_offset {out.row_offset})", thread=_consumer_thread(w, t),
-                           register=f"{x.pv.acc}[{2 * h}]", element={"tensor": out.dst, "row": want},
-                           params={"row_offset": out.row_offset})
-                bad.append(Violation(rule, "FA4", f"thread {t} of each consumer warpgroup stores its row-{h} registers "
-                                     f"(row {want} of the warpgroup's 64) at row {got}", "store each register at its "
-                                     "accumulator row (row_offset 0)", str(out.loc), cex))
-                break
-        if bad:
-            break
+    D = x.D
+    words = sem.STORE_WORDS.get(out.store_mode)
+    ebytes = program.tensor(out.dst).elem_bytes
+
+    def viol(msg: str, hint: str, expected: str, actual: str, t: int = 0, reg: str = "",
+             element: dict | None = None, params: dict | None = None) -> Violation:
+        return Violation(rule, "FA4", msg, hint, str(out.loc),
+                         _cex(rule, "output.store", str(out.loc), expected, actual, thread=_consumer_thread(0, t),
+                              register=reg, element=element, params={"store_mode": out.store_mode,
+                                                                     "shuffle": list(out.shuffle),
+                                                                     "group_cols": out.group_cols,
+                                                                     "lane_cols": out.lane_cols,
+                                                                     "row_offset": out.row_offset, **(params or {})}))
+
+    if words is None:
+        bad.append(viol(f"store mode {out.store_mode!r} has no store map", "'direct' or 'quad16'", "a store mode",
+                        out.store_mode))
+    elif out.store_mode == "direct" and out.shuffle:
+        bad.append(viol(f"the direct store exchanges registers (shuffle {out.shuffle}): each thread stores its own "
+                        "pairs", "no shuffle on the direct path", "shuffle ()", f"shuffle {out.shuffle}"))
+    else:
+        recs, err = sem.output_store_map(out, D)
+        if err is not None:
+            bad.append(viol(f"the quad exchange is malformed: {err}", "lane masks 2 and 1 (a 4x4 transpose in a quad)",
+                            "an exchange inside the thread's 4 words and the warp's 32 lanes", err))
+        cover = np.zeros((64, D), dtype=np.int64)
+        first_wrong = first_out = first_misaligned = None
+        for t, h, g, w, e, row, d, src_t, src_reg in recs:
+            want = acc_coord(src_t, src_reg)
+            if not 0 <= d < D:
+                first_out = first_out or (t, h, g, w, e, row, d, src_t, src_reg)
+                continue
+            cover[row, d] += 1
+            if (row, d) != want and first_wrong is None:
+                first_wrong = (t, h, g, w, e, row, d, src_t, src_reg, want)
+            if w == 0 and e == 0 and (d * ebytes) % (4 * words) and first_misaligned is None:
+                first_misaligned = (t, h, g, row, d)
+        if first_wrong is not None:
+            t, h, g, w, e, row, d, src_t, src_reg, want = first_wrong
+            bad.append(viol(
+                f"thread {t} of each consumer warpgroup stores, as word {w} element {e} of its store {g} (row half "
+                f"{h}), the value of {x.pv.acc}[{src_reg}] of thread {src_t} (O[{want[0]}, {want[1]}]) at "
+                f"O[{row}, {d}]",
+                "store each accumulator element at its own (row, d): row_offset 0; quad16: shuffle (2, 1), "
+                "group_cols 32, lane_cols 8", f"O[{want[0]}, {want[1]}] stored at ({want[0]}, {want[1]})",
+                f"stored at ({row}, {d})", t, f"{x.pv.acc}[{src_reg}] of thread {src_t}",
+                {"tensor": out.dst, "row": row, "d": d}, {"word": w, "store": g, "row_half": h}))
+        if first_out is not None:
+            t, h, g, w, e, row, d, src_t, src_reg = first_out
+            bad.append(viol(f"thread {t} stores at column {d}, outside the head's {D} columns (another head's or the "
+                            "next row's data)", "columns group_cols * g + lane_cols * (lane % 4) + 2 w + e < D",
+                            f"d < {D}", f"d = {d}", t, f"{x.pv.acc}[{src_reg}] of thread {src_t}",
+                            {"tensor": out.dst, "row": row, "d": d}, {"word": w, "store": g}))
+        if first_misaligned is not None:
+            t, h, g, row, d = first_misaligned
+            bad.append(viol(f"thread {t}'s {4 * words}-byte store {g} starts at column {d} ({d * ebytes} bytes into "
+                            f"the row): not {4 * words}-byte aligned (a misaligned address fault)",
+                            "store starts at multiples of the store width", f"byte offset % {4 * words} == 0",
+                            f"{d * ebytes}", t, "", {"tensor": out.dst, "row": row, "d": d}))
+        if err is None and (cover != 1).any():
+            row, d = (int(v) for v in np.argwhere(cover != 1)[0])
+            bad.append(viol(f"O[{row}, {d}] of each warpgroup's tile is stored {int(cover[row, d])} times (once "
+                            "expected)", "a store map that covers the 64 x D tile once", "stored once",
+                            f"stored {int(cover[row, d])} times", 0, "", {"tensor": out.dst, "row": row, "d": d}))
     if not out.row_mask:
         bad.append(Violation(rule, "FA4", "rows past the batch's query count are stored: with Lq = 1 a query block "
                              f"writes {x.tile_m - 1} rows after the last query (the next sequence's rows in a packed "
-                             "batch, past the tensor otherwise)", "mask the rows >= Lq in the epilogue", str(out.loc),
+                             f"batch, past the tensor otherwise; {out.store_mode} store)",
+                             "mask the rows >= Lq in the epilogue", str(out.loc),
                              _cex(rule, "output.store", str(out.loc), "rows >= Lq not written",
-                                  "row 1 written with Lq = 1", params={"Lq": 1}, element={"tensor": out.dst, "row": 1})))
+                                  "row 1 written with Lq = 1", params={"Lq": 1, "store_mode": out.store_mode},
+                                  thread=_consumer_thread(0, 4), element={"tensor": out.dst, "row": 1})))
     if not out.normalize:
         bad.append(Violation(rule, "FA4", "O is stored without dividing by the row sum l: the output is sum_k "
                              "exp(s_k - m) v_k, not the softmax average", "divide O by l in the epilogue",
                              str(out.loc), _cex(rule, "output.store", str(out.loc), "O / l", "O")))
     if bad:
         return [], bad
-    return _ok(rule, "each of the 128 x 2 row halves stored at its accumulator row; rows >= Lq masked; O / l",
-               "enum", 256)
+    how = ("4-byte stores of each thread's own pairs" if out.store_mode == "direct" else
+           f"16-byte stores after the quad exchange {out.shuffle}")
+    return _ok(rule, f"{out.store_mode}: each of the 64 x {D} elements of each warpgroup's tile stored once at its "
+               f"accumulator (row, d) by {how}, aligned; rows >= Lq masked; O / l", "enum", 64 * D)
 
 
 # ------------------------------------------------------------------------------------------ pipelines
@@ -1225,7 +1285,8 @@ OBLIGATIONS = {
     "mask.exact": "the kernel masks exactly what the specification masks (all lengths < 2^bound_bits)",
     "kv.coverage": "every key the specification attends is read once and kept",
     "softmax.online": "the online softmax with its rescale computes softmax(scale S) V and the LSE",
-    "output.row": "O / l and the LSE stored at each register's row, rows >= Lq masked",
+    "output.row": "O / l stored once at each accumulator element's (row, d) through the store map (direct or the "
+                  "quad16 lane exchange), the LSE at its row, rows >= Lq masked",
     "pipeline.protocol": "Q, K, V pipelines: every read sees its own complete fill, no deadlock",
     "scheduler.bijection": "every (m_block, head, batch) tile computed once",
     "tma.prefetch": "an L2 prefetch (if any) warms the walk's next Q through the Q load, writing nothing",

@@ -4,7 +4,9 @@ The two grouped GEMMs are checked by the GEMM verifier (:func:`argus_cutlass.ver
 TMA images, operand tags, descriptors, pipeline protocol and parity, k coverage, the epilogue's
 staging and stores) on the very programs the templates print; for the gate+up program the plain
 epilogue rules (``epilogue.coordinate``, ``output.bijection``) are replaced by ``moe.swiglu``, which
-states the paired-register SwiGLU store. The routing data are data, so the kernels that build them
+states the paired-register SwiGLU store with the same strength: every gate register's value is
+stored at its own accumulator coordinate (thread / register / element in the counterexample), the
+h tile once, and the epilogue writes the MMA's accumulator to the TMA store's tensor. The routing data are data, so the kernels that build them
 are checked by running the printed semantics (every field of the routing, scheduler and combine
 nodes) on a bounded family of routings, exhaustive for 2 tokens and generated for the issue's cases
 (uniform, skewed, zero experts, all to one, group sizes 128 / 130 / 65, ids -1 and E), plus a z3
@@ -13,7 +15,8 @@ proof of the padded offsets for symbolic counts. Each failure carries a concrete
 ================== ===========================================================================
 rule               invariant (``invariants/moe.toml``)
 ================== ===========================================================================
-moe.bijection      (token, slot) -> permuted row is one-to-one, inside its group
+moe.bijection      (token, slot) -> permuted row is one-to-one, inside its group; the rank is the
+                   printed stable one (any other rank node is refused)
 moe.inverse        the combine's row map (un-permute) is the inverse of the gather
 moe.offsets        offsets start at 0, are monotone, tile-aligned, grow by the padded count; the
                    valid rows sum to T*k; tile_expert names the owner of every m-tile (enum + z3)
@@ -22,10 +25,14 @@ moe.group_tiles    a tile of group e reads only padded group e's rows and expert
                    (gate / up rows of its own output columns); every (m-tile, n-block) once
 moe.empty_groups   an empty group has no tile, TMA load or store; every unit runs the same k loop
                    in producer and consumer (no phase skew)
-moe.swiglu         register i (gate) and i + act_pair (up) hold the same (row, column); the h tile
-                   is covered once, at the right place
-moe.combine        y[t] adds exactly k gated terms, slot j's row and slot j's weight
-moe.index_width    every printed index product fits its C type for T <= 2^tokens_bits
+moe.swiglu         register i (gate) and i + act_pair (up) hold the same (row, column); each
+                   SwiGLU value is stored at its own (row, column) of the h tile, once
+moe.combine        y[t] adds exactly k gated terms, slot j's row and slot j's weight, in fp32
+moe.index_width    every printed index product (printed from the node's factors and C type, the
+                   site table INDEX_SITES shared with the renderer) fits its C type for
+                   T <= 2^tokens_bits
+moe.dtype          layer dtype == gA / gB / gD dtype of both GEMMs; gate+up gD == down gA
+moe.launch         combine threads and routing chunk: whole warps, <= 1024; E <= 1024 (route_scan)
 ================== ===========================================================================
 """
 
@@ -37,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from argus_cutlass.dsl.moe_ir import CTYPES, MoELayer
+from argus_cutlass.dsl.moe_ir import CTYPES, INDEX_SITES, MAX_CTA_THREADS, MAX_EXPERTS, SIGNED_CTYPES, MoELayer
 from argus_cutlass.verify.report import Counterexample, Obligation, Proof, VerificationReport, Violation
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
@@ -55,6 +62,8 @@ MOE_RULES = {
     "moe.swiglu": ("M5", "gate and up of one (row, column) meet in one thread; the h tile is stored once"),
     "moe.combine": ("M6", "the combine adds exactly k gated terms per token"),
     "moe.index_width": ("M7", "index products fit their C types for T <= 2^tokens_bits"),
+    "moe.dtype": ("M8", "the layer's dtype is each GEMM's A / B / D dtype; gate+up's D (h) is down's A"),
+    "moe.launch": ("M9", "launch shapes: CTAs of 32..1024 threads in whole warps; E within the scan's one CTA"),
 }
 #: GEMM rules the gate+up program's fused activation replaces (they model a plain store)
 _REPLACED_BY_SWIGLU = ("epilogue.coordinate", "output.bijection")
@@ -63,9 +72,21 @@ SIM_CTAS = 132
 
 
 def _cex(rule: str, where: str, expected: str, actual: str, *, element: dict | None = None,
-         params: dict | None = None, provenance: str = "") -> Counterexample:
-    return Counterexample(MOE_RULES[rule][0], rule, "enum", rule, where, -1, -1, -1, {}, {}, "", {}, expected,
-                          actual, provenance, element=element or {}, params=params or {})
+         params: dict | None = None, provenance: str = "", thread: dict | None = None) -> Counterexample:
+    return Counterexample(MOE_RULES[rule][0], rule, "enum", rule, where, -1, -1, -1, {}, thread or {}, "", {},
+                          expected, actual, provenance, element=element or {}, params=params or {})
+
+
+def _route_thread(layer: MoELayer, s: int, kernel: str = "route_permute") -> dict[str, int]:
+    """The routing CTA and thread that handle routed row ``s`` (``kChunk`` rows per CTA, one per thread)."""
+    chunk = layer.routing.chunk
+    i = s % chunk
+    return {"cta": s // chunk, "threadIdx": i, "role": kernel, "warp": i // 32, "lane": i % 32}
+
+
+def _scan_thread(e: int) -> dict[str, int]:
+    """route_scan's thread of expert ``e`` (one CTA, thread e owns expert e)."""
+    return {"cta": 0, "threadIdx": e, "role": "route_scan", "warp": e // 32, "lane": e % 32}
 
 
 def _viol(rule: str, message: str, cex: Counterexample | None, where: str = "", hint: str | None = None) -> Violation:
@@ -175,6 +196,31 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     proofs, bad = [], []
     seen: set[str] = set()
     e_, k = layer.experts, layer.topk
+    if layer.routing.rank != "stable":
+        # the printed route_permute ranks a row by counting the CTA's earlier rows of its expert (stable);
+        # any other rank has no printed semantics, so nothing about it is proved
+        chunk = layer.routing.chunk
+        for label, ids in cases:
+            flat = np.asarray(ids).reshape(-1)
+            for s2 in range(flat.size):
+                same = [s1 for s1 in range((s2 // chunk) * chunk, s2) if flat[s1] == flat[s2] and 0 <= flat[s2] < e_]
+                if same:
+                    s1 = same[0]
+                    bad.append(_viol("moe.bijection", f"{label}: routing rank {layer.routing.rank!r}: (token {s2 // k}, "
+                                     f"slot {s2 % k}) and (token {s1 // k}, slot {s1 % k}) both route to expert "
+                                     f"{int(flat[s2])} in routing CTA {s2 // chunk}; only the stable rank (count of "
+                                     "the CTA's earlier rows of the expert) is printed and proved, a "
+                                     f"{layer.routing.rank!r} rank's order of these two rows is not defined",
+                                     _cex("moe.bijection", "route_permute rank", "rank 'stable': row of (t, j) after "
+                                          f"(token {s1 // k}, slot {s1 % k})", f"rank {layer.routing.rank!r}: order "
+                                          "unspecified", element={"token": s2 // k, "slot": s2 % k,
+                                                                 "expert": int(flat[s2])},
+                                          thread=_route_thread(layer, s2), params={"T": int(ids.shape[0]), "k": k},
+                                          provenance="templates/moe/layer.cu.j2 static_assert(kStableRank)")))
+                    return proofs, bad
+        bad.append(_viol("moe.bijection", f"routing rank {layer.routing.rank!r}: only 'stable' is printed and proved",
+                         _cex("moe.bijection", "route_permute rank", "stable", layer.routing.rank)))
+        return proofs, bad
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         pr, ex, off, cnt = sim["permuted"], sim["ex"], sim["offsets"], sim["counts"]
@@ -190,7 +236,8 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                              f"[0, {e_}) but gets row {int(pr[s])} (counted for expert {int(ex[s])}): y[{s // k}] "
                              "adds a term for a padding slot",
                              _cex("moe.invalid_ids", "route_expert", "row -1 (skipped)", f"row {int(pr[s])}",
-                                  element={"token": s // k, "slot": s % k, "id": int(raw[s])}, params=params)))
+                                  element={"token": s // k, "slot": s % k, "id": int(raw[s])}, params=params,
+                                  thread=_route_thread(layer, s))))
         # bijection
         rows = pr[valid]
         in_range = (rows >= 0) & (rows < sim["padded_rows"])
@@ -222,17 +269,19 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                 bad.append(_viol("moe.bijection", f"{label}: {text}",
                                  _cex("moe.bijection", "route_permute", want, f"row {int(pr[s])}",
                                       element={"token": s // k, "slot": s % k, "expert": int(ex[s])}, params=params,
+                                      thread=_route_thread(layer, s),
                                       provenance=f"offsets[{int(ex[s])}]={int(off[ex[s]])}, rank_base "
                                                  f"{layer.routing.rank_base}")))
         # offsets
         if "moe.offsets" not in seen:
             pad = layer.routing.pad
             msg = None
+            e_thread = 0
             want_sizes = -(-cnt // pad) * pad
             if off[0] != 0:
                 msg = (f"off_0 = {int(off[0])}, expected 0", "off_0 = 0", f"off_0 = {int(off[0])}")
             elif (np.diff(off) != want_sizes).any():
-                e = int(np.flatnonzero(np.diff(off) != want_sizes)[0])
+                e = e_thread = int(np.flatnonzero(np.diff(off) != want_sizes)[0])
                 msg = (f"off_{e + 1} - off_{e} = {int(off[e + 1] - off[e])}, but group {e} has {int(cnt[e])} rows "
                        f"(padded {int(want_sizes[e])})", f"{int(want_sizes[e])}", f"{int(off[e + 1] - off[e])}")
             elif int(cnt.sum()) != int(valid.sum()):
@@ -240,6 +289,7 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                        str(int(valid.sum())), str(int(cnt.sum())))
             elif sim["tile_oob"]:
                 e, j = sim["tile_oob"][0]
+                e_thread = int(e)
                 msg = (f"tile_expert[{j}] = {e} is written outside the {sim['tiles_m']} m-tiles", "< tiles_m", str(j))
             else:
                 te = sim["tile_expert"][: sim["tiles_m"]]
@@ -247,12 +297,14 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                 wrong = np.flatnonzero(te != owner)
                 if wrong.size:
                     i = int(wrong[0])
+                    e_thread = int(te[i]) if 0 <= int(te[i]) < e_ else int(owner[i])
                     msg = (f"m-tile {i} (rows [{i * pad}, {(i + 1) * pad})) is owned by group {int(owner[i])} but "
                            f"tile_expert[{i}] = {int(te[i])}", str(int(owner[i])), str(int(te[i])))
             if msg:
                 seen.add("moe.offsets")
                 bad.append(_viol("moe.offsets", f"{label}: {msg[0]}",
                                  _cex("moe.offsets", "route_scan", msg[1], msg[2], params=params,
+                                      thread=_scan_thread(e_thread),
                                       element={"counts": [int(c) for c in cnt[:8]]},
                                       provenance=f"scan {layer.routing.scan}, pad {pad}")))
     for rule, text in (("moe.bijection", "bijection onto group rows"), ("moe.offsets", "offsets and tile owners"),
@@ -384,26 +436,55 @@ def _frag(i: np.ndarray, lane: np.ndarray, warp: np.ndarray) -> tuple[np.ndarray
 
 
 def _check_swiglu(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
+    """``moe.swiglu``: the gate+up epilogue (``gemm/epilogue.j2`` with ``act``) stores, for gate
+    register ``i`` of every consumer thread, ``act_value(acc[i], acc[i + act_pair])`` at
+    ``(row_w + (row + kEpiRowOffset) % 64, col)`` of the h tile, ``(row, col)`` being register
+    i's accumulator coordinate (``col < N/2``). Required: the pair register holds (row, col + N/2)
+    (the up column of the same output), the store lands on (row, col) itself (row identity, the
+    column mapped into the half-width h tile), the h tile is covered once, and the epilogue
+    stores the MMA's accumulator into the tensor the TMA store writes (the part of
+    ``epilogue.coordinate`` that the swiglu form keeps)."""
+    from argus_cutlass.verify.absint import consumer_thread
+
     p = layer.gate_up
     e, mma = p.epilogue, p.mma
     n = mma.op.n
-    bad: list[Violation] = []
+    where = str(e.loc)
     if e.act != "swiglu":
         return [], [_viol("moe.swiglu", f"gate+up epilogue act {e.act!r}: the layer needs 'swiglu' (silu(gate) * up, "
                           "gate the first half of the tile)",
                           _cex("moe.swiglu", "epilogue act_value", "silu(gate) * up", e.act or "no activation"))]
     if e.tile_n * 2 != n or p.load_into("sB").pair_offset == 0:
         return [], [_viol("moe.swiglu", f"output tile {e.tile_n} columns from a {n}-column accumulator without paired "
-                          "halves", None)]
+                          "halves", _cex("moe.swiglu", "epilogue", f"tile_n = {n // 2} (half of N = {n}), paired B "
+                                         "halves", f"tile_n = {e.tile_n}, pair_offset "
+                                         f"{p.load_into('sB').pair_offset}"))]
+    dst = p.stores[0].dst if p.stores else e.dst
+    wrong = []
+    if e.acc != mma.acc:
+        wrong.append((f"the epilogue stores register tensor {e.acc!r}, but the MMA accumulates into {mma.acc!r}",
+                      mma.acc, e.acc))
+    if e.dst != dst:
+        wrong.append((f"the epilogue stores to {e.dst!r}, but the TMA store writes {dst!r}", dst, e.dst))
+    if (e.tile_m, e.op_m, e.op_n) != (mma.tile_m, mma.op.m, n):
+        wrong.append((f"the epilogue partitions a {e.tile_m}-row tile of {e.op_m}x{e.op_n} atoms, but the MMA "
+                      f"accumulates {mma.tile_m} rows of {mma.op.m}x{n}", f"{mma.tile_m} rows, {mma.op.m}x{n}",
+                      f"{e.tile_m} rows, {e.op_m}x{e.op_n}"))
+    if wrong:
+        return [], [_viol("moe.swiglu", w[0], _cex("moe.swiglu", "epilogue", w[1], w[2])) for w in wrong]
     t = np.arange(128)
     lane, warp = t % 32, t // 32
     regs = n // 2
+    op_m = e.op_m
+    reps = max(1, e.tile_m // (op_m * e.warpgroups))
+    cover = np.zeros((e.tile_m, e.tile_n), dtype=np.int64)
     for i in range(regs // 2):
         rg, cg = _frag(np.full_like(t, i), lane, warp)
         j = i + e.act_pair
-        if j >= regs:
-            return [], [_viol("moe.swiglu", f"register {i} pairs with register {j}, past the {regs} accumulators",
-                              _cex("moe.swiglu", "epilogue act_value", f"< {regs}", str(j)))]
+        if j >= regs or j < 0:
+            return [], [_viol("moe.swiglu", f"register {i} pairs with register {j}, outside the {regs} accumulators",
+                              _cex("moe.swiglu", "epilogue act_value", f"0 <= i + act_pair < {regs}", str(j),
+                                   element={"register": i, "pair": j}))]
         ru, cu = _frag(np.full_like(t, j), lane, warp)
         badt = np.flatnonzero((ru != rg) | (cu != cg + n // 2))
         if badt.size:
@@ -414,24 +495,62 @@ def _check_swiglu(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                               _cex("moe.swiglu", "epilogue act_value", f"({int(rg[th])}, {int(cg[th]) + n // 2})",
                                    f"({int(ru[th])}, {int(cu[th])})",
                                    element={"thread": th, "register": i, "pair": j}))]
-    # the stored (row, col) of gate register i is its own accumulator coordinate (row_offset 0), once
-    cover = np.zeros((64, n // 2), dtype=np.int64)
-    for i in range(regs // 2):
-        rg, cg = _frag(np.full_like(t, i), lane, warp)
-        np.add.at(cover, ((rg + e.row_offset) % 64, cg), 1)
+        # the printed store: row_w + (row + kEpiRowOffset) % 64, column col (gemm/epilogue.j2)
+        srow = (rg + e.row_offset) % op_m
+        badt = np.flatnonzero((srow != rg) | (cg >= e.tile_n))
+        if badt.size:
+            th = int(badt[0])
+            thread = consumer_thread(0, th)
+            h = f"h({int(rg[th])}, {int(cg[th])})"
+            got = f"h({int(srow[th])}, {int(cg[th])})"
+            cex = Counterexample(
+                "M5", "moe.swiglu", "enum", "moe.swiglu", "gate+up epilogue store (act_value)", -1, -1, -1,
+                {"m": int(rg[th]), "n": int(cg[th])}, thread, f"accum[{i}]", {},
+                f"silu(acc({int(rg[th])}, {int(cg[th])})) * acc({int(rg[th])}, {int(cg[th]) + n // 2}) stored at {h} "
+                "(its own row; column in the h tile)", f"stored at {got} (row offset {e.row_offset})",
+                f"CLayout_64x{n}: gate register {i} (pair {j}); store row (row + {e.row_offset}) % {op_m}",
+                element={"tensor": "h", "m": int(srow[th]), "n": int(cg[th]), "row": int(rg[th]), "col": int(cg[th])},
+                chain=(f"accum[{i}] of threadIdx.x={thread['threadIdx']}", f"{h} expected", f"{got} written"),
+                params={"row_offset": e.row_offset, "N": n, "tile_n": e.tile_n})
+            return [], [_viol("moe.swiglu", f"threadIdx.x={thread['threadIdx']} (consumer WG0, warp "
+                              f"{thread['warp']}, lane {thread['lane']}) gate register accum[{i}] holds "
+                              f"acc({int(rg[th])}, {int(cg[th])}) (up in accum[{j}]) but its silu(gate) * up is "
+                              f"stored at {got}, not {h}: row {int(rg[th])}'s value lands on row {int(srow[th])} "
+                              f"(row_offset {e.row_offset}; still a bijection of the h tile, VERIFIER.md pitfall 2)",
+                              cex, where, "store each SwiGLU value at its accumulator's own (row, column)")]
+        for w in range(e.warpgroups):
+            for r in range(reps):
+                cover_rows = op_m * (r * e.warpgroups + w) + srow
+                np.add.at(cover, (cover_rows, cg), 1)
     if (cover != 1).any():
         r, c = (int(v) for v in np.argwhere(cover != 1)[0])
-        bad.append(_viol("moe.swiglu", f"h tile element ({r}, {c}) of one warpgroup's 64 rows is stored "
-                         f"{int(cover[r, c])} times (row_offset {e.row_offset})",
-                         _cex("moe.swiglu", "epilogue staging", "1 store", f"{int(cover[r, c])} stores",
-                              element={"row": r, "col": c})))
-        return [], bad
-    return [Proof("moe.swiglu", "M5", "enum", f"128 threads x {regs // 2} gate registers: pair register "
-                  f"+{e.act_pair} holds the up column of the same output; h tile stored once", points=128 * regs)], []
+        return [], [_viol("moe.swiglu", f"h tile element ({r}, {c}) is stored {int(cover[r, c])} times",
+                          _cex("moe.swiglu", "epilogue staging", "1 store", f"{int(cover[r, c])} stores",
+                               element={"tensor": "h", "m": r, "n": c}))]
+    pts = 128 * (regs // 2) * e.warpgroups * reps
+    return [Proof("moe.swiglu", "M5", "enum", f"{e.warpgroups} warpgroup(s) x 128 threads x {regs // 2} gate "
+                  f"registers: pair register +{e.act_pair} holds the up column of the same output; each SwiGLU "
+                  f"value is stored at its own (row, column) of the {e.tile_m}x{e.tile_n} h tile, once",
+                  points=pts)], []
 
 
 def _check_combine(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
     c, k = layer.combine, layer.topk
+    if c.acc_dtype != "fp32":
+        # a concrete sum: out rows 256 and 1 with weights 1: acc = 256, then 256 + 1 rounds back in 16 bits
+        big = {"bf16": 256, "fp16": 2048}[c.acc_dtype]
+        return [], [_viol("moe.combine", f"the combine accumulates in {c.acc_dtype}: CombineAcc(float(acc) + w * x) "
+                          f"rounds after every term, so y[0, 0] = 1.0 * {big} + 1.0 * 1 gives {big} (fp32: {big + 1}); "
+                          "the layer's contract is an fp32 sum of the k gated terms, rounded once",
+                          Counterexample("M6", "moe.combine", "enum", "combine acc[q]", "combine", -1, -1, -1, {},
+                                         {"cta": 0, "threadIdx": 0, "role": "combine", "warp": 0, "lane": 0},
+                                         "acc[0]", {}, f"{big + 1} (fp32 accumulation, one rounding)",
+                                         f"{big} ({c.acc_dtype} after term 1)",
+                                         f"acc_dtype {c.acc_dtype}: a rounding per term (k = {k})",
+                                         element={"tensor": "y", "token": 0, "col": 0,
+                                                  "terms": f"1.0 * {big}, 1.0 * 1"},
+                                         params={"k": k}),
+                          hint="accumulate in fp32 (acc_dtype = 'fp32')")]
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         pr = sim["permuted"]
@@ -472,36 +591,176 @@ def _check_combine(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                         "routings)", points=len(cases))], []
 
 
+def _check_dtype(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
+    """``moe.dtype``: the routing gather and the combine print ``Element`` from the layer's dtype;
+    the GEMMs read / write their own tensors' dtypes. They must agree, and h (gate+up's D) must be
+    what down reads as A."""
+    bad: list[Violation] = []
+    want = layer.dtype
+    for part in ("gate_up", "down"):
+        p = layer.program(part)
+        for tname in ("gA", "gB", "gD"):
+            try:
+                dt = p.tensor(tname).dtype
+            except Exception:  # noqa: BLE001 - a program without that tensor
+                dt = None
+            if dt != want:
+                bad.append(_viol("moe.dtype", f"the layer is {want} (x, xs, y, the gather and combine's Element) but "
+                                 f"{part}'s {tname} is {dt}: the kernels read and write the same bytes as different "
+                                 "types", _cex("moe.dtype", f"{part} tensor {tname}", want, str(dt),
+                                               element={"tensor": f"{part}.{tname}"},
+                                               provenance=f"layer dtype {want}; {part}.{tname}.dtype {dt}")))
+    gd, da = layer.gate_up.tensor("gD").dtype, layer.down.tensor("gA").dtype
+    if gd != da:
+        bad.append(_viol("moe.dtype", f"gate+up writes h as {gd} but down reads it as {da}",
+                         _cex("moe.dtype", "h (gate+up gD -> down gA)", gd, da, element={"tensor": "h"})))
+    if bad:
+        return [], bad
+    return [Proof("moe.dtype", "M8", "enum", f"layer {want} == gA / gB / gD of gate+up and down; h {gd} == down A",
+                  points=7)], []
+
+
+def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
+    """``moe.launch``: the printed launches ``combine<<<T, threads>>>``, ``route_*<<<chunks, chunk>>>``
+    are legal CTAs of whole warps (CUDA: at most 1024 threads), and route_scan's one 1024-thread CTA
+    holds an expert per thread."""
+    bad: list[Violation] = []
+    for what, v, kernel in (("combine.threads", layer.combine.threads, "combine<<<T, kCombineThreads>>>"),
+                            ("routing.chunk", layer.routing.chunk, "route_count / route_permute<<<chunks, kChunk>>>")):
+        if not (isinstance(v, int) and 32 <= v <= MAX_CTA_THREADS and v % 32 == 0):
+            why = ("CUDA refuses the launch (invalid configuration)" if not (isinstance(v, int) and 0 < v <= 1024)
+                   else "a partial warp")
+            bad.append(_viol("moe.launch", f"{what} = {v}: {kernel} needs a positive multiple of 32 threads, at most "
+                             f"{MAX_CTA_THREADS} ({why})",
+                             Counterexample("M9", "moe.launch", "arith", kernel, what, -1, -1, -1, {},
+                                            {"cta": 0}, "", {}, f"blockDim.x in 32, 64, ..., {MAX_CTA_THREADS}",
+                                            f"blockDim.x = {v}", why, params={what: v})))
+    if layer.experts > MAX_EXPERTS or layer.experts < 1:
+        e = layer.experts
+        bad.append(_viol("moe.launch", f"E = {e} experts: route_scan gives expert e to thread e of one "
+                         f"{MAX_EXPERTS}-thread CTA, so experts >= {MAX_EXPERTS} get no count, offset or tile",
+                         Counterexample("M9", "moe.launch", "arith", "route_scan<<<1, 1024>>>", "route_scan", -1, -1,
+                                        -1, {}, {"cta": 0, "threadIdx": MAX_EXPERTS, "role": "route_scan",
+                                                 "warp": MAX_EXPERTS // 32, "lane": 0}, "", {},
+                                        f"E <= {MAX_EXPERTS}", f"E = {e}: expert {MAX_EXPERTS} has no thread", "",
+                                        element={"expert": MAX_EXPERTS}, params={"E": e})))
+    if bad:
+        return [], bad
+    return [Proof("moe.launch", "M9", "arith", f"combine {layer.combine.threads} and routing {layer.routing.chunk} "
+                  f"threads per CTA (whole warps, <= {MAX_CTA_THREADS}); E = {layer.experts} <= {MAX_EXPERTS}",
+                  points=3)], []
+
+
 def index_bounds(layer: MoELayer) -> dict[str, int]:
-    """Largest value of each size name at ``T = 2^tokens_bits`` (see :class:`IndexWidth`)."""
+    """Each size name of :class:`~argus_cutlass.dsl.moe_ir.IndexSite` at ``T = 2^tokens_bits``:
+    ``rows`` the padded permuted rows (``T*k + min(E, T*k) (pad-1)``, rounded to pad), ``tiles``
+    the m-tiles the tile_expert buffer holds, ``chunks`` the routing CTAs, ``N_blocks`` the larger
+    GEMM's n-blocks, ``walk`` what the grouped scheduler's unit passes ``units`` by (``first`` and
+    an advance of ``consumer_stride`` steps of at most ``units + step_delta`` each)."""
     t = 2 ** layer.tokens_bits
     e_, k, h, i = layer.experts, layer.topk, layer.hidden, layer.ffn
     pad, chunk = layer.routing.pad, layer.routing.chunk
     rows = -(-(t * k + min(e_, t * k) * (pad - 1)) // pad) * pad
-    n_blocks = max(-(-i // layer.gate_up.epilogue.tile_n), -(-h // layer.down.epilogue.tile_n))
-    return {"T": t, "k": k, "E": e_, "H": h, "I": i, "2I": 2 * i, "rows": rows, "tiles": rows // pad + e_,
-            "chunks": -(-(t * k) // chunk), "N_blocks": n_blocks}
+    n_blocks = max(-(-i // max(1, layer.gate_up.epilogue.tile_n)), -(-h // max(1, layer.down.epilogue.tile_n)))
+    tiles = rows // pad + e_
+    stride = max(p.schedule.consumer_stride for p in (layer.gate_up, layer.down))
+    delta = max(abs(p.schedule.step_delta) for p in (layer.gate_up, layer.down))
+    walk = (stride + 1) * (tiles * n_blocks + delta) + 1
+    return {"T": t, "k": k, "E": e_, "H": h, "I": i, "2I": 2 * i, "rows": rows, "tiles": tiles,
+            "chunks": -(-(t * k) // chunk), "chunk": chunk, "N_blocks": n_blocks, "walk": walk}
+
+
+#: a program point and thread that computes each index (for the counterexample)
+_INDEX_POINT = {
+    "routed_row": ("combine", "s = t * kTopk + j"), "permuted_row": ("route_permute", "pos"),
+    "x_offset": ("combine", "y + t * kHidden"), "xs_offset": ("route_permute", "xs + prow * kHidden"),
+    "block_count": ("route_count", "block_counts[chunk * kExperts + e]"),
+    "w13_row": ("gate+up producer", "b_mn0 / W13 rows"), "w2_row": ("down producer", "b_mn0 / W2 rows"),
+    "tile_unit": ("grouped scheduler", "u"),
+}
+
+
+def _index_thread(name: str, var_value: int, layer: MoELayer) -> dict[str, int]:
+    """The CTA / thread computing index ``name`` with its variable at ``var_value``."""
+    chunk = layer.routing.chunk
+    if name in ("routed_row", "x_offset"):       # combine: CTA t, thread 0 (each thread computes it)
+        tok = var_value if name == "x_offset" else var_value // max(1, layer.topk)
+        return {"cta": tok, "threadIdx": 0, "role": "combine", "warp": 0, "lane": 0}
+    if name in ("permuted_row", "xs_offset"):    # route_permute: the thread whose row lands there
+        return {"cta": var_value // chunk, "threadIdx": var_value % chunk, "role": "route_permute",
+                "warp": (var_value % chunk) // 32, "lane": var_value % 32}
+    if name == "block_count":
+        return {"cta": var_value, "threadIdx": 0, "role": "route_count", "warp": 0, "lane": 0}
+    return {"cta": 0, "threadIdx": 0, "role": "producer", "warp": 0, "lane": 0}
 
 
 def _check_index_width(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
+    """``moe.index_width``: every index of :data:`INDEX_SITES` is a node, its factors are the site's
+    product (the renderer prints ``ctype(variable) * constants`` from them), its C type is the one
+    the hardware fixes (TMA coordinates: ``int32_t``) and signed where a ``-1`` sentinel must survive,
+    and ``(variable max) * constants + addend`` fits it for ``T <= 2^tokens_bits``."""
     b = index_bounds(layer)
     bad, ok = [], []
+    have = {ix.name: ix for ix in layer.indices}
+    params_all = {"T_max": b["T"], "E": b["E"], "k": b["k"], "H": b["H"], "I": b["I"]}
+    for name in INDEX_SITES:
+        if name not in have:
+            bad.append(_viol("moe.index_width", f"the kernels print index {name!r} ({INDEX_SITES[name].points}) but "
+                             "the layer has no node for it", _cex("moe.index_width", name, "an IndexWidth node",
+                                                                  "none", params=params_all)))
     for ix in layer.indices:
-        v = 1
-        for f in ix.factors:
-            if f not in b:
-                bad.append(_viol("moe.index_width", f"index {ix.name}: unknown size {f!r}", None))
-                break
-            v *= b[f]
+        site = INDEX_SITES.get(ix.name)
+        point, text = _INDEX_POINT.get(ix.name, ("?", ix.name))
+        if site is None:
+            bad.append(_viol("moe.index_width", f"index {ix.name!r} is not printed by the kernels (known: "
+                             f"{sorted(INDEX_SITES)})", _cex("moe.index_width", ix.name, "a printed index", "none")))
+            continue
+        if tuple(ix.factors) != site.factors:
+            bad.append(_viol("moe.index_width", f"index {ix.name} declares factors {ix.factors}, but the kernel's "
+                             f"{text} at {point} is the product {' * '.join(site.factors)}: the printed expression "
+                             f"(from the node) would compute {ix.ctype}({' * '.join(ix.factors)})",
+                             _cex("moe.index_width", f"{point}: {text}", " * ".join(site.factors),
+                                  " * ".join(ix.factors), element={"index": ix.name, site.factors[0]: 1},
+                                  params=params_all, thread=_index_thread(ix.name, 1, layer))))
+            continue
+        if site.fixed_ctype and ix.ctype != site.fixed_ctype:
+            bad.append(_viol("moe.index_width", f"index {ix.name} in {ix.ctype}: it is a TMA coordinate / extent, "
+                             f"which PTX cp.async.bulk.tensor takes as .s32 ({site.fixed_ctype})",
+                             _cex("moe.index_width", f"{point}: {text}", site.fixed_ctype, ix.ctype,
+                                  element={"index": ix.name})))
+            continue
+        if site.signed and ix.ctype not in SIGNED_CTYPES:
+            bad.append(_viol("moe.index_width", f"index {ix.name} in {ix.ctype}: a skipped slot stores row -1, "
+                             f"which {ix.ctype} turns into {CTYPES[ix.ctype]}, so the combine's `row < 0` test "
+                             f"fails and it reads row {CTYPES[ix.ctype]} of out",
+                             _cex("moe.index_width", "combine row[j] < 0", "row -1 (skipped)",
+                                  f"row {CTYPES[ix.ctype]}", element={"index": ix.name, "token": 1, "slot": 0},
+                                  params=params_all, thread={"cta": 1, "threadIdx": 0, "role": "combine", "warp": 0,
+                                                             "lane": 0})))
+            continue
+        var = b[site.factors[0]] - (1 if site.var == "last" else 0)
+        const = 1
+        for f in site.factors[1:]:
+            const *= b[f]
+        add = sum(b[a] - 1 for a in site.addend)
+        v = var * const + add
+        expr = f"{ix.ctype}({site.factors[0]}{' - 1' if site.var == 'last' else ''})" + \
+            "".join(f" * {f}" for f in site.factors[1:]) + "".join(f" + ({a} - 1)" for a in site.addend)
+        if v > CTYPES[ix.ctype]:
+            first = (CTYPES[ix.ctype] - add) // const + 1   # the smallest variable value that wraps
+            bad.append(_viol("moe.index_width", f"index {ix.name} = {expr} reaches {v} at T = 2^{layer.tokens_bits}, "
+                             f"past {ix.ctype}'s {CTYPES[ix.ctype]}: {text} at {point} wraps once its variable (a "
+                             f"{site.factors[0]} index) reaches {first}",
+                             Counterexample("M7", "moe.index_width", "arith", f"{point}: {text}", ix.name, -1, -1, -1,
+                                            {}, _index_thread(ix.name, first, layer), "", {},
+                                            f"<= {CTYPES[ix.ctype]} ({ix.ctype})", f"{first * const + add} at "
+                                            f"{site.factors[0]} index {first} (max {v})", f"{site.points}; {expr}",
+                                            element={"index": ix.name, site.factors[0]: first},
+                                            params={**{f: b[f] for f in site.factors + site.addend},
+                                                    "tokens_bits": layer.tokens_bits}),
+                             hint="compute it in int64_t"))
         else:
-            if v > CTYPES[ix.ctype]:
-                bad.append(_viol("moe.index_width", f"index {ix.name} = {' * '.join(ix.factors)} reaches {v} at "
-                                 f"T = 2^{layer.tokens_bits}, past {ix.ctype}'s {CTYPES[ix.ctype]}",
-                                 _cex("moe.index_width", ix.name, f"<= {CTYPES[ix.ctype]} ({ix.ctype})", str(v),
-                                      params={f: b[f] for f in ix.factors}),
-                                 hint="compute it in int64_t"))
-            else:
-                ok.append(f"{ix.name} <= {v} ({ix.ctype})")
+            ok.append(f"{ix.name} = {expr} <= {v} ({ix.ctype})")
     if bad:
         return [], bad
     return [Proof("moe.index_width", "M7", "arith", f"T <= 2^{layer.tokens_bits}: " + "; ".join(ok),
@@ -584,6 +843,8 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     run.add("enum", "moe.swiglu", _check_swiglu, layer)
     run.add("enum", "moe.combine", _check_combine, layer, cases)
     run.add("arith", "moe.index_width", _check_index_width, layer)
+    run.add("enum", "moe.dtype", _check_dtype, layer)
+    run.add("arith", "moe.launch", _check_launch, layer)
     if smt:
         from argus_cutlass.settings import settings
 

@@ -496,7 +496,9 @@ def check_tile_scheduler(program: Program) -> Outcome:
     """tile_scheduler: the consumer warpgroups split the work as the kernel's two schedules do
     (cooperative: ``consumer_stride`` 1 and 2 warpgroups along M; ping-pong: stride 2 and 1, so
     ``consumer_stride x atoms_m`` = the consumer role's warpgroups); stream-K and split-K need the
-    cooperative schedule; ``splits`` >= 2 exactly for split-K.
+    cooperative schedule; ``splits`` >= 2 exactly for split-K. The MoE ``grouped`` walk is a persistent
+    walk (every unit sums its whole k range; the unit count is data), so ping-pong may run it: each
+    warpgroup takes every second unit of its CTA, the producer every unit.
 
     Source: ``templates/gemm/kernel.cu.j2`` (``wg_in_tile = kConsumerStride == 1 ? cwg : 0``; the
     second ping-pong warpgroup starts one unit later); CUTLASS
@@ -513,7 +515,7 @@ def check_tile_scheduler(program: Program) -> Outcome:
                    f"{sch.consumer_stride * mma.atoms_m} != {wgs} consumer warpgroups (cooperative: stride 1 x 2, "
                    "ping-pong: stride 2 x 1)")
     coop = sch.consumer_stride == 1
-    if sch.decomposition != "persistent" and not coop:
+    if sch.decomposition not in ("persistent", "grouped") and not coop:
         bad.append(f"scheduler {sch.decomposition!r} needs the cooperative schedule (consumer_stride 1), not "
                    f"ping-pong (consumer_stride {sch.consumer_stride})")
     if sch.decomposition == "splitk" and sch.splits < 2:

@@ -30,7 +30,7 @@ CONFIGS = (
 #: a fixed proof list, so that this test pins the template and not the verifier
 PROVED = ("G1 k agreement (example line)",)
 #: headers a generated kernel may include: CuTe/CUTLASS, the CUDA toolkit's, the C++ library's
-ALLOWED_HEADERS = {"cstdint", "type_traits", "utility", "cuda.h", "cudaTypedefs.h", "cuda_runtime.h", "cuda_bf16.h",
+ALLOWED_HEADERS = {"atomic", "cstdint", "type_traits", "utility", "cuda.h", "cudaTypedefs.h", "cuda_runtime.h", "cuda_bf16.h",
                    "cuda_fp16.h"}
 
 

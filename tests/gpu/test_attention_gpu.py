@@ -12,6 +12,9 @@ Coverage: every head dim, causal and not, lengths not dividing any block (1, 3, 
 q length != kv length both ways (bottom-right causal alignment, rows with no key), GQA 8:1 and MQA,
 fp16 and bf16, varlen batches mixing lengths 0 and 1, ``seqused_k`` with NaN past it (a batch with
 ``seqused_k = 0``: every row fully masked), and the tensor rules refused before any launch.
+The ``quad16`` O epilogue (16-byte stores after the quad's lane exchange, ``AttentionConfig.epilogue``)
+runs its own set (:data:`QUAD16`): every head dim, causal and not, varlen with lengths 0 and 1 mixed
+in, ``seqused_k``, lengths 1 / 127 / 1000, rows that see no key, fp16.
 """
 
 from __future__ import annotations
@@ -73,21 +76,43 @@ def _problems() -> list[tuple[str, AttentionProblem]]:
 PROBLEMS = _problems()
 
 
-def _cfg(p: AttentionProblem):
-    return default_config(p.head_dim, p.dtype, p.causal, p.varlen)
+def _quad16() -> list[tuple[str, AttentionProblem]]:
+    out = []
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            mask = "causal" if causal else "full"
+            out.append((f"quad16-d{d}-{mask}-varlen",
+                        AttentionProblem.varlen_problem(heads=4, kv_heads=2, head_dim=d, causal=causal, **VARLEN)))
+            for sq, sk in ((1, 1), (127, 129), (1000, 1000), (1000, 3)):  # (1000, 3) causal: 997 rows see no key
+                out.append((f"quad16-d{d}-{mask}-sq{sq}-sk{sk}", AttentionProblem(2, 4, 2, sq, sk, d, "bf16", causal)))
+    out.append(("quad16-d128-causal-varlen-seqused",
+                AttentionProblem.varlen_problem(heads=4, kv_heads=1, head_dim=128, causal=True,
+                                                seqused_k=SEQUSED_VARLEN, **VARLEN)))
+    out.append(("quad16-fp16-d64-causal", AttentionProblem(2, 8, 2, 1000, 1000, 64, "fp16", True)))
+    out.append(("quad16-fp16-d256-varlen",
+                AttentionProblem.varlen_problem(heads=4, kv_heads=4, head_dim=256, dtype="fp16", **VARLEN)))
+    return out
+
+
+#: problems run with the quad16 O epilogue
+QUAD16 = _quad16()
+
+
+def _cfg(p: AttentionProblem, epilogue: str = "direct"):
+    return default_config(p.head_dim, p.dtype, p.causal, p.varlen).replace(epilogue=epilogue)
 
 
 @pytest.fixture(scope="module")
 def libraries():
     from argus_cutlass.generate import build_many
 
-    return build_many([_cfg(p) for _, p in PROBLEMS])
+    return build_many([_cfg(p) for _, p in PROBLEMS] + [_cfg(p, "quad16") for _, p in QUAD16])
 
 
-def _lib(libraries, p):
+def _lib(libraries, p, epilogue: str = "direct"):
     from argus_cutlass.generate import kernel_name
 
-    return libraries[kernel_name(_cfg(p))]
+    return libraries[kernel_name(_cfg(p, epilogue))]
 
 
 @pytest.mark.parametrize("problem", [p for _, p in PROBLEMS], ids=[i for i, _ in PROBLEMS])
@@ -96,9 +121,16 @@ def test_attention_matches_reference(libraries, problem):
     assert res.passed, res.summary()
 
 
-def test_fully_masked_rows_are_zero_with_minus_inf_lse(libraries):
+@pytest.mark.parametrize("problem", [p for _, p in QUAD16], ids=[i for i, _ in QUAD16])
+def test_quad16_epilogue_matches_reference(libraries, problem):
+    res = run_and_check(_lib(libraries, problem, "quad16"), problem, seed=hash(problem.describe()) % 1000)
+    assert res.passed, res.summary()
+
+
+@pytest.mark.parametrize("epilogue", ["direct", "quad16"])
+def test_fully_masked_rows_are_zero_with_minus_inf_lse(libraries, epilogue):
     p = AttentionProblem(1, 2, 2, 100, 10, 128, "bf16", True)  # rows 0..89 see no key
-    lib = _lib(libraries, p)
+    lib = _lib(libraries, p, epilogue)
     ins = make_inputs(p, seed=3)
     o, lse = lib.forward(ins.q, ins.k, ins.v)
     torch.cuda.synchronize()

@@ -4,7 +4,10 @@
 
 Cases: the three ANCHORS shapes x T in {1, 16, 256, 2048, 8192} (uniform routing), top-1/2/6/8,
 skewed routing, experts with no token, all tokens to one expert, group sizes 128 / 130 / 65, -1
-padding skipped, fp16, CUDA-graph capture, and the bad-input errors.
+padding skipped, fp16, CUDA-graph capture, and the bad-input errors. The small-T path
+(``heuristics.small_t_config``: 64-row ping-pong tiles, groups padded to 64; the heuristic's pick
+for T <= 256) explicitly: the three shapes x T in {1, 16, 256} x uniform / skewed routing, groups
+of exactly 64 / 128 rows and of 65, CUDA-graph capture on each side of the bucket edge.
 """
 
 from __future__ import annotations
@@ -19,10 +22,38 @@ from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem  # noqa: 
 pytestmark = pytest.mark.gpu
 
 
-def _lib(problem):
+def _lib(problem, config=None):
     from argus_cutlass.api import moe_kernel
 
-    return moe_kernel(problem, smt=False)
+    return moe_kernel(problem, config, smt=False)
+
+
+def _small():
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    return small_t_config()
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed"])
+@pytest.mark.parametrize("model", sorted(MODEL_SHAPES))
+@pytest.mark.parametrize("tokens", [1, 16, 256])
+def test_small_t_path(model, tokens, routing):
+    p = MoEProblem.for_model(model, tokens)
+    chk = run_and_check(_lib(p, _small()), p, routing=routing)
+    assert chk.ok, chk
+
+
+def test_small_t_heuristic_picks_the_small_path():
+    from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
+
+    assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == _small()
+    assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
+
+
+def test_small_t_group_sizes_at_the_64_row_padding():
+    p = MoEProblem(162, 8, 2, 512, 256)
+    chk = run_and_check(_lib(p, _small()), p, routing="sizes", sizes=[64, 128, 65, 63, 1, 0, 3, 0])
+    assert chk.ok, chk
 
 
 @pytest.mark.parametrize("model", sorted(MODEL_SHAPES))
@@ -68,8 +99,9 @@ def test_minus_one_padding_is_skipped():
     assert float((y.float() - ref).abs().max()) < 3e-2
 
 
-def test_cuda_graph_capture():
-    p = MoEProblem(256, 8, 2, 512, 256)
+@pytest.mark.parametrize("tokens", [256, 300])  # the small-T layer, then the large-T one
+def test_cuda_graph_capture(tokens):
+    p = MoEProblem(tokens, 8, 2, 512, 256)
     lib = _lib(p)
     x, ids, w, w13, w2 = make_inputs(p, seed=2)
     ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")

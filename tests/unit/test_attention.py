@@ -178,11 +178,56 @@ def test_tag_engine_sees_every_slot():
     assert pv and pv[0].points == 2 * 64 * cfg.head_dim * cfg.tile_n * 2 * 4
 
 
+# ------------------------------------------------------------------------------- O epilogues (FA4)
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_quad16_epilogue_is_proved_and_printed(head_dim):
+    """The quad16 store map is proved (every element stored once at its accumulator (row, d)) and the
+    kernel prints the node's exchange stages and column strides; the direct kernel keeps its name."""
+    base = default_config(head_dim, causal=True, varlen=True)
+    cfg = base.replace(epilogue="quad16")
+    program = build_program(cfg)
+    report = verify_attention(program, smt=False)
+    assert report.ok, report.format()
+    proof = next(p for p in report.proofs if p.rule == "output.row" and p.engine == "enum")
+    assert proof.points == 64 * head_dim and "quad16" in proof.summary
+    src = render_attention(program, report.proved)
+    assert "quad_exchange<2>(w, lane);\n      quad_exchange<1>(w, lane);" in src
+    assert "constexpr int kOutGroupCols = 32;" in src and "constexpr int kOutLaneCols = 8;" in src
+    assert "reinterpret_cast<uint4*>" in src
+    assert program.kernel_name().startswith(f"argus_{build_program(base).name}_quad16_")
+    assert "quad_exchange" not in render_attention(build_program(base))
+
+
+def test_quad_exchange_is_a_transpose_in_either_stage_order():
+    """The butterfly stages (2, 1) and (1, 2) both transpose the quad's 4 x 4 words (the rule proves
+    the map, not a spelling); one stage, a repeated stage or a lane mask of 3 does not."""
+    from types import SimpleNamespace as NS
+
+    def transposes(shuffle):
+        lanes = [[(lane, k) for k in range(4)] for lane in range(32)]
+        for b in shuffle:
+            assert sem.quad_exchange(lanes, b) is None
+        return all(lanes[lane][w] == (4 * (lane // 4) + w, lane % 4) for lane in range(32) for w in range(4))
+
+    assert transposes((2, 1)) and transposes((1, 2))
+    assert not any(transposes(s) for s in ((2,), (2, 2), (3, 1), (1, 1)))
+    lanes = [[(lane, k) for k in range(4)] for lane in range(32)]
+    assert "past the thread's 4 words" in sem.quad_exchange(lanes, 4)
+    out = NS(store_mode="quad16", shuffle=(1, 2), group_cols=32, lane_cols=8, row_offset=0)
+    recs, err = sem.output_store_map(out, 128)
+    from argus_cutlass.hw.fragments import acc_coord
+
+    assert err is None and all((row, d) == acc_coord(st, sr) for *_, row, d, st, sr in recs)
+    assert len({(row, d) for *_, row, d, _, _ in recs}) == len(recs) == 64 * 128
+
+
 # ---------------------------------------------------------------------------------------- nvcc
 
 
 COMPILE = [default_config(64), default_config(96, "fp16", True, True), default_config(128, causal=True),
-           default_config(256, varlen=True)]
+           default_config(256, varlen=True), default_config(128, causal=True, varlen=True).replace(epilogue="quad16")]
 
 
 @pytest.mark.nvcc

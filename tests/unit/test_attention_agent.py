@@ -47,7 +47,7 @@ def test_space_declares_the_knobs_and_fa3_defaults():
     assert set(space.fragments["stages"].domain()) == {2, 3}
     assert set(space.fragments["scheduler"].domain()) == {"static", "dynamic"}
     assert set(space.fragments["q_stages"].domain()) == {1, 2}
-    assert space.size == 3 * 14 * 2 * 2 * 2 * 2 - 14 * 2 * 2 * 2  # less ping-pong with one warpgroup
+    assert space.size == 3 * 14 * 2 * 2 * 2 * 2 * 2 - 14 * 2 * 2 * 2 * 2  # less ping-pong with one warpgroup
     assert not admissible({"tile_m": 64, "pingpong": True})
     for d in (64, 96, 128, 192, 256):
         for causal in (False, True):

@@ -55,12 +55,12 @@ BASES: dict[str, GemmConfig] = {
                                     epi_m=64, epi_n=16, out_dtype="fp32", stages=8),
     "nt_128x128_c1x2": GemmConfig(layout="nt", tile_m=128, tile_n=128, cluster_m=1, cluster_n=2),
     # attention: d=128 causal (2 warpgroups taking turns), d=64 (3 warpgroups), d=256 fp16 varlen
-    # non-causal without turns (no turn order), d=96 (SW64 atoms)
+    # non-causal without turns (no turn order), d=96 (SW64 atoms) with the quad16 epilogue
     "attn_d128_causal": AttentionConfig(head_dim=128, causal=True, tile_m=128, tile_n=128),
     "attn_d64_3wg": AttentionConfig(head_dim=64, tile_m=192, tile_n=128),
     "attn_d256_varlen_fp16_noturns": AttentionConfig(head_dim=256, dtype="fp16", varlen=True, tile_m=128, tile_n=80,
                                                      pingpong=False),
-    "attn_d96": AttentionConfig(head_dim=96, causal=True, tile_m=128, tile_n=144),
+    "attn_d96_quad16": AttentionConfig(head_dim=96, causal=True, tile_m=128, tile_n=144, epilogue="quad16"),
 }
 
 
@@ -107,6 +107,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "relation": ("==", "!=", "<=", "<", ">=", ">", "divides", "disjoint"),
     "layout": ("tn", "nt", "nn", "tt"),
     "family": ("gemm", "attention"),
+    "store_mode": ("direct", "quad16"),
 }
 #: ``major`` means different things on different nodes
 MAJOR_DOMAINS = {"Tensor": ("K", "M", "N", "D", "Lq", ""), "TmaLoad": ("K", "MN"), "TmaStore": ("K", "MN"),
@@ -254,6 +255,9 @@ def alternatives(owner: Any, attr: str, value: Any, program: Program) -> list[An
         # the identity conversion is stated as (); a full-length pairing with two registers swapped
         n = program.tensor(owner.dst).shape[1] // 4
         out = [(1, 0) + tuple(range(2, n)), tuple(range(n))]
+    elif value == () and attr == "shuffle":
+        # the direct store exchanges nothing: give it the quad16 transpose (the renderer refuses it)
+        out = [(2, 1)]
     elif isinstance(value, tuple):
         if not value:
             raise TypeError(f"{type(owner).__name__}.{attr} is an empty tuple: nothing to permute")

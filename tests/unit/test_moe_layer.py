@@ -30,6 +30,51 @@ def test_anchor_layers_verify(model):
     assert {"tma.image", "gmma.descriptor", "pipeline.protocol", "k.coverage", "mma.k_agreement"} <= rules
 
 
+@pytest.mark.parametrize("model", sorted(MODEL_SHAPES))
+def test_small_t_layers_verify(model):
+    """The small-T path (64-row ping-pong tiles, 64-row padding) passes every GEMM and MoE rule."""
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    layer = build_layer(small_t_config(), MoEProblem.for_model(model, 16))
+    rep = verify_moe(layer, smt=True)
+    assert rep.ok and not rep.unknowns, [v.format() for v in rep.violations]
+    assert layer.routing.pad == 64 and layer.gate_up.schedule.consumer_stride == 2
+    assert {"moe.group_tiles", "moe.empty_groups", "moe.swiglu", "moe.combine", "tile_scheduler"} <= \
+        {p.rule for p in rep.proofs}
+
+
+def test_heuristic_picks_by_t_bucket():
+    from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config, small_t_config
+    from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
+
+    for t in (1, 16, SMALL_T):
+        assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == small_t_config() and bucket_of(t) == "small"
+    assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == MoEConfig()
+    small = small_t_config()
+    assert all(getattr(small, k) in v for k, v in KNOBS.items())
+
+
+def test_gpu_mutant_problems_reach_the_failing_case():
+    """The silicon problems of bench/mutants_moe_gpu.py reach each mutant's failing case."""
+    from argus_cutlass.kernels.moe.routing import make_routing
+    from argus_cutlass.testing.mutants_moe import GPU_PROBLEMS, gpu_problems_of, int32_wrap_tokens
+
+    cat = load_moe_catalogue()
+    wrap = GPU_PROBLEMS["wide_int32_wrap"]
+    m = cat["x_offset_int32"]
+    assert gpu_problems_of(m) == ["wide_int32_wrap"] and m.gpu_base["hidden"] == 4096
+    assert wrap.tokens >= int32_wrap_tokens(4096, 1, "x_offset") and wrap.tokens <= 2**20
+    assert wrap.tokens * 1 >= int32_wrap_tokens(4096, 1, "xs_offset")
+    aligned = GPU_PROBLEMS["small_aligned_groups"]
+    assert "small_aligned_groups" in gpu_problems_of(cat["rank_off_by_one"])
+    assert any(s and s % 128 == 0 for s in aligned.sizes)
+    ids, _ = make_routing("sizes", aligned.tokens, 8, 2, sizes=aligned.sizes)
+    assert ids.shape == (aligned.tokens, 2)
+    # more grouped units than the 132 CTAs of an H200 for the step mutant
+    units = GPU_PROBLEMS["qwen_many_units"]
+    assert units.tokens * 8 // 128 * (768 // 128) > 132
+
+
 def test_family_dispatch():
     assert family_of(MoEConfig()) == "moe" and family_of(_layer()) == "moe"
 
@@ -146,3 +191,99 @@ def test_api_bad_inputs_named():
         check_inputs(x, ids, w, w13, torch.zeros(8, 64, 32, dtype=torch.bfloat16))
     with pytest.raises(ProblemError, match="topk_ids has dtype"):
         check_inputs(x, ids.float(), w, w13, w2)
+
+
+# ---- red-team holes (2026-12-01): each closed by a rule with a counterexample ----------------------
+
+
+def _hit(mutant_id: str):
+    m = load_moe_catalogue()[mutant_id]
+    rep = verify_moe_mutant(m, smt=False)
+    hits = [v for v in rep.violations if v.rule == m.rule]
+    assert hits and hits[0].counterexample is not None, (mutant_id, [v.rule for v in rep.violations])
+    return hits[0], hits[0].counterexample
+
+
+def test_swiglu_store_coordinate_identity():
+    """Hole 1: a gate+up row offset (a bijection of the h tile) is caught at the thread / register."""
+    for mid, off in (("gu_row_offset", 1), ("gu_row_offset_8", 8)):
+        v, c = _hit(mid)
+        assert c.thread["threadIdx"] == 128 and c.register == "accum[0]"
+        assert c.element["row"] == 0 and c.element["m"] == off and "h(0, 0)" in c.expected
+    layer = base_layer(load_moe_catalogue()["gu_row_offset"])
+    rep = verify_moe(layer.replace_node("gate_up", "epilogue", row_offset=-1), smt=False)
+    assert "moe.swiglu" in {v.rule for v in rep.violations}
+
+
+def test_layer_dtype_agrees_with_the_gemms():
+    """Hole 2: the layer's Element and the GEMMs' tensors share one dtype; h is down's A."""
+    v, c = _hit("layer_dtype_fp16")
+    assert c.expected == "fp16" and c.actual == "bf16" and "gate_up.gA" in c.element["tensor"]
+    layer = _layer("qwen3-30b-a3b")
+    bad = layer.replace_node("down", "tensor", "gA", dtype="fp16")
+    assert "moe.dtype" in {x.rule for x in verify_moe(bad, smt=False).violations}
+
+
+def test_index_expressions_are_printed_from_the_nodes():
+    """Hole 3: the printed index is ctype(variable) * the node's factors; factors that are not the
+    kernel's product, fixed TMA types and the -1 sentinel are refused; bounds use T-1 / rows-1."""
+    from argus_cutlass.dsl.moe_ir import INDEX_SITES
+    from argus_cutlass.errors import ConfigError
+
+    v, c = _hit("xs_offset_factors_rows")
+    assert c.expected == "rows * H" and c.actual == "rows"
+    src = render_moe(mutant_layer(load_moe_catalogue()["xs_offset_factors_rows"]))
+    assert "int32_t(prow))[v]" in src   # printed from the node: no * kHidden
+    layer = _layer("qwen3-30b-a3b")
+    assert {i.name for i in layer.indices} == set(INDEX_SITES)
+    with pytest.raises(ConfigError):
+        render_moe(layer.replace_node("index", None, "x_offset", factors=("Q", "H")))
+    # x_offset int32 is no overflow at H = 2048 ((2^20 - 1) * 2048 < 2^31) but is at H = 4096
+    ok = verify_moe(layer.replace_node("index", None, "x_offset", ctype="int32_t"), smt=False)
+    assert "moe.index_width" not in {x.rule for x in ok.violations}
+    v, c = _hit("x_offset_int32")
+    assert c.element["T"] == 2**19 and c.thread["cta"] == 2**19
+    v, c = _hit("permuted_row_uint32")
+    assert "4294967295" in c.actual
+    rep = verify_moe(layer.replace_node("index", None, "w13_row", ctype="int64_t"), smt=False)
+    assert "moe.index_width" in {x.rule for x in rep.violations}
+    # every index node's C type reaches the printed code
+    base = render_moe(layer)
+    for ix in layer.indices:
+        other = "int64_t" if ix.ctype != "int64_t" else "int32_t"
+        assert render_moe(layer.replace_node("index", None, ix.name, ctype=other)) != base, ix.name
+
+
+def test_combine_accumulates_in_fp32():
+    """Hole 4."""
+    v, c = _hit("combine_acc_bf16")
+    assert c.expected.startswith("257") and c.actual.startswith("256") and c.thread["role"] == "combine"
+
+
+def test_launch_limits():
+    """Hole 5: threads and chunk are whole warps <= 1024; E <= 1024 in the verifier and the problem."""
+    from argus_cutlass.errors import ProblemError
+
+    for mid in ("combine_threads_2048", "route_chunk_2048", "experts_2000"):
+        _hit(mid)
+    layer = _layer("qwen3-30b-a3b")
+    for bad in (layer.replace_node("combine", threads=0), layer.replace_node("combine", threads=-32),
+                layer.replace_node("routing", chunk=1), layer.replace_node("routing", chunk=4096)):
+        assert "moe.launch" in {x.rule for x in verify_moe(bad, smt=False).violations}
+    with pytest.raises(ProblemError) as info:
+        MoEProblem(16, 2000, 2, 256, 512).validate()
+    assert info.value.rule == "problem.experts" and "experts=2000" in str(info.value)
+
+
+def test_rank_and_routing_counterexamples_name_the_thread():
+    """Hole 6 (rank 'block' refused by the rule) and hole 8 (routing counterexamples name the
+    routing kernel's CTA and thread)."""
+    v, c = _hit("rank_block")
+    assert c.thread["role"] == "route_permute" and "block" in c.actual
+    for mid, role in (("rank_off_by_one", "route_permute"), ("clamp_invalid_ids", "route_permute"),
+                      ("scan_inclusive", "route_scan")):
+        v, c = _hit(mid)
+        assert c.thread["role"] == role and {"cta", "threadIdx", "warp", "lane"} <= set(c.thread), mid
+        if role == "route_permute":
+            s = c.element["token"] * 2 + c.element["slot"]
+            assert (c.thread["cta"], c.thread["threadIdx"]) == divmod(s, 256)

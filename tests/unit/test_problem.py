@@ -155,8 +155,8 @@ def test_for_config():
 
 def test_c_abi_matches_the_host_template():
     """ERROR_CODES and ENTRY_SIGNATURE are the C ABI that templates/gemm/host.j2 and kernel.cu.j2
-    print: every enumerator of ``enum ErrorCode`` (1..7) has its code here, the error strings
-    agree, and the entry's parameter list is the signature."""
+    print: every enumerator of ``enum ErrorCode`` (1..7, and 9: the architecture guard) has its code
+    here, the error strings agree, and the entry's parameter list is the signature."""
     import re
     from importlib import resources
 
@@ -164,8 +164,11 @@ def test_c_abi_matches_the_host_template():
 
     host = resources.files("argus_cutlass.templates").joinpath("gemm").joinpath("host.j2").read_text()
     enum = dict((name, int(code)) for name, code in re.findall(r"\b(kErr\w+) = (\d+),", host))
-    assert sorted(enum.values()) == sorted(ERROR_CODES) == list(range(1, 8))
+    assert sorted(enum.values()) == sorted(ERROR_CODES) == [*range(1, 8), 9]
     for name, code in enum.items():
+        if code == 9:  # the architecture guard's text is arch_error_text() (templates/common/arch_guard.j2)
+            assert f"case {name}: return arch_error_text();" in host
+            continue
         text = re.search(rf"case {name}: return \"([^\"]+)\";", host).group(1)
         if code != 3:  # code 3's text names the proved bound (2^{{ bound_bits }})
             assert text == ERROR_CODES[code][1], (code, text)

@@ -32,7 +32,10 @@ def test_verify_default_config_prints_tiers(tmp_path, capsys):
     for tier in ("algebraic", "enumeration", "SMT"):
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(tier))
         assert "proved, median" in line and "ms/obligation" in line
-    assert "ok G6 pipeline.parity [smt]" in out and "ok G3 k.coverage [smt]" in out
+    # proofs only with --verbose (issue 12): by default a count
+    assert "ok G6 pipeline.parity" not in out and "proofs; --verbose lists them)" in out
+    rc, out, err = _run(capsys, _write(tmp_path, "cfg.json", "{}"), "--verbose")
+    assert rc == 0 and "ok G6 pipeline.parity [smt]" in out and "ok G3 k.coverage [smt]" in out
 
 
 def test_verify_gemm_record_and_json(tmp_path, capsys):

@@ -8,7 +8,7 @@ kv heads, lengths, strides and the softmax scale stay run-time arguments of the 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +41,13 @@ class AttentionConfig(BaseModel):
             overlap through named barriers); without it they issue freely.
         longest_first: the persistent scheduler starts with the last query blocks (the most keys
             under a causal mask). ``None``: on for causal kernels.
+        epilogue: how O leaves the registers. ``direct``: each thread stores its accumulator pairs
+            where the wgmma left them (4-byte stores; a warp store covers 8 rows x 16 bytes, half of
+            each 32-byte sector). ``quad16``: the 4 lanes of a quad (one row) exchange their packed
+            pairs with ``__shfl_xor_sync`` (a 4x4 transpose of 32-bit words in two butterfly stages)
+            so each lane stores 16 contiguous bytes of its row (a warp store covers 8 rows x 64
+            bytes: whole sectors, 4x fewer store instructions, no smem). Both proved by rule
+            ``output.row`` (FA4) on the program's store map.
         scheduler: ``static`` (CTA ``c`` takes tiles ``c, c + grid, ...``) or ``dynamic`` (the
             producer fetches the next tile from a global counter with ``atomicAdd`` and hands it to
             the consumers through the Q stage: tiles of unequal work balance across SMs, FA3's
@@ -64,6 +71,11 @@ class AttentionConfig(BaseModel):
     pingpong: bool = True
     longest_first: bool | None = None
     scheduler: Literal["static", "dynamic"] | None = None
+    epilogue: Literal["direct", "quad16"] = "direct"
+
+    def __repr_args__(self) -> Any:
+        # the default epilogue is left out, so configurations written before the knob print as they did
+        return [(k, v) for k, v in super().__repr_args__() if not (k == "epilogue" and v == "direct")]
 
     @property
     def consumer_warpgroups(self) -> int:

@@ -14,7 +14,10 @@ it (``hopper/flash_fwd_kernel_sm90.h``, ``mainloop_fwd_sm90_tma_gmma_ws.hpp``):
   (RS-mode wgmma, V read MN-major); the softmax of block j overlaps the QK^T of block j - 1 (in
   walk order) and, with ``pingpong``, the warpgroups take turns issuing their GEMMs through named
   barriers;
-* the epilogue divides O by the row sum and writes O (input dtype) and the LSE (fp32) by row;
+* the epilogue divides O by the row sum and writes O (input dtype) and the LSE (fp32) by row, O either
+  straight from the accumulator layout (``epilogue="direct"``: 4-byte stores) or after a 4x4 transpose
+  of packed pairs inside each quad (``"quad16"``: ``__shfl_xor_sync``, 16-byte stores), the store map
+  being fields of the row output node that rule ``output.row`` enumerates;
 * a persistent scheduler walks the tiles ``(m_block, head, batch)`` (m_block fastest), longest
   first for causal kernels.
 
@@ -63,7 +66,7 @@ def program_label(cfg: AttentionConfig) -> str:
     mask = "causal" if c.causal else "full"
     return (f"attn_fwd_sm90_{c.dtype}_d{c.head_dim}_{mask}{'_varlen' if c.varlen else ''}_{c.tile_m}x{c.tile_n}_"
             f"s{c.stages}{f'_q{c.q_stages}' if c.q_stages != 1 else ''}{'_pf' if c.prefetch_q else ''}{'_pp' if c.pingpong else ''}{'_lf' if c.walk_longest_first else ''}"
-            f"{'_dyn' if c.dynamic_scheduler else ''}")
+            f"{'_dyn' if c.dynamic_scheduler else ''}{'' if c.epilogue == 'direct' else '_' + c.epilogue}")
 
 
 def _align(x: int, a: int) -> int:
@@ -192,7 +195,14 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
     b.online_softmax(s_acc, o_acc, max=red_max, sum=red_sum, rescale=True, fold_log2e=True)
     b.k_loop(tile_k=c.tile_n, block_k=op_pv.k, k_blocks=c.tile_n // op_pv.k, name="kv",
              bound_bits=LENGTH_BOUND_BITS)
-    b.row_output(o_acc, g_o, g_lse, normalize=True, row_mask=True)
+    if c.epilogue == "quad16":
+        # the quad's 4x4 transpose of packed pairs (butterfly on lane bits 1 then 0); lane c of a quad
+        # stores column block 4 g + c: columns [32 g + 8 c, 32 g + 8 c + 8) of its row, 16 bytes
+        b.row_output(o_acc, g_o, g_lse, normalize=True, row_mask=True, store_mode="quad16", shuffle=(2, 1),
+                     group_cols=32, lane_cols=8)
+    else:
+        # each thread stores its pair (2 j, 2 j + 1) of column block j at 8 j + 2 (lane % 4)
+        b.row_output(o_acc, g_o, g_lse, normalize=True, row_mask=True)
 
     # ---- the consumer warpgroups take turns issuing their GEMMs (FA3's warp-scheduler barriers);
     # one more barrier per warpgroup for its own syncs (zeroing V rows past seqused_k)

@@ -13,7 +13,14 @@ knob            domain                                 meaning
 ``q_stages``    1, 2                                   Q pipeline depth (2: the next tile's Q lands early)
 ``pingpong``    True, False                            consumer warpgroups take turns issuing GEMMs
 ``scheduler``   static, dynamic                        persistent tile walk: round robin / atomic counter
+``epilogue``    direct, quad16                         O stores: 4-byte from the accumulator / 16-byte
+                                                       after the quad's lane exchange (whole sectors)
 ==============  =====================================  ==============================================
+
+``epilogue`` has no modelled gain yet (:func:`estimate` scores both alike, so ``direct`` ranks first on
+the tie-break by distance from FA3's defaults): bench/RESULTS.md's ncu of the short-sequence cells (L2
+write sectors 4.8x the size of O) is why it is searched; ``bench/tune_attention_grid.py --variants``
+measures both.
 
 Defaults are FlashAttention-3's tile for the head dim (:mod:`.heuristics`), ping-pong on, 2 stages,
 and the mask's scheduler (dynamic for causal, static otherwise). ``longest_first`` is not searched: it
@@ -36,8 +43,8 @@ memoised per config. The orchestrator runs the full verifier again before it ren
 documented there; FA3's configuration for the head dim always comes first.
 
 >>> space = AttentionSpace(head_dim=128)
->>> space.size  # 3 x 14 x 2 x 2 x 2 x 2, less ping-pong with one warpgroup
-560
+>>> space.size  # 3 x 14 x 2 x 2 x 2 x 2 x 2, less ping-pong with one warpgroup
+1120
 >>> space.default().tile_m, space.default().tile_n, space.default().scheduler
 (128, 176, 'static')
 >>> feasible(space.default())[0]
@@ -67,7 +74,7 @@ __all__ = [
 ]
 
 #: the searched AttentionConfig fields, in fragment order
-KNOBS = ("tile_m", "tile_n", "stages", "q_stages", "pingpong", "scheduler")
+KNOBS = ("tile_m", "tile_n", "stages", "q_stages", "pingpong", "scheduler", "epilogue")
 #: streaming multiprocessors of an H100 / H200 SXM (the persistent grid is at most one CTA per SM:
 #: the kernel's smem and its setmaxnreg register split leave room for one CTA)
 SMS = 132
@@ -106,6 +113,7 @@ def default_fragments(head_dim: int = 128, causal: bool = False) -> dict[str, Fr
         "q_stages": EnumFragment((1, 2), 1),
         "pingpong": EnumFragment((True, False), True),
         "scheduler": EnumFragment(("static", "dynamic"), "dynamic" if causal else "static"),
+        "epilogue": EnumFragment(("direct", "quad16"), "direct"),
     }
 
 
@@ -118,7 +126,7 @@ def knob_values(cfg: AttentionConfig) -> dict[str, Any]:
     """The knob values of ``cfg``, ``scheduler`` resolved (``None`` -> the mask's default)."""
     return {"tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages, "q_stages": cfg.q_stages,
             "pingpong": cfg.pingpong,
-            "scheduler": "dynamic" if cfg.dynamic_scheduler else "static"}
+            "scheduler": "dynamic" if cfg.dynamic_scheduler else "static", "epilogue": cfg.epilogue}
 
 
 @dataclass(frozen=True)

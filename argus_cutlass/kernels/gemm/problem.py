@@ -83,6 +83,7 @@ ERROR_CODES: dict[int, tuple[str, str]] = {
         "a leading dimension times the element size is not a multiple of 16 bytes (TMA stride rule)"),
     6: ("launch.tensor_map", "cuTensorMapEncodeTiled is unavailable or refused a tensor map"),
     7: ("launch.attribute", "cudaFuncSetAttribute or the cluster occupancy query failed"),
+    9: ("launch.arch", "the current device has no sm_90a image of the kernel (architecture guard)"),
 }
 #: a return code at or above this is ``1000 + cudaError_t``
 CUDA_ERROR_BASE = 1000

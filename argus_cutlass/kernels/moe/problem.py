@@ -26,6 +26,7 @@ Rules checked by :meth:`MoEProblem.validate` (the ``rule`` of the raised
 ``problem.size``            tokens, experts, topk, hidden, ffn are integers >= 1
 ``problem.token_range``     tokens <= 2**20 (the range the index proofs will be stated for: T * k and
                             T * k * max(H, I) row offsets are reasoned about for T up to 2^20)
+``problem.experts``         experts <= 1024 (the routing scan holds one expert per thread of one CTA)
 ``problem.topk``            1 <= topk <= experts (a token's k experts are distinct)
 ``problem.dtype``           bf16 or fp16
 ``tma.contiguous_extent``   hidden and ffn are multiples of 8 elements (16 bytes, TMA's rule for the
@@ -47,6 +48,9 @@ DTYPES = ("bf16", "fp16")
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
 #: the largest token count the family is specified for (issue 11: T up to 2^20)
 MAX_TOKENS = 2**20
+#: the most experts one layer may have: route_scan gives each expert a thread of one 1024-thread CTA
+#: (the verifier's rule moe.launch states the same bound on the layer)
+MAX_EXPERTS = 1024
 #: TMA's 16-byte rule, in elements of a 2-byte dtype
 CONTIGUOUS_ALIGN_ELEMENTS = 8
 #: H200 HBM3e bandwidth, the default of :meth:`MoEProblem.floor_ms`
@@ -182,6 +186,11 @@ class MoEProblem:
                 "specified (and will be proved) for T up to 2^20",
                 "split the batch into chunks of at most 2^20 tokens; the layer is token-wise, so the "
                 "chunks' outputs concatenate"))
+        if self.experts > MAX_EXPERTS:
+            errs.append(ProblemError(
+                "problem.experts", f"experts={self.experts} > {MAX_EXPERTS}: the routing scan kernel gives each expert "
+                f"one thread of a single {MAX_EXPERTS}-thread CTA (input --experts / MoEProblem.experts)",
+                f"at most {MAX_EXPERTS} experts per layer"))
         if self.topk > self.experts:
             errs.append(ProblemError(
                 "problem.topk", f"topk={self.topk} > experts={self.experts}: a token's k experts are distinct",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from argus_cutlass.dsl.ir import Program, SourceLoc, caller_loc
-from argus_cutlass.dsl.moe_ir import Combine, IndexWidth, MoELayer, Routing
+from argus_cutlass.dsl.moe_ir import INDEX_SITES, Combine, IndexWidth, MoELayer, Routing
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program as build_gemm_program
@@ -98,17 +98,9 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
                       invalid="skip", loc=loc)
     combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",
                       threads=c.combine_threads, loc=loc)
-    ix = [
-        ("routed_row", ("T", "k"), "int32_t"),        # s = t * k + j
-        ("permuted_row", ("rows",), "int32_t"),       # a row of xs / h / out
-        ("x_offset", ("T", "H"), "int64_t"),          # t * H: x and y rows
-        ("xs_offset", ("rows", "H"), "int64_t"),      # row * H: xs and out rows
-        ("h_offset", ("rows", "I"), "int64_t"),       # row * I: h rows (TMA map extents)
-        ("block_count", ("chunks", "E"), "int32_t"),  # chunk * E + e: the per-CTA histograms
-        ("w13_row", ("E", "2I"), "int32_t"),          # expert * 2I + row: a TMA coordinate (int32)
-        ("w2_row", ("E", "H"), "int32_t"),            # expert * H + row: a TMA coordinate (int32)
-        ("tile_unit", ("tiles", "N_blocks"), "int32_t"),  # a grouped scheduler's unit
-    ]
+    ctypes = {"routed_row": "int32_t", "permuted_row": "int32_t", "x_offset": "int64_t", "xs_offset": "int64_t",
+              "block_count": "int32_t", "w13_row": "int32_t", "w2_row": "int32_t", "tile_unit": "int32_t"}
+    ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
     return MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
                     combine, indices)

@@ -15,15 +15,31 @@ from collections.abc import Iterator
 
 from argus_cutlass.kernels.moe.config import MoEConfig
 
-__all__ = ["KNOBS", "enumerate_space", "feasible"]
+__all__ = ["KNOBS", "T_BUCKETS", "bucket_of", "enumerate_space", "feasible"]
 
-#: knob -> allowed values (the default first)
+#: T buckets the heuristic and the tuned entries key on: name -> (lowest T, highest T)
+T_BUCKETS: dict[str, tuple[int, int]] = {"small": (1, 256), "large": (257, 2**20)}
+
+
+def bucket_of(tokens: int) -> str:
+    """The T bucket of ``tokens``.
+
+    >>> bucket_of(1), bucket_of(256), bucket_of(257)
+    ('small', 'small', 'large')
+    """
+    for name, (lo, hi) in T_BUCKETS.items():
+        if lo <= tokens <= hi:
+            return name
+    raise ValueError(f"T={tokens} is outside every bucket {T_BUCKETS}")
+
+#: knob -> allowed values (the default first). ``tile_m`` 64 is the small-T path (ping-pong, groups
+#: padded to 64 rows; :func:`argus_cutlass.kernels.moe.heuristics.small_t_config`), 128 the large-T one.
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "gu_tile_n": (256, 128),
     "dn_tile_n": (128, 256),
     "gu_stages": (4, 3, 5),
-    "dn_stages": (5, 4, 6),
+    "dn_stages": (5, 4, 6, 8),
     "epi_n": (32, 64),
     "route_chunk": (256, 512, 1024),
     "combine_threads": (128, 256),

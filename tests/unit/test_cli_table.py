@@ -1,0 +1,230 @@
+"""Issue 12's command line, benchmarks and packaging on the CPU: ``table``, dtype/layout spellings,
+``verify`` ordering, compile progress and Ctrl-C, the bench skips, the ``llm`` extra, ``pip install .``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from argus_cutlass.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def empty_store(monkeypatch, tmp_path):
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+# ---- table -------------------------------------------------------------------------------------
+
+
+def test_table_lists_the_shipped_entries(capsys, empty_store):
+    assert main(["table", "--kernel", "gemm"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gemm: 13 entries; key = gpu | kernel | dtype | out_dtype | layout | bucket")
+    assert "[shipped] NVIDIA H200 | bf16 | bf16 | tn | m4096_n4096_k4096: 128x256x64" in out
+    assert "cuBLAS" in out and "attention" not in out
+    assert main(["table", "--kernel", "moe"]) == 0
+    assert "moe: no tuned entries" in capsys.readouterr().out
+
+
+def test_table_json_is_machine_readable(capsys, empty_store):
+    assert main(["table", "--kernel", "attention", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["entries"]
+    assert rows and {r["kernel"] for r in rows} == {"attention"}
+    assert set(rows[0]["key"]) == {"gpu", "kernel", "dtype", "head_dim", "mask", "lengths", "bucket"}
+
+
+def test_table_explains_a_match_and_a_miss(capsys, empty_store):
+    assert main(["table", "--m", "4000", "--n", "4096", "--k", "4096", "--gpu", "NVIDIA H200"]) == 0
+    out = capsys.readouterr().out
+    assert "problem key  NVIDIA H200 | gemm | bf16 | bf16 | tn | m4096_n4096_k4096" in out
+    assert "would use    the shipped H200 table" in out and "matches [shipped] entry" in out
+    assert main(["table", "--m", "256", "--n", "256", "--k", "256", "--layout", "NT", "--gpu", "NVIDIA H200"]) == 0
+    out = capsys.readouterr().out
+    assert "would use    the heuristic (no usable tuned entry)" in out and "no entry matches" in out
+    assert "missed layout: tn != nt" in out and "bucket: " in out
+    assert main(["table", "--batch", "2", "--heads", "16", "--seqlen-q", "2000", "--head-dim", "128", "--causal",
+                 "--gpu", "NVIDIA H200"]) == 0
+    out = capsys.readouterr().out
+    assert "| d128 | causal | fixed | s2048" in out and "matches [shipped] entry" in out
+    assert "(not used" not in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--m", "4", "--batch", "2"], ["--m describe a GEMM", "--batch an attention problem"]),
+    (["--m", "4"], ["needs all of --m, --n and --k"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--dtype", "int8"], ["[problem.dtype]", "int8"]),
+    (["--batch", "2", "--heads", "2"], ["needs --seqlen-q, --head-dim"]),
+    (["--kernel", "moe", "--m", "64", "--n", "64", "--k", "64"], ["not --kernel moe"]),
+])
+def test_table_bad_input_names_it(capsys, empty_store, argv, words):
+    assert main(["table", *argv]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert "Traceback" not in err
+
+
+# ---- spellings ---------------------------------------------------------------------------------
+
+
+def test_layout_letters_and_dtype_aliases(capsys, monkeypatch, tmp_path):
+    from argus_cutlass.errors import ToolchainError
+    import argus_cutlass.build.toolchain as toolchain
+
+    def no_nvcc():
+        raise ToolchainError("toolchain.nvcc", "nvcc not found (test)")
+
+    monkeypatch.setattr(toolchain, "find_nvcc", no_nvcc)
+    rc = main(["gemm", "--m", "256", "--n", "256", "--k", "256", "--layout", "TN", "--dtype", "float16",
+               "--out-dtype", "Float32", "--heuristic", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "fp16->fp32 layout tn" in out
+    from argus_cutlass.cli import dtype_arg
+
+    assert [dtype_arg(x) for x in ("bfloat16", "BF16", "half", "fp16", "float32", "fp32")] == \
+        ["bf16", "bf16", "fp16", "fp16", "fp32", "fp32"]
+
+
+# ---- verify: violations first, proofs with --verbose ----------------------------------------
+
+
+def test_verify_prints_proofs_only_with_verbose(capsys, tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"tile_m": 128, "tile_n": 128, "cluster_m": 1, "stages": 4}))
+    assert main(["verify", str(cfg), "--no-smt"]) == 0
+    out = capsys.readouterr().out
+    assert "  ok " not in out and "proofs; --verbose lists them)" in out
+    assert main(["verify", str(cfg), "--no-smt", "--verbose"]) == 0
+    assert "  ok " in capsys.readouterr().out
+    cfg.write_text(json.dumps({"tile_n": 264, "stages": 7}))
+    assert main(["verify", str(cfg), "--no-smt"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "REJECTED" in lines[0] and lines[1].startswith("[")  # the first violation right after the head
+
+
+# ---- compile: Ctrl-C is not a compiler failure -----------------------------------------------
+
+
+def test_nvcc_interrupted_by_ctrl_c_raises_keyboardinterrupt_and_caches_nothing(monkeypatch, tmp_path):
+    from argus_cutlass.build import nvcc
+    from argus_cutlass.build.toolchain import CutlassHeaders, Nvcc, Toolchain
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    tc = Toolchain(Nvcc("/bin/true", (13, 0), "release 13.0"), CutlassHeaders(tmp_path, tmp_path, "4", "test"))
+
+    def killed(cmd, timeout_s):
+        return subprocess.CompletedProcess(cmd, 2, "", "nvcc error   : 'cudafe++' died due to signal 2 \n")
+
+    monkeypatch.setattr(nvcc, "_run_nvcc", killed)
+    with pytest.raises(KeyboardInterrupt):
+        nvcc.compile_cu("int x;", "k_interrupted", "shared", toolchain=tc)
+    assert not (tmp_path / "kernels" / "failed").exists()
+
+
+def test_ctrl_c_during_a_compile_says_what_was_interrupted(capsys, monkeypatch, tmp_path):
+    import argus_cutlass.generate as gen
+    from argus_cutlass.build.toolchain import CutlassHeaders, Nvcc, Toolchain
+
+    monkeypatch.setattr(gen, "_toolchain_or_skip", lambda r: Toolchain(Nvcc("nvcc", (13, 0), ""),
+                                                                       CutlassHeaders(tmp_path, tmp_path, "4", "t")))
+
+    def interrupted(kernel, toolchain=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gen, "compile_kernel", interrupted)
+    rc = main(["gemm", "--m", "256", "--n", "256", "--k", "256", "--heuristic", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert rc == 130
+    assert "interrupted (Ctrl-C) while compiling argus_gemm_sm90_" in captured.err
+    assert "nothing was cached" in captured.err and "nvcc failed" not in captured.err
+    assert "compiling argus_gemm" in captured.err  # the progress line came first (stderr is not a terminal)
+    rc = main(["gemm", "--m", "256", "--n", "256", "--k", "256", "--heuristic", "--quiet", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert rc == 130 and "30-60 s" not in captured.err
+
+
+# ---- benchmarks: skip before compiling -------------------------------------------------------
+
+
+def _bench_conftest():
+    spec = importlib.util.spec_from_file_location("bench_conftest", ROOT / "bench" / "conftest.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def test_bench_skip_reason_on_a_machine_without_gpu(monkeypatch):
+    import argus_cutlass.runtime.cuda as cuda
+
+    monkeypatch.setattr(cuda, "nvidia_driver_present", lambda: False)
+    ok, why = cuda.gpu_available()
+    if ok:
+        pytest.skip("a GPU is usable here")
+    assert "no NVIDIA GPU or driver" in why and "insufficient" not in why
+    reason = _bench_conftest().hopper_missing()
+    assert reason.startswith("needs a Hopper (sm_90) GPU: no NVIDIA GPU or driver")
+
+
+def test_bench_gpu_items_skip_before_any_fixture_runs(tmp_path):
+    """A gpu-marked benchmark whose module fixture would compile is skipped at collection: the fixture
+    never runs, and the reason names the missing GPU."""
+    from argus_cutlass.runtime.cuda import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is usable here")
+    shutil.copy(ROOT / "bench" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_fake_bench.py").write_text(
+        "import pytest\npytestmark = pytest.mark.gpu\n\n"
+        "@pytest.fixture(scope='module')\ndef libraries(tmp_path_factory):\n"
+        f"    open({str(tmp_path / 'COMPILED')!r}, 'w').close()\n\n"
+        "def test_cell(libraries):\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 skipped" in proc.stdout and "needs a Hopper (sm_90) GPU" in proc.stdout
+    assert not (tmp_path / "COMPILED").exists()
+
+
+# ---- packaging --------------------------------------------------------------------------------
+
+
+def test_llm_policy_without_openai_says_which_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)
+    from argus_cutlass.agent.llm import LLMError, _openai
+
+    with pytest.raises(LLMError) as info:
+        _openai()
+    assert info.value.rule == "llm.missing" and "pip install 'argus_cutlass[llm]'" in str(info.value)
+    text = (ROOT / "setup.py").read_text()
+    assert '"llm": ["openai>=1.0"]' in text and "install_requires" in text
+    core = text[text.index("install_requires"):text.index("extras_require")]
+    assert "openai" not in core
+
+
+def test_pip_install_leaves_no_build_artefacts(tmp_path):
+    """``pip install .`` of a copy of the sources: the copy has no build/ and no *.egg-info afterwards."""
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "setup.py", "pyproject.toml", "README.md", "argus_cutlass", "agent",
+                            "templates", "invariants"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for rel in files.stdout.split():
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / rel, src / rel)
+    before = {p.relative_to(src) for p in src.rglob("*")}
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path / "site"),
+                           str(src)], capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0 and ("Could not find a version" in proc.stderr or "No matching distribution" in proc.stderr):
+        pytest.skip(f"the build backend cannot be installed here: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    after = {p.relative_to(src) for p in src.rglob("*") if "__pycache__" not in p.parts}
+    assert not [p for p in after - before if p.parts[0] == "build" or p.name.endswith(".egg-info")], after - before
+    assert (tmp_path / "site" / "argus_cutlass" / "templates" / "headers" / "gemm.h.j2").is_file()
+    assert (tmp_path / "site" / "argus_cutlass" / "templates" / "common" / "arch_guard.j2").is_file()
