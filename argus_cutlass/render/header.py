@@ -6,11 +6,11 @@ a comment. The return-code tables here are the ones the templates' ``enum ErrorC
 parses the rendered ``.cu`` and compares); code 9 is the architecture guard of every family
 (``templates/common/arch_guard.j2``).
 
->>> from argus_cutlass.generate import generate
 >>> from argus_cutlass.kernels.gemm.config import GemmConfig
->>> kernel = generate(GemmConfig(layout="nt"), smt=False)
->>> h = render_header(kernel.program)
->>> f"int {kernel.name}(const void* A" in h and "_ERR_ARCH 9" in h
+>>> from argus_cutlass.kernels.gemm.program import build_program
+>>> program = build_program(GemmConfig(layout="nt"))
+>>> h = render_header(program)
+>>> f"int {program.kernel_name()}(const void* A" in h and "_ERR_ARCH 9" in h
 True
 """
 
@@ -81,9 +81,7 @@ def header_context(program: Any) -> dict[str, Any]:
     Raises:
         ConfigError: ``render.program`` for a program of no known family.
     """
-    from argus_cutlass.generate import family_of
-
-    family = family_of(program)
+    family = getattr(program, "family", None) or "gemm"  # Program.family; the MoE layer's is "moe"
     ctx = _common(program.kernel_name(), family, program.fingerprint())
     if family == "gemm":
         from argus_cutlass.render.gemm import gemm_context
@@ -101,13 +99,12 @@ def header_context(program: Any) -> dict[str, Any]:
                               "N of C and D")
         return ctx
     if family == "attention":
-        from argus_cutlass.kernels.attention.problem import LENGTH_BOUND_BITS
         from argus_cutlass.render.attention import attention_context
 
         a = attention_context(program)
         dt = a["q"].dtype if "q" in a else program.param("dtype")
         ctx.update(dtype=dt, ctype=CPP_TYPE[dt], head_dim=a["D"], causal=bool(a["mask"].causal),
-                   varlen=a["varlen"], length_bits=LENGTH_BOUND_BITS, align=16 // 2)
+                   varlen=a["varlen"], length_bits=a["kv_loop"].bound_bits, align=16 // 2)
         return ctx
     if family == "moe":
         ctx.update(dtype=program.dtype, ctype=CPP_TYPE[program.dtype], experts=program.experts, topk=program.topk,
