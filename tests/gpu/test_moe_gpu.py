@@ -34,6 +34,30 @@ def _small():
     return small_t_config()
 
 
+#: the layers this module builds (sizes; each in both T buckets)
+_LAYERS = ([MoEProblem.for_model(m, t) for m in sorted(MODEL_SHAPES) for t in (16, 2048)]
+           + [MoEProblem(300, e, k, 512, 256) for e, k in ((8, 1), (8, 2), (64, 6), (128, 8))]
+           + [MoEProblem(t, 8, 2, 512, 256) for t in (162, 256)] + [MoEProblem(777, 16, 2, 512, 384)]
+           + [MoEProblem(256, 8, 2, 512, 256, "fp16"), MoEProblem(64, 8, 2, 256, 128), MoEProblem(32, 8, 2, 256, 128)])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt():
+    """Generate and compile every layer of the module in one parallel nvcc batch (the tests then hit
+    the compile cache; one layer compiles in 20-40 s, serially the module would take minutes)."""
+    from argus_cutlass.generate import compile_many, generate
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    kernels = {}
+    for p in _LAYERS:
+        for t in (16, 2048):  # both T buckets: the small-T layer and the large one
+            q = MoEProblem(t, p.experts, p.topk, p.hidden, p.ffn, p.dtype)
+            k = generate(default_config(q), q, smt=False)
+            kernels[k.name] = k
+    failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
+    assert not failed, failed[0]
+
+
 @pytest.mark.parametrize("routing", ["uniform", "skewed"])
 @pytest.mark.parametrize("model", sorted(MODEL_SHAPES))
 @pytest.mark.parametrize("tokens", [1, 16, 256])
