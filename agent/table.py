@@ -52,10 +52,13 @@ def _config_text(kernel: str, cfg: dict[str, Any]) -> str:
         if cfg.get("scheduler", "persistent") != "persistent":
             text += f" {cfg.get('scheduler')}"
         return text + (" swap-AB" if cfg.get("swap_ab") else "")
+    scheduler = cfg.get("scheduler") or ("dynamic" if cfg.get("causal") else "static")  # None: the mask's default
     text = (f"{cfg.get('tile_m')}x{cfg.get('tile_n')} {cfg.get('stages')} stages "
-            f"{'ping-pong' if cfg.get('pingpong') else 'no turn order'} {cfg.get('scheduler')} scheduler")
+            f"{'ping-pong' if cfg.get('pingpong') else 'no turn order'} {scheduler} scheduler")
     if cfg.get("q_stages", 1) != 1:
         text += f" q_stages {cfg.get('q_stages')}"
+    if cfg.get("epilogue", "direct") != "direct":
+        text += f" epilogue {cfg.get('epilogue')}"
     return text + (" prefetch_q" if cfg.get("prefetch_q") else "")
 
 
@@ -149,7 +152,8 @@ def format_entries(rows: list[dict[str, Any]], kernel: str | None) -> list[str]:
         fam_rows = [r for r in rows if r["kernel"] == fam]
         if fam == "moe":
             lines.append("moe: no tuned entries (the layer's configuration is the heuristic "
-                         "kernels.moe.heuristics.default_config)")
+                         "kernels.moe.heuristics.default_config: 64-row tiles for T <= 256 (small_t_config), "
+                         "128-row tiles above)")
             continue
         fields = GEMM_FIELDS if fam == "gemm" else ATTENTION_FIELDS
         lines.append(f"{fam}: {len(fam_rows)} entries; key = {' | '.join(fields)} (used when every field "

@@ -18,6 +18,8 @@
 ``library`` / ``check``   the built ``.so`` and the input rules; numerics and timing on a GPU
 ``heuristics`` / ``space``  the default configuration and the knob grid
 
-Not built yet: a swap-AB small-T path; tuned configurations; any run on a GPU (the GPU tests and
-the benchmark are written, not yet run).
+On the H200 (``bench/RESULTS.md``, issue 11): the 128-row layer passed its GPU tests and was
+benchmarked; the 64-row small-T configuration (``heuristics.small_t_config``, T <= 256) is verified
+and compiles but has not run on silicon yet. Not built: a swap-AB / split-K small-T path; tuned
+configurations.
 """
