@@ -20,8 +20,8 @@ from argus_cutlass.generate import GeneratedKernel, build_many as _build_many, c
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import GemmProblem
 
-__all__ = ["GeneratedKernel", "attention", "attention_kernel", "build_gemm", "build_many", "generate_gemm", "moe",
-           "moe_kernel"]
+__all__ = ["GeneratedKernel", "attention", "attention_kernel", "build_gemm", "build_many", "gemm_config", "gemm_kernel",
+           "generate_gemm", "moe", "moe_kernel"]
 
 
 def generate_gemm(cfg: GemmConfig, problem: GemmProblem | None = None, *, smt: bool = True,
@@ -66,6 +66,132 @@ def build_many(configs: Iterable[GemmConfig], max_workers: int | None = None) ->
     return _build_many(configs, workers=max_workers)
 
 
+# ---- dispatch: configuration per shape bucket, built kernel per configuration ---------------------
+
+_GEMM_CONFIGS: dict[tuple[Any, ...], GemmConfig] = {}
+_GEMM_LIBS: dict[tuple[GemmConfig, int | None], Any] = {}
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def gemm_bucket(problem: GemmProblem) -> tuple[Any, ...]:
+    """``(dtype, out_dtype, layout, M, N, K)`` with each size rounded up to a power of two: the
+    experience store's bucket (``agent.planner.Problem.bucket``).
+
+    >>> gemm_bucket(GemmProblem(100, 4096, 3000))
+    ('bf16', 'bf16', 'tn', 128, 4096, 4096)
+    """
+    p = problem
+    return (p.dtype, p.out_dtype, p.layout, _pow2(p.m), _pow2(p.n), _pow2(p.k))
+
+
+def gemm_config(problem: GemmProblem) -> GemmConfig:
+    """The orchestrator's configuration (:func:`argus_cutlass.generate.configure`: user store,
+    shipped table, heuristic) for ``problem``'s shape bucket (:func:`gemm_bucket`), looked up once
+    per bucket and process for the bucket's largest shape (so every problem of a bucket gets the
+    same kernel, whatever the order of the calls)."""
+    from argus_cutlass.generate import configure
+
+    key = gemm_bucket(problem)
+    if key not in _GEMM_CONFIGS:
+        dtype, out_dtype, layout, m, n, k = key
+        _GEMM_CONFIGS[key] = configure(GemmProblem(m, n, k, dtype, out_dtype, layout))[0]
+    return _GEMM_CONFIGS[key]
+
+
+def _gemm_build_problem(problem: GemmProblem) -> GemmProblem | None:
+    """The problem a kernel is built for (:func:`argus_cutlass.generate.gemm_build_problem`)."""
+    from argus_cutlass.generate import gemm_build_problem
+
+    return gemm_build_problem(problem)
+
+
+def _gemm_key(cfg: GemmConfig, build_problem: GemmProblem | None) -> tuple[GemmConfig, int | None]:
+    return (cfg, None if build_problem is None else build_problem.k.bit_length())
+
+
+def _not_built(family: str, what: str) -> Any:
+    from argus_cutlass.errors import NotPrecompiledError
+
+    raise NotPrecompiledError(
+        "capture.not_precompiled",
+        f"the {family} kernel for {what} is not built in this process, and building "
+        "is not allowed here (inside a CUDA graph capture)",
+        "call argus_cutlass.torch.precompile(...) with this shape before capturing (the first call outside "
+        "the capture builds it too)")
+
+
+def gemm_kernel(problem: GemmProblem, config: GemmConfig | None = None, *, build: bool = True,
+                smt: bool | None = None) -> Any:
+    """The built :class:`~argus_cutlass.kernels.gemm.library.GemmKernelLibrary` for ``problem``:
+    the bucket's configuration (:func:`gemm_config`) unless ``config`` is given, generated,
+    verified, compiled (content-addressed cache) and loaded once per (configuration, proof range)
+    and process.
+
+    Args:
+        build: False: raise instead of building a kernel that is not loaded yet.
+
+    Raises:
+        NotPrecompiledError: ``capture.not_precompiled`` when ``build`` is False and it is not loaded.
+        ConfigError, VerificationError, UnprovedError, ToolchainError, CompileError: as
+            :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
+    """
+    cfg = config if config is not None else gemm_config(problem)
+    bp = _gemm_build_problem(problem)
+    key = _gemm_key(cfg, bp)
+    lib = _GEMM_LIBS.get(key)
+    if lib is None:
+        if not build:
+            _not_built("GEMM", f"M={problem.m} N={problem.n} K={problem.k}")
+        kernel = generate(cfg, bp, smt=smt)
+        lib = _GEMM_LIBS[key] = load(kernel, compile_kernel(kernel))
+    return lib
+
+
+def precompile_jobs(problems: Iterable[Any]) -> list[tuple[Any, Any, Any]]:
+    """``(cache, key, (config, build problem))`` for each problem (GEMM, attention or MoE) whose kernel is
+    not loaded yet in this process (one per distinct key)."""
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    jobs: dict[tuple[int, Any], tuple[Any, Any, Any]] = {}
+    for p in problems:
+        if isinstance(p, GemmProblem):
+            cfg, bp = gemm_config(p.validate()), _gemm_build_problem(p)
+            cache, key, job = _GEMM_LIBS, _gemm_key(cfg, bp), (cfg, bp)
+        elif isinstance(p, AttentionProblem):
+            cfg = _configured(p.validate())
+            cache, key, job = _ATTENTION_LIBS, cfg, (cfg, None)
+        elif isinstance(p, MoEProblem):
+            cfg = _moe_config(p.validate())
+            cache, key, job = _MOE_LIBS, _moe_key(cfg, p), (cfg, p)
+        else:
+            raise TypeError(f"precompile takes GemmProblem, AttentionProblem or MoEProblem, got {type(p).__name__}")
+        if key not in cache:
+            jobs[(id(cache), key)] = (cache, key, job)
+    return list(jobs.values())
+
+
+def precompile(problems: Iterable[Any], *, workers: int | None = None, smt: bool | None = None) -> int:
+    """Build (in parallel, through :func:`argus_cutlass.generate.build_jobs` and the disk cache) and
+    load the kernels of ``problems`` that this process has not loaded yet; returns how many were built.
+
+    Raises:
+        ProblemError: a problem breaks a rule; and the errors of :func:`argus_cutlass.generate.build_jobs`.
+    """
+    from argus_cutlass.generate import build, build_jobs
+
+    todo = precompile_jobs(problems)
+    if not todo:
+        return 0
+    libs = build_jobs([job for _, _, job in todo], workers=workers, smt=smt)
+    for cache, key, (cfg, bp) in todo:
+        cache[key] = libs[build(cfg, bp).kernel_name()]
+    return len(todo)
+
+
 # ---- attention ---------------------------------------------------------------------------------
 
 _ATTENTION_LIBS: dict[Any, Any] = {}
@@ -84,20 +210,24 @@ def _configured(problem: Any) -> Any:
     return _ATTENTION_CONFIGS[key]
 
 
-def attention_kernel(problem: Any, config: Any = None, *, smt: bool | None = None) -> Any:
+def attention_kernel(problem: Any, config: Any = None, *, smt: bool | None = None, build: bool = True) -> Any:
     """The built :class:`~argus_cutlass.kernels.attention.library.AttentionKernelLibrary` for an
     :class:`~argus_cutlass.kernels.attention.problem.AttentionProblem` (configured through the
     orchestrator: user store, shipped table, then FA3's tile per head dim), generated, verified,
     compiled (content-addressed cache) and loaded once per configuration and process; the
     configuration is looked up once per shape bucket (:func:`~argus_cutlass.agent.store.attention_key`).
+    ``build=False`` raises instead of building a kernel that is not loaded yet.
 
     Raises:
+        NotPrecompiledError: ``capture.not_precompiled`` (``build`` False, kernel not loaded).
         ConfigError, VerificationError, UnprovedError, ToolchainError, CompileError: as
         :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
     """
     cfg = config if config is not None else _configured(problem)
     lib = _ATTENTION_LIBS.get(cfg)
     if lib is None:
+        if not build:
+            _not_built("attention", problem.describe())
         kernel = generate(cfg, smt=smt)
         lib = _ATTENTION_LIBS[cfg] = load(kernel, compile_kernel(kernel))
     return lib
@@ -105,7 +235,8 @@ def attention_kernel(problem: Any, config: Any = None, *, smt: bool | None = Non
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
               max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, seqused_k: Any = None,
-              softmax_scale: float | None = None, config: Any = None) -> tuple[Any, Any]:
+              softmax_scale: float | None = None, config: Any = None, build: bool = True,
+              read_lengths: bool = True) -> tuple[Any, Any]:
     """FlashAttention forward on torch tensors: ``(o, lse)``.
 
     Args:
@@ -121,6 +252,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any
         softmax_scale: default ``1 / sqrt(head_dim)``.
         config: an :class:`~argus_cutlass.kernels.attention.config.AttentionConfig` to use instead
             of the configured one.
+        build: False: raise :class:`~argus_cutlass.errors.NotPrecompiledError` instead of building
+            a kernel that is not loaded yet (CUDA graph capture).
+        read_lengths: False: do not read ``cu_seqlens_*`` / ``seqused_k`` on the host (capture; see
+            :func:`~argus_cutlass.kernels.attention.library.problem_from_tensors`).
 
     Returns:
         ``o`` (q's shape and dtype) and ``lse`` (fp32, natural log; ``(batch, heads, seqlen_q)``, or
@@ -136,8 +271,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any
 
     problem = problem_from_tensors(q, k, v, causal=causal, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                    seqused_k=seqused_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                   softmax_scale=softmax_scale)
-    lib = attention_kernel(problem, config)
+                                   softmax_scale=softmax_scale, read_lengths=read_lengths)
+    lib = attention_kernel(problem, config, build=build)
     return lib.forward(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
                        problem=problem)
 
@@ -145,29 +280,44 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any
 _MOE_LIBS: dict[Any, Any] = {}
 
 
-def moe_kernel(problem: Any, config: Any = None, *, smt: bool | None = None) -> Any:
+def _moe_config(problem: Any) -> Any:
+    """The orchestrator's configuration of ``problem``'s T bucket (:func:`argus_cutlass.generate.configure`)."""
+    from argus_cutlass.generate import configure
+
+    return configure(problem)[0]
+
+
+def _moe_key(cfg: Any, problem: Any) -> tuple[Any, ...]:
+    return (cfg, problem.experts, problem.topk, problem.hidden, problem.ffn, problem.dtype)
+
+
+def moe_kernel(problem: Any, config: Any = None, *, smt: bool | None = None, build: bool = True) -> Any:
     """The built :class:`~argus_cutlass.kernels.moe.library.MoEKernelLibrary` for an
     :class:`~argus_cutlass.kernels.moe.problem.MoEProblem` (E, k, H, I and dtype are compile-time;
     T is a run-time argument up to 2^20), generated, verified, compiled and loaded once per
-    (configuration, E, k, H, I, dtype) and process.
+    (configuration, E, k, H, I, dtype) and process; the configuration is the T bucket's
+    (:func:`argus_cutlass.generate.configure`). ``build=False`` raises instead of building a layer
+    that is not loaded yet.
 
     Raises:
+        NotPrecompiledError: ``capture.not_precompiled`` (``build`` False, layer not loaded).
         ConfigError, VerificationError, UnprovedError, ToolchainError, CompileError: as
         :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
     """
-    from argus_cutlass.kernels.moe.heuristics import default_config
-
-    cfg = config if config is not None else default_config(problem)
-    key = (cfg, problem.experts, problem.topk, problem.hidden, problem.ffn, problem.dtype)
+    cfg = config if config is not None else _moe_config(problem)
+    key = _moe_key(cfg, problem)
     lib = _MOE_LIBS.get(key)
     if lib is None:
+        if not build:
+            _not_built("MoE", f"T={problem.tokens} E={problem.experts} k={problem.topk} H={problem.hidden} "
+                       f"I={problem.ffn} {problem.dtype}")
         kernel = generate(cfg, problem, smt=smt)
         lib = _MOE_LIBS[key] = load(kernel, compile_kernel(kernel))
     return lib
 
 
 def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *, config: Any = None,
-        padding: str = "refuse", workspace: Any = None) -> Any:
+        padding: str = "refuse", workspace: Any = None, build: bool = True) -> Any:
     """One mixture-of-experts layer with SwiGLU experts on torch tensors: ``y`` (T, H), x's dtype.
 
     ``y[t] = sum_j topk_weights[t, j] * (silu(x[t] W13[e, :I]^T) * (x[t] W13[e, I:]^T)) W2[e]^T`` with
@@ -184,6 +334,8 @@ def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *, config: 
             ``"unchecked"`` skips the host check of the ids (no synchronisation: for CUDA graph
             capture; the kernel skips every id outside [0, E), never reading out of bounds).
         workspace: a uint8 CUDA tensor to reuse (allocated when None or too small).
+        build: False: raise :class:`~argus_cutlass.errors.NotPrecompiledError` instead of building
+            a layer that is not loaded yet (CUDA graph capture).
 
     Raises:
         ProblemError: ``moe.input`` (names the tensor: shape, dtype, device, E / k disagreement,
@@ -196,6 +348,6 @@ def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *, config: 
     from argus_cutlass.kernels.moe.library import check_inputs
 
     problem = check_inputs(x, topk_ids, topk_weights, w13, w2, padding=padding)
-    lib = moe_kernel(problem, config)
+    lib = moe_kernel(problem, config, build=build)
     return lib.forward(x, topk_ids, topk_weights, w13, w2, workspace=workspace,
                        padding="unchecked")

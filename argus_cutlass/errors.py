@@ -106,3 +106,9 @@ class DeviceError(ArgusError):
 
 class LaunchError(ArgusError):
     """A built kernel refused the arguments (can_implement) or its launch failed."""
+
+
+class NotPrecompiledError(ArgusError):
+    """A call needs a kernel that is not built in this process while building is not allowed
+    (inside a CUDA graph capture: an nvcc run there would stall the capture, and a first use
+    there cannot load a library). Build it first with :func:`argus_cutlass.torch.precompile`."""

@@ -66,7 +66,7 @@ Config = GemmConfig | AttentionConfig
 Problem = GemmProblem | AttentionProblem
 
 __all__ = [
-    "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_many", "check", "compile_kernel",
+    "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_jobs", "build_many", "check", "compile_kernel",
     "compile_many", "configure", "generate", "kernel_label", "kernel_name", "load", "render", "require_proved", "run",
     "run_many", "time_kernel", "verify", "write_sources",
 ]
@@ -105,6 +105,11 @@ def configure(problem: Problem, *, heuristic: bool = False, gpu: str | None = No
         from argus_cutlass.agent.store import lookup_attention_config
 
         return lookup_attention_config(problem, heuristic=heuristic, gpu=gpu, store=store)
+    if family_of(problem) == "moe":
+        from argus_cutlass.kernels.moe.heuristics import default_config as moe_config
+
+        # no tuned MoE entries yet: the T bucket's heuristic (kernels.moe.heuristics)
+        return moe_config(problem), "forced" if heuristic else "heuristic"
     from argus_cutlass.kernels.gemm.heuristics import default_config
 
     p = problem
@@ -136,6 +141,14 @@ def build(cfg: Config, problem: Problem | None = None) -> Any:
     from argus_cutlass.kernels.gemm.program import build_program
 
     return build_program(cfg, problem)
+
+
+def gemm_build_problem(problem: GemmProblem) -> GemmProblem | None:
+    """The problem a GEMM kernel must be built for to run ``problem``: None (the default proof range,
+    K < 2^K_BOUND_BITS, shared by every K below it) unless its K needs a wider one."""
+    from argus_cutlass.kernels.gemm.program import K_BOUND_BITS
+
+    return problem if problem.k >= 2**K_BOUND_BITS else None
 
 
 @functools.lru_cache(maxsize=8192)
@@ -452,7 +465,22 @@ def build_many(configs: Iterable[Config], problem: Problem | None = None, *,
     Raises:
         the first error of :func:`generate` or of a build (``CompileError``).
     """
-    kernels = {k.name: k for k in (generate(c, problem, smt=smt) for c in dict.fromkeys(configs))}
+    return build_jobs([(c, problem) for c in dict.fromkeys(configs)], workers=workers, smt=smt)
+
+
+def build_jobs(jobs: Iterable[tuple[Config, Problem | None]], *, workers: int | None = None,
+               smt: bool | None = True) -> dict[str, Any]:
+    """:func:`build_many` for ``(config, problem)`` pairs of any families and problems (one
+    parallel compile batch); returns ``{kernel name: library}`` (pairs that give the same
+    program are built once). :func:`argus_cutlass.torch.precompile` builds through this.
+
+    Raises:
+        the first error of :func:`generate` or of a build (``CompileError``).
+    """
+    kernels: dict[str, GeneratedKernel] = {}
+    for cfg, problem in dict.fromkeys(jobs):
+        kernel = generate(cfg, problem, smt=smt)
+        kernels.setdefault(kernel.name, kernel)
     artifacts = compile_many(list(kernels.values()), workers=workers)
     for art in artifacts:
         if isinstance(art, CompileError):

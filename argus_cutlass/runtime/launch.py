@@ -52,6 +52,20 @@ def device_pointer(obj: Any, name: str = "pointer") -> int:
 
 
 @functools.cache
+def has_device_data(t: Any) -> bool:
+    """False for a torch tensor without memory behind it (a ``meta`` tensor, or a FakeTensor while
+    ``torch.compile`` / ``torch.library`` trace an op): its data pointer cannot be read, so only the
+    shape, dtype, stride and device rules can be checked."""
+    device = getattr(t, "device", None)
+    if device is not None and getattr(device, "type", None) == "meta":
+        return False
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+    except ImportError:  # pragma: no cover - no torch (then no fake tensors either)
+        return True
+    return not is_fake(t)
+
+
 def load_library(path: str) -> ctypes.CDLL:
     """The shared library at ``path``, loaded once per process (``RTLD_LOCAL``).
 

@@ -177,6 +177,8 @@ def test_layer_compiles(tmp_path, dtype):
 
 def test_api_bad_inputs_named():
     torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     from argus_cutlass.errors import ProblemError
     from argus_cutlass.kernels.moe.library import check_inputs
 
@@ -187,10 +189,15 @@ def test_api_bad_inputs_named():
     w2 = torch.zeros(8, 64, 64, dtype=torch.bfloat16)
     with pytest.raises(ProblemError, match="x is on cpu"):
         check_inputs(x, ids, w, w13, w2)
-    with pytest.raises(ProblemError, match="w2 has shape"):
-        check_inputs(x, ids, w, w13, torch.zeros(8, 64, 32, dtype=torch.bfloat16))
-    with pytest.raises(ProblemError, match="topk_ids has dtype"):
-        check_inputs(x, ids.float(), w, w13, w2)
+    with FakeTensorMode():  # CUDA tensors without a GPU: the shape and dtype rules after the device rule
+        x, ids, w, w13, w2 = (t.to("cuda") for t in (torch.zeros(4, 64, dtype=torch.bfloat16),
+                                                     torch.zeros(4, 2, dtype=torch.int64), torch.zeros(4, 2),
+                                                     torch.zeros(8, 128, 64, dtype=torch.bfloat16),
+                                                     torch.zeros(8, 64, 64, dtype=torch.bfloat16)))
+        with pytest.raises(ProblemError, match="w2 has shape"):
+            check_inputs(x, ids, w, w13, torch.zeros(8, 64, 32, dtype=torch.bfloat16, device="cuda"))
+        with pytest.raises(ProblemError, match="topk_ids has dtype"):
+            check_inputs(x, ids.float(), w, w13, w2)
 
 
 # ---- red-team holes (2026-12-01): each closed by a rule with a counterexample ----------------------

@@ -39,7 +39,7 @@ from argus_cutlass.kernels.attention.problem import (
     AttentionProblem,
 )
 from argus_cutlass.runtime.cuda import stream_handle
-from argus_cutlass.runtime.launch import KernelLibrary, device_pointer
+from argus_cutlass.runtime.launch import KernelLibrary, device_pointer, has_device_data
 
 _CTYPES = {"const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "int": ctypes.c_int,
            "float": ctypes.c_float, "cudaStream_t": ctypes.c_void_p}
@@ -81,8 +81,9 @@ def _strides(t: Any, varlen: bool) -> tuple[int, int, int]:
     return (s_b if b > 1 else 0, s_row if rows > 1 else heads * d, s_head if heads > 1 else d)
 
 
-def _check_lengths(name: str, arr: Any, batch: int, rows: int | None, device: Any) -> list[int]:
-    """Host copy of an int32 lengths array, checked against ``batch`` (+1 for cu_seqlens)."""
+def _check_lengths_tensor(name: str, arr: Any, want: int, device: Any) -> None:
+    """The rules of an int32 lengths array that need no read of its values: type, dtype, device,
+    rank, contiguity and ``want`` entries."""
     torch = _torch()
     rule = "problem.seqused_k" if name == "seqused_k" else "problem.cu_seqlens"
     if not isinstance(arr, torch.Tensor):
@@ -93,9 +94,14 @@ def _check_lengths(name: str, arr: Any, batch: int, rows: int | None, device: An
         raise ProblemError("problem.device", f"{name} is on {arr.device}, q on {device}")
     if arr.dim() != 1 or not arr.is_contiguous():
         raise ProblemError(rule, f"{name} must be a contiguous 1-D tensor, got shape {tuple(arr.shape)}")
-    want = batch if rows is None else batch + 1
     if arr.numel() != want:
         raise ProblemError(rule, f"{name} has {arr.numel()} entries; expected {want}")
+
+
+def _check_lengths(name: str, arr: Any, batch: int, rows: int | None, device: Any) -> list[int]:
+    """Host copy of an int32 lengths array, checked against ``batch`` (+1 for cu_seqlens)."""
+    rule = "problem.seqused_k" if name == "seqused_k" else "problem.cu_seqlens"
+    _check_lengths_tensor(name, arr, batch if rows is None else batch + 1, device)
     vals = [int(x) for x in arr.tolist()]
     if rows is not None:
         if vals[0] != 0:
@@ -114,7 +120,8 @@ def _check_lengths(name: str, arr: Any, batch: int, rows: int | None, device: An
 
 def problem_from_tensors(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any = None,
                          cu_seqlens_k: Any = None, seqused_k: Any = None, max_seqlen_q: int | None = None,
-                         max_seqlen_k: int | None = None, softmax_scale: float | None = None) -> AttentionProblem:
+                         max_seqlen_k: int | None = None, softmax_scale: float | None = None,
+                         read_lengths: bool = True) -> AttentionProblem:
     """The validated :class:`AttentionProblem` of torch tensors (see the module docstring's rules).
 
     Args:
@@ -124,6 +131,10 @@ def problem_from_tensors(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seq
         seqused_k: int32 ``(batch,)``: keys of batch b past ``seqused_k[b]`` are not attended.
         max_seqlen_q, max_seqlen_k: varlen maxima (computed from cu_seqlens when None; checked
             to be at least the real maxima).
+        read_lengths: False: do not read ``cu_seqlens_*`` / ``seqused_k`` on the host (inside a
+            CUDA graph capture, or on FakeTensors while tracing): their dtype, device and shape are
+            checked, not their values; the problem's per-batch lengths are then placeholders equal
+            to ``max_seqlen_q`` / ``max_seqlen_k`` (default: the packed row counts, an upper bound).
 
     Raises:
         ProblemError: a rule of the module docstring or of :mod:`~argus_cutlass.kernels.attention.problem`.
@@ -162,7 +173,19 @@ def problem_from_tensors(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seq
             raise ProblemError("problem.layout", f"{name}'s head dim is not contiguous (stride {t.stride(-1)})",
                                f"pass {name}.contiguous()")
         _check_tma(name, t, varlen)
-    if varlen:
+    if varlen and not read_lengths:
+        batch = cu_seqlens_q.numel() - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
+        for name, arr, want in (("cu_seqlens_q", cu_seqlens_q, batch + 1), ("cu_seqlens_k", cu_seqlens_k, batch + 1),
+                                ("seqused_k", seqused_k, batch)):
+            if arr is not None:
+                _check_lengths_tensor(name, arr, want, q.device)
+        if batch < 1:
+            raise ProblemError("problem.cu_seqlens", "cu_seqlens_q must hold at least 2 entries (batch >= 1)")
+        mq = q.shape[0] if max_seqlen_q is None else max_seqlen_q
+        mk = k.shape[0] if max_seqlen_k is None else max_seqlen_k
+        problem = AttentionProblem(batch, heads, kv_heads, mq, mk, d, dt, causal, (mq,) * batch, (mk,) * batch,
+                                   None, softmax_scale)
+    elif varlen:
         cq = _check_lengths("cu_seqlens_q", cu_seqlens_q, cu_seqlens_q.numel() - 1, q.shape[0], q.device)
         batch = len(cq) - 1
         if batch < 1:
@@ -181,7 +204,13 @@ def problem_from_tensors(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seq
         batch = q.shape[0]
         if k.shape[0] != batch:
             raise ProblemError("problem.shape", f"q has batch {batch}, k {k.shape[0]}")
-        used = None if seqused_k is None else tuple(_check_lengths("seqused_k", seqused_k, batch, None, q.device))
+        if seqused_k is None:
+            used = None
+        elif read_lengths:
+            used = tuple(_check_lengths("seqused_k", seqused_k, batch, None, q.device))
+        else:
+            _check_lengths_tensor("seqused_k", seqused_k, batch, q.device)
+            used = None
         problem = AttentionProblem(batch, heads, kv_heads, q.shape[1], k.shape[1], d, dt, causal, None, None, used,
                                    softmax_scale)
     return problem.validate()
@@ -195,7 +224,7 @@ def _check_tma(name: str, t: Any, varlen: bool) -> None:
                 "tma.stride_alignment",
                 f"{name}'s {mode} stride {s} x {eb} bytes = {s * eb} bytes is not a multiple of {TMA_ALIGN_BYTES} "
                 "(a TMA tensor map's global strides must be)", f"pass {name}.contiguous()")
-    if t.numel() and t.data_ptr() % TMA_ALIGN_BYTES:
+    if t.numel() and has_device_data(t) and t.data_ptr() % TMA_ALIGN_BYTES:
         raise ProblemError("tma.address_alignment",
                            f"{name} starts at 0x{t.data_ptr():x}, not {TMA_ALIGN_BYTES}-byte aligned",
                            "pass the start of an allocation or a view at a 16-byte offset")

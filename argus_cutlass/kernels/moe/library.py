@@ -13,6 +13,7 @@ from typing import Any
 
 from argus_cutlass.errors import LaunchError, ProblemError
 from argus_cutlass.kernels.moe.problem import MoEProblem
+from argus_cutlass.runtime.launch import has_device_data
 
 __all__ = ["MoEKernelLibrary", "check_inputs"]
 
@@ -89,7 +90,7 @@ def check_inputs(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *,
         t = named[name]
         if not t.is_contiguous():
             raise ProblemError("moe.input", f"{name} has strides {tuple(t.stride())}: expected a contiguous tensor")
-        if t.data_ptr() % 16:
+        if has_device_data(t) and t.data_ptr() % 16:
             raise ProblemError("tma.alignment", f"{name}'s data pointer is not 16-byte aligned (TMA global address rule)")
     prob = MoEProblem(t_, e_, k, h, i, dt).validate()
     if padding not in ("refuse", "skip", "unchecked"):
