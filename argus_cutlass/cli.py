@@ -213,83 +213,22 @@ def cmd_attention(args: argparse.Namespace) -> int:
 
 
 def cmd_moe(args: argparse.Namespace) -> int:
-    """``moe``: build, verify and render the MoE layer, write ``<name>.cu`` and ``<name>.json``, compile
-    (when nvcc is found) and, on a Hopper GPU, check against fp32 and time beside the torch
-    ``_grouped_mm`` baseline in the same run. Exit 0 when every stage that could run passed; 1 on a
-    rejected layer or a failed check; bad input raises (exit 2)."""
-    import json
-
-    from argus_cutlass.errors import ToolchainError, VerificationError
-    from argus_cutlass.generate import compile_kernel, generate, load, write_sources
-    from argus_cutlass.kernels.moe.heuristics import default_config
+    """``moe``: :func:`~argus_cutlass.generate.run` on an MoE layer problem (configure by T bucket,
+    build, verify, render ``<name>.cu`` / ``.h``, compile, and on a Hopper GPU check against fp32 and
+    time beside the torch ``_grouped_mm`` layer); exit codes as ``gemm``."""
+    from argus_cutlass.generate import Options, run
     from argus_cutlass.kernels.moe.problem import MoEProblem
 
-    problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype).validate()
+    problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype)
     out_dir = _output_dir(args.out)
-    cfg = default_config(problem)
-    record: dict = {"family": "moe", "problem": problem.__dict__, "config": cfg.model_dump()}
+    progress = _Progress(False, out_dir, args.quiet)
     try:
-        kernel = generate(cfg, problem, smt=None)
-    except VerificationError as exc:
-        _print(f"rejected  {exc}")
-        return 1
-    cu, header = write_sources(out_dir, kernel.program, kernel.source)
-    _print(f"verified  {len(kernel.report.proofs)} proofs, 0 violations ({kernel.report.elapsed_s:.2f} s)")
-    _print(f"wrote     {cu}")
-    _print(f"wrote     {header}")
-    record.update(name=kernel.name, fingerprint=kernel.fingerprint, proofs=list(kernel.report.proved),
-                  floor_ms_4p3=problem.floor_ms(hbm_bytes_per_s=4.3e12))
-    status = 0
-    ticker = _CompileTicker(args.quiet)
-    try:
-        _doing(f"compiling {kernel.name} with nvcc (the partial build was discarded; nothing was cached; the .cu "
-               f"is in {out_dir})")
-        ticker.start(kernel.name)
-        try:
-            art = compile_kernel(kernel)
-        finally:
-            ticker.stop()
-        _doing("running the layer")
-        record["compile"] = {"path": str(art.path)}
-        _print(f"compiled  {art.path}")
-        gpu = False
-        try:
-            import torch
-
-            gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
-        except ImportError:
-            pass
-        if gpu:
-            from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
-            from argus_cutlass.kernels.moe.check import make_inputs, run_and_check, time_fn
-
-            lib = load(kernel, art)
-            chk = run_and_check(lib, problem, seed=args.seed)
-            record["check"] = {"err": chk.err, "baseline_err": chk.baseline_err, "bound": chk.bound, "ok": chk.ok}
-            _print(f"checked   max |y - fp32| = {chk.err:.3g} (bound {chk.bound:.3g}): {'ok' if chk.ok else 'FAILED'}")
-            if not chk.ok:
-                status = 1
-            else:
-                x, ids, w, w13, w2 = make_inputs(problem, seed=args.seed)
-                ours = time_fn(lambda: lib.forward(x, ids, w, w13, w2, padding="unchecked"))
-                base = time_fn(lambda: grouped_mm_layer(x, ids, w, w13, w2))
-                record["time_ms"] = {"ours": ours, "grouped_mm": base}
-                _print(f"timed     {ours:.3f} ms; torch _grouped_mm layer {base:.3f} ms "
-                       f"({base / ours:.2f}x); floor {record['floor_ms_4p3']:.3f} ms")
-        else:
-            record["skipped"] = {"run": "no Hopper GPU (or no torch)"}
-            _print("skipped   run: no Hopper GPU")
-    except ToolchainError as exc:
-        record["skipped"] = {"compile": str(exc)}
-        _print(f"skipped   compile: {exc}")
-    except Exception as exc:  # noqa: BLE001 - a failed build or launch is reported in the record
-        record["error"] = f"{type(exc).__name__}: {exc}"
-        _print(f"failed    {record['error']}")
-        status = 1
-    js = out_dir / f"{kernel.name}.json"
-    js.write_text(json.dumps(record, indent=2, default=str))
-    _print(f"wrote     {js}")
-    return status
+        result = run(problem, options=Options(seed=args.seed), on_stage=progress, out_dir=out_dir)
+    finally:
+        progress.ticker.stop()
+    for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
+        _print(f"wrote     {path}")
+    return 0 if result.ok else 1
 
 
 def _attention_problem(args: argparse.Namespace):  # noqa: ANN202 - AttentionProblem
@@ -341,9 +280,13 @@ class _Progress:
         _doing(self._NEXT.get(stage, f"after stage {stage}"))
         p = r.problem
         attention = hasattr(p, "head_dim")
-        vendor = "cuDNN" if attention else "cuBLAS"
+        moe = hasattr(p, "experts")
+        vendor = "cuDNN" if attention else ("torch _grouped_mm" if moe else "cuBLAS")
         if stage == "configure":
-            if attention:
+            if moe:
+                _print(f"problem   moe tokens={p.tokens} experts={p.experts} topk={p.topk} hidden={p.hidden} "
+                       f"ffn={p.ffn} {p.dtype}")
+            elif attention:
                 _print(f"problem   attention batch={p.batch} heads={p.heads}/{p.kv_heads} seqlen_q={p.seqlen_q} "
                        f"seqlen_k={p.seqlen_k} head_dim={p.head_dim} {p.dtype}{' causal' if p.causal else ''}")
             else:
@@ -380,7 +323,9 @@ class _Progress:
             _print(f"no GPU    no usable NVIDIA GPU here ({r.skipped['run']}); stopping after compile")
         elif stage == "check":
             c = r.check
-            if attention:
+            if moe:
+                _print(f"check     {c.summary()}")
+            elif attention:
                 _print(f"check     {'PASS' if c.passed else 'FAIL'}: rel. error {c.rel_error:.2e} (tolerance "
                        f"{c.tolerance:.0e}), NaN outputs {c.nan_count}, LSE mismatches {c.lse_errors}, "
                        f"rows with no key {c.empty_rows} (wrong {c.empty_row_errors})")
@@ -388,8 +333,12 @@ class _Progress:
                 _print(f"check     {'PASS' if c.passed else 'FAIL'}: rel. error {c.rel_error:.2e}"
                        f" (tolerance {c.tolerance:.0e}), unwritten outputs {c.unwritten}")
         elif stage == "baseline":
-            flops = p.flops
+            from argus_cutlass.generate import problem_flops
+
+            flops = problem_flops(p)
             line = f"time      {r.ms:.4f} ms = {flops / r.ms / 1e9:.1f} TFLOP/s"
+            if moe:
+                line += f" ({r.ms / p.floor_ms(hbm_bytes_per_s=4.3e12):.2f}x the activated-weight floor at 4.3 TB/s)"
             if r.baseline_ms is not None:
                 line += (f"; {vendor} {r.baseline_ms:.4f} ms = {flops / r.baseline_ms / 1e9:.1f} TFLOP/s; "
                          f"ratio {r.baseline_ms / r.ms:.3f}x")
@@ -647,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--topk", type=int, required=True, help="k, experts per token")
     mo.add_argument("--hidden", type=int, required=True, help="H, model width (a multiple of 8)")
     mo.add_argument("--ffn", type=int, required=True, help="I, expert intermediate width (a multiple of 8)")
-    mo.add_argument("--dtype", type=dtype_arg, choices=("bf16", "fp16"), default="bf16",
+    mo.add_argument("--dtype", type=dtype_arg, default="bf16",
                     help="bf16 or fp16 (also bfloat16, float16, half)")
     mo.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     mo.add_argument("--out", default="out", help="output folder (default: ./out)")

@@ -73,6 +73,14 @@ __all__ = [
 
 #: where a configuration came from (:func:`configure`)
 CONFIG_SOURCES = ("store", "shipped", "heuristic", "forced", "given")
+#: family -> the baseline :func:`baseline` times (the record's key prefix)
+VENDOR = {"gemm": "cublas", "attention": "cudnn", "moe": "grouped_mm"}
+
+
+def problem_flops(problem: Problem) -> float:
+    """The problem's FLOP count (the MoE problem's is a method of its routing; uniform here)."""
+    f = problem.flops
+    return float(f() if callable(f) else f)
 
 
 # ---------------------------------------------------------------------------------------- stages
@@ -425,6 +433,10 @@ def check(lib: Any, problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, 
         from argus_cutlass.kernels.attention.check import run_and_check as check_attention
 
         return check_attention(lib, problem, seed=seed)
+    if family_of(problem) == "moe":
+        from argus_cutlass.kernels.moe.check import run_and_check as check_moe
+
+        return check_moe(lib, problem, seed=seed)
     from argus_cutlass.kernels.gemm.check import run_and_check
 
     return run_and_check(lib, problem, alpha=alpha, beta=beta, seed=seed)
@@ -437,6 +449,10 @@ def time_kernel(lib: Any, problem: Problem, *, alpha: float = 1.0, beta: float =
         from argus_cutlass.kernels.attention.check import time_attention
 
         return time_attention(lib, problem, warmup=warmup, iters=iters)
+    if family_of(problem) == "moe":
+        from argus_cutlass.kernels.moe.check import time_layer
+
+        return time_layer(lib, problem, warmup=warmup, iters=iters)
     from argus_cutlass.kernels.gemm.check import time_gemm
 
     return time_gemm(lib, problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
@@ -446,12 +462,17 @@ def baseline(problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, warmup:
              iters: int = 100) -> float | None:
     """Median milliseconds of the vendor library on the same problem (GEMM: cuBLAS,
     :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`; attention: cuDNN through torch SDPA,
-    :func:`argus_cutlass.kernels.attention.baseline.cudnn_time`); None without torch or an
-    equivalent vendor call."""
+    :func:`argus_cutlass.kernels.attention.baseline.cudnn_time`; MoE: the torch ``_grouped_mm`` layer,
+    :func:`argus_cutlass.kernels.moe.check.time_baseline`); None without torch or an equivalent
+    vendor call."""
     if isinstance(problem, AttentionProblem):
         from argus_cutlass.kernels.attention.baseline import cudnn_time
 
         return cudnn_time(problem, warmup=warmup, iters=iters)
+    if family_of(problem) == "moe":
+        from argus_cutlass.kernels.moe.check import time_baseline
+
+        return time_baseline(problem, warmup=warmup, iters=iters)
     from argus_cutlass.kernels.gemm.baseline import cublas_time
 
     return cublas_time(problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
@@ -595,20 +616,20 @@ class RunResult:
         import dataclasses
 
         p = self.problem
-        attention = isinstance(p, AttentionProblem)
-        vendor = "cudnn" if attention else "cublas"
+        family = family_of(p)
+        vendor = VENDOR[family]
         rec: dict[str, Any] = {
             "kernel": self.name,
-            "family": family_of(p),
+            "family": family,
             "status": self.status,
-            "problem": dataclasses.asdict(p) if attention else {
+            "problem": dataclasses.asdict(p) if family != "gemm" else {
                 "m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "out_dtype": p.out_dtype, "layout": p.layout},
             "config": self.config.model_dump() if self.config is not None else None,
             "config_source": self.config_source,
             "stage_seconds": dict(self.stage_seconds),
         }
         if self.program is not None:
-            loop = self.program.kloop
+            loop = getattr(self.program, "kloop", None)  # the MoE layer has none of its own
             rec["program"] = {"fingerprint": self.program.fingerprint(),
                               "k_bound_bits": None if loop is None else loop.bound_bits}
         if self.report is not None:
@@ -627,10 +648,13 @@ class RunResult:
             checks = [c.as_dict() for c in self.checks]
             rec["check"] = checks[0] if len(checks) == 1 else checks
         if self.ms is not None:
-            timing: dict[str, Any] = {"ms": self.ms, "tflops": p.flops / self.ms / 1e9}
+            flops = problem_flops(p)
+            timing: dict[str, Any] = {"ms": self.ms, "tflops": flops / self.ms / 1e9}
             if self.baseline_ms is not None:
-                timing.update({f"{vendor}_ms": self.baseline_ms, f"{vendor}_tflops": p.flops / self.baseline_ms / 1e9,
+                timing.update({f"{vendor}_ms": self.baseline_ms, f"{vendor}_tflops": flops / self.baseline_ms / 1e9,
                                f"speedup_vs_{vendor}": self.baseline_ms / self.ms})
+            if family == "moe":
+                timing["weight_floor_ms_4p3"] = p.floor_ms(hbm_bytes_per_s=4.3e12)
             elif "baseline" in self.skipped:
                 timing[f"{vendor}_skipped"] = self.skipped["baseline"]
             rec["timing"] = timing
@@ -732,6 +756,8 @@ def _back(result: RunResult, clock: _Clock, options: Options) -> None:
                 from argus_cutlass.kernels.attention.baseline import cudnn_support
 
                 r.skipped["baseline"] = cudnn_support(r.problem) or "torch with cuDNN attention is not available"
+            elif family_of(r.problem) == "moe":
+                r.skipped["baseline"] = "torch with torch._grouped_mm is not available"
             else:
                 r.skipped["baseline"] = "torch is not installed"
         r.baseline_ms = ms
@@ -759,11 +785,12 @@ def _gpu_or_skip(result: RunResult) -> bool:
     if not ok:
         result.skipped["run"] = why
         return False
-    if isinstance(result.problem, AttentionProblem):
+    if family_of(result.problem) in ("attention", "moe"):
         try:
-            import torch  # noqa: F401 - the attention check, tensors and baseline are torch's
+            import torch  # noqa: F401 - the attention / MoE check, tensors and baseline are torch's
         except ImportError:
-            result.skipped["run"] = "torch is not installed (the attention check runs on torch tensors)"
+            result.skipped["run"] = (f"torch is not installed (the {family_of(result.problem)} check runs on torch "
+                                     "tensors)")
             return False
     require_sm90()
     return True
@@ -816,7 +843,7 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
         if toolchain is None:
             clock.done("compile")
             return result
-        clock.done("compile_start")  # progress: nvcc starts (30-60 s unless the cache has it)
+        clock.done("compile_start")  # progress: nvcc starts (about 5-25 s unless the cache has it)
         result.artifact = clock.stage("compile", compile_kernel, result.kernel, toolchain=toolchain)
         result.status = "compiled"
         clock.done("compile")
