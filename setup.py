@@ -55,7 +55,9 @@ setup(
         "llm": ["openai>=1.0"],
         # argus-cutlass tune --shapes/--model: compiles and measurements spread through Ray, a progress bar
         "tune": ["ray>=2.9", "tqdm>=4"],
-        "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6", "openai>=1.0"],
+        # the benchmarks' plots (bench/plots.py: ratio to the vendor per shape, roofline)
+        "bench": ["matplotlib>=3.7"],
+        "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6", "openai>=1.0", "matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["argus-cutlass=argus_cutlass.cli:main"]},
     options=_options,

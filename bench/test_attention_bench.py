@@ -130,3 +130,6 @@ def teardown_module(module) -> None:  # noqa: ANN001
     if path:
         with open(path, "w") as fh:
             fh.write(text + "\n")
+        from plots import plot_after_bench  # bench/plots.py: ratio and roofline plots beside the table
+
+        plot_after_bench(path)

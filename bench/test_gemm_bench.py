@@ -174,3 +174,6 @@ def _print_table():
     if path:
         with open(path, "w") as f:
             f.write(table + "\n")
+        from plots import plot_after_bench  # bench/plots.py: ratio and roofline plots beside the table
+
+        plot_after_bench(path)

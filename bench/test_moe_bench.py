@@ -90,3 +90,6 @@ def teardown_module(module):
     if table and ROWS:
         with open(table, "w") as f:
             f.write(head + "\n".join(ROWS) + "\n")
+        from plots import plot_after_bench  # bench/plots.py: ratio and roofline plots beside the table
+
+        plot_after_bench(table)
