@@ -41,6 +41,8 @@ True
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -220,7 +222,61 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
             notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration "
                          "tiers ran")
     kwargs = {"smt": smt} if smt_timeout_ms is None else {"smt": smt, "smt_timeout_ms": smt_timeout_ms}
-    return verify_family(program, **kwargs)
+    from argus_cutlass.settings import settings
+
+    cfg = settings()
+    if not cfg.report_cache:
+        return verify_family(program, **kwargs)
+    key = hashlib.sha256(f"{program.fingerprint()}|{_verifier_source_hash()}|{smt}|{smt_timeout_ms}".encode()
+                         ).hexdigest()
+    path = cfg.cache_dir / "reports" / f"{key}.json"
+    cached = _cached_report(path)
+    if cached is not None:
+        return cached
+    report = verify_family(program, **kwargs)
+    if report.verified:  # only complete proofs are reused; a rejection is recomputed with its counterexamples
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(report.to_json())
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only cache only costs the next process a verification
+    return report
+
+
+@functools.lru_cache(maxsize=1)
+def _verifier_source_hash() -> str:
+    """A hash of the code and data a verification depends on: every module of the package (the
+    verifier, the hardware model, the layout algebra, the DSL) and the invariant catalogues. A
+    cached report is reused only when this and the program's fingerprint are the same."""
+    import argus_cutlass
+    from argus_cutlass import invariants
+
+    h = hashlib.sha256(argus_cutlass.__version__.encode())
+    for root, pattern in ((Path(argus_cutlass.__file__).parent, "**/*.py"), (Path(invariants.__file__).parent, "*.toml")):
+        for f in sorted(root.glob(pattern)):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _cached_report(path: Path) -> Any:
+    """The verified report stored at ``path`` (None when absent or unreadable)."""
+    import json
+
+    from argus_cutlass.verify.report import Obligation, Proof, VerificationReport
+
+    try:
+        d = json.loads(path.read_text())
+        return VerificationReport(
+            kernel=d["kernel"], obligations=tuple(Obligation(**o) for o in d["obligations"]),
+            proofs=tuple(Proof(**p) for p in d["proofs"]), violations=(), elapsed_s=float(d["elapsed_s"]),
+            notes=tuple(d.get("notes", ())) + ("report from the cache of verified programs (same program "
+                                                "fingerprint, same verifier source); ARGUS_REPORT_CACHE=0 re-verifies",),
+            unknowns=(), tier_seconds=dict(d.get("tier_seconds", {})))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def require_proved(report: Any, *, allow_unknown: bool = False) -> None:

@@ -13,6 +13,8 @@ variable                   meaning
 ``ARGUS_NVCC_TIMEOUT``     seconds one nvcc call may take (default 600)
 ``ARGUS_SMT_TIMEOUT_MS``   per-query z3 timeout of the verifier's SMT tier, ms (default 5000);
                            a query that times out is reported "unknown", never proved
+``ARGUS_REPORT_CACHE``     ``0`` turns off the cache of verified reports (default on: a program whose
+                           fingerprint and verifier source were proved before is not re-verified)
 ``ARGUS_UPDATE_GOLDEN``    ``1`` rewrites golden files in the tests instead of comparing
 ``ARGUS_MUTANT_TIMEOUT``   seconds one mutant-kernel child process may run before it is
                            killed and reported ``hang`` (default 30; GPU mutation suite)
@@ -39,6 +41,7 @@ class Settings:
     nvcc_timeout_s: float
     smt_timeout_ms: int
     update_golden: bool
+    report_cache: bool
     mutant_timeout_s: float = 30.0
     mutant_out: str | None = None
     probe_out: str | None = None
@@ -58,6 +61,7 @@ def settings() -> Settings:
         nvcc_timeout_s=float(env.get("ARGUS_NVCC_TIMEOUT", "600")),
         smt_timeout_ms=int(env.get("ARGUS_SMT_TIMEOUT_MS", "5000")),
         update_golden=env.get("ARGUS_UPDATE_GOLDEN", "") == "1",
+        report_cache=env.get("ARGUS_REPORT_CACHE", "1") != "0",
         mutant_timeout_s=float(env.get("ARGUS_MUTANT_TIMEOUT", "30")),
         mutant_out=env.get("ARGUS_MUTANT_OUT") or None,
         probe_out=env.get("ARGUS_PROBE_OUT") or None,

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 
 def pytest_configure(config):
+    import os
+
+    # tests patch verifier functions in-process: every test verifies afresh unless it turns the cache of
+    # verified reports on itself (tests/unit/test_report_cache.py)
+    os.environ.setdefault("ARGUS_REPORT_CACHE", "0")
     config.addinivalue_line("markers", "gpu: needs a Hopper (sm_90) GPU; skipped when none is usable")
     config.addinivalue_line(
         "markers", "nvcc: runs nvcc (CI has nvcc); skipped with the reason only when nvcc is absent"

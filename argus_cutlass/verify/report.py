@@ -269,6 +269,7 @@ class VerificationReport:
                 "verified": self.verified,
                 "not_proved": self.not_proved,
                 "tier_seconds": self.tier_seconds,
+                "notes": list(self.notes),
             },
             indent=2,
             sort_keys=True,
