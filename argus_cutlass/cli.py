@@ -353,7 +353,7 @@ def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
 
     by_invariant = Counter(p.invariant for p in report.proofs)
     engines = sorted({p.engine for p in report.proofs})
-    seconds = sum(report.tier_seconds.values())
+    seconds = max(report.elapsed_s, sum(report.tier_seconds.values()))  # wall time (the MoE layer's tiers overlap)
     parts = ", ".join(f"{inv} x{n}" if n > 1 else inv for inv, n in sorted(by_invariant.items()))
     return (f"{len(report.proofs)} obligations in {seconds:.2f} s: {parts} "
             f"(engines {', '.join(engines)}; --verbose lists them, the .json has them all)")
