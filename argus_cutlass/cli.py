@@ -355,6 +355,9 @@ def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
     engines = sorted({p.engine for p in report.proofs})
     seconds = max(report.elapsed_s, sum(report.tier_seconds.values()))  # wall time (the MoE layer's tiers overlap)
     parts = ", ".join(f"{inv} x{n}" if n > 1 else inv for inv, n in sorted(by_invariant.items()))
+    if any("from the cache of verified programs" in n for n in report.notes):
+        return (f"{len(report.proofs)} obligations, from the report cache (proved {seconds:.2f} s when first "
+                f"verified; ARGUS_REPORT_CACHE=0 re-verifies): {parts}")
     return (f"{len(report.proofs)} obligations in {seconds:.2f} s: {parts} "
             f"(engines {', '.join(engines)}; --verbose lists them, the .json has them all)")
 

@@ -227,18 +227,22 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
     cfg = settings()
     if not cfg.report_cache:
         return verify_family(program, **kwargs)
-    key = hashlib.sha256(f"{program.fingerprint()}|{_verifier_source_hash()}|{smt}|{smt_timeout_ms}".encode()
-                         ).hexdigest()
+    fingerprint = program.fingerprint()
+    key = hashlib.sha256(f"{fingerprint}|{_verifier_source_hash()}|{smt}|{smt_timeout_ms}".encode()).hexdigest()
     path = cfg.cache_dir / "reports" / f"{key}.json"
-    cached = _cached_report(path)
+    cached = _cached_report(path, key, fingerprint, program.kernel_name())
     if cached is not None:
         return cached
     report = verify_family(program, **kwargs)
-    if report.verified:  # only complete proofs are reused; a rejection is recomputed with its counterexamples
+    if report.verified and report.proofs:  # only complete proofs are reused; rejections are recomputed
+        import json
+
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            data = json.loads(report.to_json())
+            data.update(cache_key=key, fingerprint=fingerprint)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(report.to_json())
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
             os.replace(tmp, path)
         except OSError:
             pass  # a read-only cache only costs the next process a verification
@@ -248,12 +252,20 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
 @functools.lru_cache(maxsize=1)
 def _verifier_source_hash() -> str:
     """A hash of the code and data a verification depends on: every module of the package (the
-    verifier, the hardware model, the layout algebra, the DSL) and the invariant catalogues. A
-    cached report is reused only when this and the program's fingerprint are the same."""
+    verifier, the hardware model, the layout algebra, the DSL), the invariant catalogues and the z3
+    and numpy versions. A cached report is reused only when this and the program's fingerprint are
+    the same."""
     import argus_cutlass
+    import numpy
     from argus_cutlass import invariants
 
-    h = hashlib.sha256(argus_cutlass.__version__.encode())
+    try:
+        import z3
+
+        z3_version = z3.get_version_string()
+    except ImportError:
+        z3_version = "none"
+    h = hashlib.sha256(f"{argus_cutlass.__version__}|z3 {z3_version}|numpy {numpy.__version__}".encode())
     for root, pattern in ((Path(argus_cutlass.__file__).parent, "**/*.py"), (Path(invariants.__file__).parent, "*.toml")):
         for f in sorted(root.glob(pattern)):
             h.update(f.name.encode())
@@ -261,21 +273,27 @@ def _verifier_source_hash() -> str:
     return h.hexdigest()
 
 
-def _cached_report(path: Path) -> Any:
-    """The verified report stored at ``path`` (None when absent or unreadable)."""
+def _cached_report(path: Path, key: str, fingerprint: str, kernel: str) -> Any:
+    """The verified report stored at ``path`` for exactly this key, program fingerprint and kernel, or
+    None: absent, unreadable, written for another key or program, or not a complete proof (any
+    violation, unknown or not-proved line, or no proof at all) -- such a file is never trusted."""
     import json
 
     from argus_cutlass.verify.report import Obligation, Proof, VerificationReport
 
     try:
         d = json.loads(path.read_text())
+        if (d.get("cache_key") != key or d.get("fingerprint") != fingerprint or d.get("kernel") != kernel
+                or d.get("verified") is not True or d.get("violations") or d.get("unknowns")
+                or d.get("not_proved") or not d.get("proofs") or not d.get("obligations")):
+            return None
         return VerificationReport(
             kernel=d["kernel"], obligations=tuple(Obligation(**o) for o in d["obligations"]),
             proofs=tuple(Proof(**p) for p in d["proofs"]), violations=(), elapsed_s=float(d["elapsed_s"]),
             notes=tuple(d.get("notes", ())) + ("report from the cache of verified programs (same program "
                                                 "fingerprint, same verifier source); ARGUS_REPORT_CACHE=0 re-verifies",),
             unknowns=(), tier_seconds=dict(d.get("tier_seconds", {})))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

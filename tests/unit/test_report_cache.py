@@ -31,7 +31,7 @@ def test_other_program_smt_flag_or_verifier_source_reverify(cache_on, monkeypatc
     gen.verify(p, smt=False)
     hits = []
     real = gen._cached_report
-    monkeypatch.setattr(gen, "_cached_report", lambda path: hits.append(real(path)) or hits[-1])
+    monkeypatch.setattr(gen, "_cached_report", lambda *a: hits.append(real(*a)) or hits[-1])
     gen.verify(build_program(GemmConfig(stages=4)), smt=False)       # another fingerprint
     gen.verify(p, smt=True)                                            # another tier set
     monkeypatch.setattr(gen, "_verifier_source_hash", lambda: "another verifier source")
@@ -42,6 +42,26 @@ def test_other_program_smt_flag_or_verifier_source_reverify(cache_on, monkeypatc
     monkeypatch.setenv("ARGUS_REPORT_CACHE", "1")
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(cache_on))
     assert "from the cache" in gen.verify(p, smt=False).notes[-1]      # the first one is still there
+
+
+@pytest.mark.parametrize("poison", ["rejected", "other_program", "no_proofs", "not_json"])
+def test_a_planted_file_is_never_a_proof(cache_on, poison):
+    import json
+
+    p = build_program(GemmConfig(stages=3))
+    gen.verify(p, smt=False)
+    (path,) = (cache_on / "reports").glob("*.json")
+    d = json.loads(path.read_text())
+    if poison == "rejected":
+        d.update(verified=False, violations=[{"rule": "smem.capacity"}])
+    elif poison == "other_program":
+        d.update(fingerprint="0" * 64, kernel="someone_else")
+    elif poison == "no_proofs":
+        d.update(proofs=[])
+    path.write_text("{" if poison == "not_json" else json.dumps(d))
+    again = gen.verify(p, smt=False)
+    assert again.verified and again.kernel == p.kernel_name() and len(again.proofs) > 10
+    assert "from the cache" not in " ".join(again.notes)  # verified afresh (and the file rewritten)
 
 
 def test_rejections_are_not_cached(cache_on):

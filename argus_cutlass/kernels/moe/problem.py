@@ -27,6 +27,7 @@ Rules checked by :meth:`MoEProblem.validate` (the ``rule`` of the raised
 ``problem.token_range``     tokens <= 2**20 (the range the index proofs will be stated for: T * k and
                             T * k * max(H, I) row offsets are reasoned about for T up to 2^20)
 ``problem.experts``         experts <= 1024 (the routing scan holds one expert per thread of one CTA)
+``problem.weight_rows``     E x 2I and E x H < 2^31 (TMA row coordinates of the expert weights are int32)
 ``problem.topk``            1 <= topk <= experts (a token's k experts are distinct)
 ``problem.dtype``           bf16 or fp16
 ``tma.contiguous_extent``   hidden and ffn are multiples of 8 elements (16 bytes, TMA's rule for the
@@ -191,6 +192,13 @@ class MoEProblem:
                 "problem.experts", f"experts={self.experts} > {MAX_EXPERTS}: the routing scan kernel gives each expert "
                 f"one thread of a single {MAX_EXPERTS}-thread CTA (input --experts / MoEProblem.experts)",
                 f"at most {MAX_EXPERTS} experts per layer"))
+        for what, rows in (("E x 2I (the W13 rows)", self.experts * 2 * self.ffn),
+                            ("E x H (the W2 rows)", self.experts * self.hidden)):
+            if rows > 2**31 - 1:
+                errs.append(ProblemError(
+                    "problem.weight_rows", f"{what} = {rows} > 2^31 - 1: the expert weights are addressed by TMA "
+                    "row coordinates, which are signed 32-bit (PTX ISA 9.7.9.25, cp.async.bulk.tensor) (inputs "
+                    "--experts / --ffn / --hidden)", "split the experts over more than one layer call"))
         if self.topk > self.experts:
             errs.append(ProblemError(
                 "problem.topk", f"topk={self.topk} > experts={self.experts}: a token's k experts are distinct",
