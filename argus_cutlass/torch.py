@@ -257,6 +257,8 @@ def gemm(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out: Any = 
     (``beta = 1``). Any other broadcastable bias (e.g. ``(N,)``) is first written into D (rounded to
     D's dtype) and added by the epilogue as ``C = D``: one extra M x N write, no extra allocation.
     """
+    _check_tensor(a, "a", 2)  # before torch's schema check, so a non-tensor gets our message
+    _check_tensor(b, "b", 2, a.device)
     if out is not None:
         torch.ops.argus.gemm_out(a, b, bias, out)
         return out
