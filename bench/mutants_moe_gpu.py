@@ -51,7 +51,7 @@ def _inputs(problem, routing: str, sizes, seed: int):
     import torch
 
     from argus_cutlass.kernels.moe.check import make_inputs
-    from argus_cutlass.kernels.moe.routing import make_routing
+    from argus_cutlass.hw.routing import make_routing
 
     if problem.tokens * problem.hidden < 2**26:
         return make_inputs(problem, routing, seed, sizes)

@@ -40,7 +40,7 @@ class MoEMutant:
 class GpuProblem:
     """One silicon problem of ``bench/mutants_moe_gpu.py``.
 
-    ``tokens`` T; ``routing`` a :func:`~argus_cutlass.kernels.moe.routing.make_routing` kind with
+    ``tokens`` T; ``routing`` a :func:`~argus_cutlass.hw.routing.make_routing` kind with
     ``sizes``; ``sample`` None compares every token with the fp32 reference, else ``(head, tail)``:
     only the first ``head`` and the last ``tail`` tokens (the layer is token-wise independent; the
     large problems would need a multi-GB fp32 reference otherwise). ``why`` says which mistake it

@@ -100,7 +100,7 @@ def routing_cases(layer: MoELayer) -> list[tuple[str, np.ndarray]]:
     """The routings the data-flow rules run on: ``(label, ids (T, k))``. Exhaustive over 2 tokens
     with ids from {0, 1, E-1}; generated: uniform / skewed / zero experts / all to one at T = 5 and
     T = 300 (crosses a routing CTA), group sizes 128, 130, 65 (+ filler), and ids -1 and E."""
-    from argus_cutlass.kernels.moe.routing import make_routing
+    from argus_cutlass.hw.routing import make_routing
 
     e_, k = layer.experts, layer.topk
     out: list[tuple[str, np.ndarray]] = []

@@ -12,7 +12,7 @@ import pytest
 from argus_cutlass.errors import ConfigError, ProblemError
 from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem
 from argus_cutlass.kernels.moe.reference import moe_reference_numpy
-from argus_cutlass.kernels.moe.routing import ROUTING_KINDS, RoutingPlan, make_routing, tile_violations
+from argus_cutlass.hw.routing import ROUTING_KINDS, RoutingPlan, make_routing, tile_violations
 
 BASE = dict(tokens=256, experts=8, topk=2, hidden=4096, ffn=14336)
 

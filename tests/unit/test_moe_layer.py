@@ -56,7 +56,7 @@ def test_heuristic_picks_by_t_bucket():
 
 def test_gpu_mutant_problems_reach_the_failing_case():
     """The silicon problems of bench/mutants_moe_gpu.py reach each mutant's failing case."""
-    from argus_cutlass.kernels.moe.routing import make_routing
+    from argus_cutlass.hw.routing import make_routing
     from argus_cutlass.testing.mutants_moe import GPU_PROBLEMS, gpu_problems_of, int32_wrap_tokens
 
     cat = load_moe_catalogue()
@@ -107,7 +107,7 @@ def test_gemm_kernel_names_unchanged_by_new_fields():
 
 
 def test_routing_simulation_matches_the_plan():
-    from argus_cutlass.kernels.moe.routing import RoutingPlan, make_routing
+    from argus_cutlass.hw.routing import RoutingPlan, make_routing
 
     layer = _layer("qwen3-30b-a3b")
     ids, _ = make_routing("skewed", 300, 128, 8, seed=3)

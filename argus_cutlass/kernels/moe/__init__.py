@@ -3,10 +3,11 @@
 ========================  ===================================================================
 ``problem``               :class:`~.problem.MoEProblem` (sizes, rules, flops, the weight-traffic
                           floor, router-output checks) and the ``ANCHORS.md`` model shapes
-``routing``               :class:`~.routing.RoutingPlan` (counts, offsets, the permuted row map
-                          and its inverse, the invariants with counterexamples, group tiles) and
-                          :func:`~.routing.make_routing` (uniform, skewed, zero_experts,
-                          all_to_one, explicit sizes)
+(routing)                 the routing semantics live one layer down, in
+                          :mod:`argus_cutlass.hw.routing` (the verifier reads them too):
+                          ``RoutingPlan`` (counts, offsets, the permuted row map and its inverse,
+                          the invariants with counterexamples, group tiles) and ``make_routing``
+                          (uniform, skewed, zero_experts, all_to_one, explicit sizes)
 ``reference``             the float64 numpy and fp32 torch references of the layer
 ``baseline``              the torch baseline (sort + two ``torch._grouped_mm``)
 ========================  ===================================================================

@@ -45,10 +45,10 @@ class MoECheck:
 def make_inputs(problem: MoEProblem, routing: str = "uniform", seed: int = 0, sizes: Any = None,
                 device: str = "cuda") -> tuple[Any, ...]:
     """``(x, ids, weights, w13, w2)`` torch tensors: x ~ N(0, 1), weights ~ N(0, 1) / sqrt(fan-in),
-    router output from :func:`~argus_cutlass.kernels.moe.routing.make_routing`."""
+    router output from :func:`~argus_cutlass.hw.routing.make_routing`."""
     import torch
 
-    from argus_cutlass.kernels.moe.routing import make_routing
+    from argus_cutlass.hw.routing import make_routing
 
     p = problem
     g = torch.Generator(device="cpu").manual_seed(seed)

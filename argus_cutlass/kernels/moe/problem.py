@@ -16,7 +16,7 @@ For token ``t`` and slot ``j`` with ``e = ids[t, j]`` and ``w = weights[t, j]``:
 
 Every token contributes ``k`` routed rows (``T * k`` in all); expert ``e`` sees ``count_e`` of them
 (``sum_e count_e = T * k``). The kernels to come permute the rows by expert
-(:mod:`argus_cutlass.kernels.moe.routing`), run the gate+up grouped GEMM with SiLU * up fused, the
+(:mod:`argus_cutlass.hw.routing`), run the gate+up grouped GEMM with SiLU * up fused, the
 down grouped GEMM, and combine the ``k`` weighted rows of each token back in token order.
 
 Rules checked by :meth:`MoEProblem.validate` (the ``rule`` of the raised
