@@ -242,17 +242,19 @@ def _attention_problem(args: argparse.Namespace):  # noqa: ANN202 - AttentionPro
                             softmax_scale=getattr(args, "softmax_scale", None)).validate()
 
 
-def _add_attention_args(p: argparse.ArgumentParser) -> None:
-    """The attention problem options shared by ``attention`` and ``tune attention``."""
-    p.add_argument("--batch", type=int, required=True, help="batch size B")
-    p.add_argument("--heads", type=int, required=True, help="query heads H")
+def _add_attention_args(p: argparse.ArgumentParser, *, required: bool = True, dtype: bool = True) -> None:
+    """The attention problem options shared by ``attention``, ``tune attention`` and ``table`` (there
+    optional, and ``--dtype`` shared with the GEMM options)."""
+    p.add_argument("--batch", type=int, required=required, help="batch size B")
+    p.add_argument("--heads", type=int, required=required, help="query heads H")
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads HK dividing H (default H; 1 = MQA)")
-    p.add_argument("--seqlen-q", type=int, required=True, help="query length SQ")
+    p.add_argument("--seqlen-q", type=int, required=required, help="query length SQ")
     p.add_argument("--seqlen-k", type=int, default=None, help="key/value length SK (default SQ)")
-    p.add_argument("--head-dim", type=int, required=True, help="head dim D: 64, 96, 128, 192 or 256")
+    p.add_argument("--head-dim", type=int, required=required, help="head dim D: 64, 96, 128, 192 or 256")
     p.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned when SQ != SK")
-    p.add_argument("--dtype", type=dtype_arg, default="bf16",
-                   help="Q/K/V/O element type: bf16 or fp16 (also bfloat16, float16, half)")
+    if dtype:
+        p.add_argument("--dtype", type=dtype_arg, default="bf16",
+                       help="Q/K/V/O element type: bf16 or fp16 (also bfloat16, float16, half)")
 
 
 class _Progress:
@@ -665,13 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--dtype", type=dtype_arg, default="bf16", help="element type (default bf16)")
     tb.add_argument("--out-dtype", type=dtype_arg, default=None, help="GEMM C/D element type (default: --dtype)")
     tb.add_argument("--layout", type=layout_arg, default="tn", help="GEMM layout, any case (default tn)")
-    tb.add_argument("--batch", type=int, default=None, help="attention batch")
-    tb.add_argument("--heads", type=int, default=None, help="attention query heads")
-    tb.add_argument("--kv-heads", type=int, default=None, help="attention key/value heads (default --heads)")
-    tb.add_argument("--seqlen-q", type=int, default=None, help="attention query length")
-    tb.add_argument("--seqlen-k", type=int, default=None, help="attention key length (default --seqlen-q)")
-    tb.add_argument("--head-dim", type=int, default=None, help="attention head dim")
-    tb.add_argument("--causal", action="store_true", help="causal attention")
+    _add_attention_args(tb, required=False, dtype=False)
     tb.set_defaults(func=cmd_table)
 
     ip = sub.add_parser("include-path", help="print the CUTLASS/CuTe include flags a generated .cu compiles with",

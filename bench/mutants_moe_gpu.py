@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -121,43 +120,13 @@ def run_job(so_path: str, name: str, layer: Any, problems: list[str], cls: str, 
             seed: int = 11) -> list[dict]:
     """Run one built layer over ``problems`` in a spawned child; a problem silent for ``timeout_s``
     is ``hung`` and the child is killed."""
-    ctx = multiprocessing.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, so_path, name, layer, problems, cls, seed), daemon=True)
-    proc.start()
-    send.close()
-    rows: list[dict] = []
-    current, limit = None, SETUP_TIMEOUT_S
-    try:
-        while True:
-            if not recv.poll(limit):
-                rows.append({"problem": current or "setup", "outcome": "hung" if current else "error",
-                             "detail": f"no message for {limit:g} s; child killed"})
-                break
-            try:
-                msg = recv.recv()
-            except EOFError:
-                rows.append({"problem": current or "setup", "outcome": "crashed",
-                             "detail": f"child died (exit {proc.exitcode})"})
-                break
-            if msg is None:
-                break
-            if "ready" in msg:
-                limit = timeout_s
-            elif "start" in msg:
-                current = msg["start"]
-                # the int32-wrap problem draws 13 GB of inputs and an fp32 reference first
-                limit = timeout_s * (4 if GPU_PROBLEMS[current].tokens > 100_000 else 1)
-            else:
-                rows.append(msg)
-                current = None
-    finally:
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(30)
-        recv.close()
-    return rows
+    from argus_cutlass.testing.gpu import run_child_protocol
+
+    def limit(problem: str) -> float:  # the int32-wrap problem draws 13 GB of inputs and an fp32 reference first
+        return timeout_s * (4 if GPU_PROBLEMS[problem].tokens > 100_000 else 1)
+
+    return run_child_protocol(_child, (so_path, name, layer, problems, cls, seed), setup_timeout_s=SETUP_TIMEOUT_S,
+                              problem_timeout_s=limit)
 
 
 _SEVERITY = ("error", "compile_error", "hung", "crashed", "wrong", "ok")

@@ -544,3 +544,57 @@ def write_results(results: Sequence[Result], out: str | Path, stem: str = "mutan
     j.write_text(json.dumps([asdict(r) for r in results], indent=1, default=str))
     md.write_text(markdown_table(results))
     return j, md
+
+
+def run_child_protocol(target: Any, args: tuple, *, setup_timeout_s: float,
+                       problem_timeout_s: Any) -> list[dict[str, Any]]:
+    """Run ``target(conn, *args)`` in a child started with ``multiprocessing``'s ``spawn`` (no CUDA
+    state inherited; the parent never initialises CUDA) and collect the rows it sends.
+
+    The child's protocol (the attention and MoE silicon runners): ``{"ready": ...}`` once set up,
+    ``{"start": problem}`` before each problem, one result row per problem, ``None`` at the end.
+    A child silent for ``setup_timeout_s`` while starting is an ``error`` row (problem ``setup``); a
+    problem with no result ``problem_timeout_s(problem)`` seconds after its start is ``hung``; a child
+    that dies is ``crashed`` (``error`` before its first problem). The child is killed on a timeout.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(send, *args), daemon=True)
+    proc.start()
+    send.close()
+    rows: list[dict[str, Any]] = []
+    current: str | None = None
+    limit = setup_timeout_s
+    try:
+        while True:
+            if not recv.poll(limit):
+                if current is None:
+                    rows.append({"problem": "setup", "outcome": "error",
+                                 "detail": f"child silent for {limit:g} s while starting; killed"})
+                else:
+                    rows.append({"problem": current, "outcome": "hung",
+                                 "detail": f"no result {limit:g} s after the start; child killed"})
+                break
+            try:
+                msg = recv.recv()
+            except EOFError:
+                rows.append({"problem": current or "setup", "outcome": "crashed" if current else "error",
+                             "detail": f"child died (exit {proc.exitcode})"})
+                break
+            if msg is None:
+                break
+            if "ready" in msg:
+                limit = setup_timeout_s
+            elif "start" in msg:
+                current = msg["start"]
+                limit = problem_timeout_s(current)
+            else:
+                rows.append(msg)
+                current = None
+    finally:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(30)
+        recv.close()
+    return rows

@@ -38,7 +38,6 @@ The baselines must all be ``benign`` (and the first one again after the mutants,
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 from collections.abc import Sequence
@@ -280,47 +279,11 @@ def run_job(so_path: str, name: str, cfg: AttentionConfig,
     ``hung`` and the child is killed; a child silent for ``setup_timeout_s`` while starting is an
     ``error`` row (problem ``setup``).
     """
+    from argus_cutlass.testing.gpu import run_child_protocol
+
     probs = tuple(problems_for(cfg) if problems is None else problems)
-    ctx = multiprocessing.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, so_path, name, cfg, probs, seed), daemon=True)
-    proc.start()
-    send.close()
-    rows: list[dict[str, Any]] = []
-    current: str | None = None
-    limit = setup_timeout_s
-    try:
-        while True:
-            if not recv.poll(limit):
-                if current is None:
-                    rows.append({"problem": "setup", "outcome": "error",
-                                 "detail": f"child silent for {limit:g} s while starting; killed"})
-                else:
-                    rows.append({"problem": current, "outcome": "hung",
-                                 "detail": f"no result {limit:g} s after the start; child killed"})
-                break
-            try:
-                msg = recv.recv()
-            except EOFError:
-                rows.append({"problem": current or "setup", "outcome": "crashed" if current else "error",
-                             "detail": f"child died (exit {proc.exitcode})"})
-                break
-            if msg is None:
-                break
-            if "ready" in msg:
-                limit = kernel_timeout_s
-            elif "start" in msg:
-                current, limit = msg["start"], kernel_timeout_s
-            else:
-                rows.append(msg)
-                current = None
-    finally:
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(30)
-        recv.close()
-    return rows
+    return run_child_protocol(_child, (so_path, name, cfg, probs, seed), setup_timeout_s=setup_timeout_s,
+                              problem_timeout_s=lambda _problem: kernel_timeout_s)
 
 
 def overall(rows: Sequence[dict[str, Any]]) -> str:
