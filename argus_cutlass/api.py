@@ -123,6 +123,20 @@ def _not_built(family: str, what: str) -> Any:
         "the capture builds it too)")
 
 
+def _loaded(cache: dict, key: Any, cfg: Any, problem: Any, *, smt: bool | None, build: bool,
+            family: str, what: Any) -> Any:
+    """``cache[key]``, else generate (verify), compile (content-addressed cache) and load ``cfg`` for
+    ``problem`` into it; with ``build`` False a miss raises :class:`NotPrecompiledError` (``what()``
+    describes the problem)."""
+    lib = cache.get(key)
+    if lib is None:
+        if not build:
+            _not_built(family, what())
+        kernel = generate(cfg, problem, smt=smt)
+        lib = cache[key] = load(kernel, compile_kernel(kernel))
+    return lib
+
+
 def gemm_kernel(problem: GemmProblem, config: GemmConfig | None = None, *, build: bool = True,
                 smt: bool | None = None) -> Any:
     """The built :class:`~argus_cutlass.kernels.gemm.library.GemmKernelLibrary` for ``problem``:
@@ -140,14 +154,8 @@ def gemm_kernel(problem: GemmProblem, config: GemmConfig | None = None, *, build
     """
     cfg = config if config is not None else gemm_config(problem)
     bp = _gemm_build_problem(problem)
-    key = _gemm_key(cfg, bp)
-    lib = _GEMM_LIBS.get(key)
-    if lib is None:
-        if not build:
-            _not_built("GEMM", f"M={problem.m} N={problem.n} K={problem.k}")
-        kernel = generate(cfg, bp, smt=smt)
-        lib = _GEMM_LIBS[key] = load(kernel, compile_kernel(kernel))
-    return lib
+    return _loaded(_GEMM_LIBS, _gemm_key(cfg, bp), cfg, bp, smt=smt, build=build, family="GEMM",
+                   what=lambda: f"M={problem.m} N={problem.n} K={problem.k}")
 
 
 def precompile_jobs(problems: Iterable[Any]) -> list[tuple[Any, Any, Any]]:
@@ -224,13 +232,8 @@ def attention_kernel(problem: Any, config: Any = None, *, smt: bool | None = Non
         :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
     """
     cfg = config if config is not None else _configured(problem)
-    lib = _ATTENTION_LIBS.get(cfg)
-    if lib is None:
-        if not build:
-            _not_built("attention", problem.describe())
-        kernel = generate(cfg, smt=smt)
-        lib = _ATTENTION_LIBS[cfg] = load(kernel, compile_kernel(kernel))
-    return lib
+    return _loaded(_ATTENTION_LIBS, cfg, cfg, None, smt=smt, build=build, family="attention",
+                   what=problem.describe)
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
@@ -305,15 +308,9 @@ def moe_kernel(problem: Any, config: Any = None, *, smt: bool | None = None, bui
         :func:`argus_cutlass.generate.generate` and :func:`~argus_cutlass.generate.compile_kernel`.
     """
     cfg = config if config is not None else _moe_config(problem)
-    key = _moe_key(cfg, problem)
-    lib = _MOE_LIBS.get(key)
-    if lib is None:
-        if not build:
-            _not_built("MoE", f"T={problem.tokens} E={problem.experts} k={problem.topk} H={problem.hidden} "
-                       f"I={problem.ffn} {problem.dtype}")
-        kernel = generate(cfg, problem, smt=smt)
-        lib = _MOE_LIBS[key] = load(kernel, compile_kernel(kernel))
-    return lib
+    return _loaded(_MOE_LIBS, _moe_key(cfg, problem), cfg, problem, smt=smt, build=build, family="MoE",
+                   what=lambda: f"T={problem.tokens} E={problem.experts} k={problem.topk} H={problem.hidden} "
+                                f"I={problem.ffn} {problem.dtype}")
 
 
 def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *, config: Any = None,
