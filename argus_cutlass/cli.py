@@ -219,9 +219,9 @@ def cmd_moe(args: argparse.Namespace) -> int:
     from argus_cutlass.generate import Options, run
     from argus_cutlass.kernels.moe.problem import MoEProblem
 
-    problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype)
-    out_dir = _output_dir(args.out)
-    progress = _Progress(False, out_dir, args.quiet)
+    problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype).validate()
+    out_dir = _output_dir(args.out)  # after the problem's rules: a refused problem leaves no folder behind
+    progress = _Progress(args.verbose, out_dir, args.quiet)
     try:
         result = run(problem, options=Options(seed=args.seed), on_stage=progress, out_dir=out_dir)
     finally:
@@ -606,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     mo.add_argument("--out", default="out", help="output folder (default: ./out)")
     mo.add_argument("--quiet", action="store_true", help="no progress display while nvcc compiles")
+    mo.add_argument("--verbose", action="store_true", help="list every proof")
     mo.set_defaults(func=cmd_moe)
 
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent), or fill the tuned "
