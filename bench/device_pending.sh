@@ -3,11 +3,13 @@
 # step per device call (each fits the 600 s limit of a lent H200 call):
 #
 #   bash bench/device_pending.sh OUTDIR attn-quad16   # quad16 epilogue correctness (GPU tests, ~4 min)
+#   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
 #   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. the small-T path (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 30 MoE mutants without the verifier (~5 min)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm, small-T vs 128-row (~3 min)
 #   bash bench/device_pending.sh OUTDIR attn-tune 512   # direct vs quad16 x q_stages x prefetch, S = 512
 #   bash bench/device_pending.sh OUTDIR attn-tune 2048  # the same at S = 2048 (each ~60 kernels, ~6 min)
+#   bash bench/device_pending.sh OUTDIR attn-epilogue # the shipped entry, direct vs quad16 epilogue, whole grid
 #   bash bench/device_pending.sh OUTDIR attn-bench    # the ANCHORS attention grid vs cuDNN (~3 min)
 #
 # Wheels in .whl/ (pydantic, z3-solver, nvidia-cutlass: the device has no package index) are
@@ -16,9 +18,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case "$STEP" in attn-quad16|moe|moe-mutants|moe-bench|attn-tune|attn-bench) ;;
-esac
-case " attn-quad16 moe moe-mutants moe-bench attn-tune attn-bench " in
+case " attn-quad16 torch-ops moe moe-mutants moe-bench attn-tune attn-epilogue attn-bench " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (attn-quad16, moe, moe-mutants, moe-bench, attn-tune, attn-bench)"; exit 2 ;;
 esac
@@ -26,17 +26,19 @@ mkdir -p "$OUT"
 if ls "$R"/.whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$R"/.whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-  python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site "$R" >"$OUT/install.log" 2>&1 \
+  python3 -m pip install -q --upgrade --no-deps --no-build-isolation --no-index --target /tmp/site "$R" >"$OUT/install.log" 2>&1 \
     || { tail "$OUT/install.log"; exit 1; }
 fi
 export PYTHONUNBUFFERED=1
 cd /tmp
-PYT="python3 -m pytest -q -p no:cacheprovider --timeout=120 --timeout-method=thread"
+PYT="python3 -m pytest -q -p no:cacheprovider --timeout=${ARGUS_TEST_TIMEOUT:-540} --timeout-method=thread"
 case "$STEP" in
   attn-quad16)
     $PYT -m gpu "$R/tests/gpu/test_attention_gpu.py" -k "quad16 or fully_masked" -rf 2>&1 | tail -30 | tee "$OUT/attn_quad16.log" ;;
   moe)
     $PYT -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/moe_gpu_tests.log" ;;
+  torch-ops)
+    $PYT -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/torch_ops_gpu.log" ;;
   moe-mutants)
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 2>&1 | tail -45 | tee "$OUT/moe_mutants.log" ;;
   moe-bench)
@@ -45,6 +47,9 @@ case "$STEP" in
   attn-tune)
     timeout 560 python3 "$R/bench/tune_attention_grid.py" --out "$OUT/tune_s${3:-512}" --variants --seqlens "${3:-512}" 2>&1 \
       | tail -20 | tee "$OUT/attn_tune_s${3:-512}.log" ;;
+  attn-epilogue)
+    timeout 570 python3 "$R/bench/tune_attention_grid.py" --out "$OUT/tune_epilogue" --epilogue-only 2>&1 \
+      | tail -30 | tee "$OUT/attn_epilogue.log" ;;
   attn-bench)
     ARGUS_BENCH_TABLE="$OUT/attention_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_attention_bench.py" 2>&1 | tail -5 > "$OUT/attention_bench.log"; cat "$OUT/attention_table.md" ;;

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seqlens", default="", help="comma-separated S values of the grid to tune (default: all)")
     ap.add_argument("--variants", action="store_true",
                     help="candidates: q_stages x prefetch_q x epilogue around the configured entry and FA3's tile")
+    ap.add_argument("--epilogue-only", action="store_true",
+                    help="candidates: the configured entry with each of --epilogues (nothing else varied)")
     ap.add_argument("--epilogues", default="direct,quad16",
                     help="comma-separated O epilogues the --variants candidates take (AttentionConfig.epilogue)")
     args = ap.parse_args(argv)
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     seqlens = {int(x) for x in args.seqlens.split(",") if x}
     cells = [(cell, _problem(*cell)) for cell in GRID if not seqlens or cell[1] in seqlens]
     epilogues = tuple(x for x in args.epilogues.split(",") if x)
-    cands = {cell: (_variants(p, epilogues) if args.variants else candidates(p, limit=args.limit))
+    cands = {cell: (_epilogue_only(p, epilogues) if args.epilogue_only else
+                    _variants(p, epilogues) if args.variants else candidates(p, limit=args.limit))
              for cell, p in cells}
     libs = build_many([c for cs in cands.values() for c in cs])
     print(f"built {len(libs)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -110,6 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     (out / "tuned_attention.md").write_text("\n".join(lines) + "\n")
     print(f"done in {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
+
+
+def _epilogue_only(p, epilogues: tuple[str, ...]) -> list:  # noqa: ANN001
+    """The configured entry (``generate.configure``) with each feasible epilogue of ``epilogues``."""
+    from argus_cutlass.generate import configure
+    from argus_cutlass.kernels.attention.space import feasible
+
+    base = configure(p)[0]
+    return [c for c in (base.replace(epilogue=e) for e in epilogues) if feasible(c)[0]]
 
 
 def _variants(p, epilogues: tuple[str, ...] = ("direct", "quad16")) -> list:  # noqa: ANN001
