@@ -1,8 +1,9 @@
 #!/bin/bash
-# The measurements that were built but not yet run on silicon (written 2026-12-01, session 16), one
+# Device steps (written in session 16, extended in 17): correctness, mutants and benchmarks, one
 # step per device call (each fits the 600 s limit of a lent H200 call):
 #
 #   bash bench/device_pending.sh OUTDIR attn-quad16   # quad16 epilogue correctness (GPU tests, ~4 min)
+#   bash bench/device_pending.sh OUTDIR attn-mutants16 # the 6 output16_* mutants of the quad16 store map (~2 min)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
 #   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. the small-T path (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 30 MoE mutants without the verifier (~5 min)
@@ -18,9 +19,9 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 torch-ops moe moe-mutants moe-bench attn-tune attn-epilogue attn-bench " in
+case " attn-quad16 attn-mutants16 torch-ops moe moe-mutants moe-bench attn-tune attn-epilogue attn-bench " in
   *" $STEP "*) ;;
-  *) echo "unknown step $STEP (attn-quad16, moe, moe-mutants, moe-bench, attn-tune, attn-bench)"; exit 2 ;;
+  *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
 mkdir -p "$OUT"
 if ls "$R"/.whl/*.whl >/dev/null 2>&1; then
@@ -37,6 +38,10 @@ case "$STEP" in
     $PYT -m gpu "$R/tests/gpu/test_attention_gpu.py" -k "quad16 or fully_masked" -rf 2>&1 | tail -30 | tee "$OUT/attn_quad16.log" ;;
   moe)
     $PYT -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/moe_gpu_tests.log" ;;
+  attn-mutants16)
+    timeout 500 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT" --timeout 10 --ids \
+      output16_shuffle_same_bit,output16_shuffle_xor3,output16_single_stage,output16_lane_cols4,output16_group_cols16,output16_rows_unmasked \
+      2>&1 | tail -25 | tee "$OUT/attn_mutants16.log" ;;
   torch-ops)
     $PYT -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/torch_ops_gpu.log" ;;
   moe-mutants)
