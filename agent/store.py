@@ -6,13 +6,23 @@ file, applies the change, writes a temporary file in the same folder and ``os.re
 it (atomic on POSIX), so concurrent writers never lose an update and readers never see a
 partial file.
 
-Keys: ``<gpu>|<kernel>|<dtype>|<out_dtype>|<layout>|<bucket>`` where the bucket rounds
-each of M, N, K up to a power of two (:meth:`argus_cutlass.agent.planner.Problem.bucket`).
+Keys (``|``-separated, the GPU name first; :data:`KEY_FIELDS`):
+
+* GEMM ``<gpu>|gemm|<dtype>|<out_dtype>|<layout>|<bucket>``: the bucket rounds each of M, N, K up
+  to a power of two (:meth:`argus_cutlass.agent.planner.Problem.bucket`);
+* attention ``<gpu>|attention|<dtype>|d<D>|<causal|full>|<fixed|varlen>|s<bucket>``
+  (:func:`attention_key`);
+* MoE ``<gpu>|moe|<dtype>|e<E>k<k>h<H>i<I>|t<bucket>``: T rounded up to a power of two
+  (:func:`moe_key`, :func:`moe_tokens_bucket`).
+
 Within a bucket the best entry is the one with the highest TFLOP/s (shapes may differ).
 
-Lookups fall back: user store -> entries shipped in ``agent/tuned_h200.json`` -> the
-heuristic :func:`argus_cutlass.kernels.gemm.heuristics.default_config`. A stored config is
-re-verified before it is returned; one the verifier rejects is skipped.
+Lookups (:func:`lookup_config`, :func:`lookup_attention_config`, :func:`lookup_moe_config`) try:
+user store -> entries shipped in ``agent/tuned_h200.json`` for the exact GPU name, then the same two
+for another GPU of the same architecture (:func:`gpu_arch`: an H100 uses an H200 entry, and says so),
+then the family's heuristic. A stored config is re-checked by the family's feasibility function
+before it is returned; one that no longer parses, has other dtypes or is refused is skipped. The
+result is a :class:`Lookup`: ``(config, source)`` plus a line saying which key was found or missed.
 """
 
 from __future__ import annotations
@@ -21,9 +31,12 @@ import contextlib
 import fcntl
 import functools
 import json
+import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -185,18 +198,222 @@ def gpu_name() -> str | None:
         return None
 
 
-def _usable(entry: dict[str, Any] | None, problem: Problem) -> GemmConfig | None:
+# ---- lookups: which entry, and why ------------------------------------------------------------
+
+#: GPU name pattern (a regular expression, case-insensitive) -> architecture. Entries are keyed by
+#: GPU name only, so the architecture of an entry's GPU is read off its name. Every Hopper
+#: data-centre part is compute capability 9.0 (sm_90): H100 (SXM, PCIe, NVL), H200 (SXM, NVL), H800,
+#: H20 and the GH200 superchip. A name no pattern matches has no known architecture: it matches
+#: entries of exactly its own name only. (Other architectures are absent on purpose: the tool
+#: refuses every GPU but sm_90 before it runs a kernel, ``runtime.cuda``.)
+GPU_ARCH_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"\bGH200\b", "sm_90"),
+    (r"\bH(?:100|200|800|20)\b", "sm_90"),
+)
+
+#: where an entry came from, in the words of :attr:`Lookup.detail`
+_WHERE = {"store": "your experience store", "shipped": f"the shipped table (agent/{SHIPPED})"}
+#: the command that fills the user store for a family (the re-tune hint of a same-architecture match)
+_RETUNE = {"gemm": "argus-cutlass tune gemm", "attention": "argus-cutlass tune attention",
+           "moe": "record_moe_best (no tune command for MoE yet)"}
+#: the key fields of each family, in key order (``|``-separated)
+KEY_FIELDS = {
+    "gemm": ("gpu", "kernel", "dtype", "out_dtype", "layout", "bucket"),
+    "attention": ("gpu", "kernel", "dtype", "head_dim", "mask", "lengths", "bucket"),
+    "moe": ("gpu", "kernel", "dtype", "shape", "tokens"),
+}
+
+
+def gpu_arch(name: str) -> str | None:
+    """The architecture of the GPU called ``name`` by :data:`GPU_ARCH_PATTERNS` (None: unknown).
+
+    >>> gpu_arch("NVIDIA H100 80GB HBM3"), gpu_arch("NVIDIA GH200 480GB"), gpu_arch("NVIDIA H20")
+    ('sm_90', 'sm_90', 'sm_90')
+    >>> gpu_arch("NVIDIA A100-SXM4-80GB") is None and gpu_arch("") is None
+    True
+    """
+    for pattern, arch in GPU_ARCH_PATTERNS:
+        if re.search(pattern, name or "", re.IGNORECASE):
+            return arch
+    return None
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The configuration a lookup chose, where it came from, and why.
+
+    It unpacks and indexes as the pair ``(config, source)`` (``cfg, source = configure(p)``,
+    ``configure(p)[0]``), the result of the earlier tuple API.
+
+    Attributes:
+        config: the chosen GemmConfig, AttentionConfig or MoEConfig.
+        source: ``"store"`` (the user's experience store), ``"shipped"`` (``agent/tuned_h200.json``),
+            ``"heuristic"`` (no usable entry) or ``"forced"`` (the heuristic was asked for).
+        detail: one line for people: the key found; or the key that missed and why (no entry, with
+            the shipped table's coverage and the nearest entry; an entry refused by the verifier's
+            rules; a stale entry; a dtype/layout mismatch); and an entry of another GPU of the same
+            architecture, when that is what was used.
+        key: the problem's key on this GPU (None for ``forced``).
+        entry_key: the key of the entry used (None for ``heuristic`` / ``forced``); its GPU field
+            differs from ``key``'s when the same-architecture rule applied.
+    """
+
+    config: Any
+    source: str
+    detail: str
+    key: str | None = None
+    entry_key: str | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.config, self.source))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> Any:
+        return (self.config, self.source)[i]
+
+    @classmethod
+    def forced(cls, config: Any) -> Lookup:
+        """The heuristic's ``config``, asked for (source ``"forced"``: no table read)."""
+        return cls(config, "forced",
+                   "the heuristic was asked for (--heuristic / heuristic=True): no table read")
+
+
+def _stale(exc: Exception) -> str:
+    """The first complaint of a config class about an entry's ``config`` (one line)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and exc.errors():
+        e = exc.errors()[0]
+        return f"{'.'.join(str(x) for x in e['loc']) or 'config'}: {e['msg']}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _shipped_key(e: dict[str, Any]) -> str:
+    """An entry's key: its ``key`` field (attention, MoE), else the GEMM key of its fields (the bucket
+    recomputed from its shape, as the store computes it)."""
+    if "key" in e:
+        return str(e["key"])
+    try:
+        return entry_key(e.get("gpu", ""), e.get("kernel", ""),
+                         Problem(*e["shape"], e["dtype"], e["out_dtype"], e["layout"]))
+    except (KeyError, TypeError, ValueError):
+        return ""
+
+
+def _tables(store: ExperienceStore) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """``[("store", [(key, entry), ...]), ("shipped", [...])]`` in lookup order (store keys sorted)."""
+    stored = sorted(store.read().get("entries", {}).items())
+    return [("store", stored), ("shipped", [(_shipped_key(e), e) for e in shipped_entries()])]
+
+
+def _distance(a: str, b: str) -> float:
+    """How far two values of a key field are: the summed log2 ratios of their numbers (buckets, head
+    dims), or 1 when they hold different numbers of numbers (dtypes, layouts)."""
+    na, nb = re.findall(r"\d+", a), re.findall(r"\d+", b)
+    if not na or len(na) != len(nb):
+        return 1.0
+    return sum(abs(math.log2(max(1, int(x))) - math.log2(max(1, int(y)))) for x, y in zip(na, nb))
+
+
+def _miss_text(key: str, tables: list[tuple[str, list[tuple[str, dict[str, Any]]]]]) -> str:
+    """``no entry for key '<key>' (<what the shipped table has>; nearest: '<key>', differs in ...)``."""
+    want = key.split("|")
+    family = want[1]
+    fields = KEY_FIELDS[family]
+    arch = gpu_arch(want[0])
+
+    def same_gpu(g: str) -> bool:
+        return g == want[0] or (arch is not None and gpu_arch(g) == arch)
+
+    def natural(v: str) -> tuple[int, str]:
+        n = re.findall(r"\d+", v)
+        return (int(n[0]) if n else -1, v)
+
+    keys = [(source, k.split("|")) for source, rows in tables for k, _ in rows]
+    keys = [(s, k) for s, k in keys if len(k) == len(fields) and k[1] == family]
+    if not keys:
+        return (f"no entry for key {key!r} (no tuned {family} entries: neither your experience store nor the "
+                "shipped table has one)")
+    parts = []
+    shipped = [k for s, k in keys if s == "shipped"]
+    cover = []
+    if shipped and not any(same_gpu(k[0]) for k in shipped):
+        cover.append(f"gpu {'/'.join(sorted({k[0] for k in shipped}))}")
+    for i, f in enumerate(fields[2:-1], start=2):  # dtype .. (not the bucket: that is the nearest's job)
+        have = sorted({k[i] for k in shipped}, key=natural)
+        if have and want[i] not in have:
+            cover.append(f"{f} {'/'.join(have)}")
+    if cover:
+        parts.append(f"shipped table has {', '.join(cover)} only")
+    if arch is None:
+        parts.append(f"{want[0]!r} is no known sm_90 GPU name, so only entries of exactly that name match")
+
+    def differs(k: list[str]) -> list[str]:
+        return [f for i, f in enumerate(fields) if k[i] != want[i] and not (i == 0 and same_gpu(k[0]))]
+
+    def score(item: tuple[str, list[str]]) -> tuple[int, float, bool]:
+        s, k = item
+        far = sum(_distance(k[i], want[i]) for i in range(1, len(fields)) if k[i] != want[i])
+        return (len(differs(k)), far, s != "store")
+
+    _, near = min(keys, key=score)
+    parts.append(f"nearest: {'|'.join(near)!r}, differs in {', '.join(differs(near)) or 'nothing'}")
+    return f"no entry for key {key!r} ({'; '.join(parts)})"
+
+
+def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any, str]], fallback: Any,
+            store: ExperienceStore) -> Lookup:
+    """The first usable entry for ``key``: exact GPU (user store, then shipped), then another GPU of the
+    same architecture (:func:`gpu_arch`; user store, then shipped; GPU names in sorted order), else
+    ``fallback`` (source ``heuristic``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``."""
+    gpu, _, rest = key.partition("|")
+    arch = gpu_arch(gpu)
+    tables = _tables(store)
+    notes: list[str] = []
+    passes: list[tuple[str, Callable[[str], bool]]] = [("exact", lambda g: g == gpu)]
+    if arch is not None:
+        passes.append(("arch", lambda g: g != gpu and gpu_arch(g) == arch))
+    for kind, match in passes:
+        for source, rows in tables:
+            for k, e in sorted(rows, key=lambda r: r[0].partition("|")[0]) if kind == "arch" else rows:
+                g, _, r = k.partition("|")
+                if r != rest or not match(g):
+                    continue
+                cfg, why = usable(e)
+                if cfg is None:
+                    notes.append(f"entry {k!r} of {_WHERE[source]} skipped: {why}")
+                    continue
+                if kind == "exact":
+                    text = f"key {k!r} found in {_WHERE[source]}"
+                else:
+                    text = (f"{'no usable' if notes else 'no'} entry for key {key!r}; using {k!r} of "
+                            f"{_WHERE[source]}: tuned on {g}, "
+                            f"used on {gpu} (same {arch}); re-tune for this GPU with {_RETUNE[family]}")
+                return Lookup(cfg, source, "; ".join([*notes, text]), key, k)
+    if not notes:
+        notes.append(_miss_text(key, tables))
+    return Lookup(fallback, "heuristic", "; ".join(notes), key, None)
+
+
+# ---- GEMM ---------------------------------------------------------------------------------------
+
+
+def _usable(entry: dict[str, Any] | None, problem: Problem) -> tuple[GemmConfig | None, str]:
     from argus_cutlass.kernels.gemm.space import feasible
 
     if not entry:
-        return None
+        return None, "empty entry"
     try:
         cfg = GemmConfig(**entry["config"])
-    except Exception:  # noqa: BLE001 - a stale or hand-edited entry is skipped
-        return None
+    except (ValueError, TypeError, KeyError) as exc:  # a stale or hand-edited entry is skipped
+        return None, f"stale (its config no longer parses: {_stale(exc)})"
     if (cfg.dtype, cfg.out_dtype, cfg.layout) != (problem.dtype, problem.out_dtype, problem.layout):
-        return None
-    return cfg if feasible(cfg)[0] else None
+        return None, (f"its config is {cfg.dtype}->{cfg.out_dtype} {cfg.layout}, the problem "
+                      f"{problem.dtype}->{problem.out_dtype} {problem.layout}")
+    ok, reasons = feasible(cfg)
+    return (cfg, "") if ok else (None, f"refused by the verifier ({'; '.join(reasons[:1]) or 'a violation'})")
 
 
 def tuned_or_default(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
@@ -213,34 +430,29 @@ def tuned_or_default(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", o
     >>> tuned_or_default("gemm", 8192, 8192, 8192, store=ExperienceStore("/nonexistent/x.json")).tile
     (128, 256, 64)
     """
-    return lookup_config(kernel, m, n, k, dtype, out_dtype, layout, gpu=gpu, store=store)[0]
+    return lookup_config(kernel, m, n, k, dtype, out_dtype, layout, gpu=gpu, store=store).config
 
 
 def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
                   layout: str = "tn", *, gpu: str | None = None,
-                  store: ExperienceStore | None = None) -> tuple[GemmConfig, str]:
-    """:func:`tuned_or_default` and where the configuration came from: ``"store"`` (the
-    user's experience store), ``"shipped"`` (``agent/tuned_h200.json``) or ``"heuristic"``.
-    Entries are matched by (GPU, kernel, dtypes, layout, shape bucket) and used only when
-    the verifier accepts them."""
+                  store: ExperienceStore | None = None) -> Lookup:
+    """:func:`tuned_or_default` as a :class:`Lookup` (unpacks as ``(config, source)``): source
+    ``"store"`` (the user's experience store), ``"shipped"`` (``agent/tuned_h200.json``) or
+    ``"heuristic"``, and the detail of which key was found or missed. Entries are matched by (GPU,
+    kernel, dtypes, layout, shape bucket), an exact GPU first, then another GPU of the same
+    architecture (:func:`gpu_arch`), and used only when the verifier accepts them.
+
+    >>> lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nt", gpu="NVIDIA H200",
+    ...                    store=ExperienceStore("/nonexistent/x.json"))
+    >>> lk.source, lk.detail.startswith("no entry for key 'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096'")
+    ('heuristic', True)
+    """
     from argus_cutlass.kernels.gemm.heuristics import default_config
 
     problem = Problem(m, n, k, dtype, out_dtype, layout)
     gpu = gpu or gpu_name() or DEFAULT_GPU
-    store = store or ExperienceStore()
-    cfg = _usable(store.lookup(gpu, kernel, problem), problem)
-    if cfg is not None:
-        return cfg, "store"
-    key = entry_key(gpu, kernel, problem)
-    for e in shipped_entries():
-        if e.get("kernel") != kernel:
-            continue
-        if entry_key(e.get("gpu", ""), e.get("kernel", ""),
-                     Problem(*e["shape"], e["dtype"], e["out_dtype"], e["layout"])) == key:
-            cfg = _usable(e, problem)
-            if cfg is not None:
-                return cfg, "shipped"
-    return default_config(m, n, k, dtype, out_dtype, layout), "heuristic"
+    return _lookup(entry_key(gpu, kernel, problem), kernel, lambda e: _usable(e, problem),
+                   default_config(m, n, k, dtype, out_dtype, layout), store or ExperienceStore())
 
 
 # ---- attention -------------------------------------------------------------------------------
@@ -264,29 +476,33 @@ def attention_entry(gpu: str, problem: Any, cfg: Any, ms: float, cudnn_ms: float
             "tflops": problem.flops / (ms * 1e-3) / 1e12, "cudnn_ms": cudnn_ms}
 
 
-def _usable_attention(entry: dict[str, Any] | None, problem: Any) -> Any:
+def _usable_attention(entry: dict[str, Any] | None, problem: Any) -> tuple[Any, str]:
     from argus_cutlass.kernels.attention.config import AttentionConfig
 
     if not entry:
-        return None
+        return None, "empty entry"
     try:
         cfg = AttentionConfig(**entry["config"])
-    except Exception:  # noqa: BLE001 - a stale or hand-edited entry is skipped
-        return None
-    if (cfg.head_dim, cfg.dtype, cfg.causal, cfg.varlen) != (problem.head_dim, problem.dtype, problem.causal,
-                                                             problem.varlen):
-        return None
+    except (ValueError, TypeError, KeyError) as exc:  # a stale or hand-edited entry is skipped
+        return None, f"stale (its config no longer parses: {_stale(exc)})"
+    have = (cfg.head_dim, cfg.dtype, cfg.causal, cfg.varlen)
+    want = (problem.head_dim, problem.dtype, problem.causal, problem.varlen)
+    if have != want:
+        return None, f"its config is (head_dim, dtype, causal, varlen) {have}, the problem {want}"
     from argus_cutlass.kernels.attention.space import feasible
 
-    return cfg if feasible(cfg)[0] else None  # the resource rules of the verifier (the full run follows)
+    ok, reasons = feasible(cfg)  # the resource rules of the verifier (the full run follows)
+    return (cfg, "") if ok else (None, f"refused by the verifier ({'; '.join(reasons[:1]) or 'a violation'})")
 
 
 def lookup_attention_config(problem: Any, *, heuristic: bool = False, gpu: str | None = None,
-                            store: ExperienceStore | None = None) -> tuple[Any, str]:
-    """The configuration of an attention problem and where it came from: ``"store"`` (an entry the
-    user's tuning recorded under :func:`attention_key`), ``"shipped"`` (``agent/tuned_h200.json``),
-    ``"heuristic"`` (:func:`argus_cutlass.kernels.attention.heuristics.default_config`: FA3's tile
-    per head dim) or ``"forced"`` (``heuristic=True``).
+                            store: ExperienceStore | None = None) -> Lookup:
+    """The configuration of an attention problem as a :class:`Lookup` (unpacks as ``(config,
+    source)``): source ``"store"`` (an entry the user's tuning recorded under :func:`attention_key`),
+    ``"shipped"`` (``agent/tuned_h200.json``), ``"heuristic"``
+    (:func:`argus_cutlass.kernels.attention.heuristics.default_config`: FA3's tile per head dim) or
+    ``"forced"`` (``heuristic=True``), and the detail of which key was found or missed. An exact GPU
+    first, then another GPU of the same architecture (:func:`gpu_arch`).
 
     Raises:
         ConfigError: ``attention.head_dim`` for a head dim the family does not build.
@@ -296,19 +512,10 @@ def lookup_attention_config(problem: Any, *, heuristic: bool = False, gpu: str |
     p = problem
     fallback = default_config(p.head_dim, p.dtype, p.causal, p.varlen)
     if heuristic:
-        return fallback, "forced"
+        return Lookup.forced(fallback)
     gpu = gpu or gpu_name() or DEFAULT_GPU
-    key = attention_key(gpu, p)
-    store = store or ExperienceStore()
-    cfg = _usable_attention(store.read().get("entries", {}).get(key), p)
-    if cfg is not None:
-        return cfg, "store"
-    for e in shipped_entries():
-        if e.get("kernel") == "attention" and e.get("key") == key:
-            cfg = _usable_attention(e, p)
-            if cfg is not None:
-                return cfg, "shipped"
-    return fallback, "heuristic"
+    return _lookup(attention_key(gpu, p), "attention", lambda e: _usable_attention(e, p), fallback,
+                   store or ExperienceStore())
 
 
 def record_attention_best(problem: Any, cfg: Any, ms: float, cudnn_ms: float | None = None, *,
@@ -329,4 +536,112 @@ def record_attention_best(problem: Any, cfg: Any, ms: float, cudnn_ms: float | N
     gpu = gpu or gpu_name() or DEFAULT_GPU
     store = store or ExperienceStore()
     entry = attention_entry(gpu, problem, cfg, ms, cudnn_ms)
+    return store.keep_faster(entry["key"], entry)
+
+
+# ---- MoE ---------------------------------------------------------------------------------------
+
+
+def moe_tokens_bucket(tokens: int) -> int:
+    """T rounded up to a power of two: the token bucket of :func:`moe_key`.
+
+    Why powers of two: an expert receives at most T routed rows (a token's k experts are distinct)
+    and T * k / E on average, so the m-tiles per expert, the activated experts and the grid's fill
+    all move with T by factors; a power-of-two bucket keeps every T of a bucket within 2x of the
+    others. The heuristic's small/large boundary (``T <= 256``,
+    :data:`argus_cutlass.kernels.moe.heuristics.SMALL_T`) is a bucket edge, so no bucket straddles
+    it; and serving stacks capture CUDA graphs at powers of two (batch 1, 2, 4, ...), one entry each.
+
+    >>> [moe_tokens_bucket(t) for t in (1, 2, 3, 256, 257, 4096, 5000)]
+    [1, 2, 4, 256, 512, 4096, 8192]
+    """
+    return 1 << (max(1, int(tokens)) - 1).bit_length()
+
+
+def moe_key(gpu: str, problem: Any) -> str:
+    """``<gpu>|moe|<dtype>|e<E>k<k>h<H>i<I>|t<bucket>``: E, k, H, I exact (compile-time constants of
+    the layer), T by :func:`moe_tokens_bucket`.
+
+    >>> from argus_cutlass.kernels.moe.problem import MoEProblem
+    >>> moe_key("NVIDIA H200", MoEProblem(100, 8, 2, 4096, 14336))
+    'NVIDIA H200|moe|bf16|e8k2h4096i14336|t128'
+    """
+    p = problem
+    return "|".join((gpu, "moe", p.dtype, f"e{p.experts}k{p.topk}h{p.hidden}i{p.ffn}",
+                     f"t{moe_tokens_bucket(p.tokens)}"))
+
+
+def moe_entry(gpu: str, problem: Any, cfg: Any, ms: float,
+              grouped_mm_ms: float | None = None) -> dict[str, Any]:
+    """One MoE entry of the user store (the format of ``agent/tuned_h200.json``'s entries):
+    ``ms`` is the layer's median time, ``grouped_mm_ms`` torch ``_grouped_mm``'s for the same problem
+    (the family's vendor baseline), ``tflops`` from the uniform-routing FLOP count."""
+    import dataclasses
+
+    return {"gpu": gpu, "kernel": "moe", "key": moe_key(gpu, problem), "problem": dataclasses.asdict(problem),
+            "config": cfg.model_dump(), "ms": ms, "tflops": problem.flops() / (ms * 1e-3) / 1e12,
+            "grouped_mm_ms": grouped_mm_ms}
+
+
+def _usable_moe(entry: dict[str, Any] | None, problem: Any) -> tuple[Any, str]:
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.space import feasible
+
+    if not entry:
+        return None, "empty entry"
+    try:
+        cfg = MoEConfig(**entry["config"])  # fields added since the entry was written take their defaults
+    except (ValueError, TypeError, KeyError) as exc:  # a stale or hand-edited entry is skipped
+        return None, f"stale (its config no longer parses: {_stale(exc)})"
+    if cfg.dtype != problem.dtype:
+        return None, f"its config is {cfg.dtype}, the problem {problem.dtype}"
+    ok = feasible(cfg, problem)
+    ok = ok[0] if isinstance(ok, tuple) else bool(ok)  # (ok, reasons) or a bool: either form of the check
+    return (cfg, "") if ok else (None, "refused by the verifier (the layer does not verify for this problem)")
+
+
+def lookup_moe_config(problem: Any, *, heuristic: bool = False, gpu: str | None = None,
+                      store: ExperienceStore | None = None) -> Lookup:
+    """The configuration of an MoE layer problem as a :class:`Lookup` (unpacks as ``(config, source)``):
+    source ``"store"`` (an entry recorded under :func:`moe_key`, :func:`record_moe_best`), ``"shipped"``
+    (``agent/tuned_h200.json``; no MoE entries are measured yet), ``"heuristic"``
+    (:func:`argus_cutlass.kernels.moe.heuristics.default_config`, by T bucket) or ``"forced"``
+    (``heuristic=True``). The order is GEMM's: user store, then shipped, an exact GPU first, then
+    another GPU of the same architecture. An entry is used only when its configuration parses (a stale
+    one is skipped, said in the detail), has the problem's dtype and its layer verifies for the problem
+    (:func:`argus_cutlass.kernels.moe.space.feasible`).
+
+    >>> from argus_cutlass.kernels.moe.problem import MoEProblem
+    >>> lk = lookup_moe_config(MoEProblem(16, 8, 2, 4096, 14336), gpu="NVIDIA H200",
+    ...                        store=ExperienceStore("/nonexistent/x.json"))
+    >>> lk.source, lk.config.tile_m
+    ('heuristic', 64)
+    """
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    fallback = default_config(problem)
+    if heuristic:
+        return Lookup.forced(fallback)
+    gpu = gpu or gpu_name() or DEFAULT_GPU
+    return _lookup(moe_key(gpu, problem), "moe", lambda e: _usable_moe(e, problem), fallback,
+                   store or ExperienceStore())
+
+
+def record_moe_best(problem: Any, cfg: Any, ms: float, grouped_mm_ms: float | None = None, *,
+                    gpu: str | None = None, store: ExperienceStore | None = None) -> bool:
+    """Keep ``cfg`` as the best configuration of ``problem``'s MoE bucket (:func:`moe_key`) in the user
+    store when its TFLOP/s beats the stored entry's (or there is none).
+
+    Args:
+        problem: an MoEProblem; cfg: the measured MoEConfig; ms: the layer's median time.
+        grouped_mm_ms: torch ``_grouped_mm``'s time for the same problem, when measured.
+        gpu: the GPU name of the key (default: the current GPU, or ``NVIDIA H200`` without one).
+        store: the user store (default: :func:`store_path`).
+
+    Returns:
+        True when the entry was written. :func:`lookup_moe_config` then returns it (source ``"store"``).
+    """
+    gpu = gpu or gpu_name() or DEFAULT_GPU
+    store = store or ExperienceStore()
+    entry = moe_entry(gpu, problem, cfg, ms, grouped_mm_ms)
     return store.keep_faster(entry["key"], entry)

@@ -8,9 +8,12 @@ the family's heuristic. An entry is used when its key equals the problem's key f
   power of two, :meth:`argus_cutlass.agent.planner.Problem.bucket`);
 * attention: ``gpu | attention | dtype | d<head_dim> | causal/full | fixed/varlen | s<bucket>`` (bucket:
   the key length rounded up to a power of two, at least 128, :func:`argus_cutlass.agent.store.attention_key`);
+* MoE: ``gpu | moe | dtype | e<E>k<k>h<H>i<I> | t<bucket>`` (bucket: T rounded up to a power of two,
+  :func:`argus_cutlass.agent.store.moe_key`; no measured MoE entries are shipped yet);
 
-and its configuration passes the family's feasibility rules. MoE has no tuned entries yet (its
-configuration is :func:`argus_cutlass.kernels.moe.heuristics.default_config`).
+and its configuration passes the family's feasibility rules; an entry of another GPU of the same
+architecture (an H200 entry on an H100, :func:`argus_cutlass.agent.store.gpu_arch`) is used when no
+entry of the GPU itself is, and the choice's ``detail`` says so.
 
 >>> rows = entries("gemm", store=ExperienceStore("/nonexistent/x.json"))
 >>> rows[0]["source"], rows[0]["key"]["bucket"]
@@ -21,28 +24,35 @@ from __future__ import annotations
 
 from typing import Any
 
+from argus_cutlass.agent import store as _store
 from argus_cutlass.agent.store import (
     DEFAULT_GPU,
+    KEY_FIELDS,
     ExperienceStore,
     attention_key,
+    gpu_arch,
     gpu_name,
-    shipped_entries,
+    moe_key,
 )
 
 KERNELS = ("gemm", "attention", "moe")
 #: the key fields of each family, in key order
 GEMM_FIELDS = ("gpu", "kernel", "dtype", "out_dtype", "layout", "bucket")
 ATTENTION_FIELDS = ("gpu", "kernel", "dtype", "head_dim", "mask", "lengths", "bucket")
+MOE_FIELDS = KEY_FIELDS["moe"]
+#: the vendor baseline of each family: (its time's field in an entry, its name)
+_VENDOR = {"gemm": ("cublas_ms", "cuBLAS"), "attention": ("cudnn_ms", "cuDNN"),
+           "moe": ("grouped_mm_ms", "torch _grouped_mm")}
 
 
 def _gemm_key(e: dict[str, Any]) -> dict[str, str]:
     return {f: str(e.get(f, "")) for f in GEMM_FIELDS}
 
 
-def _attention_key_fields(key: str) -> dict[str, str]:
+def _attention_key_fields(key: str, fields: tuple[str, ...] = ATTENTION_FIELDS) -> dict[str, str]:
     parts = key.split("|")
-    parts += [""] * (len(ATTENTION_FIELDS) - len(parts))
-    return dict(zip(ATTENTION_FIELDS, parts))
+    parts += [""] * (len(fields) - len(parts))
+    return dict(zip(fields, parts))
 
 
 def _config_text(kernel: str, cfg: dict[str, Any]) -> str:
@@ -52,6 +62,9 @@ def _config_text(kernel: str, cfg: dict[str, Any]) -> str:
         if cfg.get("scheduler", "persistent") != "persistent":
             text += f" {cfg.get('scheduler')}"
         return text + (" swap-AB" if cfg.get("swap_ab") else "")
+    if kernel == "moe":
+        return (f"{cfg.get('tile_m')}-row tiles, gate+up {cfg.get('gu_tile_n')} x {cfg.get('gu_stages')} "
+                f"stages, down {cfg.get('dn_tile_n')} x {cfg.get('dn_stages')} stages, k {cfg.get('tile_k')}")
     scheduler = cfg.get("scheduler") or ("dynamic" if cfg.get("causal") else "static")  # None: the mask's default
     text = (f"{cfg.get('tile_m')}x{cfg.get('tile_n')} {cfg.get('stages')} stages "
             f"{'ping-pong' if cfg.get('pingpong') else 'no turn order'} {scheduler} scheduler")
@@ -63,15 +76,18 @@ def _config_text(kernel: str, cfg: dict[str, Any]) -> str:
 
 
 def _row(kernel: str, source: str, e: dict[str, Any]) -> dict[str, Any]:
-    vendor = "cublas_ms" if kernel == "gemm" else "cudnn_ms"
+    vendor, vendor_name = _VENDOR[kernel]
     ms, vms = e.get("ms"), e.get(vendor)
+    measured = (("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k") if kernel == "attention"
+                else ("tokens",))
     row = {
         "source": source, "kernel": kernel,
-        "key": _gemm_key(e) if kernel == "gemm" else _attention_key_fields(e.get("key", "")),
-        "measured_on": e.get("shape") if kernel == "gemm" else {
-            k: e.get("problem", {}).get(k) for k in ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k")},
+        "key": (_gemm_key(e) if kernel == "gemm"
+                else _attention_key_fields(e.get("key", ""), KEY_FIELDS[kernel])),
+        "measured_on": (e.get("shape") if kernel == "gemm"
+                        else {k: e.get("problem", {}).get(k) for k in measured}),
         "config": e.get("config", {}), "config_text": _config_text(kernel, e.get("config", {})),
-        "ms": ms, "tflops": e.get("tflops"), "vendor": "cuBLAS" if kernel == "gemm" else "cuDNN", "vendor_ms": vms,
+        "ms": ms, "tflops": e.get("tflops"), "vendor": vendor_name, "vendor_ms": vms,
         "speedup": (vms / ms) if ms and vms else None,
     }
     return row
@@ -83,17 +99,23 @@ def entries(kernel: str | None = None, *, store: ExperienceStore | None = None) 
     store = store or ExperienceStore()
     rows: list[dict[str, Any]] = []
     stored = list(store.read().get("entries", {}).values())
-    for source, table in (("store", stored), ("shipped", shipped_entries())):
+    for source, table in (("store", stored), ("shipped", _store.shipped_entries())):  # the lookups' table
         for e in table:
             k = e.get("kernel")
-            if k in ("gemm", "attention") and (kernel is None or k == kernel):
+            if k in KERNELS and (kernel is None or k == kernel):
                 rows.append(_row(k, source, e))
     return rows
 
 
+def _family(problem: Any) -> str:
+    return "attention" if hasattr(problem, "head_dim") else "moe" if hasattr(problem, "experts") else "gemm"
+
+
 def _problem_key(problem: Any, gpu: str) -> dict[str, str]:
-    if hasattr(problem, "head_dim"):
+    if _family(problem) == "attention":
         return _attention_key_fields(attention_key(gpu, problem))
+    if _family(problem) == "moe":
+        return _attention_key_fields(moe_key(gpu, problem), MOE_FIELDS)
     from argus_cutlass.agent.planner import Problem
 
     p = Problem(problem.m, problem.n, problem.k, problem.dtype, problem.out_dtype, problem.layout)
@@ -102,28 +124,36 @@ def _problem_key(problem: Any, gpu: str) -> dict[str, str]:
 
 
 def explain(problem: Any, *, gpu: str | None = None, store: ExperienceStore | None = None) -> dict[str, Any]:
-    """Why ``problem`` (a GemmProblem or AttentionProblem) would or would not use a tuned entry.
+    """Why ``problem`` (a GemmProblem, AttentionProblem or MoEProblem) would or would not use a tuned entry.
 
     Returns:
-        ``{"problem_key": {...}, "chosen": {"source", "config_text"}, "candidates": [...]}``: every entry
-        of the family with ``missed`` (the key fields that differ, ``field: entry value != problem
-        value``), nearest first; ``chosen`` is what :func:`argus_cutlass.generate.configure` returns.
+        ``{"problem_key": {...}, "chosen": {"source", "config_text", "detail", "entry_key"}, "candidates":
+        [...]}``: every entry of the family with ``missed`` (the key fields that differ, ``field: entry
+        value != problem value``; a GPU of the same architecture is not a miss, ``same_arch`` says so),
+        nearest first; ``chosen`` is what :func:`argus_cutlass.generate.configure` returns, ``detail``
+        its one-line reason (:attr:`argus_cutlass.agent.store.Lookup.detail`).
     """
     from argus_cutlass.generate import configure
 
-    family = "attention" if hasattr(problem, "head_dim") else "gemm"
+    family = _family(problem)
     gpu = gpu or gpu_name() or DEFAULT_GPU
     store = store or ExperienceStore()
     want = _problem_key(problem, gpu)
+    arch = gpu_arch(gpu)
     cands = []
     for row in entries(family, store=store):
-        missed = [f"{f}: {row['key'].get(f, '')} != {v}" for f, v in want.items() if row["key"].get(f, "") != v]
-        cands.append({**row, "missed": missed})
-    cands.sort(key=lambda r: (len(r["missed"]), r["source"] != "store"))
+        g = row["key"].get("gpu", "")
+        same_arch = g != gpu and arch is not None and gpu_arch(g) == arch
+        missed = [f"{f}: {row['key'].get(f, '')} != {v}" for f, v in want.items()
+                  if row["key"].get(f, "") != v and not (f == "gpu" and same_arch)]
+        cands.append({**row, "missed": missed, "same_arch": same_arch})
+    cands.sort(key=lambda r: (len(r["missed"]), r["same_arch"], r["source"] != "store"))
     for row in cands:
         row["config_normalized"] = _normalized(family, row["config"])
-    cfg, source = configure(problem, gpu=gpu, store=store)
-    chosen = {"source": source, "config": cfg.model_dump(), "config_text": _config_text(family, cfg.model_dump())}
+    looked = configure(problem, gpu=gpu, store=store)
+    cfg = looked.config.model_dump()
+    chosen = {"source": looked.source, "config": cfg, "config_text": _config_text(family, cfg),
+              "detail": looked.detail, "entry_key": looked.entry_key}
     return {"family": family, "problem_key": want, "chosen": chosen, "candidates": cands}
 
 
@@ -134,6 +164,10 @@ def _normalized(family: str, cfg: dict[str, Any]) -> dict[str, Any] | None:
             from argus_cutlass.kernels.gemm.config import GemmConfig
 
             return GemmConfig(**cfg).model_dump()
+        if family == "moe":
+            from argus_cutlass.kernels.moe.config import MoEConfig
+
+            return MoEConfig(**cfg).model_dump()
         from argus_cutlass.kernels.attention.config import AttentionConfig
 
         return AttentionConfig(**cfg).model_dump()
@@ -150,12 +184,12 @@ def format_entries(rows: list[dict[str, Any]], kernel: str | None) -> list[str]:
     lines: list[str] = []
     for fam in ((kernel,) if kernel else KERNELS):
         fam_rows = [r for r in rows if r["kernel"] == fam]
-        if fam == "moe":
+        if fam == "moe" and not fam_rows:
             lines.append("moe: no tuned entries (the layer's configuration is the heuristic "
                          "kernels.moe.heuristics.default_config: 64-row tiles for T <= 256 (small_t_config), "
                          "128-row tiles above)")
             continue
-        fields = GEMM_FIELDS if fam == "gemm" else ATTENTION_FIELDS
+        fields = KEY_FIELDS[fam]
         lines.append(f"{fam}: {len(fam_rows)} entries; key = {' | '.join(fields)} (used when every field "
                      "equals the problem's)")
         for r in fam_rows:
@@ -173,10 +207,13 @@ def format_explain(ex: dict[str, Any], limit: int = 3) -> list[str]:
     lines = [f"problem key  {' | '.join(want.values())}"]
     c = ex["chosen"]
     lines.append(f"would use    {_SOURCE[c['source']]}: {c['config_text']}")
+    if c.get("detail"):
+        lines.append(f"why          {c['detail']}")
     exact = [r for r in ex["candidates"] if not r["missed"]]
     for r in exact:
         used = c["source"] == r["source"] and c["config"] == r["config_normalized"]
-        lines.append(f"  matches [{r['source']}] entry: {r['config_text']}"
+        other = f" of {r['key']['gpu']} (same architecture)" if r.get("same_arch") else ""
+        lines.append(f"  matches [{r['source']}] entry{other}: {r['config_text']}"
                      + ("" if used else " (not used: an earlier source matched, or the family's feasibility "
                                         "rules refuse its configuration)"))
     near = [r for r in ex["candidates"] if r["missed"]][:limit]

@@ -53,20 +53,25 @@ class TuneLog:
 
 
 class _Progress:
-    """tqdm when importable, else one plain line per measured candidate."""
+    """tqdm when importable, else one plain line per measured candidate; nothing when ``quiet``."""
 
-    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
-        self.stream = stream
-        try:
-            from tqdm import tqdm
+    def __init__(self, total: int, stream: TextIO | None = None, quiet: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr  # the stderr of now, not of the import
+        self.quiet = quiet
+        self.bar: Any = None
+        if not quiet:
+            try:
+                from tqdm import tqdm
 
-            self.bar: Any = tqdm(total=total, desc="tune", unit="cand", file=stream)
-        except ImportError:
-            self.bar = None
+                self.bar = tqdm(total=total, desc="tune", unit="cand", file=stream)
+            except ImportError:
+                pass
         self.total = total
         self.done = 0
 
     def step(self, step: Step) -> None:
+        if self.quiet:
+            return
         ms = f"{step.ms:.4f} ms" if step.ms is not None else step.status
         if step.measured:
             self.done += 1
@@ -118,18 +123,19 @@ def make_policy(args: Any, log: TuneLog | None = None, values: Any = None) -> Po
 
 
 def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budget: int,
-         batch: int = 4, log: TuneLog | None = None, sources: dict | None = None) -> EpisodeResult:
+         batch: int = 4, log: TuneLog | None = None, sources: dict | None = None,
+         quiet: bool = False) -> EpisodeResult:
     """Run one episode and write the log and the best ``.cu`` to ``out``.
 
     ``sources`` maps configs to their rendered source (the GPU evaluator's); the best one is
-    rendered again when absent.
+    rendered again when absent. ``quiet``: no progress bar or per-candidate lines on stderr.
     """
     from argus_cutlass.generate import generate
 
     out.mkdir(parents=True, exist_ok=True)
     own_log = log is None
     log = log or TuneLog(out / log_name(problem))
-    progress = _Progress(budget)
+    progress = _Progress(budget, quiet=quiet)
     log.write("start", problem=problem.__dict__, policy=policy.name, budget=budget)
 
     def on_step(step: Step) -> None:
@@ -168,7 +174,7 @@ def log_name(problem: Problem) -> str:
 
 def run_tune(args: Any) -> int:
     """The ``tune gemm`` command (args: m, n, k, dtype, out_dtype, layout, budget, policy, seed,
-    base_url, model, api_key, workers, out). Returns the exit code.
+    base_url, model, api_key, workers, out, and optionally quiet). Returns the exit code.
 
     Raises:
         ArgusError: bad input (ProblemError), LLM settings or endpoint (LLMError); the CLI
@@ -196,7 +202,7 @@ def run_tune(args: Any) -> int:
         policy = make_policy(args, log, values)
         evaluator = GpuEvaluator(problem, workers=args.workers)
         result = tune(problem, policy, evaluator, out, args.budget, batch=min(4, args.budget),
-                      log=log, sources=evaluator.sources)
+                      log=log, sources=evaluator.sources, quiet=getattr(args, "quiet", False))
     except ArgusError as exc:
         log.write("error", rule=exc.rule, message=str(exc))
         raise

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from typing import Any
 
@@ -46,8 +47,8 @@ def _knobs(cfg: Any) -> str:
 
 def run_tune_attention(args: Any, say: Any = print, *, problem: Any) -> int:
     """The ``tune attention`` command for the validated ``problem`` (an AttentionProblem; args:
-    budget, seed, workers, out); ``say`` prints a progress line (the CLI passes its own printer).
-    Returns the exit code."""
+    budget, seed, workers, out, and optionally quiet); ``say`` prints a progress line (the CLI passes its
+    own printer). Returns the exit code."""
     _say = say
     from argus_cutlass.agent.store import DEFAULT_GPU, attention_key, gpu_name, record_attention_best
     from argus_cutlass.build.toolchain import find_nvcc
@@ -74,6 +75,10 @@ def run_tune_attention(args: Any, say: Any = print, *, problem: Any) -> int:
     except ToolchainError as exc:
         compile_, stopped, reason = False, "render", exc.message
     options = Options(smt=None, compile=compile_, baseline=False, seed=args.seed, workers=args.workers)
+    if compile_ and configs and not getattr(args, "quiet", False):
+        print(f"compiling {len(configs)} candidates with nvcc, then measuring them (about 5-25 s a compile, "
+              "in parallel, unless cached; Ctrl-C stops it; --quiet hides this line) ...",
+              file=sys.stderr, flush=True)
     results = run_many(configs, problem, options=options)
     if not compile_:
         for r in results:

@@ -21,7 +21,7 @@ from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import GemmProblem
 
 __all__ = ["GeneratedKernel", "attention", "attention_kernel", "build_gemm", "build_many", "gemm_config", "gemm_kernel",
-           "generate_gemm", "moe", "moe_kernel"]
+           "gemm_kernel_key", "generate_gemm", "moe", "moe_kernel"]
 
 
 def generate_gemm(cfg: GemmConfig, problem: GemmProblem | None = None, *, smt: bool = True,
@@ -69,7 +69,7 @@ def build_many(configs: Iterable[GemmConfig], max_workers: int | None = None) ->
 # ---- dispatch: configuration per shape bucket, built kernel per configuration ---------------------
 
 _GEMM_CONFIGS: dict[tuple[Any, ...], GemmConfig] = {}
-_GEMM_LIBS: dict[tuple[GemmConfig, int | None], Any] = {}
+_GEMM_LIBS: dict[tuple[GemmConfig, int | None, tuple[str, ...]], Any] = {}
 
 
 def _pow2(x: int) -> int:
@@ -108,8 +108,32 @@ def _gemm_build_problem(problem: GemmProblem) -> GemmProblem | None:
     return gemm_build_problem(problem)
 
 
-def _gemm_key(cfg: GemmConfig, build_problem: GemmProblem | None) -> tuple[GemmConfig, int | None]:
-    return (cfg, None if build_problem is None else build_problem.k.bit_length())
+def _gemm_key(cfg: GemmConfig,
+              build_problem: GemmProblem | None) -> tuple[GemmConfig, int | None, tuple[str, ...]]:
+    """``(config, K bits or None, staged operands)``: the configuration and what else its program
+    depends on (:func:`argus_cutlass.generate.gemm_program_key`). K bits is None for the default proof
+    range (K < 2^K_BOUND_BITS); the staged operands (``A``, ``B``, ``D``; ``()`` for the direct TMA
+    path) come from the build problem's staging plan, so a direct, an A-staged and a D-staged call of
+    one shape bucket each get their own kernel (an aligned call never runs a staged kernel, which
+    would copy its operands for nothing).
+
+    >>> cfg = GemmConfig(layout="nt")
+    >>> _gemm_key(cfg, _gemm_build_problem(GemmProblem(300, 4096, 4096, layout="nt")))[1:]
+    (None, ('A',))
+    >>> _gemm_key(cfg, _gemm_build_problem(GemmProblem(256, 4096, 4096, layout="nt")))[1:]
+    (None, ())
+    """
+    from argus_cutlass.generate import gemm_program_key
+
+    return (cfg, *gemm_program_key(build_problem))
+
+
+def gemm_kernel_key(problem: GemmProblem, config: GemmConfig | None = None) -> tuple[Any, ...]:
+    """The key :func:`gemm_kernel` loads ``problem``'s kernel under (``problem`` accepted by
+    ``validate_any``): the configuration of its shape bucket (or ``config``), the proof range and the
+    staging plan (:func:`_gemm_key`)."""
+    cfg = config if config is not None else gemm_config(problem)
+    return _gemm_key(cfg, _gemm_build_problem(problem))
 
 
 def _not_built(family: str, what: str) -> Any:
@@ -141,8 +165,10 @@ def gemm_kernel(problem: GemmProblem, config: GemmConfig | None = None, *, build
                 smt: bool | None = None) -> Any:
     """The built :class:`~argus_cutlass.kernels.gemm.library.GemmKernelLibrary` for ``problem``:
     the bucket's configuration (:func:`gemm_config`) unless ``config`` is given, generated,
-    verified, compiled (content-addressed cache) and loaded once per (configuration, proof range)
-    and process.
+    verified, compiled (content-addressed cache) and loaded once per (configuration, proof range,
+    staging plan) and process (:func:`gemm_kernel_key`). A problem that breaks only TMA's 16-byte
+    rules (``problem.staging()``, including the pointers named in ``problem.unaligned``) gets a kernel
+    that stages those operands through aligned copies (``_stgA``, ``_stgD``... in its name).
 
     Args:
         build: False: raise instead of building a kernel that is not loaded yet.
@@ -167,7 +193,7 @@ def precompile_jobs(problems: Iterable[Any]) -> list[tuple[Any, Any, Any]]:
     jobs: dict[tuple[int, Any], tuple[Any, Any, Any]] = {}
     for p in problems:
         if isinstance(p, GemmProblem):
-            cfg, bp = gemm_config(p.validate()), _gemm_build_problem(p)
+            cfg, bp = gemm_config(p.validate_any()), _gemm_build_problem(p)
             cache, key, job = _GEMM_LIBS, _gemm_key(cfg, bp), (cfg, bp)
         elif isinstance(p, AttentionProblem):
             cfg = _configured(p.validate())
@@ -185,9 +211,13 @@ def precompile_jobs(problems: Iterable[Any]) -> list[tuple[Any, Any, Any]]:
 def precompile(problems: Iterable[Any], *, workers: int | None = None, smt: bool | None = None) -> int:
     """Build (in parallel, through :func:`argus_cutlass.generate.build_jobs` and the disk cache) and
     load the kernels of ``problems`` that this process has not loaded yet; returns how many were built.
+    A GEMM problem that needs aligned staging (``GemmProblem.staging``) gets its staged kernel, the one
+    :func:`gemm_kernel` later looks up for it (its workspace is stream-ordered, ``cudaMallocAsync``,
+    so a CUDA graph capture can run it).
 
     Raises:
-        ProblemError: a problem breaks a rule; and the errors of :func:`argus_cutlass.generate.build_jobs`.
+        ProblemError: a problem breaks a rule no path can run (``GemmProblem.validate_any``); and the
+            errors of :func:`argus_cutlass.generate.build_jobs`.
     """
     from argus_cutlass.generate import build, build_jobs
 
@@ -281,13 +311,23 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any
 
 
 _MOE_LIBS: dict[Any, Any] = {}
+_MOE_CONFIGS: dict[tuple[str, Any], Any] = {}
 
 
 def _moe_config(problem: Any) -> Any:
-    """The orchestrator's configuration of ``problem``'s T bucket (:func:`argus_cutlass.generate.configure`)."""
+    """The orchestrator's configuration of ``problem``'s T bucket (:func:`argus_cutlass.generate.configure`),
+    looked up once per process, tuned-table bucket (:func:`argus_cutlass.agent.store.moe_key`) and
+    heuristic choice (host-side and cheap; keyed too in case it splits a bucket): the lookup reads the
+    experience store from disk and verifies a tuned entry's layer, which a call on the inference path
+    must not do each time."""
+    from argus_cutlass.agent.store import moe_key
     from argus_cutlass.generate import configure
+    from argus_cutlass.kernels.moe.heuristics import default_config
 
-    return configure(problem)[0]
+    key = (moe_key("", problem), default_config(problem))
+    if key not in _MOE_CONFIGS:
+        _MOE_CONFIGS[key] = configure(problem)[0]
+    return _MOE_CONFIGS[key]
 
 
 def _moe_key(cfg: Any, problem: Any) -> tuple[Any, ...]:

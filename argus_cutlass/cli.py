@@ -178,7 +178,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype, layout=args.layout)
-    problem.validate()
+    problem.validate_any()  # what breaks only TMA's alignment rules runs through aligned staging
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
         if not math.isfinite(value):
             raise ProblemError("problem.scalar", f"{flag}={value}: alpha and beta must be finite numbers")
@@ -295,6 +295,10 @@ class _Progress:
                 _print(f"problem   M={p.m} N={p.n} K={p.k} {p.dtype}->{p.out_dtype} layout {p.layout}")
         elif stage == "build_program" and r.program is not None:
             _print(f"config    {r.name} ({_SOURCE_TEXT[r.config_source]})")
+            if r.config_source_detail and r.config_source != "forced":
+                _print(f"why       {r.config_source_detail}")
+            if r.path is not None:
+                _print(f"path      {r.path['text']}")
         elif stage == "build_program":
             _print(f"config    refused: {r.error}")
         elif stage == "verify":
@@ -515,6 +519,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     _no_shapes_with_kernel(args)
     from argus_cutlass.agent.tune import run_tune
 
+    _doing(f"tuning the GEMM M={args.m} N={args.n} K={args.k} (nothing recorded in the experience store; "
+           f"the tuning log so far is in {args.out})")
+
     return run_tune(args)
 
 
@@ -540,6 +547,8 @@ def _cmd_tune_attention(args: argparse.Namespace) -> int:
     """``tune attention``: :func:`argus_cutlass.agent.tune_attention.run_tune_attention`."""
     _no_shapes_with_kernel(args)
     from argus_cutlass.agent.tune_attention import run_tune_attention
+
+    _doing(f"tuning attention (up to {args.budget} candidates; nothing recorded in the experience store)")
 
     return run_tune_attention(args, say=_print, problem=_attention_problem(args))
 
@@ -643,6 +652,9 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY)")
     tg.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
     tg.add_argument("--out", default="out", help="output folder for the best .cu and the tuning log")
+    # SUPPRESS: `tune --quiet gemm ...` (the parent's flag) is not reset by the subcommand's default
+    tg.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
+                    help="no progress bar or per-candidate lines")
     tg.set_defaults(func=_cmd_tune)
     ta = tsub.add_parser("attention", help="measure the best candidates of the attention space for one problem")
     _add_attention_args(ta)
@@ -651,6 +663,8 @@ def build_parser() -> argparse.ArgumentParser:
     ta.add_argument("--seed", type=int, default=0, help="seed of the check inputs")
     ta.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
     ta.add_argument("--out", default="out", help="output folder for tune_attention.json and the best .cu")
+    ta.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
+                    help="no progress line while the candidates compile")
     ta.set_defaults(func=_cmd_tune_attention)
 
     tb = sub.add_parser("table", help="list the tuned entries; with a problem, say why it would or would not "

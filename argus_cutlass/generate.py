@@ -28,7 +28,10 @@ label of the configuration and a hash of every node). A verifier ``unknown`` blo
 unless ``allow_unknown`` is set (:class:`~argus_cutlass.errors.UnprovedError` names what was not
 proved). A program is built for its problem: the symbolic-K proofs are stated for ``K <
 2**bound_bits`` with ``bound_bits`` large enough for the problem's K, and the built kernel refuses
-a larger K (return code 3, ``problem.k_range``).
+a larger K (return code 3, ``problem.k_range``). A GEMM problem that breaks only TMA's alignment rules
+(a leading dimension or contiguous extent that is not a multiple of 16 bytes) is built with aligned
+staging of those operands (``GemmProblem.staging``; the program's StageCopy nodes, verified by the
+``stage.*`` rules); the record's ``path`` says which path the kernel runs and why.
 
 >>> from argus_cutlass.kernels.gemm.config import GemmConfig
 >>> kernel = generate(GemmConfig(layout="nt"), smt=False)
@@ -102,32 +105,35 @@ def family_of(obj: Any) -> str:
 
 
 def configure(problem: Problem, *, heuristic: bool = False, gpu: str | None = None,
-              store: Any = None) -> tuple[Config, str]:
-    """The configuration for ``problem`` and where it came from.
+              store: Any = None) -> Any:
+    """The configuration for ``problem``, where it came from, and why.
+
+    Args:
+        heuristic: skip the tables (source ``"forced"``).
+        gpu: the GPU name of the keys (default: the current GPU, or ``NVIDIA H200`` without one).
+        store: the user's :class:`~argus_cutlass.agent.store.ExperienceStore` (default: its path).
 
     Returns:
-        ``(config, source)``; source ``"store"`` (the user's experience store, filled by ``tune``),
-        ``"shipped"`` (``agent/tuned_h200.json``), ``"heuristic"`` (no tuned entry for the shape
-        bucket) or ``"forced"`` (``heuristic=True``). Tuned entries are used only when the
-        verifier accepts them.
+        a :class:`~argus_cutlass.agent.store.Lookup`, which unpacks as ``(config, source)``; source
+        ``"store"`` (the user's experience store, filled by ``tune``), ``"shipped"``
+        (``agent/tuned_h200.json``), ``"heuristic"`` (no usable tuned entry for the shape bucket) or
+        ``"forced"`` (``heuristic=True``); ``.detail`` says which key was found or missed and why
+        (e.g. an H100 using an entry tuned on an H200). Every family looks up user store -> shipped
+        table, exact GPU first, then another GPU of the same architecture; tuned entries are used
+        only when the family's feasibility check accepts them.
     """
+    from argus_cutlass.agent import store as tables
+
     if isinstance(problem, AttentionProblem):
-        from argus_cutlass.agent.store import lookup_attention_config
-
-        return lookup_attention_config(problem, heuristic=heuristic, gpu=gpu, store=store)
+        return tables.lookup_attention_config(problem, heuristic=heuristic, gpu=gpu, store=store)
     if family_of(problem) == "moe":
-        from argus_cutlass.kernels.moe.heuristics import default_config as moe_config
-
-        # no tuned MoE entries yet: the T bucket's heuristic (kernels.moe.heuristics)
-        return moe_config(problem), "forced" if heuristic else "heuristic"
+        return tables.lookup_moe_config(problem, heuristic=heuristic, gpu=gpu, store=store)
     from argus_cutlass.kernels.gemm.heuristics import default_config
 
     p = problem
     if heuristic:
-        return default_config(p.m, p.n, p.k, p.dtype, p.out_dtype, p.layout), "forced"
-    from argus_cutlass.agent.store import lookup_config
-
-    return lookup_config("gemm", p.m, p.n, p.k, p.dtype, p.out_dtype, p.layout, gpu=gpu, store=store)
+        return tables.Lookup.forced(default_config(p.m, p.n, p.k, p.dtype, p.out_dtype, p.layout))
+    return tables.lookup_config("gemm", p.m, p.n, p.k, p.dtype, p.out_dtype, p.layout, gpu=gpu, store=store)
 
 
 def build(cfg: Config, problem: Problem | None = None) -> Any:
@@ -154,11 +160,37 @@ def build(cfg: Config, problem: Problem | None = None) -> Any:
 
 
 def gemm_build_problem(problem: GemmProblem) -> GemmProblem | None:
-    """The problem a GEMM kernel must be built for to run ``problem``: None (the default proof range,
-    K < 2^K_BOUND_BITS, shared by every K below it) unless its K needs a wider one."""
+    """The problem a GEMM kernel must be built for to run ``problem``: None (the direct TMA path and
+    the default proof range, K < 2^K_BOUND_BITS, shared by every such problem) unless its K needs a
+    wider range or it needs aligned staging (``problem.staging()`` not empty: the program then gets
+    the StageCopy nodes of those operands). The program depends on the build problem only through
+    its proof range and its staged operands, so every problem with the same ones gets the same kernel.
+    Requires a problem ``validate_any`` accepts.
+
+    >>> gemm_build_problem(GemmProblem(4096, 4096, 4096)) is None
+    True
+    >>> gemm_build_problem(GemmProblem(300, 4096, 4096, layout="nt")).staging()[0].name
+    'A'
+    """
     from argus_cutlass.kernels.gemm.program import K_BOUND_BITS
 
-    return problem if problem.k >= 2**K_BOUND_BITS else None
+    return problem if problem.k >= 2**K_BOUND_BITS or problem.staging() else None
+
+
+def gemm_program_key(build_problem: GemmProblem | None) -> tuple[int | None, tuple[str, ...]]:
+    """What a GEMM program depends on besides its configuration, for a build problem of
+    :func:`gemm_build_problem`: the bits of K when it needs a wider proof range than the default
+    (None: K < 2^K_BOUND_BITS) and the staged operands (``()``: the direct TMA path).
+
+    >>> gemm_program_key(None), gemm_program_key(GemmProblem(4096, 33, 2**25))
+    ((None, ()), (26, ('D',)))
+    """
+    from argus_cutlass.kernels.gemm.program import K_BOUND_BITS
+
+    if build_problem is None:
+        return None, ()
+    k = build_problem.k
+    return (k.bit_length() if k >= 2**K_BOUND_BITS else None), tuple(s.name for s in build_problem.staging())
 
 
 @functools.lru_cache(maxsize=8192)
@@ -640,11 +672,15 @@ class RunResult:
         stage_seconds: wall seconds per stage (``configure``, ``build_program``, ``verify``,
             ``render``, ``compile``, ``load``, ``check``, ``time``, ``baseline``).
         notes: remarks of the stages (e.g. the SMT tier skipped).
+        config_source / config_source_detail: where the configuration came from (one of
+            :data:`CONFIG_SOURCES`) and why, one line (:attr:`argus_cutlass.agent.store.Lookup.detail`:
+            the key found or missed; None for a given configuration).
     """
 
     problem: Problem
     config: Config | None = None
     config_source: str = "given"
+    config_source_detail: str | None = None
     status: str = "pending"
     error: ArgusError | None = None
     program: Any = None
@@ -664,6 +700,17 @@ class RunResult:
     def name(self) -> str | None:
         """The kernel name (None when no program was built)."""
         return None if self.program is None else self.program.kernel_name()
+
+    @property
+    def path(self) -> dict[str, Any] | None:
+        """GEMM: which path the kernel runs and why (``direct``, or ``staged`` with each staged operand's
+        reasons and the workspace per call: ``kernels.gemm.program.path_record``); None before a program
+        exists and for the other families."""
+        if self.program is None or family_of(self.problem) != "gemm":
+            return None
+        from argus_cutlass.kernels.gemm.program import path_record
+
+        return path_record(self.problem, self.program)
 
     @property
     def ok(self) -> bool:
@@ -697,15 +744,19 @@ class RunResult:
             "family": family,
             "status": self.status,
             "problem": dataclasses.asdict(p) if family != "gemm" else {
-                "m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "out_dtype": p.out_dtype, "layout": p.layout},
+                "m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "out_dtype": p.out_dtype, "layout": p.layout,
+                "lda": p.lda, "ldb": p.ldb, "ldc": p.ldc, "ldd": p.ldd},
             "config": self.config.model_dump() if self.config is not None else None,
             "config_source": self.config_source,
+            "config_source_detail": self.config_source_detail,
             "stage_seconds": dict(self.stage_seconds),
         }
         if self.program is not None:
             loop = getattr(self.program, "kloop", None)  # the MoE layer has none of its own
             rec["program"] = {"fingerprint": self.program.fingerprint(),
                               "k_bound_bits": None if loop is None else loop.bound_bits}
+            if self.path is not None:
+                rec["path"] = self.path
         if self.report is not None:
             rec["verification"] = json.loads(self.report.to_json())
         if self.error is not None:
@@ -870,6 +921,15 @@ def _gpu_or_skip(result: RunResult) -> bool:
     return True
 
 
+def _validate(problem: Problem) -> None:
+    """Refuse a problem no path can run: a GEMM problem that breaks only TMA's alignment rules is
+    built with aligned staging (``GemmProblem.validate_any``; ``build`` reads its staging plan)."""
+    if isinstance(problem, GemmProblem):
+        problem.validate_any()
+    else:
+        problem.validate()
+
+
 def run(problem: Problem, config: Config | None = None, *, options: Options = Options(),
         on_stage: Hook | None = None, out_dir: str | Path | None = None) -> RunResult:
     """Every stage for one problem: configure (unless ``config`` is given), build, verify, render,
@@ -886,18 +946,20 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
         not an exception.
 
     Raises:
-        ProblemError: the problem is invalid (checked first).
+        ProblemError: the problem is invalid for every path (checked first; a GEMM problem that breaks
+            only TMA's alignment rules runs through aligned staging: ``GemmProblem.staging``).
         ConfigError: the configuration has no program (e.g. ``smem.atom``) or the template cannot
             print it (``render.program``).
         ToolchainError: the CUTLASS headers are missing (with nvcc present), or z3 (``smt=True``).
         CompileError, LaunchError, DeviceError: a build or a launch failed, or the GPU is not a Hopper.
     """
-    problem.validate()
+    _validate(problem)
     result = RunResult(problem)
     clock = _Clock(result, on_stage)
     if config is None:
-        result.config, result.config_source = clock.stage("configure", configure, problem,
-                                                          heuristic=options.heuristic)
+        looked = clock.stage("configure", configure, problem, heuristic=options.heuristic)
+        result.config, result.config_source = looked.config, looked.source
+        result.config_source_detail = looked.detail
     else:
         result.config = config
     clock.done("configure")
@@ -950,7 +1012,7 @@ def run_many(configs: Sequence[Config], problem: Problem, *, options: Options = 
         ProblemError: the problem is invalid. ToolchainError: nvcc or the headers are missing.
         DeviceError: the GPU is not a Hopper.
     """
-    problem.validate()
+    _validate(problem)
     results = [RunResult(problem, cfg) for cfg in configs]
     clocks = [_Clock(r, on_stage) for r in results]
     front = [(r, c) for r, c in zip(results, clocks) if _front(r, c, options)]

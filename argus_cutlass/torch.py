@@ -19,17 +19,19 @@ Dispatch: at each call the op reads the problem from the tensors (GEMM: the layo
 leading dimensions from the strides, :func:`gemm_problem`), takes the configuration of its shape
 bucket from the orchestrator (:func:`argus_cutlass.generate.configure`, once per bucket and
 process: :func:`argus_cutlass.api.gemm_config`, ``api.attention_kernel``, ``api.moe_kernel``) and the
-kernel built for that configuration (loaded once per process; a first use compiles it through the
-disk cache). Inside a CUDA graph capture nothing is built: a kernel that is not loaded yet raises
+kernel built for that configuration (GEMM: and for the call's staging plan,
+:func:`argus_cutlass.api.gemm_kernel_key`; loaded once per process; a first use compiles it through
+the disk cache). Inside a CUDA graph capture nothing is built: a kernel that is not loaded yet raises
 :class:`~argus_cutlass.errors.NotPrecompiledError`; call :func:`precompile` with the shapes first.
 Inside a capture the ops also skip the host reads of their index tensors (attention
 ``cu_seqlens`` / ``seqused_k``, MoE ``topk_ids``): the kernels bound every index themselves.
 
-Bad input (a CPU tensor, an unsupported dtype, a non-contiguous last mode, a stride or address
-that breaks TMA's 16-byte rule, shapes that disagree) raises
-:class:`~argus_cutlass.errors.ProblemError` naming the tensor and the rule, at trace time for
-the static rules and before any launch for the rest. Forward only: no autograd formula is
-registered.
+Bad input (a CPU tensor, an unsupported dtype, a non-contiguous last mode, shapes that disagree)
+raises :class:`~argus_cutlass.errors.ProblemError` naming the tensor and the rule, at trace time for
+the static rules and before any launch for the rest. A GEMM whose strides, extents or addresses
+break only TMA's 16-byte rules is no error: it runs through aligned staging (a kernel that copies
+those operands, with a warning once per kernel; :func:`gemm`). Attention and MoE still refuse such
+tensors. Forward only: no autograd formula is registered.
 
 Needs torch >= 2.4 (``torch.library.custom_op``); importing this module without torch raises
 :class:`~argus_cutlass.errors.ToolchainError`.
@@ -37,12 +39,14 @@ Needs torch >= 2.4 (``torch.library.custom_op``); importing this module without 
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 from argus_cutlass import api
 from argus_cutlass.errors import ProblemError, ToolchainError
-from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.kernels.gemm.problem import STAGEABLE, TMA_ALIGN_BYTES, GemmProblem
 
 try:
     import torch
@@ -106,7 +110,10 @@ def _check_tensor(t: Any, name: str, rank: int, device: Any = None) -> None:
 def gemm_problem(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out: Any = None) -> GemmProblem:
     """The validated :class:`~argus_cutlass.kernels.gemm.problem.GemmProblem` of ``a @ b`` (+ bias)
     written into ``out`` (or a new row-major M x N tensor): the layout letters and leading
-    dimensions come from the strides.
+    dimensions come from the strides, and ``unaligned`` names the operands (``A`` = a, ``B`` = b,
+    ``D`` = out) whose first element is not 16-byte aligned (read on tensors with memory; empty while
+    tracing). It is checked with :meth:`GemmProblem.validate_any`: TMA's 16-byte rules are no error
+    (``problem.staging()`` names the operands the kernel will stage, see :func:`gemm`).
 
     Args:
         a: ``(M, K)`` bf16/fp16 CUDA tensor; row-major (K contiguous: layout ``t.``, lda =
@@ -120,8 +127,16 @@ def gemm_problem(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out
     Raises:
         ProblemError: naming the tensor: ``problem.tensor`` / ``problem.device`` /
             ``problem.dtype`` / ``problem.shape`` / ``problem.layout``, or a rule of
-            :meth:`GemmProblem.validate` (``tma.contiguous_extent``, ``tma.stride_alignment``,
-            ``problem.ld``; A/B/D there are a/b/out).
+            :meth:`GemmProblem.validate_any` (``problem.ld``, overlapping rows; ``problem.size``,
+            ``problem.k_range``; A/B/D there are a/b/out).
+
+    >>> import torch
+    >>> from torch._subclasses.fake_tensor import FakeTensorMode
+    >>> with FakeTensorMode():
+    ...     p = gemm_problem(torch.empty(1000, 300, dtype=torch.bfloat16, device="cuda").t(),  # M=300, M-major
+    ...                      torch.empty(1000, 512, dtype=torch.bfloat16, device="cuda"))
+    >>> (p.layout, p.lda, [s.text() for s in p.staging()])
+    ('nt', 300, ['A (lda=300: 600 bytes, not a multiple of 16)'])
     """
     _check_tensor(a, "a", 2)
     _check_tensor(b, "b", 2, a.device)
@@ -170,8 +185,9 @@ def gemm_problem(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out
         orders[name] = _storage_order(t, name, rows, cols)
     (ao, lda), (bo, ldb) = orders["a"], orders["b"]
     layout = ("t" if ao == "row" else "n") + ("t" if bo == "row" else "n")
-    problem = GemmProblem(m, n, k, _IN_DTYPES[a.dtype], _OUT_DTYPES[out_dtype], layout, lda, ldb, ldd, ldd)
-    errs = problem.violations()
+    problem = GemmProblem(m, n, k, _IN_DTYPES[a.dtype], _OUT_DTYPES[out_dtype], layout, lda, ldb, ldd, ldd,
+                          unaligned=_unaligned(A=a, B=b, D=out))
+    errs = problem.violations(STAGEABLE)
     if errs:
         where = (f"gemm(a {tuple(a.shape)} strides {tuple(a.stride())}, b {tuple(b.shape)} strides "
                  f"{tuple(b.stride())}; layout {layout!r}, A = a, B = b, D = out)")
@@ -179,23 +195,69 @@ def gemm_problem(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out
     return problem
 
 
+#: the argument of :func:`gemm` each operand of the C ABI is
+_TENSOR_NAMES = {"A": "a", "B": "b", "D": "out"}
+
+
+def _unaligned(**operands: Any) -> tuple[str, ...]:
+    """The operands (``A``, ``B``, ``D``, in that order) whose first element is not 16-byte aligned
+    (TMA's global-address rule: the kernel stages them). A tensor without memory (a FakeTensor while
+    tracing, a meta tensor) has no address to read: it counts as aligned, and the real call reads it."""
+    from argus_cutlass.runtime.launch import has_device_data
+
+    return tuple(name for name in STAGEABLE
+                 if (t := operands.get(name)) is not None and t.numel() and has_device_data(t)
+                 and t.data_ptr() % TMA_ALIGN_BYTES)
+
+
 def _direct_c(bias: Any, out: Any) -> bool:
-    """Whether ``bias`` can be the kernel's C as it is: a full (M, N) row-major tensor of D's dtype at
-    16-byte strides and address."""
-    return (bias is not None and tuple(bias.shape) == tuple(out.shape) and bias.dtype == out.dtype
-            and (bias.shape[1] == 1 or bias.stride(1) == 1) and (bias.stride(0) * bias.element_size()) % 16 == 0
-            and bias.data_ptr() % 16 == 0)
+    """Whether ``bias`` can be the kernel's C as it is: a full (M, N) tensor of D's dtype with a
+    contiguous last mode and a row pitch >= N. C is read element by element by the epilogue (never
+    through TMA), so any pitch and any (element-aligned) address serve."""
+    if bias is None or tuple(bias.shape) != tuple(out.shape) or bias.dtype != out.dtype:
+        return False
+    m, n = (int(x) for x in out.shape)
+    return (n == 1 or bias.stride(1) == 1) and (m == 1 or bias.stride(0) >= n)
+
+
+#: the kernel keys (:func:`argus_cutlass.api.gemm_kernel_key`) whose staging :func:`gemm` has warned about
+_STAGED_WARNED: set[Any] = set()
+
+
+def _warn_staged(problem: GemmProblem, tensors: dict[str, Any]) -> None:
+    """Say once per staged kernel which tensors break which TMA rule and that they are copied."""
+    plan = problem.staging()
+    if not plan:
+        return
+    key = api.gemm_kernel_key(problem)
+    if key in _STAGED_WARNED:
+        return
+    _STAGED_WARNED.add(key)
+    parts = []
+    for s in plan:
+        name, t = _TENSOR_NAMES[s.name], tensors[s.name]
+        for reason, rule in zip(s.reasons, s.rules):
+            if rule == "tma.address_alignment":
+                reason = (f"starts at 0x{t.data_ptr():x}, not {TMA_ALIGN_BYTES}-byte aligned (a view at element "
+                          f"offset {t.storage_offset()})")
+            parts.append(f"{name}: {reason} ({rule})")
+    names = ", ".join(s.name for s in plan[:-1]) + (" and " if len(plan) > 1 else "") + plan[-1].name
+    warnings.warn(
+        f"{'; '.join(parts)}; argus_cutlass.torch.gemm stages {names} through an aligned copy (slower: an extra "
+        f"pass over each, and a stream-ordered workspace, {problem.staging_bytes()} bytes for this call). "
+        f"For the direct TMA path give every leading dimension and contiguous extent a multiple of "
+        f"{TMA_ALIGN_BYTES} bytes and start each tensor at a {TMA_ALIGN_BYTES}-byte aligned address "
+        "(said once per kernel)", UserWarning, stacklevel=3)
 
 
 def _gemm_into(a: Any, b: Any, bias: Any, out: Any) -> None:
     problem = gemm_problem(a, b, bias=bias, out=out)
-    m, n, k = problem.m, problem.n, problem.k
+    m, n = problem.m, problem.n
     c, beta = None, 0.0
     if bias is not None:
         if _direct_c(bias, out):
             c, beta = bias, 1.0
-            problem = GemmProblem(m, n, k, problem.dtype, problem.out_dtype, problem.layout, problem.lda,
-                                  problem.ldb, int(bias.stride(0)) if m > 1 else n, problem.ldd)
+            problem = dataclasses.replace(problem, ldc=int(bias.stride(0)) if m > 1 else n)
         else:
             # The documented fallback: D starts as the broadcast bias (rounded to D's dtype) and the
             # epilogue adds it as C = D with beta = 1 (each element of C is read by the tile that then
@@ -203,6 +265,7 @@ def _gemm_into(a: Any, b: Any, bias: Any, out: Any) -> None:
             out.copy_(bias.expand(m, n))
             c, beta = out, 1.0
     lib = api.gemm_kernel(problem, build=not _capturing())
+    _warn_staged(problem, {"A": a, "B": b, "D": out})
     with torch.cuda.device(a.device):
         lib.run(problem, a, b, c, out, 1.0, beta, stream=_stream(a))
 
@@ -253,9 +316,23 @@ def gemm(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out: Any = 
             for a shape bucket :func:`precompile` did not build; and the build errors of
             :func:`argus_cutlass.api.gemm_kernel` on a first use.
 
-    Bias: a full ``(M, N)`` bias of D's dtype with a contiguous last mode is the epilogue's C
-    (``beta = 1``). Any other broadcastable bias (e.g. ``(N,)``) is first written into D (rounded to
-    D's dtype) and added by the epilogue as ``C = D``: one extra M x N write, no extra allocation.
+    Bias: a full ``(M, N)`` bias of D's dtype with a contiguous last mode (any row pitch >= N, any
+    address) is the epilogue's C (``beta = 1``). Any other broadcastable bias (e.g. ``(N,)``) is first
+    written into D (rounded to D's dtype) and added by the epilogue as ``C = D``: one extra M x N
+    write, no extra allocation.
+
+    Alignment: TMA needs every leading dimension and contiguous extent of a, b and out to be a
+    multiple of 16 bytes and their first elements 16-byte aligned. A call that breaks any of these
+    (e.g. a column-major ``a`` with M = 300 bf16, lda = 600 bytes; N = 33; a view ``x[:, 1:]``) is
+    not refused: it runs a kernel of the aligned staging path (``_stgA`` / ``_stgB`` / ``_stgD`` in
+    its name, :meth:`GemmProblem.staging` says which operands and why) that copies those operands
+    into zero-padded, aligned buffers of a stream-ordered workspace (``cudaMallocAsync``, legal in a
+    CUDA graph capture) around the same verified TMA GEMM, and writes exactly the ``M x N`` region of
+    ``out`` (its padding is not touched). That is slower (an extra pass over each staged operand),
+    so it warns once per kernel (``UserWarning`` naming the tensor and the rule). The kernel is
+    chosen per shape bucket *and* staging plan: an aligned call never runs a staged kernel.
+    :func:`precompile` of :func:`gemm_problem` on the real tensors builds the staged kernel for a
+    capture.
     """
     _check_tensor(a, "a", 2)  # before torch's schema check, so a non-tensor gets our message
     _check_tensor(b, "b", 2, a.device)

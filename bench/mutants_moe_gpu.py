@@ -82,9 +82,8 @@ def _child(conn: Any, so_path: str, name: str, layer: Any, problems: list[str], 
             t0 = time.perf_counter()
             p = MoEProblem(gp.tokens, layer.experts, layer.topk, layer.hidden, layer.ffn, layer.dtype)
             x, ids, w, w13, w2 = _inputs(p, gp.routing, gp.sizes, seed)
-            if cls == "invalid_ids":
-                ids[3, 0] = -1
-                ids[7, p.topk - 1] = -1
+            for t, slot in gp.invalid:  # -1 padding the kernel must skip (GpuProblem.invalid)
+                ids[t, slot % p.topk] = -1
             ws = torch.full((lib.workspace_bytes(p.tokens),), 0xFF, dtype=torch.uint8, device="cuda")
             y = torch.full_like(x, float("nan"))
             try:

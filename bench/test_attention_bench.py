@@ -12,7 +12,8 @@ alternately, ``ROUNDS`` rounds each (each round the median of ``ITERS`` CUDA-eve
 after warm-up; the result is the median over rounds). Q, K, V and O of a cell are 4 x 64 MiB, beyond
 the 60 MB L2, so no buffer rotation is needed. TFLOP/s use the field's count (``4 B H S^2 D``,
 halved when causal). ``ARGUS_BENCH_CONFIG=heuristic`` uses FA3's tile per head dim instead of the
-configured (tuned) one; ``ARGUS_BENCH_TABLE`` names a markdown file for the table.
+configured (tuned) one; ``ARGUS_BENCH_TABLE`` names a markdown file for the table (``--bench-out DIR``:
+``DIR/attention_bench.md``), written at the module's teardown with its ratio and roofline plots beside it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ launches after warm-up; the result is the median over rounds). When the
 operands fit in L2 several copies are rotated so that each launch reads from HBM.
 pytest-benchmark records batches of ``BATCH`` launches of our kernel; the per-launch
 event medians, cuBLAS's, and their ratio go to ``extra_info`` and to the table printed
-at the end (``ARGUS_BENCH_TABLE`` names a markdown file to write it to).
+at the end (``ARGUS_BENCH_TABLE`` names a markdown file to write it to, ``--bench-out DIR`` writes
+``DIR/gemm_bench.md``; the ratio and roofline plots go beside it).
 
 Which configuration: ``ARGUS_BENCH_CONFIG=heuristic`` (default) uses
 ``kernels.gemm.heuristics.default_config``; ``tuned`` uses the agent's experience store. The
@@ -163,9 +164,8 @@ def _results_table() -> str:
     return "\n".join(lines)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _print_table():
-    yield
+def write_table() -> None:
+    """Print the results table and write it (with its plots) to ``ARGUS_BENCH_TABLE`` when set."""
     if not RESULTS:
         return
     table = _results_table()
@@ -177,3 +177,11 @@ def _print_table():
         from plots import plot_after_bench  # bench/plots.py: ratio and roofline plots beside the table
 
         plot_after_bench(path)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_table():
+    # module scope: the table is written at this module's teardown, while ``--bench-out`` (bench/conftest.py)
+    # still points ARGUS_BENCH_TABLE at this suite's file
+    yield
+    write_table()

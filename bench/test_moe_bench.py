@@ -11,8 +11,11 @@ table has the activated-weight floor at 4.3 TB/s (``MoEProblem.floor_ms`` on the
 counts) and the vLLM column of ANCHORS.md as a reference (measured in another run: compare ratios).
 The layer timed is the one :func:`argus_cutlass.api.moe` runs: the configuration
 ``kernels/moe/heuristics.py::default_config`` picks for the cell's T (column ``config``: ``m64`` the
-small-T path for T <= 256, ``m128`` the large-T default). ``ARGUS_MOE_BENCH_COMPARE=1`` also times
-the 128-row default in the small-T cells (column ``m128 ms``), interleaved with the other two.
+small-T path for T <= 256, ``m128`` the large-T default, ``_b<gu>x<dn>`` its banded walks, m-tiles per
+band of each GEMM). ``ARGUS_MOE_BENCH_COMPARE=1`` also times, interleaved with the other two, the
+128-row default in the small-T cells (column ``m128 ms``) and, in the cells whose layer walks in bands,
+the same configuration with the unbanded walk (``gu_band_m = dn_band_m = 0``, the walk of every
+layer before bands: column ``unbanded ms``), so a GPU session measures what the derived bands gain.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import statistics
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (the MoE baseline is the torch _grouped_mm layer)")
 
 from argus_cutlass.kernels.moe.baseline import grouped_mm_layer  # noqa: E402
 from argus_cutlass.kernels.moe.check import make_inputs, run_and_check, time_fn  # noqa: E402
@@ -54,39 +57,49 @@ def test_moe_cell(model, tokens):
     from argus_cutlass.kernels.moe.config import MoEConfig
 
     p = MoEProblem.for_model(model, tokens)
-    cfg = configure(p)[0]  # the orchestrator's choice (the T bucket's heuristic: no tuned MoE entries)
+    cfg = configure(p)[0]  # the orchestrator's choice: a tuned entry of the T bucket, else the heuristic
     lib = moe_kernel(p, cfg, smt=None)  # the full verifier, its SMT tier included when z3 is installed
     chk = run_and_check(lib, p)
     assert chk.ok, chk
     x, ids, w, w13, w2 = make_inputs(p, seed=1)
     ws = torch.empty(lib.workspace_bytes(tokens), dtype=torch.uint8, device="cuda")
-    alt = None
-    if os.environ.get("ARGUS_MOE_BENCH_COMPARE") and cfg.tile_m != 128:
-        alt = moe_kernel(p, MoEConfig(dtype=p.dtype), smt=False)
-        ws_alt = torch.empty(alt.workspace_bytes(tokens), dtype=torch.uint8, device="cuda")
-    ours, base, other = [], [], []
+    compare = bool(os.environ.get("ARGUS_MOE_BENCH_COMPARE"))
+    alts: dict[str, MoEConfig] = {}
+    if compare and cfg.tile_m != 128:
+        alts["m128"] = MoEConfig(dtype=p.dtype)
+    if compare and (cfg.gu_band_m or cfg.dn_band_m):
+        alts["unbanded"] = cfg.replace(gu_band_m=0, dn_band_m=0)
+    runs = {}
+    for key, alt_cfg in alts.items():
+        alt = moe_kernel(p, alt_cfg, smt=False)
+        assert run_and_check(alt, p).ok, (key, alt_cfg)
+        runs[key] = (alt, torch.empty(alt.workspace_bytes(tokens), dtype=torch.uint8, device="cuda"))
+    ours, base = [], []
+    other: dict[str, list[float]] = {key: [] for key in runs}
     for _ in range(ROUNDS):
         ours.append(time_fn(lambda: lib.forward(x, ids, w, w13, w2, workspace=ws, padding="unchecked"), iters=20))
         base.append(time_fn(lambda: grouped_mm_layer(x, ids, w, w13, w2), iters=20))
-        if alt is not None:
-            other.append(time_fn(lambda: alt.forward(x, ids, w, w13, w2, workspace=ws_alt, padding="unchecked"),
-                                 iters=20))
+        for key, (alt, ws_alt) in runs.items():
+            other[key].append(time_fn(lambda a=alt, wa=ws_alt: a.forward(x, ids, w, w13, w2, workspace=wa,
+                                                                         padding="unchecked"), iters=20))
     o, b = statistics.median(ours), statistics.median(base)
-    m128 = f"{statistics.median(other):.3f}" if other else "-"
+    m128, unbanded = (f"{statistics.median(other[key]):.3f}" if other.get(key) else "-" for key in ("m128", "unbanded"))
+    label = f"m{cfg.tile_m}" + (f"_b{cfg.gu_band_m}x{cfg.dn_band_m}" if (cfg.gu_band_m or cfg.dn_band_m) else "")
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
     floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
     v = VLLM_MS.get((model, tokens))
     need = VLLM_RATIO.get((model, tokens))
-    ROWS.append(f"| {model} | {tokens} | m{cfg.tile_m} | {o:.3f} | {m128} | {b:.3f} | {b / o:.2f} | "
-                f"{v if v else '-'} | {need if need else '-'} | {floor:.3f} | {o / floor:.2f} |")
+    ROWS.append(f"| {model} | {tokens} | {label} | {o:.3f} | {m128} | {b:.3f} | {b / o:.2f} | "
+                f"{v if v else '-'} | {need if need else '-'} | {floor:.3f} | {o / floor:.2f} | {unbanded} |")
     print(ROWS[-1])
 
 
 def teardown_module(module):
     table = os.environ.get("ARGUS_BENCH_TABLE")
+    # the new column last: tables of earlier sessions (11 columns) keep reading under this header
     head = ("| model | T | config | ours ms | m128 ms | _grouped_mm ms | speedup | vLLM ms (ANCHORS) | "
-            "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor | unbanded ms |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     if table and ROWS:
         with open(table, "w") as f:
             f.write(head + "\n".join(ROWS) + "\n")

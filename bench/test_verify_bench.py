@@ -16,7 +16,8 @@ clears all of it before every round (``argus_cutlass.verify.clear_caches``), so 
 cold verification (the parsed invariant catalogue stays cached). The
 per-tier seconds of each run (``VerificationReport.tier_seconds``) go to ``extra_info``
 and to the table printed at the end, as medians over the rounds. ``ARGUS_VERIFY_BENCH_TABLE``
-names a markdown file to write the table to.
+names a markdown file to write the table to (``--bench-out DIR``: ``DIR/verify_bench.md``; no plot:
+there is no vendor baseline to compare with).
 
 Nothing here asserts a time (a loaded machine would make it flaky). The checks are that the
 verifier accepts every shipped configuration and proves all of it (no violation, no

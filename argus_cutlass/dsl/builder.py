@@ -44,6 +44,7 @@ from argus_cutlass.dsl.ir import (
     SmemStage,
     SmemView,
     Space,
+    StageCopy,
     Tag,
     TagAssertion,
     Tensor,
@@ -87,6 +88,7 @@ class ProgramBuilder:
         self._roles: list[Role] = []
         self._barriers: list[NamedBarrier] = []
         self._orders: list[TurnOrder] = []
+        self._stage_copies: list[StageCopy] = []
         self._single: dict[str, Any] = {}
         self._params: dict[str, Any] = {}
 
@@ -473,6 +475,25 @@ class ProgramBuilder:
         self._single["output"] = node
         return node
 
+    def stage_copy(self, operand: str, direction: str, dtype: str, *, rows: str, cols: str, align: int,
+                   fill: str = "zero", map_extent: str = "staged", base_align: int = 256) -> StageCopy:
+        """Stage caller operand ``operand`` through an aligned buffer (see
+        :class:`~argus_cutlass.dsl.ir.StageCopy`); ``in`` copies it before the GEMM, ``out`` after.
+
+        Raises:
+            argus_cutlass.errors.DslError: ``dsl.duplicate`` (the operand is staged already),
+                ``dsl.operand`` / ``dsl.dtype`` (a malformed field).
+        """
+        loc = caller_loc()
+        name = f"stage_{operand}"
+        if any(c.name == name for c in self._stage_copies):
+            _dsl_error("dsl.duplicate", loc, f"operand {operand!r} is staged twice")
+        src, dst = ("caller", "staged") if direction == "in" else ("staged", "caller")
+        node = StageCopy(name, operand, direction, dtype, rows, cols, align, fill if direction == "in" else "none",
+                         map_extent, src, dst, loc, base_align=base_align)
+        self._stage_copies.append(node)
+        return node
+
     def launch(self, *, threads: int, cluster_m: int = 1, cluster_n: int = 1) -> Launch:
         node = Launch(threads, cluster_m, cluster_n, caller_loc())
         self._single["launch"] = node
@@ -565,7 +586,7 @@ class ProgramBuilder:
             tuple(self._reductions), tuple(self._relations), self._single.get("epilogue"), self._single.get("source"),
             self._single.get("staging"), self._single.get("schedule"), self._single.get("launch"),
             tuple(sorted(self._params.items())), self._single.get("mask"), self._single.get("softmax"),
-            self._single.get("output"))
+            self._single.get("output"), stage_copies=tuple(self._stage_copies))
 
     def build(self) -> Program:
         """The program. Checks that every node's references exist.

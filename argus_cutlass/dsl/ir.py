@@ -37,6 +37,7 @@ Node kinds (each records the :class:`SourceLoc` of the statement that made it):
 :class:`RowOutput`  attention's epilogue: O / l stored by row, LSE per row
 :class:`TileSchedule` the persistent tile scheduler's walk and work decomposition
 :class:`Launch`     threads per CTA and the cluster shape of the launch
+:class:`StageCopy`  aligned staging of a caller operand around the GEMM (copy in / copy back)
 :class:`TagAssertion` a relation between tags at every slot of a program point
 :class:`Relation`   a relation between two node fields (consistency between nodes)
 ================== ==========================================================================
@@ -672,6 +673,71 @@ class SmemStage:
     barrier: str = "epilogue"
 
 
+# ------------------------------------------------------------------------------- aligned staging
+
+
+#: operand staging directions: ``in`` (caller -> staged, before the GEMM), ``out`` (staged -> caller, after it)
+STAGE_DIRECTIONS = ("in", "out")
+#: which pitch a staging copy addresses a side with: the caller's leading dimension or the staged one
+STAGE_PITCHES = ("caller", "staged")
+
+
+@dataclass(frozen=True)
+class StageCopy:
+    """Aligned staging of one caller operand around the TMA GEMM (the any-alignment path).
+
+    The operand's storage is ``rows x cols`` elements (the caller's size names, e.g. column-major
+    A is stored ``K x M``: ``rows="K"``, ``cols="M"``) with row pitch the caller's leading
+    dimension. The entry allocates a stream-ordered buffer (``cudaMallocAsync``) of ``rows x
+    staged_ld`` elements, ``staged_ld = round_up(cols, align)``, at a byte offset of the workspace
+    that is a multiple of ``base_align``; the GEMM's tensor map over it has pitch ``staged_ld`` and
+    contiguous extent ``staged_ld`` (``map_extent`` ``staged``) or ``cols`` (``true``).
+
+    ``direction`` ``in``: before the GEMM a copy kernel writes staged ``(r, c) = caller (r, c)`` for
+    ``c < cols`` and, with ``fill`` ``zero``, ``0`` for ``cols <= c < staged_ld`` (the padded k of a
+    K-contiguous operand then adds nothing). ``out`` (D): the GEMM writes the staged buffer and,
+    after it, the copy writes caller ``(r, c) = staged (r, c)`` for ``r < rows, c < cols`` only.
+
+    The copy kernel (``templates/gemm/stage.j2``) has ``threads`` threads per block; block
+    ``(x, y)`` of a grid of at most ``grid_x x grid_y`` blocks walks rows ``y, y + grid.y, ...``
+    and columns ``x * threads + t, ... + grid.x * threads`` of ``[0, rows + row_delta) x [0,
+    fill_cols)`` with ``fill_cols = staged_ld`` (fill ``zero``) or ``cols + col_delta``; it reads
+    its source with the ``src_pitch`` side's leading dimension and writes its destination with the
+    ``dst_pitch`` side's. ``row_delta = col_delta = 0``, ``src_pitch`` ``caller`` / ``dst_pitch``
+    ``staged`` (in) or the reverse (out) is the correct kernel; the other values state mistakes.
+    """
+
+    name: str
+    operand: str
+    direction: str
+    dtype: str
+    rows: str
+    cols: str
+    align: int
+    fill: str
+    map_extent: str
+    src_pitch: str
+    dst_pitch: str
+    loc: SourceLoc
+    row_delta: int = 0
+    col_delta: int = 0
+    base_align: int = 256
+    threads: int = 256
+    grid_x: int = 64
+    grid_y: int = 65535
+
+    def __post_init__(self) -> None:
+        validate_stage_copy(self)
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def staged_ld(self, cols: int) -> int:
+        """The staged leading dimension (elements) for a contiguous extent of ``cols``."""
+        return -(-cols // self.align) * self.align
+
+
 # ----------------------------------------------------------------------------------- attention
 
 
@@ -825,6 +891,20 @@ class TileSchedule:
     launch), FA3's dynamic persistent scheduler; the producer publishes each unit to the consumers
     in an int32 slot per Q stage at smem byte ``slot_bytes`` (-1: no slots), written before the Q
     stage's full barrier is signalled (a unit < 0 ends the walk).
+
+    ``decomposition`` ``grouped`` (family ``moe``): ``tiles_m`` m-tiles (data: written by the
+    routing kernel) by ``tiles_n`` n-blocks, ``units = tiles_m * tiles_n``. ``band_m`` 0 (the
+    default) walks every m-tile at one n-block before the next n-block: unit ``u`` is m-tile
+    ``u % tiles_m``, n-block ``u / tiles_m`` (``raster`` ``along_m``; ``along_n`` is the transpose).
+    ``band_m`` >= 1 (``raster`` ``along_m`` only) cuts the m-tiles into bands of ``band_m``
+    consecutive m-tiles (the last band holds ``tiles_m mod band_m`` when that is not 0) and walks a
+    band's tiles m-fastest, then n, before the next band (Triton's ``GROUP_M``):
+    ``b = u / (band_m * tiles_n)``, ``local = u - b * band_m * tiles_n``, ``first = b * band_m +
+    band_start_delta``, ``rows = min(band_m, tiles_m - first)``, m-tile ``first + local % rows``,
+    n-block ``local / rows``. ``band_start_delta`` (0), ``band_full_rows`` (False: ``rows =
+    band_m`` in every band, the last one too) and ``band_swap`` (False: m-tile ``first + local /
+    rows``, n-block ``local % rows``) state mistakes of that walk; a correct kernel has the values
+    in brackets. ``band_m`` 1 is not ``band_m`` 0: one m-tile's n-blocks are consecutive units.
     """
 
     raster: str
@@ -838,6 +918,10 @@ class TileSchedule:
     consumer_stride: int = 1
     longest_first: bool = False
     slot_bytes: int = -1
+    band_m: int = field(default=0, metadata=_CANON_SKIP)
+    band_start_delta: int = field(default=0, metadata=_CANON_SKIP)
+    band_full_rows: bool = field(default=False, metadata=_CANON_SKIP)
+    band_swap: bool = field(default=False, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_schedule(self)
@@ -943,6 +1027,8 @@ class Program:
     mask: Mask | None = None
     softmax: OnlineSoftmax | None = None
     output: RowOutput | None = None
+    #: aligned staging of caller operands (the any-alignment path; ``()`` for the direct TMA path)
+    stage_copies: tuple[StageCopy, ...] = field(default=(), metadata=_CANON_SKIP)
 
     # ---- lookups ------------------------------------------------------------------------------
     def tensor(self, name: str) -> Tensor:
@@ -999,7 +1085,7 @@ class Program:
     # ---- field paths (relations) ------------------------------------------------------------
     def resolve(self, path: str) -> Any:
         """The value at ``path``: an int literal, or ``kind[name].field(.field|[i])*`` with kind one
-        of tensor, load, store, read, mma, pipeline, loop, role, barrier, order, convert, reduction;
+        of tensor, load, store, read, mma, pipeline, loop, role, barrier, order, convert, reduction, stage_copy;
         or one of :data:`SINGLE_NODES` (``epilogue``, ``source``, ``staging``, ``schedule``,
         ``launch``, ``mask``, ``softmax``, ``output``) followed by fields.
 
@@ -1020,7 +1106,7 @@ class Program:
                   "read": (self.reads, "operand"), "mma": (self.mmas, "name"), "pipeline": (self.pipelines, "name"),
                   "loop": (self.loops, "name"), "role": (self.roles, "kind"), "barrier": (self.barriers, "name"),
                   "order": (self.orders, "name"), "convert": (self.converts, "name"),
-                  "reduction": (self.reductions, "name")}
+                  "reduction": (self.reductions, "name"), "stage_copy": (self.stage_copies, "name")}
         if kind in groups:
             nodes, attr = groups[kind]
             hit = [n for n in nodes if getattr(n, attr) == key]
@@ -1077,7 +1163,7 @@ class Program:
                   "loop": ("loops", "name"), "role": ("roles", "kind"), "barrier": ("barriers", "name"),
                   "order": ("orders", "name"), "assertion": ("assertions", "name"),
                   "relation": ("relations", "name"), "convert": ("converts", "name"),
-                  "reduction": ("reductions", "name")}
+                  "reduction": ("reductions", "name"), "stage_copy": ("stage_copies", "name")}
         if kind in single:
             node = getattr(self, kind)
             if node is None:
@@ -1101,7 +1187,7 @@ class Program:
             out = dataclasses.replace(self, params=tuple(sorted(p.items())))
         else:
             raise KeyError(f"unknown node kind {kind!r}")
-        for group in ("tensors", "loads", "stores", "mmas", "pipelines", "loops", "barriers", "orders"):
+        for group in ("tensors", "loads", "stores", "mmas", "pipelines", "loops", "barriers", "orders", "stage_copies"):
             names = [n.name for n in getattr(out, group)]
             dup = sorted({x for x in names if names.count(x) > 1})
             if dup:
@@ -1341,6 +1427,35 @@ def validate_staging(node: SmemStage, dst: Tensor) -> None:
                    f"an smem ({node.epi_m}, {node.epi_n}, stages) tensor")
 
 
+def validate_stage_copy(node: StageCopy) -> None:
+    """Well-formedness of a :class:`StageCopy` (what it means is the verifier's ``stage.*`` rules):
+    operand ``A``..``D``, a known direction, dtype and pitches, size names ``M``/``N``/``K``, positive
+    ints where the kernel divides or launches by them, ``fill`` ``zero`` or ``none``."""
+    loc = node.loc
+    if node.operand not in ("A", "B", "C", "D"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: operand {node.operand!r} is not a GEMM argument (A, B, C, D)")
+    if node.direction not in STAGE_DIRECTIONS:
+        _dsl_error("dsl.operand", loc, f"{node.name}: direction {node.direction!r} is not one of {STAGE_DIRECTIONS}")
+    if node.dtype not in DTYPE_BYTES:
+        _dsl_error("dsl.dtype", loc, f"{node.name}: dtype {node.dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+    for f in ("rows", "cols"):
+        if getattr(node, f) not in ("M", "N", "K"):
+            _dsl_error("dsl.operand", loc, f"{node.name}: {f} {getattr(node, f)!r} is not a size name (M, N, K)")
+    for f in ("src_pitch", "dst_pitch"):
+        if getattr(node, f) not in STAGE_PITCHES:
+            _dsl_error("dsl.operand", loc, f"{node.name}: {f} {getattr(node, f)!r} is not one of {STAGE_PITCHES}")
+    if node.fill not in ("zero", "none"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: fill {node.fill!r} is not 'zero' or 'none'")
+    if node.map_extent not in ("staged", "true"):
+        _dsl_error("dsl.operand", loc, f"{node.name}: map_extent {node.map_extent!r} is not 'staged' or 'true'")
+    for f in ("align", "base_align", "threads", "grid_x", "grid_y"):
+        if not _positive_int(getattr(node, f)):
+            _dsl_error("dsl.operand", loc, f"{node.name}: {f} {getattr(node, f)!r} must be an int >= 1")
+    for f in ("row_delta", "col_delta"):
+        if not isinstance(getattr(node, f), int) or isinstance(getattr(node, f), bool):
+            _dsl_error("dsl.operand", loc, f"{node.name}: {f} {getattr(node, f)!r} must be an int")
+
+
 def validate_schedule(node: TileSchedule) -> None:
     """Check a tile-scheduler node (run by every ``TileSchedule``: builder and every edit).
 
@@ -1369,6 +1484,36 @@ def validate_schedule(node: TileSchedule) -> None:
         _dsl_error("dsl.operand", loc, f"step_delta {node.step_delta!r} must be an int")
     if not isinstance(node.longest_first, bool):
         _dsl_error("dsl.operand", loc, f"longest_first {node.longest_first!r} must be a bool")
+    _validate_band(node)
+
+
+#: the largest ``band_m`` of a grouped walk (a wave of 132 CTAs needs no band of more m-tiles; the
+#: verifier enumerates every tiles_m up to ``2 * band_m + 2``)
+MAX_BAND_M = 64
+
+
+def _validate_band(node: TileSchedule) -> None:
+    """The band fields of :class:`TileSchedule`: ``band_m`` an int in ``[0, MAX_BAND_M]``; a band
+    (and its mistake fields) only on the grouped walk, along M, with swizzle 1 (the grouped walk
+    prints no swizzle: ``band_m`` is its blocking)."""
+    loc = node.loc
+    bm = node.band_m
+    if not isinstance(bm, int) or isinstance(bm, bool) or not 0 <= bm <= MAX_BAND_M:
+        _dsl_error("dsl.operand", loc, f"band_m {bm!r} must be an int in [0, {MAX_BAND_M}] (0: no bands)")
+    if not isinstance(node.band_start_delta, int) or isinstance(node.band_start_delta, bool):
+        _dsl_error("dsl.operand", loc, f"band_start_delta {node.band_start_delta!r} must be an int")
+    for f in ("band_full_rows", "band_swap"):
+        if not isinstance(getattr(node, f), bool):
+            _dsl_error("dsl.operand", loc, f"{f} {getattr(node, f)!r} must be a bool")
+    if node.decomposition == "grouped" and node.swizzle != 1:
+        _dsl_error("dsl.operand", loc, f"swizzle {node.swizzle} on the grouped walk: it prints no swizzle (its "
+                   "blocking is band_m)")
+    if bm and (node.decomposition != "grouped" or node.raster != "along_m"):
+        _dsl_error("dsl.operand", loc, f"band_m={bm} needs decomposition 'grouped' along_m (got "
+                   f"{node.decomposition!r} {node.raster})")
+    if not bm and (node.band_start_delta or node.band_full_rows or node.band_swap):
+        _dsl_error("dsl.operand", loc, "band_start_delta / band_full_rows / band_swap describe a banded walk: "
+                   "they need band_m >= 1")
 
 
 def _dsl_error(rule: str, loc: SourceLoc, message: str, hint: str | None = None) -> None:

@@ -182,6 +182,14 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
     except KeyError as exc:
         raise ConfigError("render.program", f"turn order {order.name!r}: {exc.args[0]}") from None
     ctx["relations"] = relation_lines(p)
+    # the any-alignment path: the StageCopy nodes (templates/gemm/stage.j2), by the argument they stage
+    layout = p.param("layout")
+    ctx["copies"] = list(p.stage_copies)
+    ctx["staged"] = [c.operand for c in p.stage_copies]
+    ctx["staged_node"] = {c.operand: c for c in p.stage_copies}
+    ctx["staged_mask"] = sum(1 << "ABCD".index(c.operand) for c in {c.operand: c for c in p.stage_copies}.values())
+    ctx["storage"] = {"A": ("M", "K") if layout[0] == "t" else ("K", "M"),
+                      "B": ("N", "K") if layout[1] == "n" else ("K", "N"), "D": ("M", "N")}
     return ctx
 
 

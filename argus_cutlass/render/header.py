@@ -32,11 +32,15 @@ ERROR_CODES: dict[str, tuple[tuple[int, str, str], ...]] = {
         (1, "SIZE", "M, N or K < 1"),
         (2, "NULL_C", "C is NULL but beta != 0"),
         (3, "K_RANGE", "K at or beyond the range the k-loop proofs hold for (regenerate for this K)"),
-        (4, "ALIGN", "A, B, C or D is not 16-byte aligned (TMA global address rule)"),
-        (5, "STRIDE", "a leading dimension times the element size is not a multiple of 16 bytes (TMA rule)"),
+        (4, "ALIGN", "A, B or D is not 16-byte aligned (TMA global address rule; a staged operand needs only "
+                     "element alignment), or C is not aligned to its element"),
+        (5, "STRIDE", "a leading dimension times the element size is not a multiple of 16 bytes (TMA rule; not "
+                      "checked for staged operands)"),
         (6, "TENSOR_MAP", "cuTensorMapEncodeTiled is unavailable or refused a tensor map"),
         (7, "ATTRIBUTE", "cudaFuncSetAttribute or the cluster occupancy query failed"),
+        (8, "LD", "a leading dimension is smaller than its operand's contiguous extent"),
         ARCH_ERROR,
+        (10, "NULL", "A, B or D is NULL"),
     ),
     "attention": (
         (1, "SIZE", "batch, heads, kv_heads or a length < 1, or softmax_scale not finite and > 0"),
@@ -96,7 +100,11 @@ def header_context(program: Any) -> dict[str, Any]:
                    layout=layout, a_doc=a_doc, b_doc=b_doc, lda_doc=lda_doc, ldb_doc=ldb_doc,
                    k_bound_bits=g["loop"].bound_bits, in_align=16 // size[in_dt], out_align=16 // size[out_dt],
                    contiguous=f"{'K' if layout[0] == 't' else 'M'} of A, {'K' if layout[1] == 'n' else 'N'} of B, "
-                              "N of C and D")
+                              "N of C and D",
+                   copies=g["copies"], staged=g["staged"], staged_mask=g["staged_mask"],
+                   contiguous_of={"A": f"{'K' if layout[0] == 't' else 'M'} of A",
+                                  "B": f"{'K' if layout[1] == 'n' else 'N'} of B", "D": "N of D"},
+                   elem_bytes={c.name: size[c.dtype] for c in g["copies"]})
         return ctx
     if family == "attention":
         from argus_cutlass.render.attention import attention_context

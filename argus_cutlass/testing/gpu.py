@@ -142,12 +142,13 @@ def plan_jobs(mutants: Sequence[Mutant] | None = None, family: str = "gemm") -> 
     jobs: list[Job] = []
     seen: dict[Any, str] = {}
     for m in ms:
-        if m.config not in seen:
+        key = (m.config, getattr(m, "staged", ()))
+        if key not in seen:
             name = m.base_name if m.base_name != "inline" else f"inline{len(seen)}"
-            seen[m.config] = name
+            seen[key] = name
             jobs.append(Job(f"baseline_{name}", name, m.config, baseline_program(m)))
     for m in ms:
-        jobs.append(Job(m.id, seen[m.config], m.config, mutant_program(m), m))
+        jobs.append(Job(m.id, seen[(m.config, getattr(m, "staged", ()))], m.config, mutant_program(m), m))
     return jobs
 
 

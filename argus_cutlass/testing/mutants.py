@@ -19,6 +19,8 @@ Catalogue format (``argus_cutlass/testing/mutants.toml``)::
     [base.coop]                      # named base configurations: the family's config fields
     tile_m = 128
     ...
+    staged = ["A", "B"]              # GEMM only, optional: the caller operands the program stages
+                                     # (the any-alignment path's StageCopy nodes)
     [[mutant]]
     id = "a_block_mode_n"            # unique, [a-z0-9_]
     class = "operand_identity"       # one of CLASSES
@@ -91,7 +93,9 @@ class Family:
     def config_class(self) -> Any:
         return self._load(self.config)
 
-    def build_program(self, cfg: Any) -> Program:
+    def build_program(self, cfg: Any, staged: tuple[str, ...] = ()) -> Program:
+        if staged:
+            return self._load(self.build)(cfg, staged=staged)
         return self._load(self.build)(cfg)
 
     def verify_program(self, program: Program, **kwargs: Any) -> Any:
@@ -116,6 +120,8 @@ DATA_FLOW_RULES = (
     "pipeline.stage", "pipeline.parity", "pipeline.carry", "tma.image", "tma.multicast", "epilogue.coordinate",
     "epilogue.stmatrix", "epilogue.tma_store", "epilogue.source", "epilogue.stage_reuse", "output.bijection",
     "scheduler.bijection", "warpgroup.uniform", "barrier.named", "turn.order",
+    # the any-alignment path's staging copies (G9)
+    "stage.cover", "stage.zero", "stage.writeback",
     # attention (invariants/attention.toml)
     "mask.exact", "kv.coverage", "softmax.online", "output.row", "head.map", "reduction.rows", "fragment.convert",
     "mma.rs_operand",
@@ -124,6 +130,7 @@ DATA_FLOW_RULES = (
 RESOURCE_RULES = (
     "mma.dtype", "mma.major", "mma.tile", "loop.step", "pipeline.buffers", "pipeline.wrap", "cluster.consistency",
     "epilogue.partition", "smem.capacity", "smem.alignment", "smem.disjoint", "registers", "roles.registers",
+    "stage.align",
 )
 #: every rule a mutant may name as its owner
 RULES = DATA_FLOW_RULES + RESOURCE_RULES
@@ -134,7 +141,7 @@ CLASSES = (
     "tx_bytes", "multicast", "tma_kind", "c_source", "tma_store", "gmma_flags", "descriptor_layout",
     "phase_wrap", "phase_start", "pipeline_carry", "release_order", "epilogue_map", "residue_mask",
     "epilogue_r2s", "store_pipeline", "warpgroup_uniformity", "scheduler", "named_barrier", "turn_order",
-    "registers",
+    "registers", "staging",
     # attention (issue 10): the FlashAttention catalogue's classes
     "row_reduction", "rescale", "p_to_pv", "kv_pairing", "output_row", "gqa_head", "causal_mask", "length_mask",
     "kv_pipeline",
@@ -142,7 +149,7 @@ CLASSES = (
 
 #: Program.replace_node kinds an edit may name
 NODE_KINDS = ("tensor", "load", "store", "read", "mma", "pipeline", "loop", "role", "barrier", "order",
-              "assertion", "relation", "convert", "reduction", "params") + SINGLE_NODES
+              "assertion", "relation", "convert", "reduction", "stage_copy", "params") + SINGLE_NODES
 _SINGLE = SINGLE_NODES + ("params",)
 _MUTANT_KEYS = {"id", "class", "base", "rule", "story", "edit", "benign_reason"}
 _REQUIRED = ("id", "class", "base", "rule", "story", "edit")
@@ -203,6 +210,8 @@ class Mutant:
     story: str
     benign_reason: str = ""
     family: str = "gemm"
+    #: the caller operands the base program stages (GEMM's any-alignment path; ``()``: direct)
+    staged: tuple[str, ...] = ()
 
     @property
     def data_flow(self) -> bool:
@@ -227,11 +236,20 @@ def _fail(where: str, message: str) -> None:
     raise ConfigError("mutants.catalogue", f"{where}: {message}")
 
 
+def _staged(where: str, fields: Any, family: str) -> tuple[str, ...]:
+    """A base table's ``staged`` operands (GEMM only)."""
+    staged = fields.get("staged", []) if isinstance(fields, dict) else []
+    if staged and (family != "gemm" or not isinstance(staged, list) or set(staged) - {"A", "B", "D"}):
+        _fail(where, f"staged = {staged!r}: a GEMM base stages a list of operands from A, B, D")
+    return tuple(staged)
+
+
 def _config(where: str, fields: Any, family: str = "gemm") -> Any:
     cls = FAMILIES[family].config_class()
     what = cls.__name__
     if not isinstance(fields, dict):
         _fail(where, f"a base configuration must be a table of {what} fields, got {fields!r}")
+    fields = {k: v for k, v in fields.items() if k != "staged"}
     unknown = sorted(set(fields) - set(cls.model_fields))
     if unknown:
         _fail(where, f"unknown {what} field(s) {unknown}; known: {sorted(cls.model_fields)}")
@@ -287,6 +305,7 @@ def parse_catalogue(text: str, *, check_edits: bool = True, family: str = "gemm"
     if family not in FAMILIES:
         _fail("mutants catalogue", f"family {family!r} is not one of {sorted(FAMILIES)}")
     bases = {name: _config(f"[base.{name}]", fields, family) for name, fields in data.get("base", {}).items()}
+    staged_of = {name: _staged(f"[base.{name}]", fields, family) for name, fields in data.get("base", {}).items()}
     out: dict[str, Mutant] = {}
     for i, raw in enumerate(data.get("mutant", [])):
         where = f"mutant #{i + 1} ({raw.get('id', '?')})"
@@ -309,9 +328,9 @@ def parse_catalogue(text: str, *, check_edits: bool = True, family: str = "gemm"
         if isinstance(base, str):
             if base not in bases:
                 _fail(where, f"base {base!r} is not a [base.*] table; have {sorted(bases)}")
-            name, cfg = base, bases[base]
+            name, cfg, staged = base, bases[base], staged_of[base]
         else:
-            name, cfg = "inline", _config(where, base, family)
+            name, cfg, staged = "inline", _config(where, base, family), _staged(where, base, family)
         edits = raw["edit"]
         if not isinstance(edits, list) or not edits:
             _fail(where, "edit must be a non-empty array of {node, key, set} tables")
@@ -319,7 +338,7 @@ def parse_catalogue(text: str, *, check_edits: bool = True, family: str = "gemm"
             if not isinstance(raw.get(field, ""), str) or (field == "story" and not raw[field].strip()):
                 _fail(where, f"{field} must be a non-empty string")
         m = Mutant(mid, raw["class"], name, cfg, tuple(_parse_edit(where, e) for e in edits), raw["rule"],
-                   " ".join(raw["story"].split()), " ".join(raw.get("benign_reason", "").split()), family)
+                   " ".join(raw["story"].split()), " ".join(raw.get("benign_reason", "").split()), family, staged)
         if check_edits:
             _check(m, where)
         out[mid] = m
@@ -347,13 +366,13 @@ def load_catalogue(path: str | Path | None = None, family: str = "gemm") -> dict
 
 
 @lru_cache(maxsize=64)
-def _base(family: str, cfg: Any) -> Program:
-    return FAMILIES[family].build_program(cfg)
+def _base(family: str, cfg: Any, staged: tuple[str, ...] = ()) -> Program:
+    return FAMILIES[family].build_program(cfg, staged)
 
 
 def baseline_program(m: Mutant) -> Program:
-    """The unmutated program of the mutant's base configuration."""
-    return _base(m.family, m.config)
+    """The unmutated program of the mutant's base configuration (and staged operands)."""
+    return _base(m.family, m.config, m.staged)
 
 
 def mutant_program(m: Mutant) -> Program:

@@ -43,8 +43,9 @@ class GpuProblem:
     ``tokens`` T; ``routing`` a :func:`~argus_cutlass.hw.routing.make_routing` kind with
     ``sizes``; ``sample`` None compares every token with the fp32 reference, else ``(head, tail)``:
     only the first ``head`` and the last ``tail`` tokens (the layer is token-wise independent; the
-    large problems would need a multi-GB fp32 reference otherwise). ``why`` says which mistake it
-    exposes.
+    large problems would need a multi-GB fp32 reference otherwise). ``invalid`` lists (token, slot)
+    pairs whose id is set to -1 (padding the kernel must skip; a slot index ``-1`` means the last
+    slot). ``why`` says which mistake it exposes.
     """
 
     base: str
@@ -52,6 +53,7 @@ class GpuProblem:
     routing: str = "uniform"
     sizes: tuple[int, ...] | None = None
     sample: tuple[int, int] | None = None
+    invalid: tuple[tuple[int, int], ...] = ()
     why: str = ""
 
 
@@ -82,6 +84,10 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
     "small_uniform300": GpuProblem("small", 300, why="the default: uniform routing, 600 routed rows"),
     "qwen_uniform300": GpuProblem("qwen", 300, why="the default: uniform routing, 2400 routed rows"),
     "small64_uniform300": GpuProblem("small64", 300, why="the default of the small-T configuration"),
+    "small_padded300": GpuProblem(
+        "small", 300, invalid=((3, 0), (7, -1), (150, 0), (150, -1), (299, -1)),
+        why="uniform routing with five -1 padding slots (token 150 has none valid): a skipped slot's row "
+            "must stay -1 through the permuted row map and add nothing in the combine"),
     "small64_many_units": GpuProblem(
         "small64", 4096, "skewed",
         why="8192 routed rows in 64-row tiles: ~130 m-tiles x 2 down n-blocks, more units than CTAs"),
@@ -94,6 +100,15 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
         why="2048 tokens x 8 slots, one hot expert: hundreds of m-tiles x 6 n-blocks = thousands of grouped "
             "units for 132 CTAs, so a wrong scheduler step skips units (the workspace is poisoned, so a "
             "skipped tile cannot inherit a correct h from an earlier run)"),
+    "small_banded_uniform300": GpuProblem(
+        "small_banded", 300, why="the banded default: 8 m-tiles in bands of 3 (3 + 3 + 2, a partial last band)"),
+    "small_banded_skewed": GpuProblem(
+        "small_banded", 1900, "skewed",
+        why="3800 routed rows, one hot expert: 35 m-tiles under the runner's seed (bands 11 x 3 + 2), bands inside "
+            "one expert and across experts, 140 gate+up units for 132 CTAs"),
+    "small_banded_sizes": GpuProblem(
+        "small_banded", 300, "sizes", (128, 256, 0, 130, 65, 21, 0, 0),
+        why="three empty experts and groups of 128 / 256 / 130 rows: 7 m-tiles, bands 3 + 3 + 1"),
     "wide_int32_wrap": GpuProblem(
         "wide", WRAP_TOKENS, sample=(128, 512),
         why="T = 2^19 + 256 at H = 4096, k = 1: t * H and row * H pass 2^31 for the last >= 256 tokens / "

@@ -5,7 +5,8 @@
 * **enumeration** (``enum``): tag images and tag assertions on numpy arrays (:mod:`.absint`),
   GMMA descriptors as the kernel forms them, multicast deliveries (:mod:`.multicast`), k coverage
   for small K, exhaustive pipeline interleavings (:mod:`.pipeline`), the epilogue's staging and
-  stores (:mod:`.staging`, :mod:`.output`), the tile scheduler (:mod:`.decomposition`);
+  stores (:mod:`.staging`, :mod:`.output`), the tile scheduler (:mod:`.decomposition`), the
+  any-alignment path's operand staging copies (:mod:`.stage_copy`, G9);
 * **SMT** (``smt``): z3 proofs for symbolic K and all iteration counts below ``2^bound_bits``,
   and a bit-vector cross-check of the operand maps (:mod:`.smt`, lazy z3, timeout per query).
 
@@ -155,6 +156,17 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
     else:
         notes.append(f"output checks (G2, G4, G8) not run: shape rules failed ({sorted(failed & set(SHAPE_RULES))})")
     _family_checks(run, program, obligations, notes)
+    if program.stage_copies:
+        from argus_cutlass.verify.stage_copy import STAGE_RULES, check_stage_copies
+
+        copies = program.stage_copies
+        applies = {"stage.align": True, "stage.cover": any(c.direction == "in" for c in copies),
+                   "stage.zero": any(c.direction == "in" and c.operand != "D" for c in copies),
+                   "stage.writeback": any(c.direction == "out" or c.operand == "D" for c in copies)}
+        for rule, text in STAGE_RULES.items():
+            if applies[rule]:
+                obligations.append(Obligation(rule, "G9", text, str(copies[0].loc)))
+        run.add("enum", "stage.cover", check_stage_copies, program)
     return _report(name, obligations, run, notes, t0)
 
 
@@ -301,7 +313,8 @@ def clear_caches() -> None:
     smt._MEMO.clear()
     absint.accumulator_partition.cache_clear()
     absint.view_layout.cache_clear()
-    for cached in (output._first_ownership_problem, output._walk_cases, output._division_cases):
+    for cached in (output._first_ownership_problem, output._walk_cases, output._division_cases,
+                   output._grouped_cases):
         cached.cache_clear()
 
 

@@ -58,7 +58,11 @@ Simplified or taken as inputs (stated honestly):
   not the order of its atomic adds. The fixup simulation runs one fair schedule with every CTA
   resident (a persistent launch); in Deterministic mode the lock sequence is forced, so the
   outcome does not depend on the schedule.
-* Not modelled: SM100 schedulers, the grouped (ptr-array) scheduler, dynamic persistence (CLC).
+* Not modelled: SM100 schedulers, CUTLASS's grouped (ptr-array) scheduler, dynamic persistence (CLC).
+
+Section D is not CUTLASS's: the MoE family's grouped walk (``templates/moe/work.j2``: m-tiles are
+data, optionally cut into bands of ``band_m`` m-tiles walked m-fastest), :func:`grouped_tile_of_unit`
+and :func:`check_grouped_walk`, with the all-sizes argument :func:`grouped_walk_all_sizes`.
 
 Mutation knobs (for showing the checks catch real bugs): ``swizzle_off_by_one`` on the walk;
 ``drop_remainder``, ``overlap``, ``no_end_adjust`` and ``epilogue_on_first`` on :func:`work_units`.
@@ -73,10 +77,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 __all__ = [
-    "MAX_SK_GROUPS", "MIN_ITERS_PER_SK_UNIT", "MODES", "RASTERS", "REDUCTIONS", "DecompositionPlan",
-    "Problem", "TileWalk", "WalkGeometry", "WorkUnit", "check_division", "check_units", "check_walk",
-    "cutlass_tile_of_unit", "cutlass_unit_of_tile", "decomposition_plan", "enumerate_division",
-    "enumerate_walk", "log_swizzle_size", "walk_geometry", "work_units",
+    "DecompositionPlan", "GroupedWalk", "MAX_SK_GROUPS", "MIN_ITERS_PER_SK_UNIT", "MODES", "Problem", "RASTERS",
+    "REDUCTIONS", "TileWalk", "WalkGeometry", "WorkUnit", "check_division", "check_grouped_walk", "check_units",
+    "check_walk", "cutlass_tile_of_unit", "cutlass_unit_of_tile", "decomposition_plan", "enumerate_division",
+    "enumerate_grouped_walk", "enumerate_walk", "grouped_tile_of_unit", "grouped_walk_all_sizes",
+    "grouped_walk_bound", "log_swizzle_size", "walk_geometry", "work_units",
 ]
 
 #: our raster names -> CUTLASS RasterOrder (``heuristic`` = RasterOrderOptions::Heuristic)
@@ -888,3 +893,160 @@ def enumerate_division(mode: str, max_tiles: int = 12, max_k_tiles: int | None =
                             if p is not None:
                                 return cases, p
     return cases, None
+
+
+# ---------------------------------------------------------------------------------------------
+# D. the MoE grouped walk (ours: templates/moe/work.j2, TileSchedule decomposition "grouped")
+# ---------------------------------------------------------------------------------------------
+
+
+class GroupedWalk(NamedTuple):
+    """The fields of a grouped :class:`~argus_cutlass.dsl.ir.TileSchedule` that its walk reads
+    (:meth:`of` takes them from the node): ``band_m`` 0 is the unbanded walk, ``band_m`` >= 1 the
+    banded one; ``band_start_delta`` / ``band_full_rows`` / ``band_swap`` are the mistakes the node
+    can state (0 / False / False in a correct kernel)."""
+
+    band_m: int = 0
+    raster: str = "along_m"
+    band_start_delta: int = 0
+    band_full_rows: bool = False
+    band_swap: bool = False
+
+    @classmethod
+    def of(cls, schedule: Any) -> GroupedWalk:
+        """The walk of a schedule node (any object with the fields)."""
+        return cls(schedule.band_m, schedule.raster, schedule.band_start_delta, schedule.band_full_rows,
+                   schedule.band_swap)
+
+    @property
+    def correct_form(self) -> bool:
+        """No mistake field is set (the form :func:`grouped_walk_all_sizes` argues about)."""
+        return not (self.band_start_delta or self.band_full_rows or self.band_swap)
+
+    def describe(self) -> str:
+        if not self.band_m:
+            return f"unbanded {self.raster} walk"
+        extra = [f"band start {self.band_start_delta:+d}"] if self.band_start_delta else []
+        extra += ["rows = band_m in every band"] if self.band_full_rows else []
+        extra += ["m-tile / n-block swapped (local / rows, local % rows)"] if self.band_swap else []
+        return f"bands of {self.band_m} m-tiles" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def grouped_tile_of_unit(unit: int | np.ndarray, tiles_m: int, tiles_n: int,
+                         walk: GroupedWalk = GroupedWalk()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tm, tn, rows)`` of each unit under the printed grouped walk (``templates/moe/work.j2``
+    ``Scheduler::current``; C++ ``/`` and ``%`` on non-negative ints), int64 arrays shaped like
+    ``unit``. ``rows`` is the unit's band height (``tiles_m`` for the unbanded walk); where it is
+    < 1 the kernel divides by it (no tile: ``tm = tn = -1``).
+
+    >>> [tuple(int(v) for v in x) for x in grouped_tile_of_unit(np.arange(6), 3, 2, GroupedWalk(2))[:2]]
+    [(0, 1, 0, 1, 2, 2), (0, 0, 1, 1, 0, 1)]
+    """
+    u = np.asarray(unit, dtype=np.int64)
+    if not walk.band_m:
+        if walk.raster == "along_n":
+            div = max(tiles_n, 1)
+            return u // div, u % div, np.full_like(u, tiles_m)
+        div = max(tiles_m, 1)
+        return u % div, u // div, np.full_like(u, tiles_m)
+    span = walk.band_m * tiles_n
+    band = u // span
+    local = u - band * span
+    first = band * walk.band_m + walk.band_start_delta
+    rows = np.full_like(u, walk.band_m) if walk.band_full_rows else np.minimum(walk.band_m, tiles_m - first)
+    ok = rows >= 1
+    r = np.where(ok, rows, 1)
+    q, m = local // r, local % r
+    tm = np.where(ok, first + (q if walk.band_swap else m), -1)
+    tn = np.where(ok, m if walk.band_swap else q, -1)
+    return tm, tn, rows
+
+
+def check_grouped_walk(tiles_m: int, tiles_n: int, walk: GroupedWalk = GroupedWalk()) -> Problem | None:
+    """The grouped walk of ``walk`` over ``units = tiles_m * tiles_n`` is a bijection onto
+    ``[0, tiles_m) x [0, tiles_n)``, checked unit by unit. Problems, first found first: ``band_rows``
+    (a unit's band has ``rows < 1``: the kernel divides by zero), ``tile_outside`` (a unit's tile is
+    outside the grid: its expert is read past ``tiles_m``, or an n-block past N), ``tile_missed`` /
+    ``tile_repeated`` (smallest tile in row-major order). Each names the unit(s), the band and the tile.
+    """
+    params: dict[str, Any] = {"tiles_m": tiles_m, "tiles_n": tiles_n, "band_m": walk.band_m,
+                              "band_start_delta": walk.band_start_delta}
+    units = np.arange(tiles_m * tiles_n, dtype=np.int64)
+    if not units.size:
+        return None
+    tm, tn, rows = grouped_tile_of_unit(units, tiles_m, tiles_n, walk)
+    where = f"{tiles_m}x{tiles_n} tiles, {walk.describe()}"
+    span = max(1, walk.band_m * tiles_n)
+
+    def band_of(u: int) -> str:
+        if not walk.band_m:
+            return ""
+        b = u // span
+        return f" (band {b}: local {u - b * span}, rows {int(rows[u])})"
+
+    low = np.flatnonzero(rows < 1)
+    if low.size:
+        u = int(low[0])
+        return Problem("walk", "band_rows", f"unit {u}{band_of(u)}: the band height rows = {int(rows[u])} < 1, so "
+                       f"local % rows divides by {'zero' if rows[u] == 0 else 'a negative'} ({where})",
+                       {**params, "unit": u, "rows": int(rows[u])}, tile=(-1, -1), units=(u,))
+    out = np.flatnonzero((tm < 0) | (tm >= tiles_m) | (tn < 0) | (tn >= tiles_n))
+    if out.size:
+        u = int(out[0])
+        tile = (int(tm[u]), int(tn[u]))
+        return Problem("walk", "tile_outside", f"unit {u}{band_of(u)} -> tile (m-tile {tile[0]}, n-block {tile[1]}), "
+                       f"outside the {tiles_m} x {tiles_n} tile grid ({where})", {**params, "unit": u},
+                       tile=tile, units=(u,))
+    counts = np.bincount(tm * tiles_n + tn, minlength=tiles_m * tiles_n)
+    bad = np.flatnonzero(counts != 1)
+    if bad.size:
+        t = int(bad[0])
+        tile = (t // tiles_n, t % tiles_n)
+        hit = tuple(int(x) for x in units[(tm == tile[0]) & (tn == tile[1])])
+        if not hit:
+            return Problem("walk", "tile_missed", f"tile (m-tile {tile[0]}, n-block {tile[1]}) is the tile of no unit "
+                           f"({where}): never computed", params, tile=tile)
+        return Problem("walk", "tile_repeated", f"tile (m-tile {tile[0]}, n-block {tile[1]}) is the tile of units "
+                       f"{list(hit)}{band_of(hit[0])} ({where}): computed and stored {len(hit)} times", params,
+                       tile=tile, units=hit)
+    return None
+
+
+def grouped_walk_bound(walk: GroupedWalk, max_tiles: int = 12) -> int:
+    """The largest ``tiles_m`` :func:`enumerate_grouped_walk` checks: every band shape (full bands,
+    each partial last band, ``tiles_m < band_m``, ``tiles_m = 0``) and two full bands before a
+    partial one, at least ``max_tiles``."""
+    return max(max_tiles, 2 * walk.band_m + 2)
+
+
+def enumerate_grouped_walk(walk: GroupedWalk, max_tiles: int = 12) -> tuple[int, int, Problem | None]:
+    """:func:`check_grouped_walk` on every ``tiles_m`` in ``[0, grouped_walk_bound]`` and ``tiles_n``
+    in ``[1, max_tiles]`` (increasing, so the first problem is a smallest one): ``(grids, units
+    checked, first problem)``."""
+    grids = points = 0
+    for tiles_m in range(grouped_walk_bound(walk, max_tiles) + 1):
+        for tiles_n in range(1, max_tiles + 1):
+            p = check_grouped_walk(tiles_m, tiles_n, walk)
+            if p is not None:
+                return grids, points, p
+            grids += 1
+            points += tiles_m * tiles_n
+    return grids, points, None
+
+
+def grouped_walk_all_sizes(walk: GroupedWalk) -> str | None:
+    """The argument that the grouped walk is a bijection for every ``tiles_m >= 0`` and ``tiles_n >=
+    1`` (text), or None when ``walk`` states a mistake (then only the enumeration speaks)."""
+    if not walk.correct_form:
+        return None
+    if not walk.band_m:
+        return ("unbanded walk: tiles_m = 0 has no unit; otherwise (u mod tiles_m, u div tiles_m) is Euclidean "
+                "division of u in [0, tiles_m tiles_n) by tiles_m: a bijection onto [0, tiles_m) x [0, tiles_n)")
+    b = walk.band_m
+    return (f"bands of B = {b}: write tiles_m = q B + r (0 <= r < B). Band j < q holds units [j B tiles_n, "
+            f"(j+1) B tiles_n) with local in [0, B tiles_n) and rows = min(B, tiles_m - j B) = B, so (local mod B, "
+            "local div B) is Euclidean division: a bijection onto [0, B) x [0, tiles_n), placed at m-tiles "
+            "[j B, (j+1) B); when r > 0 the last band j = q holds units [q B tiles_n, tiles_m tiles_n), local in "
+            "[0, r tiles_n), rows = r: Euclidean division by r onto m-tiles [q B, tiles_m) x [0, tiles_n). The "
+            "bands' unit ranges partition [0, tiles_m tiles_n) and their m-tile ranges partition [0, tiles_m), "
+            "so the walk is a bijection for every tiles_m >= 0 (0: no unit) and tiles_n >= 1")

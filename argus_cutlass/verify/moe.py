@@ -326,7 +326,24 @@ def _b_rows(load: Any, expert: int, tn: int, tile_n: int) -> np.ndarray:
     return origin + r
 
 
+def _walk_cex(part: str, label: str, prob: Any, params: dict, engine: str = "enum") -> Violation:
+    """``moe.group_tiles``: the grouped walk's problem ``prob`` (a decomposition ``Problem``) as a
+    violation naming the unit, its band and its tile."""
+    tile = prob.tile if isinstance(prob.tile, tuple) else (-1, -1)
+    u = prob.units[0] if prob.units else -1
+    cex = Counterexample("M3", "moe.group_tiles", engine, f"{part} scheduler (moe/work.j2 Scheduler::current)",
+                         f"{part} scheduler", -1, -1, -1, {"tm": int(tile[0]), "tn": int(tile[1])}, {}, "", {},
+                         "each unit its own (m-tile, n-block) of the tiles_m x tiles_n grid", prob.message,
+                         f"band_m {prob.params.get('band_m')}, band_start_delta {prob.params.get('band_start_delta')}",
+                         element={"unit": int(u), "m_tile": int(tile[0]), "n_block": int(tile[1])},
+                         params={**params, **{k: v for k, v in prob.params.items()
+                                              if isinstance(v, int) and not isinstance(v, bool)}})
+    return _viol("moe.group_tiles", f"{part}, {label}: the grouped walk is not a bijection: {prob.message}", cex)
+
+
 def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
+    from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk, grouped_tile_of_unit
+
     bad: list[Violation] = []
     proofs: list[Proof] = []
     seen: set[str] = set()
@@ -335,10 +352,18 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
         p = layer.program(part)
         la, lb = p.load_into("sA"), p.load_into("sB")
         epi, sched = p.epilogue, p.schedule
+        walk = GroupedWalk.of(sched)
         n_out = layer.ffn if part == "gate_up" else layer.hidden
         per_expert = 2 * layer.ffn if part == "gate_up" else layer.hidden
         tile_m, tile_n = la.tile_mn, lb.tile_mn
         tiles_n = -(-n_out // epi.tile_n)
+        unit_ct = layer.index("tile_unit").ctype if any(i.name == "tile_unit" for i in layer.indices) else "int32_t"
+        if walk.band_m * tiles_n > CTYPES.get(unit_ct, 2**31 - 1) and "moe.group_tiles" not in seen:
+            seen.add("moe.group_tiles")
+            bad.append(_viol("moe.group_tiles", f"{part}: a band spans band_m * tiles_n = {walk.band_m * tiles_n} "
+                             f"units, past {unit_ct} (the walk's Unit)",
+                             _cex("moe.group_tiles", f"{part} scheduler span", f"<= {CTYPES.get(unit_ct)}",
+                                  str(walk.band_m * tiles_n), params={"band_m": walk.band_m, "tiles_n": tiles_n})))
         for label, ids in cases:
             sim = simulate_routing(layer, ids)
             off, cnt, te, tiles_m = sim["offsets"], sim["counts"], sim["tile_expert"], sim["tiles_m"]
@@ -352,6 +377,13 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
                     for u in range(c, units, step):
                         visits[u] += 1
             params = {"T": int(ids.shape[0]), "tiles_m": tiles_m, "tiles_n": tiles_n, "grid": grid}
+            walk_problem = check_grouped_walk(tiles_m, tiles_n, walk)
+            if walk_problem is not None:
+                if "moe.group_tiles" not in seen:
+                    seen.add("moe.group_tiles")
+                    bad.append(_walk_cex(part, label, walk_problem, params))
+                continue
+            tms, tns, _ = grouped_tile_of_unit(np.arange(units), tiles_m, tiles_n, walk)
             if (visits != 1).any() and "moe.group_tiles" not in seen:
                 u = int(np.flatnonzero(visits != 1)[0])
                 seen.add("moe.group_tiles")
@@ -362,7 +394,7 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
             for u in range(units):
                 if "moe.group_tiles" in seen and "moe.empty_groups" in seen:
                     break
-                tm, tn = (u % tiles_m, u // tiles_m) if sched.raster == "along_m" else (u // tiles_n, u % tiles_n)
+                tm, tn = int(tms[u]), int(tns[u])
                 e = int(te[tm])
                 points += 1
                 if e < 0 or cnt[e] == 0:
@@ -419,9 +451,11 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
             bad.append(_viol("moe.empty_groups", f"{part}: the producer and consumer carry the pipeline state "
                              "differently across units", None))
     if "moe.group_tiles" not in seen:
+        walks = ", ".join(f"{part} {GroupedWalk.of(layer.program(part).schedule).describe()}"
+                          for part in ("gate_up", "down"))
         proofs.append(Proof("moe.group_tiles", "M3", "enum", f"{points} (unit, routing) points: A rows in the tile's "
-                            "padded group, B rows = expert e's gate/up/W2 rows of the output columns, units once",
-                            points=points))
+                            "padded group, B rows = expert e's gate/up/W2 rows of the output columns, units once, "
+                            f"every (m-tile, n-block) once ({walks})", points=points))
     if "moe.empty_groups" not in seen:
         proofs.append(Proof("moe.empty_groups", "M4", "enum", "no unit, load or store for an empty group; every unit "
                             "runs the full k loop in producer and consumer (pipeline.carry proves the phase)"))
@@ -807,6 +841,84 @@ def _check_offsets_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], l
                             int(timeout_ms))]
 
 
+def _check_walk_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], list[Violation], list]:
+    """z3 (``moe.group_tiles``): each banded grouped walk is a bijection of ``[0, tiles_m * tiles_n)``
+    onto ``[0, tiles_m) x [0, tiles_n)`` for **every** ``tiles_m`` the buffers allow (``[0, tiles]`` of
+    :func:`index_bounds`, T = 2^tokens_bits) at the GEMM's own ``tiles_n``, on the printed walk's
+    integer terms (every band field of the node). One query per band height ``k`` in ``1..band_m``
+    (so ``local / k`` and ``local % k`` divide by a constant: linear) plus one for ``rows < 1``:
+    no unit sees ``rows < 1``, and a unit whose band holds ``k`` m-tiles lands inside the grid and
+    inside its own band's m-tiles ``[b band_m, (b+1) band_m)``. Then two units with one tile share
+    the band (the tile names it), so ``rows`` and ``first`` too, and Euclidean division by ``rows`` is
+    one-to-one, so their ``local`` and the units agree; one-to-one between sets of equal size
+    ``tiles_m * tiles_n`` is onto. The unbanded walk (``band_m`` 0) divides by the symbolic
+    ``tiles_m`` (nonlinear): its all-sizes proof is the arithmetic one of ``scheduler.bijection``."""
+    import z3
+
+    from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk
+    from argus_cutlass.verify.report import Unknown
+
+    tmax = index_bounds(layer)["tiles"]
+    proofs: list[Proof] = []
+    bad: list[Violation] = []
+    unknown: list = []
+    for part in ("gate_up", "down"):
+        p = layer.program(part)
+        walk = GroupedWalk.of(p.schedule)
+        if not walk.band_m:
+            continue
+        bm = walk.band_m
+        n_out = layer.ffn if part == "gate_up" else layer.hidden
+        tiles_n = -(-n_out // max(1, p.epilogue.tile_n))
+        t_, u = z3.Int("tiles_m"), z3.Int("u")
+        span = bm * tiles_n
+        band = u / span
+        local = u - band * span
+        first = band * bm + walk.band_start_delta
+        rows = z3.IntVal(bm) if walk.band_full_rows else z3.If(t_ - first < bm, t_ - first, bm)
+        domain = [t_ >= 0, t_ <= tmax, u >= 0, u < t_ * tiles_n]
+        found = None
+        queries = 0
+        for k in range(bm + 1):
+            s = z3.Solver()
+            s.set("timeout", int(timeout_ms))
+            if k == 0:
+                s.add(*domain, rows < 1)
+            else:
+                q, r = local / k, local % k
+                tm, tn = (first + q, r) if walk.band_swap else (first + r, q)
+                s.add(*domain, rows == k, z3.Not(z3.And(tm >= 0, tm < t_, tn >= 0, tn < tiles_n, tm >= band * bm,
+                                                        tm < band * bm + bm)))
+            res = s.check()
+            queries += 1
+            if res == z3.unsat:
+                continue
+            if res == z3.sat:
+                m = s.model()
+                found = (m.eval(t_, model_completion=True).as_long(), m.eval(u, model_completion=True).as_long(), k)
+            else:
+                unknown.append(Unknown("moe.group_tiles", "M3", f"{part} banded walk, band height {k}",
+                                       str(s.reason_unknown()), int(timeout_ms)))
+            break
+        if found is not None:
+            tm_count, unit, k = found
+            prob = check_grouped_walk(tm_count, tiles_n, walk)
+            params = {"tiles_m": tm_count, "tiles_n": tiles_n, "tiles_max": tmax}
+            if prob is not None:
+                bad.append(_walk_cex(part, f"tiles_m = {tm_count} (z3, unit {unit}, band height {k})", prob, params,
+                                     "smt"))
+            else:
+                # the model's unit leaves its band yet the grid is covered once: a walk this proof does not cover
+                unknown.append(Unknown("moe.group_tiles", "M3", f"{part} banded walk: unit {unit} at tiles_m = "
+                                       f"{tm_count} leaves its band", "outside the band argument", int(timeout_ms)))
+        elif not unknown:
+            proofs.append(Proof("moe.group_tiles", "M3", "smt", f"{part}: {walk.describe()} x {tiles_n} n-blocks is "
+                                f"a bijection onto [0, tiles_m) x [0, {tiles_n}) for every tiles_m in [0, {tmax}] "
+                                f"(T <= 2^{layer.tokens_bits}): {queries} queries, one per band height",
+                                points=queries))
+    return proofs, bad, unknown
+
+
 # ---------------------------------------------------------------------------------------- driver
 
 
@@ -850,8 +962,10 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
 
         timeout = settings().smt_timeout_ms if smt_timeout_ms is None else int(smt_timeout_ms)
         run.add("smt", "moe.offsets", _check_offsets_smt, layer, timeout)
+        run.add("smt", "moe.group_tiles", _check_walk_smt, layer, timeout)
     else:
-        notes.append("SMT tier off: moe.offsets checked on the enumerated routings only")
+        notes.append("SMT tier off: moe.offsets checked on the enumerated routings only; the banded walks on the "
+                     "enumerated routings and scheduler.bijection's enumeration and all-sizes argument")
     return _report(name, obligations, run, notes, t0)
 
 

@@ -28,6 +28,12 @@ Rules (VERIFIER.md catalogue):
   and grid counts. A closed-form argument (Euclidean division) covers unit ownership for every
   unit count and grid when the step is the grid size. (A z3 formulation with a symbolic step
   needs nonlinear ``urem`` and timed out at 10 s, so the general case is argued, not solved.)
+  The MoE ``grouped`` walk (``templates/moe/work.j2``) is checked as printed instead of CUTLASS's:
+  every unit of ``tiles_m * tiles_n`` gets its own tile of the grid for every ``tiles_m`` in
+  ``[0, 2 band_m + 2]`` (at least ``MAX_TILES``: full bands, every partial last band, fewer m-tiles
+  than a band, none) and ``tiles_n`` up to ``MAX_TILES``
+  (:func:`~argus_cutlass.verify.decomposition.check_grouped_walk`), and for all sizes by the band
+  decomposition argument (:func:`~argus_cutlass.verify.decomposition.grouped_walk_all_sizes`).
 
 The accumulator layout is CuTe's ``CLayout_64xN`` (``layout.gmma.gmma_c_layout``, PTX ISA
 9.7.15.4). The scheduler is transcribed from CUTLASS 4.2 ``sm90_tile_scheduler.hpp`` and
@@ -43,11 +49,17 @@ import numpy as np
 
 from argus_cutlass.dsl.ir import Program, TileSchedule
 from argus_cutlass.verify.absint import accumulator_partition, consumer_thread, view_layout
-from argus_cutlass.verify.decomposition import Problem
+from argus_cutlass.verify.decomposition import (
+    GroupedWalk,
+    Problem,
+    enumerate_grouped_walk,
+    grouped_walk_all_sizes,
+    grouped_walk_bound,
+)
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
 __all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_source",
-           "check_tma_store", "check_uniformity", "schedule_units"]
+           "check_tma_store", "check_uniformity", "grouped_walk_violation", "schedule_units"]
 
 #: enumeration bounds of scheduler.bijection
 MAX_UNITS = 48
@@ -267,6 +279,8 @@ def check_schedule(program: Program) -> (tuple[list[Proof], list[Violation]]
             "scheduler.bijection", "G4",
             f"the persistent scheduler steps by {step} with {grid} CTAs: with {units} work units, "
             f"{actual}", "step by the grid size (gridDim.x) so each unit has exactly one owner", where, cex)]
+    if sch.decomposition == "grouped":
+        return _check_grouped_schedule(sch)
     if any(x & (x - 1) for x in (sch.cluster_m, sch.cluster_n)):
         return [], [], [Unknown("scheduler.bijection", "G4",
                                 f"G4 scheduler.bijection: the tile walk of a {sch.cluster_m}x{sch.cluster_n} cluster",
@@ -293,6 +307,53 @@ def check_schedule(program: Program) -> (tuple[list[Proof], list[Violation]]
     return [Proof("scheduler.bijection", "G4", "enum", text, points)], []
 
 
+@functools.lru_cache(maxsize=64)
+def _grouped_cases(walk: GroupedWalk) -> tuple[int, int, Problem | None]:
+    """:func:`~argus_cutlass.verify.decomposition.enumerate_grouped_walk` (cached per walk)."""
+    return enumerate_grouped_walk(walk, MAX_TILES)
+
+
+def grouped_walk_violation(sch: TileSchedule, p: Problem, engine: str = "enum") -> Violation:
+    """The ``scheduler.bijection`` violation of a grouped walk's problem ``p`` (unit, band, tile)."""
+    tile = p.tile if isinstance(p.tile, tuple) else (-1, -1)
+    u = p.units[0] if p.units else -1
+    walk = GroupedWalk.of(sch)
+    cex = Counterexample(
+        "G4", "scheduler.bijection", engine, "tile_scheduler", str(sch.loc), -1, -1, -1,
+        {"tm": int(tile[0]), "tn": int(tile[1]), **({"unit": int(u)} if u >= 0 else {})}, {}, "", {},
+        f"every unit of [0, tiles_m * tiles_n) has its own tile of [0, {p.params['tiles_m']}) x "
+        f"[0, {p.params['tiles_n']})", p.message,
+        f"templates/moe/work.j2 Scheduler::current, {walk.describe()}",
+        element={"unit": int(u), "m_tile": int(tile[0]), "n_block": int(tile[1])},
+        params={k: v for k, v in p.params.items() if isinstance(v, int) and not isinstance(v, bool)},
+        chain=tuple(f"unit {x}" for x in p.units) + (f"tile {tile}",))
+    return Violation("scheduler.bijection", "G4", f"the grouped walk is not a bijection: {p.message}",
+                     "band b starts at m-tile b * band_m, holds rows = min(band_m, tiles_m - b * band_m) m-tiles, "
+                     "and unit local of the band is m-tile first + local % rows, n-block local / rows",
+                     str(sch.loc), cex)
+
+
+def _check_grouped_schedule(sch: TileSchedule) -> tuple[list[Proof], list[Violation]]:
+    """``scheduler.bijection`` of the MoE grouped walk by enumeration (unit ownership was checked
+    by the caller): the printed walk on every tiles_m in ``[0, grouped_walk_bound]`` and tiles_n in
+    ``[1, MAX_TILES]``."""
+    walk = GroupedWalk.of(sch)
+    if (sch.cluster_m, sch.cluster_n) != (1, 1):
+        return [], [Violation("scheduler.bijection", "G4", f"the grouped walk gives each CTA its own tile, but the "
+                              f"schedule states a {sch.cluster_m}x{sch.cluster_n} cluster (adjacent m-tiles may "
+                              "belong to different experts: no operand is shared across a cluster)",
+                              "use cluster 1x1 for the grouped walk (moe/scheduler.j2 static_asserts it)",
+                              str(sch.loc))]
+    grids, pts, p = _grouped_cases(walk)
+    if p is not None:
+        return [], [grouped_walk_violation(sch, p)]
+    bound = grouped_walk_bound(walk, MAX_TILES)
+    text = (f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1; the grouped "
+            f"walk ({walk.describe()}) maps units [0, tiles_m * tiles_n) one-to-one onto the tile grid for all "
+            f"{grids} grids tiles_m in [0, {bound}] x tiles_n in [1, {MAX_TILES}]")
+    return [Proof("scheduler.bijection", "G4", "enum", text, MAX_UNITS * (MAX_UNITS + 3) // 2 + pts)], []
+
+
 def check_schedule_all_sizes(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``scheduler.bijection`` for every unit count and grid (arith): with ``step == grid``,
     CTA ``c`` takes unit ``w`` iff ``w = c + i * grid``, ``c < grid``, which is Euclidean division
@@ -302,6 +363,13 @@ def check_schedule_all_sizes(program: Program) -> tuple[list[Proof], list[Violat
     sch = program.schedule
     if sch.step_delta != 0:
         return [], []
+    if sch.decomposition == "grouped":
+        walk_text = grouped_walk_all_sizes(GroupedWalk.of(sch))
+        if walk_text is None:
+            return [], []
+        return [Proof("scheduler.bijection", "G4", "arith",
+                      "step == grid: unit w belongs to CTA w mod grid at round w div grid for every unit count and "
+                      f"grid; {walk_text}", 0)], []
     return [Proof("scheduler.bijection", "G4", "arith",
                   "step == grid: unit w belongs to CTA w mod grid at round w div grid (Euclidean division: "
                   "exists and unique) for every unit count and grid", 0)], []

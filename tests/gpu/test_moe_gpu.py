@@ -7,7 +7,11 @@ skewed routing, experts with no token, all tokens to one expert, group sizes 128
 padding skipped, fp16, CUDA-graph capture, and the bad-input errors. The small-T path
 (``heuristics.small_t_config``: 64-row ping-pong tiles, groups padded to 64; the heuristic's pick
 for T <= 256) explicitly: the three shapes x T in {1, 16, 256} x uniform / skewed routing, groups
-of exactly 64 / 128 rows and of 65, CUDA-graph capture on each side of the bucket edge.
+of exactly 64 / 128 rows and of 65, CUDA-graph capture on each side of the bucket edge. The banded
+grouped walk (``MoEConfig.gu_band_m`` / ``dn_band_m``; the large-T default is banded, so the anchor
+cases at T = 2048 / 8192 run it too) explicitly: bands that do not divide the m-tile count (each case
+asserts it on the routing), skewed routing, empty experts, one expert, group sizes 128 / 130 / 65,
+more units than CTAs, the banded ping-pong (64-row) path, and the walk's bands of 1.
 """
 
 from __future__ import annotations
@@ -41,6 +45,19 @@ _LAYERS = ([MoEProblem.for_model(m, t) for m in sorted(MODEL_SHAPES) for t in (1
            + [MoEProblem(256, 8, 2, 512, 256, "fp16"), MoEProblem(64, 8, 2, 256, 128), MoEProblem(32, 8, 2, 256, 128)])
 
 
+def _banded(gu: int, dn: int, small_t: bool = False):
+    from argus_cutlass.kernels.moe.config import MoEConfig
+
+    base = _small() if small_t else MoEConfig()
+    return base.replace(gu_band_m=gu, dn_band_m=dn)
+
+
+#: banded walks of the explicit cases: (gate+up band, down band, small-T path)
+_BANDS = ((3, 5, False), (4, 3, True), (1, 1, False), (16, 8, False))
+#: the sizes of the banded cases (E, k, H, I): gate+up 2 / 3 n-blocks, down 4 n-blocks
+_BAND_SHAPES = ((16, 2, 512, 384), (8, 2, 512, 256))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _prebuilt():
     """Generate and compile every layer of the module in one parallel nvcc batch (the tests then hit
@@ -53,6 +70,11 @@ def _prebuilt():
         for t in (16, 2048):  # both T buckets: the small-T layer and the large one
             q = MoEProblem(t, p.experts, p.topk, p.hidden, p.ffn, p.dtype)
             k = generate(default_config(q), q, smt=False)
+            kernels[k.name] = k
+    for e, k_, h, i in _BAND_SHAPES:
+        for gu, dn, small_t in _BANDS:
+            q = MoEProblem(300, e, k_, h, i)
+            k = generate(_banded(gu, dn, small_t), q, smt=False)
             kernels[k.name] = k
     failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
     assert not failed, failed[0]
@@ -166,3 +188,71 @@ def test_bad_inputs_named():
         moe(x, ids[:31], w[:31], w13, w2)
     with pytest.raises(ProblemError, match="is on cpu"):
         moe(x, ids.cpu(), w, w13, w2)
+
+
+# ---- the banded grouped walk ---------------------------------------------------------------------
+
+
+def _tiles_m(lib, ids) -> int:
+    """The m-tiles the routing kernel will write for ``ids`` (the verifier's simulation of the printed
+    routing kernels, on the CPU)."""
+    from argus_cutlass.verify.moe import simulate_routing
+
+    return simulate_routing(lib.layer, ids.cpu().numpy())["tiles_m"]
+
+
+def _run_banded(p, gu, dn, small_t, routing, sizes=None, seed=0):
+    """Run the banded layer on ``p`` (fp32 reference, output poisoned by ``run_and_check``) and
+    return the routing's m-tile count; the walk printed is the banded one."""
+    from argus_cutlass.hw.routing import make_routing
+
+    lib = _lib(p, _banded(gu, dn, small_t))
+    assert (lib.layer.gate_up.schedule.band_m, lib.layer.down.schedule.band_m) == (gu, dn)
+    chk = run_and_check(lib, p, routing=routing, sizes=sizes, seed=seed)
+    assert chk.ok, (gu, dn, small_t, chk)
+    ids, _ = make_routing(routing, p.tokens, p.experts, p.topk, seed=seed, sizes=sizes)
+    return _tiles_m(lib, torch.from_numpy(ids))
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed", "zero_experts", "all_to_one"])
+@pytest.mark.parametrize("gu,dn,small_t", [b for b in _BANDS if b[:2] != (16, 8)])
+def test_banded_walk_routings(gu, dn, small_t, routing):
+    """E = 16, T = 777: bands of 3 / 5 (128-row tiles), 4 / 3 (64-row ping-pong) and 1 / 1 over the
+    routing's m-tiles; the uniform and skewed routings leave a partial last band (asserted)."""
+    p = MoEProblem(777, 16, 2, 512, 384)
+    tiles_m = _run_banded(p, gu, dn, small_t, routing)
+    if routing in ("uniform", "skewed") and gu > 1:
+        assert tiles_m % gu or tiles_m % dn, (tiles_m, gu, dn)
+
+
+@pytest.mark.parametrize("gu,dn,small_t", [b for b in _BANDS if b[:2] != (16, 8)])
+def test_banded_walk_group_sizes_and_empty_experts(gu, dn, small_t):
+    """Groups of 128 / 130 / 65 / 1 rows and four empty experts: 5 m-tiles of 128 rows (8 of 64), so
+    a band of 3 or 5 leaves a partial last band and a band of 16 / 8 holds fewer m-tiles than one band."""
+    p = MoEProblem(162, 8, 2, 512, 256)
+    tiles_m = _run_banded(p, gu, dn, small_t, "sizes", sizes=[128, 130, 65, 1, 0, 0, 0, 0])
+    assert tiles_m == (8 if small_t else 5)
+    assert gu == 1 or tiles_m % gu or tiles_m % dn
+
+
+@pytest.mark.parametrize("gu,dn,small_t", [(3, 5, False), (16, 8, False), (4, 3, True)])
+def test_banded_walk_many_units(gu, dn, small_t):
+    """T = 4000 skewed at E = 8: 67 m-tiles of 128 rows (131 of 64), more units than 132 CTAs, bands
+    inside the hot expert and across experts, a partial last band; 16 / 8 is Mixtral's default band."""
+    p = MoEProblem(4000, 8, 2, 512, 256)
+    tiles_m = _run_banded(p, gu, dn, small_t, "skewed", seed=3)
+    assert tiles_m * (256 // 128) > 132 or tiles_m * (512 // 128) > 132
+    assert tiles_m % gu or tiles_m % dn, (tiles_m, gu, dn)
+
+
+def test_banded_default_anchor_layer_is_banded():
+    """The large-T default of the anchor shapes walks in bands (test_anchor_shapes runs it at T = 2048 and
+    8192); the Mixtral layer's m-tile count at T = 2048 leaves a partial band."""
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    p = MoEProblem.for_model("mixtral", 2048)
+    cfg = default_config(p)
+    assert (cfg.gu_band_m, cfg.dn_band_m) == (16, 8)
+    lib = _lib(p, cfg)
+    chk = run_and_check(lib, p, routing="skewed", seed=4)
+    assert chk.ok, chk

@@ -157,10 +157,115 @@ def test_cuda_graph_capture_varlen_attention_and_moe():
     torch.testing.assert_close(o, o_eager)
     ref = fp32_layer(x, ids, w, w13, w2)
     assert (y.float() - ref).abs().max().item() <= 2e-2 * ref.abs().max().item() + 1e-2
+    # the replay reads the live inputs and writes every output: new inputs in place, outputs poisoned
+    q.copy_(q.flip(0))
+    x.copy_(x.flip(0))
+    for t in (o, lse, y):
+        t.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    o_new, lse_new = at.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    torch.testing.assert_close(o, o_new)
+    torch.testing.assert_close(lse, lse_new)
+    ref = fp32_layer(x, ids, w, w13, w2)
+    assert torch.isfinite(y).all() and (y.float() - ref).abs().max().item() <= 2e-2 * ref.abs().max().item() + 1e-2
 
 
-def test_misaligned_view_is_refused_before_launch():
-    a = torch.randn(256, 136, device="cuda", dtype=torch.bfloat16)[:, 1:129]  # base address off by 2 bytes
+# ---- the aligned staging path: what breaks only TMA's 16-byte rules runs (issue 13 item 5) ----------
+
+
+@pytest.fixture
+def staged_warnings(monkeypatch):
+    """The staging warnings start afresh (they are said once per kernel and process)."""
+    monkeypatch.setattr(at, "_STAGED_WARNED", set())
+
+
+def _nan(*shape, dtype=torch.bfloat16):
+    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+
+
+def test_staged_colmajor_a_with_m300(staged_warnings):
+    """A column-major ``a`` with M = 300 (lda = 600 bytes): A is staged, the result matches the fp32 reference."""
+    torch.manual_seed(10)
+    a = torch.randn(256, 300, device="cuda", dtype=torch.bfloat16).t()
+    w = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    p = at.gemm_problem(a, w.t())
+    assert (p.layout, p.lda, [s.name for s in p.staging()]) == ("nn", 300, ["A"])
+    with pytest.warns(UserWarning, match=r"^a: lda=300: 600 bytes.*\(tma.stride_alignment\).*stages A through"):
+        y = at.gemm(a, w.t())
+    _close(y, a.float() @ w.float().t(), a @ w.t(), 1e-2)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_staged_n33_into_a_padded_out_view(staged_warnings, out_dtype):
+    """N = 33 written into a 33-column view of a NaN-poisoned 40-column buffer: D is staged, the M x N region
+    matches the fp32 reference and the padding columns keep their NaN; a full-shape bias at an odd row
+    pitch is the epilogue's C."""
+    torch.manual_seed(11)
+    a = torch.randn(1000, 264, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(33, 264, device="cuda", dtype=torch.bfloat16)
+    full = _nan(1000, 40, dtype=out_dtype)
+    out = full[:, :33]
+    assert [s.name for s in at.gemm_problem(a, w.t(), out=out).staging()] == ["D"]
+    with pytest.warns(UserWarning, match=r"^out: N=33: 66 bytes|^out: N=33: 132 bytes"):
+        assert at.gemm(a, w.t(), out=out) is out
+    ref = a.float() @ w.float().t()
+    _close(out, ref, (a @ w.t()).to(out_dtype), 1e-2)
+    assert torch.isnan(full[:, 33:]).all()
+    bias = torch.randn(1000, 35, device="cuda", dtype=out_dtype)[:, :33]  # ldc = 35: C needs no alignment
+    full.fill_(float("nan"))
+    at.gemm(a, w.t(), bias=bias, out=out)
+    _close(out, ref + bias.float(), (a @ w.t()).to(out_dtype) + bias, 2e-2)
+    assert torch.isnan(full[:, 33:]).all()
+    y = at.gemm(a, w.t(), out_dtype=out_dtype)  # a new (1000, 33) output: ldd = 33, staged too
+    assert y.shape == (1000, 33) and y.stride() == (33, 1)
+    _close(y, ref, (a @ w.t()).to(out_dtype), 1e-2)
+
+
+def test_staged_misaligned_pointers(staged_warnings):
+    """``a`` sliced 2 bytes into its rows and ``out`` 2 bytes into a poisoned buffer: A and D are staged; the
+    elements of the buffer before and after ``out`` keep their NaN."""
+    torch.manual_seed(12)
+    a = torch.randn(256, 136, device="cuda", dtype=torch.bfloat16)[:, 1:129]
+    b = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    buf = _nan(256 * 256 + 16)
+    out = buf[1:1 + 256 * 256].view(256, 256)
+    assert a.data_ptr() % 16 and out.data_ptr() % 16
+    p = at.gemm_problem(a, b, out=out)
+    assert p.unaligned == ("A", "D") and [s.name for s in p.staging()] == ["A", "D"]
+    with pytest.warns(UserWarning, match=r"^a: starts at 0x[0-9a-f]+, not 16-byte aligned.*out: starts at"):
+        at.gemm(a, b, out=out)
+    _close(out, a.float() @ b.float(), a @ b, 1e-2)
+    assert torch.isnan(buf[0]) and torch.isnan(buf[1 + 256 * 256:]).all()
+    y = at.gemm(a.clone(), b)  # the aligned call of the same bucket runs the direct kernel, no warning
+    _close(y, a.float() @ b.float(), a @ b, 1e-2)
+
+
+def test_cuda_graph_capture_of_a_staged_kernel(staged_warnings):
+    """precompile(gemm_problem(...)) builds the staged kernel; a capture runs it (its workspace is a
+    stream-ordered allocation node) and the replay reads the live inputs."""
+    torch.manual_seed(13)
+    a = torch.randn(512, 300, device="cuda", dtype=torch.bfloat16).t()   # M = 300, column-major: A staged
+    w = torch.randn(100, 512, device="cuda", dtype=torch.bfloat16)
+    full = _nan(300, 104)
+    out = full[:, :100]                                                  # N = 100 (200 bytes) in a padded view
+    p = at.gemm_problem(a, w.t(), out=out)
+    assert [s.name for s in p.staging()] == ["A", "D"]
+    at.precompile(p)
+    g = torch.cuda.CUDAGraph()
+    with pytest.warns(UserWarning, match="aligned copy"), torch.cuda.graph(g):
+        at.gemm(a, w.t(), out=out)
+    a.copy_(torch.randn_like(a))
+    full.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    _close(out, a.float() @ w.float().t(), a @ w.t(), 1e-2)
+    assert torch.isnan(full[:, 100:]).all()
+
+
+def test_what_no_path_runs_is_refused_before_launch():
+    """Overlapping rows (lda = 64 < K = 128) stay an error naming the tensor and the rule, never a launch failure."""
+    a = torch.randn(256 * 128, device="cuda", dtype=torch.bfloat16).as_strided((256, 128), (64, 1))
     with pytest.raises(ProblemError) as err:
         at.gemm(a, torch.randn(128, 256, device="cuda", dtype=torch.bfloat16))
-    assert err.value.rule in ("tma.address_alignment", "tma.stride_alignment")
+    assert err.value.rule == "problem.ld" and "lda=64 is smaller than the contiguous extent K=128" in str(err.value)

@@ -62,7 +62,8 @@ def test_lookup_falls_back_user_then_shipped_then_heuristic(tmp_path, monkeypatc
     entry = make_entry(GPU, "gemm", Problem(*shape), shipped_cfg, 0.1)
     monkeypatch.setattr(store_mod, "shipped_entries", lambda: [entry])
     assert tuned_or_default("gemm", *shape, gpu=GPU, store=st) == shipped_cfg
-    assert tuned_or_default("gemm", *shape, gpu="NVIDIA H100 80GB HBM3", store=st) == heur  # other GPU
+    assert tuned_or_default("gemm", *shape, gpu="NVIDIA H100 80GB HBM3", store=st) == shipped_cfg  # sm_90 too
+    assert tuned_or_default("gemm", *shape, gpu="NVIDIA A100-SXM4-80GB", store=st) == heur  # no known arch
     user_cfg = heur.replace(raster="along_m")
     st.record_best(GPU, "gemm", Problem(*shape), user_cfg, 0.09)
     assert tuned_or_default("gemm", *shape, gpu=GPU, store=st) == user_cfg

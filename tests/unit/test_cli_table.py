@@ -151,6 +151,65 @@ def test_ctrl_c_during_a_compile_says_what_was_interrupted(capsys, monkeypatch, 
     assert rc == 130 and "30-60 s" not in captured.err
 
 
+@pytest.mark.parametrize("argv", [
+    ["tune", "--quiet", "gemm", "--m", "256", "--n", "256", "--k", "256"],
+    ["tune", "gemm", "--m", "256", "--n", "256", "--k", "256", "--quiet"],
+    ["tune", "attention", "--batch", "1", "--heads", "2", "--seqlen-q", "256", "--head-dim", "128", "--quiet"],
+    ["tune", "--quiet", "--shapes", "s.json"],
+])
+def test_tune_accepts_quiet_before_or_after_the_kernel(argv):
+    from argus_cutlass.cli import build_parser
+
+    assert build_parser().parse_args(argv).quiet is True
+    assert build_parser().parse_args([a for a in argv if a != "--quiet"]).quiet is False
+
+
+def test_tune_progress_lines_and_quiet(tmp_path, capsys, monkeypatch):
+    """``tune gemm``'s per-candidate progress (a tqdm bar, or plain lines without tqdm) on stderr; none with quiet."""
+    from argus_cutlass.agent.planner import DefaultPolicy, Measurement, Problem
+    from argus_cutlass.agent.tune import tune
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the plain-line fallback, whether or not tqdm is installed
+    p = Problem(1024, 1024, 1024)
+
+    def evaluate(cfgs):
+        return [Measurement("ok", 1.0 + i) for i, _ in enumerate(cfgs)]
+
+    tune(p, DefaultPolicy(seed=0), evaluate, tmp_path / "a", budget=3, batch=1)
+    err = capsys.readouterr().err
+    assert "[1/3]" in err and "[3/3]" in err, err
+    tune(p, DefaultPolicy(seed=0), evaluate, tmp_path / "b", budget=3, batch=1, quiet=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_tune_attention_says_it_compiles_unless_quiet(tmp_path, capsys, monkeypatch):
+    import argus_cutlass.build.toolchain as toolchain
+    import argus_cutlass.generate as gen
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(toolchain, "find_nvcc", lambda: None)
+    monkeypatch.setattr(gen, "run_many", lambda configs, problem, options: [gen.RunResult(problem, c) for c in configs])
+    argv = ["tune", "attention", "--batch", "1", "--heads", "2", "--seqlen-q", "256", "--head-dim", "128",
+            "--budget", "2", "--out", str(tmp_path)]
+    main(argv)
+    assert "compiling 2 candidates with nvcc" in capsys.readouterr().err
+    main(argv + ["--quiet"])
+    assert "compiling" not in capsys.readouterr().err
+
+
+def test_ctrl_c_while_tuning_says_what_was_interrupted(capsys, monkeypatch, tmp_path):
+    import argus_cutlass.agent.tune as agent_tune
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agent_tune, "run_tune", interrupted)
+    rc = main(["tune", "gemm", "--m", "256", "--n", "512", "--k", "128", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 130 and "interrupted (Ctrl-C) while tuning the GEMM M=256 N=512 K=128" in err, err
+    assert "nothing recorded in the experience store" in err
+
+
 # ---- benchmarks: skip before compiling -------------------------------------------------------
 
 

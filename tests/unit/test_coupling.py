@@ -61,7 +61,14 @@ BASES: dict[str, GemmConfig] = {
     "attn_d256_varlen_fp16_noturns": AttentionConfig(head_dim=256, dtype="fp16", varlen=True, tile_m=128, tile_n=80,
                                                      pingpong=False),
     "attn_d96_quad16": AttentionConfig(head_dim=96, causal=True, tile_m=128, tile_n=144, epilogue="quad16"),
+    # the any-alignment path: tn with A, B (K-contiguous) staged in and D staged out; swap-AB nn with fp32 D,
+    # A and D staged (the kernel's B is the caller's A)
+    "staged_tn_abd": GemmConfig(layout="tn", tile_m=128, tile_n=128, cluster_m=1),
+    "staged_swapab_nn_ad": GemmConfig(layout="nn", swap_ab=True, tile_m=64, tile_n=32, schedule="pingpong",
+                                      cluster_m=1, epi_m=64, epi_n=32, out_dtype="fp32"),
 }
+#: bases built with StageCopy nodes: base -> the caller operands they stage
+STAGED: dict[str, tuple[str, ...]] = {"staged_tn_abd": ("A", "B", "D"), "staged_swapab_nn_ad": ("A", "D")}
 
 
 def render(program: Program) -> str:
@@ -77,7 +84,7 @@ GROUPS: dict[str, tuple[str, str | None]] = {
     "epilogue": ("epilogue", None), "source": ("source", None), "staging": ("staging", None),
     "schedule": ("schedule", None), "launch": ("launch", None), "converts": ("convert", "name"),
     "reductions": ("reduction", "name"), "mask": ("mask", None), "softmax": ("softmax", None),
-    "output": ("output", None),
+    "output": ("output", None), "stage_copies": ("stage_copy", "name"),
 }
 
 #: valid values of enumerated string fields, by leaf field name (the last dotted component)
@@ -108,7 +115,16 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "layout": ("tn", "nt", "nn", "tt"),
     "family": ("gemm", "attention"),
     "store_mode": ("direct", "quad16"),
+    "direction": ("in", "out"),
+    "fill": ("zero", "none"),
+    "map_extent": ("staged", "true"),
+    "src_pitch": ("caller", "staged"),
+    "dst_pitch": ("caller", "staged"),
+    "rows": ("M", "N", "K"),
+    "cols": ("M", "N", "K"),
 }
+#: string fields whose domain depends on the node type: (node type, field) -> domain
+OWNER_DOMAINS = {("StageCopy", "operand"): ("A", "B", "C", "D")}
 #: ``major`` means different things on different nodes
 MAJOR_DOMAINS = {"Tensor": ("K", "M", "N", "D", "Lq", ""), "TmaLoad": ("K", "MN"), "TmaStore": ("K", "MN"),
                  "GmmaSmemAtom": ("K", "MN")}
@@ -177,8 +193,10 @@ def _str_alternatives(owner: Any, attr: str, value: str, program: Program) -> li
     """Every other valid value of a string field: its domain, or (for names and references)
     the other names of the program's nodes of that kind, or a fresh name."""
     owner_t = type(owner).__name__
-    if attr == "major":
-        domain: tuple[str, ...] = MAJOR_DOMAINS.get(owner_t, ("K", "MN"))
+    if (owner_t, attr) in OWNER_DOMAINS:
+        domain: tuple[str, ...] = OWNER_DOMAINS[(owner_t, attr)]
+    elif attr == "major":
+        domain = MAJOR_DOMAINS.get(owner_t, ("K", "MN"))
     elif attr == "kind" and owner_t in KIND_DOMAINS:
         domain = KIND_DOMAINS[owner_t]
     elif attr in DOMAINS:
@@ -352,6 +370,8 @@ def normalized(program: Program, text: str) -> str:
 @lru_cache(maxsize=None)
 def base_program(base: str) -> Program:
     cfg = BASES[base]
+    if base in STAGED:
+        return build_program(cfg, staged=STAGED[base])
     return build_attention(cfg) if isinstance(cfg, AttentionConfig) else build_program(cfg)
 
 
@@ -499,6 +519,8 @@ STATIC_ASSERT_CASES = [
     ("attn_d128_causal", "mask", None, "causal", lambda p: False, "FA5 mask.exact"),
     ("attn_d64_3wg", "loop", "kv", "block_k",
      lambda p: 2 * p.resolve("loop[kv].block_k"), "G3 loop.step: loop[kv].block_k == mma[pv].op.k"),
+    ("staged_tn_abd", "stage_copy", "stage_A", "align", lambda p: 4,
+     "G9 stage.align: the staged leading dimension is a multiple of 16 bytes"),
 ]
 
 

@@ -68,7 +68,9 @@ def test_smem_model_is_the_templates_formula():
 def test_catalogue_is_data_and_honest():
     assert {"gemm", "common"} <= set(catalogue_names())
     invs = {i.id: i for i in load_invariants()}
-    assert [f"G{i}" for i in range(1, 9)] == [k for k in invs if k.startswith("G")]
+    assert [f"G{i}" for i in range(1, 10)] == [k for k in invs if k.startswith("G")]
+    assert invs["G9"].checked and set(invs["G9"].rules) == {"stage.cover", "stage.zero", "stage.align",
+                                                            "stage.writeback"}
     assert invs["G1"].checked
     assert {"mma.k_agreement", "mma.operand_identity", "gmma.descriptor"} <= set(invs["G1"].rules)
     assert invs["G5"].checked and {"tma.image", "tma.multicast", "cluster.consistency"} <= set(invs["G5"].rules)

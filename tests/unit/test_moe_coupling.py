@@ -1,11 +1,13 @@
 """The MoE coupling test: what runs is what was proved, field by field (mirrors test_coupling.py).
 
-For two base layers (the small E=8 layer under the default configuration, and the qwen-like
-E=128, k=8 layer under the small-T configuration) and **every field** of the MoE nodes -- the
+For three base layers (the small E=8 layer under the default configuration, the qwen-like
+E=128, k=8 layer under the small-T configuration, and the small layer with banded walks of 3 and 5
+m-tiles) and **every field** of the MoE nodes -- the
 routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` node, the layer's
 own scalar fields -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
 ``expert_shift``, ``pair_offset``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
-``tile_n``; the schedule's ``decomposition`` and ``step_delta``), a type-appropriate mutation
+``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
+``band_start_delta``, ``band_full_rows``, ``band_swap``), a type-appropriate mutation
 (int: +1, -1 and doubled; bool: flipped; str: every other valid value; tuple: an element dropped
 and replaced) is applied and one of these must hold:
 
@@ -41,14 +43,16 @@ DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "inv
            "row_map": ("permuted_row", "identity"), "acc_dtype": ("fp32", "bf16", "fp16"), "dtype": ("bf16", "fp16"),
            "ctype": tuple(CTYPES), "act": ("", "swiglu", "swiglu_swapped"),
            "decomposition": ("persistent", "streamk", "splitk", "grouped")}
+#: the schedule node's fields of the banded grouped walk
+BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap")
 #: MoE fields of the grouped GEMM programs: (part, replace_node kind, key getter, fields)
 GEMM_FIELDS = (
     ("gate_up", "load", lambda p: p.load_into("sB").name, ("expert_rows", "expert_shift", "pair_offset")),
     ("down", "load", lambda p: p.load_into("sB").name, ("expert_rows", "expert_shift", "pair_offset")),
     ("gate_up", "epilogue", None, ("act", "act_pair", "row_offset", "tile_n")),
     ("down", "epilogue", None, ("act", "row_offset", "tile_n")),
-    ("gate_up", "schedule", None, ("decomposition", "step_delta")),
-    ("down", "schedule", None, ("decomposition", "step_delta")),
+    ("gate_up", "schedule", None, ("decomposition", "step_delta") + BAND_FIELDS),
+    ("down", "schedule", None, ("decomposition", "step_delta") + BAND_FIELDS),
 )
 
 
@@ -58,6 +62,8 @@ def base(which: str) -> MoELayer:
 
     if which == "small":
         return build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small_banded":
+        return build_layer(MoEConfig(gu_band_m=3, dn_band_m=5), MoEProblem(64, 8, 2, 256, 512))
     return build_layer(small_t_config(), MoEProblem(64, 128, 8, 2048, 768))
 
 
@@ -143,7 +149,7 @@ def classify(layer: MoELayer, make: Callable[[], MoELayer]) -> tuple[str, str]:
     return "unprinted", "compiled text unchanged and the verifier accepts"
 
 
-@pytest.mark.parametrize("which", ["small", "qwen_small_t"])
+@pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded"])
 def test_every_moe_field_is_coupled(which):
     layer = base(which)
     muts = mutations(layer)

@@ -49,7 +49,9 @@ def test_heuristic_picks_by_t_bucket():
 
     for t in (1, 16, SMALL_T):
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == small_t_config() and bucket_of(t) == "small"
-    assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == MoEConfig()
+    # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for)
+    assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == MoEConfig(gu_band_m=1, dn_band_m=1)
+    assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)) == MoEConfig(gu_band_m=16, dn_band_m=8)
     small = small_t_config()
     assert all(getattr(small, k) in v for k, v in KNOBS.items())
 
@@ -73,6 +75,14 @@ def test_gpu_mutant_problems_reach_the_failing_case():
     # more grouped units than the 132 CTAs of an H200 for the step mutant
     units = GPU_PROBLEMS["qwen_many_units"]
     assert units.tokens * 8 // 128 * (768 // 128) > 132
+    # -1 padding is a property of a silicon problem: the invalid-id and index-width mutants run on it,
+    # every listed (token, slot) is inside its problem, and one token has no valid slot at all
+    padded = GPU_PROBLEMS["small_padded300"]
+    for mid in ("clamp_invalid_ids", "permuted_row_uint32"):
+        assert "small_padded300" in gpu_problems_of(cat[mid])
+    for gp in GPU_PROBLEMS.values():
+        assert all(0 <= t < gp.tokens for t, _ in gp.invalid)
+    assert {(150, 0), (150, -1)} <= set(padded.invalid)
 
 
 def test_family_dispatch():

@@ -29,8 +29,9 @@ from argus_cutlass.testing.mutants import (
 
 CATALOGUE = load_catalogue()
 MUTANTS = list(CATALOGUE.values())
-#: one mutant per distinct base configuration (its baseline is what the test verifies)
-BASES = list({m.config: m for m in MUTANTS}.values())
+#: one mutant per distinct base program: configuration and staged operands (its baseline is what the
+#: test verifies)
+BASES = list({(m.config, m.staged): m for m in MUTANTS}.values())
 
 #: the classes the issue asks the suite to cover
 REQUIRED_CLASSES = {

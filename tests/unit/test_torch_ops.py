@@ -1,7 +1,9 @@
 """``argus_cutlass.torch`` on a CPU machine: the custom ops' fake implementations (shapes, dtypes,
 strides) on FakeTensors of device ``cuda``, ``torch.compile(fullgraph=True)`` tracing, layout and
-leading-dimension inference for the four GEMM layouts, the capture-without-precompile error and
-the bad-input messages. Nothing here runs a kernel (``tests/gpu/test_torch_ops_gpu.py`` does)."""
+leading-dimension inference for the four GEMM layouts, the capture-without-precompile error,
+the bad-input messages and the GEMM's aligned staging path (what breaks only TMA's 16-byte rules runs
+a staged kernel: the build problem, the kernel key, precompile, the warning). Nothing here runs a
+kernel (``tests/gpu/test_torch_ops_gpu.py`` does)."""
 
 from __future__ import annotations
 
@@ -154,6 +156,7 @@ def test_gemm_out_schema_declares_mutation():
 
 @pytest.mark.parametrize("op,args", [
     ("gemm", lambda: (cuda(M, K), cuda(K, N), None, None)),
+    ("gemm", lambda: (cuda(K, 300).t(), cuda(K, 33), None, None)),  # staged A and D: the fake does not care
     ("gemm_out", lambda: (cuda(M, K), cuda(N, K).t(), cuda(N, dtype=torch.float32), cuda(M, N, dtype=torch.float32))),
     ("attention", lambda: (cuda(2, 128, 4, 64), cuda(2, 256, 2, 64), cuda(2, 256, 2, 64), None, None, None, True,
                            None, None, None)),
@@ -280,11 +283,11 @@ def test_gemm_bad_inputs(fake):
     _raises("problem.dtype", r"out_dtype torch.int32", at.gemm, a, b, out_dtype=torch.int32)
 
 
-def test_gemm_tma_rules_name_the_tensor(fake):
-    """A K of 100 bf16 (200 bytes) breaks the 16-byte rule of a row-major a."""
-    _raises("tma.contiguous_extent", r"gemm\(a \(256, 100\).*A \(bf16, layout 'tt'.*K=100 is not a multiple of 8",
-            at.gemm, cuda(M, 100), cuda(100, N))
-    _raises("tma.stride_alignment", r"lda=130", at.gemm, cuda(M, 130)[:, :K], cuda(K, N))
+def test_gemm_rules_no_path_runs_name_the_tensor(fake):
+    """What no path can run stays an error naming the tensor: rows that overlap (lda < K)."""
+    a = cuda(M * K).as_strided((M, K), (64, 1))
+    _raises("problem.ld", r"gemm\(a \(256, 128\) strides \(64, 1\).*A \(bf16, layout 'tt'.*lda=64 is smaller than "
+            r"the contiguous extent K=128", at.gemm, a, cuda(K, N))
 
 
 def test_attention_bad_inputs(fake):
@@ -319,3 +322,267 @@ def test_precompile_refuses_bad_problems():
     _raises("problem.size", r"M=0", at.precompile, GemmProblem(0, 16, 16))
     with pytest.raises(TypeError, match="precompile takes GemmProblem"):
         at.precompile("gemm 16x16x16")
+
+
+def test_attention_tma_stride_rule_names_the_tensor(fake):
+    """A head-dim slice of a wider buffer (row pitch 132 bf16 = 264 bytes) breaks TMA's stride rule at trace time."""
+    k = cuda(2, 256, 2, 128)
+    _raises("tma.stride_alignment", r"q", at.attention, cuda(2, 128, 8, 132)[..., :128], k, k)
+
+
+def test_moe_tma_extent_rule_through_the_op(fake):
+    """H = 1020 bf16 (2040 bytes) is not a multiple of 16 bytes: refused by the fake implementation (trace time)."""
+    x, ids, w, _w13, _w2 = _moe_inputs()
+    _raises("tma.contiguous_extent", r"1020", at.moe, cuda(64, 1020), ids, w, cuda(8, 1024, 1020), cuda(8, 1020, 512))
+
+
+def _no_device_rule(monkeypatch):
+    """Let CPU tensors through ``_check_tensor``'s device rule, so the address rule can be shown without a GPU."""
+    def check(t, name, rank, device=None):
+        assert isinstance(t, torch.Tensor) and t.dim() == rank
+
+    monkeypatch.setattr(at, "_check_tensor", check)
+
+
+# ---- shape-bucketed dispatch ------------------------------------------------------------------------
+
+
+def test_gemm_dispatch_configures_once_per_bucket(monkeypatch):
+    """Every problem of a shape bucket (sizes rounded up to powers of two) gets the configuration that
+    ``configure`` (store, shipped tuned table, heuristic) gives the bucket's largest shape, looked up once
+    per process; another bucket gets its own. Here 4000 x 4096 x 4096 and 4096^3 share the shipped H200
+    entry of bucket m4096_n4096_k4096, and M = 100 falls in bucket m128 (another shipped entry)."""
+    import argus_cutlass.generate as gen
+
+    calls = []
+    real = gen.configure
+
+    def counting(problem, **kw):
+        calls.append((problem.m, problem.n, problem.k))
+        return real(problem, **kw)
+
+    monkeypatch.setattr(gen, "configure", counting)
+    monkeypatch.setattr(api, "_GEMM_CONFIGS", {})
+    monkeypatch.setenv("ARGUS_CACHE_DIR", "/nonexistent/argus-empty-store")  # only the shipped table
+    small, big = GemmProblem(4000, 4096, 3000), GemmProblem(4096, 4096, 4096)
+    assert api.gemm_bucket(small) == api.gemm_bucket(big)
+    cfg = api.gemm_config(small)
+    assert api.gemm_config(big) is cfg and calls == [(4096, 4096, 4096)]
+    shipped, source = real(big)[:2]
+    assert source == "shipped" and cfg == shipped
+    other = api.gemm_config(GemmProblem(100, 8192, 8192))
+    assert calls == [(4096, 4096, 4096), (128, 8192, 8192)] and other != cfg
+    assert real(GemmProblem(128, 8192, 8192))[1] == "shipped"
+    # one kernel per bucket: the two problems map to the same loaded-kernel key
+    assert api._gemm_key(api.gemm_config(small), api._gemm_build_problem(small)) == \
+        api._gemm_key(api.gemm_config(big), api._gemm_build_problem(big))
+
+
+def test_attention_dispatch_configures_once_per_bucket(monkeypatch):
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+    import argus_cutlass.generate as gen
+
+    calls = []
+    real = gen.configure
+
+    def counting(problem, **kw):
+        calls.append(problem.seqlen_k)
+        return real(problem, **kw)
+
+    monkeypatch.setattr(gen, "configure", counting)
+    monkeypatch.setattr(api, "_ATTENTION_CONFIGS", {})
+    monkeypatch.setenv("ARGUS_CACHE_DIR", "/nonexistent/argus-empty-store")
+    p1, p2 = (AttentionProblem(2, 16, 16, s, s, 128, causal=True).validate() for s in (2000, 1100))
+    cfg = api._configured(p1)
+    assert api._configured(p2) is cfg and calls == [2000]
+    assert real(p1)[1] == "shipped" and real(p1)[0] == cfg
+    api._configured(AttentionProblem(2, 16, 16, 8000, 8000, 128, causal=True).validate())
+    assert calls == [2000, 8000]
+
+
+def test_capture_uses_the_kernel_precompiled_for_another_shape_of_the_bucket(fake, capturing, monkeypatch):
+    """precompile(one shape) serves every shape of its bucket inside a capture (no build, no error)."""
+    built = []
+
+    class StubLib:
+        def run(self, problem, *args, **kw):
+            built.append(problem)
+
+    monkeypatch.setattr("argus_cutlass.generate.build_jobs", lambda jobs, **kw: _stub_build(jobs, StubLib))
+    assert at.precompile(GemmProblem(256, 512, 128, "bf16", "bf16", "tt")) == 1
+    _refuses_to_build(monkeypatch)
+    monkeypatch.setattr(at, "_stream", lambda t: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
+    at._gemm_into(cuda(200, 128), cuda(128, 400), None, cuda(200, 400))  # bucket (256, 512, 128) too
+    assert [(p.m, p.n, p.k) for p in built] == [(200, 400, 128)]
+    with pytest.raises(NotPrecompiledError):  # another bucket (layout tn: a K-major B), whose kernel was not built
+        at._gemm_into(cuda(200, 128), cuda(400, 128).t(), None, cuda(200, 400))
+
+
+# ---- the aligned staging path -----------------------------------------------------------------------
+# Issue 13 item 5 / issue 12: a call that breaks only TMA's 16-byte rules runs a staged kernel (with a
+# warning naming the tensor and the rule) instead of being refused; what no path runs stays an error.
+
+
+def _buf(rows, cols, off=0, dtype=BF16):
+    """A rows x cols CPU tensor with memory, ``off`` elements into its storage (off 1: a 2-byte misaligned base)."""
+    return torch.empty(rows * cols + 8, dtype=dtype)[off:off + rows * cols].view(rows, cols)
+
+
+#: (label, tensors (a, b, out or None) on FakeTensors of device cuda, layout, staged operands, a reason)
+STAGED_CALLS = {
+    "m300_colmajor_a": (lambda: (cuda(K, 300).t(), cuda(K, N), None), "nt", ("A",),
+                        "lda=300: 600 bytes, not a multiple of 16"),
+    "n33_out": (lambda: (cuda(M, K), cuda(33, K).t(), None), "tn", ("D",), "ldd=33: 66 bytes, not a multiple of 16"),
+    "n33_padded_out_view": (lambda: (cuda(M, K), cuda(33, K).t(), cuda(M, 40)[:, :33]), "tn", ("D",),
+                            "N=33: 66 bytes, not a multiple of 16"),
+    "k100_rowmajor_a": (lambda: (cuda(M, 100), cuda(100, N), None), "tt", ("A",),
+                        "lda=100: 200 bytes, not a multiple of 16"),
+    "lda130_view": (lambda: (cuda(M, 130)[:, :K], cuda(K, N), None), "tt", ("A",),
+                    "lda=130: 260 bytes, not a multiple of 16"),
+}
+
+
+@pytest.mark.parametrize("label", sorted(STAGED_CALLS))
+def test_gemm_tma_rules_become_a_staged_kernel(fake, label):
+    """The op traces (the fake implementation does not care about alignment), the problem names the
+    staged operands and why, its build problem is itself (the program gets those StageCopy nodes: a
+    ``_stg`` kernel name) and its kernel key carries the staging plan."""
+    from argus_cutlass.generate import build
+
+    make, layout, staged, reason = STAGED_CALLS[label]
+    a, b, out = make()
+    y = at.gemm(a, b, out=out)
+    assert tuple(y.shape) == (a.shape[0], b.shape[1]) and (out is None or y is out)
+    p = at.gemm_problem(a, b, out=out)
+    assert p.layout == layout and p.unaligned == ()  # no pointer to read while tracing
+    assert tuple(s.name for s in p.staging()) == staged and reason in p.staging()[0].reasons
+    bp = api._gemm_build_problem(p)
+    assert bp is p
+    cfg, kbits, key_staged = api.gemm_kernel_key(p)
+    assert (kbits, key_staged) == (None, staged)
+    assert f"_stg{''.join(staged)}_" in build(cfg, bp).kernel_name()
+
+
+def test_aligned_and_staged_calls_of_one_bucket_get_their_own_kernels():
+    """One configuration per shape bucket, one kernel per (configuration, proof range, staging plan): an
+    aligned call keeps the direct kernel (build problem None), an A-staged and a D-staged call of the same
+    bucket do not share a cache entry, and two A-staged calls of different sizes do."""
+    aligned = GemmProblem(512, 256, 512, layout="nt")
+    a_staged = GemmProblem(300, 256, 512, layout="nt")                    # lda = 300: 600 bytes
+    a_ptr = GemmProblem(512, 256, 512, layout="nt", unaligned=("A",))     # a misaligned base pointer
+    d_staged = GemmProblem(512, 256, 512, layout="nt", ldd=260)
+    assert len({api.gemm_bucket(p) for p in (aligned, a_staged, a_ptr, d_staged)}) == 1
+    assert api._gemm_build_problem(aligned) is None
+    keys = {p: api.gemm_kernel_key(p) for p in (aligned, a_staged, a_ptr, d_staged)}
+    assert [k[2] for k in keys.values()] == [(), ("A",), ("A",), ("D",)]
+    assert keys[a_staged] == keys[a_ptr] and len(set(keys.values())) == 3
+
+
+def test_gemm_problem_reads_misaligned_pointers(monkeypatch):
+    """On tensors with memory, ``unaligned`` names the operands whose first element is not 16-byte
+    aligned (a view starting 2 bytes into its storage), and validation accepts the problem."""
+    _no_device_rule(monkeypatch)
+    for which in ("A", "B", "D"):
+        a, b, out = _buf(M, K, which == "A"), _buf(K, N, which == "B"), _buf(M, N, which == "D")
+        p = at.gemm_problem(a, b, out=out)
+        assert p.unaligned == (which,) and [s.name for s in p.staging()] == [which]
+        assert "pointer %s not 16-byte aligned" % which in p.staging()[0].reasons
+
+
+@pytest.fixture
+def stub_kernels(capturing, monkeypatch):
+    """precompile builds stub libraries that record (kernel name, problem, beta) per run; no stream or
+    device context is touched; the staging warnings start afresh; CPU tensors pass the device rule."""
+    runs = []
+
+    class StubLib:
+        def __init__(self, name):
+            self.name = name
+
+        def run(self, problem, A, B, C, D, alpha=1.0, beta=0.0, stream=None):
+            runs.append((self.name, problem, beta))
+
+    def stub_build(jobs, **kw):
+        from argus_cutlass.generate import build
+
+        return {build(c, p).kernel_name(): StubLib(build(c, p).kernel_name()) for c, p in jobs}
+
+    monkeypatch.setattr("argus_cutlass.generate.build_jobs", stub_build)
+    monkeypatch.setattr(at, "_stream", lambda t: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
+    monkeypatch.setattr(at, "_STAGED_WARNED", set())
+    _no_device_rule(monkeypatch)
+    return runs
+
+
+def test_precompile_builds_the_staged_kernel_a_capture_finds(stub_kernels, monkeypatch):
+    """A misaligned ``a`` (2 bytes into its storage): precompile of gemm_problem on the real tensors
+    builds the A-staged kernel; inside the (simulated) capture the call runs it, warning once per kernel
+    with the tensor, the address and the rule; an aligned call of the same bucket needs its own direct
+    kernel (not built here: NotPrecompiledError), it never gets the staged one."""
+    a, b, out = _buf(M, K, 1), _buf(K, N), _buf(M, N)
+    p = at.gemm_problem(a, b, out=out)
+    assert at.precompile(p) == 1 and at.precompile(p) == 0
+    _refuses_to_build(monkeypatch)
+    with pytest.warns(UserWarning) as rec:
+        at._gemm_into(a, b, None, out)
+    msgs = [str(w.message) for w in rec if "aligned copy" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    assert msgs[0].startswith(f"a: starts at 0x{a.data_ptr():x}, not 16-byte aligned (a view at element offset 1) "
+                              "(tma.address_alignment); argus_cutlass.torch.gemm stages A through an aligned copy "
+                              "(slower"), msgs[0]
+    assert f"{M * K * 2} bytes for this call" in msgs[0]
+    name, problem, _ = stub_kernels[-1]
+    assert "_stgA_" in name and problem.unaligned == ("A",)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        at._gemm_into(_buf(M - 8, K, 1), b, None, _buf(M - 8, N))  # same kernel, another shape: no new warning
+    assert not [w for w in again if "aligned copy" in str(w.message)]
+    assert stub_kernels[-1][0] == name
+    with pytest.raises(NotPrecompiledError):
+        at._gemm_into(_buf(M, K), b, None, out)
+
+
+def test_staging_warning_names_the_stride_rule(stub_kernels):
+    """A column-major ``a`` with M = 300 (lda = 600 bytes) and a 33-column ``out`` inside a wider buffer."""
+    a, b, out = _buf(K, 300).t(), _buf(33, K).t(), _buf(300, 40)[:, :33]  # b K-major: ldb = K, aligned
+    at.precompile(at.gemm_problem(a, b, out=out))
+    with pytest.warns(UserWarning, match=r"^a: lda=300: 600 bytes, not a multiple of 16 \(tma.stride_alignment\); "
+                      r"out: N=33: 66 bytes, not a multiple of 16 \(tma.contiguous_extent\); argus_cutlass.torch.gemm "
+                      r"stages A and D through an aligned copy \(slower"):
+        at._gemm_into(a, b, None, out)
+    assert "_stgAD_" in stub_kernels[-1][0]
+
+
+def test_bias_is_c_at_any_pitch(stub_kernels):
+    """A full (M, N) bias of D's dtype is the epilogue's C whatever its row pitch (C is read element by
+    element, never through TMA); an expanded bias (row stride 0) is written into D first."""
+    a, b, out = _buf(M, K), _buf(K, N), _buf(M, N)
+    at.precompile(at.gemm_problem(a, b, out=out))
+    bias = _buf(M, N + 3)[:, :N]  # ldc = 515: 1030 bytes
+    assert at._direct_c(bias, out) and at._direct_c(_buf(M, N, 1), out)
+    at._gemm_into(a, b, bias, out)
+    name, problem, beta = stub_kernels[-1]
+    assert (problem.ldc, beta, problem.staging()) == (N + 3, 1.0, ()) and "_stg" not in name
+    expanded = torch.zeros(N, dtype=BF16).expand(M, N)
+    assert not at._direct_c(expanded, out) and not at._direct_c(bias.float(), out)
+    at._gemm_into(a, b, expanded, out)
+    assert stub_kernels[-1][1].ldc == N and stub_kernels[-1][2] == 1.0
+
+
+def test_precompile_of_a_staged_gemm_problem(stub_kernels):
+    """``precompile(GemmProblem)`` of a problem the direct path refuses builds its staged kernel."""
+    p = GemmProblem(300, 4096, 4096, layout="nt")
+    assert at.precompile(p) == 1
+    assert api.gemm_kernel_key(p) in api._GEMM_LIBS and "_stgA_" in api._GEMM_LIBS[api.gemm_kernel_key(p)].name
+
+
+def test_torch_module_doctests():
+    """argus_cutlass.torch's docstring examples (not in test_doctests: it needs torch)."""
+    import doctest
+
+    result = doctest.testmod(at, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    assert result.attempted >= 1 and result.failed == 0

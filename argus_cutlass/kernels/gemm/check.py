@@ -194,7 +194,8 @@ def run_and_check(
     Args:
         lib: a :class:`~argus_cutlass.kernels.gemm.library.GemmKernelLibrary` (anything with
             ``run(problem, A, B, C, D, alpha, beta, stream)``).
-        problem: sizes, dtypes, layout, leading dimensions (validated first).
+        problem: sizes, dtypes, layout, leading dimensions (validated first, without the ``tma.*``
+            rules of the operands ``lib`` stages: ``lib.staged``).
         alpha, beta: epilogue scalars; C is allocated and filled only when ``beta != 0``.
         seed: numpy RNG seed for A, B, C.
         reference: the reference library (default:
@@ -210,7 +211,7 @@ def run_and_check(
         LaunchError: the kernel refused the arguments or failed to launch.
         DeviceError: a CUDA call failed (including asynchronous kernel faults).
     """
-    problem.validate()
+    problem.validate(getattr(lib, "staged", ()))
     if reference is None:
         from argus_cutlass.kernels.gemm.reference import reference_library
 
@@ -262,7 +263,7 @@ def time_gemm(lib: Any, problem: GemmProblem, alpha: float = 1.0, beta: float = 
     """
     from argus_cutlass.runtime.cuda import Stream
 
-    problem.validate()
+    problem.validate(getattr(lib, "staged", ()))
     ops = problem.operands()
     rng = np.random.default_rng(seed)
     bufs = {name: DeviceBuffer.from_numpy(random_operand(ops[name], rng)[0])

@@ -1,7 +1,8 @@
 """A built GEMM library (``.so``) loaded through its C ABI (:mod:`argus_cutlass.kernels.gemm.problem`).
 
 :class:`GemmKernelLibrary` binds ``<name>``, ``<name>_smem_bytes``, ``<name>_error_string`` and,
-when exported, ``<name>_threads`` and ``<name>_grid``. A non-zero return code becomes a
+when exported, ``<name>_threads``, ``<name>_grid`` and ``<name>_staged`` (a kernel of the any-alignment
+path: the operands it stages on every call, which then need no TMA alignment). A non-zero return code becomes a
 :class:`~argus_cutlass.errors.LaunchError` whose rule comes from
 :data:`~argus_cutlass.kernels.gemm.problem.ERROR_CODES` (code 3, ``problem.k_range``: K outside
 the range the kernel's proofs hold for). The generic CUDA glue (pointers, streams, ``dlopen``)
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from argus_cutlass.errors import LaunchError
+from argus_cutlass.kernels.gemm.config import DTYPE_BYTES
 from argus_cutlass.kernels.gemm.problem import CUDA_ERROR_BASE, ENTRY_SIGNATURE, ERROR_CODES, GemmProblem
 from argus_cutlass.runtime.cuda import stream_handle
 from argus_cutlass.runtime.launch import KernelLibrary, device_pointer
@@ -39,6 +41,7 @@ class GemmKernelLibrary(KernelLibrary):
     """
 
     k_bound_bits: int | None = None
+    staged: tuple[str, ...] = ()
 
     def __init__(self, path: str | Path, name: str, k_bound_bits: int | None = None) -> None:
         super().__init__(path, name)
@@ -47,6 +50,10 @@ class GemmKernelLibrary(KernelLibrary):
         self._entry.argtypes = _ENTRY_ARGTYPES
         self._entry.restype = ctypes.c_int
         self._grid = self._optional(f"{name}_grid", [ctypes.c_int, ctypes.c_int])
+        staged = self._optional(f"{name}_staged", [])
+        mask = int(staged()) if staged is not None else 0
+        #: the caller operands the entry stages on every call (``A``, ``B``, ``C``, ``D``; ``()``: direct TMA)
+        self.staged = tuple(x for i, x in enumerate("ABCD") if mask >> i & 1)
 
     def grid(self, m: int, n: int) -> int | None:
         """Persistent CTAs the entry launches for an ``m x n`` problem on the current device
@@ -90,15 +97,16 @@ class GemmKernelLibrary(KernelLibrary):
 
     def run(self, problem: GemmProblem, A: Any, B: Any, C: Any, D: Any, alpha: float = 1.0,
             beta: float = 0.0, stream: Any = None) -> None:
-        """Validate ``problem``, its K against the proved range and the pointers' TMA
-        alignment, then call the entry.
+        """Validate ``problem`` (no ``tma.*`` rule for the operands this kernel stages), its K against
+        the proved range and the pointers' alignment (16 bytes for the operands TMA maps in place, the
+        element for C and the staged ones), then call the entry.
 
         Raises:
             ProblemError: the problem or a pointer breaks a rule (see
                 :mod:`argus_cutlass.kernels.gemm.problem`), ``problem.k_range``.
             LaunchError: as :meth:`__call__`.
         """
-        problem.validate()
+        problem.validate(self.staged)
         if self.k_bound_bits is not None:
             problem.check_k_range(self.k_bound_bits)
         ptrs = {"A": device_pointer(A, "A"), "B": device_pointer(B, "B"),
@@ -106,7 +114,9 @@ class GemmKernelLibrary(KernelLibrary):
         for name, ptr in ptrs.items():
             if name == "C" and ptr == 0 and beta == 0:
                 continue
-            problem.check_pointer(ptr, name)
+            elementwise = name == "C" or name in self.staged
+            elem = DTYPE_BYTES[problem.out_dtype if name in "CD" else problem.dtype]
+            problem.check_pointer(ptr, name, elem if elementwise else 16)
         self(ptrs["A"], ptrs["B"], ptrs["C"] or None, ptrs["D"], problem.m, problem.n, problem.k,
              problem.lda, problem.ldb, problem.ldc, problem.ldd, alpha, beta, stream)
 

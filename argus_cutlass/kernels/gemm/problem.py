@@ -30,6 +30,22 @@ Rules checked by :meth:`GemmProblem.validate` (the ``rule`` of the raised
                            or 4 fp32 elements (CUTLASS ``can_implement``: TMA alignment)
 ``tma.address_alignment``  base pointers are 16-byte aligned (:meth:`GemmProblem.check_pointer`)
 
+C is read element by element by the epilogue (``beta * C``, never by TMA): no ``tma.*`` rule applies
+to it (its pointer need only be aligned to its element).
+
+The any-alignment path
+----------------------
+The ``tma.*`` rules are the *direct* path's: the TMA GEMM reads the caller's A and B and writes D in
+place. Every problem that breaks only ``tma.*`` rules runs through **aligned staging** instead
+(:meth:`GemmProblem.staging` names the operands and why; :meth:`GemmProblem.validate_any` keeps
+refusing what no path can run: ``problem.size``, ``problem.k_range``, ``problem.dtype``,
+``problem.layout``, ``problem.ld``, null pointers). A staged A or B is copied by the generated entry
+into a stream-ordered buffer (``cudaMallocAsync``) with leading dimension ``round_up(extent, 16
+bytes)`` and zero padding; a staged D is written by the GEMM into such a buffer and copied back into
+exactly the ``M x N`` region of the caller's D (the program's
+:class:`~argus_cutlass.dsl.ir.StageCopy` nodes, rules ``stage.*`` of ``invariants/gemm.toml``). The
+staged kernel stages those operands on every call, whatever their alignment; the C ABI is the same.
+
 The C ABI
 ---------
 Every generated GEMM (``templates/gemm/host.j2`` and ``kernel.cu.j2``) and the reference GEMM
@@ -51,6 +67,7 @@ CUDA runtime call). Code 3 is the proof range: the k-loop proofs of a program ho
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from argus_cutlass.errors import ProblemError
@@ -78,15 +95,24 @@ ERROR_CODES: dict[int, tuple[str, str]] = {
     1: ("problem.size", "M, N and K must be >= 1"),
     2: ("problem.pointer", "C is null but beta != 0"),
     3: ("problem.k_range", "K is outside the range the verifier proved the k loop for"),
-    4: ("tma.address_alignment", "A, B, C or D is not 16-byte aligned (TMA global address rule)"),
+    4: ("tma.address_alignment",
+        "A, B or D is not 16-byte aligned (TMA global address rule), or a pointer is not aligned to its element"),
     5: ("tma.stride_alignment",
         "a leading dimension times the element size is not a multiple of 16 bytes (TMA stride rule)"),
     6: ("launch.tensor_map", "cuTensorMapEncodeTiled is unavailable or refused a tensor map"),
     7: ("launch.attribute", "cudaFuncSetAttribute or the cluster occupancy query failed"),
+    8: ("problem.ld", "a leading dimension is smaller than its operand's contiguous extent"),
     9: ("launch.arch", "the current device has no sm_90a image of the kernel (architecture guard)"),
+    10: ("problem.pointer", "A, B or D is null"),
 }
 #: a return code at or above this is ``1000 + cudaError_t``
 CUDA_ERROR_BASE = 1000
+#: operands the aligned-staging path copies: A and B before the GEMM, D after it (C is read element
+#: by element by the epilogue, so no TMA rule applies to it)
+STAGEABLE = ("A", "B", "D")
+#: byte alignment of each staged buffer inside the entry's staging workspace (cudaMallocAsync
+#: returns at least 256-byte aligned memory, like cudaMalloc)
+STAGE_BASE_ALIGN = 256
 
 
 @dataclass(frozen=True)
@@ -130,6 +156,38 @@ class Operand:
 
 
 @dataclass(frozen=True)
+class StagedOperand:
+    """One operand the any-alignment path stages (:meth:`GemmProblem.staging`).
+
+    Attributes:
+        name: ``A``, ``B`` or ``D``.
+        rows, cols: the size names of its storage (``cols`` contiguous), e.g. column-major A: K, M.
+        reasons: why the direct TMA path refuses it, e.g. ``lda=300: 600 bytes, not a multiple of 16``.
+        staged_ld: the staged leading dimension for this problem (elements).
+        staged_bytes: the staging buffer's bytes for this problem (``rows x staged_ld`` elements).
+        rules: the ``tma.*`` rule of each reason, in the same order (``tma.stride_alignment``,
+            ``tma.contiguous_extent``, ``tma.address_alignment``).
+
+    >>> [s.text() for s in GemmProblem(300, 4096, 4096, layout="nt").staging()]
+    ['A (lda=300: 600 bytes, not a multiple of 16)']
+    >>> GemmProblem(300, 4096, 4096, layout="nt").staging()[0].rules
+    ('tma.stride_alignment',)
+    """
+
+    name: str
+    rows: str
+    cols: str
+    reasons: tuple[str, ...]
+    staged_ld: int
+    staged_bytes: int
+    rules: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """``A (lda=300: 600 bytes, not a multiple of 16)``."""
+        return f"{self.name} ({'; '.join(self.reasons)})"
+
+
+@dataclass(frozen=True)
 class GemmProblem:
     """``D[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]`` on sm_90a.
 
@@ -139,6 +197,8 @@ class GemmProblem:
         out_dtype: C and D element type, ``bf16``, ``fp16`` or ``fp32``.
         layout: ``tn``, ``nt``, ``nn`` or ``tt`` (module docstring).
         lda, ldb, ldc, ldd: leading dimensions in elements; ``None`` means packed.
+        unaligned: the operands (``A``, ``B``, ``D``) whose base pointer is not 16-byte aligned,
+            known at call time (the torch API passes them): the any-alignment path stages them too.
 
     Construction does not check anything; call :meth:`validate`.
 
@@ -157,6 +217,7 @@ class GemmProblem:
     ldb: int | None = None
     ldc: int | None = None
     ldd: int | None = None
+    unaligned: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         layout_ok = isinstance(self.layout, str) and self.layout in LAYOUTS
@@ -199,8 +260,10 @@ class GemmProblem:
 
     # ---- validation ------------------------------------------------------------------
 
-    def violations(self) -> list[ProblemError]:
-        """Every rule this problem breaks (empty when it is valid), in a fixed order."""
+    def violations(self, staged: Iterable[str] = ()) -> list[ProblemError]:
+        """Every rule this problem breaks on the direct TMA path (empty when it is valid), in a fixed
+        order; the operands named in ``staged`` run through aligned staging, so no ``tma.*`` rule
+        applies to them."""
         errs: list[ProblemError] = []
         for mode, value in (("M", self.m), ("N", self.n), ("K", self.k)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -226,11 +289,17 @@ class GemmProblem:
                 f"layout={self.layout!r} is not one of {LAYOUTS} (first letter A, second B, BLAS "
                 "convention: A 't' = row-major M x K, 'n' = column-major; B 'n' = stored N x K "
                 "(K-major), 't' = stored K x N (N-major))"))
+        if not isinstance(self.unaligned, tuple) or set(self.unaligned) - set(STAGEABLE):
+            errs.append(ProblemError(
+                "problem.operand", f"unaligned={self.unaligned!r}: expected a tuple of operand names from {STAGEABLE} "
+                "(C is read element by element and needs no staging)"))
         if errs:
             return errs  # operand checks need valid sizes, dtypes and layout
         ops = self.operands()
+        staged = set(staged)
         for op in ops.values():
-            errs.extend(self._operand_violations(op))
+            errs.extend(e for e in self._operand_violations(op)
+                        if not (op.name in staged and e.rule.startswith("tma.")))
         return errs
 
     def _operand_violations(self, op: Operand) -> list[ProblemError]:
@@ -256,9 +325,10 @@ class GemmProblem:
                 "contiguous extent of every TMA tensor to be 16-byte aligned",
                 self._extent_hint(op, per16),
             ))
-        # A packed operand with a bad extent has a bad stride too: that is the same mistake.
+        # A packed operand with a bad extent has a bad stride too: that is the same mistake. C is
+        # read element by element by the epilogue, never by TMA: its stride is free.
         packed = op.ld == op.cols
-        if (op.ld * op.elem_bytes) % TMA_ALIGN_BYTES and not (extent_bad and packed):
+        if (op.ld * op.elem_bytes) % TMA_ALIGN_BYTES and not (extent_bad and packed) and op.name != "C":
             errs.append(ProblemError(
                 "tma.stride_alignment",
                 f"{where}: {ld_name}={op.ld} x {op.elem_bytes} bytes = {op.ld * op.elem_bytes} bytes "
@@ -294,25 +364,90 @@ class GemmProblem:
                 "argus_cutlass.generate.generate(cfg, problem)): the proofs are then stated for its K",
             )
 
-    def validate(self) -> GemmProblem:
-        """Check every rule; returns ``self`` when valid.
+    def validate(self, staged: Iterable[str] = ()) -> GemmProblem:
+        """Check every rule of the direct TMA path (none of the ``tma.*`` rules for the operands in
+        ``staged``: a kernel that stages them); returns ``self`` when valid.
 
         Raises:
             ProblemError: the first violation's rule; the message lists all of them.
         """
-        ProblemError.raise_all(self.violations(), repr(self))
+        ProblemError.raise_all(self.violations(staged), repr(self))
         return self
 
-    @staticmethod
-    def check_pointer(ptr: int, name: str) -> None:
-        """Check a device pointer for TMA.
+    def validate_any(self) -> GemmProblem:
+        """Check the rules no path can run without (everything but ``tma.*``: sizes, K range,
+        dtypes, layout, leading dimensions >= their extents); returns ``self``. What breaks only
+        ``tma.*`` rules runs through aligned staging (:meth:`staging`).
 
         Raises:
-            ProblemError: ``problem.pointer`` (null), ``tma.address_alignment`` (not 16-byte aligned).
+            ProblemError: the first violation's rule; the message lists all of them.
+
+        >>> GemmProblem(300, 4096, 4096, layout="nt").validate_any().m
+        300
+        """
+        return self.validate(STAGEABLE)
+
+    def staging(self) -> tuple[StagedOperand, ...]:
+        """The operands the direct TMA path refuses and the any-alignment path stages, in A, B, D
+        order: a leading dimension that is not a multiple of 16 bytes (``tma.stride_alignment``), a
+        contiguous extent that is not (``tma.contiguous_extent``), or a base pointer named in
+        :attr:`unaligned` (``tma.address_alignment``, known only at call time). Empty: the direct
+        path runs. Requires a problem :meth:`validate_any` accepts.
+
+        >>> [s.text() for s in GemmProblem(4096, 33, 4096).staging()]
+        ['D (ldd=33: 66 bytes, not a multiple of 16)']
+        >>> [s.text() for s in GemmProblem(64, 64, 33).staging()]
+        ['A (lda=33: 66 bytes, not a multiple of 16)', 'B (ldb=33: 66 bytes, not a multiple of 16)']
+        >>> GemmProblem(64, 64, 33, layout="nt").staging()  # K is no operand's contiguous extent
+        ()
+        """
+        unaligned = set(self.unaligned)
+        ops = self.operands()
+        out = []
+        for name in STAGEABLE:
+            op = ops[name]
+            per16 = TMA_ALIGN_BYTES // op.elem_bytes
+            ld_name = f"ld{name.lower()}"
+            reasons, rules = [], []
+            if (op.ld * op.elem_bytes) % TMA_ALIGN_BYTES:
+                reasons.append(f"{ld_name}={op.ld}: {op.ld * op.elem_bytes} bytes, not a multiple of {TMA_ALIGN_BYTES}")
+                rules.append("tma.stride_alignment")
+            if op.cols % per16 and op.ld != op.cols:
+                reasons.append(f"{op.contiguous_mode}={op.cols}: {op.cols * op.elem_bytes} bytes, not a multiple of "
+                               f"{TMA_ALIGN_BYTES}")
+                rules.append("tma.contiguous_extent")
+            if name in unaligned:
+                reasons.append(f"pointer {name} not {TMA_ALIGN_BYTES}-byte aligned")
+                rules.append("tma.address_alignment")
+            if reasons:
+                outer = {"A": ("M", "K"), "B": ("N", "K"), "D": ("M", "N")}[name]
+                rows = outer[1] if op.contiguous_mode == outer[0] else outer[0]
+                sld = _round_up(op.cols, per16)
+                out.append(StagedOperand(name, rows, op.contiguous_mode, tuple(reasons), sld,
+                                         op.rows * sld * op.elem_bytes, tuple(rules)))
+        return tuple(out)
+
+    def staging_bytes(self) -> int:
+        """Bytes of the staging workspace the entry allocates for this problem (each buffer at a
+        multiple of :data:`STAGE_BASE_ALIGN`); 0 on the direct path."""
+        return sum(_round_up(s.staged_bytes, STAGE_BASE_ALIGN) for s in self.staging())
+
+    @staticmethod
+    def check_pointer(ptr: int, name: str, align: int = TMA_ALIGN_BYTES) -> None:
+        """Check a device pointer: for TMA (``align`` 16), or for element-wise access (``align`` = the
+        element size: C, and the operands a staged kernel copies).
+
+        Raises:
+            ProblemError: ``problem.pointer`` (null), ``tma.address_alignment`` (not 16-byte aligned),
+                ``problem.element_alignment`` (not aligned to its element).
         """
         if not ptr:
             raise ProblemError("problem.pointer", f"{name} is a null pointer")
-        if ptr % TMA_ALIGN_BYTES:
+        if align < TMA_ALIGN_BYTES and ptr % align:
+            raise ProblemError("problem.element_alignment",
+                               f"{name}=0x{ptr:x} is not aligned to its {align}-byte element (address mod {align} "
+                               f"= {ptr % align})", "pass a pointer to an element of the tensor")
+        if align >= TMA_ALIGN_BYTES and ptr % TMA_ALIGN_BYTES:
             raise ProblemError(
                 "tma.address_alignment",
                 f"{name}=0x{ptr:x} is not {TMA_ALIGN_BYTES}-byte aligned (address mod 16 = "

@@ -14,7 +14,10 @@ model). The kernel (sources per node in :mod:`argus_cutlass.dsl.ir`):
 * the epilogue: ``alpha * acc + beta * C`` (C read from gmem at each accumulator's coordinate when
   beta != 0), stmatrix (16-bit D) or st.shared (fp32 D) into a staging buffer, one TMA store per
   ``epi_m x epi_n`` subtile;
-* a persistent tile scheduler walking CUTLASS's swizzled cluster-major order over a 1-D cluster launch.
+* a persistent tile scheduler walking CUTLASS's swizzled cluster-major order over a 1-D cluster launch;
+* for the any-alignment path, one :class:`~argus_cutlass.dsl.ir.StageCopy` per staged caller operand
+  (A / B copied into an aligned, zero-padded buffer before the GEMM; D written by the GEMM into one
+  and copied back into the caller's M x N after it): :func:`stage_copies`.
 
 Shapes are the *kernel's* (M, N, K): under swap-AB the kernel computes ``D^T = B A^T`` (its A is
 the caller's B, its D the caller's D read column-major).
@@ -28,7 +31,7 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES, PipelineSide, Program, Tag
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 
-__all__ = ["K_BOUND_BITS", "PRODUCER_REGS", "CONSUMER_REGS", "build_program", "program_label"]
+__all__ = ["K_BOUND_BITS", "PRODUCER_REGS", "CONSUMER_REGS", "build_program", "program_label", "stage_copies"]
 
 #: registers per thread after ``setmaxnreg`` (CUTLASS's sm90 warp-specialized kernels:
 #: LoadRegisterRequirement 40, MmaRegisterRequirement 232; 128 x 40 + 256 x 232 <= 65536)
@@ -80,7 +83,20 @@ def _operand_box(major: str, tile_mn: int, tile_k: int, contiguous: int, multica
     return (inner, outer)
 
 
-def build_program(cfg: GemmConfig, problem: object | None = None) -> Program:
+def stage_copies(layout: str) -> dict[str, tuple[str, str]]:
+    """``operand -> (rows, cols)``: the caller's storage of A, B and D by size name (``cols`` is
+    the contiguous mode), as the BLAS layout letters state it.
+
+    >>> stage_copies("nt")
+    {'A': ('K', 'M'), 'B': ('K', 'N'), 'D': ('M', 'N')}
+    """
+    return {"A": ("M", "K") if layout[0] == "t" else ("K", "M"),
+            "B": ("N", "K") if layout[1] == "n" else ("K", "N"),
+            "D": ("M", "N")}
+
+
+def build_program(cfg: GemmConfig, problem: object | None = None, *,
+                  staged: tuple[str, ...] | None = None) -> Program:
     """The DSL program of ``cfg`` (no checking beyond well-formedness: see ``verify_gemm``).
 
     Args:
@@ -88,7 +104,10 @@ def build_program(cfg: GemmConfig, problem: object | None = None) -> Program:
             :class:`~argus_cutlass.kernels.gemm.config.GemmConfig`).
         problem: the problem it will run (a :class:`~argus_cutlass.kernels.gemm.problem.GemmProblem`
             or anything with ``k``); the symbolic-K proofs are stated for ``K < 2**bits`` with
-            ``bits`` = 24 or the bits the problem's K needs, whichever is larger.
+            ``bits`` = 24 or the bits the problem's K needs, whichever is larger. A problem the direct
+            TMA path refuses (:meth:`~argus_cutlass.kernels.gemm.problem.GemmProblem.staging`) gets
+            the staging of the operands it names.
+        staged: the caller operands to stage (``A``, ``B``, ``D``), overriding the problem's plan.
 
     Raises:
         ConfigError: ``smem.atom`` when an operand or staging tile has no GMMA smem atom
@@ -116,7 +135,11 @@ def build_program(cfg: GemmConfig, problem: object | None = None) -> Program:
     except ValueError as exc:
         raise ConfigError("smem.atom", str(exc)) from None
 
-    b = ProgramBuilder(program_label(c), family="gemm")
+    if staged is None:
+        plan = getattr(problem, "staging", None)
+        staged = tuple(x.name for x in plan()) if callable(plan) else ()
+    staged = tuple(x for x in ("A", "B", "D") if x in staged)
+    b = ProgramBuilder(program_label(c) + (f"_stg{''.join(staged)}" if staged else ""), family="gemm")
     b.param("swap_ab", c.swap_ab)
     b.param("layout", c.layout)
     stage_tag = Tag("stage", ("iter",))
@@ -216,6 +239,14 @@ def build_program(cfg: GemmConfig, problem: object | None = None) -> Program:
     b.tile_schedule(raster=c.raster, swizzle=c.swizzle, decomposition=c.scheduler, cluster_m=c.cluster_m,
                     cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2)
 
+    # ---- aligned staging of the caller's operands (the any-alignment path) ----------------------
+    storage = stage_copies(c.layout)
+    for name in staged:
+        dtype = c.out_dtype if name == "D" else c.dtype
+        rows, cols = storage[name]
+        b.stage_copy(name, "out" if name == "D" else "in", dtype, rows=rows, cols=cols,
+                     align=16 // DTYPE_BYTES[dtype])
+
     # ---- invariants: tag assertions at the MMA slot ---------------------------------------------
     b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1", rule="mma.k_agreement")
     b.assert_tags("mainloop.gemm", ("A", "m"), "==", ("slot", "m"), invariant="G1", rule="mma.operand_identity")
@@ -258,3 +289,43 @@ def _relations(b: ProgramBuilder) -> None:
     # smem buffers disjoint (R8)
     for x, y in (("sA", "sB"), ("sA", "sD"), ("sB", "sD")):
         rel(f"tensor[{x}]", "disjoint", f"tensor[{y}]", invariant="R8", rule="smem.disjoint")
+
+
+def path_record(problem: object, program: Program) -> dict:
+    """Which path a GEMM runs and why, for the run record and the CLI: ``direct`` (the TMA GEMM on
+    the caller's operands) or ``staged`` (the program's StageCopy nodes), with each staged operand's
+    reasons (:meth:`~argus_cutlass.kernels.gemm.problem.GemmProblem.staging`) and the workspace the
+    entry allocates for this problem (bytes).
+
+    >>> from argus_cutlass.kernels.gemm.problem import GemmProblem
+    >>> p = GemmProblem(300, 4096, 4096, layout="nt")
+    >>> path_record(p, build_program(GemmConfig(layout="nt"), p))["text"]
+    'staged: A (lda=300: 600 bytes, not a multiple of 16); workspace 2490368 bytes per call'
+    """
+    staged = [c.operand for c in program.stage_copies]
+    plan = getattr(problem, "staging", None)
+    why = {s.name: s for s in plan()} if callable(plan) else {}
+    if not staged:
+        return {"kind": "direct", "staged": [], "workspace_bytes": 0, "text": "direct: TMA on the caller's operands"}
+    items = []
+    for name in staged:
+        s = why.get(name)
+        items.append({"operand": name, "reasons": list(s.reasons) if s else ["staged by the kernel"],
+                      "staged_ld": s.staged_ld if s else None, "bytes": s.staged_bytes if s else None})
+    workspace = staging_workspace(program, problem) if hasattr(problem, "m") else None
+    text = "staged: " + "; ".join(f"{i['operand']} ({'; '.join(i['reasons'])})" for i in items)
+    if workspace:
+        text += f"; workspace {workspace} bytes per call"
+    return {"kind": "staged", "staged": items, "workspace_bytes": workspace, "text": text}
+
+
+def staging_workspace(program: Program, problem: object) -> int:
+    """Bytes of the workspace the entry of ``program`` allocates for ``problem`` (its M, N, K), as the
+    host code computes it: buffer ``i`` at ``round_up(end of buffer i-1, base_align)``, ``rows x
+    round_up(cols, align)`` elements each; 0 without StageCopy nodes."""
+    sizes = {"M": problem.m, "N": problem.n, "K": problem.k}  # type: ignore[attr-defined]
+    end = 0
+    for c in program.stage_copies:
+        off = _align(end, c.base_align)
+        end = off + sizes[c.rows] * c.staged_ld(sizes[c.cols]) * c.elem_bytes
+    return end

@@ -17,7 +17,8 @@
                           combine); verified by :mod:`argus_cutlass.verify.moe`, printed by
                           :mod:`argus_cutlass.render.moe`
 ``library`` / ``check``   the built ``.so`` and the input rules; numerics and timing on a GPU
-``heuristics`` / ``space``  the default configuration and the knob grid
+``heuristics`` / ``space``  the default configuration (by T bucket; the large-T GEMMs walk their tiles
+                          in bands of m-tiles derived from L2 traffic) and the knob grid
 
 On the H200 (``bench/RESULTS.md``, issue 11): the 128-row layer passed its GPU tests and was
 benchmarked; the 64-row small-T configuration (``heuristics.small_t_config``, T <= 256) is verified

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argus_cutlass.dsl.ir import MAX_BAND_M
+
 __all__ = ["MoEConfig"]
 
 
@@ -32,6 +34,19 @@ class MoEConfig(BaseModel):
         route_chunk: routed rows (token, slot) per CTA of the count and permute kernels (also
             their threads per CTA).
         combine_threads: threads per CTA of the combine kernel (one CTA per token).
+        gu_band_m, dn_band_m: the walk of each GEMM's persistent scheduler over its ``tiles_m``
+            m-tiles (all experts' groups; data, written by the routing kernel) x ``tiles_n``
+            n-blocks, ``units = tiles_m * tiles_n`` either way. 0 (the default, every earlier
+            kernel's walk): unit ``u`` is m-tile ``u % tiles_m``, n-block ``u / tiles_m``, so a wave
+            of CTAs covers every m-tile at one n-block and A is read again for each n-block.
+            ``band_m`` >= 1: the m-tiles are cut into bands of ``band_m`` consecutive m-tiles (the
+            last band holds ``rows = min(band_m, tiles_m - b * band_m)``), each walked m-fastest
+            then n before the next band: ``b = u / (band_m * tiles_n)``, ``local = u - b * band_m *
+            tiles_n``, m-tile ``b * band_m + local % rows``, n-block ``local / rows`` (Triton's
+            ``GROUP_M``). A wave of 132 CTAs then reads ``band_m`` m-tiles of A and about ``132 /
+            band_m`` n-blocks of B, which stay in L2. Rule: an int in [0, 64]; the walk is proved a
+            bijection for every tiles_m (``scheduler.bijection``, ``moe.group_tiles``). ``band_m``
+            1 is a walk too (one m-tile's n-blocks consecutive), not the default walk.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -46,6 +61,8 @@ class MoEConfig(BaseModel):
     epi_n: int = Field(32, gt=0)
     route_chunk: Literal[128, 256, 512, 1024] = 256
     combine_threads: Literal[64, 128, 256, 512] = 128
+    gu_band_m: int = Field(0, ge=0, le=MAX_BAND_M)
+    dn_band_m: int = Field(0, ge=0, le=MAX_BAND_M)
 
     @property
     def schedule(self) -> str:

@@ -1,4 +1,5 @@
-"""The MoE configuration by T bucket (no tuned entries yet: those need the GPU).
+"""The MoE configuration by T bucket (the fallback when the tuned table has no entry for the
+problem's power-of-two T bucket: :func:`argus_cutlass.agent.store.lookup_moe_config`).
 
 T is a run-time argument of a compiled layer, but the configuration is chosen per call from the
 problem's T (:func:`argus_cutlass.api.moe` keys its compiled layers by configuration, so each T
@@ -12,12 +13,29 @@ Buckets (``SMALL_T``):
   64 rows. Against the 128-row default this halves the token rows each unit streams beside its
   weight tile (gate+up: 64 x K of xs per 256 x K of W13, 25 % instead of 50 %; down 64 x K per
   128 x K of W2), halves the padded MMA work, and the smaller A stage buys a deeper down pipeline
-  (8 stages) for the long K = I loops.
-* ``T > 256``: the 128-row cooperative default.
+  (8 stages) for the long K = I loops. The walk stays unbanded (``band_m`` 0): at uniform routing
+  each expert's group is one 64-row m-tile (T k / E <= 64 for the anchor models), so no two m-tiles
+  share a weight tile, and the A operand (padded rows x K at uniform routing, T = 256: 34 MB for
+  Qwen3's gate+up, 4 to 17 MB otherwise) is mostly L2-resident, so no walk order cuts DRAM traffic
+  (:func:`band_for` is not consulted).
+* ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for`.
+
+Bands (:func:`band_for`, derived from the L2 argument, not measured yet): the persistent walk runs
+``WAVE_CTAS`` (132, the H200's SMs) consecutive units at a time. With ``band_m`` m-tiles per band
+a wave reads ``band_m`` m-tiles of A (``tile_m`` rows of K each) and ``ceil(132 / band_m)``
+n-blocks of B (``b_rows`` rows of K each: 256 for gate+up, the gate and up halves, 128 for down),
+or, when a band holds fewer than 132 units, every n-block of ``ceil(132 / tiles_n)`` m-tiles.
+The unbanded walk reads up to 132 m-tiles of A per wave and then reads A again for the next
+n-block: once A outgrows L2 (60 MB; Mixtral T = 8192: 134 MB of xs, 470 MB of h), every n-block
+re-reads it from DRAM. :func:`band_for` picks the power of two in 1..32 with the least per-wave
+traffic, the smaller on a tie (no more than needed), near ``sqrt(132 b_rows / tile_m)``.
 
 >>> from argus_cutlass.kernels.moe.problem import MoEProblem
 >>> default_config(MoEProblem(16, 8, 2, 4096, 14336)).tile_m, default_config(MoEProblem(2048, 8, 2, 4096, 14336)).tile_m
 (64, 128)
+>>> c = default_config(MoEProblem(8192, 8, 2, 4096, 14336))
+>>> c.gu_band_m, c.dn_band_m
+(16, 8)
 """
 
 from __future__ import annotations
@@ -25,15 +43,20 @@ from __future__ import annotations
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["SMALL_T", "default_config", "small_t_config"]
+__all__ = ["BANDS", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config", "small_t_config",
+           "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
+#: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
+WAVE_CTAS = 132
+#: the band sizes the heuristic chooses from (powers of two)
+BANDS = (1, 2, 4, 8, 16, 32)
 
 
 def small_t_config(dtype: str = "bf16") -> MoEConfig:
     """The small-T configuration: 64-row ping-pong tiles, gate+up 256 columns (128 of h) x 5 stages
-    (40 KiB each), down 128 columns x 8 stages (24 KiB each).
+    (40 KiB each), down 128 columns x 8 stages (24 KiB each), unbanded walks.
 
     >>> small_t_config().schedule
     'pingpong'
@@ -41,10 +64,48 @@ def small_t_config(dtype: str = "bf16") -> MoEConfig:
     return MoEConfig(dtype=dtype, tile_m=64, gu_tile_n=256, dn_tile_n=128, gu_stages=5, dn_stages=8)
 
 
+def wave_rows(band_m: int, tile_m: int, b_rows: int, tiles_n: int, ctas: int = WAVE_CTAS) -> int:
+    """Rows of K elements that one wave of ``ctas`` consecutive units reads under bands of ``band_m``
+    m-tiles (A: ``tile_m`` rows per m-tile; B: ``b_rows`` rows per n-block), a wave starting at a
+    band's first unit: ``band_m`` m-tiles x ``ceil(ctas / band_m)`` n-blocks while a band holds at
+    least ``ctas`` units, else every n-block of ``ceil(ctas / tiles_n)`` m-tiles.
+
+    >>> wave_rows(16, 128, 256, 112), wave_rows(1, 128, 256, 112)   # Mixtral gate+up
+    (4352, 28928)
+    """
+    if band_m * tiles_n >= ctas:
+        m_tiles, n_blocks = band_m, -(-ctas // band_m)
+    else:
+        m_tiles, n_blocks = -(-ctas // tiles_n), tiles_n
+    return m_tiles * tile_m + n_blocks * b_rows
+
+
+def band_for(tile_m: int, b_rows: int, tiles_n: int, ctas: int = WAVE_CTAS) -> int:
+    """The band (m-tiles) of :data:`BANDS` with the least :func:`wave_rows`, the smallest on a tie.
+
+    >>> band_for(128, 256, 112), band_for(128, 128, 32), band_for(128, 256, 6)
+    (16, 8, 1)
+    """
+    return min(BANDS, key=lambda b: (wave_rows(b, tile_m, b_rows, tiles_n, ctas), b))
+
+
+def default_bands(cfg: MoEConfig, problem: MoEProblem) -> tuple[int, int]:
+    """``(gu_band_m, dn_band_m)`` of :func:`band_for` for ``cfg``'s tiles on ``problem``: gate+up
+    reads ``gu_tile_n`` W13 rows per n-block over ``ceil(I / (gu_tile_n / 2))`` n-blocks, down
+    ``dn_tile_n`` W2 rows over ``ceil(H / dn_tile_n)``."""
+    gu_n = -(-problem.ffn // (cfg.gu_tile_n // 2))
+    dn_n = -(-problem.hidden // cfg.dn_tile_n)
+    return band_for(cfg.tile_m, cfg.gu_tile_n, gu_n), band_for(cfg.tile_m, cfg.dn_tile_n, dn_n)
+
+
 def default_config(problem: MoEProblem) -> MoEConfig:
     """The configuration of ``problem``'s T bucket: :func:`small_t_config` for ``T <= SMALL_T``,
-    else 128-row cooperative tiles, gate+up 256 columns (128 of h), down 128, 64-deep k stages.
+    else 128-row cooperative tiles, gate+up 256 columns (128 of h), down 128, 64-deep k stages, and
+    each GEMM's walk in bands of :func:`default_bands` (which depend on H and I, not on T, so the
+    bucket keeps one layer per model shape).
     """
     if problem.tokens <= SMALL_T:
         return small_t_config(problem.dtype)
-    return MoEConfig(dtype=problem.dtype)
+    cfg = MoEConfig(dtype=problem.dtype)
+    gu, dn = default_bands(cfg, problem)
+    return cfg.replace(gu_band_m=gu, dn_band_m=dn)

@@ -6,7 +6,9 @@ printed by the same ``templates/gemm`` partials), edited into the grouped form:
 
 * the tile scheduler is ``grouped``: unit ``u`` is m-tile ``u % tiles_m`` and n-block ``u // tiles_m``
   (``tiles_m`` and each m-tile's expert read from device memory, written by the routing kernel;
-  no host synchronisation);
+  no host synchronisation), or, with the config's ``gu_band_m`` / ``dn_band_m`` >= 1 (the schedule
+  node's ``band_m``), the banded walk: bands of ``band_m`` m-tiles, each walked m-fastest then n
+  (:class:`~argus_cutlass.kernels.moe.config.MoEConfig` states the map);
 * B's block origin is ``expert * expert_rows + n-block`` (``expert_rows`` = 2I for W13, H for W2);
 * gate+up reads W13's gate rows and up rows in paired halves (``pair_offset`` = I): a 256-column
   tile holds 128 gate and the matching 128 up columns, so thread registers ``i`` and ``i +
@@ -41,10 +43,16 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
 
     >>> layer_label(MoEConfig(), MoEProblem(16, 8, 2, 4096, 14336))
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5'
+    >>> layer_label(MoEConfig(gu_band_m=16, dn_band_m=8), MoEProblem(16, 8, 2, 4096, 14336))
+    'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_b16x8'
+
+    The band suffix ``_b<gu>x<dn>`` is left out for the unbanded walk (0, 0), so earlier layers keep
+    their names (the fingerprint in the kernel name changes with every field either way).
     """
     c, p = cfg, problem
+    band = f"_b{c.gu_band_m}x{c.dn_band_m}" if (c.gu_band_m or c.dn_band_m) else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
-            f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}")
+            f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}")
 
 
 def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
@@ -56,8 +64,10 @@ def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
             GemmConfig(tile_n=cfg.dn_tile_n, stages=cfg.dn_stages, **common))
 
 
-def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, loc: SourceLoc) -> Program:
-    """``program`` (a GEMM) edited into a grouped GEMM of family ``moe``."""
+def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, band_m: int,
+             loc: SourceLoc) -> Program:
+    """``program`` (a GEMM) edited into a grouped GEMM of family ``moe`` (walk: bands of ``band_m``
+    m-tiles, 0 for none)."""
     p = dataclasses.replace(program, family="moe", name=label)
     lb = p.load_into("sB")
     changes: dict = {"expert_rows": expert_rows}
@@ -65,7 +75,7 @@ def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, l
         half = lb.tile_mn // 2
         changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))
     p = p.replace_node("load", lb.name, **changes)
-    p = p.replace_node("schedule", decomposition="grouped")
+    p = p.replace_node("schedule", decomposition="grouped", band_m=band_m)
     if pair_offset:
         e = p.epilogue
         p = p.replace_node("epilogue", tile_n=e.tile_n // 2, act="swiglu", act_pair=e.op_n // 4)
@@ -92,8 +102,8 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     loc = caller_loc()
     label = layer_label(c, p)
     gcfg_gu, gcfg_dn = gemm_configs(c)
-    gate_up = _grouped(build_gemm_program(gcfg_gu, None), label + "_gu", 2 * p.ffn, p.ffn, loc)
-    down = _grouped(build_gemm_program(gcfg_dn, None), label + "_dn", p.hidden, 0, loc)
+    gate_up = _grouped(build_gemm_program(gcfg_gu, None), label + "_gu", 2 * p.ffn, p.ffn, c.gu_band_m, loc)
+    down = _grouped(build_gemm_program(gcfg_dn, None), label + "_dn", p.hidden, 0, c.dn_band_m, loc)
     routing = Routing(chunk=c.route_chunk, pad=c.tile_m, scan="exclusive", rank="stable", rank_base=0,
                       invalid="skip", loc=loc)
     combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",

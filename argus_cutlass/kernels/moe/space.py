@@ -1,9 +1,9 @@
-"""The MoE search space: typed knobs of :class:`~argus_cutlass.kernels.moe.config.MoEConfig` (no
-tuned entries yet: measuring needs the GPU). Each knob has a default and its allowed values; the
+"""The MoE search space: typed knobs of :class:`~argus_cutlass.kernels.moe.config.MoEConfig` (tuned
+entries, keyed by a power-of-two T bucket, live in the agent's table: none measured yet). Each knob has a default and its allowed values; the
 feasibility function is the verifier (a configuration is feasible when its layer verifies).
 
 >>> sorted(KNOBS)[:3]
-['combine_threads', 'dn_stages', 'dn_tile_n']
+['combine_threads', 'dn_band_m', 'dn_stages']
 >>> len(list(enumerate_space(limit=4)))
 4
 """
@@ -17,7 +17,8 @@ from argus_cutlass.kernels.moe.config import MoEConfig
 
 __all__ = ["KNOBS", "T_BUCKETS", "bucket_of", "enumerate_space", "feasible"]
 
-#: T buckets the heuristic and the tuned entries key on: name -> (lowest T, highest T)
+#: T buckets of the heuristic (tuned entries key on finer power-of-two buckets,
+#: :func:`argus_cutlass.agent.store.moe_tokens_bucket`): name -> (lowest T, highest T)
 T_BUCKETS: dict[str, tuple[int, int]] = {"small": (1, 256), "large": (257, 2**20)}
 
 
@@ -34,6 +35,8 @@ def bucket_of(tokens: int) -> str:
 
 #: knob -> allowed values (the default first). ``tile_m`` 64 is the small-T path (ping-pong, groups
 #: padded to 64 rows; :func:`argus_cutlass.kernels.moe.heuristics.small_t_config`), 128 the large-T one.
+#: ``gu_band_m`` / ``dn_band_m``: 0 the unbanded walk, else m-tiles per band of the grouped walk
+#: (powers of two; the large-T heuristic derives them per shape: ``heuristics.band_for``).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "gu_tile_n": (256, 128),
@@ -43,6 +46,8 @@ KNOBS: dict[str, tuple] = {
     "epi_n": (32, 64),
     "route_chunk": (256, 512, 1024),
     "combine_threads": (128, 256),
+    "gu_band_m": (0, 1, 2, 4, 8, 16, 32),
+    "dn_band_m": (0, 1, 2, 4, 8, 16, 32),
 }
 
 

@@ -1,0 +1,324 @@
+"""Lookups that explain themselves (issue 13 item 4), the same-architecture rule for other Hopper GPUs,
+and the MoE tuned entries (issue 11 item 4): every table here is a temporary store or a faked shipped
+table; no GPU and no measured number."""
+
+from __future__ import annotations
+
+import pytest
+
+from argus_cutlass.agent import store as store_mod
+from argus_cutlass.agent.planner import Problem
+from argus_cutlass.agent.store import (
+    ExperienceStore,
+    Lookup,
+    entry_key,
+    gpu_arch,
+    lookup_config,
+    lookup_moe_config,
+    make_entry,
+    moe_entry,
+    moe_key,
+    moe_tokens_bucket,
+    record_moe_best,
+)
+from argus_cutlass.kernels.gemm.heuristics import default_config
+from argus_cutlass.kernels.moe.heuristics import default_config as moe_default
+from argus_cutlass.kernels.moe.heuristics import small_t_config
+from argus_cutlass.kernels.moe.problem import MoEProblem
+
+H200 = "NVIDIA H200"
+H100 = "NVIDIA H100 80GB HBM3"
+SHAPE = (512, 8192, 8192)
+#: a small-T MoE problem (qwen3-30b-a3b's layer at T = 100: bucket t128)
+MOE = MoEProblem(100, 128, 8, 2048, 768)
+#: MoEConfig changes the small-T configuration takes (verified) / refuses (gu_stages 12: smem)
+MOE_GOOD, MOE_BAD = {"dn_stages": 6}, {"gu_stages": 12}
+
+
+@pytest.fixture
+def st(tmp_path, monkeypatch):
+    """An empty user store and an empty shipped table."""
+    monkeypatch.setattr(store_mod, "shipped_entries", lambda: [])
+    return ExperienceStore(tmp_path / "e.json")
+
+
+def _ship(monkeypatch, *entries):
+    monkeypatch.setattr(store_mod, "shipped_entries", lambda: list(entries))
+
+
+def _gemm_entry(gpu, cfg):
+    return make_entry(gpu, "gemm", Problem(*SHAPE), cfg, 0.1)
+
+
+# ---- the result: (config, source) plus why ------------------------------------------------------
+
+
+def test_lookup_unpacks_as_the_old_pair(st):
+    lk = lookup_config("gemm", *SHAPE, gpu=H200, store=st)
+    cfg, source = lk
+    assert isinstance(lk, Lookup) and len(lk) == 2
+    assert (lk[0], lk[1]) == (cfg, source) == (lk.config, lk.source)
+    assert source == "heuristic" and cfg == default_config(*SHAPE) and lk.entry_key is None
+    assert lk.key == entry_key(H200, "gemm", Problem(*SHAPE))
+
+
+def test_a_miss_names_the_key_what_the_table_has_and_the_nearest_entry(st, monkeypatch):
+    _ship(monkeypatch, *(make_entry(H200, "gemm", Problem(s, s, s), default_config(s, s, s), 0.2)
+                         for s in (4096, 8192)))
+    lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nt", gpu=H200, store=st)
+    assert lk.source == "heuristic"
+    assert lk.detail == (
+        "no entry for key 'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096' (shipped table has "
+        "dtype bf16, out_dtype bf16, layout tn only; nearest: "
+        "'NVIDIA H200|gemm|bf16|bf16|tn|m4096_n4096_k4096', differs in dtype, out_dtype, layout)")
+    lk = lookup_config("gemm", 2000, 2000, 2000, gpu=H200, store=st)  # a bucket miss: the nearest bucket
+    assert lk.detail == ("no entry for key 'NVIDIA H200|gemm|bf16|bf16|tn|m2048_n2048_k2048' (nearest: "
+                         "'NVIDIA H200|gemm|bf16|bf16|tn|m4096_n4096_k4096', differs in bucket)")
+
+
+def test_a_miss_with_no_entries_of_the_family_says_so(st):
+    assert lookup_config("gemm", *SHAPE, gpu=H200, store=st).detail == (
+        "no entry for key 'NVIDIA H200|gemm|bf16|bf16|tn|m512_n8192_k8192' (no tuned gemm entries: "
+        "neither your experience store nor the shipped table has one)")
+
+
+def test_the_real_shipped_table_explains_an_fp16_nt_miss():
+    lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nt", gpu=H200,
+                       store=ExperienceStore("/nonexistent/e.json"))
+    assert lk.source == "heuristic"
+    assert lk.detail.startswith(
+        "no entry for key 'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096' (shipped table "
+        "has dtype bf16, out_dtype bf16, layout tn only; nearest: "
+        "'NVIDIA H200|gemm|bf16|bf16|tn|m4096_n4096_k4096'")
+
+
+def test_an_entry_found_but_refused_stale_or_mismatched_is_named(st, monkeypatch):
+    heur = default_config(*SHAPE)
+    key = entry_key(H200, "gemm", Problem(*SHAPE))
+    shipped = heur.replace(swizzle=2)
+    _ship(monkeypatch, _gemm_entry(H200, shipped))
+    st.record_best(H200, "gemm", Problem(*SHAPE), heur.replace(raster="along_m"), 0.09)
+    st.update(lambda d: d["entries"][key]["config"].update(stages=12))  # the verifier refuses 12 stages
+    lk = lookup_config("gemm", *SHAPE, gpu=H200, store=st)
+    assert (lk.config, lk.source, lk.entry_key) == (shipped, "shipped", key)
+    assert lk.detail.startswith(f"entry {key!r} of your experience store skipped: "
+                                "refused by the verifier (smem")
+    assert lk.detail.endswith(f"; key {key!r} found in the shipped table (agent/tuned_h200.json)")
+
+    st.update(lambda d: d["entries"][key]["config"].update(stages=4, no_such_knob=1))
+    assert "skipped: stale (its config no longer parses: no_such_knob: Extra inputs are not permitted)" in \
+        lookup_config("gemm", *SHAPE, gpu=H200, store=st).detail
+    st.update(lambda d: d["entries"][key].update(config={**heur.model_dump(), "layout": "nt"}))
+    assert "skipped: its config is bf16->bf16 nt, the problem bf16->bf16 tn" in \
+        lookup_config("gemm", *SHAPE, gpu=H200, store=st).detail
+
+
+# ---- other Hopper GPUs: the nearest sm_90 entry -----------------------------------------------
+
+
+@pytest.mark.parametrize("name, arch", [
+    ("NVIDIA H200", "sm_90"), ("NVIDIA H200 NVL", "sm_90"), ("NVIDIA H100 80GB HBM3", "sm_90"),
+    ("NVIDIA H100 PCIe", "sm_90"), ("NVIDIA H100 NVL", "sm_90"), ("NVIDIA H800", "sm_90"),
+    ("NVIDIA H20", "sm_90"), ("NVIDIA GH200 480GB", "sm_90"), ("nvidia h100", "sm_90"),
+    ("NVIDIA A100-SXM4-80GB", None), ("NVIDIA B200", None), ("NVIDIA H2000", None),
+    ("NVIDIA GeForce RTX 4090", None), ("", None),
+])
+def test_gpu_arch_reads_the_architecture_off_the_name(name, arch):
+    assert gpu_arch(name) == arch
+
+
+def test_an_h100_uses_the_h200_entry_and_says_so(st, monkeypatch):
+    shipped = default_config(*SHAPE).replace(swizzle=2)
+    _ship(monkeypatch, _gemm_entry(H200, shipped))
+    lk = lookup_config("gemm", *SHAPE, gpu=H100, store=st)
+    assert (lk.config, lk.source) == (shipped, "shipped")
+    assert lk.key == f"{H100}|gemm|bf16|bf16|tn|m512_n8192_k8192"
+    assert lk.entry_key == f"{H200}|gemm|bf16|bf16|tn|m512_n8192_k8192"
+    assert lk.detail == (
+        "no entry for key 'NVIDIA H100 80GB HBM3|gemm|bf16|bf16|tn|m512_n8192_k8192'; using "
+        "'NVIDIA H200|gemm|bf16|bf16|tn|m512_n8192_k8192' of the shipped table (agent/tuned_h200.json): "
+        "tuned on NVIDIA H200, used on NVIDIA H100 80GB HBM3 (same sm_90); "
+        "re-tune for this GPU with argus-cutlass tune gemm")
+    assert lookup_config("gemm", *SHAPE, gpu="NVIDIA GH200 480GB", store=st).source == "shipped"
+
+
+def test_an_exact_gpu_entry_wins_over_a_same_arch_one_in_either_source(st, monkeypatch):
+    heur = default_config(*SHAPE)
+    h200_cfg, h100_cfg = heur.replace(swizzle=2), heur.replace(raster="along_m")
+    # shipped H200, user store H100: on the H100 its own (store) entry; on the H200 the shipped one
+    _ship(monkeypatch, _gemm_entry(H200, h200_cfg))
+    st.record_best(H100, "gemm", Problem(*SHAPE), h100_cfg, 0.2)
+    assert lookup_config("gemm", *SHAPE, gpu=H100, store=st)[:2] == (h100_cfg, "store")
+    assert lookup_config("gemm", *SHAPE, gpu=H200, store=st)[:2] == (h200_cfg, "shipped")
+    # an exact entry in the shipped table beats a same-arch entry in the user store
+    # on an H800 both are other sm_90 GPUs: the user store first
+    assert lookup_config("gemm", *SHAPE, gpu="NVIDIA H800", store=st).source == "store"
+    _ship(monkeypatch, _gemm_entry("NVIDIA H800", h200_cfg))
+    assert lookup_config("gemm", *SHAPE, gpu="NVIDIA H800", store=st)[:2] == (h200_cfg, "shipped")
+
+
+def test_a_refused_exact_entry_falls_to_the_same_arch_one_and_both_are_said(st, monkeypatch):
+    heur = default_config(*SHAPE)
+    _ship(monkeypatch, _gemm_entry(H200, heur.replace(swizzle=2)))
+    st.record_best(H100, "gemm", Problem(*SHAPE), heur, 0.2)
+    h100_key = entry_key(H100, "gemm", Problem(*SHAPE))
+    st.update(lambda d: d["entries"][h100_key]["config"].update(stages=12))
+    lk = lookup_config("gemm", *SHAPE, gpu=H100, store=st)
+    assert lk.source == "shipped" and lk.entry_key == entry_key(H200, "gemm", Problem(*SHAPE))
+    assert lk.detail.startswith(f"entry {h100_key!r} of your experience store skipped: refused by the "
+                                "verifier")
+    assert f"; no usable entry for key {h100_key!r}; using " in lk.detail and "(same sm_90)" in lk.detail
+
+
+def test_an_unknown_gpu_name_matches_exactly_only(st, monkeypatch):
+    _ship(monkeypatch, _gemm_entry(H200, default_config(*SHAPE).replace(swizzle=2)))
+    lk = lookup_config("gemm", *SHAPE, gpu="NVIDIA A100-SXM4-80GB", store=st)
+    assert lk.source == "heuristic"
+    assert lk.detail == (
+        "no entry for key 'NVIDIA A100-SXM4-80GB|gemm|bf16|bf16|tn|m512_n8192_k8192' (shipped table has gpu "
+        "NVIDIA H200 only; 'NVIDIA A100-SXM4-80GB' is no known sm_90 GPU name, so only entries of exactly "
+        "that name match; nearest: 'NVIDIA H200|gemm|bf16|bf16|tn|m512_n8192_k8192', differs in gpu)")
+
+
+def test_attention_lookups_take_the_same_rules(st, monkeypatch):
+    from argus_cutlass.agent.store import attention_entry, attention_key, lookup_attention_config
+    from argus_cutlass.kernels.attention.heuristics import default_config as attn_default
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+
+    p = AttentionProblem(2, 16, 16, 3000, 3000, 128, causal=True)
+    base = attn_default(128, "bf16", True, False)
+    lk = lookup_attention_config(p, gpu=H100, store=st)
+    assert lk.source == "heuristic" and lk.detail.startswith(f"no entry for key {attention_key(H100, p)!r}")
+    _ship(monkeypatch, attention_entry(H200, p, base.replace(stages=base.stages), 1.0))
+    lk = lookup_attention_config(p, gpu=H100, store=st)
+    assert lk.source == "shipped"
+    assert "same sm_90); re-tune for this GPU with argus-cutlass tune attention" in lk.detail
+    forced = lookup_attention_config(p, heuristic=True, gpu=H100, store=st)
+    assert forced.source == "forced" and "no table read" in forced.detail
+
+
+# ---- MoE entries ---------------------------------------------------------------------------------
+
+
+def test_moe_key_buckets_t_by_powers_of_two():
+    assert moe_key(H200, MOE) == "NVIDIA H200|moe|bf16|e128k8h2048i768|t128"
+    assert [moe_tokens_bucket(t) for t in (1, 64, 65, 128, 129, 256, 257, 2**20)] == \
+        [1, 64, 128, 128, 256, 256, 512, 2**20]
+    # no bucket straddles the heuristic's small/large boundary: one heuristic configuration per bucket
+    for t in range(1, 2049):
+        b = moe_tokens_bucket(t)
+        assert moe_default(MoEProblem(t, 8, 2, 4096, 14336)) == moe_default(MoEProblem(b, 8, 2, 4096, 14336))
+
+
+def test_moe_entry_recorded_is_used_for_its_bucket(st):
+    tuned = small_t_config().replace(**MOE_GOOD)
+    assert lookup_moe_config(MOE, gpu=H200, store=st)[:2] == (moe_default(MOE), "heuristic")
+    assert record_moe_best(MOE, tuned, 0.05, 0.07, gpu=H200, store=st)
+    assert not record_moe_best(MOE, small_t_config(), 0.06, gpu=H200, store=st)  # slower: kept
+    e = st.read()["entries"][moe_key(H200, MOE)]
+    assert (e["kernel"], e["ms"], e["grouped_mm_ms"], e["problem"]["tokens"]) == ("moe", 0.05, 0.07, 100)
+    assert e["tflops"] == pytest.approx(MOE.flops() / 0.05e-3 / 1e12)
+    lk = lookup_moe_config(MoEProblem(120, 128, 8, 2048, 768), gpu=H200, store=st)  # same bucket t128
+    assert (lk.config, lk.source) == (tuned, "store")
+    assert lk.detail == "key 'NVIDIA H200|moe|bf16|e128k8h2048i768|t128' found in your experience store"
+    assert lookup_moe_config(MoEProblem(129, 128, 8, 2048, 768), gpu=H200, store=st).source == "heuristic"
+    fp16 = MoEProblem(100, 128, 8, 2048, 768, "fp16")
+    assert lookup_moe_config(fp16, gpu=H200, store=st).source == "heuristic"
+    lk = lookup_moe_config(MOE, gpu=H100, store=st)  # an H200 entry on an H100
+    assert lk.source == "store"
+    assert "tuned on NVIDIA H200, used on NVIDIA H100 80GB HBM3 (same sm_90)" in lk.detail
+
+
+def test_moe_lookup_order_is_gemms_store_then_shipped(st, monkeypatch):
+    shipped, user = small_t_config().replace(**MOE_GOOD), small_t_config().replace(gu_stages=4)
+    _ship(monkeypatch, moe_entry(H200, MOE, shipped, 0.05))
+    assert lookup_moe_config(MOE, gpu=H200, store=st)[:2] == (shipped, "shipped")
+    record_moe_best(MOE, user, 0.06, gpu=H200, store=st)
+    assert lookup_moe_config(MOE, gpu=H200, store=st)[:2] == (user, "store")
+
+
+@pytest.mark.parametrize("config, why", [
+    ({**small_t_config().model_dump(), **MOE_BAD},
+     "refused by the verifier (the layer does not verify for this problem)"),
+    ({**small_t_config().model_dump(), "tile_m": 96}, "stale (its config no longer parses: tile_m: "),
+    ({"tile_m": 64, "knob_removed_since": 3}, "stale (its config no longer parses: knob_removed_since: "),
+    ({**small_t_config().model_dump(), "dtype": "fp16"}, "its config is fp16, the problem bf16"),
+])
+def test_moe_entry_refused_or_stale_is_skipped_and_named(st, config, why):
+    key = moe_key(H200, MOE)
+    st.keep_faster(key, {**moe_entry(H200, MOE, small_t_config(), 0.05), "config": config})
+    lk = lookup_moe_config(MOE, gpu=H200, store=st)
+    assert lk[:2] == (moe_default(MOE), "heuristic")
+    assert lk.detail.startswith(f"entry {key!r} of your experience store skipped: {why}")
+
+
+def test_moe_entry_written_before_a_new_config_field_still_parses(st):
+    """Fields a later MoEConfig adds take their defaults: an entry holding only older fields is used."""
+    old = {k: v for k, v in small_t_config().replace(**MOE_GOOD).model_dump().items()
+           if k in ("dtype", "tile_m", "gu_tile_n", "dn_tile_n", "tile_k", "gu_stages", "dn_stages")}
+    st.keep_faster(moe_key(H200, MOE), {**moe_entry(H200, MOE, small_t_config(), 0.05), "config": old})
+    lk = lookup_moe_config(MOE, gpu=H200, store=st)
+    assert lk.source == "store" and lk.config.dn_stages == MOE_GOOD["dn_stages"]
+
+
+def test_moe_miss_says_there_are_no_moe_entries(st):
+    lk = lookup_moe_config(MOE, gpu=H200, store=st)
+    assert lk.detail == (
+        "no entry for key 'NVIDIA H200|moe|bf16|e128k8h2048i768|t128' (no tuned moe entries: "
+        "neither your experience store nor the shipped table has one)")
+    assert lookup_moe_config(MOE, heuristic=True, gpu=H200, store=st)[:2] == (moe_default(MOE), "forced")
+
+
+# ---- the orchestrator, the report and the table ----------------------------------------------------
+
+
+def test_configure_routes_moe_to_its_table(st):
+    from argus_cutlass.generate import configure
+
+    record_moe_best(MOE, small_t_config().replace(**MOE_GOOD), 0.05, gpu=H200, store=st)
+    cfg, source = configure(MOE, gpu=H200, store=st)
+    assert source == "store" and cfg.dn_stages == MOE_GOOD["dn_stages"]
+    assert configure(MOE, heuristic=True, gpu=H200, store=st).source == "forced"
+    assert configure(Problem(*SHAPE), heuristic=True).detail.startswith("the heuristic was asked for")
+
+
+def test_the_report_carries_the_detail(tmp_path, monkeypatch):
+    from argus_cutlass.generate import Options, run
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(store_mod, "gpu_name", lambda: H100)
+    _ship(monkeypatch, _gemm_entry(H200, default_config(*SHAPE).replace(swizzle=2)))
+    rec = run(GemmProblem(*SHAPE), options=Options(smt=False, compile=False)).record()
+    assert rec["config_source"] == "shipped"
+    assert rec["config_source_detail"].endswith(
+        "(same sm_90); re-tune for this GPU with argus-cutlass tune gemm")
+
+
+def test_table_explains_a_same_arch_match_and_lists_moe_entries(st, monkeypatch):
+    from argus_cutlass.agent.table import entries, explain, format_entries, format_explain
+
+    _ship(monkeypatch, _gemm_entry(H200, default_config(*SHAPE).replace(swizzle=2)),
+          moe_entry(H200, MOE, small_t_config().replace(**MOE_GOOD), 0.05))
+    text = "\n".join(format_explain(explain(Problem(*SHAPE), gpu=H100, store=st)))
+    assert "would use    the shipped H200 table" in text
+    assert "why          no entry for key 'NVIDIA H100 80GB HBM3|gemm|" in text
+    assert "matches [shipped] entry of NVIDIA H200 (same architecture)" in text and "(not used" not in text
+    ex = explain(MOE, gpu=H200, store=st)
+    assert ex["chosen"]["source"] == "shipped" and ex["problem_key"]["tokens"] == "t128"
+    lines = format_entries(entries("moe", store=st), "moe")
+    assert lines[0].startswith("moe: 1 entries; key = gpu | kernel | dtype | shape | tokens")
+    assert lines[1].startswith("  [shipped] NVIDIA H200 | bf16 | e128k8h2048i768 | t128: 64-row tiles")
+
+
+def test_api_configures_moe_once_per_bucket(monkeypatch):
+    import argus_cutlass.generate as gen
+    from argus_cutlass import api
+
+    calls = []
+    monkeypatch.setattr(gen, "configure", lambda p: calls.append(p.tokens) or (moe_default(p), "heuristic"))
+    monkeypatch.setattr(api, "_MOE_CONFIGS", {})
+    for t in (100, 120, 128, 129, 100):
+        p = MoEProblem(t, 128, 8, 2048, 768)
+        assert api._moe_config(p) == moe_default(p)
+    assert calls == [100, 129]
