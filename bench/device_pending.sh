@@ -4,10 +4,11 @@
 #
 #   bash bench/device_pending.sh OUTDIR attn-quad16   # quad16 epilogue correctness (GPU tests, ~4 min)
 #   bash bench/device_pending.sh OUTDIR attn-mutants16 # the 6 output16_* mutants of the quad16 store map (~2 min)
+#   bash bench/device_pending.sh OUTDIR gemm-staged   # the aligned staging path (M=300 col-major A, N=33, K=33, ...)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
-#   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. the small-T path (~4 min)
-#   bash bench/device_pending.sh OUTDIR moe-mutants   # the 30 MoE mutants without the verifier (~5 min)
-#   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm, small-T vs 128-row (~3 min)
+#   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T and banded walks (~5 min)
+#   bash bench/device_pending.sh OUTDIR moe-mutants   # the 33 MoE mutants without the verifier (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~4 min)
 #   bash bench/device_pending.sh OUTDIR attn-tune 512   # direct vs quad16 x q_stages x prefetch, S = 512
 #   bash bench/device_pending.sh OUTDIR attn-tune 2048  # the same at S = 2048 (each ~60 kernels, ~6 min)
 #   bash bench/device_pending.sh OUTDIR attn-epilogue # the shipped entry, direct vs quad16 epilogue, whole grid
@@ -19,7 +20,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 torch-ops moe moe-mutants moe-bench attn-tune attn-epilogue attn-bench " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-mutants moe-bench attn-tune attn-epilogue attn-bench " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -42,6 +43,8 @@ case "$STEP" in
     timeout 500 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT" --timeout 10 --ids \
       output16_shuffle_same_bit,output16_shuffle_xor3,output16_single_stage,output16_lane_cols4,output16_group_cols16,output16_rows_unmasked \
       2>&1 | tail -25 | tee "$OUT/attn_mutants16.log" ;;
+  gemm-staged)
+    $PYT -m gpu "$R/tests/gpu/test_gemm_staged.py" -rf 2>&1 | tail -30 | tee "$OUT/gemm_staged_gpu.log" ;;
   torch-ops)
     $PYT -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/torch_ops_gpu.log" ;;
   moe-mutants)
