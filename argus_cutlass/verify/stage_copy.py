@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from argus_cutlass.dsl.ir import Program, StageCopy
+from argus_cutlass.dsl.ir import DTYPE_BYTES, Program, StageCopy
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
 __all__ = ["CopyImage", "STAGE_RULES", "check_stage_copies", "copy_image", "size_cases"]
@@ -416,6 +416,27 @@ def _check_out(node: StageCopy, expect: tuple[str, str] | None) -> tuple[list[Pr
                   "grid-stride wraps; affine, so all sizes)", points)], []
 
 
+def _check_binding(program: Program, node: StageCopy) -> Violation | None:
+    """stage.cover: the copy stages a TMA operand (A, B or D; C is read element by element by the
+    epilogue, never through TMA, and may be null when beta = 0) in that operand's element type (the
+    copy kernel's element and the workspace size are printed from ``node.dtype``)."""
+    t = next((x for x in program.tensors if x.space == "gmem" and x.binding == node.operand), None)
+    if node.operand == "C":
+        msg = (f"{node.name} stages C, which the epilogue reads element by element (no TMA rule to meet) and which "
+               "may be null when beta = 0: the copy would read through a null pointer")
+        fix = "do not stage C"
+    elif t is not None and t.dtype != node.dtype:
+        msg = (f"{node.name} copies {node.operand} as {node.dtype} ({DTYPE_BYTES[node.dtype]} bytes) but "
+               f"{node.operand} holds {t.dtype} ({DTYPE_BYTES[t.dtype]} bytes): the copy reads and writes "
+               f"{node.operand}'s rows at the wrong element size, past the caller's matrix")
+        fix = f"stage {node.operand} in its own element type ({t.dtype})"
+    else:
+        return None
+    return Violation("stage.cover", "G9", msg, fix, str(node.loc),
+                     _cex(node, "stage.cover", None, None, {"tensor": node.operand},
+                          f"a TMA operand staged in {t.dtype if t is not None else node.dtype}", msg, {}))
+
+
 def check_stage_copies(program: Program) -> tuple[list[Proof], list[Violation]]:
     """The ``stage.*`` rules on every :class:`StageCopy` of ``program`` (the module docstring)."""
     proofs: list[Proof] = []
@@ -425,6 +446,10 @@ def check_stage_copies(program: Program) -> tuple[list[Proof], list[Violation]]:
         p, v = _check_align(node)
         proofs += p
         violations += v
+        v = _check_binding(program, node)
+        if v is not None:
+            violations.append(v)
+            continue
         expect = _storage(program, node.operand)
         if node.direction == "in" and node.operand != "D":
             p, v = _check_in(node, expect)

@@ -9,6 +9,8 @@ error) + atol, both against an fp32 reference.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -237,7 +239,11 @@ def test_staged_misaligned_pointers(staged_warnings):
         at.gemm(a, b, out=out)
     _close(out, a.float() @ b.float(), a @ b, 1e-2)
     assert torch.isnan(buf[0]) and torch.isnan(buf[1 + 256 * 256:]).all()
-    y = at.gemm(a.clone(), b)  # the aligned call of the same bucket runs the direct kernel, no warning
+    ac = a.clone()  # the aligned call of the same bucket runs the direct kernel, no warning
+    assert at.gemm_problem(ac, b).staging() == () and api.gemm_kernel_key(at.gemm_problem(ac, b))[2] == ()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*aligned copy", category=UserWarning)
+        y = at.gemm(ac, b)
     _close(y, a.float() @ b.float(), a @ b, 1e-2)
 
 

@@ -138,7 +138,11 @@ def test_workspace_is_what_the_entry_allocates():
     off_b = -(-a // 256) * 256
     off_d = -(-(off_b + b) // 256) * 256
     assert staging_workspace(prog, p) == off_d + d
-    assert p.staging_bytes() == sum(-(-x // 256) * 256 for x in (a, b, d))
+    assert p.staging_bytes() == off_d + d  # what the torch warning reports is what the entry allocates
+    for q in (GemmProblem(7, 33, 5, "bf16", "bf16", "nt"), GemmProblem(300, 4096, 4096, "bf16", "bf16", "nt"),
+              GemmProblem(4096, 33, 4096), GemmProblem(64, 64, 33, "fp16", "fp32", "tt")):
+        cfg = GemmConfig(layout=q.layout, dtype=q.dtype, out_dtype=q.out_dtype, tile_m=128, tile_n=128, cluster_m=1)
+        assert q.staging_bytes() == staging_workspace(build_program(cfg, q), q), q
     rec = path_record(p, prog)
     assert rec["kind"] == "staged" and [s["operand"] for s in rec["staged"]] == ["A", "B", "D"]
     assert rec["staged"][2]["staged_ld"] == 36 and rec["workspace_bytes"] == off_d + d
@@ -217,6 +221,24 @@ def test_stage_writeback_counterexamples(changes, needle):
 def test_writeback_of_an_input_is_refused():
     v, _ = _violation(("A",), "stage_A", direction="out", src_pitch="staged", dst_pitch="caller")
     assert v.rule == "stage.writeback" and "an input the GEMM only reads" in v.message
+
+
+def test_copy_stages_a_tma_operand_in_its_own_type():
+    """A copy in another element type, or a copy of C (read element by element, null when beta = 0),
+    is refused by stage.cover, and the printed copy asserts its element size."""
+    import dataclasses
+
+    from argus_cutlass.dsl.ir import StageCopy
+
+    p = build_program(GemmConfig(layout="tn"), None, staged=("A",))
+    sa = p.stage_copies[0]
+    wrong = dataclasses.replace(p, stage_copies=(dataclasses.replace(sa, dtype="fp32", align=4),))
+    rep = verify_gemm(wrong, smt=False)
+    assert [v.rule for v in rep.violations] == ["stage.cover"] and "holds bf16" in rep.violations[0].message
+    sc = StageCopy("stage_C", "C", "in", "bf16", "M", "N", 8, "zero", "staged", "caller", "staged", sa.loc)
+    rep = verify_gemm(dataclasses.replace(p, stage_copies=(sa, sc)), smt=False)
+    assert [v.rule for v in rep.violations] == ["stage.cover"] and "null when beta = 0" in rep.violations[0].message
+    assert "static_assert(sizeof(stage_A_t) == sizeof(ElementA)" in render_gemm(p)
 
 
 def test_copy_model_covers_the_grid_stride_wrap():

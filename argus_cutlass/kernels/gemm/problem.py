@@ -428,9 +428,14 @@ class GemmProblem:
         return tuple(out)
 
     def staging_bytes(self) -> int:
-        """Bytes of the staging workspace the entry allocates for this problem (each buffer at a
-        multiple of :data:`STAGE_BASE_ALIGN`); 0 on the direct path."""
-        return sum(_round_up(s.staged_bytes, STAGE_BASE_ALIGN) for s in self.staging())
+        """Bytes of the staging workspace the entry allocates for this problem, as its host code
+        computes it (buffer ``i`` at ``round_up(end of buffer i-1, STAGE_BASE_ALIGN)``; the same sum as
+        :func:`argus_cutlass.kernels.gemm.program.staging_workspace` of the staged program); 0 on
+        the direct path."""
+        end = 0
+        for s in self.staging():
+            end = _round_up(end, STAGE_BASE_ALIGN) + s.staged_bytes
+        return end
 
     @staticmethod
     def check_pointer(ptr: int, name: str, align: int = TMA_ALIGN_BYTES) -> None:
