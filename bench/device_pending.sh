@@ -7,6 +7,7 @@
 #   bash bench/device_pending.sh OUTDIR gemm-staged   # the aligned staging path (M=300 col-major A, N=33, K=33, ...)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
 #   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T and banded walks (~5 min)
+#   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 33 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~4 min)
 #   bash bench/device_pending.sh OUTDIR attn-tune 512   # direct vs quad16 x q_stages x prefetch, S = 512
@@ -20,7 +21,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-mutants moe-bench attn-tune attn-epilogue attn-bench " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-mutants moe-bench attn-tune attn-epilogue attn-bench " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -47,6 +48,13 @@ case "$STEP" in
     $PYT -m gpu "$R/tests/gpu/test_gemm_staged.py" -rf 2>&1 | tail -30 | tee "$OUT/gemm_staged_gpu.log" ;;
   torch-ops)
     $PYT -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/torch_ops_gpu.log" ;;
+  moe-profile)
+    timeout 200 python3 "$R/bench/profile_moe.py" --out "$OUT/prof" 2>&1 | tee "$OUT/moe_profile.log" | tail -40
+    timeout 150 python3 "$R/bench/profile_moe.py" --out "$OUT/prof_unbanded" --unbanded --cells mixtral:8192,qwen3-30b-a3b:2048 \
+      2>&1 | tee "$OUT/moe_profile_unbanded.log" | tail -20
+    timeout 200 ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+      python3 "$R/bench/profile_moe.py" --out "$OUT/prof" --ncu --cells qwen3-30b-a3b:16,mixtral:8192 > "$OUT/moe_ncu.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|L2 Cache Throughput" "$OUT/moe_ncu.txt" | head -60 ;;
   moe-mutants)
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 2>&1 | tail -45 | tee "$OUT/moe_mutants.log" ;;
   moe-bench)

@@ -1,0 +1,101 @@
+"""Per-kernel time of MoE layers on a Hopper GPU (torch.profiler), for the profile RESULTS.md asks for.
+
+    python3 bench/profile_moe.py --out OUTDIR [--cells mixtral:8192,qwen3-30b-a3b:16] [--iters 10]
+    ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \\
+        python3 bench/profile_moe.py --out OUTDIR --cells qwen3-30b-a3b:16 --ncu
+
+Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's configuration
+(``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16). The
+layers are built in one parallel batch (``argus_cutlass.api.precompile``), warmed up, then run
+``--iters`` times with a 256 MB buffer written between runs (L2 flushed: every run reads its weights
+from HBM); the profiler's device time per kernel (routing count / scan / permute, gate+up GEMM,
+down GEMM, combine, and the flush itself) is averaged. Writes ``OUTDIR/moe_profile.json`` and prints
+a table. ``--ncu``: one run of each layer between ``cudaProfilerStart`` / ``Stop`` for ncu's
+``--profile-from-start off``, nothing else. Needs torch and a Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder for moe_profile.json")
+    ap.add_argument("--cells", default="mixtral:8192,qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:2048",
+                    help="comma-separated model:T (models: MoEProblem.for_model)")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--unbanded", action="store_true", help="gu_band_m = dn_band_m = 0 (the unbanded walk)")
+    ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from argus_cutlass.api import moe_kernel, precompile
+    from argus_cutlass.generate import configure
+    from argus_cutlass.kernels.moe.check import make_inputs
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    try:
+        cells = [(m, int(t)) for m, t in (c.split(":") for c in args.cells.split(",") if c)]
+    except ValueError:
+        ap.error(f"--cells {args.cells!r}: expected model:T[,model:T...]")
+    problems = [MoEProblem.for_model(m, t) for m, t in cells]
+    configs = [configure(p)[0] for p in problems]
+    if args.unbanded:
+        configs = [c.replace(gu_band_m=0, dn_band_m=0) for c in configs]
+    if not args.unbanded:
+        precompile(problems)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    result = {}
+    for (model, tokens), p, cfg in zip(cells, problems, configs):
+        lib = moe_kernel(p, cfg)
+        x, ids, w, w13, w2 = make_inputs(p, seed=1)
+        ws = torch.empty(lib.workspace_bytes(tokens), dtype=torch.uint8, device="cuda")
+
+        def run() -> None:
+            lib.forward(x, ids, w, w13, w2, workspace=ws, padding="unchecked")
+
+        for _ in range(3):
+            run()
+        torch.cuda.synchronize()
+        if args.ncu:
+            torch.cuda.profiler.start()
+            run()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            continue
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.iters):
+                flush.zero_()
+                run()
+            torch.cuda.synchronize()
+        per: dict[str, list[float]] = collections.defaultdict(list)
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                per[_short(e.name, lib.name)].append(e.device_time_total)
+        rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
+        result[f"{model}:{tokens}"] = {"kernel": lib.name, "config": cfg.model_dump(), "kernels": rows}
+        print(f"== {model} T={tokens} {lib.name}")
+        for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
+            print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")
+    if not args.ncu:
+        (out / "moe_profile.json").write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def _short(name: str, layer: str) -> str:
+    """``gu::gemm_kernel`` for ``<layer>_gu::gemm_kernel(...)``; torch's own kernels keep 60 chars."""
+    if name.startswith(layer):
+        return name[len(layer):].lstrip("_").split("(")[0]
+    return name[:60]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
