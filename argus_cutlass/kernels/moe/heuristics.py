@@ -13,12 +13,16 @@ Buckets (``SMALL_T``):
   64 rows. Against the 128-row default this halves the token rows each unit streams beside its
   weight tile (gate+up: 64 x K of xs per 256 x K of W13, 25 % instead of 50 %; down 64 x K per
   128 x K of W2), halves the padded MMA work, and the smaller A stage buys a deeper down pipeline
-  (8 stages) for the long K = I loops. The walk stays unbanded (``band_m`` 0): at uniform routing
-  each expert's group is one 64-row m-tile (T k / E <= 64 for the anchor models), so no two m-tiles
-  share a weight tile, and the A operand (padded rows x K at uniform routing, T = 256: 34 MB for
-  Qwen3's gate+up, 4 to 17 MB otherwise) is mostly L2-resident, so no walk order cuts DRAM traffic
-  (:func:`band_for` is not consulted).
-* ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for`.
+  (8 stages) for the long K = I loops. Both walks use bands of 1 (an m-tile's n-blocks are
+  consecutive units): at uniform routing each m-tile is one expert's group (T k / E <= 64 rows for
+  the anchor models), so no weight tile is shared between m-tiles and the walk only decides how often
+  the A tile (64 padded rows x K) is read. Unbanded, the walk sweeps every m-tile at one n-block while
+  the weights stream through L2 and evict A before the next n-block, so A is re-read from DRAM per
+  n-block (ncu, H200, session 17, Qwen3 T=16, unbanded: gate+up moved 638 MB for 536 MB of
+  activated W13, L2 hit rate 6.9%; down 320 MB for 268 MB of W2); with band 1 the CTAs reading one A
+  tile run side by side and A comes from DRAM about once (not measured yet).
+* ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for` (the
+  bands depend on H, I and the tiles, not on T).
 
 Bands (:func:`band_for`, derived from the L2 argument, not measured yet): the persistent walk runs
 ``WAVE_CTAS`` (132, the H200's SMs) consecutive units at a time. With ``band_m`` m-tiles per band
@@ -56,7 +60,7 @@ BANDS = (1, 2, 4, 8, 16, 32)
 
 def small_t_config(dtype: str = "bf16") -> MoEConfig:
     """The small-T configuration: 64-row ping-pong tiles, gate+up 256 columns (128 of h) x 5 stages
-    (40 KiB each), down 128 columns x 8 stages (24 KiB each), unbanded walks.
+    (40 KiB each), down 128 columns x 8 stages (24 KiB each), unbanded walks (:func:`default_config` gives both bands of 1).
 
     >>> small_t_config().schedule
     'pingpong'
@@ -99,13 +103,13 @@ def default_bands(cfg: MoEConfig, problem: MoEProblem) -> tuple[int, int]:
 
 
 def default_config(problem: MoEProblem) -> MoEConfig:
-    """The configuration of ``problem``'s T bucket: :func:`small_t_config` for ``T <= SMALL_T``,
-    else 128-row cooperative tiles, gate+up 256 columns (128 of h), down 128, 64-deep k stages, and
-    each GEMM's walk in bands of :func:`default_bands` (which depend on H and I, not on T, so the
-    bucket keeps one layer per model shape).
+    """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of 1 for
+    ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns (128 of h), down 128,
+    64-deep k stages and each GEMM's walk in bands of :func:`default_bands` (which depend on H, I and
+    the tiles, not on T, so the bucket keeps one layer per model shape).
     """
     if problem.tokens <= SMALL_T:
-        return small_t_config(problem.dtype)
+        return small_t_config(problem.dtype).replace(gu_band_m=1, dn_band_m=1)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn)
