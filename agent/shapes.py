@@ -335,7 +335,7 @@ def projection_shapes(
     )
     for s in shapes:
         try:
-            s.problem().validate()
+            s.problem().validate_any()  # the direct path or aligned staging, as `gemm` runs it
         except ProblemError as e:
             raise ProblemError(e.rule, f"{source}: {s.name} ({s.label}): {e.message}", e.hint) from None
     return shapes
@@ -460,7 +460,7 @@ def _shape_from_fields(fields: Mapping[str, Any], where: str, from_text: bool) -
         m, n, k, opt.get("dtype") or "bf16", opt.get("out_dtype"), opt.get("layout") or "tn",
         opt.get("name") or "")
     try:
-        shape.problem().validate()
+        shape.problem().validate_any()  # the direct path or aligned staging, as `gemm` runs it
     except ProblemError as e:
         raise ProblemError(e.rule, f"{where}: {e.message}", e.hint) from None
     return shape

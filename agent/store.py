@@ -308,7 +308,7 @@ def _tables(store: ExperienceStore) -> list[tuple[str, list[tuple[str, dict[str,
     return [("store", stored), ("shipped", [(_shipped_key(e), e) for e in shipped_entries()])]
 
 
-def _distance(a: str, b: str) -> float:
+def key_distance(a: str, b: str) -> float:
     """How far two values of a key field are: the summed log2 ratios of their numbers (buckets, head
     dims), or 1 when they hold different numbers of numbers (dtypes, layouts)."""
     na, nb = re.findall(r"\d+", a), re.findall(r"\d+", b)
@@ -355,7 +355,7 @@ def _miss_text(key: str, tables: list[tuple[str, list[tuple[str, dict[str, Any]]
 
     def score(item: tuple[str, list[str]]) -> tuple[int, float, bool]:
         s, k = item
-        far = sum(_distance(k[i], want[i]) for i in range(1, len(fields)) if k[i] != want[i])
+        far = sum(key_distance(k[i], want[i]) for i in range(1, len(fields)) if k[i] != want[i])
         return (len(differs(k)), far, s != "store")
 
     _, near = min(keys, key=score)

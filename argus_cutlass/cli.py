@@ -489,7 +489,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype,
                               out_dtype=args.out_dtype or (args.dtype if args.dtype in ("bf16", "fp16") else "bf16"),
                               layout=args.layout)
-        problem.validate()
+        problem.validate_any()  # what `gemm` runs: the direct path or aligned staging
     elif attn_given:
         missing = [f"--{f.replace('_', '-')}" for f in ("batch", "heads", "seqlen_q", "head_dim") if getattr(args, f) is None]
         if missing:

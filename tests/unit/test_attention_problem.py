@@ -169,3 +169,16 @@ def test_read_only_output_folder_is_a_user_error(tmp_path, monkeypatch, capsys):
     code = main(["attention", "--batch", "1", "--heads", "8", "--seqlen-q", "64", "--head-dim", "128",
                  "--out", str(ro)])
     assert code == 2 and "[cli.out]" in capsys.readouterr().err
+
+
+def test_several_errors_name_the_problem_briefly():
+    """Several broken rules are listed under a short subject, not the dataclass repr (a user typed
+    flags, not ``softmax_scale=None``)."""
+    from argus_cutlass.errors import ProblemError
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+
+    with pytest.raises(ProblemError) as info:
+        AttentionProblem(1, 8, 8, 0, 0, 64).validate()
+    msg = str(info.value)
+    assert "2 problems with this AttentionProblem:" in msg and "softmax_scale" not in msg
+    assert "seqlen_q=0" in msg and "seqlen_k=0" in msg

@@ -35,6 +35,17 @@ def test_table_lists_the_shipped_entries(capsys, empty_store):
     assert "moe: no tuned entries" in capsys.readouterr().out
 
 
+def test_table_takes_what_gemm_runs_and_lists_the_nearest_first(capsys, empty_store):
+    # a misaligned shape runs through aligned staging in `gemm`, so `table` explains it too
+    assert main(["table", "--m", "300", "--n", "4096", "--k", "4096", "--layout", "nt", "--gpu", "NVIDIA H200"]) == 0
+    assert "problem key  NVIDIA H200 | gemm | bf16 | bf16 | nt |" in capsys.readouterr().out
+    # the list's first entry is the one the `why` line names as nearest
+    assert main(["table", "--m", "16", "--n", "8192", "--k", "4096", "--gpu", "NVIDIA H200"]) == 0
+    out = capsys.readouterr().out
+    nearest = out.split("nearest: '")[1].split("'")[0].replace("|", " | ")
+    assert out.split("no entry matches; the nearest")[1].splitlines()[1].startswith(f"  [shipped] {nearest}:")
+
+
 def test_table_json_is_machine_readable(capsys, empty_store):
     assert main(["table", "--kernel", "attention", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["entries"]

@@ -290,7 +290,7 @@ class AttentionProblem:
         Raises:
             ProblemError: the first violation's rule; the message lists all of them.
         """
-        ProblemError.raise_all(self.violations(), repr(self))
+        ProblemError.raise_all(self.violations(), f"this {type(self).__name__}")
         return self
 
     def describe(self) -> str:

@@ -371,7 +371,8 @@ class GemmProblem:
         Raises:
             ProblemError: the first violation's rule; the message lists all of them.
         """
-        ProblemError.raise_all(self.violations(staged), repr(self))
+        ProblemError.raise_all(self.violations(staged),
+                               f"this {type(self).__name__} (M={self.m}, N={self.n}, K={self.k})")
         return self
 
     def validate_any(self) -> GemmProblem:

@@ -220,7 +220,7 @@ class MoEProblem:
         Raises:
             ProblemError: the first violation's rule; the message lists all of them.
         """
-        ProblemError.raise_all(self.violations(), repr(self))
+        ProblemError.raise_all(self.violations(), f"this {type(self).__name__}")
         return self
 
     def routing_violations(self, topk_ids: Any, topk_weights: Any) -> list[ProblemError]:
