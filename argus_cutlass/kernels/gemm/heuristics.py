@@ -7,6 +7,11 @@ Rules of thumb for sm_90 (H100/H200, 132 SMs), from the sweeps recorded in
   of 64 (over N) x 16 or 32 (over M) ping-pong, 12 stages: N/64 CTAs each stream 64 rows
   of B through 12 x 8 KiB stages, and the M rows ride on a 16/32-wide GMMA N instead of
   64 padded rows. 16x8192x8192: 0.0363 ms against 0.0451 for 64x128 without swap.
+* N <= 32 with M > 32 (a narrow output, e.g. a router or a small head): the same kernel tile
+  without the swap, 64 (over M) x 16 or 32 (over N), ping-pong, 12 stages: the narrow dimension
+  rides the GMMA N, M/64 CTAs each stream 64 rows of A. The mirror of the measured M <= 32 rule,
+  not measured itself (the default 128x256 tile would leave most of each tile empty and give only
+  M/128 CTAs).
 * 32 < M <= 64: a 64x128x64 ping-pong tile, no cluster, 8 stages; N/128 CTAs stream
   disjoint slices of B with many bytes in flight.
 * 64 < M <= 128: 64x128x64 ping-pong with a 2x1 cluster (B multicast to the two M tiles),
@@ -42,12 +47,19 @@ def default_config(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str =
     >>> c = default_config(16, 8192, 8192)
     >>> c.swap_ab, c.tile, c.schedule
     (True, (64, 16, 64), 'pingpong')
+    >>> c = default_config(8192, 24, 4096)   # the mirror: the narrow N on the GMMA N, no swap
+    >>> c.swap_ab, c.tile
+    (False, (64, 32, 64))
     """
     common = {"dtype": dtype, "out_dtype": out_dtype, "layout": layout}
     if m <= 32:
         tile_n = 16 if m <= 16 else 32
         cfg = GemmConfig(**common, tile_m=64, tile_n=tile_n, cluster_m=1, cluster_n=1, stages=12,
                          schedule="pingpong", epi_m=64, epi_n=tile_n, swap_ab=True)
+    elif n <= 32:
+        tile_n = 16 if n <= 16 else 32
+        cfg = GemmConfig(**common, tile_m=64, tile_n=tile_n, cluster_m=1, cluster_n=1, stages=12,
+                         schedule="pingpong", epi_m=64, epi_n=tile_n)
     elif m <= 64:
         cfg = GemmConfig(**common, tile_m=64, tile_n=128, cluster_m=1, cluster_n=1, stages=8,
                          schedule="pingpong", epi_m=64, epi_n=32)
