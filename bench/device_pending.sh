@@ -6,9 +6,9 @@
 #   bash bench/device_pending.sh OUTDIR attn-mutants16 # the 6 output16_* mutants of the quad16 store map (~2 min)
 #   bash bench/device_pending.sh OUTDIR gemm-staged   # the aligned staging path (M=300 col-major A, N=33, K=33, ...)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
-#   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T and banded walks (~5 min)
+#   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather (~6 min)
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
-#   bash bench/device_pending.sh OUTDIR moe-mutants   # the 33 MoE mutants without the verifier (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-mutants   # the 36 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~4 min)
 #   bash bench/device_pending.sh OUTDIR attn-tune 512   # direct vs quad16 x q_stages x prefetch, S = 512
 #   bash bench/device_pending.sh OUTDIR attn-tune 2048  # the same at S = 2048 (each ~60 kernels, ~6 min)

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from argus_cutlass.dsl.ir import Program, SourceLoc, _canonical, _dsl_error, _edit
+from argus_cutlass.dsl.ir import _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit
 
 __all__ = ["Combine", "FACTOR_CPP", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing", "CTYPES",
            "MAX_EXPERTS", "MAX_CTA_THREADS"]
@@ -110,7 +110,15 @@ class Routing:
       CTA of ``chunk`` rows plus the exclusive scan of the earlier CTAs' counts of ``e``;
     * ``tile_expert[i] = e`` for the ``ceil(count_e / pad)`` m-tiles of group e; ``tiles_m`` =
       their number (empty groups get no tile);
-    * ``xs[permuted_row[s], :] = x[t, :]`` (the gather).
+    * ``xs[permuted_row[s], :] = x[t, :]`` (the gather), 16-byte vectors of ``vec`` elements.
+
+    The gather's slicing (``route_permute<<<(chunks, slices), chunk>>>``): with ``slices`` 1 and
+    ``slice_cols`` 0 (the defaults: the kernel before slicing, printed unchanged) CTA ``x`` copies
+    whole rows. Otherwise CTA ``(x, y)`` copies vectors ``[v0, min(v0 + slice_cols / vec, H / vec))``
+    of each of its rows, ``v0 = y * (slice_stride / vec)`` (C integer division, as printed);
+    correct: ``slice_stride = slice_cols = ceil(ceil(H / vec) / slices) * vec``. Every y ranks the
+    chunk (the rank reads only ids, offsets and block_counts, which this kernel does not write, so
+    every y finds the same rows); only ``y == 0`` stores ``permuted_row`` (one writer per entry).
     """
 
     chunk: int
@@ -120,6 +128,14 @@ class Routing:
     rank_base: int
     invalid: str
     loc: SourceLoc
+    slices: int = field(default=1, metadata=_CANON_SKIP)
+    slice_cols: int = field(default=0, metadata=_CANON_SKIP)
+    slice_stride: int = field(default=0, metadata=_CANON_SKIP)
+
+    @property
+    def sliced(self) -> bool:
+        """Whether the printed gather is the sliced one (any slicing field off its default)."""
+        return (self.slices, self.slice_cols, self.slice_stride) != (1, 0, 0)
 
     def __post_init__(self) -> None:
         if self.scan not in ("exclusive", "inclusive"):
@@ -128,10 +144,14 @@ class Routing:
             _dsl_error("dsl.operand", self.loc, f"routing rank {self.rank!r}: expected 'stable' or 'block'")
         if self.invalid not in ("skip", "clamp"):
             _dsl_error("dsl.operand", self.loc, f"routing invalid {self.invalid!r}: expected 'skip' or 'clamp'")
-        for f in ("chunk", "pad"):
+        for f in ("chunk", "pad", "slices"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 _dsl_error("dsl.operand", self.loc, f"routing {f} {v!r} must be an int >= 1")
+        for f in ("slice_cols", "slice_stride"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                _dsl_error("dsl.operand", self.loc, f"routing {f} {v!r} must be an int >= 0")
 
 
 @dataclass(frozen=True)

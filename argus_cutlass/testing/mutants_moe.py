@@ -109,6 +109,9 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
     "small_banded_sizes": GpuProblem(
         "small_banded", 300, "sizes", (128, 256, 0, 130, 65, 21, 0, 0),
         why="three empty experts and groups of 128 / 256 / 130 rows: 7 m-tiles, bands 3 + 3 + 1"),
+    "small_sliced_uniform300": GpuProblem(
+        "small_sliced", 300, why="the sliced gather's default: 600 routed rows (3 chunks) x 3 column slices of "
+                                 "H = 256 (11 + 11 + 10 vectors)"),
     "wide_int32_wrap": GpuProblem(
         "wide", WRAP_TOKENS, sample=(128, 512),
         why="T = 2^19 + 256 at H = 4096, k = 1: t * H and row * H pass 2^31 for the last >= 256 tokens / "

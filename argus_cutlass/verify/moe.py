@@ -18,6 +18,10 @@ rule               invariant (``invariants/moe.toml``)
 moe.bijection      (token, slot) -> permuted row is one-to-one, inside its group; the rank is the
                    printed stable one (any other rank node is refused)
 moe.inverse        the combine's row map (un-permute) is the inverse of the gather
+moe.gather         route_permute's gather (every slicing field: grid y = slices, slice_cols,
+                   slice_stride): every element of every real permuted row of xs is written once,
+                   by the CTA (x, y) of its routed row's chunk, with x[token][col]; no padding row
+                   and no column past H is written; each permuted_row entry has one writer (y == 0)
 moe.offsets        offsets start at 0, are monotone, tile-aligned, grow by the padded count; the
                    valid rows sum to T*k; tile_expert names the owner of every m-tile (enum + z3)
 moe.invalid_ids    an id outside [0, E) gets no row and adds nothing
@@ -44,17 +48,20 @@ from typing import Any
 
 import numpy as np
 
+from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.dsl.moe_ir import CTYPES, INDEX_SITES, MAX_CTA_THREADS, MAX_EXPERTS, SIGNED_CTYPES, MoELayer
 from argus_cutlass.verify.report import Counterexample, Obligation, Proof, VerificationReport, Violation
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["MOE_RULES", "routing_cases", "simulate_routing", "verify_moe"]
+__all__ = ["MOE_RULES", "routing_cases", "simulate_gather", "simulate_routing", "verify_moe"]
 
 #: rule -> (invariant id, description)
 MOE_RULES = {
     "moe.bijection": ("M1", "(token, slot) -> permuted row is a bijection onto the rows of its group"),
     "moe.inverse": ("M1", "the combine's row map is the inverse of the gather (un-permute o permute = id)"),
+    "moe.gather": ("M1", "the gather writes each element of each real row of xs once with x[token][col]; one "
+                   "row-map writer per entry"),
     "moe.offsets": ("M2", "offsets: 0, monotone, tile-aligned, padded counts; valid rows sum to T*k; tile owners"),
     "moe.invalid_ids": ("M2", "ids outside [0, E) get no row and add nothing"),
     "moe.group_tiles": ("M3", "a tile of group e reads only group-e rows and expert-e weights; units cover once"),
@@ -67,6 +74,8 @@ MOE_RULES = {
 }
 #: GEMM rules the gate+up program's fused activation replaces (they model a plain store)
 _REPLACED_BY_SWIGLU = ("epilogue.coordinate", "output.bijection")
+#: CUDA's limit on gridDim.y (route_permute's gather slices)
+MAX_GRID_Y = 65535
 #: resident CTAs assumed by the scheduler simulation (the H200's 132 SMs, one CTA each)
 SIM_CTAS = 132
 
@@ -143,7 +152,7 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
     """The routing kernels of ``layer`` (``templates/moe/layer.cu.j2``: route_count, route_scan,
     route_permute) run in numpy on ``ids`` (T, k): every field of the routing node is honoured."""
     r = layer.routing
-    e_, k = layer.experts, layer.topk
+    e_ = layer.experts
     flat = np.asarray(ids, dtype=np.int64).reshape(-1)
     n = flat.size
     if r.invalid == "skip":
@@ -187,6 +196,180 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
         permuted[s] = offsets[e] + bc_excl[b, e] + rank + r.rank_base
     return {"ex": ex, "counts": counts, "offsets": offsets, "tiles_m": tiles_m, "tile_expert": tile_expert,
             "tile_oob": oob, "permuted": permuted, "padded_rows": padded_rows, "n": n}
+
+
+def gather_slices_of(layer: MoELayer) -> list[tuple[int, int]]:
+    """``(v0, width)`` in 16-byte vectors of each grid row y of route_permute's gather, as printed:
+    the whole row for the unsliced kernel, else ``v0 = y * (slice_stride / vec)``, ``v1 = min(v0 +
+    slice_cols / vec, H / vec)``, ``width = max(v1 - v0, 0)`` (C integer division)."""
+    r = layer.routing
+    vec = 16 // DTYPE_BYTES[layer.dtype]
+    row_vecs = layer.hidden // vec
+    if not r.sliced:
+        return [(0, row_vecs)]
+    out = []
+    for y in range(r.slices):
+        v0 = y * (r.slice_stride // vec)
+        v1 = min(v0 + r.slice_cols // vec, row_vecs)
+        out.append((v0, max(v1 - v0, 0)))
+    return out
+
+
+def simulate_gather(layer: MoELayer, sim: dict[str, Any]) -> dict[str, Any]:
+    """route_permute's stores (``templates/moe/layer.cu.j2``) on the routing ``sim`` of
+    :func:`simulate_routing`: every (CTA (x, y), thread) store of a 16-byte vector of xs and of a
+    ``permuted_row`` entry. Every y of chunk x computes the same ``pos`` for its rows (the rank reads
+    ids, offsets and block_counts, which this kernel does not write), so ``sim["permuted"]`` is each
+    y's ``spos``. Returns arrays over the xs stores: ``cta_x``, ``cta_y``, ``thread``, ``s`` (routed
+    row), ``row`` (permuted row), ``vec`` (vector of the row), ``token`` (the x row read); and
+    ``map_writes`` (per routed row, the (x, y, thread) storing its permuted_row entry)."""
+    r = layer.routing
+    pr, n, k = sim["permuted"], sim["n"], layer.topk
+    chunks = -(-n // r.chunk)
+    parts: dict[str, list] = {f: [] for f in ("cta_x", "cta_y", "thread", "s", "vec")}
+    map_writes: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    for y, (v0, width) in enumerate(gather_slices_of(layer)):
+        for x in range(chunks):
+            s0 = x * r.chunk
+            nx = min(r.chunk, n - s0)
+            if not r.sliced or y == 0:
+                for i in range(nx):
+                    map_writes[s0 + i].append((x, y, i))
+            if width <= 0:
+                continue
+            q = np.arange(nx * width, dtype=np.int64)
+            rr = q // width
+            keep = pr[s0 + rr] >= 0
+            q, rr = q[keep], rr[keep]
+            parts["cta_x"].append(np.full(q.size, x, dtype=np.int64))
+            parts["cta_y"].append(np.full(q.size, y, dtype=np.int64))
+            parts["thread"].append(q % r.chunk)
+            parts["s"].append(s0 + rr)
+            parts["vec"].append(v0 + q % width)
+    out = {f: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for f, v in parts.items()}
+    out["row"] = pr[out["s"]] if out["s"].size else np.zeros(0, dtype=np.int64)
+    out["token"] = out["s"] // k
+    out["map_writes"] = map_writes
+    return out
+
+
+def _gather_cex(layer: MoELayer, label: str, what: str, want: str, got: str, *, row: int, s: int, vec: int,
+                writer: tuple[int, int, int], params: dict) -> Violation:
+    vec_el = 16 // DTYPE_BYTES[layer.dtype]
+    x, y, i = writer
+    col = vec * vec_el
+    k = layer.topk
+    thread = {"cta": x, "cta_y": y, "threadIdx": i, "role": "route_permute", "warp": i // 32, "lane": i % 32}
+    r = layer.routing
+    return _viol("moe.gather", f"{label}: {what} (CTA ({x}, {y}), thread {i}; xs row {row} = (token {s // k}, slot "
+                 f"{s % k}), columns [{col}, {col + vec_el}) of H = {layer.hidden})",
+                 _cex("moe.gather", "route_permute gather", want, got, thread=thread, params=params,
+                      element={"tensor": "xs", "row": row, "column": col, "token": s // k, "slot": s % k},
+                      provenance=f"slices {r.slices}, slice_cols {r.slice_cols}, slice_stride {r.slice_stride}, "
+                                 f"slices as printed (v0, width in 16-byte vectors): {gather_slices_of(layer)[:4]}"))
+
+
+def _expected_writer(layer: MoELayer, s: int, vec: int) -> tuple[int, int, int]:
+    """The (x, y, thread) the correct slicing (``ceil(ceil(H / vec) / slices)`` vectors per y) gives
+    vector ``vec`` of routed row ``s``."""
+    r = layer.routing
+    row_vecs = layer.hidden // (16 // DTYPE_BYTES[layer.dtype])
+    per = -(-row_vecs // r.slices)
+    y = vec // per
+    width = min(per, row_vecs - y * per)
+    x, i = divmod(s, r.chunk)
+    return x, y, (i * width + vec - y * per) % r.chunk
+
+
+def _check_gather(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
+    """``moe.gather`` on every routing of ``cases``: :func:`simulate_gather`'s stores write each
+    16-byte vector of each real permuted row exactly once, with the x row of the routed row the
+    combine maps to it (``permuted_row``'s inverse), nothing into padding rows or past H, and each
+    routed row's permuted_row entry is stored by exactly one thread (of CTA (x, 0)) with its
+    ``pos``."""
+    r = layer.routing
+    k = layer.topk
+    vec_el = 16 // DTYPE_BYTES[layer.dtype]
+    row_vecs = layer.hidden // vec_el
+    for label, ids in cases:
+        sim = simulate_routing(layer, ids)
+        g = simulate_gather(layer, sim)
+        params = {"T": int(ids.shape[0]), "k": k, "H": layer.hidden, "chunk": r.chunk, "slices": r.slices}
+        pr, n = sim["permuted"], sim["n"]
+        for s in range(n):
+            w = g["map_writes"][s]
+            if len(w) != 1:
+                x, i = divmod(s, r.chunk)
+                wr = w[1] if w else (x, 0, i)
+                return [], [_viol("moe.gather", f"{label}: permuted_row[{s}] (token {s // k}, slot {s % k}) is stored "
+                                  f"by {len(w)} threads {w[:3]}, expected one (CTA ({x}, 0), thread {i})",
+                                  _cex("moe.gather", "route_permute permuted_row store", "one store, by CTA "
+                                       f"({x}, 0) thread {i}", f"{len(w)} stores",
+                                       thread={"cta": wr[0], "cta_y": wr[1], "threadIdx": wr[2],
+                                               "role": "route_permute", "warp": wr[2] // 32, "lane": wr[2] % 32},
+                                       element={"tensor": "permuted_row", "index": s, "token": s // k, "slot": s % k},
+                                       params=params))]
+        rows = sim["padded_rows"]
+        real = np.flatnonzero(pr >= 0)
+        src = np.full(rows, -1, dtype=np.int64)
+        ok_rows = (pr[real] >= 0) & (pr[real] < rows)
+        src[pr[real][ok_rows]] = real[ok_rows]
+        row, vec = g["row"], g["vec"]
+        bad_at = np.flatnonzero((row < 0) | (row >= rows) | (vec < 0) | (vec >= row_vecs))
+        if bad_at.size:
+            j = int(bad_at[0])
+            return [], [_gather_cex(layer, label, "a store outside xs's rows or past H", f"row < {rows}, column < "
+                                    f"{layer.hidden}", f"row {int(row[j])}, column {int(vec[j]) * vec_el}",
+                                    row=int(row[j]), s=int(g["s"][j]), vec=int(vec[j]),
+                                    writer=(int(g["cta_x"][j]), int(g["cta_y"][j]), int(g["thread"][j])),
+                                    params=params)]
+        key = row * row_vecs + vec
+        cnt = np.bincount(key, minlength=rows * row_vecs).reshape(rows, row_vecs)
+        # wrong source: the x row read is not the token of the routed row the combine maps here
+        wrong = np.flatnonzero(src[row] // k != g["token"])
+        if wrong.size:
+            j = int(wrong[0])
+            return [], [_gather_cex(layer, label, f"stores x[{int(g['token'][j])}]", f"x[{int(src[row[j]]) // k}]",
+                                    f"x[{int(g['token'][j])}]", row=int(row[j]), s=int(src[row[j]]),
+                                    vec=int(vec[j]), writer=(int(g["cta_x"][j]), int(g["cta_y"][j]),
+                                                             int(g["thread"][j])), params=params)]
+        pad_rows = src < 0
+        if cnt[pad_rows].any():
+            j = int(np.flatnonzero(pad_rows[row])[0])
+            return [], [_gather_cex(layer, label, "a store into a padding row", "no store (padding)", "a store",
+                                    row=int(row[j]), s=int(g["s"][j]), vec=int(vec[j]),
+                                    writer=(int(g["cta_x"][j]), int(g["cta_y"][j]), int(g["thread"][j])),
+                                    params=params)]
+        twice = np.argwhere(cnt[~pad_rows] > 1)
+        if twice.size:
+            rr = int(np.flatnonzero(~pad_rows)[twice[0][0]])
+            v = int(twice[0][1])
+            js = np.flatnonzero((row == rr) & (vec == v))
+            wr = [(int(g["cta_x"][j]), int(g["cta_y"][j]), int(g["thread"][j])) for j in js]
+            return [], [_gather_cex(layer, label, f"stored {len(js)} times, by {wr[:3]}", "one store",
+                                    f"{len(js)} stores", row=rr, s=int(src[rr]), vec=v, writer=wr[1], params=params)]
+        miss = np.argwhere(cnt[~pad_rows] == 0)
+        if miss.size:
+            rr = int(np.flatnonzero(~pad_rows)[miss[0][0]])
+            v = int(miss[0][1])
+            s = int(src[rr])
+            x, y, i = _expected_writer(layer, s, v)
+            return [], [_gather_cex(layer, label, f"never stored: CTA ({x}, {y}) copies vectors "
+                                    f"{_slice_text(layer, y)}", f"x[{s // k}][{v * vec_el}:{v * vec_el + vec_el}]",
+                                    "never written (poison)", row=rr, s=s, vec=v, writer=(x, y, i), params=params)]
+    sl = gather_slices_of(layer)
+    return [Proof("moe.gather", "M1", "enum", f"{len(sl)} slice(s) per chunk, (v0, width) in 16-byte vectors "
+                  f"{sl[:4]}{' ...' if len(sl) > 4 else ''} of H/{vec_el} = {row_vecs}: each element of each real "
+                  f"row of xs stored once with x[token][col], no padding row, one permuted_row store per routed row "
+                  f"(y == 0): {len(cases)} routings", points=len(cases))], []
+
+
+def _slice_text(layer: MoELayer, y: int) -> str:
+    sl = gather_slices_of(layer)
+    if y >= len(sl):
+        return f"nothing (grid y has {len(sl)} CTAs)"
+    v0, w = sl[y]
+    return f"[{v0}, {v0 + w})" if w > 0 else f"none (v0 = {v0})"
 
 
 # ------------------------------------------------------------------------------------------ rules
@@ -669,6 +852,14 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                              Counterexample("M9", "moe.launch", "arith", kernel, what, -1, -1, -1, {},
                                             {"cta": 0}, "", {}, f"blockDim.x in 32, 64, ..., {MAX_CTA_THREADS}",
                                             f"blockDim.x = {v}", why, params={what: v})))
+    if not 1 <= layer.routing.slices <= MAX_GRID_Y:
+        v = layer.routing.slices
+        bad.append(_viol("moe.launch", f"routing.slices = {v}: route_permute<<<(chunks, slices), kChunk>>> needs a "
+                         f"grid y extent in [1, {MAX_GRID_Y}] (CUDA's gridDim.y limit)",
+                         Counterexample("M9", "moe.launch", "arith", "route_permute<<<(chunks, kSlices), kChunk>>>",
+                                        "routing.slices", -1, -1, -1, {}, {"cta": 0}, "", {},
+                                        f"gridDim.y in 1..{MAX_GRID_Y}", f"gridDim.y = {v}", "invalid configuration",
+                                        params={"routing.slices": v})))
     if layer.experts > MAX_EXPERTS or layer.experts < 1:
         e = layer.experts
         bad.append(_viol("moe.launch", f"E = {e} experts: route_scan gives expert e to thread e of one "
@@ -951,6 +1142,7 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     for rule, (inv, text) in MOE_RULES.items():
         obligations.append(Obligation(rule, inv, text))
     run.add("enum", "moe.bijection", _check_routing, layer, cases)
+    run.add("enum", "moe.gather", _check_gather, layer, cases)
     run.add("enum", "moe.group_tiles", _check_group_tiles, layer, cases)
     run.add("enum", "moe.swiglu", _check_swiglu, layer)
     run.add("enum", "moe.combine", _check_combine, layer, cases)

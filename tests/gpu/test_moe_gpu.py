@@ -2,7 +2,8 @@
 
     pytest -q -m gpu tests/gpu/test_moe_gpu.py
 
-Cases: the three ANCHORS shapes x T in {1, 16, 256, 2048, 8192} (uniform routing), top-1/2/6/8,
+Cases: the three ANCHORS shapes (their small-T layers gather in ``heuristics.gather_slices_for``
+column slices) x T in {1, 16, 256, 2048, 8192} (uniform routing), top-1/2/6/8,
 skewed routing, experts with no token, all tokens to one expert, group sizes 128 / 130 / 65, -1
 padding skipped, fp16, CUDA-graph capture, and the bad-input errors. The small-T path
 (``heuristics.small_t_config``: 64-row ping-pong tiles, groups padded to 64; the heuristic's pick
@@ -11,7 +12,9 @@ of exactly 64 / 128 rows and of 65, CUDA-graph capture on each side of the bucke
 grouped walk (``MoEConfig.gu_band_m`` / ``dn_band_m``; the large-T default is banded, so the anchor
 cases at T = 2048 / 8192 run it too) explicitly: bands that do not divide the m-tile count (each case
 asserts it on the routing), skewed routing, empty experts, one expert, group sizes 128 / 130 / 65,
-more units than CTAs, the banded ping-pong (64-row) path, and the walk's bands of 1.
+more units than CTAs, the banded ping-pong (64-row) path, and the walk's bands of 1. The sliced gather
+(``MoEConfig.gather_slices``) explicitly: slices of H that do not divide its vectors, -1 padding (a
+whole token and single slots), output and workspace poisoned with NaN.
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ _LAYERS = ([MoEProblem.for_model(m, t) for m in sorted(MODEL_SHAPES) for t in (1
            + [MoEProblem(256, 8, 2, 512, 256, "fp16"), MoEProblem(64, 8, 2, 256, 128), MoEProblem(32, 8, 2, 256, 128)])
 
 
+#: sliced gathers of the explicit cases (E, k, H, I, gather_slices): H / 8 vectors not a multiple of the
+#: slices (520 / 8 = 65 vectors in 22 + 22 + 21; 2056 / 8 = 257 in 8 x 33 - 7; 4104 / 8 = 513 in 16 x 33 - 15)
+_SLICED = ((8, 2, 520, 256, 3), (64, 6, 2056, 384, 8), (16, 2, 4104, 256, 16))
+
+
+def _sliced(slices: int, small_t: bool = True):
+    base = _small().replace(gu_band_m=1, dn_band_m=1) if small_t else _banded(0, 0)
+    return base.replace(gather_slices=slices)
+
+
 def _banded(gu: int, dn: int, small_t: bool = False):
     from argus_cutlass.kernels.moe.config import MoEConfig
 
@@ -76,6 +89,11 @@ def _prebuilt():
             q = MoEProblem(300, e, k_, h, i)
             k = generate(_banded(gu, dn, small_t), q, smt=False)
             kernels[k.name] = k
+    for e, k_, h, i, sl in _SLICED:
+        for small_t, t in ((True, 16), (False, 300)):
+            q = MoEProblem(t, e, k_, h, i)
+            k = generate(_sliced(sl, small_t), q, smt=False)
+            kernels[k.name] = k
     failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
     assert not failed, failed[0]
 
@@ -92,7 +110,8 @@ def test_small_t_path(model, tokens, routing):
 def test_small_t_heuristic_picks_the_small_path():
     from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
-    assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == _small()
+    assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == _small().replace(
+        gu_band_m=1, dn_band_m=1, gather_slices=16)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
 
 
@@ -256,3 +275,51 @@ def test_banded_default_anchor_layer_is_banded():
     lib = _lib(p, cfg)
     chk = run_and_check(lib, p, routing="skewed", seed=4)
     assert chk.ok, chk
+
+
+def _run_sliced(p, cfg, invalid=(), seed=0):
+    """Run ``cfg``'s layer on ``p`` with the (token, slot) pairs of ``invalid`` set to -1, y and the
+    workspace poisoned (bf16 / fp16 NaN bytes: an xs column the gather skips reaches y as NaN); the
+    error against the fp32 reference must stay within 3x the same-precision torch layer's + atol."""
+    from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
+
+    lib = _lib(p, cfg)
+    r = lib.layer.routing
+    assert r.slices == cfg.gather_slices and p.hidden % r.slice_cols, (r, p.hidden)
+    x, ids, w, w13, w2 = make_inputs(p, "uniform", seed)
+    for t, j in invalid:
+        ids[t, j] = -1
+    ref = fp32_layer(x, ids, w, w13, w2)
+    y = torch.full_like(x, float("nan"))
+    ws = torch.full((lib.workspace_bytes(p.tokens),), 0xFF, dtype=torch.uint8, device=x.device)
+    lib(x, ids.to(torch.int32).contiguous(), w.float().contiguous(), w13, w2, y, ws, p.tokens,
+        torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y.float()).all(), "a poisoned element reached y"
+    err = float((y.float() - ref).abs().max())
+    try:  # the same-precision layer: a -1 slot as expert 0 with weight 0 adds nothing
+        base = grouped_mm_layer(x, ids.clamp(min=0), w * (ids >= 0), w13, w2)
+        berr = float((base.float() - ref).abs().max())
+    except Exception:  # noqa: BLE001 - _grouped_mm lacks fp16 on some builds: a rounding bound
+        berr = float(ref.abs().max()) * 2 ** -7
+    assert err <= 3.0 * berr + 2e-2, (p, cfg.gather_slices, err, berr)
+    return y
+
+
+@pytest.mark.parametrize("small_t", [True, False])
+@pytest.mark.parametrize("shape", _SLICED, ids=[f"h{s[2]}_g{s[4]}" for s in _SLICED])
+def test_sliced_gather_uneven_slices(shape, small_t):
+    """H / 8 vectors not a multiple of the slices (the last slice the short one): T = 16 on the small-T
+    path (one routing chunk), T = 300 on the 128-row path (several chunks x slices)."""
+    e, k, h, i, sl = shape
+    _run_sliced(MoEProblem(16 if small_t else 300, e, k, h, i), _sliced(sl, small_t))
+
+
+@pytest.mark.parametrize("shape", _SLICED, ids=[f"h{s[2]}_g{s[4]}" for s in _SLICED])
+def test_sliced_gather_minus_one_padding(shape):
+    """-1 ids: every slot of token 3 (its y row must be 0) and single slots of tokens 0, 7, 15; the sliced
+    gather must skip them in every slice, and the row map (stored by y == 0 only) must keep -1."""
+    e, k, h, i, sl = shape
+    p = MoEProblem(16, e, k, h, i)
+    y = _run_sliced(p, _sliced(sl), invalid=[(3, j) for j in range(k)] + [(0, 0), (7, k - 1), (15, 0)])
+    assert float(y[3].float().abs().max()) == 0.0

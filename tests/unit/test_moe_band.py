@@ -237,13 +237,17 @@ def test_heuristic_bands_from_the_wave_traffic():
         costs = {b: wave_rows(b, tile_m, b_rows, tiles_n) for b in BANDS}
         assert costs[got] == min(costs.values()) and got == min(b for b in BANDS if costs[b] == costs[got])
     want = {"mixtral": (16, 8), "qwen3-30b-a3b": (1, 1), "deepseek-v2-lite": (1, 1)}
+    slices = {"mixtral": 16, "qwen3-30b-a3b": 8, "deepseek-v2-lite": 8}
     for model in sorted(MODEL_SHAPES):
         for t in (16, 256, 2048, 8192):
             cfg = default_config(MoEProblem.for_model(model, t))
             if t <= SMALL_T:
                 # one expert per m-tile at small T: bands of 1 keep an A tile's n-blocks side by side
-                assert cfg == small_t_config().replace(gu_band_m=1, dn_band_m=1)
+                # and the gather in H * 2 B / 512 B column slices (heuristics.gather_slices_for)
+                assert cfg == small_t_config().replace(gu_band_m=1, dn_band_m=1,
+                                                       gather_slices=slices[model]), (model, t)
             else:
+                assert cfg.gather_slices == 1, (model, t)
                 assert (cfg.gu_band_m, cfg.dn_band_m) == want[model] == default_bands(MoEConfig(), MoEProblem.for_model(
                     model, t)), (model, t)
     # Mixtral gate+up: a band of 16 reads 16 m-tiles and 9 n-blocks per wave instead of 2 and 112

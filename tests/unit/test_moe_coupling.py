@@ -1,8 +1,8 @@
 """The MoE coupling test: what runs is what was proved, field by field (mirrors test_coupling.py).
 
-For three base layers (the small E=8 layer under the default configuration, the qwen-like
-E=128, k=8 layer under the small-T configuration, and the small layer with banded walks of 3 and 5
-m-tiles) and **every field** of the MoE nodes -- the
+For four base layers (the small E=8 layer under the default configuration, the qwen-like
+E=128, k=8 layer under the small-T configuration, the small layer with banded walks of 3 and 5
+m-tiles, and the small layer with its gather in 3 column slices) and **every field** of the MoE nodes -- the
 routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` node, the layer's
 own scalar fields -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
 ``expert_shift``, ``pair_offset``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
@@ -64,6 +64,8 @@ def base(which: str) -> MoELayer:
         return build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
     if which == "small_banded":
         return build_layer(MoEConfig(gu_band_m=3, dn_band_m=5), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small_sliced":   # the gather in 3 column slices of H = 256 (11 + 11 + 10 vectors)
+        return build_layer(MoEConfig(gather_slices=3), MoEProblem(64, 8, 2, 256, 512))
     return build_layer(small_t_config(), MoEProblem(64, 128, 8, 2048, 768))
 
 
@@ -149,7 +151,7 @@ def classify(layer: MoELayer, make: Callable[[], MoELayer]) -> tuple[str, str]:
     return "unprinted", "compiled text unchanged and the verifier accepts"
 
 
-@pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded"])
+@pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced"])
 def test_every_moe_field_is_coupled(which):
     layer = base(which)
     muts = mutations(layer)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 
 import pytest
 
@@ -48,8 +46,9 @@ def test_heuristic_picks_by_t_bucket():
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
     for t in (1, 16, SMALL_T):
-        want = small_t_config().replace(gu_band_m=1, dn_band_m=1)
+        want = small_t_config().replace(gu_band_m=1, dn_band_m=1, gather_slices=8)   # H = 2048: 4 KB / 512 B
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
+    assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for)
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == MoEConfig(gu_band_m=1, dn_band_m=1)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)) == MoEConfig(gu_band_m=16, dn_band_m=8)

@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argus_cutlass.dsl.ir import MAX_BAND_M
 
-__all__ = ["MoEConfig"]
+__all__ = ["MAX_GATHER_SLICES", "MoEConfig"]
+
+#: the largest ``gather_slices`` (64 slices of a 16-byte-vector row: H >= 512 keeps every slice non-empty)
+MAX_GATHER_SLICES = 64
 
 
 class MoEConfig(BaseModel):
@@ -47,6 +50,15 @@ class MoEConfig(BaseModel):
             band_m`` n-blocks of B, which stay in L2. Rule: an int in [0, 64]; the walk is proved a
             bijection for every tiles_m (``scheduler.bijection``, ``moe.group_tiles``). ``band_m``
             1 is a walk too (one m-tile's n-blocks consecutive), not the default walk.
+        gather_slices: CTAs per routing chunk of the permute kernel's gather (its grid's y extent).
+            CTA ``(x, y)`` ranks chunk ``x``'s routed rows as every y does (the rank reads only
+            ids, offsets and block_counts, which the kernel does not write, so every y computes the
+            same rows; only ``y == 0`` stores the row map) and copies the 16-byte vectors of
+            columns ``[y S, min((y + 1) S, H))`` of each row, ``S = ceil(ceil(H / vec) / slices) *
+            vec`` (``vec`` = 8 elements of 16 bytes). 1 (the default): today's kernel, one CTA per
+            chunk copying whole rows (same ``.cu``, kernel name and output). Rule: an int in
+            [1, 64]; every element of every real row of xs written exactly once
+            (``moe.gather``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +75,7 @@ class MoEConfig(BaseModel):
     combine_threads: Literal[64, 128, 256, 512] = 128
     gu_band_m: int = Field(0, ge=0, le=MAX_BAND_M)
     dn_band_m: int = Field(0, ge=0, le=MAX_BAND_M)
+    gather_slices: int = Field(1, ge=1, le=MAX_GATHER_SLICES)
 
     @property
     def schedule(self) -> str:

@@ -21,8 +21,24 @@ Buckets (``SMALL_T``):
   n-block (ncu, H200, session 17, Qwen3 T=16, unbanded: gate+up moved 638 MB for 536 MB of
   activated W13, L2 hit rate 6.9%; down 320 MB for 268 MB of W2); with band 1 the CTAs reading one A
   tile run side by side and A comes from DRAM about once (not measured yet).
+  The permute kernel's gather is cut into :func:`gather_slices_for` column slices per routing
+  chunk (``MoEConfig.gather_slices``).
 * ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for` (the
-  bands depend on H, I and the tiles, not on T).
+  bands depend on H, I and the tiles, not on T); the gather unsliced (1).
+
+Gather slices (:func:`gather_slices_for`, derived, not measured yet): at small T the permute
+kernel runs ``ceil(T k / route_chunk)`` CTAs, one for T k <= 256 (Qwen3 T = 16: 128 rows x 4 KB =
+512 KB copied by one SM in 16.5 us (ncu, H200), about 32 GB/s per SM). Cutting each row into
+``slices`` column slices, one CTA each, divides the copy per CTA by ``slices``; the rule takes the
+largest count whose slice row is still one warp-wide sweep of 16-byte vectors (32 lanes x 16 B =
+``GATHER_SLICE_BYTES`` = 512 B = four whole 128-byte lines, so every load and store stays
+coalesced): ``slices = H * elem_bytes / 512`` (8 for H = 2048, 16 for H = 4096), capped at
+``MAX_GATHER_SLICES``. Qwen3 T = 16 then copies 64 KB per CTA (about 2 us at 32 GB/s, under the
+kernel's launch and ranking cost, so more slices would buy under 1 us while every extra CTA ranks
+its chunk again); at T = 256 it runs 8 chunks x 8 = 64 CTAs (128 KB each) instead of 8 CTAs of 1 MB.
+Large T keeps 1: ``T k / 256`` CTAs already reach the SMs' count from T k = 33792 (Qwen3 T = 4224),
+and between T = 257 and there the gather's 4 KB rows per chunk are 1 MB per CTA of a layer whose
+GEMMs take milliseconds (not measured: left for the large-T bucket's tuning).
 
 Bands (:func:`band_for`, derived from the L2 argument, not measured yet): the persistent walk runs
 ``WAVE_CTAS`` (132, the H200's SMs) consecutive units at a time. With ``band_m`` m-tiles per band
@@ -44,11 +60,12 @@ traffic, the smaller on a tie (no more than needed), near ``sqrt(132 b_rows / ti
 
 from __future__ import annotations
 
-from argus_cutlass.kernels.moe.config import MoEConfig
+from argus_cutlass.dsl.ir import DTYPE_BYTES
+from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config", "small_t_config",
-           "wave_rows"]
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config",
+           "gather_slices_for", "small_t_config", "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
@@ -56,6 +73,8 @@ SMALL_T = 256
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
 BANDS = (1, 2, 4, 8, 16, 32)
+#: bytes of one row slice of the sliced gather: one warp's 32 lanes x 16-byte vectors
+GATHER_SLICE_BYTES = 512
 
 
 def small_t_config(dtype: str = "bf16") -> MoEConfig:
@@ -102,14 +121,24 @@ def default_bands(cfg: MoEConfig, problem: MoEProblem) -> tuple[int, int]:
     return band_for(cfg.tile_m, cfg.gu_tile_n, gu_n), band_for(cfg.tile_m, cfg.dn_tile_n, dn_n)
 
 
+def gather_slices_for(problem: MoEProblem) -> int:
+    """The small-T bucket's gather slices: ``H * elem_bytes / GATHER_SLICE_BYTES`` in [1,
+    ``MAX_GATHER_SLICES``] (the module docstring derives it).
+
+    >>> [gather_slices_for(MoEProblem.for_model(m, 16)) for m in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral")]
+    [8, 8, 16]
+    """
+    return max(1, min(MAX_GATHER_SLICES, problem.hidden * DTYPE_BYTES[problem.dtype] // GATHER_SLICE_BYTES))
+
+
 def default_config(problem: MoEProblem) -> MoEConfig:
-    """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of 1 for
-    ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns (128 of h), down 128,
+    """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of 1 and
+    :func:`gather_slices_for` gather slices for ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns (128 of h), down 128,
     64-deep k stages and each GEMM's walk in bands of :func:`default_bands` (which depend on H, I and
     the tiles, not on T, so the bucket keeps one layer per model shape).
     """
     if problem.tokens <= SMALL_T:
-        return small_t_config(problem.dtype).replace(gu_band_m=1, dn_band_m=1)
+        return small_t_config(problem.dtype).replace(gu_band_m=1, dn_band_m=1, gather_slices=gather_slices_for(problem))
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn)

@@ -32,7 +32,7 @@ from argus_cutlass.kernels.gemm.program import build_program as build_gemm_progr
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.problem import MAX_TOKENS, MoEProblem
 
-__all__ = ["TOKENS_BITS", "build_layer", "gemm_configs", "layer_label"]
+__all__ = ["GATHER_VEC", "TOKENS_BITS", "build_layer", "gather_slicing", "gemm_configs", "layer_label"]
 
 #: the index proofs hold for T <= 2^TOKENS_BITS (issue 11: T up to 2^20)
 TOKENS_BITS = MAX_TOKENS.bit_length() - 1
@@ -45,14 +45,37 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5'
     >>> layer_label(MoEConfig(gu_band_m=16, dn_band_m=8), MoEProblem(16, 8, 2, 4096, 14336))
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_b16x8'
+    >>> layer_label(MoEConfig(gather_slices=16), MoEProblem(16, 8, 2, 4096, 14336))
+    'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_g16'
 
-    The band suffix ``_b<gu>x<dn>`` is left out for the unbanded walk (0, 0), so earlier layers keep
-    their names (the fingerprint in the kernel name changes with every field either way).
+    The band suffix ``_b<gu>x<dn>`` is left out for the unbanded walk (0, 0), and the gather-slice
+    suffix ``_g<slices>`` for 1 slice, so earlier layers keep their names (the fingerprint in the
+    kernel name changes with every field either way).
     """
     c, p = cfg, problem
     band = f"_b{c.gu_band_m}x{c.dn_band_m}" if (c.gu_band_m or c.dn_band_m) else ""
+    gather = f"_g{c.gather_slices}" if c.gather_slices != 1 else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
-            f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}")
+            f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
+
+
+#: elements of one 16-byte vector of the gather (bf16 / fp16)
+GATHER_VEC = 8
+
+
+def gather_slicing(slices: int, hidden: int) -> dict[str, int]:
+    """The routing node's slicing fields for ``slices`` CTAs per chunk: none for 1 (today's
+    whole-row gather), else ``slice_cols = slice_stride = S``, ``S = ceil(ceil(H / vec) / slices) *
+    vec`` (whole 16-byte vectors; the last slice ends at H).
+
+    >>> gather_slicing(1, 2048), gather_slicing(8, 2048), gather_slicing(3, 520)
+    ({}, {'slices': 8, 'slice_cols': 256, 'slice_stride': 256}, {'slices': 3, 'slice_cols': 176, 'slice_stride': 176})
+    """
+    if slices == 1:
+        return {}
+    vecs = -(-hidden // GATHER_VEC)
+    s = -(-vecs // slices) * GATHER_VEC
+    return {"slices": slices, "slice_cols": s, "slice_stride": s}
 
 
 def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
@@ -105,7 +128,7 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     gate_up = _grouped(build_gemm_program(gcfg_gu, None), label + "_gu", 2 * p.ffn, p.ffn, c.gu_band_m, loc)
     down = _grouped(build_gemm_program(gcfg_dn, None), label + "_dn", p.hidden, 0, c.dn_band_m, loc)
     routing = Routing(chunk=c.route_chunk, pad=c.tile_m, scan="exclusive", rank="stable", rank_base=0,
-                      invalid="skip", loc=loc)
+                      invalid="skip", loc=loc, **gather_slicing(c.gather_slices, p.hidden))
     combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",
                       threads=c.combine_threads, loc=loc)
     ctypes = {"routed_row": "int32_t", "permuted_row": "int32_t", "x_offset": "int64_t", "xs_offset": "int64_t",

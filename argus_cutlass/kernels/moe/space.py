@@ -37,6 +37,8 @@ def bucket_of(tokens: int) -> str:
 #: padded to 64 rows; :func:`argus_cutlass.kernels.moe.heuristics.small_t_config`), 128 the large-T one.
 #: ``gu_band_m`` / ``dn_band_m``: 0 the unbanded walk, else m-tiles per band of the grouped walk
 #: (powers of two; the large-T heuristic derives them per shape: ``heuristics.band_for``).
+#: ``gather_slices``: column slices (grid y CTAs) per routing chunk of the permute kernel's gather
+#: (the small-T heuristic derives them from H: ``heuristics.gather_slices_for``).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "gu_tile_n": (256, 128),
@@ -48,6 +50,7 @@ KNOBS: dict[str, tuple] = {
     "combine_threads": (128, 256),
     "gu_band_m": (0, 1, 2, 4, 8, 16, 32),
     "dn_band_m": (0, 1, 2, 4, 8, 16, 32),
+    "gather_slices": (1, 2, 4, 8, 16),
 }
 
 
