@@ -273,8 +273,8 @@ class _Progress:
 
     def __call__(self, stage: str, r) -> None:  # noqa: ANN001 - RunResult
         if stage == "compile_start":
-            _doing(f"compiling {r.name} with nvcc (the partial build was discarded; nothing was cached; the .cu "
-                   f"is in {self.out_dir})")
+            _doing(f"compiling {r.name} with nvcc (the partial build was discarded; nothing was cached; the .cu, "
+                   f"its .h and its .json report, status 'rendered', are in {self.out_dir})")
             self.ticker.start(r.name)
             return
         if stage == "compile":
