@@ -5,8 +5,8 @@
         python3 bench/profile_moe.py --out OUTDIR --cells qwen3-30b-a3b:16 --ncu
 
 Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's configuration
-(``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16). The
-layers are built in one parallel batch (``argus_cutlass.api.precompile``), warmed up, then run
+(``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16, keeping
+the other fields). The layers are built in one parallel batch (``generate.build_jobs``), warmed up, then run
 ``--iters`` times with a 256 MB buffer written between runs (L2 flushed: every run reads its weights
 from HBM); the profiler's device time per kernel (routing count / scan / permute, gate+up GEMM,
 down GEMM, combine, and the flush itself) is averaged. Writes ``OUTDIR/moe_profile.json`` and prints
@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from argus_cutlass.api import moe_kernel, precompile
-    from argus_cutlass.generate import configure
+    from argus_cutlass.api import moe_kernel
+    from argus_cutlass.generate import build_jobs, configure
     from argus_cutlass.kernels.moe.check import make_inputs
     from argus_cutlass.kernels.moe.problem import MoEProblem
 
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = [configure(p)[0] for p in problems]
     if args.unbanded:
         configs = [c.replace(gu_band_m=0, dn_band_m=0) for c in configs]
-    if not args.unbanded:
-        precompile(problems)
+    # one parallel nvcc batch (the disk cache then serves moe_kernel below), unbanded layers too
+    build_jobs(list(zip(configs, problems)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")

@@ -291,6 +291,27 @@ def _check_gather(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viola
     k = layer.topk
     vec_el = 16 // DTYPE_BYTES[layer.dtype]
     row_vecs = layer.hidden // vec_el
+    # the printed gather indexes in C int: v0 = y * stride_vecs, v0 + slice_vecs, and the loop bound
+    # n * width (n <= chunk rows, width <= the slice's or the row's vectors) must fit 31 bits for every
+    # y < slices (the simulation below computes in Python ints and would not see a wrap)
+    int_max = 2**31 - 1
+    if r.sliced:
+        stride_v, cols_v = r.slice_stride // vec_el, r.slice_cols // vec_el
+        worst = {"v0 = y * (slice_stride / vec)": (r.slices - 1) * stride_v,
+                 "v0 + slice_cols / vec": (r.slices - 1) * stride_v + cols_v,
+                 "n * width": r.chunk * min(max(cols_v, 0), row_vecs)}
+    else:
+        worst = {"n * (H / vec)": r.chunk * row_vecs}
+    for what, value in worst.items():
+        if value > int_max:
+            msg = (f"route_permute's gather computes {what} = {value} in C int for the last CTA (slices "
+                   f"{r.slices}, chunk {r.chunk}, H {layer.hidden}): past 2^31 - 1, it wraps and the CTA stores "
+                   "outside xs")
+            return [], [_viol("moe.gather", msg, _cex(
+                "moe.gather", "route_permute gather index", f"{what} <= 2^31 - 1", str(value),
+                thread={"cta": 0, "cta_y": max(r.slices - 1, 0), "role": "route_permute"},
+                element={"tensor": "xs", "expression": what},
+                params={"H": layer.hidden, "chunk": r.chunk, "slices": r.slices}))]
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         g = simulate_gather(layer, sim)
