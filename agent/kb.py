@@ -20,6 +20,13 @@ knobs and precondition variables are then checked against that family's config
 >>> akb = load_knowledge("knowledge_attention.toml")
 >>> akb.family, akb.get("cluster_2x1").available, akb.get("cluster_2x1").missing_knobs
 ('attention', False, ('cluster',))
+
+``agent/knowledge_moe.toml`` holds the MoE techniques (family ``moe``, checked against MoEConfig;
+precondition variables from :func:`moe_env`):
+
+>>> mkb = load_knowledge("knowledge_moe.toml")
+>>> mkb.family, mkb.get("band_walk").available, mkb.get("swap_ab").available, mkb.get("swap_ab").missing_knobs
+('moe', True, False, ('swap_ab',))
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validat
 
 from argus_cutlass.kernels.attention.config import AttentionConfig
 from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.kernels.moe.config import MoEConfig
+from argus_cutlass.kernels.moe.space import bucket_of
 
 _OPS = {
     "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,
@@ -45,11 +54,15 @@ _OPS = {
 _PROBLEM_VARS = ("m", "n", "k", "tiles_m", "tiles_n", "tiles", "waves")
 #: precondition variables of attention problems (:func:`attention_env`)
 _ATTENTION_VARS = ("head_dim", "causal", "varlen", "seqlen_q", "seqlen_k", "tiles", "waves")
+#: precondition variables of MoE problems (:func:`moe_env`)
+_MOE_VARS = ("tokens", "experts", "topk", "hidden", "ffn", "routed_rows", "rows_per_expert",
+             "small_t", "bucket")
 #: family -> (its config model, its problem variables); the validation context's ``family``
 #: (default ``gemm``) picks the row
 FAMILIES: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
     "gemm": (GemmConfig, _PROBLEM_VARS),
     "attention": (AttentionConfig, _ATTENTION_VARS),
+    "moe": (MoEConfig, _MOE_VARS),
 }
 
 
@@ -62,7 +75,7 @@ def _family(info: ValidationInfo | None) -> tuple[str, type[BaseModel], tuple[st
 
 
 class Precondition(BaseModel):
-    """``var op value``, e.g. ``m <= 64``; ``var`` is a problem variable or a GemmConfig field."""
+    """``var op value``, e.g. ``m <= 64``; ``var`` is a problem variable or a field of the family's config."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -188,3 +201,17 @@ def attention_env(problem: Any, cfg: AttentionConfig) -> dict[str, Any]:
     return {**cfg.model_dump(), "head_dim": problem.head_dim, "causal": bool(problem.causal),
             "varlen": bool(problem.varlen), "seqlen_q": problem.seqlen_q, "seqlen_k": problem.seqlen_k,
             "tiles": tiles, "waves": tiles / SMS}
+
+
+def moe_env(problem: Any, cfg: MoEConfig) -> dict[str, Any]:
+    """Precondition variables of an MoE problem (:class:`~argus_cutlass.kernels.moe.problem.MoEProblem`)
+    and the incumbent ``cfg``: its fields, the problem's ``tokens`` (T), ``experts`` (E), ``topk`` (k),
+    ``hidden`` (H), ``ffn`` (I), ``routed_rows = T * k``, ``rows_per_expert = T * k / E`` (fractional:
+    the rows of an expert's group at uniform routing), ``bucket`` (``small`` / ``large``,
+    :data:`~argus_cutlass.kernels.moe.space.T_BUCKETS`) and ``small_t`` (``bucket == "small"``,
+    i.e. T <= 256)."""
+    bucket = bucket_of(problem.tokens)
+    routed = problem.tokens * problem.topk
+    return {**cfg.model_dump(), "tokens": problem.tokens, "experts": problem.experts,
+            "topk": problem.topk, "hidden": problem.hidden, "ffn": problem.ffn, "routed_rows": routed,
+            "rows_per_expert": routed / problem.experts, "small_t": bucket == "small", "bucket": bucket}
