@@ -64,7 +64,7 @@ def _inputs(problem, routing: str, sizes, seed: int):
     return x, torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda(), w13, w2
 
 
-def _child(conn: Any, so_path: str, name: str, layer: Any, problems: list[str], cls: str, seed: int) -> None:
+def _child(conn: Any, so_path: str, name: str, layer: Any, problems: list[str], seed: int) -> None:
     started = False
     try:
         import torch
@@ -115,7 +115,7 @@ def _child(conn: Any, so_path: str, name: str, layer: Any, problems: list[str], 
         os._exit(0)
 
 
-def run_job(so_path: str, name: str, layer: Any, problems: list[str], cls: str, timeout_s: float,
+def run_job(so_path: str, name: str, layer: Any, problems: list[str], timeout_s: float,
             seed: int = 11) -> list[dict]:
     """Run one built layer over ``problems`` in a spawned child; a problem silent for ``timeout_s``
     is ``hung`` and the child is killed."""
@@ -124,7 +124,7 @@ def run_job(so_path: str, name: str, layer: Any, problems: list[str], cls: str, 
     def limit(problem: str) -> float:  # the int32-wrap problem draws 13 GB of inputs and an fp32 reference first
         return timeout_s * (4 if GPU_PROBLEMS[problem].tokens > 100_000 else 1)
 
-    return run_child_protocol(_child, (so_path, name, layer, problems, cls, seed), setup_timeout_s=SETUP_TIMEOUT_S,
+    return run_child_protocol(_child, (so_path, name, layer, problems, seed), setup_timeout_s=SETUP_TIMEOUT_S,
                               problem_timeout_s=limit)
 
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(art, CompileError):
             r = {"id": jid, **meta, "outcome": "compile_error", "detail": str(art)[:800]}
         else:
-            rows = run_job(str(art.path), layer.kernel_name(), layer, plist, cls, args.timeout)
+            rows = run_job(str(art.path), layer.kernel_name(), layer, plist, args.timeout)
             outcome = _overall(rows)
             if outcome == "ok" and cls != "baseline":
                 outcome = "silent"

@@ -107,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                          f"{'**best**' if k == best else ''} |")
         print(f"{cell}: best {name} {ours[best]:.3f} ms, cuDNN {med.get('cudnn', float('nan')):.3f} ms", flush=True)
         torch.cuda.empty_cache()
-    note = (f"measured by bench/tune_attention_grid.py on {gpu} ({time.strftime('%Y-%m-%d')}): the best of the "
-            f"first {args.limit} candidates of kernels.attention.space per cell, interleaved with cuDNN")
+    what = (f"the configured entry with each epilogue of {','.join(epilogues)}" if args.epilogue_only else
+            "q_stages x prefetch_q x epilogue around the configured entry and FA3's tile" if args.variants else
+            f"the first {args.limit} candidates of kernels.attention.space")
+    note = (f"measured by bench/tune_attention_grid.py on {gpu} ({time.strftime('%Y-%m-%d')}): the best of "
+            f"{what} per cell, interleaved with cuDNN")
     (out / "tuned_attention.json").write_text(json.dumps({"note": note, "entries": entries}, indent=1) + "\n")
     (out / "tuned_attention.md").write_text("\n".join(lines) + "\n")
     print(f"done in {time.perf_counter() - t0:.0f} s", flush=True)
