@@ -38,8 +38,8 @@ from argus_cutlass.agent.store import (
 
 KERNELS = ("gemm", "attention", "moe")
 #: the key fields of each family, in key order
-GEMM_FIELDS = ("gpu", "kernel", "dtype", "out_dtype", "layout", "bucket")
-ATTENTION_FIELDS = ("gpu", "kernel", "dtype", "head_dim", "mask", "lengths", "bucket")
+GEMM_FIELDS = KEY_FIELDS["gemm"]
+ATTENTION_FIELDS = KEY_FIELDS["attention"]
 MOE_FIELDS = KEY_FIELDS["moe"]
 #: the vendor baseline of each family: (its time's field in an entry, its name)
 _VENDOR = {"gemm": ("cublas_ms", "cuBLAS"), "attention": ("cudnn_ms", "cuDNN"),
@@ -109,7 +109,9 @@ def entries(kernel: str | None = None, *, store: ExperienceStore | None = None) 
 
 
 def _family(problem: Any) -> str:
-    return "attention" if hasattr(problem, "head_dim") else "moe" if hasattr(problem, "experts") else "gemm"
+    from argus_cutlass.generate import family_of  # the orchestrator's one family rule
+
+    return family_of(problem)
 
 
 def _problem_key(problem: Any, gpu: str) -> dict[str, str]:

@@ -311,20 +311,20 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens_q: Any
 
 
 _MOE_LIBS: dict[Any, Any] = {}
-_MOE_CONFIGS: dict[tuple[str, Any], Any] = {}
+_MOE_CONFIGS: dict[str, Any] = {}
 
 
 def _moe_config(problem: Any) -> Any:
-    """The orchestrator's configuration of ``problem``'s T bucket (:func:`argus_cutlass.generate.configure`),
-    looked up once per process, tuned-table bucket (:func:`argus_cutlass.agent.store.moe_key`) and
-    heuristic choice (host-side and cheap; keyed too in case it splits a bucket): the lookup reads the
-    experience store from disk and verifies a tuned entry's layer, which a call on the inference path
-    must not do each time."""
+    """The orchestrator's configuration (:func:`argus_cutlass.generate.configure`) of ``problem``'s
+    tuned-table bucket (:func:`argus_cutlass.agent.store.moe_key`: E, k, H, I, dtype and T rounded up
+    to a power of two, whose edges include the heuristic's small/large edge, so the heuristic's choice
+    does not split a bucket), looked up once per bucket and process: the lookup reads the experience
+    store from disk and verifies a tuned entry's layer, which a call on the inference path must not do
+    each time."""
     from argus_cutlass.agent.store import moe_key
     from argus_cutlass.generate import configure
-    from argus_cutlass.kernels.moe.heuristics import default_config
 
-    key = (moe_key("", problem), default_config(problem))
+    key = moe_key("", problem)
     if key not in _MOE_CONFIGS:
         _MOE_CONFIGS[key] = configure(problem)[0]
     return _MOE_CONFIGS[key]

@@ -20,6 +20,7 @@ from typing import Any
 
 from argus_cutlass import __version__
 from argus_cutlass.dsl.atoms import CPP_TYPE
+from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.errors import ConfigError
 
 #: the architecture guard's return code, the same in every family
@@ -95,16 +96,15 @@ def header_context(program: Any) -> dict[str, Any]:
         a_doc, lda_doc = _LAYOUT_A[layout[0]]
         b_doc, ldb_doc = _LAYOUT_B[layout[1]]
         in_dt, out_dt = g["gA"].dtype, g["gD"].dtype
-        size = {"bf16": 2, "fp16": 2, "fp32": 4}
         ctx.update(in_dtype=in_dt, out_dtype=out_dt, in_ctype=CPP_TYPE[in_dt], out_ctype=CPP_TYPE[out_dt],
                    layout=layout, a_doc=a_doc, b_doc=b_doc, lda_doc=lda_doc, ldb_doc=ldb_doc,
-                   k_bound_bits=g["loop"].bound_bits, in_align=16 // size[in_dt], out_align=16 // size[out_dt],
+                   k_bound_bits=g["loop"].bound_bits, in_align=16 // DTYPE_BYTES[in_dt],
+                   out_align=16 // DTYPE_BYTES[out_dt],
                    contiguous=f"{'K' if layout[0] == 't' else 'M'} of A, {'K' if layout[1] == 'n' else 'N'} of B, "
                               "N of C and D",
                    copies=g["copies"], staged=g["staged"], staged_mask=g["staged_mask"],
                    contiguous_of={"A": f"{'K' if layout[0] == 't' else 'M'} of A",
-                                  "B": f"{'K' if layout[1] == 'n' else 'N'} of B", "D": "N of D"},
-                   elem_bytes={c.name: size[c.dtype] for c in g["copies"]})
+                                  "B": f"{'K' if layout[1] == 'n' else 'N'} of B", "D": "N of D"})
         return ctx
     if family == "attention":
         from argus_cutlass.render.attention import attention_context
