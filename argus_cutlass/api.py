@@ -224,9 +224,10 @@ def precompile(problems: Iterable[Any], *, workers: int | None = None, smt: bool
     todo = precompile_jobs(problems)
     if not todo:
         return 0
-    libs = build_jobs([job for _, _, job in todo], workers=workers, smt=smt)
-    for cache, key, (cfg, bp) in todo:
-        cache[key] = libs[build(cfg, bp).kernel_name()]
+    names: dict[Any, str] = {}
+    libs = build_jobs([job for _, _, job in todo], workers=workers, smt=smt, names=names)
+    for cache, key, job in todo:  # a builder that does not report names: the program's own
+        cache[key] = libs[names[job] if job in names else build(*job).kernel_name()]
     return len(todo)
 
 

@@ -596,10 +596,13 @@ def build_many(configs: Iterable[Config], problem: Problem | None = None, *,
 
 
 def build_jobs(jobs: Iterable[tuple[Config, Problem | None]], *, workers: int | None = None,
-               smt: bool | None = True) -> dict[str, Any]:
+               smt: bool | None = True, names: dict[tuple[Config, Problem | None], str] | None = None
+               ) -> dict[str, Any]:
     """:func:`build_many` for ``(config, problem)`` pairs of any families and problems (one
     parallel compile batch); returns ``{kernel name: library}`` (pairs that give the same
-    program are built once). :func:`argus_cutlass.torch.precompile` builds through this.
+    program are built once). ``names``, when given, receives each pair's kernel name (so a caller
+    maps its pairs to libraries without building the programs again).
+    :func:`argus_cutlass.torch.precompile` builds through this.
 
     Raises:
         the first error of :func:`generate` or of a build (``CompileError``).
@@ -608,6 +611,8 @@ def build_jobs(jobs: Iterable[tuple[Config, Problem | None]], *, workers: int | 
     for cfg, problem in dict.fromkeys(jobs):
         kernel = generate(cfg, problem, smt=smt)
         kernels.setdefault(kernel.name, kernel)
+        if names is not None:
+            names[(cfg, problem)] = kernel.name
     artifacts = compile_many(list(kernels.values()), workers=workers)
     for art in artifacts:
         if isinstance(art, CompileError):
