@@ -448,7 +448,7 @@ def write_sources(out_dir: str | Path, program: Any, source: str) -> tuple[Path,
 def _job(kernel: GeneratedKernel) -> Any:
     from argus_cutlass.build.nvcc import CompileJob
 
-    return CompileJob(kernel.source, kernel.name, "shared", (), (f"program={kernel.fingerprint}",))
+    return CompileJob.for_program(kernel.source, kernel.name, kernel.fingerprint)
 
 
 def compile_kernel(kernel: GeneratedKernel, *, toolchain: Any = None) -> Any:

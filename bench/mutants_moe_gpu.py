@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append({"id": jid, **meta, "outcome": "compile_error", "detail": f"not printable: {exc}"[:800]})
             continue
         printed.append((jid, cls, layer, plist, meta))
-        compile_jobs.append(CompileJob(src, layer.kernel_name(), "shared", (), (f"program={layer.fingerprint()}",)))
+        compile_jobs.append(CompileJob.for_program(src, layer.kernel_name(), layer.fingerprint()))
     arts = compile_many(compile_jobs, args.jobs, return_exceptions=True)
     print(f"built {len(arts)} layers in {time.perf_counter() - t0:.0f} s", flush=True)
     for (jid, cls, layer, plist, meta), art in zip(printed, arts):

@@ -112,6 +112,12 @@ class CompileJob:
     extra_flags: tuple[str, ...] | list[str] = ()
     key_parts: tuple[str, ...] = ()
 
+    @classmethod
+    def for_program(cls, source: str, name: str, fingerprint: str) -> CompileJob:
+        """The shared-library job of a printed DSL program: its fingerprint joins the cache key (two
+        programs that print the same text still get their own entries and names)."""
+        return cls(source, name, "shared", (), (f"program={fingerprint}",))
+
 
 # ---------------------------------------------------------------------------------------
 # log parsing (pure functions, unit-tested on captured logs)

@@ -197,8 +197,7 @@ def build_jobs(jobs: Sequence[Job], work: str | Path, *, workers: int | None = N
             continue
         (work / f"{job.id}.cu").write_text(source)
         printed.append((job, source))
-    compile_jobs = [CompileJob(src, job.name, "shared", (), (f"program={job.program.fingerprint()}",))
-                    for job, src in printed]
+    compile_jobs = [CompileJob.for_program(src, job.name, job.program.fingerprint()) for job, src in printed]
     artifacts = compile_many(compile_jobs, workers, use_cache=use_cache, return_exceptions=True)
     for (job, _), art in zip(printed, artifacts):
         if isinstance(art, CompileError):
