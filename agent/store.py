@@ -317,6 +317,15 @@ def key_distance(a: str, b: str) -> float:
     return sum(abs(math.log2(max(1, int(x))) - math.log2(max(1, int(y)))) for x, y in zip(na, nb))
 
 
+def key_rank(want: list[str], have: list[str], same_gpu: bool) -> tuple[int, float]:
+    """How near an entry's key ``have`` is to the wanted key ``want`` (both split on ``|``, same
+    family): ``(fields that differ, summed key_distance of those past the GPU)``; the GPU field
+    counts as equal when ``same_gpu`` (the same architecture). Smaller is nearer; the lookup's
+    "nearest" and ``argus-cutlass table``'s list both sort by it."""
+    differ = [i for i in range(len(want)) if have[i] != want[i] and not (i == 0 and same_gpu)]
+    return len(differ), sum(key_distance(have[i], want[i]) for i in differ if i > 0)
+
+
 def _miss_text(key: str, tables: list[tuple[str, list[tuple[str, dict[str, Any]]]]]) -> str:
     """``no entry for key '<key>' (<what the shipped table has>; nearest: '<key>', differs in ...)``."""
     want = key.split("|")
@@ -355,8 +364,7 @@ def _miss_text(key: str, tables: list[tuple[str, list[tuple[str, dict[str, Any]]
 
     def score(item: tuple[str, list[str]]) -> tuple[int, float, bool]:
         s, k = item
-        far = sum(key_distance(k[i], want[i]) for i in range(1, len(fields)) if k[i] != want[i])
-        return (len(differs(k)), far, s != "store")
+        return (*key_rank(want, k, same_gpu(k[0])), s != "store")
 
     _, near = min(keys, key=score)
     parts.append(f"nearest: {'|'.join(near)!r}, differs in {', '.join(differs(near)) or 'nothing'}")

@@ -32,7 +32,7 @@ from argus_cutlass.agent.store import (
     attention_key,
     gpu_arch,
     gpu_name,
-    key_distance,
+    key_rank,
     moe_key,
 )
 
@@ -150,11 +150,11 @@ def explain(problem: Any, *, gpu: str | None = None, store: ExperienceStore | No
         missed = [f"{f}: {row['key'].get(f, '')} != {v}" for f, v in want.items()
                   if row["key"].get(f, "") != v and not (f == "gpu" and same_arch)]
         cands.append({**row, "missed": missed, "same_arch": same_arch})
-    def far(row: dict[str, Any]) -> float:  # the same distance as the lookup's "nearest" (store._miss_text)
-        return sum(key_distance(str(row["key"].get(f, "")), str(v)) for f, v in want.items()
-                   if f != "gpu" and row["key"].get(f, "") != v)
+    def rank(row: dict[str, Any]) -> tuple[int, float]:  # the lookup's own "nearest" order (store.key_rank)
+        return key_rank(list(want.values()), [str(row["key"].get(f, "")) for f in want],
+                        row["same_arch"] or row["key"].get("gpu", "") == gpu)
 
-    cands.sort(key=lambda r: (len(r["missed"]), far(r), r["same_arch"], r["source"] != "store"))
+    cands.sort(key=lambda r: (*rank(r), r["same_arch"], r["source"] != "store"))
     for row in cands:
         row["config_normalized"] = _normalized(family, row["config"])
     looked = configure(problem, gpu=gpu, store=store)
