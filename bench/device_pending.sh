@@ -47,7 +47,9 @@ case "$STEP" in
   gemm-staged)
     $PYT -m gpu "$R/tests/gpu/test_gemm_staged.py" -rf 2>&1 | tail -30 | tee "$OUT/gemm_staged_gpu.log" ;;
   torch-ops)
-    $PYT -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/torch_ops_gpu.log" ;;
+    # -n 8 (pytest-xdist, when its wheel is carried): the tests' kernels compile in parallel
+    XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
+    $PYT $XD -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/torch_ops_gpu.log" | tail -30 ;;
   moe-profile)
     timeout 200 python3 "$R/bench/profile_moe.py" --out "$OUT/prof" 2>&1 | tee "$OUT/moe_profile.log" | tail -40
     timeout 150 python3 "$R/bench/profile_moe.py" --out "$OUT/prof_unbanded" --unbanded --cells mixtral:8192,qwen3-30b-a3b:2048 \

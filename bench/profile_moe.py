@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated model:T (models: MoEProblem.for_model)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--unbanded", action="store_true", help="gu_band_m = dn_band_m = 0 (the unbanded walk)")
+    ap.add_argument("--bands", default="",
+                    help="comma-separated GUxDN band pairs (e.g. 0x0,1x1,2x2): each cell is profiled with each")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
@@ -48,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     configs = [configure(p)[0] for p in problems]
     if args.unbanded:
         configs = [c.replace(gu_band_m=0, dn_band_m=0) for c in configs]
+    if args.bands:
+        try:
+            bands = [tuple(int(v) for v in b.split("x")) for b in args.bands.split(",") if b]
+            assert all(len(b) == 2 for b in bands)
+        except (ValueError, AssertionError):
+            ap.error(f"--bands {args.bands!r}: expected GUxDN[,GUxDN...] (integers, e.g. 0x0,1x1)")
+        cells = [c for c in cells for _ in bands]
+        problems = [p for p in problems for _ in bands]
+        configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
     # one parallel nvcc batch (the disk cache then serves moe_kernel below), unbanded layers too
     build_jobs(list(zip(configs, problems)))
     out = Path(args.out)
@@ -81,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 per[_short(e.name, lib.name)].append(e.device_time_total)
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
-        result[f"{model}:{tokens}"] = {"kernel": lib.name, "config": cfg.model_dump(), "kernels": rows}
-        print(f"== {model} T={tokens} {lib.name}")
+        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}"] = {"kernel": lib.name, "config": cfg.model_dump(), "kernels": rows}
+        print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} {lib.name}")
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
             print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")
     if not args.ncu:

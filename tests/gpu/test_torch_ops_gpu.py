@@ -120,7 +120,8 @@ def test_compile_fullgraph_on_cuda():
     assert (o.float() - ref_o).abs().max().item() <= 2e-2 * ref_o.abs().max().item() + 1e-2
 
 
-def test_cuda_graph_capture_after_precompile():
+def test_cuda_graph_capture_after_precompile(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))  # an empty disk cache: precompile must build
     a = torch.randn(48, 2048, device="cuda", dtype=torch.bfloat16)   # a bucket no other test used
     w = torch.randn(3072, 2048, device="cuda", dtype=torch.bfloat16)
     api._GEMM_LIBS.clear()
