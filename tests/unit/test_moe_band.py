@@ -241,13 +241,18 @@ def test_heuristic_bands_from_the_wave_traffic():
     for model in sorted(MODEL_SHAPES):
         for t in (16, 256, 2048, 8192):
             cfg = default_config(MoEProblem.for_model(model, t))
+            p = MoEProblem.for_model(model, t)
+            chunks = -(-t * p.topk // 256)
             if t <= SMALL_T:
-                # one expert per m-tile at small T: bands of 1 keep an A tile's n-blocks side by side
-                # and the gather in H * 2 B / 512 B column slices (heuristics.gather_slices_for)
-                assert cfg == small_t_config().replace(gu_band_m=1, dn_band_m=1,
+                # small T: bands of the most 64-row m-tiles one expert can fill (T / 64 rounded up,
+                # T a power of two here) and the gather in H * 2 B / 512 B column slices
+                band = max(1, t // 64)
+                assert cfg == small_t_config().replace(gu_band_m=band, dn_band_m=band,
                                                        gather_slices=slices[model]), (model, t)
             else:
-                assert cfg.gather_slices == 1, (model, t)
+                # large T: as many slices as fill one wave (a power of two <= ceil(132 / chunks))
+                fill = -(-132 // chunks)
+                assert cfg.gather_slices == min(slices[model], 1 << (fill.bit_length() - 1)), (model, t)
                 assert (cfg.gu_band_m, cfg.dn_band_m) == want[model] == default_bands(MoEConfig(), MoEProblem.for_model(
                     model, t)), (model, t)
     # Mixtral gate+up: a band of 16 reads 16 m-tiles and 9 n-blocks per wave instead of 2 and 112

@@ -13,34 +13,41 @@ Buckets (``SMALL_T``):
   64 rows. Against the 128-row default this halves the token rows each unit streams beside its
   weight tile (gate+up: 64 x K of xs per 256 x K of W13, 25 % instead of 50 %; down 64 x K per
   128 x K of W2), halves the padded MMA work, and the smaller A stage buys a deeper down pipeline
-  (8 stages) for the long K = I loops. Both walks use bands of 1 (an m-tile's n-blocks are
-  consecutive units): at uniform routing each m-tile is one expert's group (T k / E <= 64 rows for
-  the anchor models), so no weight tile is shared between m-tiles and the walk only decides how often
-  the A tile (64 padded rows x K) is read. Unbanded, the walk sweeps every m-tile at one n-block while
-  the weights stream through L2 and evict A before the next n-block, so A is re-read from DRAM per
-  n-block (ncu, H200, session 17, Qwen3 T=16, unbanded: gate+up moved 638 MB for 536 MB of
-  activated W13, L2 hit rate 6.9%; down 320 MB for 268 MB of W2); with band 1 the CTAs reading one A
-  tile run side by side and A comes from DRAM about once (not measured yet).
+  (8 stages) for the long K = I loops. Both walks use bands of :func:`small_t_band` m-tiles: the
+  most m-tiles one expert's group can fill, ``ceil(T' / 64)`` for the T bucket's power of two T'
+  (a token routes to an expert at most once, so a group holds at most T rows): 1 up to T = 64, 2 up
+  to 128, 4 up to 256. Two effects decide the walk when the weights dominate the traffic:
+  (1) unbanded, the walk sweeps every m-tile at one n-block while the weights stream through L2 and
+  evict A before the next n-block, so A is re-read from DRAM per n-block (ncu, H200, session 17,
+  Qwen3 T=16, unbanded: gate+up moved 638 MB for 536 MB of activated W13, L2 hit rate 6.9%);
+  (2) a band narrower than an expert's group splits the expert's m-tiles into different waves, and
+  its weight tiles, read together by all its m-tiles under the unbanded walk, are then read once
+  per m-tile. Measured (H200, session 18, ``bench/profile_moe.py --bands``, L2 flushed, gate+up +
+  down GEMM time): Mixtral T=256 (64 rows per expert on average, up to 2 m-tiles) unbanded 819 us,
+  bands of 1 955 us, bands of 4 825 us; Qwen3 T=256 unbanded 382 us, 1: 332 us, 4: 335 us; at T=16
+  (one m-tile per expert) bands of 1 beat the unbanded walk in all three anchor models (bench:
+  Mixtral 0.745 vs 0.769 ms, Qwen3 0.254 vs 0.281, DeepSeek 0.296 vs 0.321).
   The permute kernel's gather is cut into :func:`gather_slices_for` column slices per routing
   chunk (``MoEConfig.gather_slices``).
 * ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for` (the
-  bands depend on H, I and the tiles, not on T); the gather unsliced (1).
+  bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T.
 
-Gather slices (:func:`gather_slices_for`, derived, not measured yet): at small T the permute
-kernel runs ``ceil(T k / route_chunk)`` CTAs, one for T k <= 256 (Qwen3 T = 16: 128 rows x 4 KB =
-512 KB copied by one SM in 16.5 us (ncu, H200), about 32 GB/s per SM). Cutting each row into
-``slices`` column slices, one CTA each, divides the copy per CTA by ``slices``; the rule takes the
-largest count whose slice row is still one warp-wide sweep of 16-byte vectors (32 lanes x 16 B =
-``GATHER_SLICE_BYTES`` = 512 B = four whole 128-byte lines, so every load and store stays
-coalesced): ``slices = H * elem_bytes / 512`` (8 for H = 2048, 16 for H = 4096), capped at
-``MAX_GATHER_SLICES``. Qwen3 T = 16 then copies 64 KB per CTA (about 2 us at 32 GB/s, under the
-kernel's launch and ranking cost, so more slices would buy under 1 us while every extra CTA ranks
-its chunk again); at T = 256 it runs 8 chunks x 8 = 64 CTAs (128 KB each) instead of 8 CTAs of 1 MB.
-Large T keeps 1: ``T k / 256`` CTAs already reach the SMs' count from T k = 33792 (Qwen3 T = 4224),
-and between T = 257 and there the gather's 4 KB rows per chunk are 1 MB per CTA of a layer whose
-GEMMs take milliseconds (not measured: left for the large-T bucket's tuning).
+Gather slices (:func:`gather_slices_for`): the permute kernel runs ``chunks = ceil(T k /
+route_chunk)`` CTAs, one for T k <= 256 (Qwen3 T = 16: 128 rows x 4 KB = 512 KB copied by one SM in
+16.5 us, ncu, H200, session 17; Mixtral T = 2048: 16 CTAs of 256 rows x 8 KB took 134 us of a 3 ms
+layer, torch.profiler, session 18). Cutting each row into ``slices`` column slices, one CTA each,
+divides the copy per CTA by ``slices``. The rule takes as many slices as fill one wave of the SMs,
+``ceil(WAVE_CTAS / chunks)`` rounded down to a power of two, but no slice row narrower than one
+warp-wide sweep of 16-byte vectors (32 lanes x 16 B = ``GATHER_SLICE_BYTES`` = 512 B = four whole
+128-byte lines, so every load and store stays coalesced): at most ``H * elem_bytes / 512`` (8 for
+H = 2048, 16 for H = 4096), capped at ``MAX_GATHER_SLICES``. Qwen3 T = 16 then copies 64 KB per CTA
+(measured session 18: the permute kernel 10.3 us, was 15-17 us unsliced); at T = 256 it runs 8
+chunks x 8 = 64 CTAs; Mixtral T = 2048 16 chunks x 8 = 128 CTAs (not measured yet); from
+``T k / route_chunk >= 132`` chunks the gather stays unsliced (1).
 
-Bands (:func:`band_for`, derived from the L2 argument, not measured yet): the persistent walk runs
+Bands (:func:`band_for`, derived from the L2 argument; measured session 18 against the unbanded walk,
+bench ``unbanded ms`` column: Mixtral T = 8192 9.87 vs 11.71 ms, T = 2048 3.03 vs 3.10; Qwen3 T = 2048
+0.584 vs 0.793, T = 8192 1.48 vs 1.78; DeepSeek T = 2048 0.691 vs 0.927, T = 8192 1.81 vs 2.21): the persistent walk runs
 ``WAVE_CTAS`` (132, the H200's SMs) consecutive units at a time. With ``band_m`` m-tiles per band
 a wave reads ``band_m`` m-tiles of A (``tile_m`` rows of K each) and ``ceil(132 / band_m)``
 n-blocks of B (``b_rows`` rows of K each: 256 for gate+up, the gate and up halves, 128 for down),
@@ -65,7 +72,7 @@ from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config",
-           "gather_slices_for", "small_t_config", "wave_rows"]
+           "gather_slices_for", "small_t_band", "small_t_config", "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
@@ -79,7 +86,8 @@ GATHER_SLICE_BYTES = 512
 
 def small_t_config(dtype: str = "bf16") -> MoEConfig:
     """The small-T configuration: 64-row ping-pong tiles, gate+up 256 columns (128 of h) x 5 stages
-    (40 KiB each), down 128 columns x 8 stages (24 KiB each), unbanded walks (:func:`default_config` gives both bands of 1).
+    (40 KiB each), down 128 columns x 8 stages (24 KiB each), unbanded walks (:func:`default_config` gives
+    both walks bands of :func:`small_t_band`).
 
     >>> small_t_config().schedule
     'pingpong'
@@ -121,24 +129,45 @@ def default_bands(cfg: MoEConfig, problem: MoEProblem) -> tuple[int, int]:
     return band_for(cfg.tile_m, cfg.gu_tile_n, gu_n), band_for(cfg.tile_m, cfg.dn_tile_n, dn_n)
 
 
-def gather_slices_for(problem: MoEProblem) -> int:
-    """The small-T bucket's gather slices: ``H * elem_bytes / GATHER_SLICE_BYTES`` in [1,
-    ``MAX_GATHER_SLICES``] (the module docstring derives it).
+def small_t_band(problem: MoEProblem, tile_m: int = 64) -> int:
+    """Bands (m-tiles) of the small-T walks: ``ceil(T' / tile_m)`` for ``T'`` the power of two at or
+    above T (the T bucket of the tuned table), in [1, max(BANDS)]: the most m-tiles one expert's group
+    can fill, since a token routes to an expert at most once (module docstring).
+
+    >>> [small_t_band(MoEProblem(t, 8, 2, 4096, 14336)) for t in (1, 16, 64, 65, 128, 200, 256)]
+    [1, 1, 1, 2, 2, 4, 4]
+    """
+    bucket = 1 << max(0, problem.tokens - 1).bit_length()
+    return max(1, min(BANDS[-1], -(-bucket // tile_m)))
+
+
+def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
+    """Gather slices per routing chunk: ``ceil(WAVE_CTAS / chunks)`` rounded down to a power of two
+    (``chunks = ceil(T k / route_chunk)``), at most ``H * elem_bytes / GATHER_SLICE_BYTES`` and
+    ``MAX_GATHER_SLICES``, at least 1 (the module docstring derives it).
 
     >>> [gather_slices_for(MoEProblem.for_model(m, 16)) for m in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral")]
     [8, 8, 16]
+    >>> [gather_slices_for(MoEProblem.for_model("mixtral", t)) for t in (256, 2048, 8192, 20000)]
+    [16, 8, 2, 1]
     """
-    return max(1, min(MAX_GATHER_SLICES, problem.hidden * DTYPE_BYTES[problem.dtype] // GATHER_SLICE_BYTES))
+    chunks = -(-problem.tokens * problem.topk // route_chunk)
+    fill = -(-WAVE_CTAS // chunks)
+    widest = problem.hidden * DTYPE_BYTES[problem.dtype] // GATHER_SLICE_BYTES
+    s = max(1, min(MAX_GATHER_SLICES, widest, fill))
+    return 1 << (s.bit_length() - 1)
 
 
 def default_config(problem: MoEProblem) -> MoEConfig:
-    """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of 1 and
-    :func:`gather_slices_for` gather slices for ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns (128 of h), down 128,
-    64-deep k stages and each GEMM's walk in bands of :func:`default_bands` (which depend on H, I and
-    the tiles, not on T, so the bucket keeps one layer per model shape).
+    """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of
+    :func:`small_t_band` for ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns
+    (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
+    (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices.
     """
     if problem.tokens <= SMALL_T:
-        return small_t_config(problem.dtype).replace(gu_band_m=1, dn_band_m=1, gather_slices=gather_slices_for(problem))
+        cfg = small_t_config(problem.dtype)
+        band = small_t_band(problem, cfg.tile_m)
+        return cfg.replace(gu_band_m=band, dn_band_m=band, gather_slices=gather_slices_for(problem, cfg.route_chunk))
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
-    return cfg.replace(gu_band_m=gu, dn_band_m=dn)
+    return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk))
