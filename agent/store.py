@@ -215,7 +215,7 @@ GPU_ARCH_PATTERNS: tuple[tuple[str, str], ...] = (
 _WHERE = {"store": "your experience store", "shipped": f"the shipped table (agent/{SHIPPED})"}
 #: the command that fills the user store for a family (the re-tune hint of a same-architecture match)
 _RETUNE = {"gemm": "argus-cutlass tune gemm", "attention": "argus-cutlass tune attention",
-           "moe": "record_moe_best (no tune command for MoE yet)"}
+           "moe": "argus-cutlass tune moe"}
 #: the key fields of each family, in key order (``|``-separated)
 KEY_FIELDS = {
     "gemm": ("gpu", "kernel", "dtype", "out_dtype", "layout", "bucket"),

@@ -15,6 +15,10 @@ Commands:
       compile the first N candidates of the attention search space in one parallel batch,
       measure them on a Hopper GPU, record the fastest in the experience store and write
       ``DIR/tune_attention.json`` (no nvcc: stops after rendering; no GPU: after compiling).
+  ``argus-cutlass tune moe --tokens T --experts E --topk K --hidden H --ffn I [--dtype bf16|fp16]
+  [--budget N] [--out DIR]``
+      the same for an MoE layer (:mod:`argus_cutlass.agent.tune_moe`): the heuristic's configuration
+      and its one-knob neighbours; the fastest is recorded under the problem's power-of-two T bucket.
   ``argus-cutlass tune --shapes FILE | --model CONFIG.json [--m-values 1,8,...] [--budget N]
   [--address ADDR] [--workers W] [--gpus G] [--no-resume] [--quiet] [--out DIR]``
       tune many GEMM shapes (a JSON/CSV file, or a Hugging Face config's projections): compiles on
@@ -543,6 +547,27 @@ def _no_shapes_with_kernel(args: argparse.Namespace) -> None:
                                           "options, or drop --shapes/--model")
 
 
+def _add_moe_args(p: argparse.ArgumentParser) -> None:
+    """The MoE layer problem options shared by ``moe`` and ``tune moe``."""
+    p.add_argument("--tokens", type=int, required=True, help="T, tokens of the batch (1 .. 2^20)")
+    p.add_argument("--experts", type=int, required=True, help="E, experts")
+    p.add_argument("--topk", type=int, required=True, help="k, experts per token")
+    p.add_argument("--hidden", type=int, required=True, help="H, model width (a multiple of 8)")
+    p.add_argument("--ffn", type=int, required=True, help="I, expert intermediate width (a multiple of 8)")
+    p.add_argument("--dtype", type=dtype_arg, default="bf16", help="bf16 or fp16 (also bfloat16, float16, half)")
+
+
+def _cmd_tune_moe(args: argparse.Namespace) -> int:
+    """``tune moe``: :func:`argus_cutlass.agent.tune_moe.run_tune_moe`."""
+    _no_shapes_with_kernel(args)
+    from argus_cutlass.agent.tune_moe import run_tune_moe
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype).validate()
+    _doing(f"tuning moe (up to {args.budget} candidates; nothing recorded in the experience store)")
+    return run_tune_moe(args, say=_print, problem=problem)
+
+
 def _cmd_tune_attention(args: argparse.Namespace) -> int:
     """``tune attention``: :func:`argus_cutlass.agent.tune_attention.run_tune_attention`."""
     _no_shapes_with_kernel(args)
@@ -605,13 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_attention)
 
     mo = sub.add_parser("moe", help="generate (and build, run) a mixture-of-experts layer (SwiGLU experts)")
-    mo.add_argument("--tokens", type=int, required=True, help="T, tokens of the batch (1 .. 2^20)")
-    mo.add_argument("--experts", type=int, required=True, help="E, experts")
-    mo.add_argument("--topk", type=int, required=True, help="k, experts per token")
-    mo.add_argument("--hidden", type=int, required=True, help="H, model width (a multiple of 8)")
-    mo.add_argument("--ffn", type=int, required=True, help="I, expert intermediate width (a multiple of 8)")
-    mo.add_argument("--dtype", type=dtype_arg, default="bf16",
-                    help="bf16 or fp16 (also bfloat16, float16, half)")
+    _add_moe_args(mo)
     mo.add_argument("--seed", type=int, default=0, help="seed of the random check inputs")
     mo.add_argument("--out", default="out", help="output folder (default: ./out)")
     mo.add_argument("--quiet", action="store_true", help="no progress display while nvcc compiles")
@@ -666,6 +685,16 @@ def build_parser() -> argparse.ArgumentParser:
     ta.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
                     help="no progress line while the candidates compile")
     ta.set_defaults(func=_cmd_tune_attention)
+    tm = tsub.add_parser("moe", help="measure the best candidates of the MoE space for one layer problem")
+    _add_moe_args(tm)
+    tm.add_argument("--budget", type=int, default=8,
+                    help="candidates to compile and measure, the heuristic's first (default 8)")
+    tm.add_argument("--seed", type=int, default=0, help="seed of the check inputs")
+    tm.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
+    tm.add_argument("--out", default="out", help="output folder for tune_moe.json and the best .cu")
+    tm.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
+                    help="no progress line while the candidates compile")
+    tm.set_defaults(func=_cmd_tune_moe)
 
     tb = sub.add_parser("table", help="list the tuned entries; with a problem, say why it would or would not "
                                       "use one",

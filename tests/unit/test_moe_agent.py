@@ -94,3 +94,105 @@ def test_unknown_knob_or_variable_is_refused():
     row = {**row, "knobs": ["tile_m"], "requires": [{"var": "seqlen_q", "op": "<", "value": 1}]}
     with pytest.raises(ValidationError, match="unknown precondition variable"):
         Technique.model_validate(row, context={"family": "moe"})
+
+
+# ---- the candidates and argus-cutlass tune moe ----------------------------------------------------
+
+
+def test_candidates_start_from_the_heuristic_and_stay_feasible_and_distinct():
+    from argus_cutlass.kernels.moe.space import candidates, feasible
+
+    for p in (MoEProblem.for_model("mixtral", 256), MoEProblem(3000, 16, 2, 512, 384)):
+        cs = candidates(p, 8)
+        assert cs[0] == default_config(p) and len(cs) == len(set(cs)) == 8
+        assert all(feasible(c, p) for c in cs)
+        # the measured movers first: both walks unbanded, then other joint bands (RESULTS.md issue 11)
+        assert (cs[1].gu_band_m, cs[1].dn_band_m) == (0, 0)
+        for c in cs[1:]:   # each a change of the heuristic's configuration
+            assert c != cs[0]
+    assert candidates(MoEProblem(16, 8, 2, 512, 256), 1) == [default_config(MoEProblem(16, 8, 2, 512, 256))]
+
+
+def _tune_moe(tmp_path, budget, env_extra=None):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env["ARGUS_CACHE_DIR"] = str(tmp_path / "cache")
+    env.update(env_extra or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "argus_cutlass.cli", "tune", "moe", "--tokens", "100", "--experts", "8", "--topk", "2",
+         "--hidden", "512", "--ffn", "256", "--budget", str(budget), "--out", "out"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
+    )
+    path = tmp_path / "out" / "tune_moe.json"
+    return proc, (json.loads(path.read_text()) if path.exists() else None)
+
+
+def test_tune_moe_without_nvcc_stops_after_rendering(tmp_path):
+    from argus_cutlass.kernels.moe.space import candidates
+
+    proc, data = _tune_moe(tmp_path, 2, {"ARGUS_NVCC": str(tmp_path / "no-nvcc-here"), "CUDA_HOME": str(tmp_path),
+                                         "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped after rendering" in proc.stdout
+    assert data["stopped_after"] == "render" and not data["recorded"] and data["best"] is None
+    assert [c["status"] for c in data["candidates"]] == ["rendered", "rendered"]
+    p = MoEProblem(100, 8, 2, 512, 256)
+    assert [MoEConfig(**c["config"]) for c in data["candidates"]] == candidates(p, 2)
+    assert data["store_key"].endswith("|moe|bf16|e8k2h512i256|t128")
+    assert not (tmp_path / "cache" / "agent" / "experience.json").exists()
+
+
+def test_tune_moe_refuses_bad_input(tmp_path, capsys):
+    from argus_cutlass.cli import main
+
+    base = ["tune", "moe", "--tokens", "16", "--experts", "8", "--topk", "2", "--hidden", "512", "--out", str(tmp_path)]
+    assert main(base + ["--ffn", "250"]) == 2 and "ffn=250" in capsys.readouterr().err   # I not a multiple of 8
+    assert main(base + ["--ffn", "256", "--budget", "0"]) == 2 and "tune.budget" in capsys.readouterr().err
+
+
+@pytest.mark.nvcc
+def test_tune_moe_compiles_its_candidates(tmp_path):
+    import json
+
+    proc, data = _tune_moe(tmp_path, 2)
+    assert proc.returncode == 0, proc.stderr
+    statuses = [c["status"] for c in data["candidates"]]
+    assert len(statuses) == 2 and set(statuses) <= {"compiled", "ok"}, proc.stdout
+    if "ok" not in statuses:   # no usable GPU here
+        assert data["stopped_after"] == "compile" and "stopped after compiling" in proc.stdout
+        assert not data["recorded"]
+    else:   # measured on a Hopper GPU: the best is in the store, and the lookup finds it
+        assert data["best"]["ms"] > 0 and data["recorded"]
+        store = json.loads((tmp_path / "cache" / "agent" / "experience.json").read_text())
+        assert data["store_key"] in store["entries"]
+
+
+def test_tune_moe_grid_merge_replaces_moe_entries_only(tmp_path):
+    """bench/tune_moe_grid.py --merge: an MoE entry of the same key is replaced, others are kept."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from argus_cutlass.agent.store import moe_entry
+
+    spec = importlib.util.spec_from_file_location(
+        "tune_moe_grid", Path(__file__).resolve().parents[2] / "bench" / "tune_moe_grid.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = MoEProblem.for_model("mixtral", 256)
+    old = moe_entry("NVIDIA H200", p, default_config(p), 1.0)
+    gemm = {"gpu": "NVIDIA H200", "kernel": "gemm", "shape": [1, 2, 3]}
+    shipped = tmp_path / "tuned.json"
+    shipped.write_text(json.dumps({"note": "n", "gpu": "NVIDIA H200", "entries": [gemm, old]}))
+    new = moe_entry("NVIDIA H200", p, default_config(p).replace(gu_band_m=0, dn_band_m=0), 0.8)
+    other = moe_entry("NVIDIA H200", MoEProblem.for_model("mixtral", 16), default_config(p), 0.7)
+    src = tmp_path / "tuned_moe.json"
+    src.write_text(json.dumps({"entries": [new, other]}))
+    assert mod.merge(src, shipped) == 2
+    table = json.loads(shipped.read_text())
+    assert table["note"] == "n" and table["entries"][0] == gemm
+    assert [e["ms"] for e in table["entries"][1:]] == [0.8, 0.7]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from argus_cutlass.kernels.moe.config import MoEConfig
 
-__all__ = ["KNOBS", "T_BUCKETS", "bucket_of", "enumerate_space", "feasible"]
+__all__ = ["KNOBS", "T_BUCKETS", "bucket_of", "candidates", "enumerate_space", "feasible"]
 
 #: T buckets of the heuristic (tuned entries key on finer power-of-two buckets,
 #: :func:`argus_cutlass.agent.store.moe_tokens_bucket`): name -> (lowest T, highest T)
@@ -73,3 +73,65 @@ def feasible(cfg: MoEConfig, problem: object) -> bool:
         return verify_moe(build_layer(cfg, problem), smt=False).ok
     except ArgusError:
         return False
+
+
+def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
+    """One-knob moves from ``cfg``, the knobs ``bench/RESULTS.md`` issue 11 measured moving the layer
+    most first: both walks' bands (unbanded, half, double), the gather slices (half, double), the
+    other bucket's tile (with that bucket's tiles and stages), then the pipeline depths, the n-tiles,
+    the epilogue width and each walk's band alone."""
+    def near(knob: str) -> list:
+        values = KNOBS[knob]
+        v = getattr(cfg, knob)
+        if v not in values:
+            return list(values)
+        i = values.index(v) if knob not in ("gu_band_m", "dn_band_m", "gather_slices") else None
+        if i is not None:   # the knob's listed alternatives, nearest first
+            return sorted((x for x in values if x != v), key=lambda x: abs(values.index(x) - i))
+        return [x for x in (0, v // 2, v * 2) if x in values and x != v] if knob != "gather_slices" else \
+            [x for x in (v // 2, v * 2) if x in values and x != v]
+
+    for band in near("gu_band_m"):   # both walks together
+        if band in KNOBS["dn_band_m"]:
+            yield cfg.replace(gu_band_m=band, dn_band_m=band)
+    for v in near("gather_slices"):
+        yield cfg.replace(gather_slices=v)
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
+    yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices)
+    for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
+        for v in near(knob):   # then each walk's band alone
+            yield cfg.replace(**{knob: v})
+
+
+def candidates(problem: object, budget: int) -> list[MoEConfig]:
+    """Up to ``budget`` distinct feasible configurations for ``problem`` (an MoEProblem): the
+    heuristic's (:func:`argus_cutlass.kernels.moe.heuristics.default_config`) first, then its
+    one-knob neighbours (:func:`_neighbours`), then theirs, each kept when :func:`feasible`.
+
+    >>> from argus_cutlass.kernels.moe.problem import MoEProblem
+    >>> cs = candidates(MoEProblem(16, 8, 2, 512, 256), 3)
+    >>> len(cs), (cs[0].gu_band_m, cs[1].gu_band_m, cs[1].dn_band_m)
+    (3, (1, 0, 0))
+    """
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    first = default_config(problem)
+    out: list[MoEConfig] = []
+    seen: set[MoEConfig] = set()
+    frontier = [first]
+    while frontier and len(out) < budget:
+        nxt: list[MoEConfig] = []
+        for cfg in frontier:
+            for c in ([cfg] if cfg is first and not out else []) + list(_neighbours(cfg)):
+                if c in seen:
+                    continue
+                seen.add(c)
+                if feasible(c, problem):
+                    out.append(c)
+                    nxt.append(c)
+                if len(out) >= budget:
+                    return out
+        frontier = nxt
+    return out

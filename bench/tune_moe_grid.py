@@ -1,0 +1,101 @@
+"""Tune the MoE benchmark grid on a Hopper GPU and write the entries shipped in ``agent/tuned_h200.json``.
+
+    python3 bench/tune_moe_grid.py --out OUTDIR [--budget 6] [--cells mixtral:256,qwen3-30b-a3b:16]
+    python3 bench/tune_moe_grid.py --merge OUTDIR/tuned_moe.json   # on the development machine
+
+For every cell of ``bench/test_moe_bench.py``'s grid (the three ANCHORS models x T in {16, 256, 2048,
+8192}, bf16): the first ``--budget`` candidates of :func:`argus_cutlass.kernels.moe.space.candidates`
+(the heuristic's configuration first, then its one-knob neighbours) of every cell are generated,
+verified and compiled in one parallel batch (:func:`argus_cutlass.generate.build_jobs`), then each cell
+runs ``argus-cutlass tune moe`` (:func:`argus_cutlass.agent.tune_moe.run_tune_moe`: each candidate
+checked against the fp32 layer with its output poisoned, then timed; the torch ``_grouped_mm`` layer
+timed beside the best) with the experience store under ``OUTDIR/cache``. Writes
+``OUTDIR/tuned_moe.json`` (the store's MoE entries, the format of
+:func:`argus_cutlass.agent.store.moe_entry`) and ``OUTDIR/tuned_moe.md`` (per cell: every candidate's
+time, the heuristic's, the winner).
+
+``--merge FILE`` puts FILE's MoE entries into ``agent/tuned_h200.json`` (an entry of the same key is
+replaced; GEMM and attention entries are kept) and exits; it needs no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import types
+from pathlib import Path
+
+SHIPPED = Path(__file__).resolve().parents[1] / "agent" / "tuned_h200.json"
+TOKENS = (16, 256, 2048, 8192)
+
+
+def merge(path: Path, shipped: Path = SHIPPED) -> int:
+    """Replace / add ``path``'s MoE entries in ``shipped``; returns how many were written."""
+    new = [e for e in json.loads(path.read_text())["entries"] if e.get("kernel") == "moe" and e.get("key")]
+    table = json.loads(shipped.read_text())
+    keys = {e["key"] for e in new}
+    table["entries"] = [e for e in table["entries"] if e.get("key") not in keys] + new
+    shipped.write_text(json.dumps(table, indent=1) + "\n")
+    return len(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="folder for tuned_moe.json, tuned_moe.md, the store and the best .cu files")
+    ap.add_argument("--budget", type=int, default=6, help="candidates per cell (default 6)")
+    ap.add_argument("--cells", default="", help="comma-separated model:T (default: the bench grid)")
+    ap.add_argument("--merge", default=None, metavar="FILE", help="merge FILE's MoE entries into agent/tuned_h200.json")
+    args = ap.parse_args(argv)
+    if args.merge:
+        n = merge(Path(args.merge))
+        print(f"merged {n} MoE entries into {SHIPPED}")
+        return 0
+    if not args.out:
+        ap.error("--out is required (or --merge FILE)")
+    out = Path(args.out).resolve()
+    os.environ["ARGUS_CACHE_DIR"] = str(out / "cache")   # the store and the kernel cache of this run
+
+    from argus_cutlass.agent.store import ExperienceStore
+    from argus_cutlass.agent.tune_moe import run_tune_moe
+    from argus_cutlass.generate import build_jobs
+    from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem
+    from argus_cutlass.kernels.moe.space import candidates
+
+    if args.cells:
+        try:
+            cells = [(m, int(t)) for m, t in (c.split(":") for c in args.cells.split(",") if c)]
+        except ValueError:
+            ap.error(f"--cells {args.cells!r}: expected model:T[,model:T...]")
+    else:
+        cells = [(m, t) for m in sorted(MODEL_SHAPES) for t in TOKENS]
+    problems = [MoEProblem.for_model(m, t) for m, t in cells]
+    jobs = [(c, p) for p in problems for c in candidates(p, args.budget)]
+    print(f"building {len(jobs)} layers for {len(cells)} cells in one parallel batch ...", flush=True)
+    build_jobs(jobs)
+    lines = ["| model | T | candidate | status | ms | config |", "|---|---|---|---|---|---|"]
+    for (model, tokens), p in zip(cells, problems):
+        cell_out = out / f"{model}_t{tokens}"
+        ns = types.SimpleNamespace(budget=args.budget, seed=0, workers=None, out=str(cell_out), quiet=True)
+        run_tune_moe(ns, say=lambda s, m=model, t=tokens: print(f"{m} T={t}: {s}", flush=True), problem=p)
+        data = json.loads((cell_out / "tune_moe.json").read_text())
+        best = (data.get("best") or {}).get("kernel")
+        for c in data["candidates"]:
+            cfg = c["config"]
+            label = (f"m{cfg['tile_m']} gu{cfg['gu_tile_n']}x{cfg['gu_stages']} dn{cfg['dn_tile_n']}x{cfg['dn_stages']} "
+                     f"b{cfg['gu_band_m']}x{cfg['dn_band_m']} g{cfg['gather_slices']} epi{cfg['epi_n']}")
+            ms = f"{c['ms']:.4f}" if c["ms"] else "-"
+            mark = " (best)" if c["kernel"] == best else (" (heuristic)" if c["rank"] == 1 else "")
+            lines.append(f"| {model} | {tokens} | {c['rank']}{mark} | {c['status']} | {ms} | {label} |")
+    store = ExperienceStore()
+    entries = [e for e in store.read()["entries"].values() if e.get("kernel") == "moe"]
+    (out / "tuned_moe.json").write_text(json.dumps({"entries": entries}, indent=1) + "\n")
+    (out / "tuned_moe.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {out / 'tuned_moe.json'} ({len(entries)} entries) and {out / 'tuned_moe.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
