@@ -330,7 +330,8 @@ class _Progress:
                 _print(f"compiled  {a.path} ({'cache hit' if a.cached else f'{a.seconds:.1f} s'},"
                        f" {a.registers} registers, {a.spill_bytes} spill bytes)")
         elif stage == "run":
-            _print(f"no GPU    no usable NVIDIA GPU here ({r.skipped['run']}); stopping after compile")
+            why = r.skipped["run"]
+            _print(f"{'not run ' if why.startswith('torch') else 'no GPU  '}  {why}; stopping after compile")
         elif stage == "check":
             c = r.check
             if moe:
