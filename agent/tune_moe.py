@@ -36,9 +36,11 @@ def _knobs(cfg: Any) -> str:
             f"bands {cfg.gu_band_m}/{cfg.dn_band_m} gather {cfg.gather_slices} epi {cfg.epi_n}")
 
 
-def run_tune_moe(args: Any, say: Any = print, *, problem: Any) -> int:
+def run_tune_moe(args: Any, say: Any = print, *, problem: Any, configs: list[Any] | None = None) -> int:
     """The ``tune moe`` command for the validated ``problem`` (an MoEProblem; args: budget, seed,
-    workers, out, and optionally quiet); ``say`` prints a progress line. Returns the exit code."""
+    workers, out, and optionally quiet); ``say`` prints a progress line; ``configs``: the candidates
+    when the caller already has them (default :func:`~argus_cutlass.kernels.moe.space.candidates`).
+    Returns the exit code."""
     from argus_cutlass.agent.store import DEFAULT_GPU, gpu_name, moe_key, record_moe_best
     from argus_cutlass.build.toolchain import find_nvcc
     from argus_cutlass.errors import ArgusError, ToolchainError
@@ -49,8 +51,9 @@ def run_tune_moe(args: Any, say: Any = print, *, problem: Any) -> int:
     out = output_dir(args.out)
     t0 = time.perf_counter()
     p = problem
-    configs = candidates(p, args.budget)
     say(f"problem   moe T={p.tokens} E={p.experts} k={p.topk} H={p.hidden} I={p.ffn} {p.dtype}")
+    if configs is None:
+        configs = candidates(p, args.budget)   # each verified: about 0.3-0.5 s a candidate
     say(f"space     measuring {len(configs)} feasible candidates (the heuristic's first, then its one-knob "
         "neighbours)")
 
@@ -78,12 +81,14 @@ def run_tune_moe(args: Any, say: Any = print, *, problem: Any) -> int:
     rows = []
     for i, (cfg, r) in enumerate(zip(configs, results), 1):
         ms_text = f"{r.ms:.4f} ms" if r.ms is not None else "-"
-        line = f"[{i}/{len(configs)}] {r.status:<13} {ms_text:>11}  {_knobs(cfg)}  {r.name or ''}"
+        tf_text = f"{p.flops() / r.ms / 1e9:.1f} TFLOP/s" if r.ms else "-"
+        line = f"[{i}/{len(configs)}] {r.status:<13} {ms_text:>11} {tf_text:>15}  {_knobs(cfg)}  {r.name or ''}"
         if r.error is not None:
             line += f"\n            {r.error.rule}: {str(r.error).splitlines()[0][:200]}"
         say(line)
         rows.append({
             "rank": i, "kernel": r.name, "config": cfg.model_dump(), "status": r.status, "ms": r.ms,
+            "tflops": p.flops() / r.ms / 1e9 if r.ms else None,
             "error": {"rule": r.error.rule, "message": str(r.error)} if r.error is not None else None,
             "skipped": dict(r.skipped), "stage_seconds": dict(r.stage_seconds),
         })
@@ -108,7 +113,7 @@ def run_tune_moe(args: Any, say: Any = print, *, problem: Any) -> int:
         default_ms = results[0].ms if results and results[0].status == "ok" else None
         best = {"kernel": r.name, "config": cfg.model_dump(), "ms": ms, "grouped_mm_ms": base_ms,
                 "heuristic_ms": default_ms, "cu": str(cu)}
-        line = f"best      {r.name}: {ms:.4f} ms"
+        line = f"best      {r.name}: {ms:.4f} ms ({p.flops() / ms / 1e9:.1f} TFLOP/s)"
         if default_ms:
             line += f" (the heuristic's {default_ms:.4f} ms)"
         if base_ms:

@@ -32,8 +32,20 @@ TOKENS = (16, 256, 2048, 8192)
 
 
 def merge(path: Path, shipped: Path = SHIPPED) -> int:
-    """Replace / add ``path``'s MoE entries in ``shipped``; returns how many were written."""
-    new = [e for e in json.loads(path.read_text())["entries"] if e.get("kernel") == "moe" and e.get("key")]
+    """Replace / add ``path``'s MoE entries (its ``entries``: a list, or a user store's key -> entry
+    dict) in ``shipped``; returns how many were written.
+
+    Raises:
+        ValueError: ``path`` is not a JSON object with ``entries``.
+    """
+    try:
+        entries = json.loads(path.read_text())["entries"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a tuned_moe.json / experience store (a JSON object with 'entries'): "
+                         f"{exc}") from None
+    if isinstance(entries, dict):
+        entries = list(entries.values())
+    new = [e for e in entries if isinstance(e, dict) and e.get("kernel") == "moe" and e.get("key")]
     table = json.loads(shipped.read_text())
     keys = {e["key"] for e in new}
     table["entries"] = [e for e in table["entries"] if e.get("key") not in keys] + new
@@ -49,16 +61,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", default=None, metavar="FILE", help="merge FILE's MoE entries into agent/tuned_h200.json")
     args = ap.parse_args(argv)
     if args.merge:
-        n = merge(Path(args.merge))
+        if not Path(args.merge).is_file():
+            ap.error(f"--merge {args.merge}: no such file")
+        try:
+            n = merge(Path(args.merge))
+        except ValueError as exc:
+            ap.error(f"--merge: {exc}")
         print(f"merged {n} MoE entries into {SHIPPED}")
         return 0
     if not args.out:
         ap.error("--out is required (or --merge FILE)")
+    if args.budget < 1:
+        ap.error(f"--budget {args.budget}: need at least 1 candidate per cell")
     out = Path(args.out).resolve()
     os.environ["ARGUS_CACHE_DIR"] = str(out / "cache")   # the store and the kernel cache of this run
 
     from argus_cutlass.agent.store import ExperienceStore
     from argus_cutlass.agent.tune_moe import run_tune_moe
+    from argus_cutlass.errors import ArgusError
     from argus_cutlass.generate import build_jobs
     from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem
     from argus_cutlass.kernels.moe.space import candidates
@@ -70,15 +90,20 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--cells {args.cells!r}: expected model:T[,model:T...]")
     else:
         cells = [(m, t) for m in sorted(MODEL_SHAPES) for t in TOKENS]
-    problems = [MoEProblem.for_model(m, t) for m, t in cells]
-    jobs = [(c, p) for p in problems for c in candidates(p, args.budget)]
+    try:
+        problems = [MoEProblem.for_model(m, t).validate() for m, t in cells]
+    except ArgusError as exc:
+        ap.error(f"--cells {args.cells!r}: {exc}")
+    per_cell = [candidates(p, args.budget) for p in problems]
+    jobs = [(c, p) for p, cs in zip(problems, per_cell) for c in cs]
     print(f"building {len(jobs)} layers for {len(cells)} cells in one parallel batch ...", flush=True)
     build_jobs(jobs)
     lines = ["| model | T | candidate | status | ms | config |", "|---|---|---|---|---|---|"]
-    for (model, tokens), p in zip(cells, problems):
+    for (model, tokens), p, cs in zip(cells, problems, per_cell):
         cell_out = out / f"{model}_t{tokens}"
         ns = types.SimpleNamespace(budget=args.budget, seed=0, workers=None, out=str(cell_out), quiet=True)
-        run_tune_moe(ns, say=lambda s, m=model, t=tokens: print(f"{m} T={t}: {s}", flush=True), problem=p)
+        run_tune_moe(ns, say=lambda s, m=model, t=tokens: print(f"{m} T={t}: {s}", flush=True), problem=p,
+                     configs=cs)
         data = json.loads((cell_out / "tune_moe.json").read_text())
         best = (data.get("best") or {}).get("kernel")
         for c in data["candidates"]:
@@ -86,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             label = (f"m{cfg['tile_m']} gu{cfg['gu_tile_n']}x{cfg['gu_stages']} dn{cfg['dn_tile_n']}x{cfg['dn_stages']} "
                      f"b{cfg['gu_band_m']}x{cfg['dn_band_m']} g{cfg['gather_slices']} epi{cfg['epi_n']}")
             ms = f"{c['ms']:.4f}" if c["ms"] else "-"
-            mark = " (best)" if c["kernel"] == best else (" (heuristic)" if c["rank"] == 1 else "")
+            mark = (" (heuristic)" if c["rank"] == 1 else "") + (" (best)" if c["kernel"] == best else "")
             lines.append(f"| {model} | {tokens} | {c['rank']}{mark} | {c['status']} | {ms} | {label} |")
     store = ExperienceStore()
     entries = [e for e in store.read()["entries"].values() if e.get("kernel") == "moe"]

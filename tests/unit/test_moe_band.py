@@ -250,8 +250,8 @@ def test_heuristic_bands_from_the_wave_traffic():
                 assert cfg == small_t_config().replace(gu_band_m=band, dn_band_m=band,
                                                        gather_slices=slices[model]), (model, t)
             else:
-                # large T: as many slices as fill one wave (a power of two <= ceil(132 / chunks))
-                fill = -(-132 // chunks)
+                # large T: as many slices as fit in one wave (a power of two <= 132 // chunks)
+                fill = max(1, 132 // chunks)
                 assert cfg.gather_slices == min(slices[model], 1 << (fill.bit_length() - 1)), (model, t)
                 assert (cfg.gu_band_m, cfg.dn_band_m) == want[model] == default_bands(MoEConfig(), MoEProblem.for_model(
                     model, t)), (model, t)
@@ -316,3 +316,17 @@ def test_bench_compare_row_is_parsed_by_the_plots(tmp_path, monkeypatch):
     assert plots.kind_of(rows) == "moe" and rows[-1]["unbanded ms"] == "11.564" and rows[-1]["config"] == "m128_b16x8"
     pts = plots.points(rows, "moe")
     assert pts[-1]["ratio"] == pytest.approx(1.21) and pts[0]["floor_ratio"] > 0
+
+
+def test_default_config_is_one_per_power_of_two_bucket():
+    """Every T of a power-of-two bucket (the tuned table's key, api.moe's layer cache) gets the same
+    configuration: bands and gather slices are computed at the bucket's T, not at T."""
+    import random
+
+    rng = random.Random(7)
+    for model in sorted(MODEL_SHAPES):
+        for bucket in (1, 2, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 32768):
+            lo = bucket // 2 + 1 if bucket > 1 else 1
+            ts = {lo, bucket} | {rng.randint(lo, bucket) for _ in range(6)}
+            cfgs = {default_config(MoEProblem.for_model(model, t)) for t in ts}
+            assert len(cfgs) == 1, (model, bucket, sorted(ts))

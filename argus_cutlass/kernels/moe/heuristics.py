@@ -23,7 +23,7 @@ Buckets (``SMALL_T``):
   (2) a band narrower than an expert's group splits the expert's m-tiles into different waves, and
   its weight tiles, read together by all its m-tiles under the unbanded walk, are then read once
   per m-tile. Measured (H200, session 18, ``bench/profile_moe.py --bands``, L2 flushed, gate+up +
-  down GEMM time): Mixtral T=256 (64 rows per expert on average, up to 2 m-tiles) unbanded 819 us,
+  down GEMM time): Mixtral T=256 (64 rows per expert on average, often 2 m-tiles) unbanded 819 us,
   bands of 1 955 us, bands of 4 825 us; Qwen3 T=256 unbanded 382 us, 1: 332 us, 4: 335 us; at T=16
   (one m-tile per expert) bands of 1 beat the unbanded walk in all three anchor models (bench:
   Mixtral 0.745 vs 0.769 ms, Qwen3 0.254 vs 0.281, DeepSeek 0.296 vs 0.321).
@@ -33,17 +33,18 @@ Buckets (``SMALL_T``):
   bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T.
 
 Gather slices (:func:`gather_slices_for`): the permute kernel runs ``chunks = ceil(T k /
-route_chunk)`` CTAs, one for T k <= 256 (Qwen3 T = 16: 128 rows x 4 KB = 512 KB copied by one SM in
-16.5 us, ncu, H200, session 17; Mixtral T = 2048: 16 CTAs of 256 rows x 8 KB took 134 us of a 3 ms
-layer, torch.profiler, session 18). Cutting each row into ``slices`` column slices, one CTA each,
-divides the copy per CTA by ``slices``. The rule takes as many slices as fill one wave of the SMs,
-``ceil(WAVE_CTAS / chunks)`` rounded down to a power of two, but no slice row narrower than one
-warp-wide sweep of 16-byte vectors (32 lanes x 16 B = ``GATHER_SLICE_BYTES`` = 512 B = four whole
-128-byte lines, so every load and store stays coalesced): at most ``H * elem_bytes / 512`` (8 for
-H = 2048, 16 for H = 4096), capped at ``MAX_GATHER_SLICES``. Qwen3 T = 16 then copies 64 KB per CTA
-(measured session 18: the permute kernel 10.3 us, was 15-17 us unsliced); at T = 256 it runs 8
-chunks x 8 = 64 CTAs; Mixtral T = 2048 16 chunks x 8 = 128 CTAs (not measured yet); from
-``T k / route_chunk >= 132`` chunks the gather stays unsliced (1).
+route_chunk)`` CTAs, one for T k <= 256 (ncu, H200, session 17: Qwen3 T = 16, one CTA copying 128
+rows x 4 KB = 512 KB in 16.5 us; torch.profiler, session 18: Mixtral T = 2048, 16 CTAs of 256 rows x
+8 KB, 134 us of a 3 ms layer). Cutting each row into ``slices`` column slices, one CTA each, divides
+the copy per CTA by ``slices``. The rule takes as many slices as fit in one wave of the SMs,
+``WAVE_CTAS // chunks`` rounded down to a power of two (chunks counted at the T bucket's power of
+two, so one bucket keeps one configuration), but no slice row narrower than one warp-wide sweep of
+16-byte vectors (32 lanes x 16 B = ``GATHER_SLICE_BYTES`` = 512 B = four whole 128-byte lines, so
+every load and store stays coalesced): at most ``H * elem_bytes / 512`` (8 for H = 2048, 16 for
+H = 4096), capped at ``MAX_GATHER_SLICES``. Qwen3 T = 16 then copies 64 KB per CTA (torch.profiler,
+session 18: the sliced permute kernel 10.3 us; the unsliced one was not timed in that run); at
+T = 256 it runs 8 chunks x 8 = 64 CTAs; Mixtral T = 2048 16 chunks x 8 = 128 CTAs (not measured
+yet); from 67 chunks (T' k >= 16897) on, 1 slice.
 
 Bands (:func:`band_for`, derived from the L2 argument; measured session 18 against the unbanded walk,
 bench ``unbanded ms`` column: Mixtral T = 8192 9.87 vs 11.71 ms, T = 2048 3.03 vs 3.10; Qwen3 T = 2048
@@ -137,22 +138,28 @@ def small_t_band(problem: MoEProblem, tile_m: int = 64) -> int:
     >>> [small_t_band(MoEProblem(t, 8, 2, 4096, 14336)) for t in (1, 16, 64, 65, 128, 200, 256)]
     [1, 1, 1, 2, 2, 4, 4]
     """
-    bucket = 1 << max(0, problem.tokens - 1).bit_length()
-    return max(1, min(BANDS[-1], -(-bucket // tile_m)))
+    return max(1, min(BANDS[-1], -(-_bucket_tokens(problem) // tile_m)))
+
+
+def _bucket_tokens(problem: MoEProblem) -> int:
+    """The power of two at or above T: the T bucket of the tuned table
+    (:func:`argus_cutlass.agent.store.moe_tokens_bucket`), so that one bucket gets one configuration."""
+    return 1 << max(0, problem.tokens - 1).bit_length()
 
 
 def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
-    """Gather slices per routing chunk: ``ceil(WAVE_CTAS / chunks)`` rounded down to a power of two
-    (``chunks = ceil(T k / route_chunk)``), at most ``H * elem_bytes / GATHER_SLICE_BYTES`` and
-    ``MAX_GATHER_SLICES``, at least 1 (the module docstring derives it).
+    """Gather slices per routing chunk: ``WAVE_CTAS // chunks`` rounded down to a power of two (at
+    most one wave of CTAs; ``chunks = ceil(T' k / route_chunk)`` for ``T'`` the power-of-two T
+    bucket, so every T of a bucket gets the same value), at most ``H * elem_bytes /
+    GATHER_SLICE_BYTES`` and ``MAX_GATHER_SLICES``, at least 1 (the module docstring derives it).
 
     >>> [gather_slices_for(MoEProblem.for_model(m, 16)) for m in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral")]
     [8, 8, 16]
     >>> [gather_slices_for(MoEProblem.for_model("mixtral", t)) for t in (256, 2048, 8192, 20000)]
     [16, 8, 2, 1]
     """
-    chunks = -(-problem.tokens * problem.topk // route_chunk)
-    fill = -(-WAVE_CTAS // chunks)
+    chunks = max(1, -(-_bucket_tokens(problem) * problem.topk // route_chunk))
+    fill = WAVE_CTAS // chunks
     widest = problem.hidden * DTYPE_BYTES[problem.dtype] // GATHER_SLICE_BYTES
     s = max(1, min(MAX_GATHER_SLICES, widest, fill))
     return 1 << (s.bit_length() - 1)

@@ -38,7 +38,8 @@ def bucket_of(tokens: int) -> str:
 #: ``gu_band_m`` / ``dn_band_m``: 0 the unbanded walk, else m-tiles per band of the grouped walk
 #: (powers of two; the large-T heuristic derives them per shape: ``heuristics.band_for``).
 #: ``gather_slices``: column slices (grid y CTAs) per routing chunk of the permute kernel's gather
-#: (the small-T heuristic derives them from H: ``heuristics.gather_slices_for``).
+#: (the heuristic derives them from the chunk count and H at every T: ``heuristics.gather_slices_for``,
+#: up to ``MAX_GATHER_SLICES``).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "gu_tile_n": (256, 128),
@@ -50,7 +51,7 @@ KNOBS: dict[str, tuple] = {
     "combine_threads": (128, 256),
     "gu_band_m": (0, 1, 2, 4, 8, 16, 32),
     "dn_band_m": (0, 1, 2, 4, 8, 16, 32),
-    "gather_slices": (1, 2, 4, 8, 16),
+    "gather_slices": (1, 2, 4, 8, 16, 32, 64),
 }
 
 
@@ -83,13 +84,13 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     def near(knob: str) -> list:
         values = KNOBS[knob]
         v = getattr(cfg, knob)
-        if v not in values:
-            return list(values)
-        i = values.index(v) if knob not in ("gu_band_m", "dn_band_m", "gather_slices") else None
-        if i is not None:   # the knob's listed alternatives, nearest first
-            return sorted((x for x in values if x != v), key=lambda x: abs(values.index(x) - i))
-        return [x for x in (0, v // 2, v * 2) if x in values and x != v] if knob != "gather_slices" else \
-            [x for x in (v // 2, v * 2) if x in values and x != v]
+        if knob in ("gu_band_m", "dn_band_m"):   # unbanded, half, double (from unbanded: 1 and 2)
+            moves = (0, v // 2, v * 2) if v else (1, 2)
+        elif knob == "gather_slices":
+            moves = (v // 2, v * 2)
+        else:   # the knob's listed alternatives, nearest in value first
+            moves = sorted(values, key=lambda x: (abs(x - v), x))
+        return list(dict.fromkeys(x for x in moves if x in values and x != v))
 
     for band in near("gu_band_m"):   # both walks together
         if band in KNOBS["dn_band_m"]:
