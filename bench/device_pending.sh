@@ -10,7 +10,8 @@
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 36 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
-#   bash bench/device_pending.sh OUTDIR moe-tune      # tune moe on the 12 bench cells (5 candidates each) -> tuned_moe.json
+#   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
+#                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
 #   bash bench/device_pending.sh OUTDIR attn-tune 512   # direct vs quad16 x q_stages x prefetch, S = 512
 #   bash bench/device_pending.sh OUTDIR attn-tune 2048  # the same at S = 2048 (each ~60 kernels, ~6 min)
 #   bash bench/device_pending.sh OUTDIR attn-epilogue # the shipped entry, direct vs quad16 epilogue, whole grid
@@ -64,7 +65,7 @@ case "$STEP" in
     ARGUS_MOE_BENCH_COMPARE=1 ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" 2>&1 | tail -40 > "$OUT/moe_bench.log"; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
   moe-tune)
-    timeout 560 python3 "$R/bench/tune_moe_grid.py" --out "$OUT/moe_tune" --budget "${3:-5}" 2>&1 \
+    timeout 560 python3 "$R/bench/tune_moe_grid.py" --out "$OUT/moe_tune" --budget "${3:-6}" ${4:+--cells "$4"} 2>&1 \
       | tee "$OUT/moe_tune.log" | grep -E "^\||wrote|building" | tail -70 ;;
   attn-tune)
     timeout 560 python3 "$R/bench/tune_attention_grid.py" --out "$OUT/tune_s${3:-512}" --variants --seqlens "${3:-512}" 2>&1 \

@@ -71,6 +71,20 @@ _BANDS = ((3, 5, False), (4, 3, True), (1, 1, False), (16, 8, False))
 _BAND_SHAPES = ((16, 2, 512, 384), (8, 2, 512, 256))
 
 
+def _tile_k128(problem):
+    """``problem``'s default with 128-deep k stages, stage counts halved (space.candidates' move)."""
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    c = default_config(problem)
+    return c.replace(tile_k=128, gu_stages=max(2, c.gu_stages // 2), dn_stages=max(2, c.dn_stages // 2))
+
+
+#: 128-deep k stages (the tuner's tile_k move): both tile paths, K = H and K = I not multiples of 128
+_TILE_K128 = [(q, _tile_k128(q)) for q in (MoEProblem.for_model("qwen3-30b-a3b", 16),
+                                            MoEProblem.for_model("mixtral", 2048),
+                                            MoEProblem(300, 16, 2, 520, 392))]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _prebuilt():
     """Generate and compile every layer of the module in one parallel nvcc batch (the tests then hit
@@ -84,6 +98,14 @@ def _prebuilt():
             q = MoEProblem(t, p.experts, p.topk, p.hidden, p.ffn, p.dtype)
             k = generate(default_config(q), q, smt=False)
             kernels[k.name] = k
+    for m in sorted(MODEL_SHAPES):   # the anchors' other buckets (small-T bands, large-T gather slices)
+        for t in (256, 8192):
+            q = MoEProblem.for_model(m, t)
+            k = generate(default_config(q), q, smt=False)
+            kernels[k.name] = k
+    for q, cfg in _TILE_K128:
+        k = generate(cfg, q, smt=False)
+        kernels[k.name] = k
     for e, k_, h, i in _BAND_SHAPES:
         for gu, dn, small_t in _BANDS:
             q = MoEProblem(300, e, k_, h, i)
@@ -111,13 +133,22 @@ def test_small_t_heuristic_picks_the_small_path():
     from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == _small().replace(
-        gu_band_m=1, dn_band_m=1, gather_slices=16)
+        gu_band_m=4, dn_band_m=4, gather_slices=16)   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
 
 
 def test_small_t_group_sizes_at_the_64_row_padding():
     p = MoEProblem(162, 8, 2, 512, 256)
     chk = run_and_check(_lib(p, _small()), p, routing="sizes", sizes=[64, 128, 65, 63, 1, 0, 3, 0])
+    assert chk.ok, chk
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed"])
+@pytest.mark.parametrize("case", range(len(_TILE_K128)))
+def test_tile_k_128(case, routing):
+    p, cfg = _TILE_K128[case]
+    assert cfg.tile_k == 128
+    chk = run_and_check(_lib(p, cfg), p, routing=routing)
     assert chk.ok, chk
 
 

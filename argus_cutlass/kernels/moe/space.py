@@ -37,11 +37,14 @@ def bucket_of(tokens: int) -> str:
 #: padded to 64 rows; :func:`argus_cutlass.kernels.moe.heuristics.small_t_config`), 128 the large-T one.
 #: ``gu_band_m`` / ``dn_band_m``: 0 the unbanded walk, else m-tiles per band of the grouped walk
 #: (powers of two; the large-T heuristic derives them per shape: ``heuristics.band_for``).
+#: ``tile_k``: k extent of a pipeline stage (both GEMMs); 128 doubles each TMA row segment to 256
+#: bytes and each stage's size, so :func:`candidates` halves the stage counts with it.
 #: ``gather_slices``: column slices (grid y CTAs) per routing chunk of the permute kernel's gather
 #: (the heuristic derives them from the chunk count and H at every T: ``heuristics.gather_slices_for``,
 #: up to ``MAX_GATHER_SLICES``).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
+    "tile_k": (64, 128),
     "gu_tile_n": (256, 128),
     "dn_tile_n": (128, 256),
     "gu_stages": (4, 3, 5),
@@ -79,8 +82,9 @@ def feasible(cfg: MoEConfig, problem: object) -> bool:
 def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     """One-knob moves from ``cfg``, the knobs ``bench/RESULTS.md`` issue 11 measured moving the layer
     most first: both walks' bands (unbanded, half, double), the gather slices (half, double), the
-    other bucket's tile (with that bucket's tiles and stages), then the pipeline depths, the n-tiles,
-    the epilogue width and each walk's band alone."""
+    other bucket's tile (with that bucket's tiles and stages), the other k extent (stages scaled to
+    the same shared memory), then the pipeline depths, the n-tiles, the epilogue width and each
+    walk's band alone."""
     def near(knob: str) -> list:
         values = KNOBS[knob]
         v = getattr(cfg, knob)
@@ -101,6 +105,9 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
 
     other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
     yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices)
+    for k in near("tile_k"):   # the same smem per pipeline: stage counts scaled by tile_k / k (>= 2)
+        yield cfg.replace(tile_k=k, gu_stages=max(2, cfg.gu_stages * cfg.tile_k // k),
+                          dn_stages=max(2, cfg.dn_stages * cfg.tile_k // k))
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
