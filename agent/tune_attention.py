@@ -76,7 +76,7 @@ def run_tune_attention(args: Any, say: Any = print, *, problem: Any) -> int:
         compile_, stopped, reason = False, "render", exc.message
     options = Options(smt=None, compile=compile_, baseline=False, seed=args.seed, workers=args.workers)
     if compile_ and configs and not getattr(args, "quiet", False):
-        print(f"compiling {len(configs)} candidates with nvcc, then measuring them (about 5-25 s a compile, "
+        print(f"compiling {len(configs)} candidates with nvcc, then measuring them (about 5-10 s a compile, "
               "in parallel, unless cached; Ctrl-C stops it; --quiet hides this line) ...",
               file=sys.stderr, flush=True)
     results = run_many(configs, problem, options=options)

@@ -120,6 +120,15 @@ def select_smem_atom(major: Major, elem_bits: int, mn_extent: int, k_extent: int
     )
 
 
+#: wgmma N that CuTe declares by default (``cute/arch/mma_sm90_gmma.hpp`` and its traits); every other
+#: multiple of 8 lives in ``mma_sm90_gmma_ext.hpp`` / ``mma_traits_sm90_gmma_ext.hpp`` behind
+#: ``CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED`` (CUTLASS 4.2). Defining that macro costs about 13 s of a
+#: 22 s nvcc compile (the extended traits through ``cute/tensor.hpp``: cudafe++ 8 s, cicc 4 s, host gcc
+#: 1 s; measured 2026-12-01 on 2 cores), so a kernel that needs an extended N includes only the arch
+#: header and names the op by :meth:`GmmaOp.arch_cpp`.
+GMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)
+
+
 @dataclass(frozen=True)
 class GmmaOp:
     """One SM90 warpgroup MMA, ``wgmma.mma_async`` shape ``m x n x k`` (m = 64).
@@ -147,6 +156,26 @@ class GmmaOp:
         if self.mode == "RS":
             majors = f"cute::GMMA::Major::{self.a_major}, " + majors
         return f"cute::SM90_{self.m}x{self.n}x{self.k}_{acc}{t}{t}_{self.mode}<{majors}"
+
+    def arch_cpp(self) -> str:
+        """The op's CuTe arch struct (``cute::SM90::GMMA::MMA_64xNx16_...``, the type :meth:`cpp`'s
+        alias names; same template arguments): a kernel that calls only its ``fma`` needs just
+        ``cute/arch/mma_sm90_gmma.hpp`` (``..._ext.hpp`` for an :attr:`extended_shape`), not the traits.
+
+        >>> GmmaOp(64, 80, 16, "bf16", "K", "K").arch_cpp()
+        'cute::SM90::GMMA::MMA_64x80x16_F32BF16BF16_SS<cute::GMMA::Major::K, cute::GMMA::Major::K>'
+        """
+        return self.cpp().replace("cute::SM90_", "cute::SM90::GMMA::MMA_", 1)
+
+    @property
+    def extended_shape(self) -> bool:
+        """True when CuTe declares this N only with ``CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED``
+        (N not in :data:`GMMA_BASE_N`, e.g. 80 or 176).
+
+        >>> GmmaOp(64, 176, 16, "bf16", "K", "K").extended_shape, GmmaOp(64, 128, 16, "bf16", "K", "K").extended_shape
+        (True, False)
+        """
+        return self.n not in GMMA_BASE_N
 
 
 @dataclass(frozen=True)
