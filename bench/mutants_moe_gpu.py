@@ -64,6 +64,20 @@ def _inputs(problem, routing: str, sizes, seed: int):
     return x, torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda(), w13, w2
 
 
+def _cancelling(x, w, w13, w2):
+    """The inputs of a ``GpuProblem.cancel`` problem: every expert's weights = expert 0's, x scaled by
+    ``CANCEL_X_SCALE``, topk weights +1/3, -1/3 per slot pair (0 for an odd last slot)."""
+    import torch
+
+    from argus_cutlass.testing.mutants_moe import CANCEL_X_SCALE
+
+    k = w.shape[1]
+    signs = torch.tensor([(1.0 if j % 2 == 0 else -1.0) if j < k - k % 2 else 0.0 for j in range(k)],
+                         device=w.device)
+    return ((x.float() * CANCEL_X_SCALE).to(x.dtype), (signs / 3.0).expand_as(w).contiguous(),
+            w13[:1].expand_as(w13).contiguous(), w2[:1].expand_as(w2).contiguous())
+
+
 def _child(conn: Any, so_path: str, name: str, layer: Any, problems: list[str], seed: int) -> None:
     started = False
     try:
@@ -82,6 +96,8 @@ def _child(conn: Any, so_path: str, name: str, layer: Any, problems: list[str], 
             t0 = time.perf_counter()
             p = MoEProblem(gp.tokens, layer.experts, layer.topk, layer.hidden, layer.ffn, layer.dtype)
             x, ids, w, w13, w2 = _inputs(p, gp.routing, gp.sizes, seed)
+            if gp.cancel:   # GpuProblem.cancel: identical experts, weights +-1/3 per slot pair: y = 0
+                x, w, w13, w2 = _cancelling(x, w, w13, w2)
             for t, slot in gp.invalid:  # -1 padding the kernel must skip (GpuProblem.invalid)
                 ids[t, slot % p.topk] = -1
             ws = torch.full((lib.workspace_bytes(p.tokens),), 0xFF, dtype=torch.uint8, device="cuda")

@@ -45,7 +45,11 @@ class GpuProblem:
     only the first ``head`` and the last ``tail`` tokens (the layer is token-wise independent; the
     large problems would need a multi-GB fp32 reference otherwise). ``invalid`` lists (token, slot)
     pairs whose id is set to -1 (padding the kernel must skip; a slot index ``-1`` means the last
-    slot). ``why`` says which mistake it exposes.
+    slot). ``cancel``: every expert gets expert 0's weights, x is scaled by ``CANCEL_X_SCALE`` and the
+    top-k weights are +1/3, -1/3 per slot pair (0 for an odd last slot), so each token's exact output
+    is 0: a correct fp32 combine of two identical expert outputs gives exactly 0, while a combine that
+    rounds its running sum (to bf16) leaves about 2^-9 of |o| / 3, with |o| in the hundreds.
+    ``why`` says which mistake it exposes.
     """
 
     base: str
@@ -54,7 +58,12 @@ class GpuProblem:
     sizes: tuple[int, ...] | None = None
     sample: tuple[int, int] | None = None
     invalid: tuple[tuple[int, int], ...] = ()
+    cancel: bool = False
     why: str = ""
+
+
+#: x scale of a ``GpuProblem.cancel`` problem (expert outputs grow with its square through SwiGLU)
+CANCEL_X_SCALE = 16.0
 
 
 def int32_wrap_tokens(hidden: int, topk: int, index: str) -> int:
@@ -88,6 +97,10 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
         "small", 300, invalid=((3, 0), (7, -1), (150, 0), (150, -1), (299, -1)),
         why="uniform routing with five -1 padding slots (token 150 has none valid): a skipped slot's row "
             "must stay -1 through the permuted row map and add nothing in the combine"),
+    "small_cancel300": GpuProblem(
+        "small", 300, cancel=True,
+        why="identical experts, topk weights +1/3 and -1/3: the exact output is 0 and a correct fp32 combine "
+            "gives exactly 0; a combine rounding its running sum to bf16 errs by ~2^-9 of |o| / 3"),
     "small64_many_units": GpuProblem(
         "small64", 4096, "skewed",
         why="8192 routed rows in 64-row tiles: ~130 m-tiles x 2 down n-blocks, more units than CTAs"),
