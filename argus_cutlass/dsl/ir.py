@@ -350,6 +350,10 @@ class MmaRead:
     mma: str = "mainloop"
     warp_stage_skew: tuple[int, int, int, int] = (0, 0, 0, 0)
 
+    def __post_init__(self) -> None:
+        for w, skew in enumerate(self.warp_stage_skew):
+            check_c_remainder_operand(skew, f"MMA read {self.name!r}: warp_stage_skew[{w}]", self.loc)
+
     @property
     def layout(self) -> Any:
         """(MN, K, stage) -> element offset of the read (the view's layout)."""
@@ -507,9 +511,9 @@ class KLoop:
             _dsl_error("dsl.operand", self.loc, f"k loop rounding {self.rounding!r}: expected 'ceil' or 'floor'")
         if self.oob_fill not in ("zero", "nan"):
             _dsl_error("dsl.operand", self.loc, f"k loop oob_fill {self.oob_fill!r}: expected 'zero' or 'nan'")
-        if not isinstance(self.bound_bits, int) or not 1 <= self.bound_bits <= 31:
-            _dsl_error("dsl.operand", self.loc, f"k loop bound_bits {self.bound_bits!r}: expected an int in [1, 31] "
-                       "(the host entry takes K as int32)")
+        if not isinstance(self.bound_bits, int) or not 1 <= self.bound_bits <= 30:
+            _dsl_error("dsl.operand", self.loc, f"k loop bound_bits {self.bound_bits!r}: expected an int in [1, 30] "
+                       "(the host entry takes K as int32 and computes 1 << bound_bits as an int)")
 
 
 @dataclass(frozen=True)
@@ -618,6 +622,9 @@ class EpilogueStore:
     act: str = field(default="", metadata=_CANON_SKIP)
     act_pair: int = field(default=0, metadata=_CANON_SKIP)
 
+    def __post_init__(self) -> None:
+        check_c_remainder_operand(self.row_offset, "epilogue row_offset", self.loc)
+
 
 @dataclass(frozen=True)
 class EpilogueSource:
@@ -633,6 +640,9 @@ class EpilogueSource:
     residue_mask: bool
     row_offset: int
     loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        check_c_remainder_operand(self.row_offset, "epilogue source row_offset", self.loc)
 
 
 @dataclass(frozen=True)
@@ -858,8 +868,7 @@ class RowOutput:
         for f in ("normalize", "row_mask"):
             if not isinstance(getattr(self, f), bool):
                 _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: {f} must be a bool")
-        if not isinstance(self.row_offset, int) or isinstance(self.row_offset, bool):
-            _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: row_offset must be an int")
+        check_c_remainder_operand(self.row_offset, f"row output {self.name!r}: row_offset", self.loc)
         if self.head not in ("q", "kv"):
             _dsl_error("dsl.operand", self.loc, f"row output {self.name!r}: head {self.head!r}: expected 'q' or 'kv'")
 
@@ -1420,8 +1429,7 @@ def validate_staging(node: SmemStage, dst: Tensor) -> None:
     if not isinstance(node.store_wait, int) or node.store_wait < 0:
         _dsl_error("dsl.operand", loc, f"store_wait {node.store_wait!r}: cp.async.bulk.wait_group.read takes an "
                    "integer >= 0")
-    if not isinstance(node.row_lane_skew, int):
-        _dsl_error("dsl.operand", loc, f"row_lane_skew {node.row_lane_skew!r} must be an int")
+    check_c_remainder_operand(node.row_lane_skew, "row_lane_skew", loc)
     if dst.space != "smem" or len(dst.shape) != 3 or tuple(dst.shape[:2]) != (node.epi_m, node.epi_n):
         _dsl_error("dsl.layout_size", loc, f"staging buffer {dst.name!r} ({dst.space}, shape {dst.shape}) must be "
                    f"an smem ({node.epi_m}, {node.epi_n}, stages) tensor")
@@ -1514,6 +1522,25 @@ def _validate_band(node: TileSchedule) -> None:
     if not bm and (node.band_start_delta or node.band_full_rows or node.band_swap):
         _dsl_error("dsl.operand", loc, "band_start_delta / band_full_rows / band_swap describe a banded walk: "
                    "they need band_m >= 1")
+
+
+#: exclusive upper end of a field printed as a C ``constexpr int``
+C_INT_END = 2**31
+
+
+def check_c_remainder_operand(value: Any, what: str, loc: SourceLoc) -> None:
+    """Refuse ``value`` unless it is an int in ``[0, 2^31)``: a field the kernel adds into C's ``%``
+    and prints as a ``constexpr int``. C's remainder keeps the dividend's sign (C11 6.5.5: ``-4 % 4``
+    is 0 but ``(1 - 4) % 4`` is -3, a negative index), while the verifier's model uses Python's
+    floor remainder; on ``[0, 2^31)`` the two agree and the value fits the printed ``int``.
+
+    Raises:
+        DslError: rule ``dsl.operand``, naming ``what`` and the value.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < C_INT_END:
+        _dsl_error("dsl.operand", loc, f"{what} {value!r}: expected an int in [0, 2^31) (the kernel takes it in C's "
+                   "%, which keeps a negative sign, and prints it as a constexpr int)",
+                   "a shift by -s is the shift by (period - s)")
 
 
 def _dsl_error(rule: str, loc: SourceLoc, message: str, hint: str | None = None) -> None:

@@ -33,7 +33,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from argus_cutlass.dsl.ir import _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit
+from argus_cutlass.dsl.ir import _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit, check_c_remainder_operand
 
 __all__ = ["Combine", "FACTOR_CPP", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing", "CTYPES",
            "MAX_EXPERTS", "MAX_CTA_THREADS"]
@@ -172,6 +172,7 @@ class Combine:
     loc: SourceLoc
 
     def __post_init__(self) -> None:
+        check_c_remainder_operand(self.weight_slot_shift, "combine weight_slot_shift", self.loc)
         if self.row_map not in ("permuted_row", "identity"):
             _dsl_error("dsl.operand", self.loc, f"combine row_map {self.row_map!r}: expected 'permuted_row' or "
                        "'identity'")

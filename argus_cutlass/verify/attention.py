@@ -1272,6 +1272,28 @@ def check_prefetch(program: Program) -> Outcome:
                "no smem write, no barrier")
 
 
+def check_kv_fill(program: Program) -> Outcome:
+    """kv.coverage (FA6), the residue half: the K and V tensor maps (the kv loop's ``oob_fill``) fill
+    box rows past the key length with zeros (``CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE``). The last partial
+    kv block's rows past Lk are masked to P = 0, but ``0 * NaN`` is NaN: with the NaN fill
+    (``..._NAN_REQUEST_ZERO_FMA``, which wgmma does not honour: the GEMM mutant ``oob_fill_nan`` went
+    wrong on the H200) every O row of a tile whose key length is not a multiple of the kv block reads
+    NaN through P V. CUDA driver API ``CUtensorMapFloatOOBfill``; PTX ISA 9.7.9.25."""
+    rule = "kv.coverage"
+    loop = parts(program).loop
+    if loop.oob_fill == "zero":
+        return _ok(rule, "K and V boxes past the key length are zero-filled: masked keys add 0 * 0 through P V")
+    x = parts(program)
+    lk = x.tile_n + 1
+    msg = (f"kv loop oob_fill {loop.oob_fill!r}: with Lk = {lk} the last kv block's V rows past key {lk - 1} hold "
+           f"{loop.oob_fill}; P = 0 there, but 0 * NaN = NaN reaches O(0, 0) through the PV GEMM")
+    cex = _cex(rule, "consumer.gemm_pv", str(loop.loc), "V(key >= Lk) = 0, P(0, key) * V(key, 0) = 0",
+               f"V(key >= Lk) = {loop.oob_fill}, P(0, key) * V(key, 0) = 0 * NaN = NaN", engine="arith",
+               element={"tensor": "V", "key": lk, "d": 0}, params={"Lk": lk, "tile_n": x.tile_n})
+    return [], [Violation(rule, _inv(rule), msg, "encode the K and V tensor maps with zero fill (oob_fill 'zero')",
+                          str(loop.loc), cex)]
+
+
 # -------------------------------------------------------------------------------------------- driver
 
 
@@ -1335,6 +1357,7 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
     else:
         notes.append("descriptor, tag and fragment checks not run: shape rules failed")
     _, enum_bad = run.add("enum", "mask.exact", check_mask, program)
+    run.add("arith", "kv.coverage", check_kv_fill, program)
     run.add("enum", "softmax.online", check_softmax, program)
     run.add("enum", "output.row", check_output, program)
     run.add("arith", "pipeline.arrivals", check_pipelines, program)

@@ -611,10 +611,20 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
                     continue
                 a0 = (tm if la.block_mode == "m" else tn) * tile_m
                 lo, hi = int(off[e]), int(off[e + 1])
-                if (a0 < lo or a0 + tile_m > hi or la.expert_rows) and "moe.group_tiles" not in seen:
+                if (a0 < lo or a0 + tile_m > hi or la.expert_rows or la.expert_shift or la.pair_offset) \
+                        and "moe.group_tiles" not in seen:
                     seen.add("moe.group_tiles")
-                    bad.append(_viol("moe.group_tiles", f"{part}, {label}: m-tile {tm} of expert {e} reads A rows "
-                                     f"[{a0}, {a0 + tile_m}) outside group {e}'s padded rows [{lo}, {hi})",
+                    if la.expert_rows or la.expert_shift or la.pair_offset:
+                        half = a0 + tile_m // 2
+                        msg = (f"{part}, {label}: A's load {la.name!r} has expert_rows {la.expert_rows}, expert_shift "
+                               f"{la.expert_shift}, pair_offset {la.pair_offset} (all 0 for the permuted rows, one "
+                               f"plain (m, k) tensor): m-tile {tm} of expert {e} reads rows past "
+                               f"{half - 1} from row {half + la.pair_offset - tile_m // 2 if la.pair_offset else a0} "
+                               f"on, outside group {e}'s padded rows [{lo}, {hi})")
+                    else:
+                        msg = (f"{part}, {label}: m-tile {tm} of expert {e} reads A rows [{a0}, {a0 + tile_m}) outside "
+                               f"group {e}'s padded rows [{lo}, {hi})")
+                    bad.append(_viol("moe.group_tiles", msg,
                                      _cex("moe.group_tiles", f"{part} load {la.name}", f"rows in [{lo}, {hi})",
                                           f"[{a0}, {a0 + tile_m})", params=params,
                                           element={"m_tile": tm, "expert": e})))
@@ -688,6 +698,12 @@ def _check_swiglu(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
     e, mma = p.epilogue, p.mma
     n = mma.op.n
     where = str(e.loc)
+    dn_act = layer.down.epilogue.act
+    if dn_act:
+        return [], [_viol("moe.swiglu", f"down epilogue act {dn_act!r}: the down GEMM stores its accumulator (y's "
+                          "terms); the activation belongs to the gate+up epilogue only",
+                          _cex("moe.swiglu", "down epilogue epi_value", "acc(m, n)",
+                               f"act_value(acc(m, n), acc(m, n + {layer.down.epilogue.act_pair}))"))]
     if e.act != "swiglu":
         return [], [_viol("moe.swiglu", f"gate+up epilogue act {e.act!r}: the layer needs 'swiglu' (silu(gate) * up, "
                           "gate the first half of the tile)",

@@ -47,7 +47,7 @@ import functools
 
 import numpy as np
 
-from argus_cutlass.dsl.ir import Program, TileSchedule
+from argus_cutlass.dsl.ir import DTYPE_BYTES, Program, TileSchedule
 from argus_cutlass.verify.absint import accumulator_partition, consumer_thread, view_layout
 from argus_cutlass.verify.decomposition import (
     GroupedWalk,
@@ -89,6 +89,9 @@ def check_epilogue(program: Program) -> tuple[list[Proof], list[Violation]]:
         wrong.append(f"the epilogue stores register tensor {e.acc!r}, but the MMA accumulates into {mma.acc!r}")
     if e.dst != dst:
         wrong.append(f"the epilogue stores to {e.dst!r}, but the TMA store writes {dst!r}")
+    if e.act and program.family == "gemm":
+        wrong.append(f"the epilogue applies activation {e.act!r}: a GEMM stores alpha * acc (+ beta * C), no "
+                     "activation (the fused SwiGLU is the MoE gate+up epilogue's, rule moe.swiglu)")
     if mma is not None and (e.tile_m, e.tile_n) != (mma.tile_m, mma.op.n):
         wrong.append(f"the epilogue partitions a {e.tile_m}x{e.tile_n} tile, but the MMA accumulates "
                      f"{mma.tile_m}x{mma.op.n} (the kernel's tile: {mma.atoms_m} warpgroups x {mma.reps_m} x "
@@ -459,6 +462,10 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
         if gd.space != "gmem" or gd.tag is None or gd.tag.name != "D" or tuple(gd.shape) != ("M", "N"):
             wrong.append(f"the TMA store writes {gd.name} ({gd.space}, shape {gd.shape}, tag {gd.tag}), not the gmem "
                          "output D:(m,n) over (M, N)")
+        elif gd.binding != "D":
+            wrong.append(f"D ({gd.name}) is bound to the caller's argument {gd.binding!r}: the TMA store writes the "
+                         f"output into {gd.binding} (or its staged copy) at its leading dimension, and D is never "
+                         "written")
         if gd.dtype != t.dtype or st.copy.elem_bits != 8 * t.elem_bytes:
             wrong.append(f"the TMA store copies {st.copy.elem_bits}-bit elements of the {t.dtype} staging buffer "
                          f"{t.name} to {gd.dtype} {gd.name}")
@@ -471,7 +478,13 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
         if node is None or node.view is None:
             wrong.append("the staging step has no smem view to read the staged elements through")
         if wrong:
-            violations += [Violation("epilogue.tma_store", "G2", w, "print the store from D's own majorness", where)
+            violations += [Violation("epilogue.tma_store", "G2", w, "print the store from D's own majorness", where,
+                                     Counterexample("G2", "epilogue.tma_store", "arith", "epilogue.tma_store", where,
+                                                    -1, 0, -1, {"m": 0, "n": 0}, {}, "", {},
+                                                    "accumulator (0, 0) lands at the caller's D(0, 0)", w,
+                                                    f"store {st.name}: {st.src} -> {gd.name} (binding {gd.binding}, "
+                                                    f"{gd.dtype}, {gd.major}-contiguous)",
+                                                    element={"tensor": "D", "m": 0, "n": 0}))
                            for w in wrong]
             continue
         lay = view_layout(node.view)
@@ -549,6 +562,7 @@ def check_source(program: Program) -> tuple[list[Proof], list[Violation]]:
     except KeyError:
         c = None
     d_major = e.d_major if e is not None else "N"
+    d_dtype = next((program.tensor(st.dst).dtype for st in program.stores), None)
     if src.path != "gmem":
         bad.append((f"C source path {src.path!r}: C is never read, so D = alpha * acc drops beta * C for every beta "
                     "!= 0", "C(0,0) read at accumulator D(0,0)", "D(0,0) = alpha * acc(0,0): beta * C(0,0) missing"))
@@ -559,9 +573,17 @@ def check_source(program: Program) -> tuple[list[Proof], list[Violation]]:
         what = "no tensor" if c is None else f"{c.name} ({c.space}, shape {c.shape}, tag {c.tag})"
         bad.append((f"the epilogue reads C from {what}, not a gmem C:(m,n) tensor over (M, N)",
                     "C(0,0) read from gmem C", f"read from {what}"))
+    elif c.binding != "C":
+        bad.append((f"C ({c.name}) is bound to the caller's argument {c.binding!r}, not C: beta * C adds the "
+                    f"caller's {c.binding} (at its leading dimension)", "C(0,0) read from the caller's C",
+                    f"{c.binding}(0,0) read"))
     elif c.dtype not in ("bf16", "fp16", "fp32"):
         bad.append((f"C ({c.name}) has dtype {c.dtype!r}: not a type the epilogue can read",
                     "C(0,0) read as bf16/fp16/fp32", f"C read as {c.dtype!r}"))
+    elif d_dtype is not None and c.dtype != d_dtype:
+        bad.append((f"C ({c.name}) is read as {c.dtype} but the caller's C has D's type {d_dtype} (out_dtype): "
+                    f"every C element is misread ({DTYPE_BYTES[c.dtype]} bytes for {DTYPE_BYTES[d_dtype]})",
+                    f"C(0,0) read as {d_dtype}", f"C(0,0) read as {c.dtype}"))
     elif c.major != d_major:
         bad.append((f"C ({c.name}) is {c.major}-contiguous but the epilogue indexes it as D, {d_major}-contiguous: "
                     "C is read transposed", "C(0,1) read for D(0,1)", "C(1,0) read for D(0,1)"))

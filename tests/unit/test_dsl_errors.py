@@ -107,3 +107,36 @@ def test_a_program_without_gemm_nodes_is_refused_once():
     assert "dsl.program" in report.rules_violated()
     v = next(v for v in report.violations if v.rule == "dsl.program")
     assert "has no pipeline, staging" in v.message
+
+
+@pytest.mark.parametrize("kind,key,field,value", [
+    ("epilogue", None, "row_offset", -64),
+    ("epilogue", None, "row_offset", 2**31),        # printed as a constexpr int: INT_MIN in C
+    ("staging", None, "row_lane_skew", -4),
+    ("read", "gmma_A", "warp_stage_skew", (-4, -4, -4, -4)),
+    ("source", None, "row_offset", -1),
+])
+def test_fields_in_c_remainders_are_non_negative_ints(kind, key, field, value):
+    """A field the kernel adds into C's ``%`` (which keeps a negative sign, C11 6.5.5) and prints as a
+    ``constexpr int`` must lie in [0, 2^31): there the verifier's Python ``%`` is C's (red team, session 18:
+    row_offset -64 was accepted by the model and wrote staging rows -64..-1 in C)."""
+    prog = build_program(GemmConfig())
+    with pytest.raises(DslError, match=r"expected an int in \[0, 2\^31\)"):
+        prog.replace_node(kind, key, **{field: value}) if key else prog.replace_node(kind, **{field: value})
+
+
+def test_k_loop_bound_bits_leave_1_shl_bits_an_int():
+    prog = build_program(GemmConfig())
+    with pytest.raises(DslError, match=r"bound_bits 31: expected an int in \[1, 30\]"):
+        prog.replace_node("loop", "k", bound_bits=31)
+
+
+def test_moe_combine_weight_shift_is_non_negative():
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+    from argus_cutlass.kernels.moe.program import build_layer
+
+    layer = build_layer(MoEConfig(), MoEProblem(300, 8, 2, 512, 256))
+    with pytest.raises(DslError, match=r"weight_slot_shift -2: expected an int in \[0, 2\^31\)"):
+        layer.replace_part("combine", weight_slot_shift=-2) if hasattr(layer, "replace_part") else \
+            dataclasses.replace(layer.combine, weight_slot_shift=-2)

@@ -233,8 +233,13 @@ def test_swiglu_store_coordinate_identity():
         assert c.thread["threadIdx"] == 128 and c.register == "accum[0]"
         assert c.element["row"] == 0 and c.element["m"] == off and "h(0, 0)" in c.expected
     layer = base_layer(load_moe_catalogue()["gu_row_offset"])
-    rep = verify_moe(layer.replace_node("gate_up", "epilogue", row_offset=-1), smt=False)
+    rep = verify_moe(layer.replace_node("gate_up", "epilogue", row_offset=63), smt=False)   # -1 modulo the atom
     assert "moe.swiglu" in {v.rule for v in rep.violations}
+    # a negative offset is refused by the DSL: C's % keeps the sign, the model's Python % does not
+    from argus_cutlass.errors import DslError
+
+    with pytest.raises(DslError, match=r"row_offset -1: expected an int in \[0, 2\^31\)"):
+        layer.replace_node("gate_up", "epilogue", row_offset=-1)
 
 
 def test_layer_dtype_agrees_with_the_gemms():
