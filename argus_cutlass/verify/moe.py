@@ -1023,6 +1023,28 @@ def _check_index_width(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                              hint="compute it in int64_t"))
         else:
             ok.append(f"{ix.name} = {expr} <= {v} ({ix.ctype})")
+    # quantities the kernels keep in a plain int whatever the index nodes say: the route_scan's per-expert
+    # count and block_counts (int32_t), the grouped GEMMs' M (int) and their A / D row coordinates (TMA
+    # .s32 coordinates, PTX ISA 9.7.9.25): all bounded by the padded row count
+    int_max = CTYPES["int32_t"]
+    if b["rows"] > int_max:
+        t_first = next(t for t in (2 ** j for j in range(layer.tokens_bits + 1))
+                       if -(-(t * b["k"] + min(b["E"], t * b["k"]) * (layer.routing.pad - 1))
+                            // layer.routing.pad) * layer.routing.pad > int_max)
+        bad.append(_viol("moe.index_width", f"the padded rows reach {b['rows']} at T = 2^{layer.tokens_bits}, past "
+                         f"int32's {int_max}: route_scan's per-expert count and block_counts, the grouped GEMMs' M "
+                         "and their A / D TMA row coordinates (.s32) are 32-bit in every layer",
+                         Counterexample("M7", "moe.index_width", "arith", "route_scan / grouped GEMM M",
+                                        "padded_rows", -1, -1, -1, {}, {"cta": 0, "threadIdx": 0, "role": "route_scan",
+                                                                        "warp": 0, "lane": 0}, "", {},
+                                        f"<= {int_max} (int32)", f"{b['rows']} padded rows",
+                                        "T*k + min(E, T*k) (pad - 1), rounded up to pad",
+                                        element={"index": "padded_rows", "T": t_first},
+                                        params={"T_max": b["T"], "k": b["k"], "E": b["E"],
+                                                "tokens_bits": layer.tokens_bits}),
+                         hint="lower tokens_bits (the host refuses T >= 2^tokens_bits)"))
+    else:
+        ok.append(f"padded rows <= {b['rows']} (int32: scan counts, GEMM M, A/D TMA rows)")
     if bad:
         return [], bad
     return [Proof("moe.index_width", "M7", "arith", f"T <= 2^{layer.tokens_bits}: " + "; ".join(ok),

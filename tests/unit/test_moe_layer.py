@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 
@@ -314,3 +315,28 @@ def test_rank_and_routing_counterexamples_name_the_thread():
         if role == "route_permute":
             s = c.element["token"] * 2 + c.element["slot"]
             assert (c.thread["cta"], c.thread["threadIdx"]) == divmod(s, 256)
+
+
+def test_padded_rows_stay_int32_whatever_the_index_nodes_say(tmp_path):
+    """Red team, session 18: tokens_bits 28 with every index node widened to int64 verified, but the
+    route_scan's counts, the grouped GEMMs' M and their A / D TMA row coordinates stay 32-bit: the
+    padded row count must fit int32 for T <= 2^tokens_bits (moe.index_width)."""
+    from argus_cutlass.testing.mutants_moe import load_moe_catalogue, mutant_layer
+
+    base = (Path(__file__).resolve().parents[2] / "argus_cutlass" / "testing" / "mutants_moe.toml").read_text()
+    head = base[: base.index("[[mutant]]")]   # the catalogue's bases
+    widen = ", ".join(f'{{ part = "index", key = "{n}", set = {{ ctype = "int64_t" }} }}'
+                      for n in ("routed_row", "permuted_row", "block_count", "tile_unit"))
+    (tmp_path / "m.toml").write_text(head + f"""
+[[mutant]]
+id = "tokens_bits_28_int64"
+class = "index_width"
+base = "qwen"
+rule = "moe.index_width"
+story = "T up to 2^28 at k = 8: the padded rows pass 2^31"
+edit = [{{ part = "layer", set = {{ tokens_bits = 28 }} }}, {widen}]
+""")
+    wide = mutant_layer(load_moe_catalogue(tmp_path / "m.toml")["tokens_bits_28_int64"])
+    assert {ix.ctype for ix in wide.indices if ix.name == "tile_unit"} == {"int64_t"}
+    msgs = [v.message for v in verify_moe(wide, smt=False).violations if v.rule == "moe.index_width"]
+    assert len(msgs) == 1 and "padded rows reach" in msgs[0] and "int32" in msgs[0], msgs
