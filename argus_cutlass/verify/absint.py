@@ -806,6 +806,24 @@ def check_bindings(program: Program) -> Outcome:
         if op in majors and src.major != majors[op]:
             bad.append((f"operand {op}: {src.name} is {src.major}-contiguous, but layout {layout!r}"
                         f"{' under swap-AB' if swap else ''} stores it {majors[op]}-contiguous", str(src.loc)))
+        if program.family == "gemm":
+            ld = program.load_into(read.src)
+            grouped = {f: getattr(ld, f) for f in ("expert_rows", "expert_shift", "pair_offset") if getattr(ld, f, 0)}
+            if grouped:
+                bad.append((f"operand {op}: load {ld.name} has {grouped}: the grouped-GEMM row offsets (family moe) "
+                            "move rows of a plain GEMM's tile to other rows of the operand", str(ld.loc)))
+    # the caller's C and D are row-major M x N: the kernel's (M, N) are (N, M) under swap-AB, so they are
+    # M-contiguous there and N-contiguous otherwise (templates/gemm/host_maps.j2 encodes D's map from it)
+    want_cd = "M" if swap else "N"
+    for tname in ("gC", "gD"):
+        try:
+            t = program.tensor(tname)
+        except KeyError:
+            continue
+        if t.major != want_cd:
+            bad.append((f"{tname} is {t.major}-contiguous, but the caller's row-major {t.binding} is "
+                        f"{want_cd}-contiguous in the kernel's modes{' (swap-AB: D^T = B A^T)' if swap else ''}: "
+                        "the kernel writes / reads its transpose", str(t.loc)))
     if bad:
         out = []
         for msg, where in bad:

@@ -21,7 +21,8 @@ import re
 from typing import Any
 
 from argus_cutlass.dsl.ir import Program, Relation, Tensor
-from argus_cutlass.verify.report import Proof, Violation
+from argus_cutlass.verify.catalogue import invariant_of
+from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
 __all__ = ["check_references", "check_relations", "evaluate_relation"]
 
@@ -102,6 +103,70 @@ def check_relations(program: Program) -> tuple[list[Proof], list[Violation]]:
                                         "the two nodes must agree (the relation is the program's own "
                                         "consistency statement)", where))
     return proofs, violations
+
+
+#: the tag assertions each family's MMAs must carry, ``(lhs, relation, rhs, at)``: the verifier
+#: holds them, so an edit cannot restate or drop its own obligation (red team, session 18: the
+#: assertion ``A.m == slot.m`` restated as ``A.m == A.m`` let a wrong A block verify)
+REQUIRED_ASSERTIONS: dict[str, tuple[tuple[tuple[str, str], str, tuple[str, str], str], ...]] = {
+    "gemm": ((("A", "k"), "==", ("B", "k"), "mainloop.gemm"), (("A", "m"), "==", ("slot", "m"), "mainloop.gemm"),
+             (("B", "n"), "==", ("slot", "n"), "mainloop.gemm")),
+    "attention": ((("A", "d"), "==", ("B", "d"), "qk.gemm"), (("A", "q"), "==", ("slot", "m"), "qk.gemm"),
+                  (("B", "key"), "==", ("slot", "n"), "qk.gemm"), (("A", "key"), "==", ("B", "key"), "pv.gemm"),
+                  (("A", "q"), "==", ("slot", "m"), "pv.gemm"), (("B", "d"), "==", ("slot", "n"), "pv.gemm")),
+}
+REQUIRED_ASSERTIONS["moe"] = REQUIRED_ASSERTIONS["gemm"]   # the grouped GEMMs
+
+
+def check_required_assertions(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """``mma.operand_identity``: the program states every tag assertion of its family's
+    :data:`REQUIRED_ASSERTIONS` (each then checked slot by slot by its rule)."""
+    need = REQUIRED_ASSERTIONS.get(program.family)
+    if not need:
+        return [], []
+    have = {(tuple(a.lhs), a.relation, tuple(a.rhs), a.at) for a in program.assertions}
+    missing = [n for n in need if n not in have]
+    if not missing:
+        return [Proof("mma.operand_identity", "G1", "arith", f"the program states the {len(need)} tag assertions "
+                      f"of family {program.family!r}", len(need))], []
+    out = []
+    for (l, rel, r, at) in missing:
+        text = f"{l[0]}.{l[1]} {rel} {r[0]}.{r[1]} at {at}"
+        out.append(Violation("mma.operand_identity", "G1", f"the program does not state the tag assertion {text} "
+                             f"of family {program.family!r} (dropped or restated): the operand identity it carries "
+                             "goes unchecked", "keep the family's tag assertions (relations.REQUIRED_ASSERTIONS)", "",
+                             Counterexample("G1", "mma.operand_identity", "arith", at, "", -1, -1, -1, {}, {}, "",
+                                            {}, text, "no such assertion",
+                                            f"{len(program.assertions)} assertions: "
+                                            + "; ".join(str(a) for a in program.assertions)[:400])))
+    return [], out
+
+
+def check_smem_disjoint(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """``smem.disjoint``: every two shared-memory tensors occupy disjoint byte ranges ``[base_bytes,
+    base_bytes + size_bytes)``, whatever relations the program states (a TMA load into one buffer
+    must never overwrite another that an MMA, a store or a copy reads)."""
+    import itertools
+
+    sm = [t for t in program.tensors if t.space == "smem"]
+    bad = []
+    for a, b in itertools.combinations(sm, 2):
+        overlap = min(a.base_bytes + a.size_bytes, b.base_bytes + b.size_bytes) - max(a.base_bytes, b.base_bytes)
+        if overlap > 0:
+            lo = max(a.base_bytes, b.base_bytes)
+            bad.append(Violation(
+                "smem.disjoint", invariant_of("smem.disjoint"), f"smem tensors {a.name} [{a.base_bytes}, {a.base_bytes + a.size_bytes}) and "
+                f"{b.name} [{b.base_bytes}, {b.base_bytes + b.size_bytes}) overlap by {overlap} bytes",
+                "place every smem buffer in its own byte range", str(b.loc),
+                Counterexample(invariant_of("smem.disjoint"), "smem.disjoint", "arith", "smem placement", str(b.loc), -1, -1, -1, {}, {}, "",
+                               {a.name: lo - a.base_bytes, b.name: lo - b.base_bytes},
+                               f"byte {lo} in one buffer", f"byte {lo} in both {a.name} and {b.name}",
+                               f"{a.name}.base_bytes {a.base_bytes}, {b.name}.base_bytes {b.base_bytes}",
+                               element={"tensor": f"{a.name}/{b.name}", "byte": lo})))
+    if bad:
+        return [], bad
+    return [Proof("smem.disjoint", invariant_of("smem.disjoint"), "arith", f"{len(sm)} smem tensors in pairwise disjoint byte ranges",
+                  len(sm) * (len(sm) - 1) // 2)], []
 
 
 def check_references(program: Program) -> tuple[list[Proof], list[Violation]]:

@@ -69,7 +69,12 @@ def start(program: Any, smt: bool) -> tuple[str, list[Obligation], Run]:
     Raises:
         argus_cutlass.errors.ToolchainError: ``smt`` is asked for and z3 is not installed.
     """
-    from argus_cutlass.verify.relations import check_references, check_relations
+    from argus_cutlass.verify.relations import (
+        check_references,
+        check_relations,
+        check_required_assertions,
+        check_smem_disjoint,
+    )
 
     try:
         name = program.kernel_name()
@@ -83,6 +88,8 @@ def start(program: Any, smt: bool) -> tuple[str, list[Obligation], Run]:
     run = Run()
     run.add("arith", "dsl.relation", check_relations, program)
     run.add("arith", "dsl.unknown_ref", check_references, program)
+    run.add("arith", "smem.disjoint", check_smem_disjoint, program)
+    run.add("arith", "mma.operand_identity", check_required_assertions, program)
     return name, obligations, run
 
 
