@@ -12,6 +12,7 @@
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
 #   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
 #                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
+#   bash bench/device_pending.sh OUTDIR mutants18     # the GEMM and attention mutants added in session 18 (red team), ~4 min
 #   bash bench/device_pending.sh OUTDIR attn-tune 512   # direct vs quad16 x q_stages x prefetch, S = 512
 #   bash bench/device_pending.sh OUTDIR attn-tune 2048  # the same at S = 2048 (each ~60 kernels, ~6 min)
 #   bash bench/device_pending.sh OUTDIR attn-epilogue # the shipped entry, direct vs quad16 epilogue, whole grid
@@ -23,7 +24,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-mutants moe-bench moe-tune attn-tune attn-epilogue attn-bench " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -64,6 +65,12 @@ case "$STEP" in
   moe-bench)
     ARGUS_MOE_BENCH_COMPARE=1 ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" 2>&1 | tail -40 > "$OUT/moe_bench.log"; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
+  mutants18)
+    timeout 300 python3 "$R/bench/mutants_gpu.py" --out "$OUT/gemm18" --timeout 10 --ids \
+      c_bound_to_a,c_dtype_fp32,d_bound_to_b_staged,gemm_a_pair_offset_1,coop_d_col_major,swap_param_d_not_transposed,smem_sb_overlaps_sa_relation_retargeted,a_block_mode_n_assertion_restated \
+      2>&1 | tail -15 | tee "$OUT/gemm_mutants18.log"
+    timeout 200 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT/attn18" --timeout 10 --ids kv_oob_nan \
+      2>&1 | tail -8 | tee "$OUT/attn_mutants18.log" ;;
   moe-tune)
     timeout 560 python3 "$R/bench/tune_moe_grid.py" --out "$OUT/moe_tune" --budget "${3:-6}" ${4:+--cells "$4"} 2>&1 \
       | tee "$OUT/moe_tune.log" | grep -E "^\||wrote|building" | tail -70 ;;
