@@ -71,6 +71,16 @@ _WRAP_CAP = 2**17
 _MAX_THREADS, _MAX_GRID_Y = 1024, 65535
 
 
+def _launch_problem(node: StageCopy) -> str | None:
+    """Why the copy kernel of ``node`` cannot launch (``threads`` a multiple of 32 and at most 1024,
+    ``gridDim.y`` at most 65535: CUDA C Programming Guide, compute capability 9.0 limits), or None."""
+    if node.threads % 32 or node.threads > _MAX_THREADS:
+        return f"threads={node.threads}: a block is a multiple of 32 threads, at most {_MAX_THREADS}"
+    if node.grid_y > _MAX_GRID_Y:
+        return f"grid_y={node.grid_y}: gridDim.y is at most {_MAX_GRID_Y} (the launch fails for more rows)"
+    return None
+
+
 @dataclass(frozen=True)
 class CopyImage:
     """Every element one copy kernel launch visits (flat arrays, one entry per visit).
@@ -229,11 +239,7 @@ def _check_in(node: StageCopy, expect: tuple[str, str] | None) -> tuple[list[Pro
     where = str(node.loc)
     out_p: list[Proof] = []
     out_v: list[Violation] = []
-    launch = None
-    if node.threads % 32 or node.threads > _MAX_THREADS:
-        launch = f"threads={node.threads}: a block is a multiple of 32 threads, at most {_MAX_THREADS}"
-    elif node.grid_y > _MAX_GRID_Y:
-        launch = f"grid_y={node.grid_y}: gridDim.y is at most {_MAX_GRID_Y} (the launch fails for more rows)"
+    launch = _launch_problem(node)
     if expect is not None and (node.rows, node.cols) != expect:
         msg = (f"{node.name} copies a {node.rows} x {node.cols} storage, but {node.operand} is stored {expect[0]} x "
                f"{expect[1]} ({expect[1]} contiguous): the copy reads other elements than the GEMM expects")
@@ -361,9 +367,10 @@ def _check_out(node: StageCopy, expect: tuple[str, str] | None) -> tuple[list[Pr
         return [], [Violation("stage.writeback", "G9", desc, "copy back D's own M x N storage", where,
                               _cex(node, "stage.writeback", None, None, {"tensor": "D"},
                                    f"D stored {expect[0]} x {expect[1]}", desc, {}))]
-    if node.threads % 32 or node.threads > _MAX_THREADS or node.grid_y > _MAX_GRID_Y:
-        return [], [Violation("stage.writeback", "G9", f"{node.name}: the copy-back kernel cannot launch (threads="
-                              f"{node.threads}, grid_y={node.grid_y})", None, where)]
+    launch = _launch_problem(node)
+    if launch is not None:
+        return [], [Violation("stage.writeback", "G9", f"{node.name}: the copy-back kernel cannot launch: {launch}",
+                              "keep threads a multiple of 32 <= 1024 and grid_y <= 65535", where)]
     points = 0
     for rows, cols, ld in size_cases(node):
         img = copy_image(node, rows, cols, ld)
