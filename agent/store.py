@@ -551,19 +551,15 @@ def record_attention_best(problem: Any, cfg: Any, ms: float, cudnn_ms: float | N
 
 
 def moe_tokens_bucket(tokens: int) -> int:
-    """T rounded up to a power of two: the token bucket of :func:`moe_key`.
-
-    Why powers of two: an expert receives at most T routed rows (a token's k experts are distinct)
-    and T * k / E on average, so the m-tiles per expert, the activated experts and the grid's fill
-    all move with T by factors; a power-of-two bucket keeps every T of a bucket within 2x of the
-    others. The heuristic's small/large boundary (``T <= 256``,
-    :data:`argus_cutlass.kernels.moe.heuristics.SMALL_T`) is a bucket edge, so no bucket straddles
-    it; and serving stacks capture CUDA graphs at powers of two (batch 1, 2, 4, ...), one entry each.
+    """T rounded up to a power of two: the token bucket of :func:`moe_key`, the heuristic's own
+    (:func:`argus_cutlass.kernels.moe.heuristics.tokens_bucket`, which says why).
 
     >>> [moe_tokens_bucket(t) for t in (1, 2, 3, 256, 257, 4096, 5000)]
     [1, 2, 4, 256, 512, 4096, 8192]
     """
-    return 1 << (max(1, int(tokens)) - 1).bit_length()
+    from argus_cutlass.kernels.moe.heuristics import tokens_bucket
+
+    return tokens_bucket(tokens)
 
 
 def moe_key(gpu: str, problem: Any) -> str:

@@ -73,7 +73,7 @@ from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config",
-           "gather_slices_for", "small_t_band", "small_t_config", "wave_rows"]
+           "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket", "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
@@ -138,13 +138,24 @@ def small_t_band(problem: MoEProblem, tile_m: int = 64) -> int:
     >>> [small_t_band(MoEProblem(t, 8, 2, 4096, 14336)) for t in (1, 16, 64, 65, 128, 200, 256)]
     [1, 1, 1, 2, 2, 4, 4]
     """
-    return max(1, min(BANDS[-1], -(-_bucket_tokens(problem) // tile_m)))
+    return max(1, min(BANDS[-1], -(-tokens_bucket(problem.tokens) // tile_m)))
 
 
-def _bucket_tokens(problem: MoEProblem) -> int:
-    """The power of two at or above T: the T bucket of the tuned table
-    (:func:`argus_cutlass.agent.store.moe_tokens_bucket`), so that one bucket gets one configuration."""
-    return 1 << max(0, problem.tokens - 1).bit_length()
+def tokens_bucket(tokens: int) -> int:
+    """T rounded up to a power of two: the T bucket of the heuristic's bands and gather slices and
+    of the tuned table's MoE key (:func:`argus_cutlass.agent.store.moe_key`), so one bucket gets one
+    configuration.
+
+    Why powers of two: an expert receives at most T routed rows (a token's k experts are distinct)
+    and T * k / E on average, so the m-tiles per expert, the activated experts and the grid's fill
+    all move with T by factors; a power-of-two bucket keeps every T of a bucket within 2x of the
+    others. The small/large boundary (``T <= SMALL_T``) is a bucket edge, so no bucket straddles it;
+    and serving stacks capture CUDA graphs at powers of two (batch 1, 2, 4, ...), one entry each.
+
+    >>> [tokens_bucket(t) for t in (1, 2, 3, 256, 257, 4096, 5000)]
+    [1, 2, 4, 256, 512, 4096, 8192]
+    """
+    return 1 << (max(1, int(tokens)) - 1).bit_length()
 
 
 def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
@@ -158,7 +169,7 @@ def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
     >>> [gather_slices_for(MoEProblem.for_model("mixtral", t)) for t in (256, 2048, 8192, 20000)]
     [16, 8, 2, 1]
     """
-    chunks = max(1, -(-_bucket_tokens(problem) * problem.topk // route_chunk))
+    chunks = max(1, -(-tokens_bucket(problem.tokens) * problem.topk // route_chunk))
     fill = WAVE_CTAS // chunks
     widest = problem.hidden * DTYPE_BYTES[problem.dtype] // GATHER_SLICE_BYTES
     s = max(1, min(MAX_GATHER_SLICES, widest, fill))
