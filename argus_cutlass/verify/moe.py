@@ -913,6 +913,13 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                   points=3)], []
 
 
+def _padded_rows_max(layer: MoELayer, t: int) -> int:
+    """The most padded permuted rows T = ``t`` tokens can need: ``T*k + min(E, T*k) (pad-1)``,
+    rounded up to pad (every non-empty group padded up to a whole tile)."""
+    k, pad = layer.topk, layer.routing.pad
+    return -(-(t * k + min(layer.experts, t * k) * (pad - 1)) // pad) * pad
+
+
 def index_bounds(layer: MoELayer) -> dict[str, int]:
     """Each size name of :class:`~argus_cutlass.dsl.moe_ir.IndexSite` at ``T = 2^tokens_bits``:
     ``rows`` the padded permuted rows (``T*k + min(E, T*k) (pad-1)``, rounded to pad), ``tiles``
@@ -922,7 +929,7 @@ def index_bounds(layer: MoELayer) -> dict[str, int]:
     t = 2 ** layer.tokens_bits
     e_, k, h, i = layer.experts, layer.topk, layer.hidden, layer.ffn
     pad, chunk = layer.routing.pad, layer.routing.chunk
-    rows = -(-(t * k + min(e_, t * k) * (pad - 1)) // pad) * pad
+    rows = _padded_rows_max(layer, t)
     n_blocks = max(-(-i // max(1, layer.gate_up.epilogue.tile_n)), -(-h // max(1, layer.down.epilogue.tile_n)))
     tiles = rows // pad + e_
     stride = max(p.schedule.consumer_stride for p in (layer.gate_up, layer.down))
@@ -1029,8 +1036,7 @@ def _check_index_width(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
     int_max = CTYPES["int32_t"]
     if b["rows"] > int_max:
         t_first = next(t for t in (2 ** j for j in range(layer.tokens_bits + 1))
-                       if -(-(t * b["k"] + min(b["E"], t * b["k"]) * (layer.routing.pad - 1))
-                            // layer.routing.pad) * layer.routing.pad > int_max)
+                       if _padded_rows_max(layer, t) > int_max)
         bad.append(_viol("moe.index_width", f"the padded rows reach {b['rows']} at T = 2^{layer.tokens_bits}, past "
                          f"int32's {int_max}: route_scan's per-expert count and block_counts, the grouped GEMMs' M "
                          "and their A / D TMA row coordinates (.s32) are 32-bit in every layer",
