@@ -72,11 +72,11 @@ _BAND_SHAPES = ((16, 2, 512, 384), (8, 2, 512, 256))
 
 
 def _tile_k128(problem):
-    """``problem``'s default with 128-deep k stages, stage counts halved (space.candidates' move)."""
+    """``problem``'s default with 128-deep k stages, stage counts halved (the tuner's move, space.with_tile_k)."""
     from argus_cutlass.kernels.moe.heuristics import default_config
+    from argus_cutlass.kernels.moe.space import with_tile_k
 
-    c = default_config(problem)
-    return c.replace(tile_k=128, gu_stages=max(2, c.gu_stages // 2), dn_stages=max(2, c.dn_stages // 2))
+    return with_tile_k(default_config(problem), 128)
 
 
 #: 128-deep k stages (the tuner's tile_k move): both tile paths, K = H and K = I not multiples of 128

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from argus_cutlass.kernels.moe.config import MoEConfig
 
-__all__ = ["KNOBS", "T_BUCKETS", "bucket_of", "candidates", "enumerate_space", "feasible"]
+__all__ = ["KNOBS", "T_BUCKETS", "bucket_of", "candidates", "enumerate_space", "feasible", "with_tile_k"]
 
 #: T buckets of the heuristic (tuned entries key on finer power-of-two buckets,
 #: :func:`argus_cutlass.agent.store.moe_tokens_bucket`): name -> (lowest T, highest T)
@@ -79,6 +79,18 @@ def feasible(cfg: MoEConfig, problem: object) -> bool:
         return False
 
 
+def with_tile_k(cfg: MoEConfig, tile_k: int) -> MoEConfig:
+    """``cfg`` with k stages ``tile_k`` deep and both stage counts scaled by ``cfg.tile_k / tile_k``
+    (at least 2): about the same shared memory per pipeline.
+
+    >>> c = with_tile_k(MoEConfig(tile_m=64, gu_stages=5, dn_stages=8), 128)
+    >>> c.tile_k, c.gu_stages, c.dn_stages
+    (128, 2, 4)
+    """
+    return cfg.replace(tile_k=tile_k, gu_stages=max(2, cfg.gu_stages * cfg.tile_k // tile_k),
+                       dn_stages=max(2, cfg.dn_stages * cfg.tile_k // tile_k))
+
+
 def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     """One-knob moves from ``cfg``, the knobs ``bench/RESULTS.md`` issue 11 measured moving the layer
     most first: both walks' bands (unbanded, half, double), the gather slices (half, double), the
@@ -105,9 +117,8 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
 
     other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
     yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices)
-    for k in near("tile_k"):   # the same smem per pipeline: stage counts scaled by tile_k / k (>= 2)
-        yield cfg.replace(tile_k=k, gu_stages=max(2, cfg.gu_stages * cfg.tile_k // k),
-                          dn_stages=max(2, cfg.dn_stages * cfg.tile_k // k))
+    for k in near("tile_k"):
+        yield with_tile_k(cfg, k)
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
