@@ -23,6 +23,7 @@ from typing import Any
 from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom, TmaCopy
 from argus_cutlass.dsl.ir import (
     DTYPE_BYTES,
+    FAMILY_TAG_ASSERTIONS,
     RELATIONS,
     EpilogueSource,
     EpilogueStore,
@@ -504,6 +505,12 @@ class ProgramBuilder:
         self._params[key] = value
 
     # ----------------------------------------------------------------------------- assertions
+    def assert_family_tags(self, family: str) -> None:
+        """State the tag assertions of ``family`` (:data:`~argus_cutlass.dsl.ir.FAMILY_TAG_ASSERTIONS`,
+        the ones the verifier requires) through :meth:`assert_tags`."""
+        for at, lhs, relation, rhs, invariant, rule in FAMILY_TAG_ASSERTIONS[family]:
+            self.assert_tags(at, lhs, relation, rhs, invariant=invariant, rule=rule)
+
     def assert_tags(self, at: str, lhs: tuple[str, str], relation: str, rhs: tuple[str, str], *,
                     invariant: str, rule: str) -> TagAssertion:
         """State ``lhs.field relation rhs.field`` at every slot of program point ``at``.

@@ -975,6 +975,28 @@ class TagAssertion:
         return f"{self.lhs[0]}.{self.lhs[1]} {self.relation} {self.rhs[0]}.{self.rhs[1]} at {self.at}"
 
 
+#: the tag assertions each family's MMAs carry, ``(at, lhs, relation, rhs, invariant, rule)``: the
+#: builders state them from here (:meth:`~argus_cutlass.dsl.builder.ProgramBuilder.assert_family_tags`)
+#: and the verifier requires every one (``verify.relations.check_required_assertions``), so an edit can
+#: neither drop nor restate the obligation it would break
+FAMILY_TAG_ASSERTIONS: dict[str, tuple[tuple[str, tuple[str, str], str, tuple[str, str], str, str], ...]] = {
+    "gemm": (
+        ("mainloop.gemm", ("A", "k"), "==", ("B", "k"), "G1", "mma.k_agreement"),
+        ("mainloop.gemm", ("A", "m"), "==", ("slot", "m"), "G1", "mma.operand_identity"),
+        ("mainloop.gemm", ("B", "n"), "==", ("slot", "n"), "G1", "mma.operand_identity"),
+    ),
+    "attention": (
+        ("qk.gemm", ("A", "d"), "==", ("B", "d"), "G1", "mma.k_agreement"),
+        ("qk.gemm", ("A", "q"), "==", ("slot", "m"), "G1", "mma.operand_identity"),
+        ("qk.gemm", ("B", "key"), "==", ("slot", "n"), "G1", "mma.operand_identity"),
+        ("pv.gemm", ("A", "key"), "==", ("B", "key"), "FA3", "mma.k_agreement"),
+        ("pv.gemm", ("A", "q"), "==", ("slot", "m"), "FA3", "mma.operand_identity"),
+        ("pv.gemm", ("B", "d"), "==", ("slot", "n"), "FA3", "mma.operand_identity"),
+    ),
+}
+FAMILY_TAG_ASSERTIONS["moe"] = FAMILY_TAG_ASSERTIONS["gemm"]   # the grouped GEMMs
+
+
 @dataclass(frozen=True)
 class Relation:
     """Consistency between nodes: ``value(lhs) <relation> value(rhs)``.

@@ -20,7 +20,7 @@ import operator
 import re
 from typing import Any
 
-from argus_cutlass.dsl.ir import Program, Relation, Tensor
+from argus_cutlass.dsl.ir import FAMILY_TAG_ASSERTIONS, Program, Relation, Tensor
 from argus_cutlass.verify.catalogue import invariant_of
 from argus_cutlass.verify.report import Counterexample, Proof, Violation
 
@@ -105,23 +105,11 @@ def check_relations(program: Program) -> tuple[list[Proof], list[Violation]]:
     return proofs, violations
 
 
-#: the tag assertions each family's MMAs must carry, ``(lhs, relation, rhs, at)``: the verifier
-#: holds them, so an edit cannot restate or drop its own obligation (red team, session 18: the
-#: assertion ``A.m == slot.m`` restated as ``A.m == A.m`` let a wrong A block verify)
-REQUIRED_ASSERTIONS: dict[str, tuple[tuple[tuple[str, str], str, tuple[str, str], str], ...]] = {
-    "gemm": ((("A", "k"), "==", ("B", "k"), "mainloop.gemm"), (("A", "m"), "==", ("slot", "m"), "mainloop.gemm"),
-             (("B", "n"), "==", ("slot", "n"), "mainloop.gemm")),
-    "attention": ((("A", "d"), "==", ("B", "d"), "qk.gemm"), (("A", "q"), "==", ("slot", "m"), "qk.gemm"),
-                  (("B", "key"), "==", ("slot", "n"), "qk.gemm"), (("A", "key"), "==", ("B", "key"), "pv.gemm"),
-                  (("A", "q"), "==", ("slot", "m"), "pv.gemm"), (("B", "d"), "==", ("slot", "n"), "pv.gemm")),
-}
-REQUIRED_ASSERTIONS["moe"] = REQUIRED_ASSERTIONS["gemm"]   # the grouped GEMMs
-
-
 def check_required_assertions(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``mma.operand_identity``: the program states every tag assertion of its family's
-    :data:`REQUIRED_ASSERTIONS` (each then checked slot by slot by its rule)."""
-    need = REQUIRED_ASSERTIONS.get(program.family)
+    :data:`~argus_cutlass.dsl.ir.FAMILY_TAG_ASSERTIONS` (each then checked slot by slot by its rule;
+    red team, session 18: ``A.m == slot.m`` restated as ``A.m == A.m`` let a wrong A block verify)."""
+    need = [(lhs, rel, rhs, at) for at, lhs, rel, rhs, _inv, _rule in FAMILY_TAG_ASSERTIONS.get(program.family, ())]
     if not need:
         return [], []
     have = {(tuple(a.lhs), a.relation, tuple(a.rhs), a.at) for a in program.assertions}
@@ -134,7 +122,7 @@ def check_required_assertions(program: Program) -> tuple[list[Proof], list[Viola
         text = f"{l[0]}.{l[1]} {rel} {r[0]}.{r[1]} at {at}"
         out.append(Violation("mma.operand_identity", "G1", f"the program does not state the tag assertion {text} "
                              f"of family {program.family!r} (dropped or restated): the operand identity it carries "
-                             "goes unchecked", "keep the family's tag assertions (relations.REQUIRED_ASSERTIONS)", "",
+                             "goes unchecked", "keep the family's tag assertions (dsl.ir.FAMILY_TAG_ASSERTIONS)", "",
                              Counterexample("G1", "mma.operand_identity", "arith", at, "", -1, -1, -1, {}, {}, "",
                                             {}, text, "no such assertion",
                                             f"{len(program.assertions)} assertions: "

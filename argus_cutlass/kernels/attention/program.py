@@ -222,12 +222,7 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
                     longest_first=c.walk_longest_first, slot_bytes=slot_bytes)
 
     # ---- tag assertions at the MMA slots
-    b.assert_tags("qk.gemm", ("A", "d"), "==", ("B", "d"), invariant="G1", rule="mma.k_agreement")
-    b.assert_tags("qk.gemm", ("A", "q"), "==", ("slot", "m"), invariant="G1", rule="mma.operand_identity")
-    b.assert_tags("qk.gemm", ("B", "key"), "==", ("slot", "n"), invariant="G1", rule="mma.operand_identity")
-    b.assert_tags("pv.gemm", ("A", "key"), "==", ("B", "key"), invariant="FA3", rule="mma.k_agreement")
-    b.assert_tags("pv.gemm", ("A", "q"), "==", ("slot", "m"), invariant="FA3", rule="mma.operand_identity")
-    b.assert_tags("pv.gemm", ("B", "d"), "==", ("slot", "n"), invariant="FA3", rule="mma.operand_identity")
+    b.assert_family_tags("attention")   # QK: d agrees, rows q, columns key; PV: key agrees, rows q, columns d
 
     # ---- consistency between nodes
     rel = b.relate

@@ -248,9 +248,7 @@ def build_program(cfg: GemmConfig, problem: object | None = None, *,
                      align=16 // DTYPE_BYTES[dtype])
 
     # ---- invariants: tag assertions at the MMA slot ---------------------------------------------
-    b.assert_tags("mainloop.gemm", ("A", "k"), "==", ("B", "k"), invariant="G1", rule="mma.k_agreement")
-    b.assert_tags("mainloop.gemm", ("A", "m"), "==", ("slot", "m"), invariant="G1", rule="mma.operand_identity")
-    b.assert_tags("mainloop.gemm", ("B", "n"), "==", ("slot", "n"), invariant="G1", rule="mma.operand_identity")
+    b.assert_family_tags("gemm")   # A.k == B.k, A.m == slot.m, B.n == slot.n at the MMA
     _relations(b)
     return b.build()
 
