@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells", default="mixtral:8192,qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:2048",
                     help="comma-separated model:T (models: MoEProblem.for_model)")
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--unbanded", action="store_true", help="gu_band_m = dn_band_m = 0 (the unbanded walk)")
+    ap.add_argument("--unbanded", action="store_true", help="gu_band_m = dn_band_m = 0 (the unbanded walk; --bands 0x0)")
     ap.add_argument("--bands", default="",
                     help="comma-separated GUxDN band pairs (e.g. 0x0,1x1,2x2): each cell is profiled with each")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--cells {args.cells!r}: expected model:T[,model:T...]")
     problems = [MoEProblem.for_model(m, t) for m, t in cells]
     configs = [configure(p)[0] for p in problems]
-    if args.unbanded:
-        configs = [c.replace(gu_band_m=0, dn_band_m=0) for c in configs]
+    if args.unbanded:   # the same as --bands 0x0
+        args.bands = "0x0"
     if args.bands:
         try:
             bands = [tuple(int(v) for v in b.split("x")) for b in args.bands.split(",") if b]
