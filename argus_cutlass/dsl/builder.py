@@ -505,7 +505,7 @@ class ProgramBuilder:
         self._params[key] = value
 
     # ----------------------------------------------------------------------------- assertions
-    def assert_family_tags(self, family: str) -> None:
+    def assert_tags_of(self, family: str) -> None:
         """State the tag assertions of ``family`` (:data:`~argus_cutlass.dsl.ir.FAMILY_TAG_ASSERTIONS`,
         the ones the verifier requires) through :meth:`assert_tags`."""
         for at, lhs, relation, rhs, invariant, rule in FAMILY_TAG_ASSERTIONS[family]:

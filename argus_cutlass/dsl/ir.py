@@ -976,7 +976,7 @@ class TagAssertion:
 
 
 #: the tag assertions each family's MMAs carry, ``(at, lhs, relation, rhs, invariant, rule)``: the
-#: builders state them from here (:meth:`~argus_cutlass.dsl.builder.ProgramBuilder.assert_family_tags`)
+#: builders state them from here (:meth:`~argus_cutlass.dsl.builder.ProgramBuilder.assert_tags_of`)
 #: and the verifier requires every one (``verify.relations.check_required_assertions``), so an edit can
 #: neither drop nor restate the obligation it would break
 FAMILY_TAG_ASSERTIONS: dict[str, tuple[tuple[str, tuple[str, str], str, tuple[str, str], str, str], ...]] = {

@@ -222,7 +222,7 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
                     longest_first=c.walk_longest_first, slot_bytes=slot_bytes)
 
     # ---- tag assertions at the MMA slots
-    b.assert_family_tags("attention")   # QK: d agrees, rows q, columns key; PV: key agrees, rows q, columns d
+    b.assert_tags_of("attention")   # QK: d agrees, rows q, columns key; PV: key agrees, rows q, columns d
 
     # ---- consistency between nodes
     rel = b.relate

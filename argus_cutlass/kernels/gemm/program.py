@@ -248,7 +248,7 @@ def build_program(cfg: GemmConfig, problem: object | None = None, *,
                      align=16 // DTYPE_BYTES[dtype])
 
     # ---- invariants: tag assertions at the MMA slot ---------------------------------------------
-    b.assert_family_tags("gemm")   # A.k == B.k, A.m == slot.m, B.n == slot.n at the MMA
+    b.assert_tags_of("gemm")   # A.k == B.k, A.m == slot.m, B.n == slot.n at the MMA
     _relations(b)
     return b.build()
 
