@@ -38,7 +38,7 @@ def run_tune_moe(args: Any, say: Any = print, *, problem: Any, configs: list[Any
     check_options(args)
     t0 = time.perf_counter()
     p = problem
-    say(f"problem   moe T={p.tokens} E={p.experts} k={p.topk} H={p.hidden} I={p.ffn} {p.dtype}")
+    say(f"problem   moe tokens={p.tokens} experts={p.experts} topk={p.topk} hidden={p.hidden} ffn={p.ffn} {p.dtype}")
     if configs is None:
         configs = candidates(p, args.budget)   # each verified: about 0.3-0.5 s a candidate
     say(f"space     measuring {len(configs)} feasible candidates (the heuristic's first, then its one-knob "
