@@ -53,6 +53,17 @@ def merge(path: Path, shipped: Path = SHIPPED) -> int:
     return len(new)
 
 
+def write_results(out: Path, lines: list[str]) -> list[dict]:
+    """Write ``out/tuned_moe.json`` (the MoE entries of the run's experience store) and ``out/tuned_moe.md``
+    (``lines``); returns the entries."""
+    from argus_cutlass.agent.store import ExperienceStore
+
+    entries = [e for e in ExperienceStore().read()["entries"].values() if e.get("kernel") == "moe"]
+    (out / "tuned_moe.json").write_text(json.dumps({"entries": entries}, indent=1) + "\n")
+    (out / "tuned_moe.md").write_text("\n".join(lines) + "\n")
+    return entries
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="folder for tuned_moe.json, tuned_moe.md, the store and the best .cu files")
@@ -76,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     os.environ["ARGUS_CACHE_DIR"] = str(out / "cache")   # the store and the kernel cache of this run
 
-    from argus_cutlass.agent.store import ExperienceStore
     from argus_cutlass.agent.tune_moe import run_tune_moe
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.generate import build_jobs
@@ -99,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"building {len(jobs)} layers for {len(cells)} cells in one parallel batch ...", flush=True)
     build_jobs(jobs)
     lines = ["| model | T | candidate | status | ms | config |", "|---|---|---|---|---|---|"]
+    entries: list[dict] = []
     for (model, tokens), p, cs in zip(cells, problems, per_cell):
         cell_out = out / f"{model}_t{tokens}"
         ns = types.SimpleNamespace(budget=args.budget, seed=0, workers=None, out=str(cell_out), quiet=True)
@@ -113,10 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             ms = f"{c['ms']:.4f}" if c["ms"] else "-"
             mark = (" (heuristic)" if c["rank"] == 1 else "") + (" (best)" if c["kernel"] == best else "")
             lines.append(f"| {model} | {tokens} | {c['rank']}{mark} | {c['status']} | {ms} | {label} |")
-    store = ExperienceStore()
-    entries = [e for e in store.read()["entries"].values() if e.get("kernel") == "moe"]
-    (out / "tuned_moe.json").write_text(json.dumps({"entries": entries}, indent=1) + "\n")
-    (out / "tuned_moe.md").write_text("\n".join(lines) + "\n")
+        entries = write_results(out, lines)   # after every cell: a run cut short keeps the cells it finished
     print("\n".join(lines))
     print(f"wrote {out / 'tuned_moe.json'} ({len(entries)} entries) and {out / 'tuned_moe.md'}")
     return 0

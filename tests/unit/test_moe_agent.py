@@ -106,8 +106,11 @@ def test_candidates_start_from_the_heuristic_and_stay_feasible_and_distinct():
         cs = candidates(p, 8)
         assert cs[0] == default_config(p) and len(cs) == len(set(cs)) == 8
         assert all(feasible(c, p) for c in cs)
-        # the measured movers first: both walks unbanded, then other joint bands (RESULTS.md issue 11)
-        assert (cs[1].gu_band_m, cs[1].dn_band_m) == (0, 0)
+        if p.tokens <= 256:   # small T: the weight stream first, the n-tile with its stages scaled
+            assert (cs[1].gu_tile_n, cs[1].gu_stages) == (128, 8)
+            assert (cs[1].tile_m + cs[1].gu_tile_n) * cs[1].gu_stages <= (cs[0].tile_m + cs[0].gu_tile_n) * cs[0].gu_stages
+        else:   # the measured movers first: both walks unbanded, then other joint bands (RESULTS.md issue 11)
+            assert (cs[1].gu_band_m, cs[1].dn_band_m) == (0, 0)
         for c in cs[1:]:   # each a change of the heuristic's configuration
             assert c != cs[0]
     assert candidates(MoEProblem(16, 8, 2, 512, 256), 1) == [default_config(MoEProblem(16, 8, 2, 512, 256))]
