@@ -608,7 +608,7 @@ def lookup_moe_config(problem: Any, *, heuristic: bool = False, gpu: str | None 
                       store: ExperienceStore | None = None) -> Lookup:
     """The configuration of an MoE layer problem as a :class:`Lookup` (unpacks as ``(config, source)``):
     source ``"store"`` (an entry recorded under :func:`moe_key`, :func:`record_moe_best`), ``"shipped"``
-    (``agent/tuned_h200.json``; no MoE entries are measured yet), ``"heuristic"``
+    (``agent/tuned_h200.json``: the MoE bench cells, its ``note_moe``), ``"heuristic"``
     (:func:`argus_cutlass.kernels.moe.heuristics.default_config`, by T bucket) or ``"forced"``
     (``heuristic=True``). The order is GEMM's: user store, then shipped, an exact GPU first, then
     another GPU of the same architecture. An entry is used only when its configuration parses (a stale

@@ -9,7 +9,7 @@ the family's heuristic. An entry is used when its key equals the problem's key f
 * attention: ``gpu | attention | dtype | d<head_dim> | causal/full | fixed/varlen | s<bucket>`` (bucket:
   the key length rounded up to a power of two, at least 128, :func:`argus_cutlass.agent.store.attention_key`);
 * MoE: ``gpu | moe | dtype | e<E>k<k>h<H>i<I> | t<bucket>`` (bucket: T rounded up to a power of two,
-  :func:`argus_cutlass.agent.store.moe_key`; no measured MoE entries are shipped yet);
+  :func:`argus_cutlass.agent.store.moe_key`; shipped: 11 of the 12 MoE bench cells, ``note_moe``);
 
 and its configuration passes the family's feasibility rules; an entry of another GPU of the same
 architecture (an H200 entry on an H100, :func:`argus_cutlass.agent.store.gpu_arch`) is used when no

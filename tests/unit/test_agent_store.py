@@ -82,8 +82,21 @@ def test_shipped_entries_are_measured_h200_bests_the_verifier_accepts():
     assert "measured by bench/agent_eval.py on NVIDIA H200" in data["note"]
     gemm = [e for e in data["entries"] if e["kernel"] == "gemm"]
     assert len(gemm) == 13  # the bench shape table
-    assert {e["kernel"] for e in data["entries"]} == {"gemm", "attention"}
+    assert {e["kernel"] for e in data["entries"]} == {"gemm", "attention", "moe"}
     assert "measured by bench/tune_attention_grid.py on NVIDIA H200" in data["note_attention"]
+    assert "measured by bench/tune_moe_grid.py on NVIDIA H200" in data["note_moe"]
+    from argus_cutlass.agent.store import moe_key
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+    from argus_cutlass.kernels.moe.space import feasible as moe_feasible
+
+    moe = [e for e in data["entries"] if e["kernel"] == "moe"]
+    assert len(moe) == len({e["key"] for e in moe}) >= 11   # the bench cells (bench/test_moe_bench.py)
+    for e in moe:   # each a measured layer the verifier accepts, keyed by its problem's T bucket
+        p = MoEProblem(**e["problem"])
+        assert e["gpu"] == "NVIDIA H200" and e["key"] == moe_key("NVIDIA H200", p)
+        assert e["ms"] > 0 and e["grouped_mm_ms"] > 0
+        assert moe_feasible(MoEConfig(**e["config"]), p)
     for e in gemm:
         assert e["gpu"] == "NVIDIA H200"
         cfg = GemmConfig(**e["config"])

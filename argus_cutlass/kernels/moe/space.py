@@ -1,6 +1,6 @@
 """The MoE search space: typed knobs of :class:`~argus_cutlass.kernels.moe.config.MoEConfig` (tuned
-entries, keyed by a power-of-two T bucket, live in the agent's table: none measured yet). Each knob has a default and its allowed values; the
-feasibility function is the verifier (a configuration is feasible when its layer verifies).
+entries, keyed by a power-of-two T bucket, live in the agent's table: ``agent/tuned_h200.json``, from
+``bench/tune_moe_grid.py``). Each knob has a default and its allowed values; the feasibility function is the verifier (a configuration is feasible when its layer verifies).
 
 >>> sorted(KNOBS)[:3]
 ['combine_threads', 'dn_band_m', 'dn_stages']
@@ -124,8 +124,9 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     def near(knob: str) -> list:
         values = KNOBS[knob]
         v = getattr(cfg, knob)
-        if knob in ("gu_band_m", "dn_band_m"):   # unbanded, half, double (from unbanded: 1 and 2)
-            moves = (0, v // 2, v * 2) if v else (1, 2)
+        if knob in ("gu_band_m", "dn_band_m"):   # unbanded, half, double (from unbanded: 1 and 2); at
+            # large T half and double first (the unbanded walk lost in all 8 large-T cells measured, s18-19)
+            moves = (([x for x in (v // 2, v * 2) if x] + [0]) if cfg.tile_m == 128 else (0, v // 2, v * 2)) if v else (1, 2)
         elif knob == "gather_slices":
             moves = (v // 2, v * 2)
         else:   # the knob's listed alternatives, nearest in value first
@@ -164,8 +165,8 @@ def candidates(problem: object, budget: int) -> list[MoEConfig]:
     >>> len(cs), (cs[0].gu_tile_n, cs[0].gu_stages), (cs[1].gu_tile_n, cs[1].gu_stages)   # small T: n-tile first
     (3, (256, 5), (128, 8))
     >>> cs = candidates(MoEProblem(4096, 8, 2, 512, 256), 2)
-    >>> cs[0].gu_band_m > 0, cs[1].gu_band_m, cs[1].dn_band_m   # large T: the bands first
-    (True, 0, 0)
+    >>> cs[0].gu_band_m, cs[1].gu_band_m, cs[1].dn_band_m   # large T: the bands first (half, double, none)
+    (1, 2, 2)
     """
     from argus_cutlass.kernels.moe.heuristics import default_config
 
