@@ -17,6 +17,10 @@
 #   bash bench/device_pending.sh OUTDIR attn-tune 2048  # the same at S = 2048 (each ~60 kernels, ~6 min)
 #   bash bench/device_pending.sh OUTDIR attn-epilogue # the shipped entry, direct vs quad16 epilogue, whole grid
 #   bash bench/device_pending.sh OUTDIR attn-bench    # the ANCHORS attention grid vs cuDNN (~3 min)
+#   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
+#                                                     # the declared sub-space x the model shape set vs cuBLAS; resumes
+#                                                     # from bench/data/gemm_sweep_<flavor>_h200.json, writes
+#                                                     # OUTDIR/sweep/ (commit it back there before the next call)
 #
 # Wheels in .whl/ (pydantic, z3-solver, nvidia-cutlass: the device has no package index) are
 # installed to /tmp/site with the package; runs from /tmp so the installed copy is imported.
@@ -24,7 +28,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-sweep " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -83,5 +87,13 @@ case "$STEP" in
   attn-bench)
     ARGUS_BENCH_TABLE="$OUT/attention_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_attention_bench.py" 2>&1 | tail -5 > "$OUT/attention_bench.log"; cat "$OUT/attention_table.md" ;;
+  gemm-sweep)
+    FL=${3:-bf16_bf16_tn}
+    IFS=_ read -r DT OD LY <<< "$FL"
+    mkdir -p "$OUT/sweep"
+    T="$OUT/sweep/gemm_sweep_${FL}_h200.json"
+    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" 2>/dev/null || true
+    timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" --dtype "$DT" --out-dtype "$OD" --layout "$LY" \
+      ${4:+--m "$4"} --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 | tee "$OUT/gemm_sweep_$FL.log" | tail -40 ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac

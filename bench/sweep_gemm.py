@@ -1,0 +1,331 @@
+"""Issue 13's exhaustive sweep: every configuration of the declared GEMM sub-space on a shape set, with
+cuBLAS in the same process, resumable across device calls.
+
+    python3 bench/sweep_gemm.py --table bench/data/gemm_sweep_bf16_bf16_tn_h200.json [--shapes models|bench|FILE]
+                                [--m 1,8,32] [--dtype bf16 --out-dtype bf16 --layout tn] [--max-seconds 480]
+    python3 bench/sweep_gemm.py --table TABLE --summary          # the table's summary (no GPU)
+
+What it measures, per shape (``--shapes models``: :func:`argus_cutlass.agent.shapes.model_shape_set`, every
+projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 64, 100, 256, 512, 1024,
+3000, 8192}; ``bench``: ``bench/test_gemm_bench.py``'s 13 shapes; else a ``--shapes FILE`` of
+:func:`argus_cutlass.agent.shapes.load_shapes`):
+
+* every configuration of ``bench/agent_eval.py``'s declared sub-space (:func:`agent_eval.subspace` for the
+  dtype / output dtype / layout) that the verifier accepts, plus the configuration the heuristic
+  (:func:`argus_cutlass.kernels.gemm.heuristics.default_config`) gives each shape when it is not one of
+  them (so the untuned choices of today's ``argus-cutlass gemm`` are measured too); each compiled once and
+  checked against the fp32 reference on two small problems with residues (``agent_eval._build``);
+* swap-AB configurations only on M <= ``agent_eval.SWAP_AB_MAX_M`` (tens of times slower above);
+* operands rotated: as many sets of (A, B, D) as it takes for ``--rotate-bytes`` (default 3 x the H200's
+  60 MB L2), at most 48, cycled launch by launch, for our kernels and for cuBLAS alike, so a shape whose
+  weights fit in L2 is timed reading them from HBM, as a serving loop that runs other layers between two
+  calls of this one sees it (and as issue 13 item 2's weight-read floor assumes);
+* ``--rounds`` rounds (CUDA events, median of ``--iters`` launches after ``--warmup``; each round starts
+  the kernel list at a different point), cuBLAS (torch) before every round and after the last; medians.
+
+Resumable: ``--table`` is read if it exists and written after every shape; shapes already in it are
+skipped. ``--max-seconds`` stops before a shape that would start after that much wall time (the kernels
+are compiled again in a new process: ~2-4 min for ~80 kernels on 16 cores), so one device call of 600 s
+measures part of the set and the next one goes on from the committed table.
+
+The table is ``bench/agent_eval.py``'s format (``candidates``: GemmConfig dicts; ``shapes``: ``"MxNxK"`` ->
+``{"kernels": {kernel name: ms or None}, "cublas_ms", "heuristic": kernel name, "names": [...]}``), so
+``bench/calibrate_costmodel.py --table`` fits on it and ``--summary`` / :func:`summarize` score the untuned
+choices against the sweep's best: issue 13 item 1's acceptance is "the untuned choice within 3 % of the
+best of the sweep on >= 90 % of the shapes, geomean >= 1.0x cuBLAS, none below 0.9x".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import agent_eval  # noqa: E402  (bench/agent_eval.py: the declared sub-space and the checked build)
+
+#: bytes of rotated operands to cycle through (3 x the H200's 60 MB L2)
+ROTATE_BYTES = 3 * 60 * 2**20
+#: at most this many operand sets per shape
+MAX_SETS = 48
+#: a choice within this of the best measured time counts as right (issue 13 item 1)
+TIE = 0.03
+
+
+def shape_set(spec: str, m_values: list[int] | None, dtype: str, out_dtype: str, layout: str) -> list[Any]:
+    """The shapes of ``spec`` (``models``, ``bench`` or a file) with the sweep's dtypes and layout, keeping
+    only M in ``m_values`` when given; one entry per (M, N, K) (names merged).
+
+    Raises:
+        ProblemError: a bad shapes file (names the row).
+    """
+    from argus_cutlass.agent.shapes import DEFAULT_M, GemmShape, load_shapes, model_shape_set
+
+    if spec == "models":
+        shapes = model_shape_set(m_values or DEFAULT_M, dtype=dtype)
+    elif spec == "bench":
+        shapes = [GemmShape(m, n, k, name=f"bench.{m}x{n}x{k}") for m, n, k in agent_eval.bench_shapes()]
+    else:
+        shapes = load_shapes(spec)
+    out: dict[tuple[int, int, int], GemmShape] = {}
+    for s in shapes:
+        if m_values and s.m not in m_values:
+            continue
+        key = (s.m, s.n, s.k)
+        names = (out[key].names if key in out else ()) + tuple(s.names)
+        out[key] = GemmShape(s.m, s.n, s.k, dtype=dtype, out_dtype=out_dtype, layout=layout,
+                             name="+".join(dict.fromkeys(names)))
+    return list(out.values())
+
+
+def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
+    """Rotated operand sets of ``problem``: flat torch buffers A, B (random normal) and D, each as large as
+    the problem's storage (:meth:`GemmProblem.operands`), enough sets for :data:`ROTATE_BYTES`."""
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    ops = problem.operands()
+    size = {n: ops[n].storage_bytes for n in ("A", "B", "D")}
+    per_set = sum(size.values())
+    count = max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / per_set)))
+    sets = []
+    for _ in range(count):
+        s = {n: torch.randn(size[n] // 2, device="cuda", dtype=tdt[problem.dtype]) for n in ("A", "B")}
+        s["D"] = torch.empty(size["D"], device="cuda", dtype=torch.uint8)
+        sets.append(s)
+    return sets
+
+
+def _cublas_views(s: dict[str, Any], problem: Any) -> tuple[Any, Any]:
+    """A (M x K) and B (K x N) torch views of one operand set in ``problem``'s layout (the strides of
+    :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`)."""
+    m, n, k = problem.m, problem.n, problem.k
+    a, b = s["A"], s["B"]
+    a = a[: m * problem.lda].view(m, problem.lda)[:, :k] if problem.layout[0] == "t" else \
+        a[: k * problem.lda].view(k, problem.lda)[:, :m].t()
+    b = b[: n * problem.ldb].view(n, problem.ldb)[:, :k].t() if problem.layout[1] == "n" else \
+        b[: k * problem.ldb].view(k, problem.ldb)[:, :n]
+    return a, b
+
+
+def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, log: list) -> dict[str, Any]:
+    """One shape's row: every kernel of ``libs`` (swap-AB ones only on small M) and cuBLAS, interleaved
+    in ``rounds`` rounds over rotated operands (module docstring)."""
+    import torch
+
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.runtime.check import time_kernel
+
+    problem = shape.problem().validate()
+    m, n, k = problem.m, problem.n, problem.k
+    sets = _operand_sets(problem, torch)
+    ptrs = [(s["A"].data_ptr(), s["B"].data_ptr(), s["D"].data_ptr()) for s in sets]
+    views = [_cublas_views(s, problem) for s in sets]
+    out_dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[problem.out_dtype]
+    same_out = out_dt == views[0][0].dtype
+    turn = [0]
+
+    def ours(lib: Any) -> None:
+        a, b, d = ptrs[turn[0] % len(ptrs)]
+        turn[0] += 1
+        lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
+
+    def cublas() -> None:
+        a, b = views[turn[0] % len(views)]
+        turn[0] += 1
+        if same_out:
+            torch.mm(a, b)
+        else:
+            torch.mm(a, b, out_dtype=out_dt)
+
+    names = [nm for nm in libs if not (libs[nm][0].swap_ab and m > agent_eval.SWAP_AB_MAX_M)]
+    runs: dict[str, list[float] | None] = {nm: [] for nm in names}
+    cub: list[float] = []
+
+    def time_cublas() -> None:
+        try:
+            cub.append(time_kernel(cublas, warmup=warmup, iters=iters))
+        except Exception as exc:  # noqa: BLE001 - a torch refusal (e.g. no out_dtype) is logged, not fatal
+            log.append({"kernel": "cublas", "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
+
+    for r in range(rounds):
+        time_cublas()
+        start = (r * len(names)) // max(rounds, 1)
+        for nm in names[start:] + names[:start]:
+            if runs[nm] is None:
+                continue
+            try:
+                runs[nm].append(time_kernel(lambda lib=libs[nm][1]: ours(lib), warmup=warmup, iters=iters))
+            except ArgusError as exc:
+                runs[nm] = None
+                log.append({"kernel": nm, "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
+    time_cublas()
+    torch.cuda.synchronize()
+    nsets = len(ptrs)
+    for held in (sets, views, ptrs):   # free the operands before the next shape allocates its own
+        held.clear()
+    torch.cuda.empty_cache()
+    kernels = {nm: (statistics.median(v) if v else None) for nm, v in runs.items()}
+    kernels.update({nm: None for nm in libs if nm not in kernels})
+    return {"kernels": kernels, "cublas_ms": statistics.median(cub) if cub else None, "cublas_rounds": cub,
+            "operand_sets": nsets, "names": list(shape.names)}
+
+
+def summarize(table: dict, tie: float = TIE) -> dict[str, Any]:
+    """Score the untuned choice recorded per shape (``heuristic``: the kernel the heuristic gives) against
+    the sweep: the fraction of shapes whose choice is within ``tie`` of the best measured kernel, the
+    geomean and minimum of cuBLAS time / the choice's time and of cuBLAS / the sweep's best.
+
+    >>> t = {"shapes": {"1x2x3": {"kernels": {"a": 1.0, "b": 1.02, "c": None}, "cublas_ms": 1.1, "heuristic": "b"},
+    ...                 "4x5x6": {"kernels": {"a": 2.0, "b": 1.0}, "cublas_ms": 0.95, "heuristic": "a"}}}
+    >>> s = summarize(t)
+    >>> s["shapes"], s["within_tie"], round(s["min_vs_cublas_choice"], 3), round(s["geomean_vs_cublas_best"], 3)
+    (2, 1, 0.475, 1.022)
+    """
+    rows = []
+    for key, row in table.get("shapes", {}).items():
+        good = {nm: v for nm, v in row.get("kernels", {}).items() if v}
+        pick = row.get("heuristic")
+        if not good or pick not in good:
+            continue
+        best = min(good.values())
+        cub = row.get("cublas_ms")
+        rows.append({"shape": key, "regret": good[pick] / best - 1.0,
+                     "vs_cublas_choice": cub / good[pick] if cub else None,
+                     "vs_cublas_best": cub / best if cub else None})
+
+    def gm(xs: list[float]) -> float:
+        xs = [x for x in xs if x]
+        return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+    choice = [r["vs_cublas_choice"] for r in rows if r["vs_cublas_choice"]]
+    best = [r["vs_cublas_best"] for r in rows if r["vs_cublas_best"]]
+    return {"shapes": len(rows), "within_tie": sum(r["regret"] <= tie for r in rows), "tie": tie,
+            "geomean_regret": gm([1.0 + r["regret"] for r in rows]) - 1.0 if rows else float("nan"),
+            "geomean_vs_cublas_choice": gm(choice), "min_vs_cublas_choice": min(choice, default=float("nan")),
+            "geomean_vs_cublas_best": gm(best), "min_vs_cublas_best": min(best, default=float("nan")),
+            "rows": rows}
+
+
+def _format(s: dict[str, Any]) -> str:
+    if not s["shapes"]:
+        return "no measured shape with its untuned choice"
+    return (f"{s['shapes']} shapes: the heuristic's choice within {s['tie']:.0%} of the sweep's best on "
+            f"{s['within_tie']} ({s['within_tie'] / s['shapes']:.0%}), geomean regret {s['geomean_regret']:.1%}; "
+            f"cuBLAS time / ours: the choice geomean {s['geomean_vs_cublas_choice']:.3f} "
+            f"(min {s['min_vs_cublas_choice']:.3f}), the sweep's best geomean {s['geomean_vs_cublas_best']:.3f} "
+            f"(min {s['min_vs_cublas_best']:.3f})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--table", required=True, help="the sweep table (read when it exists, written after every shape)")
+    ap.add_argument("--shapes", default="models", help="models (default), bench, or a JSON / CSV shapes file")
+    ap.add_argument("--m", default="", help="comma-separated M values to keep (default: all of the set)")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"), help="default: --dtype")
+    ap.add_argument("--layout", default="tn", choices=("tn", "nt", "nn", "tt"))
+    ap.add_argument("--max-seconds", type=float, default=480.0, help="start no shape after this much wall time")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=None, help="parallel nvcc (default: CPU count)")
+    ap.add_argument("--summary", action="store_true", help="print the table's summary and exit (no GPU)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    path = Path(args.table)
+    agent_eval._bootstrap()
+    if args.summary:
+        if not path.is_file():
+            ap.error(f"--table {path}: no such file")
+        print(_format(summarize(json.loads(path.read_text()))))
+        return 0
+    out_dtype = args.out_dtype or args.dtype
+    try:
+        m_values = [int(x) for x in args.m.split(",") if x.strip()] or None
+    except ValueError:
+        ap.error(f"--m {args.m!r}: expected comma-separated integers")
+    from argus_cutlass.errors import ArgusError
+
+    try:
+        shapes = shape_set(args.shapes, m_values, args.dtype, out_dtype, args.layout)
+        for s in shapes:
+            s.problem().validate()
+    except ArgusError as exc:
+        ap.error(f"--shapes {args.shapes}: {exc}")
+    flavor = {"dtype": args.dtype, "out_dtype": out_dtype, "layout": args.layout}
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    if table and table.get("flavor", flavor) != flavor:
+        ap.error(f"--table {path} holds {table.get('flavor')}, not {flavor}")
+    table.setdefault("flavor", flavor)
+    table.setdefault("shapes", {})
+    table.setdefault("failures", [])
+    todo = [s for s in shapes if f"{s.m}x{s.n}x{s.k}" not in table["shapes"]]
+    print(f"{len(shapes)} shapes, {len(shapes) - len(todo)} already in {path}, {len(todo)} to measure", flush=True)
+    if not todo:
+        print(_format(summarize(table)))
+        return 0
+
+    from argus_cutlass.kernels.gemm.heuristics import default_config
+    from argus_cutlass.kernels.gemm.space import feasible
+    from argus_cutlass.runtime.cuda import require_sm90
+
+    try:
+        info = require_sm90()
+    except ArgusError as exc:
+        print(f"sweep_gemm: needs a Hopper GPU: {exc}", file=sys.stderr)
+        return 2
+    table.setdefault("gpu", info.name)
+    declared = agent_eval.subspace(args.dtype, out_dtype, args.layout)
+    picks = {f"{s.m}x{s.n}x{s.k}": default_config(s.m, s.n, s.k, args.dtype, out_dtype, args.layout) for s in todo}
+    configs = list(dict.fromkeys(declared + list(picks.values())))
+    verdicts = [(c, *feasible(c)) for c in configs]
+    cands = [c for c, ok, _ in verdicts if ok]
+    log = table["failures"]
+    for c, ok, why in verdicts:
+        if not ok and c.model_dump() not in [f.get("kernel") for f in log]:
+            log.append({"kernel": c.model_dump(), "phase": "verify", "error": "; ".join(why)})
+    print(f"{len(declared)} declared + {len(configs) - len(declared)} heuristic picks; "
+          f"{len(configs) - len(cands)} refused by the verifier; building {len(cands)}", flush=True)
+    notes: list[str] = []
+    libs = agent_eval._build(cands, args.workers or 16, log, notes)
+    name_of = {cfg: nm for nm, (cfg, _, _) in libs.items()}
+    known = {json.dumps(c, sort_keys=True) for c in table.get("candidates", [])}
+    table["candidates"] = table.get("candidates", []) + [
+        c.model_dump() for c in cands if json.dumps(c.model_dump(), sort_keys=True) not in known]
+    print(f"{len(libs)} kernels passed the numerics check ({time.perf_counter() - t0:.0f} s)", flush=True)
+    done = 0
+    for s in todo:
+        if time.perf_counter() - t0 > args.max_seconds:
+            print(f"stopping: {args.max_seconds:.0f} s spent; {len(todo) - done} shapes left for the next run")
+            break
+        key = f"{s.m}x{s.n}x{s.k}"
+        t1 = time.perf_counter()
+        try:
+            row = measure_shape(libs, s, args.warmup, args.iters, args.rounds, log)
+        except Exception:  # noqa: BLE001 - keep the table; the next run retries this shape
+            log.append({"phase": "fatal", "shape": key, "error": traceback.format_exc()[-2000:]})
+            print(traceback.format_exc(), file=sys.stderr)
+            break
+        row["heuristic"] = name_of.get(picks[key])
+        table["shapes"][key] = row
+        path.write_text(json.dumps(table, indent=1) + "\n")
+        done += 1
+        good = {nm: v for nm, v in row["kernels"].items() if v}
+        best = min(good.values()) if good else float("nan")
+        h = good.get(row["heuristic"])
+        print(f"{key:>18} best {best:.4f} ms  heuristic {h if h is None else round(h, 4)}  cuBLAS "
+              f"{row['cublas_ms'] and round(row['cublas_ms'], 4)}  ({time.perf_counter() - t1:.1f} s)", flush=True)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    print(_format(summarize(table)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

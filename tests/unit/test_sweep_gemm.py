@@ -1,0 +1,72 @@
+"""bench/sweep_gemm.py (issue 13 item 1's sweep): the shape set, the resumable table, the score (CPU only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("sweep_gemm", ROOT / "bench" / "sweep_gemm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_shape_set_filters_m_and_carries_the_flavor(sweep):
+    shapes = sweep.shape_set("models", [1, 8192], "fp16", "fp32", "nt")
+    assert {s.m for s in shapes} == {1, 8192}
+    assert all((s.dtype, s.out_dtype, s.layout) == ("fp16", "fp32", "nt") for s in shapes)
+    keys = [(s.m, s.n, s.k) for s in shapes]
+    assert len(keys) == len(set(keys))   # one entry per (M, N, K), names merged
+    everything = sweep.shape_set("models", None, "bf16", "bf16", "tn")
+    assert len(everything) >= 6 * 10   # at least 6 model configurations x the 10 M values of issue 13
+    assert len(sweep.shape_set("bench", None, "bf16", "bf16", "tn")) == 13
+
+
+def test_shapes_file_row_errors_name_the_row(sweep, tmp_path, capsys):
+    bad = tmp_path / "s.csv"
+    bad.write_text("m,n,k\n16,4096,4096\n0,4096,4096\n")
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--table", str(tmp_path / "t.json"), "--shapes", str(bad)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "s.csv:3" in err and not (tmp_path / "t.json").exists()
+
+
+def test_summary_scores_the_heuristic_choice_against_the_best(sweep):
+    table = {"shapes": {
+        "1x2x3": {"kernels": {"a": 1.0, "b": 1.029, "c": None}, "cublas_ms": 1.2, "heuristic": "b"},
+        "4x5x6": {"kernels": {"a": 2.0, "b": 1.0}, "cublas_ms": 0.8, "heuristic": "a"},
+        "7x8x9": {"kernels": {"a": 1.0}, "cublas_ms": None, "heuristic": "zzz"},   # choice not measured: left out
+    }}
+    s = sweep.summarize(table)
+    assert s["shapes"] == 2 and s["within_tie"] == 1
+    assert s["min_vs_cublas_choice"] == pytest.approx(0.4)
+    assert s["min_vs_cublas_best"] == pytest.approx(0.8)
+    assert s["geomean_regret"] == pytest.approx((1.029 * 2.0) ** 0.5 - 1)
+    assert sweep.summarize({"shapes": {}})["shapes"] == 0
+
+
+def test_table_of_another_flavor_is_refused(sweep, tmp_path, capsys):
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({"flavor": {"dtype": "fp16", "out_dtype": "fp16", "layout": "tn"}, "shapes": {}}))
+    with pytest.raises(SystemExit):
+        sweep.main(["--table", str(t), "--shapes", "bench"])
+    assert "holds" in capsys.readouterr().err
+    assert json.loads(t.read_text())["flavor"]["dtype"] == "fp16"   # nothing lost
+
+
+def test_summary_mode_reads_a_table_without_a_gpu(sweep, tmp_path, capsys):
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({"shapes": {"1x2x3": {"kernels": {"a": 1.0}, "cublas_ms": 1.1, "heuristic": "a"}}}))
+    assert sweep.main(["--table", str(t), "--summary"]) == 0
+    assert "1 shapes" in capsys.readouterr().out
