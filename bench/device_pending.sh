@@ -77,7 +77,7 @@ case "$STEP" in
       2>&1 | tail -8 | tee "$OUT/attn_mutants18.log" ;;
   moe-tune)
     timeout 560 python3 "$R/bench/tune_moe_grid.py" --out "$OUT/moe_tune" --budget "${3:-6}" ${4:+--cells "$4"} 2>&1 \
-      | tee "$OUT/moe_tune.log" | grep -E "^\||wrote|building" | tail -70 ;;
+      | tee "$OUT/moe_tune.log" | grep -E "^\||wrote|building|planned|built in|: best" | tail -70 ;;
   attn-tune)
     timeout 560 python3 "$R/bench/tune_attention_grid.py" --out "$OUT/tune_s${3:-512}" --variants --seqlens "${3:-512}" 2>&1 \
       | tail -20 | tee "$OUT/attn_tune_s${3:-512}.log" ;;

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -104,10 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         problems = [MoEProblem.for_model(m, t).validate() for m, t in cells]
     except ArgusError as exc:
         ap.error(f"--cells {args.cells!r}: {exc}")
+    t0 = time.perf_counter()
     per_cell = [candidates(p, args.budget) for p in problems]
+    print(f"planned {sum(map(len, per_cell))} candidates in {time.perf_counter() - t0:.0f} s", flush=True)
     jobs = [(c, p) for p, cs in zip(problems, per_cell) for c in cs]
     print(f"building {len(jobs)} layers for {len(cells)} cells in one parallel batch ...", flush=True)
+    t0 = time.perf_counter()
     build_jobs(jobs)
+    print(f"built in {time.perf_counter() - t0:.0f} s", flush=True)
     lines = ["| model | T | candidate | status | ms | config |", "|---|---|---|---|---|---|"]
     entries: list[dict] = []
     for (model, tokens), p, cs in zip(cells, problems, per_cell):

@@ -44,18 +44,25 @@ class MoECheck:
 
 def make_inputs(problem: MoEProblem, routing: str = "uniform", seed: int = 0, sizes: Any = None,
                 device: str = "cuda") -> tuple[Any, ...]:
-    """``(x, ids, weights, w13, w2)`` torch tensors: x ~ N(0, 1), weights ~ N(0, 1) / sqrt(fan-in),
-    router output from :func:`~argus_cutlass.hw.routing.make_routing`."""
+    """``(x, ids, weights, w13, w2)`` torch tensors on ``device``: x ~ N(0, 1), weights ~ N(0, 1) /
+    sqrt(fan-in), drawn on ``device`` by a generator seeded with ``seed`` (the same values for the same
+    seed and device; a CPU draw of Mixtral's 1.4 G weights took ~7 s per call, which made the tuner's
+    check + timing of a candidate cost 10-30 s: RESULTS.md session 19), router output from
+    :func:`~argus_cutlass.hw.routing.make_routing` (numpy, seeded)."""
     import torch
 
     from argus_cutlass.hw.routing import make_routing
 
     p = problem
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dt = torch.bfloat16 if p.dtype == "bf16" else torch.float16
-    x = torch.randn(p.tokens, p.hidden, generator=g).to(device, dt)
-    w13 = (torch.randn(p.experts, 2 * p.ffn, p.hidden, generator=g) / p.hidden ** 0.5).to(device, dt)
-    w2 = (torch.randn(p.experts, p.hidden, p.ffn, generator=g) / p.ffn ** 0.5).to(device, dt)
+
+    def draw(*shape: int, scale: float = 1.0) -> Any:
+        return torch.randn(*shape, generator=g, device=device).mul_(scale).to(dt)
+
+    x = draw(p.tokens, p.hidden)
+    w13 = draw(p.experts, 2 * p.ffn, p.hidden, scale=p.hidden ** -0.5)
+    w2 = draw(p.experts, p.hidden, p.ffn, scale=p.ffn ** -0.5)
     ids, w = make_routing(routing, p.tokens, p.experts, p.topk, seed=seed, sizes=sizes)
     return x, torch.from_numpy(ids).to(device), torch.from_numpy(w).to(device), w13, w2
 
