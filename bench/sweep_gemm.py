@@ -30,8 +30,8 @@ measures part of the set and the next one goes on from the committed table.
 
 The table is ``bench/agent_eval.py``'s format (``candidates``: GemmConfig dicts; ``shapes``: ``"MxNxK"`` ->
 ``{"kernels": {kernel name: ms or None}, "cublas_ms", "heuristic": kernel name, "names": [...]}``), so
-``bench/calibrate_costmodel.py --table`` fits on it and ``--summary`` / :func:`summarize` score the untuned
-choices against the sweep's best: issue 13 item 1's acceptance is "the untuned choice within 3 % of the
+``bench/calibrate_costmodel.py --table`` fits on it and ``--summary`` (:func:`report`) scores the two untuned
+rules (the heuristic, the calibrated cost model's pick: :func:`choices`) against the sweep's best: issue 13 item 1's acceptance is "the untuned choice within 3 % of the
 best of the sweep on >= 90 % of the shapes, geomean >= 1.0x cuBLAS, none below 0.9x".
 """
 
@@ -177,26 +177,72 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
             "operand_sets": nsets, "names": list(shape.names)}
 
 
-def summarize(table: dict, tie: float = TIE) -> dict[str, Any]:
-    """Score the untuned choice recorded per shape (``heuristic``: the kernel the heuristic gives) against
-    the sweep: the fraction of shapes whose choice is within ``tie`` of the best measured kernel, the
-    geomean and minimum of cuBLAS time / the choice's time and of cuBLAS / the sweep's best.
+def choices(table: dict) -> dict[str, dict[str, str]]:
+    """Per shape key, the kernel each untuned rule picks among the shape's measured kernels:
+    ``heuristic`` (the row's recorded pick, else the name of
+    :func:`~argus_cutlass.kernels.gemm.heuristics.default_config` when the table holds it) and
+    ``costmodel`` (the least :func:`argus_cutlass.agent.costmodel.predict_ms` under the shipped
+    calibration, :func:`~argus_cutlass.agent.costmodel.calibrated`, among the measured kernels: the rule
+    ``argus-cutlass gemm`` would apply with the sweep's sub-space as its candidate set). Kernels map to
+    configurations through the table's ``kernel_configs`` or, for older tables, ``candidates``
+    (:func:`argus_cutlass.agent.measure.table_key`)."""
+    from argus_cutlass.agent.costmodel import calibrated, predict_ms
+    from argus_cutlass.agent.measure import table_key
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.heuristics import default_config
 
-    >>> t = {"shapes": {"1x2x3": {"kernels": {"a": 1.0, "b": 1.02, "c": None}, "cublas_ms": 1.1, "heuristic": "b"},
-    ...                 "4x5x6": {"kernels": {"a": 2.0, "b": 1.0}, "cublas_ms": 0.95, "heuristic": "a"}}}
-    >>> s = summarize(t)
+    params = calibrated()
+    configs = {nm: GemmConfig(**c) for nm, c in table.get("kernel_configs", {}).items()}
+    out: dict[str, dict[str, str]] = {}
+    for key, row in table.get("shapes", {}).items():
+        good = {nm: v for nm, v in row.get("kernels", {}).items() if v}
+        if not good:
+            continue
+        cfg_of = dict(configs)
+        if not cfg_of:   # an agent_eval table: candidates, keyed by kernel name or label
+            for c in table.get("candidates", []):
+                cfg = GemmConfig(**c)
+                nm = table_key(cfg, row["kernels"])
+                if nm:
+                    cfg_of[nm] = cfg
+        m, n, k = map(int, key.split("x"))
+        pick = {}
+        h = row.get("heuristic")
+        if h is None and cfg_of:
+            c0 = next(iter(cfg_of.values()))
+            h = table_key(default_config(m, n, k, c0.dtype, c0.out_dtype, c0.layout), row["kernels"])
+        if h in good:
+            pick["heuristic"] = h
+        ranked = [nm for nm in good if nm in cfg_of]
+        if ranked:
+            pick["costmodel"] = min(ranked, key=lambda nm: predict_ms(cfg_of[nm], m, n, k, params))
+        out[key] = pick
+    return out
+
+
+def summarize(table: dict, rule: str = "heuristic", tie: float = TIE,
+              picks: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """Score an untuned rule's choice per shape (``rule``: a key of :func:`choices`, or of ``picks``
+    when given) against the sweep: the shapes whose choice is within ``tie`` of the best measured
+    kernel, the geomean regret, the geomean and minimum of cuBLAS time / the choice's time and of
+    cuBLAS / the sweep's best.
+
+    >>> t = {"shapes": {"1x2x3": {"kernels": {"a": 1.0, "b": 1.02, "c": None}, "cublas_ms": 1.1},
+    ...                 "4x5x6": {"kernels": {"a": 2.0, "b": 1.0}, "cublas_ms": 0.95}}}
+    >>> s = summarize(t, picks={"1x2x3": {"heuristic": "b"}, "4x5x6": {"heuristic": "a"}})
     >>> s["shapes"], s["within_tie"], round(s["min_vs_cublas_choice"], 3), round(s["geomean_vs_cublas_best"], 3)
     (2, 1, 0.475, 1.022)
     """
+    picks = choices(table) if picks is None else picks
     rows = []
     for key, row in table.get("shapes", {}).items():
         good = {nm: v for nm, v in row.get("kernels", {}).items() if v}
-        pick = row.get("heuristic")
+        pick = picks.get(key, {}).get(rule)
         if not good or pick not in good:
             continue
         best = min(good.values())
         cub = row.get("cublas_ms")
-        rows.append({"shape": key, "regret": good[pick] / best - 1.0,
+        rows.append({"shape": key, "choice": pick, "regret": good[pick] / best - 1.0,
                      "vs_cublas_choice": cub / good[pick] if cub else None,
                      "vs_cublas_best": cub / best if cub else None})
 
@@ -206,7 +252,7 @@ def summarize(table: dict, tie: float = TIE) -> dict[str, Any]:
 
     choice = [r["vs_cublas_choice"] for r in rows if r["vs_cublas_choice"]]
     best = [r["vs_cublas_best"] for r in rows if r["vs_cublas_best"]]
-    return {"shapes": len(rows), "within_tie": sum(r["regret"] <= tie for r in rows), "tie": tie,
+    return {"rule": rule, "shapes": len(rows), "within_tie": sum(r["regret"] <= tie for r in rows), "tie": tie,
             "geomean_regret": gm([1.0 + r["regret"] for r in rows]) - 1.0 if rows else float("nan"),
             "geomean_vs_cublas_choice": gm(choice), "min_vs_cublas_choice": min(choice, default=float("nan")),
             "geomean_vs_cublas_best": gm(best), "min_vs_cublas_best": min(best, default=float("nan")),
@@ -215,12 +261,18 @@ def summarize(table: dict, tie: float = TIE) -> dict[str, Any]:
 
 def _format(s: dict[str, Any]) -> str:
     if not s["shapes"]:
-        return "no measured shape with its untuned choice"
-    return (f"{s['shapes']} shapes: the heuristic's choice within {s['tie']:.0%} of the sweep's best on "
+        return f"{s['rule']}: no measured shape with its choice"
+    return (f"{s['rule']}: {s['shapes']} shapes, the choice within {s['tie']:.0%} of the sweep's best on "
             f"{s['within_tie']} ({s['within_tie'] / s['shapes']:.0%}), geomean regret {s['geomean_regret']:.1%}; "
             f"cuBLAS time / ours: the choice geomean {s['geomean_vs_cublas_choice']:.3f} "
             f"(min {s['min_vs_cublas_choice']:.3f}), the sweep's best geomean {s['geomean_vs_cublas_best']:.3f} "
             f"(min {s['min_vs_cublas_best']:.3f})")
+
+
+def report(table: dict) -> str:
+    """The summary lines of both untuned rules (:func:`choices`)."""
+    picks = choices(table)
+    return "\n".join(_format(summarize(table, rule, picks=picks)) for rule in ("heuristic", "costmodel"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary:
         if not path.is_file():
             ap.error(f"--table {path}: no such file")
-        print(_format(summarize(json.loads(path.read_text()))))
+        print(report(json.loads(path.read_text())))
         return 0
     out_dtype = args.out_dtype or args.dtype
     try:
@@ -269,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [s for s in shapes if f"{s.m}x{s.n}x{s.k}" not in table["shapes"]]
     print(f"{len(shapes)} shapes, {len(shapes) - len(todo)} already in {path}, {len(todo)} to measure", flush=True)
     if not todo:
-        print(_format(summarize(table)))
+        print(report(table))
         return 0
 
     from argus_cutlass.kernels.gemm.heuristics import default_config
@@ -296,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     libs = agent_eval._build(cands, args.workers or 16, log, notes)
     name_of = {cfg: nm for nm, (cfg, _, _) in libs.items()}
+    table.setdefault("kernel_configs", {}).update({nm: cfg.model_dump() for nm, (cfg, _, _) in libs.items()})
     known = {json.dumps(c, sort_keys=True) for c in table.get("candidates", [])}
     table["candidates"] = table.get("candidates", []) + [
         c.model_dump() for c in cands if json.dumps(c.model_dump(), sort_keys=True) not in known]
@@ -323,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:>18} best {best:.4f} ms  heuristic {h if h is None else round(h, 4)}  cuBLAS "
               f"{row['cublas_ms'] and round(row['cublas_ms'], 4)}  ({time.perf_counter() - t1:.1f} s)", flush=True)
     path.write_text(json.dumps(table, indent=1) + "\n")
-    print(_format(summarize(table)))
+    print(report(table))
     return 0
 
 

@@ -70,3 +70,17 @@ def test_summary_mode_reads_a_table_without_a_gpu(sweep, tmp_path, capsys):
     t.write_text(json.dumps({"shapes": {"1x2x3": {"kernels": {"a": 1.0}, "cublas_ms": 1.1, "heuristic": "a"}}}))
     assert sweep.main(["--table", str(t), "--summary"]) == 0
     assert "1 shapes" in capsys.readouterr().out
+
+
+def test_both_untuned_rules_are_scored_on_the_measured_table(sweep):
+    """choices(): the heuristic's kernel and the calibrated cost model's pick among the measured kernels
+    (issue 4's table: 13 shapes, the candidates keyed by label)."""
+    table = json.loads((ROOT / "bench" / "data" / "agent_eval_table.json").read_text())
+    picks = sweep.choices(table)
+    assert len(picks) == 13 and all(set(p) == {"heuristic", "costmodel"} for p in picks.values())
+    for key, p in picks.items():
+        assert table["shapes"][key]["kernels"][p["costmodel"]]   # a measured kernel
+    for rule in ("heuristic", "costmodel"):
+        s = sweep.summarize(table, rule, picks=picks)
+        assert s["shapes"] == 13 and 0 <= s["within_tie"] <= 13 and s["geomean_regret"] >= 0
+        assert s["geomean_vs_cublas_best"] >= s["geomean_vs_cublas_choice"]
