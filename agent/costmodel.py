@@ -268,3 +268,33 @@ def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = N
 def predict_ms(kernel: Any, m: int, n: int, k: int, params: CostParams | None = None) -> float:
     """:func:`predict_s` in milliseconds."""
     return predict_s(kernel, m, n, k, params) * 1e3
+
+
+#: swap-AB configurations tile the problem's M by 16..64, so above this M they are not candidates of
+#: :func:`costmodel_choice` (nor timed by the sweeps: ``bench/agent_eval.py``'s ``SWAP_AB_MAX_M``)
+SWAP_AB_MAX_M = 256
+
+
+def costmodel_choice(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn",
+                     params: CostParams | None = None) -> GemmConfig | None:
+    """The untuned choice of the cost model: the configuration of the declared sub-space
+    (:func:`argus_cutlass.kernels.gemm.space.declared_subspace` for the dtypes and layout; swap-AB ones
+    only for ``m <= SWAP_AB_MAX_M``) with the least :func:`predict_ms` under ``params`` (default: the
+    shipped calibration, :func:`calibrated`) that the verifier's fast tiers accept
+    (:func:`argus_cutlass.kernels.gemm.space.feasible`); None when none is accepted.
+
+    ``bench/sweep_gemm.py`` measures every configuration of the same sub-space, so this rule is scored
+    against the sweep's best offline (its ``choices`` / ``--summary``).
+
+    >>> costmodel_choice(8192, 8192, 8192).swap_ab, costmodel_choice(16, 8192, 8192).swap_ab
+    (False, True)
+    """
+    from argus_cutlass.kernels.gemm.space import declared_subspace, feasible
+
+    params = params or calibrated()
+    space = [c for c in declared_subspace(dtype, out_dtype, layout) if m <= SWAP_AB_MAX_M or not c.swap_ab]
+    for cfg in sorted(space, key=lambda c: predict_ms(c, m, n, k, params)):
+        if feasible(cfg)[0]:
+            return cfg
+    return None
+

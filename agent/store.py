@@ -248,7 +248,8 @@ class Lookup:
     Attributes:
         config: the chosen GemmConfig, AttentionConfig or MoEConfig.
         source: ``"store"`` (the user's experience store), ``"shipped"`` (``agent/tuned_h200.json``),
-            ``"heuristic"`` (no usable entry) or ``"forced"`` (the heuristic was asked for).
+            ``"heuristic"`` (no usable entry), ``"costmodel"`` (no usable entry, GEMM with
+            ``ARGUS_GEMM_UNTUNED=costmodel``) or ``"forced"`` (the heuristic was asked for).
         detail: one line for people: the key found; or the key that missed and why (no entry, with
             the shipped table's coverage and the nearest entry; an entry refused by the verifier's
             rules; a stale entry; a dtype/layout mismatch); and an entry of another GPU of the same
@@ -375,7 +376,8 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
             store: ExperienceStore) -> Lookup:
     """The first usable entry for ``key``: exact GPU (user store, then shipped), then another GPU of the
     same architecture (:func:`gpu_arch`; user store, then shipped; GPU names in sorted order), else
-    ``fallback`` (source ``heuristic``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``."""
+    ``fallback`` (source ``heuristic``; a callable is called only then and returns ``(config, source,
+    note)``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``."""
     gpu, _, rest = key.partition("|")
     arch = gpu_arch(gpu)
     tables = _tables(store)
@@ -402,7 +404,11 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
                 return Lookup(cfg, source, "; ".join([*notes, text]), key, k)
     if not notes:
         notes.append(_miss_text(key, tables))
-    return Lookup(fallback, "heuristic", "; ".join(notes), key, None)
+    source = "heuristic"
+    if callable(fallback):
+        fallback, source, note = fallback()
+        notes += [note] if note else []
+    return Lookup(fallback, source, "; ".join(notes), key, None)
 
 
 # ---- GEMM ---------------------------------------------------------------------------------------
@@ -456,11 +462,26 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     ('heuristic', True)
     """
     from argus_cutlass.kernels.gemm.heuristics import default_config
+    from argus_cutlass.settings import settings
 
     problem = Problem(m, n, k, dtype, out_dtype, layout)
     gpu = gpu or gpu_name() or DEFAULT_GPU
-    return _lookup(entry_key(gpu, kernel, problem), kernel, lambda e: _usable(e, problem),
-                   default_config(m, n, k, dtype, out_dtype, layout), store or ExperienceStore())
+    untuned = settings().gemm_untuned
+
+    def fallback() -> tuple[GemmConfig, str, str]:
+        """The untuned choice (``ARGUS_GEMM_UNTUNED``): the heuristic's, or the cost model's first choice."""
+        if untuned == "costmodel":
+            from argus_cutlass.agent.costmodel import costmodel_choice
+
+            cfg = costmodel_choice(m, n, k, dtype, out_dtype, layout)
+            if cfg is not None:
+                return cfg, "costmodel", "the cost model's first choice of the declared sub-space (ARGUS_GEMM_UNTUNED)"
+            return (default_config(m, n, k, dtype, out_dtype, layout), "heuristic",
+                    "the cost model's sub-space had no configuration the verifier accepts; the heuristic's")
+        return default_config(m, n, k, dtype, out_dtype, layout), "heuristic", ""
+
+    return _lookup(entry_key(gpu, kernel, problem), kernel, lambda e: _usable(e, problem), fallback,
+                   store or ExperienceStore())
 
 
 # ---- attention -------------------------------------------------------------------------------
@@ -616,10 +637,12 @@ def lookup_moe_config(problem: Any, *, heuristic: bool = False, gpu: str | None 
     (:func:`argus_cutlass.kernels.moe.space.feasible`).
 
     >>> from argus_cutlass.kernels.moe.problem import MoEProblem
-    >>> lk = lookup_moe_config(MoEProblem(16, 8, 2, 4096, 14336), gpu="NVIDIA H200",
-    ...                        store=ExperienceStore("/nonexistent/x.json"))
+    >>> none = ExperienceStore("/nonexistent/x.json")
+    >>> lk = lookup_moe_config(MoEProblem(16, 8, 2, 4096, 8192), gpu="NVIDIA H200", store=none)
     >>> lk.source, lk.config.tile_m
     ('heuristic', 64)
+    >>> lookup_moe_config(MoEProblem.for_model("mixtral", 16), gpu="NVIDIA H200", store=none).source   # a bench cell
+    'shipped'
     """
     from argus_cutlass.kernels.moe.heuristics import default_config
 

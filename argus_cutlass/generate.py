@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 #: where a configuration came from (:func:`configure`)
-CONFIG_SOURCES = ("store", "shipped", "heuristic", "forced", "given")
+CONFIG_SOURCES = ("store", "shipped", "heuristic", "costmodel", "forced", "given")
 #: family -> the baseline :func:`baseline` times (the record's key prefix)
 VENDOR = {"gemm": "cublas", "attention": "cudnn", "moe": "grouped_mm"}
 
@@ -116,7 +116,9 @@ def configure(problem: Problem, *, heuristic: bool = False, gpu: str | None = No
     Returns:
         a :class:`~argus_cutlass.agent.store.Lookup`, which unpacks as ``(config, source)``; source
         ``"store"`` (the user's experience store, filled by ``tune``), ``"shipped"``
-        (``agent/tuned_h200.json``), ``"heuristic"`` (no usable tuned entry for the shape bucket) or
+        (``agent/tuned_h200.json``), ``"heuristic"`` (no usable tuned entry for the shape bucket),
+        ``"costmodel"`` (the same, GEMM with ``ARGUS_GEMM_UNTUNED=costmodel``:
+        :func:`argus_cutlass.agent.costmodel.costmodel_choice`) or
         ``"forced"`` (``heuristic=True``); ``.detail`` says which key was found or missed and why
         (e.g. an H100 using an entry tuned on an H200). Every family looks up user store -> shipped
         table, exact GPU first, then another GPU of the same architecture; tuned entries are used

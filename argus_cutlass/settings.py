@@ -15,6 +15,9 @@ variable                   meaning
                            a query that times out is reported "unknown", never proved
 ``ARGUS_REPORT_CACHE``     ``0`` turns off the cache of verified reports (default on: a program whose
                            fingerprint and verifier source were proved before is not re-verified)
+``ARGUS_GEMM_UNTUNED``     ``heuristic`` (default) or ``costmodel``: a GEMM with no tuned entry takes the
+                           heuristic's configuration or the cost model's first choice of the declared
+                           sub-space (``agent.costmodel.costmodel_choice``)
 ``ARGUS_UPDATE_GOLDEN``    ``1`` rewrites golden files in the tests instead of comparing
 ``ARGUS_MUTANT_TIMEOUT``   seconds one mutant-kernel child process may run before it is
                            killed and reported ``hang`` (default 30; GPU mutation suite)
@@ -48,11 +51,27 @@ class Settings:
     bench_config: str = "heuristic"
     bench_table: str | None = None
     verify_bench_table: str | None = None
+    gemm_untuned: str = "heuristic"
+
+
+#: values of ``ARGUS_GEMM_UNTUNED``
+GEMM_UNTUNED = ("heuristic", "costmodel")
 
 
 def settings() -> Settings:
-    """Read the environment now."""
+    """Read the environment now.
+
+    Raises:
+        argus_cutlass.errors.ProblemError: ``settings.gemm_untuned`` when ``ARGUS_GEMM_UNTUNED`` is not one
+            of :data:`GEMM_UNTUNED`.
+    """
     env = os.environ
+    untuned = env.get("ARGUS_GEMM_UNTUNED", "heuristic") or "heuristic"
+    if untuned not in GEMM_UNTUNED:
+        from argus_cutlass.errors import ProblemError
+
+        raise ProblemError("settings.gemm_untuned", f"ARGUS_GEMM_UNTUNED={untuned!r} is not one of {GEMM_UNTUNED}",
+                           "unset it or use heuristic / costmodel")
     cache_root = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Settings(
         cutlass_path=Path(env["CUTLASS_PATH"]) if env.get("CUTLASS_PATH") else None,
@@ -68,6 +87,7 @@ def settings() -> Settings:
         bench_config=env.get("ARGUS_BENCH_CONFIG", "heuristic"),
         bench_table=env.get("ARGUS_BENCH_TABLE") or None,
         verify_bench_table=env.get("ARGUS_VERIFY_BENCH_TABLE") or None,
+        gemm_untuned=untuned,
     )
 
 

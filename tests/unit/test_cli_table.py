@@ -32,7 +32,9 @@ def test_table_lists_the_shipped_entries(capsys, empty_store):
     assert "[shipped] NVIDIA H200 | bf16 | bf16 | tn | m4096_n4096_k4096: 128x256x64" in out
     assert "cuBLAS" in out and "attention" not in out
     assert main(["table", "--kernel", "moe"]) == 0
-    assert "moe: no tuned entries" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("moe: 11 entries; key = gpu | kernel | dtype | shape | tokens")
+    assert "[shipped] NVIDIA H200 | bf16 | e8k2h4096i14336 | t256: 64-row tiles" in out and "_grouped_mm" in out
 
 
 def test_table_takes_what_gemm_runs_and_lists_the_nearest_first(capsys, empty_store):

@@ -37,8 +37,8 @@ from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.plan.fragments import EnumFragment, Fragment, IntRangeFragment
 
 __all__ = [
-    "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "admissible", "derive",
-    "feasible", "knob_values",
+    "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "admissible",
+    "declared_subspace", "derive", "feasible", "knob_values",
 ]
 
 #: GemmConfig fields computed from others, never searched
@@ -258,3 +258,51 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
         return False, (f"{exc.rule}: {exc.message}",)
     report = verify_gemm(program, smt=smt)
     return report.ok, tuple(f"{v.rule}: {v.message}" for v in report.violations)
+
+
+def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
+    """The declared sub-space (75 configs, before the verifier): the candidate set of the sweeps
+    (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
+    (:func:`argus_cutlass.agent.costmodel.costmodel_choice`).
+
+    6 tile/schedule pairs (128x256, 128x128, 256x128 cooperative; 64x64, 64x128, 64x256
+    ping-pong) x 3 clusters (1x1, 2x1, 1x2) x 3 walks (raster N swizzle 1, raster M
+    swizzle 1, raster N swizzle 4) = 54; 128x192 cooperative with 1x1 and 2x1 clusters; the
+    work decompositions stream-K / split-K 2 / split-K 4 on 128x128, stream-K on 128x256 and
+    128x64 (cluster 1x1); 64x128x128 ping-pong; 13 swap-AB kernels (kernel tiles 64x16,
+    64x32, 64x64 ping-pong and 128x16, 128x32 cooperative, clusters 1x1 and 2x1, 8 stages;
+    64x16, 64x32 and 128x16 also with 12). Stages are fitted to shared memory.
+    """
+    from argus_cutlass.kernels.gemm.heuristics import fit_stages
+
+    tiles = [(128, 256, "cooperative"), (128, 128, "cooperative"), (64, 128, "pingpong"),
+             (64, 256, "pingpong"), (256, 128, "cooperative"), (64, 64, "pingpong")]
+    clusters = [(1, 1), (2, 1), (1, 2)]
+    walks = [("along_n", 1), ("along_m", 1), ("along_n", 4)]
+    # (tile_m, tile_n, schedule, tile_k), (cluster), (raster, swizzle), (scheduler, splits)
+    combos = [((tm, tn, sch, 64), c, w, ("persistent", 1)) for tm, tn, sch in tiles for c in clusters for w in walks]
+    combos += [((128, 192, "cooperative", 64), c, ("along_n", 1), ("persistent", 1)) for c in ((1, 1), (2, 1))]
+    for tile, dec in (((128, 128, "cooperative", 64), ("streamk", 1)), ((128, 128, "cooperative", 64), ("splitk", 2)),
+                      ((128, 128, "cooperative", 64), ("splitk", 4)), ((128, 256, "cooperative", 64), ("streamk", 1)),
+                      ((128, 64, "cooperative", 64), ("streamk", 1)), ((64, 128, "pingpong", 128), ("persistent", 1))):
+        combos.append((tile, (1, 1), ("along_n", 1), dec))
+    out = []
+    for (tm, tn, sch, tk), (cm, cn), (raster, swz), (scheduler, splits) in combos:
+        cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk,
+                         cluster_m=cm, cluster_n=cn, stages=8, schedule=sch,
+                         epi_m=128 if sch == "cooperative" else 64, epi_n=32, raster=raster, swizzle=swz,
+                         scheduler=scheduler, splits=splits)
+        out.append(fit_stages(cfg))
+    # swap-AB (D^T = B A^T; tiles in the kernel's modes: tile_n tiles the problem's M)
+    swaps = [((tm, tn, sch), c, 8) for tm, tn, sch in ((64, 16, "pingpong"), (64, 32, "pingpong"),
+                                                        (64, 64, "pingpong"), (128, 16, "cooperative"),
+                                                        (128, 32, "cooperative"))
+             for c in ((1, 1), (2, 1))]
+    swaps += [((64, 16, "pingpong"), (1, 1), 12), ((64, 32, "pingpong"), (1, 1), 12),
+              ((128, 16, "cooperative"), (1, 1), 12)]
+    for (tm, tn, sch), (cm, cn), stages in swaps:
+        cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=64,
+                         cluster_m=cm, cluster_n=cn, stages=stages, schedule=sch,
+                         epi_m=128 if sch == "cooperative" else 64, epi_n=min(32, tn), swap_ab=True)
+        out.append(fit_stages(cfg))
+    return out
