@@ -26,7 +26,8 @@ def test_subspace_is_small_and_distinct():
 
     cands = ae.subspace()
     names = {kernel_name(c) for c in cands}
-    assert len(names) == len(cands) == 75  # <= ~80 kernels: ~3 min of nvcc on 16 cores
+    assert len(names) == len(cands) == 81  # <= ~80 kernels: ~3 min of nvcc on 16 cores
+    assert sum(c.swap_ab and c.scheduler != "persistent" for c in cands) == 6   # decode: swap-AB with K split
     assert {(c.raster, c.swizzle) for c in cands} == {("along_n", 1), ("along_m", 1), ("along_n", 4)}
     assert {(c.scheduler, c.splits) for c in cands} == {("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4)}
     from argus_cutlass.kernels.gemm.heuristics import default_config

@@ -77,6 +77,14 @@ SWAP_CASES = (
                 schedule="pingpong", epi_m=64, epi_n=32, swap_ab=True), 64, 4096, 1000, 0.5),
     (GemmConfig(layout="nn", out_dtype="fp16", tile_m=64, tile_n=64, cluster_m=1, cluster_n=1, stages=8,
                 schedule="pingpong", epi_m=64, epi_n=32, swap_ab=True), 24, 1000, 4096, 0.0),
+    # decode: swap-AB with K split over the SMs (the declared sub-space's issue 13 item 2 points;
+    # not on silicon before session 19's successor): stream-K and split-K, residues in M, N and K
+    (_SWAP_SK16 := GemmConfig(tile_m=128, tile_n=16, cluster_m=1, cluster_n=1, stages=8, epi_m=128, epi_n=16,
+                              swap_ab=True, scheduler="streamk"), 16, 4096, 14336, 0.0),
+    (_SWAP_SK16, 7, 1000, 5000, 0.5),
+    (_SWAP_SK16.replace(scheduler="splitk", splits=4), 16, 4096, 14336, 0.0),
+    (_SWAP_SK16.replace(scheduler="splitk", splits=2, layout="nt", dtype="fp16", out_dtype="fp32"), 24, 1000, 4104, 0.5),
+    (_SWAP_SK16.replace(tile_n=32, epi_n=32, scheduler="streamk", layout="tt"), 33, 5000, 2000, 0.0),
 )
 
 

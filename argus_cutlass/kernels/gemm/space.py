@@ -261,7 +261,7 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (75 configs, before the verifier): the candidate set of the sweeps
+    """The declared sub-space (81 configs, before the verifier): the candidate set of the sweeps
     (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
     (:func:`argus_cutlass.agent.costmodel.costmodel_choice`).
 
@@ -271,7 +271,11 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     work decompositions stream-K / split-K 2 / split-K 4 on 128x128, stream-K on 128x256 and
     128x64 (cluster 1x1); 64x128x128 ping-pong; 13 swap-AB kernels (kernel tiles 64x16,
     64x32, 64x64 ping-pong and 128x16, 128x32 cooperative, clusters 1x1 and 2x1, 8 stages;
-    64x16, 64x32 and 128x16 also with 12). Stages are fitted to shared memory.
+    64x16, 64x32 and 128x16 also with 12); 6 swap-AB kernels with a work decomposition for decode
+    (issue 13 item 2: 128x16 and 128x32 cooperative, stream-K and split-K 2 / 4, cluster 1x1, 8
+    stages), because a weight of N rows gives only ceil(N / 64) swap-AB tiles (64 for N = 4096: half the
+    132 SMs idle) and splitting K is what fills the SMs while still reading each weight byte once.
+    81 in all. Stages are fitted to shared memory.
     """
     from argus_cutlass.kernels.gemm.heuristics import fit_stages
 
@@ -305,4 +309,10 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
                          cluster_m=cm, cluster_n=cn, stages=stages, schedule=sch,
                          epi_m=128 if sch == "cooperative" else 64, epi_n=min(32, tn), swap_ab=True)
         out.append(fit_stages(cfg))
+    for tn in (16, 32):   # decode: swap-AB with K split over the SMs
+        for scheduler, splits in (("streamk", 1), ("splitk", 2), ("splitk", 4)):
+            cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=128, tile_n=tn, tile_k=64,
+                             cluster_m=1, cluster_n=1, stages=8, schedule="cooperative", epi_m=128, epi_n=tn,
+                             swap_ab=True, scheduler=scheduler, splits=splits)
+            out.append(fit_stages(cfg))
     return out
