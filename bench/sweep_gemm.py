@@ -92,6 +92,9 @@ def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     ops = problem.operands()
     size = {n: ops[n].storage_bytes for n in ("A", "B", "D")}
+    # at least whole rows of the leading dimension (the views of :func:`_cublas_views`), 2-byte inputs
+    size["A"] = max(size["A"], 2 * problem.lda * (problem.m if problem.layout[0] == "t" else problem.k))
+    size["B"] = max(size["B"], 2 * problem.ldb * (problem.n if problem.layout[1] == "n" else problem.k))
     per_set = sum(size.values())
     count = max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / per_set)))
     sets = []
