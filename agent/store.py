@@ -174,6 +174,26 @@ def make_entry(gpu: str, kernel: str, problem: Problem, cfg: GemmConfig, ms: flo
     }
 
 
+def table_entry_key(entry: dict[str, Any]) -> str:
+    """The lookup key of an entry of ``agent/tuned_h200.json`` or of a store: its ``key`` (attention,
+    MoE), else GEMM's ``gpu|kernel|dtype|out_dtype|layout|bucket`` (:func:`entry_key`)."""
+    if entry.get("key"):
+        return str(entry["key"])
+    return "|".join(str(entry.get(f, "")) for f in ("gpu", "kernel", "dtype", "out_dtype", "layout", "bucket"))
+
+
+def merge_entries(table: dict[str, Any], new: list[dict[str, Any]]) -> dict[str, Any]:
+    """``table`` (the JSON object of ``agent/tuned_h200.json``) with ``new`` entries added; an old entry
+    of the same :func:`table_entry_key` is replaced, every other key of the table is kept.
+
+    >>> t = {"note": "n", "entries": [{"key": "a", "ms": 1}, {"key": "b", "ms": 2}]}
+    >>> merge_entries(t, [{"key": "b", "ms": 3}])
+    {'note': 'n', 'entries': [{'key': 'a', 'ms': 1}, {'key': 'b', 'ms': 3}]}
+    """
+    keys = {table_entry_key(e) for e in new}
+    return {**table, "entries": [e for e in table.get("entries", []) if table_entry_key(e) not in keys] + list(new)}
+
+
 def shipped_entries() -> list[dict[str, Any]]:
     """Entries of the package's ``tuned_h200.json`` (measured on an H200; may be empty).
     The file is read once per process; callers get their own list."""

@@ -4,6 +4,7 @@ cuBLAS in the same process, resumable across device calls.
     python3 bench/sweep_gemm.py --table bench/data/gemm_sweep_bf16_bf16_tn_h200.json [--shapes models|bench|FILE]
                                 [--m 1,8,32] [--dtype bf16 --out-dtype bf16 --layout tn] [--max-seconds 480]
     python3 bench/sweep_gemm.py --table TABLE --summary          # the table's summary (no GPU)
+    python3 bench/sweep_gemm.py --table TABLE --merge-shipped    # its per-bucket bests into agent/tuned_h200.json
 
 What it measures, per shape (``--shapes models``: :func:`argus_cutlass.agent.shapes.model_shape_set`, every
 projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 64, 100, 256, 512, 1024,
@@ -278,6 +279,44 @@ def report(table: dict) -> str:
     return "\n".join(_format(summarize(table, rule, picks=picks)) for rule in ("heuristic", "costmodel"))
 
 
+def bucket_entries(table: dict) -> list[dict[str, Any]]:
+    """The table's measurements as entries of ``agent/tuned_h200.json``, one per shape bucket (the
+    lookup key, :func:`argus_cutlass.agent.store.entry_key`: M, N, K each rounded up to a power of
+    two): among the kernels measured on every shape of the bucket, the one with the least geomean of
+    its time over each shape's best; the entry's ``shape``, ``ms`` and ``cublas_ms`` are the bucket's
+    largest shape's. Needs the table's ``kernel_configs`` (written by this script).
+
+    Raises:
+        ValueError: the table has no ``kernel_configs``.
+    """
+    from argus_cutlass.agent.planner import Problem
+    from argus_cutlass.agent.store import entry_key, make_entry
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    if not table.get("kernel_configs"):
+        raise ValueError("the table has no kernel_configs (written by bench/sweep_gemm.py since session 19)")
+    configs = {nm: GemmConfig(**c) for nm, c in table["kernel_configs"].items()}
+    flavor = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+    gpu = table.get("gpu", "NVIDIA H200")
+    buckets: dict[str, list[tuple[Problem, dict]]] = {}
+    for key, row in table.get("shapes", {}).items():
+        m, n, k = map(int, key.split("x"))
+        p = Problem(m, n, k, flavor["dtype"], flavor["out_dtype"], flavor["layout"])
+        buckets.setdefault(entry_key(gpu, "gemm", p), []).append((p, row))
+    out = []
+    for rows in buckets.values():
+        goods = [{nm: v for nm, v in row["kernels"].items() if v and nm in configs} for _, row in rows]
+        common = set.intersection(*(set(g) for g in goods)) if goods else set()
+        if not common:
+            continue
+        score = {nm: sum(math.log(g[nm] / min(g.values())) for g in goods) for nm in common}
+        best = min(sorted(common), key=lambda nm: score[nm])
+        i = max(range(len(rows)), key=lambda j: rows[j][0].flops)
+        p, row = rows[i]
+        out.append(make_entry(gpu, "gemm", p, configs[best], goods[i][best], row.get("cublas_ms")))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", required=True, help="the sweep table (read when it exists, written after every shape)")
@@ -292,14 +331,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=None, help="parallel nvcc (default: CPU count)")
     ap.add_argument("--summary", action="store_true", help="print the table's summary and exit (no GPU)")
+    ap.add_argument("--merge-shipped", action="store_true",
+                    help="merge the table's per-bucket bests into agent/tuned_h200.json and exit (no GPU)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     path = Path(args.table)
     agent_eval._bootstrap()
-    if args.summary:
+    if args.summary or args.merge_shipped:
         if not path.is_file():
             ap.error(f"--table {path}: no such file")
-        print(report(json.loads(path.read_text())))
+        table = json.loads(path.read_text())
+        if args.merge_shipped:
+            from argus_cutlass.agent.store import merge_entries
+
+            try:
+                new = bucket_entries(table)
+            except ValueError as exc:
+                ap.error(f"--table {path}: {exc}")
+            shipped = ROOT / "agent" / "tuned_h200.json"
+            shipped.write_text(json.dumps(merge_entries(json.loads(shipped.read_text()), new), indent=1) + "\n")
+            print(f"merged {len(new)} GEMM bucket entries into {shipped}")
+            return 0
+        print(report(table))
         return 0
     out_dtype = args.out_dtype or args.dtype
     try:

@@ -46,11 +46,10 @@ def merge(path: Path, shipped: Path = SHIPPED) -> int:
                          f"{exc}") from None
     if isinstance(entries, dict):
         entries = list(entries.values())
+    from argus_cutlass.agent.store import merge_entries
+
     new = [e for e in entries if isinstance(e, dict) and e.get("kernel") == "moe" and e.get("key")]
-    table = json.loads(shipped.read_text())
-    keys = {e["key"] for e in new}
-    table["entries"] = [e for e in table["entries"] if e.get("key") not in keys] + new
-    shipped.write_text(json.dumps(table, indent=1) + "\n")
+    shipped.write_text(json.dumps(merge_entries(json.loads(shipped.read_text()), new), indent=1) + "\n")
     return len(new)
 
 

@@ -84,3 +84,29 @@ def test_both_untuned_rules_are_scored_on_the_measured_table(sweep):
         s = sweep.summarize(table, rule, picks=picks)
         assert s["shapes"] == 13 and 0 <= s["within_tie"] <= 13 and s["geomean_regret"] >= 0
         assert s["geomean_vs_cublas_best"] >= s["geomean_vs_cublas_choice"]
+
+
+def test_bucket_entries_pick_the_kernel_best_over_the_whole_bucket(sweep):
+    """One entry per lookup bucket: the kernel of least geomean time-over-best among those measured on
+    every shape of the bucket (not the best of one shape); ms / cuBLAS of the bucket's largest shape."""
+    from argus_cutlass.agent.store import entry_key, merge_entries, table_entry_key
+    from argus_cutlass.agent.planner import Problem
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    a, b, c = GemmConfig(), GemmConfig(tile_n=128, cluster_m=1), GemmConfig(tile_n=128, cluster_m=1, stages=6)
+    table = {"gpu": "NVIDIA H200", "flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
+             "kernel_configs": {"a": a.model_dump(), "b": b.model_dump(), "c": c.model_dump()},
+             "shapes": {   # 3000 and 4000 share the bucket m4096_n4096_k4096; "c" is missing on one of them
+                 "3000x4096x4096": {"kernels": {"a": 1.00, "b": 1.05, "c": 0.90}, "cublas_ms": 1.1},
+                 "4000x4096x4096": {"kernels": {"a": 1.30, "b": 1.20, "c": None}, "cublas_ms": 1.4},
+                 "64x4096x4096": {"kernels": {"a": 0.30, "b": 0.20}, "cublas_ms": 0.25}}}
+    entries = sweep.bucket_entries(table)
+    assert len(entries) == 2
+    big = next(e for e in entries if e["shape"] == [4000, 4096, 4096])
+    # a: 1.00/1.00 and 1.30/1.20; b: 1.05/1.00 and 1.20/1.20 -> b has the smaller geomean
+    assert GemmConfig(**big["config"]) == b and big["ms"] == 1.20 and big["cublas_ms"] == 1.4
+    assert table_entry_key(big) == entry_key("NVIDIA H200", "gemm", Problem(4000, 4096, 4096))
+    merged = merge_entries({"entries": [dict(big, ms=9.0), {"key": "x"}]}, entries)
+    assert len(merged["entries"]) == 3 and [e["ms"] for e in merged["entries"] if e.get("shape") == [4000, 4096, 4096]] == [1.2]
+    with pytest.raises(ValueError, match="kernel_configs"):
+        sweep.bucket_entries({"shapes": {}})
