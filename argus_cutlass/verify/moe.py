@@ -906,11 +906,23 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                                                  "warp": MAX_EXPERTS // 32, "lane": 0}, "", {},
                                         f"E <= {MAX_EXPERTS}", f"E = {e}: expert {MAX_EXPERTS} has no thread", "",
                                         element={"expert": MAX_EXPERTS}, params={"E": e})))
+    from argus_cutlass.verify.smt import bound_bits
+
+    for part, k_name, k in (("gate_up", "H", layer.hidden), ("down", "I", layer.ffn)):
+        bits = bound_bits(layer.program(part))
+        if k >> bits:   # run_grouped returns kErrKRange for K >= 2^bound_bits: every call of the layer refused
+            bad.append(_viol("moe.launch", f"{part}: K = {k_name} = {k} is outside its k loop's proof range "
+                             f"[1, 2^{bits}) (KLoop.bound_bits = {bits}); run_grouped refuses every call with kErrKRange",
+                             Counterexample("M9", "moe.launch", "arith", f"{part}::run_grouped", "loop.bound_bits", -1,
+                                            -1, -1, {}, {"cta": 0}, "", {}, f"{k_name} < 2^{bits}",
+                                            f"{k_name} = {k}", "the layer can never run",
+                                            params={k_name: k, "bound_bits": bits})))
     if bad:
         return [], bad
     return [Proof("moe.launch", "M9", "arith", f"combine {layer.combine.threads} and routing {layer.routing.chunk} "
-                  f"threads per CTA (whole warps, <= {MAX_CTA_THREADS}); E = {layer.experts} <= {MAX_EXPERTS}",
-                  points=3)], []
+                  f"threads per CTA (whole warps, <= {MAX_CTA_THREADS}); E = {layer.experts} <= {MAX_EXPERTS}; "
+                  f"H = {layer.hidden} and I = {layer.ffn} inside their k loops' proof ranges",
+                  points=5)], []
 
 
 def _padded_rows_max(layer: MoELayer, t: int) -> int:
