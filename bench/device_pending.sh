@@ -8,7 +8,9 @@
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
 #   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather (~6 min)
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
-#   bash bench/device_pending.sh OUTDIR moe-mutants   # the 36 MoE mutants without the verifier (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
+#                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
 #   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
 #                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
@@ -28,7 +30,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-sweep " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-sweep " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -64,6 +66,14 @@ case "$STEP" in
     timeout 200 ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
       python3 "$R/bench/profile_moe.py" --out "$OUT/prof" --ncu --cells qwen3-30b-a3b:16,mixtral:8192 > "$OUT/moe_ncu.txt" 2>&1
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|L2 Cache Throughput" "$OUT/moe_ncu.txt" | head -60 ;;
+  moe-stalls)
+    timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters --section LaunchStats \
+      -o "$OUT/moe_stalls" python3 "$R/bench/profile_moe.py" --out "$OUT/prof" --ncu \
+      --cells qwen3-30b-a3b:16,deepseek-v2-lite:16,mixtral:16 > "$OUT/moe_stalls_run.log" 2>&1
+    ncu --import "$OUT/moe_stalls.ncu-rep" --page details > "$OUT/moe_stalls.txt" 2>&1
+    grep -E "gemm_kernel|Duration|DRAM Throughput|Stall|Warp Cycles Per Issued|No Eligible|Issued Warp" \
+      "$OUT/moe_stalls.txt" | head -80 ;;
   moe-mutants)
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 2>&1 | tail -45 | tee "$OUT/moe_mutants.log" ;;
   moe-bench)

@@ -69,6 +69,20 @@ class GmmaSmemAtom:
     swizzle_bytes: int  # 128, 64, 32, or 16 (= no swizzle, "interleave")
     elem_bits: int
 
+    def __post_init__(self) -> None:
+        """Refuse an atom CuTe does not have (``cute/atom/mma_traits_sm90_gmma.hpp`` defines
+        ``GMMA::Layout_{K,MN}_{INTER,SW32,SW64,SW128}_Atom`` only): the printed name would not compile.
+
+        Raises:
+            argus_cutlass.errors.DslError: ``smem.atom``.
+        """
+        from argus_cutlass.errors import DslError
+
+        if self.major not in ("K", "MN") or self.swizzle_bytes not in _SWIZZLE_NAME or self.elem_bits not in (8, 16, 32):
+            raise DslError("smem.atom", f"GmmaSmemAtom(major={self.major!r}, swizzle_bytes={self.swizzle_bytes!r}, "
+                           f"elem_bits={self.elem_bits!r}): CuTe's GMMA smem atoms are K- or MN-major, "
+                           "swizzle 16 / 32 / 64 / 128 bytes, over 8-, 16- or 32-bit elements")
+
     @property
     def name(self) -> str:
         return f"Layout_{self.major}_{_SWIZZLE_NAME[self.swizzle_bytes]}_Atom"

@@ -405,6 +405,20 @@ def check_gmma_m_tile(program: Program) -> Outcome:
         bad.append(f"GMMA mode {mma.op.mode!r} is not SS or RS")
     if mma.op.acc_dtype != "fp32":
         bad.append(f"GMMA accumulator type {mma.op.acc_dtype!r}: the kernel accumulates in fp32")
+    # each read's own op, slot tile and warpgroups are the MMA's and its load's: the rules read the reads,
+    # the kernel takes the tiles from the loads (kTileAMn / kTileAK, the template's static_assert)
+    for r, wgs in ((ra, mma.atoms_m), (program.read("B"), 1)):
+        try:
+            ld = program.load_into(r.src)
+        except KeyError:
+            continue   # no load fills it: the data-flow rules say so
+        got = (r.op, r.mma, r.tile_mn, r.tile_k, r.warpgroups)
+        want = (mma.op, mma.name, ld.tile_mn, ld.tile_k, wgs)
+        if got != want:
+            diff = [f"{f} {g!r} (want {w!r})" for f, g, w in zip(("op", "mma", "tile_mn", "tile_k", "warpgroups"),
+                                                                  got, want) if g != w]
+            bad.append(f"read {r.name} of {r.src}: {', '.join(diff)}: its slot geometry is not the MMA's and "
+                       f"load {ld.name}'s")
     try:
         acc = program.tensor(mma.acc)
     except KeyError:

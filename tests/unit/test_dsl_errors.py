@@ -140,3 +140,34 @@ def test_moe_combine_weight_shift_is_non_negative():
     with pytest.raises(DslError, match=r"weight_slot_shift -2: expected an int in \[0, 2\^31\)"):
         layer.replace_part("combine", weight_slot_shift=-2) if hasattr(layer, "replace_part") else \
             dataclasses.replace(layer.combine, weight_slot_shift=-2)
+
+
+@pytest.mark.parametrize("major,swizzle,bits", [("M", 128, 16), ("N", 128, 16), ("K", 256, 16), ("MN", 128, 4)])
+def test_smem_atom_outside_cute_is_refused(major, swizzle, bits):
+    """An atom CuTe lacks (e.g. Layout_M_SW128_Atom, red team session 19: it verified and failed in nvcc)."""
+    from argus_cutlass.dsl.atoms import GmmaSmemAtom
+
+    with pytest.raises(DslError) as exc:
+        GmmaSmemAtom(major, swizzle, bits)
+    assert exc.value.rule == "smem.atom" and repr(major) in str(exc.value)
+
+
+@pytest.mark.parametrize("operand", ["A", "B"])
+@pytest.mark.parametrize("field", ["tile_k", "tile_mn", "warpgroups", "op.n", "mma"])
+def test_read_geometry_is_the_mma_and_the_load(operand, field):
+    """gmma.m_tile rejects a read whose op, slot tile or warpgroups differ from its MMA's and its load's
+    (the rules read the reads; the kernel takes the tiles from the loads: red team session 19 found these
+    edits accepted, stopped only by the template's static_assert)."""
+    cfg = GemmConfig(tile_m=128, tile_n=16, cluster_m=1, cluster_n=1, stages=8, epi_m=128, epi_n=16, swap_ab=True,
+                     scheduler="streamk")
+    p = build_program(cfg)
+    r = p.read(operand)
+    if field == "op.n":
+        change = {"op": dataclasses.replace(r.op, n=r.op.n * 2)}
+    elif field == "mma":
+        change = {"mma": r.mma + "_other"}
+    else:
+        change = {field: getattr(r, field) * 2 + 1}
+    report = verify_gemm(p.replace_node("read", operand, **change), smt=False)
+    assert not report.ok and "gmma.m_tile" in report.rules_violated(), report.format()
+    assert verify_gemm(p, smt=False).ok
