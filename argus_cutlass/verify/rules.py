@@ -405,20 +405,6 @@ def check_gmma_m_tile(program: Program) -> Outcome:
         bad.append(f"GMMA mode {mma.op.mode!r} is not SS or RS")
     if mma.op.acc_dtype != "fp32":
         bad.append(f"GMMA accumulator type {mma.op.acc_dtype!r}: the kernel accumulates in fp32")
-    # each read's own op, slot tile and warpgroups are the MMA's and its load's: the rules read the reads,
-    # the kernel takes the tiles from the loads (kTileAMn / kTileAK, the template's static_assert)
-    for r, wgs in ((ra, mma.atoms_m), (program.read("B"), 1)):
-        try:
-            ld = program.load_into(r.src)
-        except KeyError:
-            continue   # no load fills it: the data-flow rules say so
-        got = (r.op, r.mma, r.tile_mn, r.tile_k, r.warpgroups)
-        want = (mma.op, mma.name, ld.tile_mn, ld.tile_k, wgs)
-        if got != want:
-            diff = [f"{f} {g!r} (want {w!r})" for f, g, w in zip(("op", "mma", "tile_mn", "tile_k", "warpgroups"),
-                                                                  got, want) if g != w]
-            bad.append(f"read {r.name} of {r.src}: {', '.join(diff)}: its slot geometry is not the MMA's and "
-                       f"load {ld.name}'s")
     try:
         acc = program.tensor(mma.acc)
     except KeyError:
@@ -431,6 +417,34 @@ def check_gmma_m_tile(program: Program) -> Outcome:
         return _bad(rule, bad, "cooperative needs tile_m % 128 == 0, pingpong tile_m % 64 == 0", str(mma.loc))
     return _ok(rule, f"tile {ra.tile_mn}x{tile_k} = {mma.reps_m} x {unit} rows ({mma.atoms_m} warpgroups x 64), "
                      f"{tile_k // mma.op.k} k-blocks of {mma.op.k}")
+
+
+def check_gmma_reads(program: Program) -> Outcome:
+    """gmma.reads: each MMA read's own GMMA op, MMA name, slot tile (MN x K) and warpgroups are its MMA's
+    and its load's (A: the MMA's warpgroups along M; B: 1). The other rules read the reads, while the
+    kernel takes the tiles from the loads (``kTileAMn`` / ``kTileAK``) and the op from the MMA node; the
+    template's ``static_assert`` is only the backstop (red team, session 19).
+
+    Source: ``templates/gemm/traits.j2`` (the reads' ``static_assert``); PTX ISA 9.7.15.5.
+    """
+    rule = "gmma.reads"
+    mma = program.mma
+    bad = []
+    for r, wgs in ((program.read("A"), mma.atoms_m), (program.read("B"), 1)):
+        try:
+            ld = program.load_into(r.src)
+        except KeyError:
+            continue   # no load fills it: the data-flow rules say so
+        got = (r.op, r.mma, r.tile_mn, r.tile_k, r.warpgroups)
+        want = (mma.op, mma.name, ld.tile_mn, ld.tile_k, wgs)
+        if got != want:
+            diff = [f"{f} {g!r} (want {w!r})" for f, g, w in zip(("op", "mma", "tile_mn", "tile_k", "warpgroups"),
+                                                                  got, want) if g != w]
+            bad.append(f"read {r.name} of {r.src}: {', '.join(diff)}: its slot geometry is not the MMA's and "
+                       f"load {ld.name}'s")
+    if bad:
+        return _bad(rule, bad, "build reads with the MMA's op and the loads' tiles", str(mma.loc))
+    return _ok(rule, f"reads A and B: the MMA's op {mma.op.m}x{mma.op.n}x{mma.op.k}, the loads' tiles")
 
 
 def check_epilogue_tile(program: Program) -> Outcome:
@@ -557,6 +571,7 @@ RULES: dict[str, Callable[[Program], Outcome]] = {
     "tma.map": check_tma_map,
     "gmma.n": check_gmma_n,
     "gmma.m_tile": check_gmma_m_tile,
+    "gmma.reads": check_gmma_reads,
     "epilogue.tile": check_epilogue_tile,
     "cluster": check_cluster,
     "stages": check_stages,

@@ -155,7 +155,7 @@ def test_smem_atom_outside_cute_is_refused(major, swizzle, bits):
 @pytest.mark.parametrize("operand", ["A", "B"])
 @pytest.mark.parametrize("field", ["tile_k", "tile_mn", "warpgroups", "op.n", "mma"])
 def test_read_geometry_is_the_mma_and_the_load(operand, field):
-    """gmma.m_tile rejects a read whose op, slot tile or warpgroups differ from its MMA's and its load's
+    """gmma.reads rejects a read whose op, slot tile or warpgroups differ from its MMA's and its load's
     (the rules read the reads; the kernel takes the tiles from the loads: red team session 19 found these
     edits accepted, stopped only by the template's static_assert)."""
     cfg = GemmConfig(tile_m=128, tile_n=16, cluster_m=1, cluster_n=1, stages=8, epi_m=128, epi_n=16, swap_ab=True,
@@ -169,5 +169,5 @@ def test_read_geometry_is_the_mma_and_the_load(operand, field):
     else:
         change = {field: getattr(r, field) * 2 + 1}
     report = verify_gemm(p.replace_node("read", operand, **change), smt=False)
-    assert not report.ok and "gmma.m_tile" in report.rules_violated(), report.format()
+    assert not report.ok and "gmma.reads" in report.rules_violated(), report.format()
     assert verify_gemm(p, smt=False).ok
