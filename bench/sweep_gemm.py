@@ -17,8 +17,8 @@ projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 6
   them (so the untuned choices of today's ``argus-cutlass gemm`` are measured too); each compiled once and
   checked against the fp32 reference on two small problems with residues (``agent_eval._build``);
 * swap-AB configurations only on M <= ``agent_eval.SWAP_AB_MAX_M`` (tens of times slower above);
-* operands rotated: as many sets of (A, B, D) as it takes for ``--rotate-bytes`` (default 3 x the H200's
-  60 MB L2), at most 48, cycled launch by launch, for our kernels and for cuBLAS alike, so a shape whose
+* operands rotated: as many sets of (A, B, D) as it takes for :data:`ROTATE_BYTES` (3 x the H200's
+  60 MB L2), at most 48 (so shapes of under ~1.25 MB per set still fit in L2 together), cycled launch by launch, for our kernels and for cuBLAS alike, so a shape whose
   weights fit in L2 is timed reading them from HBM, as a serving loop that runs other layers between two
   calls of this one sees it (and as issue 13 item 2's weight-read floor assumes);
 * ``--rounds`` rounds (CUDA events, median of ``--iters`` launches after ``--warmup``; each round starts
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -181,83 +182,76 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
             "operand_sets": nsets, "names": list(shape.names)}
 
 
-def choices(table: dict) -> dict[str, dict[str, str]]:
-    """Per shape key, the kernel each untuned rule picks among the shape's measured kernels:
+def choices(table: dict) -> dict[str, dict[str, str | None]]:
+    """Per shape key, the kernel each untuned rule runs for that shape, by the runtime's own code:
     ``heuristic`` (the row's recorded pick, else the name of
     :func:`~argus_cutlass.kernels.gemm.heuristics.default_config` when the table holds it) and
-    ``costmodel`` (the least :func:`argus_cutlass.agent.costmodel.predict_ms` under the shipped
-    calibration, :func:`~argus_cutlass.agent.costmodel.calibrated`, among the measured kernels: the rule
-    ``argus-cutlass gemm`` would apply with the sweep's sub-space as its candidate set). Kernels map to
-    configurations through the table's ``kernel_configs`` or, for older tables, ``candidates``
+    ``costmodel`` (:func:`argus_cutlass.agent.costmodel.costmodel_choice` for the table's flavor: what
+    ``ARGUS_GEMM_UNTUNED=costmodel`` runs). A name is None (or names a kernel without a time) when the
+    sweep did not measure that choice: :func:`summarize` counts it as a miss. Kernels map to
+    configurations through the table's ``kernel_configs`` or, for older tables, its ``candidates``
     (:func:`argus_cutlass.agent.measure.table_key`)."""
-    from argus_cutlass.agent.costmodel import calibrated, predict_ms
+    from argus_cutlass.agent.costmodel import costmodel_choice
     from argus_cutlass.agent.measure import table_key
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.heuristics import default_config
 
-    params = calibrated()
-    configs = {nm: GemmConfig(**c) for nm, c in table.get("kernel_configs", {}).items()}
-    out: dict[str, dict[str, str]] = {}
+    flavor = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+    fl = (flavor["dtype"], flavor["out_dtype"], flavor["layout"])
+    name_of = {GemmConfig(**c): nm for nm, c in table.get("kernel_configs", {}).items()}
+
+    def name(cfg: Any, row: dict) -> str | None:
+        if cfg is None:
+            return None
+        return name_of.get(cfg) if name_of else table_key(cfg, row.get("kernels", {}))
+
+    out: dict[str, dict[str, str | None]] = {}
     for key, row in table.get("shapes", {}).items():
-        good = {nm: v for nm, v in row.get("kernels", {}).items() if v}
-        if not good:
-            continue
-        cfg_of = dict(configs)
-        if not cfg_of:   # an agent_eval table: candidates, keyed by kernel name or label
-            for c in table.get("candidates", []):
-                cfg = GemmConfig(**c)
-                nm = table_key(cfg, row["kernels"])
-                if nm:
-                    cfg_of[nm] = cfg
         m, n, k = map(int, key.split("x"))
-        pick = {}
-        h = row.get("heuristic")
-        if h is None and cfg_of:
-            c0 = next(iter(cfg_of.values()))
-            h = table_key(default_config(m, n, k, c0.dtype, c0.out_dtype, c0.layout), row["kernels"])
-        if h in good:
-            pick["heuristic"] = h
-        ranked = [nm for nm in good if nm in cfg_of]
-        if ranked:
-            pick["costmodel"] = min(ranked, key=lambda nm: predict_ms(cfg_of[nm], m, n, k, params))
-        out[key] = pick
+        h = row.get("heuristic") if "heuristic" in row else name(default_config(m, n, k, *fl), row)
+        out[key] = {"heuristic": h, "costmodel": name(costmodel_choice(m, n, k, *fl), row)}
     return out
 
 
 def summarize(table: dict, rule: str = "heuristic", tie: float = TIE,
-              picks: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+              picks: dict[str, dict[str, str | None]] | None = None) -> dict[str, Any]:
     """Score an untuned rule's choice per shape (``rule``: a key of :func:`choices`, or of ``picks``
-    when given) against the sweep: the shapes whose choice is within ``tie`` of the best measured
-    kernel, the geomean regret, the geomean and minimum of cuBLAS time / the choice's time and of
-    cuBLAS / the sweep's best.
+    when given) against the sweep, over every shape with a measured kernel: the shapes whose choice is
+    within ``tie`` of the best measured kernel (a choice without a time -- not measured, refused,
+    failed its check -- is a miss, counted in ``missing``), the geomean regret of the measured choices,
+    the geomean and minimum of cuBLAS time / the choice's time and of cuBLAS / the sweep's best.
 
     >>> t = {"shapes": {"1x2x3": {"kernels": {"a": 1.0, "b": 1.02, "c": None}, "cublas_ms": 1.1},
-    ...                 "4x5x6": {"kernels": {"a": 2.0, "b": 1.0}, "cublas_ms": 0.95}}}
-    >>> s = summarize(t, picks={"1x2x3": {"heuristic": "b"}, "4x5x6": {"heuristic": "a"}})
-    >>> s["shapes"], s["within_tie"], round(s["min_vs_cublas_choice"], 3), round(s["geomean_vs_cublas_best"], 3)
-    (2, 1, 0.475, 1.022)
+    ...                 "4x5x6": {"kernels": {"a": 2.0, "b": 1.0}, "cublas_ms": 0.95},
+    ...                 "7x8x9": {"kernels": {"a": 1.0, "c": None}, "cublas_ms": 1.0}}}
+    >>> s = summarize(t, picks={"1x2x3": {"heuristic": "b"}, "4x5x6": {"heuristic": "a"}, "7x8x9": {"heuristic": "c"}})
+    >>> s["shapes"], s["within_tie"], s["missing"], round(s["min_vs_cublas_choice"], 3)
+    (3, 1, 1, 0.475)
     """
     picks = choices(table) if picks is None else picks
     rows = []
     for key, row in table.get("shapes", {}).items():
         good = {nm: v for nm, v in row.get("kernels", {}).items() if v}
-        pick = picks.get(key, {}).get(rule)
-        if not good or pick not in good:
+        if not good:
             continue
+        pick = picks.get(key, {}).get(rule)
         best = min(good.values())
         cub = row.get("cublas_ms")
-        rows.append({"shape": key, "choice": pick, "regret": good[pick] / best - 1.0,
-                     "vs_cublas_choice": cub / good[pick] if cub else None,
+        hit = pick in good
+        rows.append({"shape": key, "choice": pick, "regret": good[pick] / best - 1.0 if hit else None,
+                     "vs_cublas_choice": cub / good[pick] if cub and hit else None,
                      "vs_cublas_best": cub / best if cub else None})
 
     def gm(xs: list[float]) -> float:
         xs = [x for x in xs if x]
         return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
-    choice = [r["vs_cublas_choice"] for r in rows if r["vs_cublas_choice"]]
+    measured = [r for r in rows if r["regret"] is not None]
+    choice = [r["vs_cublas_choice"] for r in measured if r["vs_cublas_choice"]]
     best = [r["vs_cublas_best"] for r in rows if r["vs_cublas_best"]]
-    return {"rule": rule, "shapes": len(rows), "within_tie": sum(r["regret"] <= tie for r in rows), "tie": tie,
-            "geomean_regret": gm([1.0 + r["regret"] for r in rows]) - 1.0 if rows else float("nan"),
+    return {"rule": rule, "shapes": len(rows), "within_tie": sum(r["regret"] <= tie for r in measured),
+            "missing": len(rows) - len(measured), "tie": tie,
+            "geomean_regret": gm([1.0 + r["regret"] for r in measured]) - 1.0 if measured else float("nan"),
             "geomean_vs_cublas_choice": gm(choice), "min_vs_cublas_choice": min(choice, default=float("nan")),
             "geomean_vs_cublas_best": gm(best), "min_vs_cublas_best": min(best, default=float("nan")),
             "rows": rows}
@@ -267,7 +261,8 @@ def _format(s: dict[str, Any]) -> str:
     if not s["shapes"]:
         return f"{s['rule']}: no measured shape with its choice"
     return (f"{s['rule']}: {s['shapes']} shapes, the choice within {s['tie']:.0%} of the sweep's best on "
-            f"{s['within_tie']} ({s['within_tie'] / s['shapes']:.0%}), geomean regret {s['geomean_regret']:.1%}; "
+            f"{s['within_tie']} ({s['within_tie'] / s['shapes']:.0%}; {s['missing']} choices not measured, counted as "
+            f"misses), geomean regret of the measured choices {s['geomean_regret']:.1%}; "
             f"cuBLAS time / ours: the choice geomean {s['geomean_vs_cublas_choice']:.3f} "
             f"(min {s['min_vs_cublas_choice']:.3f}), the sweep's best geomean {s['geomean_vs_cublas_best']:.3f} "
             f"(min {s['min_vs_cublas_best']:.3f})")
@@ -330,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=None, help="parallel nvcc (default: CPU count)")
+    ap.add_argument("--exclude", default="", help="comma-separated substrings of kernel names not to build "
+                    "(added to the table's 'exclude', with the kernel a fatal shape stopped at)")
     ap.add_argument("--summary", action="store_true", help="print the table's summary and exit (no GPU)")
     ap.add_argument("--merge-shipped", action="store_true",
                     help="merge the table's per-bucket bests into agent/tuned_h200.json and exit (no GPU)")
@@ -363,10 +360,19 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         shapes = shape_set(args.shapes, m_values, args.dtype, out_dtype, args.layout)
-        for s in shapes:
-            s.problem().validate()
     except ArgusError as exc:
         ap.error(f"--shapes {args.shapes}: {exc}")
+    skipped: dict[str, str] = {}
+    for s in list(shapes):   # the direct TMA kernels only: a shape that needs staging is listed, not timed
+        try:
+            s.problem().validate()
+        except ArgusError as exc:
+            if not exc.rule.startswith("tma."):
+                ap.error(f"--shapes {args.shapes}: {s.label}: {exc}")
+            skipped[f"{s.m}x{s.n}x{s.k}"] = f"{exc.rule}: needs aligned staging (not swept)"
+            shapes.remove(s)
+    if skipped:
+        print(f"{len(skipped)} shapes need aligned staging and are not swept (the table's 'skipped')", flush=True)
     flavor = {"dtype": args.dtype, "out_dtype": out_dtype, "layout": args.layout}
     table = json.loads(path.read_text()) if path.is_file() else {}
     if table and table.get("flavor", flavor) != flavor:
@@ -374,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     table.setdefault("flavor", flavor)
     table.setdefault("shapes", {})
     table.setdefault("failures", [])
+    table.setdefault("skipped", {}).update(skipped)
+    table.setdefault("exclude", [])
     todo = [s for s in shapes if f"{s.m}x{s.n}x{s.k}" not in table["shapes"]]
     print(f"{len(shapes)} shapes, {len(shapes) - len(todo)} already in {path}, {len(todo)} to measure", flush=True)
     if not todo:
@@ -392,7 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     table.setdefault("gpu", info.name)
     declared = agent_eval.subspace(args.dtype, out_dtype, args.layout)
     picks = {f"{s.m}x{s.n}x{s.k}": default_config(s.m, s.n, s.k, args.dtype, out_dtype, args.layout) for s in todo}
-    configs = list(dict.fromkeys(declared + list(picks.values())))
+    from argus_cutlass.generate import kernel_name
+
+    table["exclude"] = list(dict.fromkeys(table["exclude"] + [x for x in args.exclude.split(",") if x.strip()]))
+    configs = [c for c in dict.fromkeys(declared + list(picks.values()))
+               if not any(x in kernel_name(c) for x in table["exclude"])]
     verdicts = [(c, *feasible(c)) for c in configs]
     cands = [c for c, ok, _ in verdicts if ok]
     log = table["failures"]
@@ -418,22 +430,40 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.perf_counter()
         try:
             row = measure_shape(libs, s, args.warmup, args.iters, args.rounds, log)
-        except Exception:  # noqa: BLE001 - keep the table; the next run retries this shape
+        except Exception:  # noqa: BLE001 - a sticky CUDA error: the process is done; keep everything
+            # the shape is recorded (so the next run does not start on it again) and the first kernel that
+            # failed on it is excluded from the next runs' builds
             log.append({"phase": "fatal", "shape": key, "error": traceback.format_exc()[-2000:]})
+            first = next((f["kernel"] for f in log if f.get("shape") in (key, s.label) and f.get("phase") == "time"),
+                         None)
+            if isinstance(first, str):
+                table["exclude"].append(first)
+            table["shapes"][key] = {"kernels": {}, "cublas_ms": None, "names": list(s.names),
+                                    "error": f"fatal after kernel {first}" if first else "fatal"}
+            _save(path, table)
             print(traceback.format_exc(), file=sys.stderr)
             break
         row["heuristic"] = name_of.get(picks[key])
         table["shapes"][key] = row
-        path.write_text(json.dumps(table, indent=1) + "\n")
+        _save(path, table)
         done += 1
         good = {nm: v for nm, v in row["kernels"].items() if v}
         best = min(good.values()) if good else float("nan")
         h = good.get(row["heuristic"])
         print(f"{key:>18} best {best:.4f} ms  heuristic {h if h is None else round(h, 4)}  cuBLAS "
               f"{row['cublas_ms'] and round(row['cublas_ms'], 4)}  ({time.perf_counter() - t1:.1f} s)", flush=True)
-    path.write_text(json.dumps(table, indent=1) + "\n")
+    _save(path, table)
     print(report(table))
     return 0
+
+
+def _save(path: Path, table: dict) -> None:
+    """Write ``table`` to ``path`` atomically (a killed run leaves the previous file whole), the failure
+    log without repeated entries."""
+    table["failures"] = list({json.dumps(f, sort_keys=True): f for f in table.get("failures", [])}.values())
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

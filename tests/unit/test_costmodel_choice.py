@@ -44,3 +44,14 @@ def test_bad_untuned_rule_is_refused_by_name(monkeypatch):
     with pytest.raises(ProblemError) as exc:
         settings()
     assert exc.value.rule == "settings.gemm_untuned" and "ARGUS_GEMM_UNTUNED='fastest'" in str(exc.value)
+
+
+def test_table_explains_a_costmodel_choice(monkeypatch, capsys, tmp_path):
+    """argus-cutlass table on an untuned shape under ARGUS_GEMM_UNTUNED=costmodel (review, session 19: it
+    raised KeyError 'costmodel')."""
+    from argus_cutlass.cli import main
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "costmodel")
+    assert main(["table", "--m", "7", "--n", "4104", "--k", "1032", "--gpu", "NVIDIA H200"]) == 0
+    assert "cost model's first choice" in capsys.readouterr().out

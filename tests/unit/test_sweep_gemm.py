@@ -49,7 +49,7 @@ def test_summary_scores_the_heuristic_choice_against_the_best(sweep):
         "7x8x9": {"kernels": {"a": 1.0}, "cublas_ms": None, "heuristic": "zzz"},   # choice not measured: left out
     }}
     s = sweep.summarize(table)
-    assert s["shapes"] == 2 and s["within_tie"] == 1
+    assert s["shapes"] == 3 and s["within_tie"] == 1 and s["missing"] == 1   # an unmeasured choice is a miss
     assert s["min_vs_cublas_choice"] == pytest.approx(0.4)
     assert s["min_vs_cublas_best"] == pytest.approx(0.8)
     assert s["geomean_regret"] == pytest.approx((1.029 * 2.0) ** 0.5 - 1)
@@ -76,13 +76,17 @@ def test_both_untuned_rules_are_scored_on_the_measured_table(sweep):
     """choices(): the heuristic's kernel and the calibrated cost model's pick among the measured kernels
     (issue 4's table: 13 shapes, the candidates keyed by label)."""
     table = json.loads((ROOT / "bench" / "data" / "agent_eval_table.json").read_text())
+    from argus_cutlass.agent.costmodel import costmodel_choice
+    from argus_cutlass.agent.measure import table_key
+
     picks = sweep.choices(table)
     assert len(picks) == 13 and all(set(p) == {"heuristic", "costmodel"} for p in picks.values())
-    for key, p in picks.items():
-        assert table["shapes"][key]["kernels"][p["costmodel"]]   # a measured kernel
+    for key, p in picks.items():   # the runtime's own choice, by name when the table measured it
+        m, n, k = map(int, key.split("x"))
+        assert p["costmodel"] == table_key(costmodel_choice(m, n, k), table["shapes"][key]["kernels"])
     for rule in ("heuristic", "costmodel"):
         s = sweep.summarize(table, rule, picks=picks)
-        assert s["shapes"] == 13 and 0 <= s["within_tie"] <= 13 and s["geomean_regret"] >= 0
+        assert s["shapes"] == 13 and 0 <= s["within_tie"] <= 13 - s["missing"] and s["geomean_regret"] >= 0
         assert s["geomean_vs_cublas_best"] >= s["geomean_vs_cublas_choice"]
 
 
@@ -110,3 +114,38 @@ def test_bucket_entries_pick_the_kernel_best_over_the_whole_bucket(sweep):
     assert len(merged["entries"]) == 3 and [e["ms"] for e in merged["entries"] if e.get("shape") == [4000, 4096, 4096]] == [1.2]
     with pytest.raises(ValueError, match="kernel_configs"):
         sweep.bucket_entries({"shapes": {}})
+
+
+def test_a_fatal_shape_is_recorded_and_its_first_failing_kernel_excluded(sweep, tmp_path, monkeypatch):
+    """A sticky CUDA error in one shape ends the run but must not block the next runs (review, session 19):
+    the shape is recorded, the kernel that failed first is excluded from later builds, the table is whole."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+
+    shapes = tmp_path / "s.csv"
+    shapes.write_text("m,n,k\n64,4096,4096\n128,4096,4096\n")
+    built: list[list] = []
+
+    def fake_build(cands, workers, log, notes):
+        built.append(list(cands))
+        return {f"k{i}": (c, None, None) for i, c in enumerate(cands[:3])}
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log):
+        if shape.m == 64:
+            log.append({"kernel": "k1", "phase": "time", "shape": shape.label, "error": "illegal address"})
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return {"kernels": {nm: 1.0 for nm in libs}, "cublas_ms": 1.0, "names": list(shape.names)}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", fake_build)
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    t = tmp_path / "t.json"
+    assert sweep.main(["--table", str(t), "--shapes", str(shapes), "--exclude", "_no_such_kernel_"]) == 0
+    table = json.loads(t.read_text())
+    assert table["shapes"]["64x4096x4096"]["error"].startswith("fatal after kernel k1")
+    assert "k1" in table["exclude"] and "_no_such_kernel_" in table["exclude"]
+    assert "128x4096x4096" not in table["shapes"]   # the run stopped there
+    assert sweep.main(["--table", str(t), "--shapes", str(shapes)]) == 0   # the next run goes on
+    table = json.loads(t.read_text())
+    assert table["shapes"]["128x4096x4096"]["kernels"] and len(built) == 2
