@@ -47,6 +47,9 @@ class Family:
         record_best: ``(problem, cfg, ms, baseline_ms, gpu) -> bool`` (the store's ``record_*_best``).
         store_key: ``(gpu, problem) -> str`` (the store's key function).
         extra_row: more fields of a candidate's JSON row, ``(cfg) -> dict`` (default none).
+        heuristic: ``(problem) -> config``, the family's untuned choice: the first candidate is kept
+            under :data:`MIN_GAIN` only when it is this configuration (None: the first candidate is
+            taken to be it).
     """
 
     result_file: str
@@ -56,6 +59,7 @@ class Family:
     record_best: Callable[..., bool]
     store_key: Callable[[str, Any], str]
     extra_row: Callable[[Any], dict[str, Any]] = lambda cfg: {}
+    heuristic: Callable[[Any], Any] | None = None
 
 
 #: a candidate replaces the first one (the heuristic's configuration) only when it is at least this
@@ -142,7 +146,9 @@ def run_tune_family(args: Any, say: Callable[[str], None], problem: Any, configs
     elif stopped == "compile":
         say(f"no GPU    {reason}; stopped after compiling (statuses 'compiled'); nothing measured or recorded")
     if measured:
-        ms, cfg, r = measured[pick_best([m[0] for m in measured], results[0] is measured[0][2])]
+        first_is_heuristic = results[0] is measured[0][2] and (
+            family.heuristic is None or configs[0] == family.heuristic(problem))
+        ms, cfg, r = measured[pick_best([m[0] for m in measured], first_is_heuristic)]
         try:
             base_ms = baseline(problem)
         except ArgusError as exc:

@@ -43,5 +43,8 @@ def run_tune_moe(args: Any, say: Any = print, *, problem: Any, configs: list[Any
         configs = candidates(p, args.budget)   # each verified: about 0.3-0.5 s a candidate
     say(f"space     measuring {len(configs)} feasible candidates (the heuristic's first, then its one-knob "
         "neighbours)")
-    family = Family(RESULT_FILE, _knobs, "torch _grouped_mm layer", "grouped_mm_ms", record_moe_best, moe_key)
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    family = Family(RESULT_FILE, _knobs, "torch _grouped_mm layer", "grouped_mm_ms", record_moe_best, moe_key,
+                    heuristic=default_config)
     return run_tune_family(args, say, p, configs, p.flops(), family, {}, t0)
