@@ -9,10 +9,11 @@ checked against fp32 first, then ours and the baseline are timed alternately for
 (each the median of CUDA-event timings with L2 flushed), the result the median of the rounds. The
 table has the activated-weight floor at 4.3 TB/s (``MoEProblem.floor_ms`` on the measured routing's
 counts) and the vLLM column of ANCHORS.md as a reference (measured in another run: compare ratios).
-The layer timed is the one :func:`argus_cutlass.api.moe` runs: the configuration
-``kernels/moe/heuristics.py::default_config`` picks for the cell's T (column ``config``: ``m64`` the
-small-T path for T <= 256, ``m128`` the large-T default, ``_b<gu>x<dn>`` its banded walks, m-tiles per
-band of each GEMM). ``ARGUS_MOE_BENCH_COMPARE=1`` also times, interleaved with the other two, the
+The layer timed is the one :func:`argus_cutlass.api.moe` runs: the configuration the orchestrator
+picks for the cell's T (:func:`argus_cutlass.generate.configure`: the shipped tuned entry of the T
+bucket, else ``kernels/moe/heuristics.py::default_config``; column ``config``: ``m64`` the small-T
+path, ``m128`` the large-T one, each GEMM's n-tile x stages, the k extent, ``b<gu>x<dn>`` the m-tiles
+per band of each GEMM's walk, ``g`` the gather slices, and where the configuration came from). ``ARGUS_MOE_BENCH_COMPARE=1`` also times, interleaved with the other two, the
 128-row default in the small-T cells (column ``m128 ms``) and, in the cells whose layer walks in bands,
 the same configuration with the unbanded walk (``gu_band_m = dn_band_m = 0``, the walk of every
 layer before bands: column ``unbanded ms``), so a GPU session measures what the derived bands gain.
@@ -57,7 +58,7 @@ def test_moe_cell(model, tokens):
     from argus_cutlass.kernels.moe.config import MoEConfig
 
     p = MoEProblem.for_model(model, tokens)
-    cfg = configure(p)[0]  # the orchestrator's choice: a tuned entry of the T bucket, else the heuristic
+    cfg, source = configure(p)  # the orchestrator's choice: a tuned entry of the T bucket, else the heuristic
     lib = moe_kernel(p, cfg, smt=None)  # the full verifier, its SMT tier included when z3 is installed
     chk = run_and_check(lib, p)
     assert chk.ok, chk
@@ -84,7 +85,8 @@ def test_moe_cell(model, tokens):
                                                                          padding="unchecked"), iters=20))
     o, b = statistics.median(ours), statistics.median(base)
     m128, unbanded = (f"{statistics.median(other[key]):.3f}" if other.get(key) else "-" for key in ("m128", "unbanded"))
-    label = f"m{cfg.tile_m}" + (f"_b{cfg.gu_band_m}x{cfg.dn_band_m}" if (cfg.gu_band_m or cfg.dn_band_m) else "")
+    label = (f"m{cfg.tile_m} gu{cfg.gu_tile_n}x{cfg.gu_stages} dn{cfg.dn_tile_n}x{cfg.dn_stages} k{cfg.tile_k} "
+             f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices} ({source})")
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
     floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
     v = VLLM_MS.get((model, tokens))
