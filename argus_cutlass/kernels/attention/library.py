@@ -1,7 +1,7 @@
 """A built attention library (``.so``) loaded through its C ABI, and the tensor rules of its callers.
 
 :class:`AttentionKernelLibrary` binds ``<name>``, ``<name>_smem_bytes``, ``<name>_threads``,
-``<name>_head_dim`` and ``<name>_error_string`` (:mod:`argus_cutlass.kernels.attention.problem`
+``<name>_head_dim``, ``<name>_causal`` (checked against the configuration at load) and ``<name>_error_string`` (:mod:`argus_cutlass.kernels.attention.problem`
 gives the ABI). :meth:`AttentionKernelLibrary.forward` takes torch tensors, checks them
 (:func:`problem_from_tensors`) and returns ``(o, lse)``; nothing the kernel would read or write out
 of bounds reaches the GPU:
@@ -239,7 +239,8 @@ class AttentionKernelLibrary(KernelLibrary):
             from (its head dim, dtype, mask and length mode are checked against each call).
 
     Raises:
-        LaunchError: ``launch.load`` (dlopen failed), ``launch.symbol`` (missing export).
+        LaunchError: ``launch.load`` (dlopen failed), ``launch.symbol`` (missing export),
+            ``launch.kernel`` (the built kernel's mask is not the configuration's causal flag).
     """
 
     def __init__(self, path: str | Path, name: str, config: Any) -> None:
@@ -248,6 +249,13 @@ class AttentionKernelLibrary(KernelLibrary):
         self._entry = self._symbol(name)
         self._entry.argtypes = _ENTRY_ARGTYPES
         self._entry.restype = ctypes.c_int
+        causal = self._symbol(f"{name}_causal")
+        causal.restype = ctypes.c_int
+        # the mask the built kernel applies (its mask node, static_asserted equal to the program's spec) is the
+        # configuration's: a program whose spec and mask were both changed verifies, and is refused here
+        if bool(causal()) != bool(config.causal):
+            raise LaunchError("launch.kernel", f"{self.path} applies causal={bool(causal())}, the configuration asks "
+                              f"for causal={bool(config.causal)}", "generate the kernel from this configuration")
 
     def __call__(self, q: Any, k: Any, v: Any, o: Any, lse: Any, batch: int, heads: int, kv_heads: int,
                  seqlen_q: int, seqlen_k: int, total_q: int, total_k: int, cu_seqlens_q: Any, cu_seqlens_k: Any,
