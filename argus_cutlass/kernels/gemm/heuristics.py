@@ -20,6 +20,14 @@ Rules of thumb for sm_90 (H100/H200, 132 SMs), from the sweeps recorded in
 * larger M: a 128x256x64 cooperative tile with a 2x1 cluster (B multicast along M), 4
   stages, the persistent scheduler walking along N; with a scheduler swizzle of 4 once
   both tile counts are >= 8 (it lost half the speed at 4 tile rows).
+* larger M whose 128x256 tiles fill the last wave of the 132 SMs to less than
+  :data:`STREAMK_MIN_FILL` (e.g. 256x4096x14336: 32 tiles, a quarter of the SMs busy), with at
+  least :data:`STREAMK_MIN_K_ITERS` k-blocks to share: 128x128x64 cooperative with the stream-K
+  scheduler, no cluster (the sub-space's point), which spreads the k-blocks of all tiles evenly over
+  the SMs. Measured where the tiles under-fill the GPU (issue 4's table, H200: 128x8192x8192 and
+  128x28672x8192 under the 128x256 2x1 tile: 2.10x / 1.49x the best time, stream-K 128x128 1.24x /
+  1.10x; issue 13: tuning 256x4096x14336 to stream-K took it from 0.36x to 0.79x cuBLAS); at a full
+  wave the persistent tile stays (512x8192x8192, 128 tiles: 1.01x against stream-K's 1.39x).
 
 The agent (``argus_cutlass.agent``) replaces this with tuned choices.
 """
@@ -30,6 +38,20 @@ from argus_cutlass.kernels.gemm.config import GemmConfig
 
 #: streaming multiprocessors of an H100/H200 SXM
 SM90_SMS = 132
+#: below this fill of the last wave (tiles / (132 x waves)) the large-M rule takes stream-K
+STREAMK_MIN_FILL = 0.75
+#: stream-K needs this many k-blocks (of 64) per tile to have work to spread
+STREAMK_MIN_K_ITERS = 8
+
+
+def wave_fill(tiles: int, sms: int = SM90_SMS) -> float:
+    """The busy fraction of the SM-waves that ``tiles`` output tiles take (1.0: whole waves).
+
+    >>> wave_fill(32), wave_fill(128), wave_fill(140)
+    (0.24242424242424243, 0.9696969696969697, 0.5303030303030303)
+    """
+    waves = -(-tiles // sms)
+    return tiles / (sms * waves)
 
 
 def default_config(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
@@ -69,6 +91,10 @@ def default_config(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str =
     elif m <= 128:
         cfg = GemmConfig(**common, tile_m=128, tile_n=256, cluster_m=1, cluster_n=1,
                          stages=6, schedule="cooperative")
+    elif wave_fill(-(-m // 128) * -(-n // 256)) < STREAMK_MIN_FILL and -(-k // 64) >= STREAMK_MIN_K_ITERS:
+        cfg = GemmConfig(**common, tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, stages=8,
+                         schedule="cooperative", epi_m=128, epi_n=32, raster="along_n", swizzle=1,
+                         scheduler="streamk", splits=1)
     else:
         swizzle = 4 if (m // 128 >= 8 and n // 256 >= 8) else 1
         cfg = GemmConfig(**common, swizzle=swizzle, raster="along_n")
