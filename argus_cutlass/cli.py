@@ -559,6 +559,16 @@ def _add_moe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", type=dtype_arg, default="bf16", help="bf16 or fp16 (also bfloat16, float16, half)")
 
 
+def _add_tune_family_args(p: argparse.ArgumentParser, first: str, result_file: str) -> None:
+    """The options of a family's measuring tune command (:mod:`argus_cutlass.agent.tune_family`)."""
+    p.add_argument("--budget", type=int, default=8, help=f"candidates to compile and measure, {first} first (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the check inputs")
+    p.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
+    p.add_argument("--out", default="out", help=f"output folder for {result_file} and the best .cu")
+    p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="no progress line while the candidates compile")
+
+
 def _cmd_tune_moe(args: argparse.Namespace) -> int:
     """``tune moe``: :func:`argus_cutlass.agent.tune_moe.run_tune_moe`."""
     _no_shapes_with_kernel(args)
@@ -679,23 +689,11 @@ def build_parser() -> argparse.ArgumentParser:
     tg.set_defaults(func=_cmd_tune)
     ta = tsub.add_parser("attention", help="measure the best candidates of the attention space for one problem")
     _add_attention_args(ta)
-    ta.add_argument("--budget", type=int, default=8,
-                    help="candidates to compile and measure, FA3's configuration first (default 8)")
-    ta.add_argument("--seed", type=int, default=0, help="seed of the check inputs")
-    ta.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
-    ta.add_argument("--out", default="out", help="output folder for tune_attention.json and the best .cu")
-    ta.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
-                    help="no progress line while the candidates compile")
+    _add_tune_family_args(ta, "FA3's configuration", "tune_attention.json")
     ta.set_defaults(func=_cmd_tune_attention)
     tm = tsub.add_parser("moe", help="measure the best candidates of the MoE space for one layer problem")
     _add_moe_args(tm)
-    tm.add_argument("--budget", type=int, default=8,
-                    help="candidates to compile and measure, the heuristic's first (default 8)")
-    tm.add_argument("--seed", type=int, default=0, help="seed of the check inputs")
-    tm.add_argument("--workers", type=int, default=None, help="parallel compiles (default: CPU count)")
-    tm.add_argument("--out", default="out", help="output folder for tune_moe.json and the best .cu")
-    tm.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
-                    help="no progress line while the candidates compile")
+    _add_tune_family_args(tm, "the heuristic's", "tune_moe.json")
     tm.set_defaults(func=_cmd_tune_moe)
 
     tb = sub.add_parser("table", help="list the tuned entries; with a problem, say why it would or would not "
