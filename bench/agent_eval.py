@@ -15,10 +15,11 @@ Phases:
    kernel that fails to verify, compile or check is recorded as failed, never a crash.
 4. **Measure** every passing kernel on every shape of ``bench/test_gemm_bench.py::SHAPES``
    in ``--rounds`` rounds (CUDA events, median of ``--iters`` launches after ``--warmup``;
-   kernel order rotated each round; one set of operands per shape) and cuBLAS (torch) in the
-   same process between rounds; medians over rounds. Swap-AB kernels are not timed on
-   M > 256 (``SWAP_AB_MAX_M``; they tile M by 16..64 there and are far slower). Saved to ``$OUT/agent_eval_table.json``
-   after each shape.
+   kernel order rotated each round; operands rotated over 3x L2) and cuBLAS (torch) in the
+   same process between rounds; medians over rounds (:func:`measure_shape`, shared with
+   ``bench/sweep_gemm.py``). Swap-AB kernels are not timed on M > 256
+   (``argus_cutlass.agent.costmodel.SWAP_AB_MAX_M``; they tile M by 16..64 there and are far
+   slower). Saved to ``$OUT/agent_eval_table.json`` after each shape.
 5. **Replay** against that table: (a) exhaustive best, (b) random search (``--seeds``
    permutations), (c) the default policy (seeded, action values shared across the shapes of
    one seed) with the same budget; report the measured candidates each needs to reach
@@ -48,8 +49,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 #: reach this fraction of the exhaustive best speed
 TARGET = 0.98
-#: swap-AB kernels are timed only on shapes with M <= this
-SWAP_AB_MAX_M = 256
 
 
 def _bootstrap() -> None:
@@ -119,79 +118,112 @@ def _build(configs: list, workers: int, log: list, notes: list) -> dict:
     return libs
 
 
+#: bytes of rotated operands to cycle through (3 x the H200's 60 MB L2)
+ROTATE_BYTES = 3 * 60 * 2**20
+#: at most this many operand sets per shape
+MAX_SETS = 48
+
+
+def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
+    """Rotated operand sets of ``problem``: flat torch buffers A, B (random normal) and D, each as large as
+    the problem's storage (:meth:`GemmProblem.operands`), enough sets for :data:`ROTATE_BYTES`."""
+    from argus_cutlass.kernels.gemm.baseline import storage_rows
+
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    ops = problem.operands()
+    size = {n: ops[n].storage_bytes for n in ("A", "B", "D")}
+    # at least whole rows of the leading dimension (the views of baseline.layout_views), 2-byte inputs
+    a_rows, b_rows = storage_rows(problem)
+    size["A"] = max(size["A"], 2 * problem.lda * a_rows)
+    size["B"] = max(size["B"], 2 * problem.ldb * b_rows)
+    per_set = sum(size.values())
+    count = max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / per_set)))
+    sets = []
+    for _ in range(count):
+        s = {n: torch.randn(size[n] // 2, device="cuda", dtype=tdt[problem.dtype]) for n in ("A", "B")}
+        s["D"] = torch.empty(size["D"], device="cuda", dtype=torch.uint8)
+        sets.append(s)
+    return sets
+
+
+def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, log: list) -> dict[str, Any]:
+    """One shape's row (``shape``: an :class:`argus_cutlass.agent.shapes.GemmShape`): every kernel of
+    ``libs`` (name -> (config, library, artifact); swap-AB ones only on M <= ``SWAP_AB_MAX_M``, tens of
+    times slower above, recorded None) and cuBLAS (torch), interleaved in ``rounds`` rounds (cuBLAS before
+    every round and after the last; each round starts the kernel list at another point), each a median
+    of ``iters`` CUDA-event launches after ``warmup``, over rotated operands (:func:`_operand_sets`);
+    medians over the rounds. Per-kernel failures go to ``log``."""
+    import torch
+
+    from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.kernels.gemm.baseline import layout_views
+    from argus_cutlass.runtime.check import time_kernel
+
+    problem = shape.problem().validate()
+    m, n, k = problem.m, problem.n, problem.k
+    sets = _operand_sets(problem, torch)
+    ptrs = [(s["A"].data_ptr(), s["B"].data_ptr(), s["D"].data_ptr()) for s in sets]
+    views = [layout_views(s["A"], s["B"], problem) for s in sets]
+    out_dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[problem.out_dtype]
+    same_out = out_dt == views[0][0].dtype
+    turn = [0]
+
+    def ours(lib: Any) -> None:
+        a, b, d = ptrs[turn[0] % len(ptrs)]
+        turn[0] += 1
+        lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
+
+    def cublas() -> None:
+        a, b = views[turn[0] % len(views)]
+        turn[0] += 1
+        if same_out:
+            torch.mm(a, b)
+        else:
+            torch.mm(a, b, out_dtype=out_dt)
+
+    names = [nm for nm in libs if not (libs[nm][0].swap_ab and m > SWAP_AB_MAX_M)]
+    runs: dict[str, list[float] | None] = {nm: [] for nm in names}
+    cub: list[float] = []
+
+    def time_cublas() -> None:
+        try:
+            cub.append(time_kernel(cublas, warmup=warmup, iters=iters))
+        except Exception as exc:  # noqa: BLE001 - a torch refusal (e.g. no out_dtype) is logged, not fatal
+            log.append({"kernel": "cublas", "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
+
+    for r in range(rounds):
+        time_cublas()
+        start = (r * len(names)) // max(rounds, 1)
+        for nm in names[start:] + names[:start]:
+            if runs[nm] is None:
+                continue
+            try:
+                runs[nm].append(time_kernel(lambda lib=libs[nm][1]: ours(lib), warmup=warmup, iters=iters))
+            except ArgusError as exc:
+                runs[nm] = None
+                log.append({"kernel": nm, "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
+    time_cublas()
+    torch.cuda.synchronize()
+    nsets = len(ptrs)
+    for held in (sets, views, ptrs):   # free the operands before the next shape allocates its own
+        held.clear()
+    torch.cuda.empty_cache()
+    kernels = {nm: (statistics.median(v) if v else None) for nm, v in runs.items()}
+    kernels.update({nm: None for nm in libs if nm not in kernels})
+    return {"kernels": kernels, "cublas_ms": statistics.median(cub) if cub else None, "cublas_rounds": cub,
+            "operand_sets": nsets, "names": list(shape.names)}
+
+
 def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table: dict, log: list,
              rounds: int = 3) -> None:
-    """Time every kernel on every shape in ``rounds`` rounds, cuBLAS at the start of each
-    round and at the end; each round walks the kernels from a different starting point, so
-    that clock drift under sustained load spreads over all of them. A kernel's time is the
-    median of its rounds (each round: median of ``iters`` launches), cuBLAS's the median of
-    its ``rounds + 1`` measurements."""
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.generate import baseline
-    from argus_cutlass.kernels.gemm.problem import GemmProblem
-    from argus_cutlass.runtime.check import time_kernel
-    from argus_cutlass.runtime.cuda import DeviceBuffer
+    """Time every kernel on every shape (:func:`measure_shape`), the table saved after each shape."""
+    from argus_cutlass.agent.shapes import GemmShape
 
-    try:
-        import torch
-    except ImportError:
-        torch = None
     for shape in shapes:
-        m, n, k = shape
-        key = shape_key(shape)
-        row: dict[str, Any] = {"kernels": {}, "cublas_ms": None}
-        p = GemmProblem(m, n, k)
-        if torch is not None:
-            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-            d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr())
-            bufs = []
-        else:
-            bufs = [DeviceBuffer(2 * m * k), DeviceBuffer(2 * n * k), DeviceBuffer(2 * m * n)]
-            for buf in bufs[:2]:
-                buf.fill(0x3C)  # bf16 0x3C3C ~ 0.0115: finite, non-zero inputs
-            ptrs = tuple(buf.ptr for buf in bufs)
         t0 = time.perf_counter()
-        # swap-AB kernels tile the problem's M by 16..64: on M > 256 they are tens of times
-        # slower than the rest, so they are not timed there (recorded as None = not a candidate
-        # worth a measurement; the replay counts picking one as a failed measurement)
-        names = [nm for nm in libs if not (libs[nm][0].swap_ab and m > SWAP_AB_MAX_M)]
-        per_kernel: dict[str, list[float] | None] = {name: [] for name in names}
-        cublas_runs: list[float] = []
-
-        def _cublas() -> None:
-            try:
-                cublas_runs.append(baseline(p, warmup=warmup, iters=iters))
-            except ArgusError as exc:
-                log.append({"kernel": "cublas", "phase": "time", "shape": key, "error": str(exc)[:1000]})
-
-        for r in range(rounds):
-            _cublas()
-            start = (r * len(names)) // max(rounds, 1)
-            for name in names[start:] + names[:start]:
-                if per_kernel[name] is None:
-                    continue  # failed in an earlier round
-                lib = libs[name][1]
-                try:
-                    per_kernel[name].append(time_kernel(
-                        lambda lib=lib: lib(ptrs[0], ptrs[1], None, ptrs[2], m, n, k, k, k, n, n, 1.0, 0.0, 0),
-                        warmup=warmup, iters=iters))
-                except ArgusError as exc:
-                    per_kernel[name] = None
-                    log.append({"kernel": name, "phase": "time", "shape": key, "error": str(exc)[:1000]})
-        _cublas()
-        row["kernels"] = {n_: (statistics.median(v) if v else None) for n_, v in per_kernel.items()}
-        row["not_timed"] = sorted(set(libs) - set(names))
-        row["kernels"].update({n_: None for n_ in row["not_timed"]})
-        row["kernel_rounds"] = {n_: v for n_, v in per_kernel.items() if v}
-        row["cublas_ms"] = statistics.median(cublas_runs) if cublas_runs else None
-        row["cublas_rounds"] = cublas_runs
-        for buf in bufs:
-            buf.free()
-        if torch is not None:
-            del a, b, d
-            torch.cuda.empty_cache()
+        key = shape_key(shape)
+        row = measure_shape(libs, GemmShape(*shape, name=f"bench.{key}"), warmup, iters, rounds, log)
         table["shapes"][key] = row
         ok = [v for v in row["kernels"].values() if v]
         print(f"measured {key}: {len(ok)} kernels in {time.perf_counter() - t0:.1f} s, best "

@@ -16,8 +16,10 @@ projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 6
   (:func:`argus_cutlass.kernels.gemm.heuristics.default_config`) gives each shape when it is not one of
   them (so the untuned choices of today's ``argus-cutlass gemm`` are measured too); each compiled once and
   checked against the fp32 reference on two small problems with residues (``agent_eval._build``);
-* swap-AB configurations only on M <= ``agent_eval.SWAP_AB_MAX_M`` (tens of times slower above);
-* operands rotated: as many sets of (A, B, D) as it takes for :data:`ROTATE_BYTES` (3 x the H200's
+* swap-AB configurations only on M <= ``argus_cutlass.agent.costmodel.SWAP_AB_MAX_M`` (tens of times
+  slower above);
+* operands rotated (``agent_eval.measure_shape``): as many sets of (A, B, D) as it takes for
+  ``agent_eval.ROTATE_BYTES`` (3 x the H200's
   60 MB L2), at most 48 (so shapes of under ~1.25 MB per set still fit in L2 together), cycled launch by launch, for our kernels and for cuBLAS alike, so a shape whose
   weights fit in L2 is timed reading them from HBM, as a serving loop that runs other layers between two
   calls of this one sees it (and as issue 13 item 2's weight-read floor assumes);
@@ -42,7 +44,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -52,12 +53,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import agent_eval  # noqa: E402  (bench/agent_eval.py: the declared sub-space and the checked build)
+import agent_eval  # noqa: E402  (bench/agent_eval.py: the declared sub-space, the checked build, the timing)
+from agent_eval import measure_shape  # noqa: E402
 
-#: bytes of rotated operands to cycle through (3 x the H200's 60 MB L2)
-ROTATE_BYTES = 3 * 60 * 2**20
-#: at most this many operand sets per shape
-MAX_SETS = 48
 #: a choice within this of the best measured time counts as right (issue 13 item 1)
 TIE = 0.03
 
@@ -86,100 +84,6 @@ def shape_set(spec: str, m_values: list[int] | None, dtype: str, out_dtype: str,
         out[key] = GemmShape(s.m, s.n, s.k, dtype=dtype, out_dtype=out_dtype, layout=layout,
                              name="+".join(dict.fromkeys(names)))
     return list(out.values())
-
-
-def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
-    """Rotated operand sets of ``problem``: flat torch buffers A, B (random normal) and D, each as large as
-    the problem's storage (:meth:`GemmProblem.operands`), enough sets for :data:`ROTATE_BYTES`."""
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-    ops = problem.operands()
-    size = {n: ops[n].storage_bytes for n in ("A", "B", "D")}
-    # at least whole rows of the leading dimension (the views of :func:`_cublas_views`), 2-byte inputs
-    size["A"] = max(size["A"], 2 * problem.lda * (problem.m if problem.layout[0] == "t" else problem.k))
-    size["B"] = max(size["B"], 2 * problem.ldb * (problem.n if problem.layout[1] == "n" else problem.k))
-    per_set = sum(size.values())
-    count = max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / per_set)))
-    sets = []
-    for _ in range(count):
-        s = {n: torch.randn(size[n] // 2, device="cuda", dtype=tdt[problem.dtype]) for n in ("A", "B")}
-        s["D"] = torch.empty(size["D"], device="cuda", dtype=torch.uint8)
-        sets.append(s)
-    return sets
-
-
-def _cublas_views(s: dict[str, Any], problem: Any) -> tuple[Any, Any]:
-    """A (M x K) and B (K x N) torch views of one operand set in ``problem``'s layout (the strides of
-    :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`)."""
-    m, n, k = problem.m, problem.n, problem.k
-    a, b = s["A"], s["B"]
-    a = a[: m * problem.lda].view(m, problem.lda)[:, :k] if problem.layout[0] == "t" else \
-        a[: k * problem.lda].view(k, problem.lda)[:, :m].t()
-    b = b[: n * problem.ldb].view(n, problem.ldb)[:, :k].t() if problem.layout[1] == "n" else \
-        b[: k * problem.ldb].view(k, problem.ldb)[:, :n]
-    return a, b
-
-
-def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, log: list) -> dict[str, Any]:
-    """One shape's row: every kernel of ``libs`` (swap-AB ones only on small M) and cuBLAS, interleaved
-    in ``rounds`` rounds over rotated operands (module docstring)."""
-    import torch
-
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.runtime.check import time_kernel
-
-    problem = shape.problem().validate()
-    m, n, k = problem.m, problem.n, problem.k
-    sets = _operand_sets(problem, torch)
-    ptrs = [(s["A"].data_ptr(), s["B"].data_ptr(), s["D"].data_ptr()) for s in sets]
-    views = [_cublas_views(s, problem) for s in sets]
-    out_dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[problem.out_dtype]
-    same_out = out_dt == views[0][0].dtype
-    turn = [0]
-
-    def ours(lib: Any) -> None:
-        a, b, d = ptrs[turn[0] % len(ptrs)]
-        turn[0] += 1
-        lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
-
-    def cublas() -> None:
-        a, b = views[turn[0] % len(views)]
-        turn[0] += 1
-        if same_out:
-            torch.mm(a, b)
-        else:
-            torch.mm(a, b, out_dtype=out_dt)
-
-    names = [nm for nm in libs if not (libs[nm][0].swap_ab and m > agent_eval.SWAP_AB_MAX_M)]
-    runs: dict[str, list[float] | None] = {nm: [] for nm in names}
-    cub: list[float] = []
-
-    def time_cublas() -> None:
-        try:
-            cub.append(time_kernel(cublas, warmup=warmup, iters=iters))
-        except Exception as exc:  # noqa: BLE001 - a torch refusal (e.g. no out_dtype) is logged, not fatal
-            log.append({"kernel": "cublas", "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
-
-    for r in range(rounds):
-        time_cublas()
-        start = (r * len(names)) // max(rounds, 1)
-        for nm in names[start:] + names[:start]:
-            if runs[nm] is None:
-                continue
-            try:
-                runs[nm].append(time_kernel(lambda lib=libs[nm][1]: ours(lib), warmup=warmup, iters=iters))
-            except ArgusError as exc:
-                runs[nm] = None
-                log.append({"kernel": nm, "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
-    time_cublas()
-    torch.cuda.synchronize()
-    nsets = len(ptrs)
-    for held in (sets, views, ptrs):   # free the operands before the next shape allocates its own
-        held.clear()
-    torch.cuda.empty_cache()
-    kernels = {nm: (statistics.median(v) if v else None) for nm, v in runs.items()}
-    kernels.update({nm: None for nm in libs if nm not in kernels})
-    return {"kernels": kernels, "cublas_ms": statistics.median(cub) if cub else None, "cublas_rounds": cub,
-            "operand_sets": nsets, "names": list(shape.names)}
 
 
 def choices(table: dict) -> dict[str, dict[str, str | None]]:

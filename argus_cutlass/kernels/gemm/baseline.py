@@ -32,20 +32,14 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
     if not torch.cuda.is_available():
         raise DeviceError("device.torch", "torch.cuda.is_available() is False")
     problem.validate()
-    m, n, k = problem.m, problem.n, problem.k
+    m, n = problem.m, problem.n
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dt = tdt[problem.dtype]
-    dev = "cuda"
-    if problem.layout[0] == "t":
-        a = torch.randn(m, problem.lda, device=dev, dtype=dt)[:, :k]
-    else:
-        a = torch.randn(k, problem.lda, device=dev, dtype=dt)[:, :m].t()
-    if problem.layout[1] == "n":
-        b = torch.randn(n, problem.ldb, device=dev, dtype=dt)[:, :k].t()
-    else:
-        b = torch.randn(k, problem.ldb, device=dev, dtype=dt)[:, :n]
+    a_rows, b_rows = storage_rows(problem)
+    a, b = layout_views(torch.randn(a_rows * problem.lda, device="cuda", dtype=dt),
+                        torch.randn(b_rows * problem.ldb, device="cuda", dtype=dt), problem)
     out_dt = tdt[problem.out_dtype]
-    c = torch.randn(m, n, device=dev, dtype=dt) if beta != 0 else None
+    c = torch.randn(m, n, device="cuda", dtype=dt) if beta != 0 else None
 
     def run_mm() -> Any:
         if out_dt != dt:
@@ -67,3 +61,23 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
         end.record()
     torch.cuda.synchronize()
     return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
+
+
+def storage_rows(problem: GemmProblem) -> tuple[int, int]:
+    """Rows of A's and B's storage in ``problem``'s layout (each row holds ``lda`` / ``ldb`` elements):
+    A is M x K row-major (``t``) or K x M (``n``); B is N x K (``n``) or K x N (``t``)."""
+    m, n, k = problem.m, problem.n, problem.k
+    return (m if problem.layout[0] == "t" else k), (n if problem.layout[1] == "n" else k)
+
+
+def layout_views(a_flat: Any, b_flat: Any, problem: GemmProblem) -> tuple[Any, Any]:
+    """``(A, B)``: the M x K and K x N torch views of flat buffers of at least :func:`storage_rows` x
+    ``lda`` / ``ldb`` elements, with ``problem``'s strides (what cuBLAS is called on)."""
+    m, n, k = problem.m, problem.n, problem.k
+    a_rows, b_rows = storage_rows(problem)
+    a = a_flat[: a_rows * problem.lda].view(a_rows, problem.lda)
+    b = b_flat[: b_rows * problem.ldb].view(b_rows, problem.ldb)
+    a = a[:, :k] if problem.layout[0] == "t" else a[:, :m].t()
+    b = b[:, :k].t() if problem.layout[1] == "n" else b[:, :n]
+    return a, b
+
