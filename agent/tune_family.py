@@ -161,9 +161,8 @@ def run_tune_family(args: Any, say: Callable[[str], None], problem: Any, configs
         line = f"best      {r.name}: {ms:.4f} ms ({flops / ms / 1e9:.1f} TFLOP/s)"
         if first_ms and r is not results[0]:
             line += f" (the first candidate's {first_ms:.4f} ms)"
-        elif min(m[0] for m in measured) < ms:
-            line += (f" (kept: the fastest other candidate, {min(m[0] for m in measured):.4f} ms, is less than "
-                     f"{MIN_GAIN:.0%} faster)")
+        elif (fastest := min(m[0] for m in measured)) < ms:
+            line += f" (kept: the fastest other candidate, {fastest:.4f} ms, is less than {MIN_GAIN:.0%} faster)"
         if base_ms:
             line += f"; {family.baseline_name} {base_ms:.4f} ms (its time / ours {base_ms / ms:.3f})"
         say(line)
