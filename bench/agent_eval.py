@@ -127,12 +127,12 @@ MAX_SETS = 48
 def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
     """Rotated operand sets of ``problem``: flat torch buffers A, B (random normal) and D, each as large as
     the problem's storage (:meth:`GemmProblem.operands`), enough sets for :data:`ROTATE_BYTES`."""
-    from argus_cutlass.kernels.gemm.baseline import storage_rows
+    from argus_cutlass.kernels.gemm.problem import storage_rows
 
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     ops = problem.operands()
     size = {n: ops[n].storage_bytes for n in ("A", "B", "D")}
-    # at least whole rows of the leading dimension (the views of baseline.layout_views), 2-byte inputs
+    # at least whole rows of the leading dimension (the views of problem.layout_views), 2-byte inputs
     a_rows, b_rows = storage_rows(problem)
     size["A"] = max(size["A"], 2 * problem.lda * a_rows)
     size["B"] = max(size["B"], 2 * problem.ldb * b_rows)
@@ -157,7 +157,7 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
 
     from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M
     from argus_cutlass.errors import ArgusError
-    from argus_cutlass.kernels.gemm.baseline import layout_views
+    from argus_cutlass.kernels.gemm.problem import layout_views
     from argus_cutlass.runtime.check import time_kernel
 
     problem = shape.problem().validate()

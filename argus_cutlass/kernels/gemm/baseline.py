@@ -9,7 +9,7 @@ import statistics
 from typing import Any
 
 from argus_cutlass.errors import DeviceError
-from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.kernels.gemm.problem import GemmProblem, layout_views, storage_rows
 
 
 def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
@@ -61,23 +61,3 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
         end.record()
     torch.cuda.synchronize()
     return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
-
-
-def storage_rows(problem: GemmProblem) -> tuple[int, int]:
-    """Rows of A's and B's storage in ``problem``'s layout (each row holds ``lda`` / ``ldb`` elements):
-    A is M x K row-major (``t``) or K x M (``n``); B is N x K (``n``) or K x N (``t``)."""
-    m, n, k = problem.m, problem.n, problem.k
-    return (m if problem.layout[0] == "t" else k), (n if problem.layout[1] == "n" else k)
-
-
-def layout_views(a_flat: Any, b_flat: Any, problem: GemmProblem) -> tuple[Any, Any]:
-    """``(A, B)``: the M x K and K x N torch views of flat buffers of at least :func:`storage_rows` x
-    ``lda`` / ``ldb`` elements, with ``problem``'s strides (what cuBLAS is called on)."""
-    m, n, k = problem.m, problem.n, problem.k
-    a_rows, b_rows = storage_rows(problem)
-    a = a_flat[: a_rows * problem.lda].view(a_rows, problem.lda)
-    b = b_flat[: b_rows * problem.ldb].view(b_rows, problem.ldb)
-    a = a[:, :k] if problem.layout[0] == "t" else a[:, :m].t()
-    b = b[:, :k].t() if problem.layout[1] == "n" else b[:, :n]
-    return a, b
-

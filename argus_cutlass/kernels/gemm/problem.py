@@ -68,6 +68,7 @@ CUDA runtime call). Code 3 is the proof range: the k-loop proofs of a program ho
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from dataclasses import dataclass
 
 from argus_cutlass.errors import ProblemError
@@ -465,3 +466,23 @@ class GemmProblem:
 
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
+
+
+def storage_rows(problem: GemmProblem) -> tuple[int, int]:
+    """Rows of A's and B's storage in ``problem``'s layout (each row holds ``lda`` / ``ldb`` elements):
+    A is M x K row-major (``t``) or K x M (``n``); B is N x K (``n``) or K x N (``t``)."""
+    m, n, k = problem.m, problem.n, problem.k
+    return (m if problem.layout[0] == "t" else k), (n if problem.layout[1] == "n" else k)
+
+
+def layout_views(a_flat: Any, b_flat: Any, problem: GemmProblem) -> tuple[Any, Any]:
+    """``(A, B)``: the M x K and K x N torch views of flat buffers of at least :func:`storage_rows` x
+    ``lda`` / ``ldb`` elements, with ``problem``'s strides (what cuBLAS is called on)."""
+    m, n, k = problem.m, problem.n, problem.k
+    a_rows, b_rows = storage_rows(problem)
+    a = a_flat[: a_rows * problem.lda].view(a_rows, problem.lda)
+    b = b_flat[: b_rows * problem.ldb].view(b_rows, problem.ldb)
+    a = a[:, :k] if problem.layout[0] == "t" else a[:, :m].t()
+    b = b[:, :k].t() if problem.layout[1] == "n" else b[:, :n]
+    return a, b
+
