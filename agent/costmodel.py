@@ -270,31 +270,173 @@ def predict_ms(kernel: Any, m: int, n: int, k: int, params: CostParams | None = 
     return predict_s(kernel, m, n, k, params) * 1e3
 
 
+#: kernel element types whose measured corrections (:class:`Residuals`) transfer to each other: the same
+#: operand bytes and the same wgmma instruction shapes (a bf16 calibration corrects an fp16 ranking)
+_RESIDUAL_DTYPES = {"bf16": "16bit", "fp16": "16bit"}
+
+
+def structure_key(cfg: GemmConfig, stages: bool = True) -> str:
+    """The configuration's kernel structure without its element types and layout: what a measured
+    correction of one flavor is keyed by, so a bf16 ``tn`` calibration corrects the same structure of
+    another flavor. ``stages=False`` drops the pipeline depth too (``fit_stages`` gives an fp32 output
+    fewer stages than a bf16 one: :func:`ranked` falls back to that key when it names one column).
+
+    >>> structure_key(GemmConfig())
+    '128x256x64_c2x1_cooperative_along_n1_persistent1_ab_s4'
+    """
+    key = (f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}_c{cfg.cluster_m}x{cfg.cluster_n}_{cfg.schedule}_"
+           f"{cfg.raster}{cfg.swizzle}_{cfg.scheduler}{cfg.splits}_{'ba' if cfg.swap_ab else 'ab'}")
+    return f"{key}_s{cfg.stages}" if stages else key
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """Measured corrections of the analytic model: at each calibration shape, per configuration structure
+    (:func:`structure_key`), ``log(measured ms / predict_ms)`` under the parameters they were computed with
+    (the same file's ``params``). A ranking corrects a configuration's prediction at a new shape by the
+    inverse-distance-weighted mean of its residuals at the ``neighbours`` nearest calibration shapes in
+    ``log2`` (M, N, K) space (M weighted by ``m_weight``: the decode / prefill regime changes with M);
+    a structure measured at none of them is not ranked (the calibration says nothing about it there).
+
+    Chosen by grouped cross-validation on the session-20 sweep (``bench/calibrate_costmodel.py --cv``:
+    every projection (N, K) held out at all its M): neighbours 3, M weight 2, weights ``1 / (0.5 + d)``.
+
+    Attributes:
+        flavor: the calibration's (dtype, out_dtype, layout).
+        configs: the structure keys (columns of ``values``).
+        points: calibration shapes, ``(P, 3)`` int (M, N, K).
+        values: ``(P, C)`` float residuals (natural log), NaN where not measured.
+    """
+
+    flavor: tuple[str, str, str]
+    configs: tuple[str, ...]
+    points: Any
+    values: Any
+    neighbours: int = 3
+    m_weight: float = 2.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Residuals:
+        """From the ``residuals`` section of the calibration file.
+
+        Raises:
+            ValueError: the section's rows and columns disagree.
+        """
+        import numpy as np
+
+        configs = tuple(data["configs"])
+        rows = data["points"]
+        vals = np.array([[np.nan if v is None else float(v) for v in r["res"]] for r in rows], dtype=float)
+        if vals.size and vals.shape[1] != len(configs):
+            raise ValueError(f"residuals: rows of {vals.shape[1]} values for {len(configs)} configurations")
+        return cls(tuple(data["flavor"]), configs, np.array([r["mnk"] for r in rows], dtype=np.int64).reshape(-1, 3),
+                   vals.reshape(len(rows), len(configs)), int(data.get("neighbours", 3)),
+                   float(data.get("m_weight", 2.0)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flavor": list(self.flavor), "neighbours": self.neighbours, "m_weight": self.m_weight,
+                "configs": list(self.configs),
+                "points": [{"mnk": [int(x) for x in p],
+                            "res": [None if v != v else round(float(v), 4) for v in row]}
+                           for p, row in zip(self.points, self.values)]}
+
+    def without(self, shapes: Any) -> Residuals:
+        """The same calibration without the given (M, N, K) shapes (cross-validation)."""
+        import numpy as np
+
+        drop = {tuple(int(x) for x in s) for s in shapes}
+        keep = np.array([tuple(int(x) for x in p) not in drop for p in self.points], dtype=bool)
+        return dataclasses.replace(self, points=self.points[keep], values=self.values[keep])
+
+    def applies_to(self, dtype: str) -> bool:
+        return _RESIDUAL_DTYPES.get(dtype, dtype) == _RESIDUAL_DTYPES.get(self.flavor[0], self.flavor[0])
+
+    def corrections(self, m: int, n: int, k: int) -> dict[str, float]:
+        """``{structure key: log correction}`` at problem (m, n, k), for the structures measured at one or
+        more of its nearest calibration shapes."""
+        import numpy as np
+
+        if not len(self.points):
+            return {}
+        w = np.array([self.m_weight, 1.0, 1.0])
+        d = np.sqrt((((np.log2(self.points.astype(float)) - np.log2([m, n, k])) * w) ** 2).sum(1))
+        near = np.argsort(d, kind="stable")[: self.neighbours]
+        vals, wts = self.values[near], 1.0 / (0.5 + d[near])
+        seen = np.isfinite(vals)
+        total = (np.where(seen, vals, 0.0) * wts[:, None]).sum(0)
+        weight = (seen * wts[:, None]).sum(0)
+        return {key: float(total[j] / weight[j]) for j, key in enumerate(self.configs) if weight[j] > 0}
+
+
+@functools.lru_cache(maxsize=1)
+def calibrated_residuals() -> Residuals | None:
+    """The ``residuals`` section of ``agent/costmodel_h200.json`` (``bench/calibrate_costmodel.py
+    --residuals``), or None when the file has none.
+
+    Raises:
+        ValueError: a malformed section (names the rule broken).
+    """
+    path = Path(__file__).with_name(CALIBRATION_FILE)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text()).get("residuals")
+    return Residuals.from_json(data) if data else None
+
+
 #: swap-AB configurations tile the problem's M by 16..64, so above this M they are not candidates of
 #: :func:`costmodel_choice` (nor timed by the sweeps: ``bench/agent_eval.py``'s ``SWAP_AB_MAX_M``)
 SWAP_AB_MAX_M = 256
 
 
+def ranked(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn",
+           params: CostParams | None = None, residuals: Residuals | None | bool = True
+           ) -> list[tuple[float, GemmConfig]]:
+    """The declared sub-space (:func:`argus_cutlass.kernels.gemm.space.declared_subspace`; swap-AB only for
+    ``m <= SWAP_AB_MAX_M``) ranked for problem (m, n, k): ``[(predicted ms, config)]``, fastest first.
+
+    The prediction is :func:`predict_ms` times the measured correction of the configuration's structure
+    near this shape (:class:`Residuals`) when a calibration for the dtype's width exists; structures it
+    has no measurement for near the shape are left out. Without one (``residuals=None``, or no
+    calibration of this width) the analytic prediction alone ranks every configuration.
+
+    Args:
+        params: the analytic constants (default :func:`calibrated`); residuals: ``True`` for the shipped
+            calibration (:func:`calibrated_residuals`), a :class:`Residuals`, or None for none.
+    """
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    params = params or calibrated()
+    res = calibrated_residuals() if residuals is True else (residuals or None)
+    corr = res.corrections(m, n, k) if res is not None and res.applies_to(dtype) else None
+    space = [(predict_ms(c, m, n, k, params), c) for c in declared_subspace(dtype, out_dtype, layout)
+             if not (c.swap_ab and m > SWAP_AB_MAX_M)]
+    if corr is not None:
+        bases: dict[str, list[float]] = {}
+        for key, v in corr.items():
+            bases.setdefault(key.rsplit("_s", 1)[0], []).append(v)
+        corr.update({b: vs[0] for b, vs in bases.items() if len(vs) == 1})  # one column: any depth of it
+        corrected = [(t * math.exp(corr.get(structure_key(c), corr.get(structure_key(c, stages=False), 0.0))), c)
+                     for t, c in space if structure_key(c) in corr or structure_key(c, stages=False) in corr]
+        space = corrected or space  # no structure of this flavor measured near the shape: the analytic rank
+    return sorted(space, key=lambda tc: tc[0])
+
+
 def costmodel_choice(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn",
-                     params: CostParams | None = None) -> GemmConfig | None:
-    """The untuned choice of the cost model: the configuration of the declared sub-space
-    (:func:`argus_cutlass.kernels.gemm.space.declared_subspace` for the dtypes and layout; swap-AB ones
-    only for ``m <= SWAP_AB_MAX_M``) with the least :func:`predict_ms` under ``params`` (default: the
-    shipped calibration, :func:`calibrated`) that the verifier's fast tiers accept
-    (:func:`argus_cutlass.kernels.gemm.space.feasible`); None when none is accepted.
+                     params: CostParams | None = None, residuals: Residuals | None | bool = True
+                     ) -> GemmConfig | None:
+    """The untuned choice of the cost model: the first configuration of :func:`ranked` (the declared
+    sub-space, predicted and corrected by the measured residuals near the shape) that the verifier's fast
+    tiers accept (:func:`argus_cutlass.kernels.gemm.space.feasible`); None when none is accepted.
 
     ``bench/sweep_gemm.py`` measures every configuration of the same sub-space, so this rule is scored
-    against the sweep's best offline (its ``choices`` / ``--summary``).
+    against the sweep's best offline (its ``--summary``; held out: ``bench/calibrate_costmodel.py --cv``).
 
     >>> costmodel_choice(8192, 8192, 8192).swap_ab, costmodel_choice(16, 8192, 8192).swap_ab
     (False, True)
     """
-    from argus_cutlass.kernels.gemm.space import declared_subspace, feasible
+    from argus_cutlass.kernels.gemm.space import feasible
 
-    params = params or calibrated()
-    space = [c for c in declared_subspace(dtype, out_dtype, layout) if m <= SWAP_AB_MAX_M or not c.swap_ab]
-    for cfg in sorted(space, key=lambda c: predict_ms(c, m, n, k, params)):
+    for _, cfg in ranked(m, n, k, dtype, out_dtype, layout, params, residuals):
         if feasible(cfg)[0]:
             return cfg
     return None
-

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from argus_cutlass.agent.planner import ActionValues, Problem
-
+from argus_cutlass.errors import ArgusError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 
 #: format version of the store file
@@ -268,8 +268,9 @@ class Lookup:
     Attributes:
         config: the chosen GemmConfig, AttentionConfig or MoEConfig.
         source: ``"store"`` (the user's experience store), ``"shipped"`` (``agent/tuned_h200.json``),
-            ``"heuristic"`` (no usable entry), ``"costmodel"`` (no usable entry, GEMM with
-            ``ARGUS_GEMM_UNTUNED=costmodel``) or ``"forced"`` (the heuristic was asked for).
+            ``"heuristic"`` (no usable entry; a GEMM with ``ARGUS_GEMM_UNTUNED=heuristic`` or on the
+            aligned-staging path), ``"costmodel"`` (no usable entry, GEMM: the default untuned rule) or
+            ``"forced"`` (the heuristic was asked for).
         detail: one line for people: the key found; or the key that missed and why (no entry, with
             the shipped table's coverage and the nearest entry; an entry refused by the verifier's
             rules; a stale entry; a dtype/layout mismatch); and an entry of another GPU of the same
@@ -453,7 +454,8 @@ def _usable(entry: dict[str, Any] | None, problem: Problem) -> tuple[GemmConfig 
 def tuned_or_default(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
                      layout: str = "tn", *, gpu: str | None = None,
                      store: ExperienceStore | None = None) -> GemmConfig:
-    """The best known configuration for the problem: user store, then shipped, then heuristic.
+    """The best known configuration for the problem: user store, then shipped, then the untuned rule
+    (``ARGUS_GEMM_UNTUNED``: the cost model's first choice by default, or the heuristic's).
 
     Args:
         kernel: ``"gemm"``.
@@ -471,15 +473,16 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
                   layout: str = "tn", *, gpu: str | None = None,
                   store: ExperienceStore | None = None) -> Lookup:
     """:func:`tuned_or_default` as a :class:`Lookup` (unpacks as ``(config, source)``): source
-    ``"store"`` (the user's experience store), ``"shipped"`` (``agent/tuned_h200.json``) or
-    ``"heuristic"``, and the detail of which key was found or missed. Entries are matched by (GPU,
+    ``"store"`` (the user's experience store), ``"shipped"`` (``agent/tuned_h200.json``), or the untuned
+    rule's (``ARGUS_GEMM_UNTUNED``): ``"costmodel"`` (the default; a problem on the aligned-staging path
+    keeps the heuristic's) or ``"heuristic"``, and the detail of which key was found or missed. Entries are matched by (GPU,
     kernel, dtypes, layout, shape bucket), an exact GPU first, then another GPU of the same
     architecture (:func:`gpu_arch`), and used only when the verifier accepts them.
 
     >>> lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nt", gpu="NVIDIA H200",
     ...                    store=ExperienceStore("/nonexistent/x.json"))
     >>> lk.source, lk.detail.startswith("no entry for key 'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096'")
-    ('heuristic', True)
+    ('costmodel', True)
     """
     from argus_cutlass.kernels.gemm.heuristics import default_config
     from argus_cutlass.settings import settings
@@ -492,7 +495,16 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
         """The untuned choice (``ARGUS_GEMM_UNTUNED``): the heuristic's, or the cost model's first choice."""
         if untuned == "costmodel":
             from argus_cutlass.agent.costmodel import costmodel_choice
+            from argus_cutlass.kernels.gemm.problem import GemmProblem
 
+            try:
+                staged = bool(GemmProblem(m, n, k, dtype, out_dtype, layout).validate_any().staging())
+            except ArgusError:
+                staged = False  # the orchestrator refuses the problem itself, naming the rule
+            if staged:
+                return (default_config(m, n, k, dtype, out_dtype, layout), "heuristic",
+                        "the problem runs on the aligned-staging path, which the cost model's calibration "
+                        "(direct TMA kernels) did not measure; the heuristic's")
             cfg = costmodel_choice(m, n, k, dtype, out_dtype, layout)
             if cfg is not None:
                 return cfg, "costmodel", "the cost model's first choice of the declared sub-space (ARGUS_GEMM_UNTUNED)"

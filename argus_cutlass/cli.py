@@ -164,7 +164,7 @@ _SOURCE_TEXT = {
     "store": "tuned: your experience store",
     "shipped": "tuned: the shipped H200 table",
     "heuristic": "heuristic: no tuned entry for this shape bucket",
-    "costmodel": "cost model: no tuned entry for this shape bucket (ARGUS_GEMM_UNTUNED=costmodel)",
+    "costmodel": "cost model: no tuned entry for this shape bucket (its first choice; ARGUS_GEMM_UNTUNED)",
     "forced": "heuristic: --heuristic",
 }
 

@@ -1,7 +1,19 @@
 """Calibrate the GEMM cost model's constants from measured tables and write them as data.
 
     python3 bench/calibrate_costmodel.py [--table bench/data/agent_eval_table.json ...] [--out agent/costmodel_h200.json]
-                                         [--holdout] [--maxiter 600]
+                                         [--holdout] [--maxiter 600] [--residuals SWEEP_TABLE]
+    python3 bench/calibrate_costmodel.py --keep-params --residuals SWEEP_TABLE --out agent/costmodel_h200.json
+    python3 bench/calibrate_costmodel.py --cv SWEEP_TABLE      # the held-out score of the untuned choice
+
+Two parts of the calibration, both in ``agent/costmodel_h200.json``:
+
+* ``params``: the analytic model's constants, fitted as below on measured tables;
+* ``residuals`` (``--residuals``, a ``bench/sweep_gemm.py`` table): per sweep shape and declared
+  configuration, log(measured / predicted) under those same parameters, which
+  :class:`argus_cutlass.agent.costmodel.Residuals` interpolates to new shapes. ``--cv`` scores the
+  untuned choice (:func:`argus_cutlass.agent.costmodel.costmodel_choice`) on the sweep with every
+  projection (N, K) held out at all its M: the number to quote, since on the sweep's own shapes the
+  residuals are in-sample.
 
 A table is the format of ``bench/agent_eval.py``'s ``agent_eval_table.json``: ``candidates`` (a list of
 :class:`~argus_cutlass.kernels.gemm.config.GemmConfig` dicts) and ``shapes`` (``"MxNxK"`` ->
@@ -29,6 +41,8 @@ import math
 import sys
 import time
 from pathlib import Path
+
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +74,9 @@ def load_tables(paths: list[str]) -> list[tuple[tuple[int, int, int], list, np.n
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
-            label = {kernel_label(GemmConfig(**c)): GemmConfig(**c) for c in data["candidates"]}
+            label = {kernel_label(GemmConfig(**c)): GemmConfig(**c) for c in data.get("candidates", [])}
+            # sweep tables (bench/sweep_gemm.py) key kernels by name: their kernel_configs map them
+            label.update({nm: GemmConfig(**c) for nm, c in data.get("kernel_configs", {}).items()})
             shapes = data["shapes"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise SystemExit(f"{path}: not a measured table ({type(exc).__name__}: {exc})") from None
@@ -120,6 +136,70 @@ def fit(data: list, start, maxiter: int):  # noqa: ANN001
     return params(best)
 
 
+def residuals_of(path: str, params) -> Any:  # noqa: ANN001
+    """The :class:`~argus_cutlass.agent.costmodel.Residuals` of a sweep table (``bench/sweep_gemm.py``'s
+    format) under ``params``: per shape and declared configuration, ``log(measured / predict_ms)``.
+
+    Raises:
+        SystemExit: the table is missing or not a sweep table (the message names it).
+    """
+    from argus_cutlass.agent.costmodel import Residuals, predict_ms, structure_key
+    from argus_cutlass.agent.measure import table_key
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    try:
+        data = json.loads(Path(path).read_text())
+        fl = data.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+        flavor = (fl["dtype"], fl["out_dtype"], fl["layout"])
+        rows = data["shapes"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"{path}: not a sweep table ({type(exc).__name__}: {exc})") from None
+    space = declared_subspace(*flavor)
+    points, values = [], []
+    for key, row in rows.items():
+        m, n, k = (int(x) for x in key.split("x"))
+        kernels = row.get("kernels", {})
+        vals = []
+        for cfg in space:
+            name = table_key(cfg, kernels)
+            t = kernels.get(name) if name else None
+            vals.append(math.log(t / predict_ms(cfg, m, n, k, params)) if t else float("nan"))
+        points.append((m, n, k))
+        values.append(vals)
+    return Residuals(flavor, tuple(structure_key(c) for c in space), np.array(points, dtype=np.int64).reshape(-1, 3),
+                     np.array(values, dtype=float).reshape(len(points), len(space)))
+
+
+def cross_validate(path: str, params, residuals) -> dict[str, Any]:  # noqa: ANN001
+    """Grouped cross-validation of :func:`~argus_cutlass.agent.costmodel.costmodel_choice` on a sweep table:
+    every projection (N, K) is held out at all its M at once (its shapes' residuals removed), and its
+    shapes are scored with the choice the rest gives (:func:`sweep_gemm.summarize`). Returns the summary,
+    with ``analytic`` the same score without residuals."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sweep_gemm
+    from argus_cutlass.agent.costmodel import costmodel_choice
+    from argus_cutlass.agent.measure import table_key
+
+    table = json.loads(Path(path).read_text())
+    fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+    flavor = (fl["dtype"], fl["out_dtype"], fl["layout"])
+    groups: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for key in table["shapes"]:
+        m, n, k = (int(x) for x in key.split("x"))
+        groups.setdefault((n, k), []).append((m, n, k))
+    picks: dict[str, dict[str, str | None]] = {}
+    for shapes in groups.values():
+        rest = residuals.without(shapes)
+        for m, n, k in shapes:
+            key = f"{m}x{n}x{k}"
+            kernels = table["shapes"][key].get("kernels", {})
+            held = costmodel_choice(m, n, k, *flavor, params=params, residuals=rest)
+            plain = costmodel_choice(m, n, k, *flavor, params=params, residuals=None)
+            picks[key] = {"held_out": held and table_key(held, kernels), "analytic": plain and table_key(plain, kernels)}
+    return {"held_out": sweep_gemm.summarize(table, "held_out", picks=picks),
+            "analytic": sweep_gemm.summarize(table, "analytic", picks=picks), "projections": len(groups)}
+
+
 def main(argv: list[str] | None = None) -> int:
     from argus_cutlass.agent.costmodel import CostParams
 
@@ -129,7 +209,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="", help="write the fitted parameters here (e.g. agent/costmodel_h200.json)")
     ap.add_argument("--holdout", action="store_true", help="also score each shape with a fit that did not see it")
     ap.add_argument("--maxiter", type=int, default=600)
+    ap.add_argument("--keep-params", action="store_true",
+                    help="no fit: keep the shipped parameters (agent/costmodel_h200.json), e.g. to add --residuals")
+    ap.add_argument("--residuals", default="",
+                    help="a sweep table (bench/sweep_gemm.py): store its residuals under the written parameters")
+    ap.add_argument("--cv", default="", help="a sweep table: grouped cross-validation of the untuned choice "
+                    "(each projection held out at all its M) with its residuals under the parameters; no fit")
     args = ap.parse_args(argv)
+    if args.cv:
+        from argus_cutlass.agent.costmodel import calibrated
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from sweep_gemm import _format
+
+        res = cross_validate(args.cv, calibrated(), residuals_of(args.cv, calibrated()))
+        print(f"grouped cross-validation over {res['projections']} projections of {args.cv}:")
+        print(_format(res["held_out"]))
+        print(_format(res["analytic"]))
+        return 0
+    if args.keep_params:
+        return _write_residuals(args) if args.residuals and args.out else _usage(ap)
     tables = args.table or [str(Path(__file__).resolve().parent / "data" / "agent_eval_table.json")]
     data = load_tables(tables)
     if not data:
@@ -165,11 +264,47 @@ def main(argv: list[str] | None = None) -> int:
                 f"({len(data)} shapes, {sum(len(s) for _, s, _ in data)} measured kernels) on "
                 f"{time.strftime('%Y-%m-%d')}; {within(fit_reg)} on the fitted shapes"
                 + (f", {within(held)} held out" if args.holdout else ""))
-        Path(args.out).write_text(json.dumps({"gpu": "NVIDIA H200", "note": note,
-                                              "params": {f: getattr(fitted, f) for f in CostParams.fields()}},
-                                             indent=1) + "\n")
+        doc = {"gpu": "NVIDIA H200", "note": note, "params": {f: getattr(fitted, f) for f in CostParams.fields()}}
+        if args.residuals:
+            doc["residuals_note"], doc["residuals"] = _residuals_doc(args.residuals, fitted)
+        Path(args.out).write_text(dump_calibration(doc))
         print(f"wrote {args.out}")
     return 0
+
+
+def dump_calibration(doc: dict[str, Any]) -> str:
+    """The calibration file's text: indented JSON, one line per calibration shape of ``residuals``."""
+    res = doc.get("residuals")
+    if not res:
+        return json.dumps(doc, indent=1) + "\n"
+    head = json.dumps({**doc, "residuals": {**res, "points": []}}, indent=1)
+    rows = ",\n".join("   " + json.dumps(p, separators=(",", ":")) for p in res["points"])
+    return head.replace('"points": []', '"points": [\n' + rows + "\n  ]") + "\n"
+
+
+def _residuals_doc(table: str, params) -> tuple[str, dict[str, Any]]:  # noqa: ANN001
+    res = residuals_of(table, params)
+    note = (f"log(measured / predicted) of {len(res.configs)} declared configurations at {len(res.points)} shapes "
+            f"of {Path(table).name} ({'_'.join(res.flavor)}), {time.strftime('%Y-%m-%d')}, by "
+            f"bench/calibrate_costmodel.py --residuals; held-out score: --cv")
+    return note, res.to_json()
+
+
+def _write_residuals(args) -> int:  # noqa: ANN001
+    """``--keep-params --residuals TABLE --out FILE``: the shipped parameters kept, the residuals replaced."""
+    from argus_cutlass.agent.costmodel import CALIBRATION_FILE, calibrated
+
+    src = Path(__file__).resolve().parents[1] / "agent" / CALIBRATION_FILE
+    doc = json.loads(src.read_text()) if src.exists() else {"gpu": "NVIDIA H200", "params": {}}
+    doc["residuals_note"], doc["residuals"] = _residuals_doc(args.residuals, calibrated())
+    Path(args.out).write_text(dump_calibration(doc))
+    print(f"wrote {args.out} ({len(doc['residuals']['points'])} calibration shapes)")
+    return 0
+
+
+def _usage(ap) -> int:  # noqa: ANN001
+    ap.error("--keep-params needs --residuals TABLE and --out FILE")
+    return 2
 
 
 if __name__ == "__main__":

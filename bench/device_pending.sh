@@ -24,6 +24,9 @@
 #                                                     # the declared sub-space x the model shape set vs cuBLAS; resumes
 #                                                     # from bench/data/gemm_sweep_<flavor>_h200.json, writes
 #                                                     # OUTDIR/sweep/ (commit it back there before the next call)
+#   bash bench/device_pending.sh OUTDIR gemm-refine [bf16_bf16_tn]  # re-time each swept shape's finalists (within
+#                                                     # 10 % of its best + the untuned choices; 5 rounds, ~25 ms of
+#                                                     # launches each), resumable like gemm-sweep, writes OUTDIR/sweep/
 #
 # Wheels in .whl/ (pydantic, z3-solver, nvidia-cutlass: the device has no package index) are
 # installed to /tmp/site with the package; runs from /tmp so the installed copy is imported.
@@ -31,8 +34,15 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine " in
   *" $STEP "*) ;;
+  gemm-refine)
+    FL=${3:-bf16_bf16_tn}
+    mkdir -p "$OUT/sweep"
+    T="$OUT/sweep/gemm_sweep_${FL}_h200.json"
+    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" || exit 1
+    timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" --refine --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
+      | tee "$OUT/gemm_refine_$FL.log" | tail -30 ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
 mkdir -p "$OUT"
@@ -108,5 +118,12 @@ case "$STEP" in
     cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" 2>/dev/null || true
     timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" --dtype "$DT" --out-dtype "$OD" --layout "$LY" \
       ${4:+--m "$4"} --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 | tee "$OUT/gemm_sweep_$FL.log" | tail -40 ;;
+  gemm-refine)
+    FL=${3:-bf16_bf16_tn}
+    mkdir -p "$OUT/sweep"
+    T="$OUT/sweep/gemm_sweep_${FL}_h200.json"
+    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" || exit 1
+    timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" --refine --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
+      | tee "$OUT/gemm_refine_$FL.log" | tail -30 ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac

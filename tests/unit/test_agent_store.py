@@ -53,6 +53,7 @@ def test_best_entry_keeps_highest_tflops(tmp_path):
 
 
 def test_lookup_falls_back_user_then_shipped_then_heuristic(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "heuristic")   # the untuned rule under test here (default: cost model)
     st = ExperienceStore(tmp_path / "e.json")
     shape = (512, 8192, 8192)
     heur = default_config(*shape)

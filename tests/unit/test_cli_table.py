@@ -33,7 +33,7 @@ def test_table_lists_the_shipped_entries(capsys, empty_store):
     assert "cuBLAS" in out and "attention" not in out
     assert main(["table", "--kernel", "moe"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("moe: 11 entries; key = gpu | kernel | dtype | shape | tokens")
+    assert out.startswith("moe: 12 entries; key = gpu | kernel | dtype | shape | tokens")
     assert "[shipped] NVIDIA H200 | bf16 | e8k2h4096i14336 | t256: 64-row tiles" in out and "_grouped_mm" in out
 
 
@@ -62,7 +62,7 @@ def test_table_explains_a_match_and_a_miss(capsys, empty_store):
     assert "would use    the shipped H200 table" in out and "matches [shipped] entry" in out
     assert main(["table", "--m", "256", "--n", "256", "--k", "256", "--layout", "NT", "--gpu", "NVIDIA H200"]) == 0
     out = capsys.readouterr().out
-    assert "would use    the heuristic (no usable tuned entry)" in out and "no entry matches" in out
+    assert "would use    the cost model's first choice (no usable tuned entry" in out and "no entry matches" in out
     assert "missed layout: tn != nt" in out and "bucket: " in out
     assert main(["table", "--batch", "2", "--heads", "16", "--seqlen-q", "2000", "--head-dim", "128", "--causal",
                  "--gpu", "NVIDIA H200"]) == 0

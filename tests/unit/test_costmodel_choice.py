@@ -3,19 +3,29 @@ ARGUS_GEMM_UNTUNED (CPU only)."""
 
 from __future__ import annotations
 
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
 import pytest
 
-from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M, calibrated, costmodel_choice, predict_ms
+from argus_cutlass.agent.costmodel import (SWAP_AB_MAX_M, Residuals, calibrated, calibrated_residuals,
+                                           costmodel_choice, predict_ms, ranked, structure_key)
+from argus_cutlass.agent.measure import table_key
 from argus_cutlass.agent.store import ExperienceStore, lookup_config
 from argus_cutlass.errors import ProblemError
 from argus_cutlass.kernels.gemm.heuristics import default_config
 from argus_cutlass.kernels.gemm.space import declared_subspace, feasible
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.mark.parametrize("m,n,k,layout", [(1, 4096, 4096, "tn"), (16, 14336, 4096, "tn"), (300, 4096, 14336, "nt"),
                                           (3000, 10240, 8192, "tn"), (8192, 1024, 4096, "nn")])
-def test_choice_is_the_best_predicted_feasible_point_of_the_declared_subspace(m, n, k, layout):
-    cfg = costmodel_choice(m, n, k, "bf16", "bf16", layout)
+def test_analytic_choice_is_the_best_predicted_feasible_point_of_the_declared_subspace(m, n, k, layout):
+    cfg = costmodel_choice(m, n, k, "bf16", "bf16", layout, residuals=None)
     space = declared_subspace("bf16", "bf16", layout)
     assert cfg in space and feasible(cfg)[0]
     assert m <= SWAP_AB_MAX_M or not cfg.swap_ab
@@ -24,17 +34,117 @@ def test_choice_is_the_best_predicted_feasible_point_of_the_declared_subspace(m,
     assert predict_ms(cfg, m, n, k, params) == min(predict_ms(c, m, n, k, params) for c in eligible)
 
 
-def test_untuned_gemm_takes_the_heuristic_unless_asked(monkeypatch):
+@pytest.mark.parametrize("m,n,k,layout", [(1, 4096, 4096, "tn"), (100, 5000, 3000, "tn"), (3000, 10240, 8192, "nt"),
+                                          (8192, 1024, 4096, "tn")])
+def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout):
+    """The shipped residuals: the choice minimises predict_ms x exp(the inverse-distance-weighted residual of
+    its structure over the 3 nearest calibration shapes), computed here independently of Residuals."""
+    res = calibrated_residuals()
+    assert res is not None and res.flavor == ("bf16", "bf16", "tn")
+    d = np.sqrt((((np.log2(res.points.astype(float)) - np.log2([m, n, k])) * [2.0, 1.0, 1.0]) ** 2).sum(1))
+    near = np.argsort(d, kind="stable")[:3]
+    params = calibrated()
+    scored = []
+    for c in declared_subspace("bf16", "bf16", layout):
+        if (c.swap_ab and m > SWAP_AB_MAX_M) or not feasible(c)[0]:
+            continue
+        j = res.configs.index(structure_key(c))
+        seen = [(res.values[i, j], 1.0 / (0.5 + d[i])) for i in near if np.isfinite(res.values[i, j])]
+        if seen:
+            corr = sum(v * w for v, w in seen) / sum(w for _, w in seen)
+            scored.append((predict_ms(c, m, n, k, params) * math.exp(corr), c))
+    assert scored
+    assert costmodel_choice(m, n, k, "bf16", "bf16", layout) == min(scored, key=lambda t: t[0])[1]
+
+
+def test_residuals_decide_the_ranking():
+    """A calibration that measured one structure 100x faster than predicted near the shape makes it the choice;
+    removing that shape (cross-validation) takes the correction away."""
+    space = declared_subspace()
+    keys = tuple(structure_key(c) for c in space)
+    target = next(c for c in space if c.tile_m == 64 and c.tile_n == 64 and not c.swap_ab and c.cluster_m == 1)
+    vals = np.zeros((2, len(keys)))
+    vals[0, keys.index(structure_key(target))] = math.log(0.01)
+    res = Residuals(("bf16", "bf16", "tn"), keys, np.array([[4096, 4096, 4096], [8, 64, 64]]), vals)
+    assert costmodel_choice(4096, 4096, 4096, residuals=res) == target
+    assert res.corrections(4096, 4096, 4096)[structure_key(target)] < math.log(0.1)
+    rest = res.without([(4096, 4096, 4096)])
+    assert len(rest.points) == 1 and costmodel_choice(4096, 4096, 4096, residuals=rest) != target
+    # a structure measured at none of the nearest shapes is not ranked
+    vals2 = np.full((1, len(keys)), np.nan)
+    vals2[0, keys.index(structure_key(target))] = 0.0
+    only = Residuals(("bf16", "bf16", "tn"), keys, np.array([[4096, 4096, 4096]]), vals2)
+    assert [c for _, c in ranked(4096, 4096, 4096, residuals=only)] == [target]
+    # round trip through the file format
+    assert Residuals.from_json(res.to_json()).corrections(100, 200, 300) == pytest.approx(res.corrections(100, 200, 300), abs=1e-3)
+
+
+def test_shipped_residuals_match_the_sweep_and_the_shipped_parameters():
+    """agent/costmodel_h200.json's residuals are log(measured / predict_ms) under the same file's parameters:
+    refitting the parameters without recomputing the residuals (calibrate_costmodel.py --residuals) fails here."""
+    res = calibrated_residuals()
+    table = json.loads((ROOT / "bench" / "data" / "gemm_sweep_bf16_bf16_tn_h200.json").read_text())
+    assert res.configs == tuple(structure_key(c) for c in declared_subspace(*res.flavor))
+    assert {f"{m}x{n}x{k}" for m, n, k in res.points.tolist()} == set(table["shapes"])
+    rng = np.random.default_rng(0)
+    params = calibrated()
+    space = declared_subspace(*res.flavor)
+    checked = 0
+    for i in rng.choice(len(res.points), 12, replace=False):
+        m, n, k = (int(x) for x in res.points[i])
+        kernels = table["shapes"][f"{m}x{n}x{k}"]["kernels"]
+        for j in rng.choice(len(space), 6, replace=False):
+            name = table_key(space[j], kernels)
+            t = kernels.get(name) if name else None
+            if t:
+                assert res.values[i, j] == pytest.approx(math.log(t / predict_ms(space[j], m, n, k, params)), abs=1e-3)
+                checked += 1
+            else:
+                assert math.isnan(res.values[i, j])
+    assert checked > 20
+
+
+def test_untuned_gemm_takes_the_cost_model_unless_asked(monkeypatch):
     none = ExperienceStore("/nonexistent/x.json")
     monkeypatch.delenv("ARGUS_GEMM_UNTUNED", raising=False)
     lk = lookup_config("gemm", 300, 5000, 3000, gpu="NVIDIA H200", store=none)
-    assert lk.source == "heuristic" and lk.config == default_config(300, 5000, 3000)
-    monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "costmodel")
-    lk = lookup_config("gemm", 300, 5000, 3000, gpu="NVIDIA H200", store=none)
     assert lk.source == "costmodel" and lk.config == costmodel_choice(300, 5000, 3000)
     assert "cost model's first choice" in lk.detail and "no entry for key" in lk.detail
+    monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "heuristic")
+    lk = lookup_config("gemm", 300, 5000, 3000, gpu="NVIDIA H200", store=none)
+    assert lk.source == "heuristic" and lk.config == default_config(300, 5000, 3000)
     # a tuned entry still wins over either untuned rule
     assert lookup_config("gemm", 4096, 4096, 4096, gpu="NVIDIA H200", store=none).source == "shipped"
+
+
+def test_staged_problem_keeps_the_heuristic_and_says_why(monkeypatch):
+    monkeypatch.delenv("ARGUS_GEMM_UNTUNED", raising=False)
+    lk = lookup_config("gemm", 4096, 33, 4096, gpu="NVIDIA H200", store=ExperienceStore("/nonexistent/x.json"))
+    assert lk.source == "heuristic" and lk.config == default_config(4096, 33, 4096)
+    assert "aligned-staging path" in lk.detail
+
+
+def test_cross_validation_holds_each_projection_out(tmp_path):
+    """bench/calibrate_costmodel.py --cv on a small sweep table: the held-out choice of a shape never uses its
+    own projection's residuals (a table whose only other projection says nothing changes nothing)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import calibrate_costmodel
+
+    full = json.loads((ROOT / "bench" / "data" / "gemm_sweep_bf16_bf16_tn_h200.json").read_text())
+    keep = ["1024x4096x4096", "8192x4096x4096", "1024x14336x4096", "8192x14336x4096"]
+    small = {**full, "shapes": {k: full["shapes"][k] for k in keep}}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(small))
+    params = calibrated()
+    res = calibrate_costmodel.residuals_of(str(path), params)
+    assert len(res.points) == 4
+    out = calibrate_costmodel.cross_validate(str(path), params, res)
+    assert out["projections"] == 2 and out["held_out"]["shapes"] == 4
+    for row in out["held_out"]["rows"]:
+        m, n, k = map(int, row["shape"].split("x"))
+        other = res.without([p for p in res.points.tolist() if p[1:] == [n, k]])
+        expect = costmodel_choice(m, n, k, params=params, residuals=other)
+        assert row["choice"] == table_key(expect, small["shapes"][row["shape"]]["kernels"])
 
 
 def test_bad_untuned_rule_is_refused_by_name(monkeypatch):

@@ -35,6 +35,13 @@ MOE = MoEProblem(100, 128, 8, 2048, 768)
 MOE_GOOD, MOE_BAD = {"dn_stages": 6}, {"gu_stages": 12}
 
 
+@pytest.fixture(autouse=True)
+def heuristic_untuned(monkeypatch):
+    """These tests pin the lookup of tuned entries and how a miss is explained; the untuned GEMM rule is the
+    heuristic here so the fallback is known (the default, the cost model: tests/unit/test_costmodel_choice.py)."""
+    monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "heuristic")
+
+
 @pytest.fixture
 def st(tmp_path, monkeypatch):
     """An empty user store and an empty shipped table."""

@@ -149,3 +149,50 @@ def test_a_fatal_shape_is_recorded_and_its_first_failing_kernel_excluded(sweep, 
     assert sweep.main(["--table", str(t), "--shapes", str(shapes)]) == 0   # the next run goes on
     table = json.loads(t.read_text())
     assert table["shapes"]["128x4096x4096"]["kernels"] and len(built) == 2
+
+
+def test_refine_retimes_the_finalists_and_resumes(sweep, tmp_path, monkeypatch):
+    """--refine (issue 13 item 1: the one-pass sweep's spread on short kernels exceeds the 3 % score): only the
+    kernels within --refine-within of a row's best (and the untuned choices) are rebuilt and re-timed; their new
+    times replace the row's, the old ones are kept, and a refined row is not refined again."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    space = [c for c in declared_subspace() if not c.swap_ab][:4]
+    names = [kernel_name(c) for c in space]
+    table = {"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
+             "kernel_configs": {nm: c.model_dump() for nm, c in zip(names, space)},
+             "shapes": {"512x4096x4096": {"kernels": dict(zip(names, (1.0, 1.05, 1.5, None))), "cublas_ms": 1.0,
+                                          "heuristic": names[2]},
+                        "64x4096x4096": {"kernels": dict(zip(names, (2.0, 3.0, 2.1, 2.15))), "cublas_ms": 2.0,
+                                         "heuristic": names[1]}}}
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(table))
+    built, timed = [], []
+
+    def fake_build(cands, workers, log, notes):
+        built.append({kernel_name(c) for c in cands})
+        return {kernel_name(c): (c, None, None) for c in cands}
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log):
+        timed.append((shape.m, sorted(libs), iters, rounds))
+        return {"kernels": {nm: 0.5 for nm in libs}, "cublas_ms": 0.9, "names": []}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", fake_build)
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {k: {"heuristic": r.get("heuristic")} for k, r in tb["shapes"].items()})
+    assert sweep.main(["--table", str(t), "--refine"]) == 0
+    out = json.loads(t.read_text())
+    assert [m for m, *_ in timed] == [64, 512]   # smallest M first
+    assert timed[0][1] == sorted([names[0], names[2], names[3], names[1]])   # within 10 % + the heuristic's
+    assert timed[1][1] == sorted([names[0], names[1], names[2]])             # 1.5 is the heuristic's; None never
+    assert all(r == 5 for *_, r in timed)
+    row = out["shapes"]["512x4096x4096"]
+    assert row["kernels"][names[0]] == 0.5 and row["kernels_sweep"][names[0]] == 1.0 and row["kernels"][names[3]] is None
+    assert row["cublas_ms"] == 0.9 and row["cublas_ms_sweep"] == 1.0 and row["refined"]["kernels"] == 3
+    assert sweep.main(["--table", str(t), "--refine"]) == 0   # nothing left to refine
+    assert len(timed) == 2

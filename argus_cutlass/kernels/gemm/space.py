@@ -261,7 +261,9 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (81 configs, before the verifier): the candidate set of the sweeps
+    """The declared sub-space (81 configs, before the verifier; a new list of the memoised configurations,
+    whose stages :func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages` fits once per flavor): the
+    candidate set of the sweeps
     (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
     (:func:`argus_cutlass.agent.costmodel.costmodel_choice`).
 
@@ -277,6 +279,11 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     132 SMs idle) and splitting K is what fills the SMs while still reading each weight byte once.
     81 in all. Stages are fitted to shared memory.
     """
+    return list(_declared_subspace(dtype, out_dtype, layout))
+
+
+@functools.lru_cache(maxsize=None)
+def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmConfig, ...]:
     from argus_cutlass.kernels.gemm.heuristics import fit_stages
 
     tiles = [(128, 256, "cooperative"), (128, 128, "cooperative"), (64, 128, "pingpong"),
@@ -315,4 +322,4 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
                              cluster_m=1, cluster_n=1, stages=8, schedule="cooperative", epi_m=128, epi_n=tn,
                              swap_ab=True, scheduler=scheduler, splits=splits)
             out.append(fit_stages(cfg))
-    return out
+    return tuple(out)
