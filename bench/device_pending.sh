@@ -110,20 +110,15 @@ case "$STEP" in
       "$R/bench/test_attention_bench.py" 2>&1 | tail -5 > "$OUT/attention_bench.log"; cat "$OUT/attention_table.md" ;;
   gemm-swap)
     $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tail -30 | tee "$OUT/gemm_swap_gpu.log" ;;
-  gemm-sweep)
+  gemm-sweep|gemm-refine)
     FL=${3:-bf16_bf16_tn}
     IFS=_ read -r DT OD LY <<< "$FL"
     mkdir -p "$OUT/sweep"
     T="$OUT/sweep/gemm_sweep_${FL}_h200.json"
-    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" 2>/dev/null || true
-    timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" --dtype "$DT" --out-dtype "$OD" --layout "$LY" \
-      ${4:+--m "$4"} --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 | tee "$OUT/gemm_sweep_$FL.log" | tail -40 ;;
-  gemm-refine)
-    FL=${3:-bf16_bf16_tn}
-    mkdir -p "$OUT/sweep"
-    T="$OUT/sweep/gemm_sweep_${FL}_h200.json"
-    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" || exit 1
-    timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" --refine --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
-      | tee "$OUT/gemm_refine_$FL.log" | tail -30 ;;
+    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" 2>/dev/null || [ "$STEP" = gemm-sweep ] || exit 1
+    MODE="--dtype $DT --out-dtype $OD --layout $LY ${4:+--m $4}"
+    [ "$STEP" = gemm-refine ] && MODE="--refine"
+    timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" $MODE --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
+      | tee "$OUT/${STEP}_$FL.log" | tail -40 ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
