@@ -24,6 +24,8 @@
 #                                                     # the declared sub-space x the model shape set vs cuBLAS; resumes
 #                                                     # from bench/data/gemm_sweep_<flavor>_h200.json, writes
 #                                                     # OUTDIR/sweep/ (commit it back there before the next call)
+#   ARGUS_SWEEP_SHAPES=random:40:1 ARGUS_SWEEP_TAG=calib bash bench/device_pending.sh OUTDIR gemm-sweep
+#                                                     # the same on a calibration set apart from the model shapes
 #   bash bench/device_pending.sh OUTDIR gemm-refine [bf16_bf16_tn]  # re-time each swept shape's finalists (within
 #                                                     # 10 % of its best + the untuned choices; 5 rounds, ~25 ms of
 #                                                     # launches each), resumable like gemm-sweep, writes OUTDIR/sweep/
@@ -114,9 +116,12 @@ case "$STEP" in
     FL=${3:-bf16_bf16_tn}
     IFS=_ read -r DT OD LY <<< "$FL"
     mkdir -p "$OUT/sweep"
-    T="$OUT/sweep/gemm_sweep_${FL}_h200.json"
-    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" 2>/dev/null || [ "$STEP" = gemm-sweep ] || exit 1
-    MODE="--dtype $DT --out-dtype $OD --layout $LY ${4:+--m $4}"
+    # ARGUS_SWEEP_SHAPES (default models; e.g. random:40:1, a calibration set apart from the models') and
+    # ARGUS_SWEEP_TAG (e.g. calib: the table is then gemm_sweep_<flavor>_<tag>_h200.json)
+    TB="gemm_sweep_${FL}${ARGUS_SWEEP_TAG:+_$ARGUS_SWEEP_TAG}_h200.json"
+    T="$OUT/sweep/$TB"
+    cp "$R/bench/data/$TB" "$T" 2>/dev/null || [ "$STEP" = gemm-sweep ] || exit 1
+    MODE="--dtype $DT --out-dtype $OD --layout $LY --shapes ${ARGUS_SWEEP_SHAPES:-models} ${4:+--m $4}"
     [ "$STEP" = gemm-refine ] && MODE="--refine"
     timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" $MODE --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
       | tee "$OUT/${STEP}_$FL.log" | tail -40 ;;

@@ -71,6 +71,8 @@ def shape_set(spec: str, m_values: list[int] | None, dtype: str, out_dtype: str,
 
     if spec == "models":
         shapes = model_shape_set(m_values or DEFAULT_M, dtype=dtype)
+    elif spec.startswith("random:"):
+        shapes = calibration_shapes(spec, m_values or DEFAULT_M)
     elif spec == "bench":
         shapes = [GemmShape(m, n, k, name=f"bench.{m}x{n}x{k}") for m, n, k in agent_eval.bench_shapes()]
     else:
@@ -84,6 +86,40 @@ def shape_set(spec: str, m_values: list[int] | None, dtype: str, out_dtype: str,
         out[key] = GemmShape(s.m, s.n, s.k, dtype=dtype, out_dtype=out_dtype, layout=layout,
                              name="+".join(dict.fromkeys(names)))
     return list(out.values())
+
+
+def calibration_shapes(spec: str, m_values: Any) -> list[Any]:
+    """``random:COUNT[:SEED]``: a calibration set kept apart from the model shape set, so that a cost model
+    calibrated on it is scored on the model shapes held out (issue 13 item 1): ``COUNT`` projections (N, K),
+    each log-uniform in [256, 65536] and rounded to a multiple of 64 (TMA-aligned, like the models'), none equal
+    to a projection of :func:`argus_cutlass.agent.shapes.model_shape_set`, at every M of ``m_values``.
+
+    Raises:
+        SystemExit: a malformed spec (names it).
+
+    >>> shapes = calibration_shapes("random:3:1", [1, 256])
+    >>> len(shapes), sorted({s.m for s in shapes}), all(s.n % 64 == 0 and s.k % 64 == 0 for s in shapes)
+    (6, [1, 256], True)
+    """
+    import random
+
+    from argus_cutlass.agent.shapes import GemmShape, model_shape_set
+
+    try:
+        _, count, *seed = spec.split(":")
+        count, seed = int(count), int(seed[0]) if seed else 0
+        if count < 1 or len(spec.split(":")) > 3:
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"--shapes {spec!r}: expected random:COUNT[:SEED] with COUNT >= 1") from None
+    taken = {(s.n, s.k) for s in model_shape_set([1])}
+    rng = random.Random(seed)
+    projections: list[tuple[int, int]] = []
+    while len(projections) < count:
+        n, k = (max(256, round(2 ** rng.uniform(8, 16) / 64) * 64) for _ in range(2))
+        if (n, k) not in taken and (n, k) not in projections:
+            projections.append((n, k))
+    return [GemmShape(m, n, k, name=f"calib{i}") for i, (n, k) in enumerate(projections) for m in m_values]
 
 
 def choices(table: dict) -> dict[str, dict[str, str | None]]:
@@ -310,7 +346,8 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", required=True, help="the sweep table (read when it exists, written after every shape)")
-    ap.add_argument("--shapes", default="models", help="models (default), bench, or a JSON / CSV shapes file")
+    ap.add_argument("--shapes", default="models", help="models (default), bench, random:COUNT[:SEED] (a calibration "
+                    "set apart from the models': calibration_shapes), or a JSON / CSV shapes file")
     ap.add_argument("--m", default="", help="comma-separated M values to keep (default: all of the set)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"), help="default: --dtype")

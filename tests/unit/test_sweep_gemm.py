@@ -196,3 +196,20 @@ def test_refine_retimes_the_finalists_and_resumes(sweep, tmp_path, monkeypatch):
     assert row["cublas_ms"] == 0.9 and row["cublas_ms_sweep"] == 1.0 and row["refined"]["kernels"] == 3
     assert sweep.main(["--table", str(t), "--refine"]) == 0   # nothing left to refine
     assert len(timed) == 2
+
+
+def test_calibration_set_is_apart_from_the_model_shapes(sweep):
+    """random:COUNT:SEED (issue 13 item 1: calibrate on shapes the acceptance set does not hold): no projection of
+    the model shape set, TMA-aligned, the same set for the same seed, a new one for another seed."""
+    from argus_cutlass.agent.shapes import model_shape_set
+
+    shapes = sweep.shape_set("random:25:3", None, "bf16", "bf16", "tn")
+    proj = {(s.n, s.k) for s in shapes}
+    assert len(proj) == 25 and not proj & {(s.n, s.k) for s in model_shape_set([1])}
+    assert len(shapes) == 25 * 10 and all(s.n % 64 == 0 and s.k % 64 == 0 and 256 <= min(s.n, s.k) for s in shapes)
+    assert {(s.m, s.n, s.k) for s in sweep.shape_set("random:25:3", None, "bf16", "bf16", "tn")} == \
+        {(s.m, s.n, s.k) for s in shapes}
+    assert {(s.n, s.k) for s in sweep.shape_set("random:25:4", None, "bf16", "bf16", "tn")} != proj
+    for bad in ("random:0", "random:x", "random:3:1:2"):
+        with pytest.raises(SystemExit, match="random:COUNT"):
+            sweep.shape_set(bad, None, "bf16", "bf16", "tn")
