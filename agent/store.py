@@ -20,7 +20,8 @@ Within a bucket the best entry is the one with the highest TFLOP/s (shapes may d
 Lookups (:func:`lookup_config`, :func:`lookup_attention_config`, :func:`lookup_moe_config`) try:
 user store -> entries shipped in ``agent/tuned_h200.json`` for the exact GPU name, then the same two
 for another GPU of the same architecture (:func:`gpu_arch`: an H100 uses an H200 entry, and says so),
-then the family's heuristic. A stored config is re-checked by the family's feasibility function
+then the family's untuned rule (GEMM: the cost model's first choice unless ``ARGUS_GEMM_UNTUNED=heuristic``
+or the problem needs aligned staging; attention and MoE: the heuristic). A stored config is re-checked by the family's feasibility function
 before it is returned; one that no longer parses, has other dtypes or is refused is skipped. The
 result is a :class:`Lookup`: ``(config, source)`` plus a line saying which key was found or missed.
 """
@@ -42,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from argus_cutlass.agent.planner import ActionValues, Problem
-from argus_cutlass.errors import ArgusError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 
 #: format version of the store file
@@ -497,19 +497,18 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
             from argus_cutlass.agent.costmodel import costmodel_choice
             from argus_cutlass.kernels.gemm.problem import GemmProblem
 
-            try:
-                staged = bool(GemmProblem(m, n, k, dtype, out_dtype, layout).validate_any().staging())
-            except ArgusError:
-                staged = False  # the orchestrator refuses the problem itself, naming the rule
-            if staged:
+            # a problem no path can run raises here, naming the input and the rule (ProblemError)
+            if GemmProblem(m, n, k, dtype, out_dtype, layout).validate_any().staging():
                 return (default_config(m, n, k, dtype, out_dtype, layout), "heuristic",
-                        "the problem runs on the aligned-staging path, which the cost model's calibration "
-                        "(direct TMA kernels) did not measure; the heuristic's")
+                        "the heuristic's configuration: the problem runs on the aligned-staging path, "
+                        "which the cost model's calibration (direct TMA kernels) did not measure")
             cfg = costmodel_choice(m, n, k, dtype, out_dtype, layout)
             if cfg is not None:
-                return cfg, "costmodel", "the cost model's first choice of the declared sub-space (ARGUS_GEMM_UNTUNED)"
+                return cfg, "costmodel", ("the cost model's first choice of the declared sub-space "
+                                          "(ARGUS_GEMM_UNTUNED=heuristic takes the heuristic's)")
             return (default_config(m, n, k, dtype, out_dtype, layout), "heuristic",
-                    "the cost model's sub-space had no configuration the verifier accepts; the heuristic's")
+                    "the heuristic's configuration: the cost model's sub-space had no configuration the "
+                    "verifier accepts")
         return default_config(m, n, k, dtype, out_dtype, layout), "heuristic", ""
 
     return _lookup(entry_key(gpu, kernel, problem), kernel, lambda e: _usable(e, problem), fallback,

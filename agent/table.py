@@ -184,7 +184,7 @@ def _normalized(family: str, cfg: dict[str, Any]) -> dict[str, Any] | None:
 
 _SOURCE = {"store": "your experience store", "shipped": "the shipped H200 table",
            "heuristic": "the heuristic (no usable tuned entry)",
-           "costmodel": "the cost model's first choice (no usable tuned entry; ARGUS_GEMM_UNTUNED)",
+           "costmodel": "the cost model's first choice (no usable tuned entry)",
            "forced": "the heuristic (forced)"}
 
 

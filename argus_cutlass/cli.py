@@ -164,7 +164,7 @@ _SOURCE_TEXT = {
     "store": "tuned: your experience store",
     "shipped": "tuned: the shipped H200 table",
     "heuristic": "heuristic: no tuned entry for this shape bucket",
-    "costmodel": "cost model: no tuned entry for this shape bucket (its first choice; ARGUS_GEMM_UNTUNED)",
+    "costmodel": "cost model: no tuned entry for this shape bucket",
     "forced": "heuristic: --heuristic",
 }
 
@@ -699,7 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
     tb = sub.add_parser("table", help="list the tuned entries; with a problem, say why it would or would not "
                                       "use one",
                         description="The tuned entries configure() consults: your experience store (filled by "
-                                    "`tune`), then the shipped H200 table, then the heuristic. With --m/--n/--k (GEMM) "
+                                    "`tune`), then the shipped H200 table, then the untuned rule (GEMM: the cost model, "
+                                    "or the heuristic with ARGUS_GEMM_UNTUNED=heuristic; the other families: the "
+                                    "heuristic). With --m/--n/--k (GEMM) "
                                     "or the attention options, print the problem's key, the configuration it would "
                                     "get and which key fields of the nearest entries missed.")
     tb.add_argument("--kernel", choices=("gemm", "attention", "moe"), default=None, help="one family (default all)")

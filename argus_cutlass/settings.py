@@ -56,8 +56,9 @@ class Settings:
 
 
 #: values of ``ARGUS_GEMM_UNTUNED`` (the first is the default): the cost model's untuned choice scored
-#: 67 % of held-out shapes within 3 % of the sweep's best and 1.10x cuBLAS (geomean) against the
-#: heuristic's 32 % and 1.03x (H200, session 20, ``bench/calibrate_costmodel.py --cv``)
+#: 59 % of held-out shapes within 3 % of the sweep's best and 1.085x cuBLAS (geomean) against the
+#: heuristic's 32 % and 1.026x (H200, session 20, ``bench/calibrate_costmodel.py --cv``: groups of
+#: nearby projections held out at every M)
 GEMM_UNTUNED = ("costmodel", "heuristic")
 
 

@@ -127,7 +127,7 @@ def choices(table: dict) -> dict[str, dict[str, str | None]]:
     ``heuristic`` (the row's recorded pick, else the name of
     :func:`~argus_cutlass.kernels.gemm.heuristics.default_config` when the table holds it) and
     ``costmodel`` (:func:`argus_cutlass.agent.costmodel.costmodel_choice` for the table's flavor: what
-    ``ARGUS_GEMM_UNTUNED=costmodel`` runs). A name is None (or names a kernel without a time) when the
+    the default untuned rule, ``ARGUS_GEMM_UNTUNED=costmodel``, runs). A name is None (or names a kernel without a time) when the
     sweep did not measure that choice: :func:`summarize` counts it as a miss. Kernels map to
     configurations through the table's ``kernel_configs`` or, for older tables, its ``candidates``
     (:func:`argus_cutlass.agent.measure.table_key`)."""
@@ -302,7 +302,11 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     except ArgusError as exc:
         print(f"sweep_gemm --refine: needs a Hopper GPU: {exc}", file=sys.stderr)
         return 2
-    configs = {nm: GemmConfig(**c) for nm, c in table.get("kernel_configs", {}).items()}
+    if not table.get("kernel_configs"):
+        print(f"sweep_gemm --refine: {path} has no kernel_configs (written by this script's sweeps since session "
+              f"19): nothing to rebuild", file=sys.stderr)
+        return 2
+    configs = {nm: GemmConfig(**c) for nm, c in table["kernel_configs"].items()}
     picks = choices(table)
     todo = sorted((key for key, row in table["shapes"].items() if row.get("kernels") and not row.get("refined")),
                   key=lambda key: tuple(map(int, key.split("x"))))
@@ -320,7 +324,9 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
             break
         row = table["shapes"][key]
         sub = {nm: libs[nm] for nm in plan[key] if nm in libs}
-        if not sub:
+        if not sub:   # no finalist built: marked, so a resumed run does not rebuild for it again
+            row["refined"] = {"within": args.refine_within, "kernels": 0, "failed": plan[key]}
+            _save(path, table)
             continue
         m, n, k = map(int, key.split("x"))
         best = min(v for v in row["kernels"].values() if v)
@@ -329,11 +335,15 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
         new = measure_shape(sub, GemmShape(m, n, k, table["flavor"]["dtype"], table["flavor"]["out_dtype"],
                                            table["flavor"]["layout"], name=f"refine.{key}"),
                             args.warmup, iters, args.rounds, log)
-        row["kernels_sweep"] = {nm: row["kernels"][nm] for nm in sub}
-        row["kernels"].update({nm: v for nm, v in new["kernels"].items() if v})
+        # every finalist gets its refined time or none: a finalist that did not build or time keeps no one-pass
+        # time (it could be the sweep's lucky best, compared against 5-round medians); the old ones stay apart
+        failed = [nm for nm in plan[key] if not new["kernels"].get(nm)]
+        row["kernels_sweep"] = {nm: row["kernels"][nm] for nm in plan[key]}
+        row["kernels"].update({nm: new["kernels"].get(nm) or None for nm in plan[key]})
         if new.get("cublas_ms"):
             row["cublas_ms_sweep"], row["cublas_ms"] = row.get("cublas_ms"), new["cublas_ms"]
-        row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters, "kernels": len(sub)}
+        row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters,
+                          "kernels": len(plan[key]) - len(failed), "failed": failed}
         _save(path, table)
         done += 1
         print(f"{key:>18} refined {len(sub)} kernels x {args.rounds} rounds x {iters} launches "
@@ -355,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=480.0, help="start no shape after this much wall time")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=None, help="timing rounds (default 2; --refine: 5)")
     ap.add_argument("--workers", type=int, default=None, help="parallel nvcc (default: CPU count)")
     ap.add_argument("--exclude", default="", help="comma-separated substrings of kernel names not to build "
                     "(added to the table's 'exclude', with the kernel a fatal shape stopped at)")
@@ -373,9 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.refine:
         if not path.is_file():
             ap.error(f"--table {path}: no such file")
-        if "--rounds" not in " ".join(argv if argv is not None else sys.argv[1:]):
-            args.rounds = 5
+        args.rounds = args.rounds or 5
         return refine(path, json.loads(path.read_text()), args, t0)
+    args.rounds = args.rounds or 2
     if args.summary or args.merge_shipped:
         if not path.is_file():
             ap.error(f"--table {path}: no such file")

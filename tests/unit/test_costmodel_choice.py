@@ -35,7 +35,8 @@ def test_analytic_choice_is_the_best_predicted_feasible_point_of_the_declared_su
 
 
 @pytest.mark.parametrize("m,n,k,layout", [(1, 4096, 4096, "tn"), (100, 5000, 3000, "tn"), (3000, 10240, 8192, "nt"),
-                                          (8192, 1024, 4096, "tn")])
+                                          (8192, 1024, 4096, "tn"), (48, 6000, 9000, "tn"), (2000, 3000, 20000, "tn"),
+                                          (5, 50000, 7000, "nn"), (700, 2500, 1536, "tn")])
 def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout):
     """The shipped residuals: the choice minimises predict_ms x exp(the inverse-distance-weighted residual of
     its structure over the 3 nearest calibration shapes), computed here independently of Residuals."""
@@ -126,7 +127,8 @@ def test_staged_problem_keeps_the_heuristic_and_says_why(monkeypatch):
 
 def test_cross_validation_holds_each_projection_out(tmp_path):
     """bench/calibrate_costmodel.py --cv on a small sweep table: the held-out choice of a shape never uses its
-    own projection's residuals (a table whose only other projection says nothing changes nothing)."""
+    own projection group's residuals: poisoning them (one configuration measured 1000x faster than predicted)
+    changes no held-out choice, while the same poison does change the in-sample choice."""
     sys.path.insert(0, str(ROOT / "bench"))
     import calibrate_costmodel
 
@@ -139,12 +141,52 @@ def test_cross_validation_holds_each_projection_out(tmp_path):
     res = calibrate_costmodel.residuals_of(str(path), params)
     assert len(res.points) == 4
     out = calibrate_costmodel.cross_validate(str(path), params, res)
-    assert out["projections"] == 2 and out["held_out"]["shapes"] == 4
+    assert out["groups"] == 2 and out["held_out"]["shapes"] == 4
     for row in out["held_out"]["rows"]:
         m, n, k = map(int, row["shape"].split("x"))
         other = res.without([p for p in res.points.tolist() if p[1:] == [n, k]])
         expect = costmodel_choice(m, n, k, params=params, residuals=other)
         assert row["choice"] == table_key(expect, small["shapes"][row["shape"]]["kernels"])
+    # poison the 4096 x 4096 projection's own rows: its held-out choices must not move
+    target = next(j for j, key in enumerate(res.configs) if key.startswith("64x64x64_c1x1_pingpong_along_n1"))
+    vals = res.values.copy()
+    own = [i for i, p in enumerate(res.points.tolist()) if p[1:] == [4096, 4096]]
+    vals[own, target] = math.log(1e-3)
+    poisoned = Residuals(res.flavor, res.configs, res.points, vals)
+    out2 = calibrate_costmodel.cross_validate(str(path), params, poisoned, radius=0.0)
+    before = {r["shape"]: r["choice"] for r in out["held_out"]["rows"]}
+    after = {r["shape"]: r["choice"] for r in out2["held_out"]["rows"]}
+    mine = [key for key in keep if key.endswith("x4096x4096")]
+    assert {key: after[key] for key in mine} == {key: before[key] for key in mine}
+    # the poison is strong enough to move every choice that sees it: the other projection's, and in-sample
+    assert all(after[key] != before[key] for key in keep if key not in mine)
+    pick = costmodel_choice(1024, 4096, 4096, params=params, residuals=poisoned)
+    assert structure_key(pick) == res.configs[target]
+
+
+def test_cross_validation_groups_near_twin_projections():
+    """--cv holds out projections within CV_RADIUS of each other together (review, session 20: a near twin such as
+    K = 3584 beside 4096 left in the training rows inflated the exact-projection score from 59 % to 67 %)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import calibrate_costmodel
+
+    shapes = [(m, n, k) for m in (1, 64) for n, k in ((4096, 4096), (4096, 3584), (14336, 4096), (512, 4096))]
+    groups = calibrate_costmodel.projection_groups(shapes)
+    as_sets = sorted(sorted({(n, k) for _, n, k in g}) for g in groups)
+    assert as_sets == [[(512, 4096)], [(4096, 3584), (4096, 4096)], [(14336, 4096)]]
+    assert all(len(g) == 2 * len({(n, k) for _, n, k in g}) for g in groups)   # every M of each projection
+    assert len(calibrate_costmodel.projection_groups(shapes, 0.0)) == 4
+
+
+def test_invalid_problem_is_refused_by_name_not_a_traceback(monkeypatch):
+    """review, session 20: N = 0 reached the cost model and raised ZeroDivisionError."""
+    from argus_cutlass.errors import ProblemError
+
+    monkeypatch.delenv("ARGUS_GEMM_UNTUNED", raising=False)
+    for m, n, k in ((4096, 0, 4096), (4096, 4096, -8), (0, 1, 1)):
+        with pytest.raises(ProblemError) as exc:
+            lookup_config("gemm", m, n, k, gpu="NVIDIA H200", store=ExperienceStore("/nonexistent/x.json"))
+        assert exc.value.rule == "problem.size"
 
 
 def test_bad_untuned_rule_is_refused_by_name(monkeypatch):

@@ -179,7 +179,9 @@ def test_refine_retimes_the_finalists_and_resumes(sweep, tmp_path, monkeypatch):
 
     def fake_measure(libs, shape, warmup, iters, rounds, log):
         timed.append((shape.m, sorted(libs), iters, rounds))
-        return {"kernels": {nm: 0.5 for nm in libs}, "cublas_ms": 0.9, "names": []}
+        # at M = 64 the sweep's best kernel fails to time: it must not keep its one-pass (lucky) time
+        return {"kernels": {nm: None if (shape.m == 64 and nm == names[0]) else 0.5 for nm in libs},
+                "cublas_ms": 0.9, "names": []}
 
     monkeypatch.setattr(sweep.agent_eval, "_build", fake_build)
     monkeypatch.setattr(sweep, "measure_shape", fake_measure)
@@ -194,8 +196,15 @@ def test_refine_retimes_the_finalists_and_resumes(sweep, tmp_path, monkeypatch):
     row = out["shapes"]["512x4096x4096"]
     assert row["kernels"][names[0]] == 0.5 and row["kernels_sweep"][names[0]] == 1.0 and row["kernels"][names[3]] is None
     assert row["cublas_ms"] == 0.9 and row["cublas_ms_sweep"] == 1.0 and row["refined"]["kernels"] == 3
+    row = out["shapes"]["64x4096x4096"]
+    assert row["kernels"][names[0]] is None and row["kernels_sweep"][names[0]] == 2.0
+    assert row["refined"]["failed"] == [names[0]] and row["refined"]["kernels"] == 3
     assert sweep.main(["--table", str(t), "--refine"]) == 0   # nothing left to refine
     assert len(timed) == 2
+    # a table without kernel_configs cannot be refined: said, not a silent success
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({k: v for k, v in table.items() if k != "kernel_configs"}))
+    assert sweep.main(["--table", str(bare), "--refine"]) == 2
 
 
 def test_calibration_set_is_apart_from_the_model_shapes(sweep):
