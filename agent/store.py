@@ -487,6 +487,11 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     from argus_cutlass.kernels.gemm.heuristics import default_config
     from argus_cutlass.settings import settings
 
+    if kernel != "gemm":
+        from argus_cutlass.errors import ProblemError
+
+        raise ProblemError("lookup.kernel", f"lookup_config(kernel={kernel!r}): only 'gemm' is looked up here",
+                           "attention: lookup_attention_config(problem); MoE: lookup_moe_config(problem)")
     problem = Problem(m, n, k, dtype, out_dtype, layout)
     gpu = gpu or gpu_name() or DEFAULT_GPU
     untuned = settings().gemm_untuned

@@ -187,6 +187,9 @@ def test_invalid_problem_is_refused_by_name_not_a_traceback(monkeypatch):
         with pytest.raises(ProblemError) as exc:
             lookup_config("gemm", m, n, k, gpu="NVIDIA H200", store=ExperienceStore("/nonexistent/x.json"))
         assert exc.value.rule == "problem.size"
+    with pytest.raises(ProblemError) as exc:
+        lookup_config("attention", 128, 128, 128, gpu="NVIDIA H200", store=ExperienceStore("/nonexistent/x.json"))
+    assert exc.value.rule == "lookup.kernel" and "lookup_attention_config" in str(exc.value)
 
 
 def test_bad_untuned_rule_is_refused_by_name(monkeypatch):
