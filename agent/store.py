@@ -509,8 +509,13 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
                         "which the cost model's calibration (direct TMA kernels) did not measure")
             cfg = costmodel_choice(m, n, k, dtype, out_dtype, layout)
             if cfg is not None:
+                from argus_cutlass.agent.costmodel import calibrated_residuals
+
+                res = calibrated_residuals()
+                measured = ("; its corrections were measured on " + " ".join(res.flavor) + " only"
+                            if res is not None and res.flavor != (dtype, out_dtype, layout) else "")
                 return cfg, "costmodel", ("the cost model's first choice of the declared sub-space "
-                                          "(ARGUS_GEMM_UNTUNED=heuristic takes the heuristic's)")
+                                          f"(ARGUS_GEMM_UNTUNED=heuristic takes the heuristic's){measured}")
             return (default_config(m, n, k, dtype, out_dtype, layout), "heuristic",
                     "the heuristic's configuration: the cost model's sub-space had no configuration the "
                     "verifier accepts")

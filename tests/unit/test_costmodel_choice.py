@@ -111,6 +111,9 @@ def test_untuned_gemm_takes_the_cost_model_unless_asked(monkeypatch):
     lk = lookup_config("gemm", 300, 5000, 3000, gpu="NVIDIA H200", store=none)
     assert lk.source == "costmodel" and lk.config == costmodel_choice(300, 5000, 3000)
     assert "cost model's first choice" in lk.detail and "no entry for key" in lk.detail
+    assert "measured on" not in lk.detail   # bf16 tn: the calibration's own flavor
+    other = lookup_config("gemm", 320, 5000, 3000, "fp16", "fp32", "nt", gpu="NVIDIA H200", store=none)
+    assert other.source == "costmodel" and other.detail.endswith("its corrections were measured on bf16 bf16 tn only")
     monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "heuristic")
     lk = lookup_config("gemm", 300, 5000, 3000, gpu="NVIDIA H200", store=none)
     assert lk.source == "heuristic" and lk.config == default_config(300, 5000, 3000)
