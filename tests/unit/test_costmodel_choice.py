@@ -213,3 +213,24 @@ def test_table_explains_a_costmodel_choice(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "costmodel")
     assert main(["table", "--m", "7", "--n", "4104", "--k", "1032", "--gpu", "NVIDIA H200"]) == 0
     assert "cost model's first choice" in capsys.readouterr().out
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("m,n,k,dtype,out_dtype,layout", [
+    (8, 14336, 4096, "bf16", "fp32", "nt"),     # decode: a swap-AB choice under another output type and layout
+    (3, 5120, 1048576 // 16, "fp16", "fp16", "tt"),
+    (1000, 4096, 14336, "fp16", "fp32", "tn"),
+    (8192, 3584, 4096, "bf16", "bf16", "nn"),
+])
+def test_untuned_choices_of_unmeasured_flavors_compile(m, n, k, dtype, out_dtype, layout):
+    """The default untuned rule ranks flavors the calibration never measured with bf16 tn corrections: their
+    choices go through the same verifier and must compile for sm_90a (the template's static_asserts included)."""
+    from argus_cutlass.build import nvcc
+    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.render.gemm import render_gemm
+
+    cfg = costmodel_choice(m, n, k, dtype, out_dtype, layout)
+    assert cfg is not None and (cfg.dtype, cfg.out_dtype, cfg.layout) == (dtype, out_dtype, layout)
+    program = build_program(cfg)
+    ptx = nvcc.compile_cu(render_gemm(program), program.kernel_name(), "ptx").path.read_text()
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
