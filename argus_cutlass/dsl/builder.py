@@ -23,6 +23,7 @@ from typing import Any
 from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom, TmaCopy
 from argus_cutlass.dsl.ir import (
     DTYPE_BYTES,
+    FAMILY_RELATIONS,
     FAMILY_TAG_ASSERTIONS,
     RELATIONS,
     EpilogueSource,
@@ -505,6 +506,12 @@ class ProgramBuilder:
         self._params[key] = value
 
     # ----------------------------------------------------------------------------- assertions
+    def relate_family(self, family: str) -> None:
+        """State the consistency relations of ``family`` (:data:`~argus_cutlass.dsl.ir.FAMILY_RELATIONS`, the
+        ones the verifier requires) through :meth:`relate`."""
+        for lhs, relation, rhs, invariant, rule in FAMILY_RELATIONS[family]:
+            self.relate(lhs, relation, rhs, invariant=invariant, rule=rule)
+
     def assert_tags_of(self, family: str) -> None:
         """State the tag assertions of ``family`` (:data:`~argus_cutlass.dsl.ir.FAMILY_TAG_ASSERTIONS`,
         the ones the verifier requires) through :meth:`assert_tags`."""

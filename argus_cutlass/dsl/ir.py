@@ -975,6 +975,50 @@ class TagAssertion:
         return f"{self.lhs[0]}.{self.lhs[1]} {self.relation} {self.rhs[0]}.{self.rhs[1]} at {self.at}"
 
 
+#: the consistency relations each family's program states, ``(lhs, relation, rhs, invariant, rule)``: the
+#: builders state them from here (:meth:`~argus_cutlass.dsl.builder.ProgramBuilder.relate_family`) and the
+#: verifier requires every one (``verify.relations.check_required_relations``), so an edit cannot drop the
+#: check (and the printed ``static_assert``) of the consistency it breaks (session 20: a program built
+#: without its relations verified clean)
+FAMILY_RELATIONS: dict[str, tuple[tuple[str, str, str, str, str], ...]] = {
+    "gemm": (
+        # pipeline vs its buffers and its state wrap (G6)
+        ("pipeline[mainloop].stages", "==", "tensor[sA].shape[2]", "G6", "pipeline.buffers"),
+        ("pipeline[mainloop].stages", "==", "tensor[sB].shape[2]", "G6", "pipeline.buffers"),
+        ("pipeline[mainloop].producer.wrap", "==", "pipeline[mainloop].stages", "G6", "pipeline.wrap"),
+        ("pipeline[mainloop].consumer.wrap", "==", "pipeline[mainloop].stages", "G6", "pipeline.wrap"),
+        # k loop vs TMA step and MMA K (G3)
+        ("loop[k].block_k", "==", "mma[mainloop].op.k", "G3", "loop.step"),
+        ("loop[k].tile_k", "==", "load[tma_sA].tile_k", "G3", "loop.step"),
+        ("loop[k].tile_k", "==", "load[tma_sB].tile_k", "G3", "loop.step"),
+        ("loop[k].tile_k", "==", "tensor[sA].shape[1]", "G3", "loop.step"),
+        # the MMA's dtype and majors vs the buffers it reads (G1)
+        ("mma[mainloop].op.dtype", "==", "tensor[sA].dtype", "G1", "mma.dtype"),
+        ("mma[mainloop].op.dtype", "==", "tensor[sB].dtype", "G1", "mma.dtype"),
+        ("mma[mainloop].op.a_major", "==", "read[A].view.atom.major", "G1", "mma.major"),
+        ("mma[mainloop].op.b_major", "==", "read[B].view.atom.major", "G1", "mma.major"),
+        ("mma[mainloop].op.n", "==", "tensor[sB].shape[0]", "G1", "mma.tile"),
+        # scheduler cluster vs launch and TMA clusters (G5)
+        ("schedule.cluster_m", "==", "launch.cluster_m", "G5", "cluster.consistency"),
+        ("schedule.cluster_m", "==", "load[tma_sA].cluster[0]", "G5", "cluster.consistency"),
+        ("schedule.cluster_m", "==", "load[tma_sB].cluster[0]", "G5", "cluster.consistency"),
+        ("schedule.cluster_n", "==", "launch.cluster_n", "G5", "cluster.consistency"),
+        ("schedule.cluster_n", "==", "load[tma_sA].cluster[1]", "G5", "cluster.consistency"),
+        ("schedule.cluster_n", "==", "load[tma_sB].cluster[1]", "G5", "cluster.consistency"),
+        # epilogue partition vs accumulator partition (G2)
+        ("epilogue.warpgroups", "==", "mma[mainloop].atoms_m", "G2", "epilogue.partition"),
+        ("epilogue.op_n", "==", "mma[mainloop].op.n", "G2", "epilogue.partition"),
+        ("epilogue.op_m", "==", "mma[mainloop].op.m", "G2", "epilogue.partition"),
+        ("epilogue.epi_m", "==", "staging.epi_m", "G2", "epilogue.partition"),
+        ("epilogue.epi_n", "==", "staging.epi_n", "G2", "epilogue.partition"),
+        # smem buffers disjoint (R8)
+        ("tensor[sA]", "disjoint", "tensor[sB]", "R8", "smem.disjoint"),
+        ("tensor[sA]", "disjoint", "tensor[sD]", "R8", "smem.disjoint"),
+        ("tensor[sB]", "disjoint", "tensor[sD]", "R8", "smem.disjoint"),
+    ),
+}
+
+
 #: the tag assertions each family's MMAs carry, ``(at, lhs, relation, rhs, invariant, rule)``: the
 #: builders state them from here (:meth:`~argus_cutlass.dsl.builder.ProgramBuilder.assert_tags_of`)
 #: and the verifier requires every one (``verify.relations.check_required_assertions``), so an edit can

@@ -130,6 +130,27 @@ def check_required_assertions(program: Program) -> tuple[list[Proof], list[Viola
     return [], out
 
 
+def check_required_relations(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """Every consistency relation of the program's family (:data:`~argus_cutlass.dsl.ir.FAMILY_RELATIONS`) is
+    stated, with its rule and invariant (each then checked by :func:`check_relations`): a program that drops
+    or restates one verifies nothing there (session 20: a GEMM program built without its relations verified
+    clean). Each missing relation is a violation of its own rule."""
+    from argus_cutlass.dsl.ir import FAMILY_RELATIONS
+
+    need = FAMILY_RELATIONS.get(program.family, ())
+    if not need:
+        return [], []
+    have = {(r.lhs, r.relation, r.rhs, r.invariant, r.rule) for r in program.relations}
+    missing = [n for n in need if n not in have]
+    if not missing:
+        return [Proof("dsl.relation", "DSL", "arith", f"the program states the {len(need)} relations of family "
+                      f"{program.family!r}", len(need))], []
+    return [], [Violation(rule, inv, f"the program does not state the relation {lhs} {rel} {rhs} of family "
+                          f"{program.family!r} (dropped or restated): the consistency it carries goes unchecked "
+                          "and unprinted", "keep the family's relations (dsl.ir.FAMILY_RELATIONS)")
+                for lhs, rel, rhs, inv, rule in missing]
+
+
 def check_smem_disjoint(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``smem.disjoint``: every two shared-memory tensors occupy disjoint byte ranges ``[base_bytes,
     base_bytes + size_bytes)``, whatever relations the program states (a TMA load into one buffer

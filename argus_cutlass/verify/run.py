@@ -73,6 +73,7 @@ def start(program: Any, smt: bool) -> tuple[str, list[Obligation], Run]:
         check_references,
         check_relations,
         check_required_assertions,
+        check_required_relations,
         check_smem_disjoint,
     )
 
@@ -90,6 +91,7 @@ def start(program: Any, smt: bool) -> tuple[str, list[Obligation], Run]:
     run.add("arith", "dsl.unknown_ref", check_references, program)
     run.add("arith", "smem.disjoint", check_smem_disjoint, program)
     run.add("arith", "mma.operand_identity", check_required_assertions, program)
+    run.add("arith", "dsl.relation", check_required_relations, program)
     return name, obligations, run
 
 

@@ -31,3 +31,24 @@ def test_filled_waves_or_short_k_keep_the_persistent_tile(m, n, k):
 def test_small_m_rules_are_unchanged():
     assert default_config(16, 4096, 14336).swap_ab and default_config(100, 4096, 4096).tile == (64, 128, 64)
     assert wave_fill(SM90_SMS) == 1.0 and wave_fill(SM90_SMS + 1) == pytest.approx((SM90_SMS + 1) / (2 * SM90_SMS))
+
+
+@pytest.mark.parametrize("flavor", [("bf16", "bf16", "tn"), ("fp16", "fp32", "nt"), ("bf16", "fp32", "tt"),
+                                    ("fp16", "fp16", "nn")])
+def test_sizing_program_has_the_full_programs_shared_memory(flavor):
+    """fit_stages sizes with sizing_program (no relations, a seventh of the cost): its kSmemBytes must be the full
+    program's for every declared configuration and for the depth above it, and fit_stages' answer the deepest that
+    fits by the full program."""
+    from argus_cutlass.kernels.gemm.heuristics import fit_stages
+    from argus_cutlass.kernels.gemm.program import build_program, sizing_program
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+    from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, smem_total_bytes
+
+    for cfg in declared_subspace(*flavor):
+        for c in (cfg, cfg.replace(stages=cfg.stages + 1)):
+            assert smem_total_bytes(sizing_program(c)) == smem_total_bytes(build_program(c))
+        assert smem_total_bytes(build_program(cfg)) <= SMEM_LIMIT_BYTES or cfg.stages == 2
+        deeper = cfg.replace(stages=cfg.stages + 1)
+        assert fit_stages(deeper).stages == cfg.stages if smem_total_bytes(build_program(deeper)) > SMEM_LIMIT_BYTES \
+            else fit_stages(deeper).stages == deeper.stages
+    assert not sizing_program(declared_subspace(*flavor)[0]).relations

@@ -118,3 +118,34 @@ def test_no_edit_of_any_node_field_crashes_the_verifier():
             assert report.kernel
             edits += 1
     assert edits > 300
+
+
+@pytest.mark.parametrize("i", range(27))
+def test_every_gemm_relation_is_required_dropped_or_restated(i):
+    """Session 20: a GEMM program built without its relations verified clean. Each relation of the family's
+    catalogue (dsl.ir.FAMILY_RELATIONS) is now required: dropping it, or restating it so that it holds
+    trivially, is a violation of that relation's own rule."""
+    from argus_cutlass.dsl.ir import FAMILY_RELATIONS
+
+    assert len(FAMILY_RELATIONS["gemm"]) == 27
+    p = build_program(GemmConfig())
+    rel = p.relations[i]
+    lhs, relation, rhs, invariant, rule = FAMILY_RELATIONS["gemm"][i]
+    assert (rel.lhs, rel.relation, rel.rhs, rel.rule) == (lhs, relation, rhs, rule)
+    dropped = dataclasses.replace(p, relations=p.relations[:i] + p.relations[i + 1:])
+    restated = dataclasses.replace(p, relations=p.relations[:i] + (dataclasses.replace(rel, rhs=rel.lhs),)
+                                   + p.relations[i + 1:])
+    for edited in (dropped, restated):
+        report = verify_gemm(edited)
+        hits = [v for v in report.violations if v.rule == rule and "does not state the relation" in v.message]
+        assert hits and f"{lhs} {relation} {rhs}" in hits[0].message and hits[0].invariant == invariant
+    assert not [v for v in verify_gemm(p).violations]
+
+
+def test_the_sizing_program_cannot_pass_for_a_kernel():
+    """kernels.gemm.program.sizing_program (fit_stages' cheap program, no relations) is refused by the verifier,
+    so it cannot be verified and rendered by mistake."""
+    from argus_cutlass.kernels.gemm.program import sizing_program
+
+    report = verify_gemm(sizing_program(GemmConfig()))
+    assert len([v for v in report.violations if "does not state the relation" in v.message]) == 27

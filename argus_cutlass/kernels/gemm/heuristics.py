@@ -111,9 +111,9 @@ def fit_stages(cfg: GemmConfig) -> GemmConfig:
     >>> fit_stages(GemmConfig(stages=9)).stages  # 4 x 48 KiB + 16 KiB staging + barriers + 1 KiB
     4
     """
-    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.kernels.gemm.program import sizing_program
     from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, smem_total_bytes
 
-    while cfg.stages > 2 and smem_total_bytes(build_program(cfg)) > SMEM_LIMIT_BYTES:
+    while cfg.stages > 2 and smem_total_bytes(sizing_program(cfg)) > SMEM_LIMIT_BYTES:
         cfg = cfg.replace(stages=cfg.stages - 1)
     return cfg

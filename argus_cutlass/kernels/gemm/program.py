@@ -115,6 +115,17 @@ def build_program(cfg: GemmConfig, problem: object | None = None, *,
         argus_cutlass.errors.DslError: a node is malformed (e.g. a multicast that the cluster
             cannot hold).
     """
+    return _program(cfg, problem, staged, relations=True)
+
+
+def sizing_program(cfg: GemmConfig) -> Program:
+    """``cfg``'s program without its relations (the verifier's obligations between nodes): the same nodes,
+    tensors and shared-memory layout as :func:`build_program`'s, for sizing only (``fit_stages`` reads its
+    ``kSmemBytes``), at a third of the cost. Never verify or render it: its relations are missing."""
+    return _program(cfg, None, None, relations=False)
+
+
+def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | None, *, relations: bool) -> Program:
     c = cfg
     bits = DTYPE_BYTES[c.dtype] * 8
     out_bits = DTYPE_BYTES[c.out_dtype] * 8
@@ -249,44 +260,18 @@ def build_program(cfg: GemmConfig, problem: object | None = None, *,
 
     # ---- invariants: tag assertions at the MMA slot ---------------------------------------------
     b.assert_tags_of("gemm")   # A.k == B.k, A.m == slot.m, B.n == slot.n at the MMA
-    _relations(b)
+    if relations:
+        _relations(b)
     return b.build()
 
 
 def _relations(b: ProgramBuilder) -> None:
     """Consistency between nodes, stated as relations the verifier checks (and the template
-    prints as ``static_assert``s)."""
-    rel = b.relate
-    # pipeline vs its buffers and its state wrap (G6)
-    rel("pipeline[mainloop].stages", "==", "tensor[sA].shape[2]", invariant="G6", rule="pipeline.buffers")
-    rel("pipeline[mainloop].stages", "==", "tensor[sB].shape[2]", invariant="G6", rule="pipeline.buffers")
-    rel("pipeline[mainloop].producer.wrap", "==", "pipeline[mainloop].stages", invariant="G6", rule="pipeline.wrap")
-    rel("pipeline[mainloop].consumer.wrap", "==", "pipeline[mainloop].stages", invariant="G6", rule="pipeline.wrap")
-    # k loop vs TMA step and MMA K (G3)
-    rel("loop[k].block_k", "==", "mma[mainloop].op.k", invariant="G3", rule="loop.step")
-    rel("loop[k].tile_k", "==", "load[tma_sA].tile_k", invariant="G3", rule="loop.step")
-    rel("loop[k].tile_k", "==", "load[tma_sB].tile_k", invariant="G3", rule="loop.step")
-    rel("loop[k].tile_k", "==", "tensor[sA].shape[1]", invariant="G3", rule="loop.step")
-    # the MMA's dtype and majors vs the buffers it reads (G1)
-    rel("mma[mainloop].op.dtype", "==", "tensor[sA].dtype", invariant="G1", rule="mma.dtype")
-    rel("mma[mainloop].op.dtype", "==", "tensor[sB].dtype", invariant="G1", rule="mma.dtype")
-    rel("mma[mainloop].op.a_major", "==", "read[A].view.atom.major", invariant="G1", rule="mma.major")
-    rel("mma[mainloop].op.b_major", "==", "read[B].view.atom.major", invariant="G1", rule="mma.major")
-    rel("mma[mainloop].op.n", "==", "tensor[sB].shape[0]", invariant="G1", rule="mma.tile")
-    # scheduler cluster vs launch and TMA clusters (G5)
-    for ax, i in (("m", 0), ("n", 1)):
-        rel(f"schedule.cluster_{ax}", "==", f"launch.cluster_{ax}", invariant="G5", rule="cluster.consistency")
-        rel(f"schedule.cluster_{ax}", "==", f"load[tma_sA].cluster[{i}]", invariant="G5", rule="cluster.consistency")
-        rel(f"schedule.cluster_{ax}", "==", f"load[tma_sB].cluster[{i}]", invariant="G5", rule="cluster.consistency")
-    # epilogue partition vs accumulator partition (G2)
-    rel("epilogue.warpgroups", "==", "mma[mainloop].atoms_m", invariant="G2", rule="epilogue.partition")
-    rel("epilogue.op_n", "==", "mma[mainloop].op.n", invariant="G2", rule="epilogue.partition")
-    rel("epilogue.op_m", "==", "mma[mainloop].op.m", invariant="G2", rule="epilogue.partition")
-    rel("epilogue.epi_m", "==", "staging.epi_m", invariant="G2", rule="epilogue.partition")
-    rel("epilogue.epi_n", "==", "staging.epi_n", invariant="G2", rule="epilogue.partition")
-    # smem buffers disjoint (R8)
-    for x, y in (("sA", "sB"), ("sA", "sD"), ("sB", "sD")):
-        rel(f"tensor[{x}]", "disjoint", f"tensor[{y}]", invariant="R8", rule="smem.disjoint")
+    prints as ``static_assert``s): the GEMM family's catalogue (:data:`argus_cutlass.dsl.ir.FAMILY_RELATIONS`:
+    pipeline vs buffers and wrap (G6), k loop vs TMA step and MMA K (G3), MMA dtype / majors / tile vs the
+    buffers (G1), cluster consistency (G5), epilogue vs accumulator partition (G2), disjoint smem (R8)),
+    which the verifier requires in full."""
+    b.relate_family("gemm")
 
 
 def path_record(problem: object, program: Program) -> dict:
