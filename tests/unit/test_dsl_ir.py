@@ -37,7 +37,7 @@ def test_gemm_program_nodes_point_at_their_statements():
     p = build_program(GemmConfig())
     for node, text in [(p.assertions[0], "assert_tags"), (p.read("A"), "mma_read"),
                        (p.load_into("sB"), "tma_load"), (p.epilogue, "epilogue_store"),
-                       (p.schedule, "tile_schedule"), (p.staging, "smem_stage"), (p.relations[0], "rel(")]:
+                       (p.schedule, "tile_schedule"), (p.staging, "smem_stage"), (p.relations[0], "relate_family(")]:
         assert node.loc.file.endswith("kernels/gemm/program.py")
         assert text in linecache.getline(node.loc.file, node.loc.line)
     a = p.assertions[0]
