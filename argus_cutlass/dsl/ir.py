@@ -1016,7 +1016,29 @@ FAMILY_RELATIONS: dict[str, tuple[tuple[str, str, str, str, str], ...]] = {
         ("tensor[sA]", "disjoint", "tensor[sD]", "R8", "smem.disjoint"),
         ("tensor[sB]", "disjoint", "tensor[sD]", "R8", "smem.disjoint"),
     ),
+    "attention": (
+        ("pipeline[q].stages", "==", "tensor[sQ].shape[2]", "G6", "pipeline.buffers"),
+        ("pipeline[k].stages", "==", "tensor[sK].shape[2]", "G6", "pipeline.buffers"),
+        ("pipeline[v].stages", "==", "tensor[sV].shape[2]", "G6", "pipeline.buffers"),
+        ("loop[kv].block_k", "==", "mma[pv].op.k", "G3", "loop.step"),
+        ("loop[kv].tile_k", "==", "tensor[sK].shape[0]", "G3", "loop.step"),
+        ("loop[kv].tile_k", "==", "tensor[sV].shape[1]", "G3", "loop.step"),
+        ("mma[qk].op.n", "==", "loop[kv].tile_k", "FA3", "fragment.convert"),
+        ("mma[qk].atoms_m", "==", "mma[pv].atoms_m", "FA3", "fragment.convert"),
+        ("mma[qk].tile_m", "==", "tensor[sQ].shape[0]", "G1", "mma.tile"),
+        ("convert[convert_p_frag].dtype", "==", "mma[pv].op.dtype", "FA3", "fragment.convert"),
+        ("mma[pv].op.n", "==", "tensor[sV].shape[0]", "G1", "mma.tile"),
+        ("mma[qk].op.k", "==", "mma[pv].op.k", "G1", "mma.tile"),
+        ("tensor[sQ].shape[1]", "==", "tensor[sK].shape[1]", "G1", "mma.tile"),
+        ("mask.acc", "==", "softmax.src", "FA5", "mask.exact"),
+        ("softmax.acc", "==", "output.acc", "FA4", "output.row"),
+        ("tensor[sQ]", "disjoint", "tensor[sK]", "R8", "smem.disjoint"),
+        ("tensor[sQ]", "disjoint", "tensor[sV]", "R8", "smem.disjoint"),
+        ("tensor[sK]", "disjoint", "tensor[sV]", "R8", "smem.disjoint"),
+    ),
 }
+#: the MoE layer's grouped GEMMs are GEMM programs (``kernels.moe.program``): the same relations
+FAMILY_RELATIONS["moe"] = FAMILY_RELATIONS["gemm"]
 
 
 #: the tag assertions each family's MMAs carry, ``(at, lhs, relation, rhs, invariant, rule)``: the

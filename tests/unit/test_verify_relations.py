@@ -149,3 +149,32 @@ def test_the_sizing_program_cannot_pass_for_a_kernel():
 
     report = verify_gemm(sizing_program(GemmConfig()))
     assert len([v for v in report.violations if "does not state the relation" in v.message]) == 27
+
+
+def test_attention_and_moe_programs_require_their_relations_too():
+    """The same catalogue rule for the other families: attention's 18 relations, and the MoE layer's grouped
+    GEMMs (GEMM programs of family 'moe') the GEMM's 27; dropping any one is a violation of its rule."""
+    from argus_cutlass.dsl.ir import FAMILY_RELATIONS
+    from argus_cutlass.kernels.attention.config import AttentionConfig
+    from argus_cutlass.kernels.attention.program import build_program as build_attention
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+    from argus_cutlass.kernels.moe.program import build_layer
+    from argus_cutlass.verify.attention import verify_attention
+    from argus_cutlass.verify.moe import verify_moe
+
+    p = build_attention(AttentionConfig())
+    assert [(r.lhs, r.relation, r.rhs) for r in p.relations] == [x[:3] for x in FAMILY_RELATIONS["attention"]]
+    assert not verify_attention(p, smt=False).violations
+    for i in (0, 9, 17):
+        report = verify_attention(dataclasses.replace(p, relations=p.relations[:i] + p.relations[i + 1:]), smt=False)
+        lhs, rel, rhs, inv, rule = FAMILY_RELATIONS["attention"][i]
+        assert any(v.rule == rule and f"{lhs} {rel} {rhs}" in v.message for v in report.violations)
+    layer = build_layer(MoEConfig(), MoEProblem.for_model("mixtral", 256))
+    assert not verify_moe(layer, smt=False).violations
+    for part in ("gate_up", "down"):
+        prog = getattr(layer, part)
+        assert prog.family == "moe" and len(prog.relations) == len(FAMILY_RELATIONS["moe"])
+        edited = dataclasses.replace(layer, **{part: dataclasses.replace(prog, relations=prog.relations[:-1])})
+        assert any("does not state the relation tensor[sB] disjoint tensor[sD]" in v.message
+                   for v in verify_moe(edited, smt=False).violations)

@@ -224,24 +224,10 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
     # ---- tag assertions at the MMA slots
     b.assert_tags_of("attention")   # QK: d agrees, rows q, columns key; PV: key agrees, rows q, columns d
 
-    # ---- consistency between nodes
-    rel = b.relate
-    for pipe, buf in (("q", "sQ"), ("k", "sK"), ("v", "sV")):
-        rel(f"pipeline[{pipe}].stages", "==", f"tensor[{buf}].shape[2]", invariant="G6", rule="pipeline.buffers")
-    rel("loop[kv].block_k", "==", "mma[pv].op.k", invariant="G3", rule="loop.step")
-    rel("loop[kv].tile_k", "==", "tensor[sK].shape[0]", invariant="G3", rule="loop.step")
-    rel("loop[kv].tile_k", "==", "tensor[sV].shape[1]", invariant="G3", rule="loop.step")
-    rel("mma[qk].op.n", "==", "loop[kv].tile_k", invariant="FA3", rule="fragment.convert")
-    rel("mma[qk].atoms_m", "==", "mma[pv].atoms_m", invariant="FA3", rule="fragment.convert")
-    rel("mma[qk].tile_m", "==", "tensor[sQ].shape[0]", invariant="G1", rule="mma.tile")
-    rel("convert[convert_p_frag].dtype", "==", "mma[pv].op.dtype", invariant="FA3", rule="fragment.convert")
-    rel("mma[pv].op.n", "==", "tensor[sV].shape[0]", invariant="G1", rule="mma.tile")
-    rel("mma[qk].op.k", "==", "mma[pv].op.k", invariant="G1", rule="mma.tile")
-    rel("tensor[sQ].shape[1]", "==", "tensor[sK].shape[1]", invariant="G1", rule="mma.tile")
-    rel("mask.acc", "==", "softmax.src", invariant="FA5", rule="mask.exact")
-    rel("softmax.acc", "==", "output.acc", invariant="FA4", rule="output.row")
-    for x, y in (("sQ", "sK"), ("sQ", "sV"), ("sK", "sV")):
-        rel(f"tensor[{x}]", "disjoint", f"tensor[{y}]", invariant="R8", rule="smem.disjoint")
+    # ---- consistency between nodes (the family's catalogue, dsl.ir.FAMILY_RELATIONS, which the verifier
+    # requires): pipelines vs buffers (G6), the kv loop vs the PV MMA and the K / V tiles (G3), the P fragment
+    # conversion (FA3), MMA tiles vs buffers (G1), mask -> softmax -> output accumulators (FA4, FA5), disjoint smem
+    b.relate_family("attention")
     b.param("varlen", c.varlen)
     b.param("causal", c.causal)  # the specification the mask node is proved against (FA5)
     if c.prefetch_q:  # an L2 prefetch of the next tile's Q through the Q load's tensor map (rule tma.prefetch)
