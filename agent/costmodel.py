@@ -115,6 +115,14 @@ class CostParams:
 
 
 @functools.lru_cache(maxsize=1)
+def _calibration_file() -> tuple[Path, dict[str, Any] | None]:
+    """``agent/costmodel_h200.json`` read once per process (its parameters and its residuals both come from
+    it): ``(path, parsed JSON or None when absent)``."""
+    path = Path(__file__).with_name(CALIBRATION_FILE)
+    return path, (json.loads(path.read_text()) if path.exists() else None)
+
+
+@functools.lru_cache(maxsize=1)
 def calibrated() -> CostParams:
     """The parameters of ``agent/costmodel_h200.json`` (written by ``bench/calibrate_costmodel.py``
     from measured tables), or the hand-set defaults when the file is absent.
@@ -122,10 +130,9 @@ def calibrated() -> CostParams:
     Raises:
         ValueError: the file names a parameter :class:`CostParams` does not have.
     """
-    path = Path(__file__).with_name(CALIBRATION_FILE)
-    if not path.exists():
+    path, data = _calibration_file()
+    if data is None:
         return CostParams()
-    data = json.loads(path.read_text())
     unknown = set(data.get("params", {})) - set(CostParams.fields())
     if unknown:
         raise ValueError(f"{path}: unknown cost-model parameters {sorted(unknown)}")
@@ -378,10 +385,8 @@ def calibrated_residuals() -> Residuals | None:
     Raises:
         ValueError: a malformed section (the file and what is wrong with it).
     """
-    path = Path(__file__).with_name(CALIBRATION_FILE)
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text()).get("residuals")
+    path, doc = _calibration_file()
+    data = doc.get("residuals") if doc is not None else None
     try:
         return Residuals.from_json(data) if data else None
     except (KeyError, TypeError, ValueError) as exc:

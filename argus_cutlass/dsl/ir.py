@@ -999,12 +999,8 @@ FAMILY_RELATIONS: dict[str, tuple[tuple[str, str, str, str, str], ...]] = {
         ("mma[mainloop].op.b_major", "==", "read[B].view.atom.major", "G1", "mma.major"),
         ("mma[mainloop].op.n", "==", "tensor[sB].shape[0]", "G1", "mma.tile"),
         # scheduler cluster vs launch and TMA clusters (G5)
-        ("schedule.cluster_m", "==", "launch.cluster_m", "G5", "cluster.consistency"),
-        ("schedule.cluster_m", "==", "load[tma_sA].cluster[0]", "G5", "cluster.consistency"),
-        ("schedule.cluster_m", "==", "load[tma_sB].cluster[0]", "G5", "cluster.consistency"),
-        ("schedule.cluster_n", "==", "launch.cluster_n", "G5", "cluster.consistency"),
-        ("schedule.cluster_n", "==", "load[tma_sA].cluster[1]", "G5", "cluster.consistency"),
-        ("schedule.cluster_n", "==", "load[tma_sB].cluster[1]", "G5", "cluster.consistency"),
+        *((f"schedule.cluster_{ax}", "==", rhs, "G5", "cluster.consistency") for ax, i in (("m", 0), ("n", 1))
+          for rhs in (f"launch.cluster_{ax}", f"load[tma_sA].cluster[{i}]", f"load[tma_sB].cluster[{i}]")),
         # epilogue partition vs accumulator partition (G2)
         ("epilogue.warpgroups", "==", "mma[mainloop].atoms_m", "G2", "epilogue.partition"),
         ("epilogue.op_n", "==", "mma[mainloop].op.n", "G2", "epilogue.partition"),
@@ -1012,14 +1008,12 @@ FAMILY_RELATIONS: dict[str, tuple[tuple[str, str, str, str, str], ...]] = {
         ("epilogue.epi_m", "==", "staging.epi_m", "G2", "epilogue.partition"),
         ("epilogue.epi_n", "==", "staging.epi_n", "G2", "epilogue.partition"),
         # smem buffers disjoint (R8)
-        ("tensor[sA]", "disjoint", "tensor[sB]", "R8", "smem.disjoint"),
-        ("tensor[sA]", "disjoint", "tensor[sD]", "R8", "smem.disjoint"),
-        ("tensor[sB]", "disjoint", "tensor[sD]", "R8", "smem.disjoint"),
+        *((f"tensor[{x}]", "disjoint", f"tensor[{y}]", "R8", "smem.disjoint") for x, y in
+          (("sA", "sB"), ("sA", "sD"), ("sB", "sD"))),
     ),
     "attention": (
-        ("pipeline[q].stages", "==", "tensor[sQ].shape[2]", "G6", "pipeline.buffers"),
-        ("pipeline[k].stages", "==", "tensor[sK].shape[2]", "G6", "pipeline.buffers"),
-        ("pipeline[v].stages", "==", "tensor[sV].shape[2]", "G6", "pipeline.buffers"),
+        *((f"pipeline[{pipe}].stages", "==", f"tensor[{buf}].shape[2]", "G6", "pipeline.buffers") for pipe, buf in
+          (("q", "sQ"), ("k", "sK"), ("v", "sV"))),
         ("loop[kv].block_k", "==", "mma[pv].op.k", "G3", "loop.step"),
         ("loop[kv].tile_k", "==", "tensor[sK].shape[0]", "G3", "loop.step"),
         ("loop[kv].tile_k", "==", "tensor[sV].shape[1]", "G3", "loop.step"),
@@ -1032,9 +1026,8 @@ FAMILY_RELATIONS: dict[str, tuple[tuple[str, str, str, str, str], ...]] = {
         ("tensor[sQ].shape[1]", "==", "tensor[sK].shape[1]", "G1", "mma.tile"),
         ("mask.acc", "==", "softmax.src", "FA5", "mask.exact"),
         ("softmax.acc", "==", "output.acc", "FA4", "output.row"),
-        ("tensor[sQ]", "disjoint", "tensor[sK]", "R8", "smem.disjoint"),
-        ("tensor[sQ]", "disjoint", "tensor[sV]", "R8", "smem.disjoint"),
-        ("tensor[sK]", "disjoint", "tensor[sV]", "R8", "smem.disjoint"),
+        *((f"tensor[{x}]", "disjoint", f"tensor[{y}]", "R8", "smem.disjoint") for x, y in
+          (("sQ", "sK"), ("sQ", "sV"), ("sK", "sV"))),
     ),
 }
 #: the MoE layer's grouped GEMMs are GEMM programs (``kernels.moe.program``): the same relations
