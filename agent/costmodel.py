@@ -122,6 +122,15 @@ def _calibration_file() -> tuple[Path, dict[str, Any] | None]:
     return path, (json.loads(path.read_text()) if path.exists() else None)
 
 
+def reload_calibration() -> None:
+    """Forget the parsed ``agent/costmodel_h200.json`` so the next :func:`calibrated` /
+    :func:`calibrated_residuals` call reads the file again (after the calibration script rewrote it,
+    or in a test that points the module at another file)."""
+    _calibration_file.cache_clear()
+    calibrated.cache_clear()
+    calibrated_residuals.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
 def calibrated() -> CostParams:
     """The parameters of ``agent/costmodel_h200.json`` (written by ``bench/calibrate_costmodel.py``

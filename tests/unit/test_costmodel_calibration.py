@@ -44,13 +44,13 @@ def test_unknown_parameter_in_the_file_is_refused(tmp_path, monkeypatch):
     bad = tmp_path / costmodel.CALIBRATION_FILE
     bad.write_text(json.dumps({"params": {"peak_flops": 1e15, "warp_speed": 9}}))
     monkeypatch.setattr(costmodel, "__file__", str(tmp_path / "costmodel.py"))
-    costmodel.calibrated.cache_clear()
+    costmodel.reload_calibration()
     try:
         with pytest.raises(ValueError, match="warp_speed"):
             calibrated()
     finally:
         monkeypatch.undo()
-        costmodel.calibrated.cache_clear()
+        costmodel.reload_calibration()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="the fit uses scipy")
