@@ -19,6 +19,7 @@
 #   bash bench/device_pending.sh OUTDIR attn-tune 2048  # the same at S = 2048 (each ~60 kernels, ~6 min)
 #   bash bench/device_pending.sh OUTDIR attn-epilogue # the shipped entry, direct vs quad16 epilogue, whole grid
 #   bash bench/device_pending.sh OUTDIR attn-bench    # the ANCHORS attention grid vs cuDNN (~3 min)
+#   bash bench/device_pending.sh OUTDIR gemm-bench [costmodel|tuned|heuristic]  # the ANCHORS GEMM shapes vs cuBLAS
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
 #                                                     # the declared sub-space x the model shape set vs cuBLAS; resumes
@@ -36,15 +37,8 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench " in
   *" $STEP "*) ;;
-  gemm-refine)
-    FL=${3:-bf16_bf16_tn}
-    mkdir -p "$OUT/sweep"
-    T="$OUT/sweep/gemm_sweep_${FL}_h200.json"
-    cp "$R/bench/data/gemm_sweep_${FL}_h200.json" "$T" || exit 1
-    timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" --refine --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
-      | tee "$OUT/gemm_refine_$FL.log" | tail -30 ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
 mkdir -p "$OUT"
@@ -112,6 +106,11 @@ case "$STEP" in
       "$R/bench/test_attention_bench.py" 2>&1 | tail -5 > "$OUT/attention_bench.log"; cat "$OUT/attention_table.md" ;;
   gemm-swap)
     $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tail -30 | tee "$OUT/gemm_swap_gpu.log" ;;
+  gemm-bench)
+    # ANCHORS GEMM shapes vs cuBLAS, interleaved in one process; $3 = heuristic | costmodel | tuned
+    ARGUS_BENCH_CONFIG=${3:-costmodel} ARGUS_BENCH_TABLE="$OUT/gemm_bench_${3:-costmodel}.md" timeout 560 python3 -m pytest -q -s \
+      -p no:cacheprovider "$R/bench/test_gemm_bench.py" 2>&1 | tail -30 > "$OUT/gemm_bench_${3:-costmodel}.log"
+    cat "$OUT/gemm_bench_${3:-costmodel}.md" 2>/dev/null || tail -20 "$OUT/gemm_bench_${3:-costmodel}.log" ;;
   gemm-sweep|gemm-refine)
     FL=${3:-bf16_bf16_tn}
     IFS=_ read -r DT OD LY <<< "$FL"

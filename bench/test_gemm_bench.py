@@ -15,7 +15,9 @@ at the end (``ARGUS_BENCH_TABLE`` names a markdown file to write it to, ``--benc
 ``DIR/gemm_bench.md``; the ratio and roofline plots go beside it).
 
 Which configuration: ``ARGUS_BENCH_CONFIG=heuristic`` (default) uses
-``kernels.gemm.heuristics.default_config``; ``tuned`` uses the agent's experience store. The
+``kernels.gemm.heuristics.default_config``; ``costmodel`` the cost model's untuned choice
+(:func:`argus_cutlass.agent.costmodel.costmodel_choice`, what ``argus-cutlass gemm`` runs on a shape
+no table covers); ``tuned`` uses the agent's experience store. The
 kernels are generated, verified, compiled and loaded by the orchestrator
 (:func:`argus_cutlass.generate.build_many`, one parallel nvcc batch); the timing protocol below
 is the benchmark's own (interleaved with cuBLAS, same process).
@@ -60,6 +62,12 @@ RESULTS: list[dict] = []
 
 def _config(m: int, n: int, k: int):
     mode = settings().bench_config
+    if mode not in ("heuristic", "costmodel", "tuned"):
+        raise pytest.UsageError(f"ARGUS_BENCH_CONFIG={mode!r} is not one of heuristic, costmodel, tuned")
+    if mode == "costmodel":
+        from argus_cutlass.agent.costmodel import costmodel_choice
+
+        return costmodel_choice(m, n, k, "bf16", "bf16", "tn")
     if mode == "tuned":
         from argus_cutlass.agent.store import tuned_or_default
 
