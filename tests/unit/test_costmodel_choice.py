@@ -39,11 +39,16 @@ def test_analytic_choice_is_the_best_predicted_feasible_point_of_the_declared_su
                                           (5, 50000, 7000, "nn"), (700, 2500, 1536, "tn")])
 def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout):
     """The shipped residuals: the choice minimises predict_ms x exp(the inverse-distance-weighted residual of
-    its structure over the 3 nearest calibration shapes), computed here independently of Residuals."""
+    its structure over the 3 nearest calibration shapes within the radius), computed here independently of
+    Residuals."""
     res = calibrated_residuals()
-    assert res is not None and res.flavor == ("bf16", "bf16", "tn")
+    assert res is not None and res.flavor == ("bf16", "bf16", "tn") and res.radius == 3.0
     d = np.sqrt((((np.log2(res.points.astype(float)) - np.log2([m, n, k])) * [2.0, 1.0, 1.0]) ** 2).sum(1))
-    near = np.argsort(d, kind="stable")[:3]
+    near = [i for i in np.argsort(d, kind="stable")[:3] if d[i] <= 3.0]
+    if not near:
+        assert costmodel_choice(m, n, k, "bf16", "bf16", layout) == costmodel_choice(m, n, k, "bf16", "bf16", layout,
+                                                                                  residuals=None)
+        return
     params = calibrated()
     scored = []
     for c in declared_subspace("bf16", "bf16", layout):
@@ -78,6 +83,19 @@ def test_residuals_decide_the_ranking():
     assert [c for _, c in ranked(4096, 4096, 4096, residuals=only)] == [target]
     # round trip through the file format
     assert Residuals.from_json(res.to_json()).corrections(100, 200, 300) == pytest.approx(res.corrections(100, 200, 300), abs=1e-3)
+
+
+@pytest.mark.parametrize("m,n,k", [(1 << 20, 4096, 4096), (1, 128, 128), (100, 100, 100)])
+def test_shapes_far_from_every_calibration_shape_take_the_analytic_choice(m, n, k):
+    """No residual extrapolated across regimes: beyond the radius (weighted log2 distance 3) of every
+    calibration shape the corrections are empty and the ranking is the analytic one; within it, they are not."""
+    res = calibrated_residuals()
+    d = np.sqrt((((np.log2(res.points.astype(float)) - np.log2([m, n, k])) * [2.0, 1.0, 1.0]) ** 2).sum(1))
+    assert d.min() > res.radius
+    assert res.corrections(m, n, k) == {}
+    assert ranked(m, n, k) == ranked(m, n, k, residuals=None)
+    assert res.corrections(8192, 65536, 8192)  # 0.19 from 8192x57344x8192: corrected
+    assert Residuals.from_json({**res.to_json(), "radius": None}).corrections(m, n, k)  # null: no cutoff
 
 
 def test_shipped_residuals_match_the_sweep_and_the_shipped_parameters():
