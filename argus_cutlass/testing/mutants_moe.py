@@ -198,8 +198,13 @@ def mutant_layer(m: MoEMutant, *, gpu: bool = False) -> MoELayer:
     layer = base_layer(m, gpu=gpu)
     for e in m.edits:
         part, kind, key = e["part"], e.get("kind"), e.get("key")
+        if "gemm" in e:
+            # rebuild the grouped GEMM `part` from its GemmConfig with these fields changed (a layout,
+            # swap-AB: edits of many nodes at once, as the GEMM program builder states them)
+            layer = _rebuild_part(m, layer, part, e["gemm"], gpu=gpu)
+            continue
         changes = {}
-        for f, v in e["set"].items():
+        for f, v in e.get("set", {}).items():
             if isinstance(v, dict) and "add" in v:
                 v = _current(layer, part, kind, key, f) + int(v["add"])
             changes[f] = tuple(v) if isinstance(v, list) else v
@@ -210,6 +215,22 @@ def mutant_layer(m: MoEMutant, *, gpu: bool = False) -> MoELayer:
         else:
             layer = layer.replace_node(part, kind, key, **changes)
     return layer
+
+
+def _rebuild_part(m: MoEMutant, layer: MoELayer, part: str, gemm: dict, *, gpu: bool) -> MoELayer:
+    """``layer`` with grouped GEMM ``part`` rebuilt by :func:`~argus_cutlass.kernels.moe.program.
+    grouped_program` from the base configuration's GemmConfig with ``gemm``'s fields replaced."""
+    import dataclasses
+
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+    from argus_cutlass.kernels.moe.program import gemm_configs, grouped_program
+
+    b = m.gpu_base if gpu and m.gpu_base else m.base
+    cfg = MoEConfig(**b.get("config", {}))
+    problem = MoEProblem(64, b["experts"], b["topk"], b["hidden"], b["ffn"])
+    gcfg = gemm_configs(cfg)[("gate_up", "down").index(part)].replace(**gemm)
+    return dataclasses.replace(layer, **{part: grouped_program(cfg, problem, part, gcfg)})
 
 
 def verify_moe_mutant(m: MoEMutant, *, smt: bool = True) -> Any:

@@ -520,14 +520,82 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
 
 
 def _b_rows(load: Any, expert: int, tn: int, tile_n: int) -> np.ndarray:
-    """gB rows the tile's B stage holds, row r of the tile first (the template's load_B and b_mn0)."""
+    """gB rows the tile's B stage holds, row r of the tile first (the template's load_B and b_mn0).
+
+    The paired-halves remap is printed per TMA box (``gemm/mainloop.j2``: box ``b`` starts at tile
+    row ``row_ = (b % boxes) * box_outer`` and reads ``mn0 + (row_ < half ? row_ : row_ - half +
+    pair_offset)`` onward), so a box that straddles the two halves reads its up rows from the gate
+    rows: modelled here box by box, as printed."""
     half = tile_n // 2
     blk = tn * (half if load.pair_offset else tile_n)
     origin = (expert + load.expert_shift) * load.expert_rows + blk
     r = np.arange(tile_n)
     if load.pair_offset:
-        return origin + np.where(r < half, r, r - half + load.pair_offset)
+        box_outer = max(1, int(load.copy.box[1]))
+        start = (r // box_outer) * box_outer
+        return origin + np.where(start < half, start, start - half + load.pair_offset) + (r - start)
     return origin + r
+
+
+#: what ``templates/moe/gemm.j2::run_grouped`` encodes: A (xs / h) and B (W13 / W2) K-major (inner
+#: extent K, outer the rows), D (h / out) N-major (inner N), the caller's A / B / D in the A / B / D slots
+_GROUPED_MAPS = {"gA": ("K", "A"), "gB": ("K", "B"), "gD": ("N", "D")}
+
+
+def _grouped_operand_problem(layer: MoELayer, part: str) -> Violation | None:
+    """``moe.group_tiles``: the grouped GEMM's operands are what ``run_grouped`` (moe/gemm.j2) hands
+    it: its tensor maps are printed, not read from the program, as xs / h and W13 / W2 K-major and h /
+    out N-major, passed in the kernel's A, B, D slots. A program whose tensors, loads or store have
+    another major (a layout other than ``tn``) or another binding (swap-AB) is verified by the GEMM
+    rules against maps the host never encodes: its MN-major box (inner = rows) is read from a map
+    whose inner extent is K, so tile element (m, k) is fetched from row k, column m."""
+    p = layer.program(part)
+    a_name, b_name, d_name = ("xs", "W13", "h") if part == "gate_up" else ("h", "W2", "out")
+    names = {"gA": a_name, "gB": b_name, "gD": d_name}
+    found = None
+    for tname, (major, binding) in _GROUPED_MAPS.items():
+        try:
+            t = p.tensor(tname)
+        except KeyError:
+            found = (f"the program has no tensor {tname}", tname, f"{tname} ({names[tname]})", "none", {})
+            break
+        if t.binding != binding:
+            found = (f"{tname} is bound to the caller's {t.binding!r} (swap_ab {dict(p.params).get('swap_ab')}), but "
+                     f"run_grouped passes {names[tname]} as the kernel's {binding}: the program's {tname}(0, 0), the "
+                     f"caller's {t.binding}[0][0], is read from {names[tname]}[0][0]", tname,
+                     f"{tname}(0, 0) = the caller's {t.binding}[0][0]", f"{names[tname]}[0][0]", {"row": 0, "col": 0})
+            break
+        x = names[tname]
+        if tname == "gD":
+            st = p.stores[0] if p.stores else None
+            if t.major != major or (st is not None and st.major != "K"):
+                st_text = f"store {st.name} {st.major}-major" if st else "no store"
+                found = (f"gD is {t.major}-contiguous ({st_text}), "
+                         f"but run_grouped encodes {x}'s map N-major (inner extent N): acc(m = 1, n = 0) of m-tile 0 "
+                         f"is stored at {x}[0][1], not {x}[1][0]", tname, f"{x}[1][0]", f"{x}[0][1]",
+                         {"m": 1, "n": 0, "m_tile": 0})
+                break
+            continue
+        ld = p.load_into("sA" if tname == "gA" else "sB")
+        if t.major != major or ld.major != "K":
+            # block 1 (of expert 0 for B): its first row mn0; its element (row 0, k 1) at k-tile 0 is asked
+            # at map coordinate (inner mn0, outer 1), which the K-major map resolves as row 1, column mn0
+            rows = "m" if tname == "gA" else "n"
+            t1 = ld.tile_mn // 2 if ld.pair_offset else ld.tile_mn
+            found = (f"{tname} is {t.major}-contiguous and load {ld.name} {ld.major}-major (box inner = the {rows} "
+                     f"rows, outer = K), but run_grouped encodes {x}'s map K-major (inner extent K): element "
+                     f"({rows} = {t1}, k = 1) of {rows}-block 1, k-tile 0 is fetched from {x}[1][{t1}], not "
+                     f"{x}[{t1}][1]", tname, f"{x}[{t1}][1]", f"{x}[1][{t1}]", {rows: t1, "k": 1})
+            break
+    if found is None:
+        return None
+    msg, tname, want, got, coord = found
+    return _viol("moe.group_tiles", f"{part}: {msg}",
+                 _cex("moe.group_tiles", f"{part} run_grouped tensor map {tname} (moe/gemm.j2)", want, got,
+                      element={"tensor": f"{part}.{tname}", "host_tensor": names[tname], **coord},
+                      params={"layout": dict(p.params).get("layout"), "swap_ab": dict(p.params).get("swap_ab")},
+                      provenance="run_grouped: make_map(A, K, rows), make_map(B, K, b_rows), make_map(D, N, rows)"),
+                 hint="build the grouped GEMMs with layout 'tn' and no swap-AB (kernels/moe/program.py::gemm_configs)")
 
 
 def _walk_cex(part: str, label: str, prob: Any, params: dict, engine: str = "enum") -> Violation:
@@ -552,6 +620,11 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
     proofs: list[Proof] = []
     seen: set[str] = set()
     points = 0
+    for part in ("gate_up", "down"):
+        enc = _grouped_operand_problem(layer, part)
+        if enc is not None:
+            # the simulation below reads rows through the printed maps: meaningless over other encodings
+            return [], [enc]
     for part in ("gate_up", "down"):
         p = layer.program(part)
         la, lb = p.load_into("sA"), p.load_into("sB")

@@ -32,7 +32,8 @@ from argus_cutlass.kernels.gemm.program import build_program as build_gemm_progr
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.problem import MAX_TOKENS, MoEProblem
 
-__all__ = ["GATHER_VEC", "TOKENS_BITS", "build_layer", "gather_slicing", "gemm_configs", "layer_label"]
+__all__ = ["GATHER_VEC", "TOKENS_BITS", "build_layer", "gather_slicing", "gemm_configs", "grouped_program",
+           "layer_label"]
 
 #: the index proofs hold for T <= 2^TOKENS_BITS (issue 11: T up to 2^20)
 TOKENS_BITS = MAX_TOKENS.bit_length() - 1
@@ -105,6 +106,25 @@ def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, b
     return p
 
 
+def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: GemmConfig | None = None,
+                    loc: SourceLoc | None = None) -> Program:
+    """The grouped GEMM ``part`` (``gate_up`` / ``down``) of :func:`build_layer`, built from
+    ``gemm_cfg`` (default: :func:`gemm_configs`'s; the mutant suite passes another, e.g. a layout
+    other than ``tn``, which the verifier must refuse: ``run_grouped`` prints K-major maps).
+
+    >>> c, p = MoEConfig(), MoEProblem(16, 8, 2, 256, 512)
+    >>> grouped_program(c, p, "down").load_into("sB").expert_rows
+    256
+    """
+    c, p = cfg, problem
+    i = ("gate_up", "down").index(part)
+    gcfg = gemm_cfg if gemm_cfg is not None else gemm_configs(c)[i]
+    label = layer_label(c, p) + ("_gu", "_dn")[i]
+    if part == "gate_up":
+        return _grouped(build_gemm_program(gcfg, None), label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc())
+    return _grouped(build_gemm_program(gcfg, None), label, p.hidden, 0, c.dn_band_m, loc or caller_loc())
+
+
 def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     """The programs of one MoE layer (no checking beyond well-formedness: see
     :func:`argus_cutlass.verify.moe.verify_moe`).
@@ -124,9 +144,8 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
                           f"gu_tile_n/2 = {c.gu_tile_n // 2})")
     loc = caller_loc()
     label = layer_label(c, p)
-    gcfg_gu, gcfg_dn = gemm_configs(c)
-    gate_up = _grouped(build_gemm_program(gcfg_gu, None), label + "_gu", 2 * p.ffn, p.ffn, c.gu_band_m, loc)
-    down = _grouped(build_gemm_program(gcfg_dn, None), label + "_dn", p.hidden, 0, c.dn_band_m, loc)
+    gate_up = grouped_program(c, p, "gate_up", loc=loc)
+    down = grouped_program(c, p, "down", loc=loc)
     routing = Routing(chunk=c.route_chunk, pad=c.tile_m, scan="exclusive", rank="stable", rank_base=0,
                       invalid="skip", loc=loc, **gather_slicing(c.gather_slices, p.hidden))
     combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",
