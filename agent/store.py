@@ -182,16 +182,41 @@ def table_entry_key(entry: dict[str, Any]) -> str:
     return "|".join(str(entry.get(f, "")) for f in ("gpu", "kernel", "dtype", "out_dtype", "layout", "bucket"))
 
 
+def entry_identity(entry: dict[str, Any]) -> str:
+    """What :func:`merge_entries` replaces by: :func:`table_entry_key`, and for a GEMM entry its measured
+    shape too (a bucket of the shipped table may hold entries measured at several shapes; the lookup takes
+    the one measured nearest the problem, :func:`shape_distance`).
+
+    >>> entry_identity({"gpu": "G", "kernel": "gemm", "dtype": "bf16", "out_dtype": "bf16", "layout": "tn",
+    ...                 "bucket": "m4096_n4096_k4096", "shape": [3000, 4096, 4096]})
+    'G|gemm|bf16|bf16|tn|m4096_n4096_k4096|3000x4096x4096'
+    """
+    key = table_entry_key(entry)
+    shape = None if entry.get("key") else entry.get("shape")
+    return f"{key}|{'x'.join(str(int(x)) for x in shape)}" if shape else key
+
+
+def shape_distance(a: Any, b: Any) -> float:
+    """Summed ``|log2|`` ratios of two (M, N, K) shapes: how far an entry's measured shape is from a problem
+    of the same bucket (0 for the same shape).
+
+    >>> shape_distance((3000, 4096, 4096), (2048, 4096, 4096)) < shape_distance((3000, 4096, 4096), (4096, 2048, 4096))
+    True
+    """
+    return sum(abs(math.log2(max(1, int(x)) / max(1, int(y)))) for x, y in zip(a, b))
+
+
 def merge_entries(table: dict[str, Any], new: list[dict[str, Any]]) -> dict[str, Any]:
     """``table`` (the JSON object of ``agent/tuned_h200.json``) with ``new`` entries added; an old entry
-    of the same :func:`table_entry_key` is replaced, every other key of the table is kept.
+    of the same :func:`entry_identity` (key, and a GEMM entry's shape) is replaced, every other key of the
+    table is kept.
 
     >>> t = {"note": "n", "entries": [{"key": "a", "ms": 1}, {"key": "b", "ms": 2}]}
     >>> merge_entries(t, [{"key": "b", "ms": 3}])
     {'note': 'n', 'entries': [{'key': 'a', 'ms': 1}, {'key': 'b', 'ms': 3}]}
     """
-    keys = {table_entry_key(e) for e in new}
-    return {**table, "entries": [e for e in table.get("entries", []) if table_entry_key(e) not in keys] + list(new)}
+    keys = {entry_identity(e) for e in new}
+    return {**table, "entries": [e for e in table.get("entries", []) if entry_identity(e) not in keys] + list(new)}
 
 
 def shipped_entries() -> list[dict[str, Any]]:
@@ -394,11 +419,14 @@ def _miss_text(key: str, tables: list[tuple[str, list[tuple[str, dict[str, Any]]
 
 
 def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any, str]], fallback: Any,
-            store: ExperienceStore) -> Lookup:
+            store: ExperienceStore, nearness: Callable[[dict[str, Any]], float] | None = None,
+            found_note: Callable[[dict[str, Any]], str] | None = None) -> Lookup:
     """The first usable entry for ``key``: exact GPU (user store, then shipped), then another GPU of the
     same architecture (:func:`gpu_arch`; user store, then shipped; GPU names in sorted order), else
     ``fallback`` (source ``heuristic``; a callable is called only then and returns ``(config, source,
-    note)``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``."""
+    note)``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``. Several entries of one key in one
+    table (GEMM: measured at several shapes of the bucket) are tried nearest first by ``nearness(entry)``;
+    ``found_note(entry)`` is added to the detail of the entry taken."""
     gpu, _, rest = key.partition("|")
     arch = gpu_arch(gpu)
     tables = _tables(store)
@@ -408,6 +436,8 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
         passes.append(("arch", lambda g: g != gpu and gpu_arch(g) == arch))
     for kind, match in passes:
         for source, rows in tables:
+            if nearness is not None:
+                rows = sorted(rows, key=lambda r: nearness(r[1]))
             for k, e in sorted(rows, key=lambda r: r[0].partition("|")[0]) if kind == "arch" else rows:
                 g, _, r = k.partition("|")
                 if r != rest or not match(g):
@@ -417,7 +447,7 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
                     notes.append(f"entry {k!r} of {_WHERE[source]} skipped: {why}")
                     continue
                 if kind == "exact":
-                    text = f"key {k!r} found in {_WHERE[source]}"
+                    text = f"key {k!r} found in {_WHERE[source]}{found_note(e) if found_note else ''}"
                 else:
                     text = (f"{'no usable' if notes else 'no'} entry for key {key!r}; using {k!r} of "
                             f"{_WHERE[source]}: tuned on {g}, "
@@ -521,8 +551,19 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
                     "verifier accepts")
         return default_config(m, n, k, dtype, out_dtype, layout), "heuristic", ""
 
+    here = (m, n, k)
+
+    def nearness(e: dict[str, Any]) -> float:
+        return shape_distance(e["shape"], here) if isinstance(e.get("shape"), list) and len(e["shape"]) == 3 else 0.0
+
+    def found_note(e: dict[str, Any]) -> str:
+        shape = e.get("shape")
+        if not isinstance(shape, list) or [int(x) for x in shape] == list(here):
+            return ""
+        return f" (measured at {'x'.join(str(x) for x in shape)}, the nearest shape of the bucket)"
+
     return _lookup(entry_key(gpu, kernel, problem), kernel, lambda e: _usable(e, problem), fallback,
-                   store or ExperienceStore())
+                   store or ExperienceStore(), nearness, found_note)
 
 
 # ---- attention -------------------------------------------------------------------------------

@@ -222,9 +222,12 @@ def format_explain(ex: dict[str, Any], limit: int = 3) -> list[str]:
     for r in exact:
         used = c["source"] == r["source"] and c["config"] == r["config_normalized"]
         other = f" of {r['key']['gpu']} (same architecture)" if r.get("same_arch") else ""
-        lines.append(f"  matches [{r['source']}] entry{other}: {r['config_text']}"
-                     + ("" if used else " (not used: an earlier source matched, or the family's feasibility "
-                                        "rules refuse its configuration)"))
+        shape = r.get("measured_on")
+        at = f" measured at {'x'.join(str(x) for x in shape)}" if ex["family"] == "gemm" and isinstance(shape, list) else ""
+        lines.append(f"  matches [{r['source']}] entry{other}{at}: {r['config_text']}"
+                     + ("" if used else " (not used: an earlier source matched, an entry measured nearer the "
+                                        "problem's shape was taken, or the family's feasibility rules refuse its "
+                                        "configuration)"))
     near = [r for r in ex["candidates"] if r["missed"]][:limit]
     if not exact:
         lines.append(f"no entry matches; the nearest {len(near)}:" if near else

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +74,12 @@ def test_lookup_falls_back_user_then_shipped_then_heuristic(tmp_path, monkeypatc
     assert tuned_or_default("gemm", *shape, gpu=GPU, store=st) == shipped_cfg
 
 
+#: the bench shape table's 13 shapes (entries measured by bench/agent_eval.py; kept by --keep-existing)
+BENCH_SHAPES = {(8192, 8192, 8192), (4096, 4096, 4096), (2048, 8192, 8192), (512, 8192, 8192), (128, 8192, 8192),
+                (16, 8192, 8192), (1, 4096, 4096), (8192, 28672, 8192), (8192, 8192, 28672), (128, 28672, 8192),
+                (4096, 10240, 8192), (64, 14336, 4096), (2048, 4096, 14336)}
+
+
 def test_shipped_entries_are_measured_h200_bests_the_verifier_accepts():
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.space import feasible
@@ -82,7 +89,23 @@ def test_shipped_entries_are_measured_h200_bests_the_verifier_accepts():
         .joinpath("tuned_h200.json").read_text())
     assert "measured by bench/agent_eval.py on NVIDIA H200" in data["note"]
     gemm = [e for e in data["entries"] if e["kernel"] == "gemm"]
-    assert len(gemm) == 13  # the bench shape table
+    # one per (bucket, measured shape): the bench shape table's 13 (bench/agent_eval.py), then each shape of the
+    # model-shape sweep not among them, with the time the sweep measured for that kernel there
+    # (bench/sweep_gemm.py --merge-shipped --keep-existing)
+    assert len(gemm) == len({(e["dtype"], e["out_dtype"], e["layout"], e["bucket"], tuple(e["shape"])) for e in gemm})
+    assert "bench/sweep_gemm.py --merge-shipped --keep-existing" in data["note_gemm_sweep"]
+    from argus_cutlass.agent.measure import table_key
+
+    root = Path(__file__).resolve().parents[2]
+    sweep = json.loads((root / "bench" / "data" / "gemm_sweep_bf16_bf16_tn_h200.json").read_text())["shapes"]
+    bench = [e for e in gemm if tuple(e["shape"]) in BENCH_SHAPES]
+    assert len(bench) == 13
+    swept = [e for e in gemm if tuple(e["shape"]) not in BENCH_SHAPES]
+    assert len(swept) + len(BENCH_SHAPES & {tuple(map(int, k.split("x"))) for k in sweep}) == len(sweep)
+    for e in swept:
+        kernels = {k: v for k, v in sweep["x".join(map(str, e["shape"]))]["kernels"].items() if v}
+        name = table_key(GemmConfig(**e["config"]), kernels)
+        assert name and kernels[name] == e["ms"] == min(kernels.values()), e["shape"]
     assert {e["kernel"] for e in data["entries"]} == {"gemm", "attention", "moe"}
     assert "measured by bench/tune_attention_grid.py on NVIDIA H200" in data["note_attention"]
     assert "measured by bench/tune_moe_grid.py on NVIDIA H200" in data["note_moe"]

@@ -90,11 +90,12 @@ def test_both_untuned_rules_are_scored_on_the_measured_table(sweep):
         assert s["geomean_vs_cublas_best"] >= s["geomean_vs_cublas_choice"]
 
 
-def test_bucket_entries_pick_the_kernel_best_over_the_whole_bucket(sweep):
-    """One entry per lookup bucket: the kernel of least geomean time-over-best among those measured on
-    every shape of the bucket (not the best of one shape); ms / cuBLAS of the bucket's largest shape."""
-    from argus_cutlass.agent.store import entry_key, merge_entries, table_entry_key
+def test_shape_entries_ship_each_shape_and_the_lookup_takes_the_nearest(sweep, tmp_path, monkeypatch):
+    """One entry per swept shape (the kernel fastest there, its ms, the row's cuBLAS); entries of one bucket
+    at several shapes all survive a merge, and the lookup takes the one measured nearest the problem."""
+    from argus_cutlass.agent import store as store_mod
     from argus_cutlass.agent.planner import Problem
+    from argus_cutlass.agent.store import ExperienceStore, entry_key, lookup_config, merge_entries, table_entry_key
     from argus_cutlass.kernels.gemm.config import GemmConfig
 
     a, b, c = GemmConfig(), GemmConfig(tile_n=128, cluster_m=1), GemmConfig(tile_n=128, cluster_m=1, stages=6)
@@ -103,17 +104,27 @@ def test_bucket_entries_pick_the_kernel_best_over_the_whole_bucket(sweep):
              "shapes": {   # 3000 and 4000 share the bucket m4096_n4096_k4096; "c" is missing on one of them
                  "3000x4096x4096": {"kernels": {"a": 1.00, "b": 1.05, "c": 0.90}, "cublas_ms": 1.1},
                  "4000x4096x4096": {"kernels": {"a": 1.30, "b": 1.20, "c": None}, "cublas_ms": 1.4},
-                 "64x4096x4096": {"kernels": {"a": 0.30, "b": 0.20}, "cublas_ms": 0.25}}}
-    entries = sweep.bucket_entries(table)
-    assert len(entries) == 2
-    big = next(e for e in entries if e["shape"] == [4000, 4096, 4096])
-    # a: 1.00/1.00 and 1.30/1.20; b: 1.05/1.00 and 1.20/1.20 -> b has the smaller geomean
+                 "64x4096x4096": {"kernels": {"a": 0.30, "b": None}, "cublas_ms": 0.25}}}
+    entries = sweep.shape_entries(table)
+    by_shape = {tuple(e["shape"]): e for e in entries}
+    assert set(by_shape) == {(3000, 4096, 4096), (4000, 4096, 4096), (64, 4096, 4096)}
+    assert GemmConfig(**by_shape[3000, 4096, 4096]["config"]) == c and by_shape[3000, 4096, 4096]["ms"] == 0.90
+    big = by_shape[4000, 4096, 4096]
     assert GemmConfig(**big["config"]) == b and big["ms"] == 1.20 and big["cublas_ms"] == 1.4
     assert table_entry_key(big) == entry_key("NVIDIA H200", "gemm", Problem(4000, 4096, 4096))
     merged = merge_entries({"entries": [dict(big, ms=9.0), {"key": "x"}]}, entries)
-    assert len(merged["entries"]) == 3 and [e["ms"] for e in merged["entries"] if e.get("shape") == [4000, 4096, 4096]] == [1.2]
+    assert len(merged["entries"]) == 4 and [e["ms"] for e in merged["entries"] if e.get("shape") == [4000, 4096, 4096]] == [1.2]
+    # the lookup: the same bucket, the entry of the nearest measured shape, said in the detail
+    monkeypatch.setattr(store_mod, "shipped_entries", lambda: list(merged["entries"]))
+    none = ExperienceStore(str(tmp_path / "none.json"))
+    near3000 = lookup_config("gemm", 2900, 4096, 4096, gpu="NVIDIA H200", store=none)
+    assert near3000.source == "shipped" and near3000.config == c
+    assert "measured at 3000x4096x4096" in near3000.detail
+    assert lookup_config("gemm", 3900, 4096, 4096, gpu="NVIDIA H200", store=none).config == b
+    exact = lookup_config("gemm", 4000, 4096, 4096, gpu="NVIDIA H200", store=none)
+    assert exact.config == b and "measured at" not in exact.detail
     with pytest.raises(ValueError, match="kernel_configs"):
-        sweep.bucket_entries({"shapes": {}})
+        sweep.shape_entries({"shapes": {}})
 
 
 def test_a_fatal_shape_is_recorded_and_its_first_failing_kernel_excluded(sweep, tmp_path, monkeypatch):
