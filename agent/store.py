@@ -507,7 +507,10 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     rule's (``ARGUS_GEMM_UNTUNED``): ``"costmodel"`` (the default; a problem on the aligned-staging path
     keeps the heuristic's) or ``"heuristic"``, and the detail of which key was found or missed. Entries are matched by (GPU,
     kernel, dtypes, layout, shape bucket), an exact GPU first, then another GPU of the same
-    architecture (:func:`gpu_arch`), and used only when the verifier accepts them.
+    architecture (:func:`gpu_arch`), and used only when the verifier accepts them. Several entries of one
+    bucket (measured at several shapes): the one measured nearest the problem (:func:`shape_distance`).
+    No entry of its own for a bf16 / fp16 problem: the entry of the same problem in the other 2-byte type
+    (:func:`_sibling_problem`), run in the problem's type, the detail naming both keys.
 
     >>> lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nt", gpu="NVIDIA H200",
     ...                    store=ExperienceStore("/nonexistent/x.json"))
@@ -562,8 +565,42 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
             return ""
         return f" (measured at {'x'.join(str(x) for x in shape)}, the nearest shape of the bucket)"
 
-    return _lookup(entry_key(gpu, kernel, problem), kernel, lambda e: _usable(e, problem), fallback,
-                   store or ExperienceStore(), nearness, found_note)
+    store = store or ExperienceStore()
+    key = entry_key(gpu, kernel, problem)
+    found = _lookup(key, kernel, lambda e: _usable(e, problem), None, store, nearness, found_note)
+    if found.config is not None:
+        return found
+    sib = _sibling_problem(problem)
+    if sib is not None:
+        def usable_as(e: dict[str, Any]) -> tuple[GemmConfig | None, str]:
+            cfg, why = _usable(e, sib)
+            if cfg is None:
+                return None, why
+            return _usable({**e, "config": {**e["config"], "dtype": dtype, "out_dtype": out_dtype}}, problem)
+
+        other = _lookup(entry_key(gpu, kernel, sib), kernel, usable_as, None, store, nearness, found_note)
+        if other.config is not None:
+            return Lookup(other.config, other.source,
+                          f"{found.detail}; using {other.entry_key!r} ({other.detail.split('; ')[-1]}): "
+                          f"{sib.dtype} and {dtype} are both 2-byte types with the same tensor-core rate, so the "
+                          f"configuration runs as {dtype}; not measured in {dtype}: tune with `argus-cutlass tune "
+                          f"gemm --dtype {dtype}`", key, other.entry_key)
+    cfg, source, note = fallback()
+    return Lookup(cfg, source, "; ".join(x for x in (found.detail, note) if x), key, None)
+
+
+def _sibling_problem(problem: Problem) -> Problem | None:
+    """The same problem in the other 2-byte input type (bf16 <-> fp16; a 2-byte output follows the input,
+    an fp32 output stays), whose tuned entry a GEMM without one of its own may run: Hopper's wgmma has the
+    same rate and the same shared-memory layouts for both (PTX ISA 9.7.15, wgmma.mma_async: .f16 and .bf16
+    share every shape), so only the element type printed differs. None for other types."""
+    other = {"bf16": "fp16", "fp16": "bf16"}.get(problem.dtype)
+    if other is None:
+        return None
+    out = other if problem.out_dtype == problem.dtype else problem.out_dtype
+    if out not in ("bf16", "fp16", "fp32"):
+        return None
+    return Problem(problem.m, problem.n, problem.k, other, out, problem.layout)
 
 
 # ---- attention -------------------------------------------------------------------------------

@@ -329,3 +329,21 @@ def test_api_configures_moe_once_per_bucket(monkeypatch):
         p = MoEProblem(t, 128, 8, 2048, 768)
         assert api._moe_config(p) == moe_default(p)
     assert calls == [100, 129]
+
+
+def test_fp16_without_an_entry_runs_the_bf16_entry_of_its_shape_and_says_so(tmp_path):
+    """bf16 and fp16 share wgmma's rate and layouts: an fp16 GEMM with no entry of its own takes the bf16
+    entry of the same key (printed as fp16, verified as fp16), and the detail names both keys; an fp32 output
+    or another layout has no such sibling in the shipped table and stays untuned."""
+    from argus_cutlass.agent.store import ExperienceStore, lookup_config
+
+    none = ExperienceStore(str(tmp_path / "none.json"))
+    bf = lookup_config("gemm", 3000, 4096, 14336, "bf16", "bf16", "tn", gpu="NVIDIA H200", store=none)
+    fp = lookup_config("gemm", 3000, 4096, 14336, "fp16", "fp16", "tn", gpu="NVIDIA H200", store=none)
+    assert bf.source == fp.source == "shipped"
+    assert fp.config == bf.config.replace(dtype="fp16", out_dtype="fp16")
+    assert fp.key.split("|")[2:4] == ["fp16", "fp16"] and fp.entry_key == bf.entry_key
+    assert "no entry for key" in fp.detail and "not measured in fp16" in fp.detail
+    for args in (("fp16", "fp32", "tn"), ("fp16", "fp16", "nt")):
+        lk = lookup_config("gemm", 3000, 4096, 14336, *args, gpu="NVIDIA H200", store=none)
+        assert lk.source == "heuristic" and lk.entry_key is None   # this file's untuned rule (the fixture)
