@@ -288,6 +288,13 @@ def projection_shapes(
     hidden = _config_int(cfg, "hidden_size", source)
     heads = _config_int(cfg, "num_attention_heads", source)
     kv_heads = _config_int(cfg, "num_key_value_heads", source, default=heads)
+    if heads % kv_heads:
+        raise ProblemError(
+            "shapes.config_key",
+            f"{source}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads} "
+            "(grouped-query attention shares each key/value head among a whole number of query heads)",
+            "check the config.json: num_key_value_heads divides num_attention_heads",
+        )
     if cfg.get("head_dim") is None and hidden % heads:
         raise ProblemError(
             "shapes.config_key",

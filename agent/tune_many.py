@@ -460,7 +460,16 @@ class RayBackend:
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
             if address:
-                ray.init(address=address, **kwargs)
+                try:
+                    ray.init(address=address, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
+                    from argus_cutlass.errors import ProblemError
+
+                    raise ProblemError(
+                        "tune.address", f"could not join the Ray cluster at --address {address!r}: "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no answer'}",
+                        "check that the head node is up and the address is right (ray://HOST:10001 or HOST:6379), "
+                        "or leave --address out to tune on a local cluster") from None
             else:
                 if workers is not None:
                     kwargs["num_cpus"] = workers

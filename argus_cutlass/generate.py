@@ -64,7 +64,7 @@ from argus_cutlass.errors import (
 from argus_cutlass.kernels.attention.config import AttentionConfig
 from argus_cutlass.kernels.attention.problem import AttentionProblem
 from argus_cutlass.kernels.gemm.config import GemmConfig
-from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.kernels.gemm.problem import STAGEABLE, GemmProblem
 
 #: a configuration / problem of any family
 Config = GemmConfig | AttentionConfig
@@ -159,6 +159,8 @@ def build(cfg: Config, problem: Problem | None = None) -> Any:
         return build_layer(cfg, problem)
     from argus_cutlass.kernels.gemm.program import build_program
 
+    if isinstance(problem, GemmProblem) and problem.violations(STAGEABLE) == []:
+        problem.check_walk(cfg)  # the printed scheduler counts the problem's work units in int
     return build_program(cfg, problem)
 
 

@@ -133,6 +133,15 @@ def test_malformed_config_value(key, value):
     assert repr(key) in str(info.value)
 
 
+@pytest.mark.parametrize("kv_heads", [64, 5])
+def test_kv_heads_that_do_not_divide_the_heads_are_refused(kv_heads):
+    """A config with more (or not a divisor of the) key/value heads than query heads is malformed (fuzz,
+    session 21: it was accepted and its shapes tuned)."""
+    with pytest.raises(ProblemError) as info:
+        projection_shapes({**LLAMA3_8B, "num_key_value_heads": kv_heads}, (1,))
+    assert info.value.rule == "shapes.config_key" and "num_key_value_heads" in str(info.value)
+
+
 def test_head_dim_needed_when_hidden_not_divisible():
     cfg = {"hidden_size": 1000, "intermediate_size": 4096, "num_attention_heads": 16}
     with pytest.raises(ProblemError, match="head_dim"):

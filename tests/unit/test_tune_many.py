@@ -426,3 +426,26 @@ def test_auto_backend_is_local_without_ray(monkeypatch):
     with pytest.raises(ProblemError, match="tune.backend"):
         tune_many.make_backend("auto", address="ray://head:10001")
 
+
+
+def test_an_address_that_does_not_answer_is_a_clear_error_and_the_local_run_still_works(monkeypatch):
+    """--address to a Ray head that does not answer: ProblemError tune.address naming it (not Ray's
+    traceback); a local backend afterwards is unaffected (fuzz, session 21)."""
+    import types
+
+    from argus_cutlass.errors import ProblemError
+
+    calls = []
+
+    def init(address=None, **kwargs):
+        calls.append(address)
+        raise ConnectionError("Could not read 'session_name' from GCS. Did GCS start successfully?")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setitem(__import__("sys").modules, "ray", fake)
+    with pytest.raises(ProblemError) as info:
+        tune_many.RayBackend("ray://10.0.0.9:10001")
+    assert info.value.rule == "tune.address" and "ray://10.0.0.9:10001" in str(info.value)
+    assert "ConnectionError" in str(info.value) and calls == ["ray://10.0.0.9:10001"]
+    monkeypatch.setattr(tune_many, "ray_available", lambda: False)
+    assert isinstance(tune_many.make_backend("auto"), LocalBackend)

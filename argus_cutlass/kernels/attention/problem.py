@@ -24,6 +24,8 @@ Rules checked by :meth:`AttentionProblem.validate` (the ``rule`` of the raised
 ``problem.dtype``          bf16 or fp16
 ``problem.size``           batch, heads, kv_heads >= 1; lengths >= 0 (>= 1 with fixed lengths);
                            everything < 2**31 (the entry takes ``int``)
+                           and batch x heads x ceil(seqlen_q / 64) <= 2**31 - 2**16 (the kernel's
+                           int count of tiles)
 ``problem.heads``          heads is a multiple of kv_heads
 ``problem.length_range``   every length < 2**24 (the mask proofs are stated for lengths < 2^24;
                            the entry returns code 7 beyond)
@@ -68,6 +70,11 @@ _INT32_MAX = 2**31 - 1
 #: (``kernels.attention.program`` builds its k loop with it; the entry returns code 7 beyond)
 LENGTH_BOUND_BITS = 24
 TMA_ALIGN_BYTES = 16
+#: the smallest query tile of the attention kernels (``AttentionConfig.tile_m``: 64, 128 or 192)
+MIN_TILE_M = 64
+#: the most (query block, head, batch) tiles: the host computes ``m_blocks * heads * batch`` and the
+#: persistent loop ``t += gridDim.x`` in 32-bit int (2^16 of headroom for the step)
+MAX_TILES = 2**31 - 2**16
 
 #: the entry's ``(name, C type)`` arguments, in order
 ENTRY_SIGNATURE: tuple[tuple[str, str], ...] = (
@@ -239,6 +246,12 @@ class AttentionProblem:
                     "split the sequence (attention over chunks combined by their LSE)"))
         if errs:
             return errs
+        tiles = self.batch * self.heads * -(-self.seqlen_q // MIN_TILE_M)
+        if tiles > MAX_TILES:
+            errs.append(ProblemError(
+                "problem.size", f"batch={self.batch} x heads={self.heads} x ceil(seqlen_q={self.seqlen_q} / "
+                f"{MIN_TILE_M}) = {tiles} work tiles > 2^31 - 2^16: the kernel counts its (query block, head, batch) "
+                "tiles in 32-bit int", "split the batch (or the heads) over several calls"))
         if self.heads % self.kv_heads:
             errs.append(ProblemError(
                 "problem.heads", f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads} (grouped-query "

@@ -18,7 +18,9 @@ dimensions are in elements.
 Rules checked by :meth:`GemmProblem.validate` (the ``rule`` of the raised
 :class:`~argus_cutlass.errors.ProblemError`):
 
-``problem.size``           M, N, K >= 1 and < 2**31 (the entry takes ``int``)
+``problem.size``           M, N, K >= 1 and < 2**31 (the entry takes ``int``); M, N <= 2**31 - 2**16 (the kernel's
+                           tile coordinates are ``int``); :meth:`GemmProblem.check_walk`: a kernel's work
+                           units (tiles padded to clusters and swizzle blocks) < 2**31
 ``problem.k_range``        K < 2**30 (the k-loop proofs are stated over 31-bit words)
 ``problem.dtype``          dtype in bf16/fp16, out_dtype in bf16/fp16/fp32
 ``problem.layout``         one of tn, nt, nn, tt
@@ -80,8 +82,11 @@ LAYOUTS = ("tn", "nt", "nn", "tt")
 #: TMA: global address and every global stride must be multiples of this many bytes
 TMA_ALIGN_BYTES = 16
 _INT32_MAX = 2**31 - 1
-#: the largest K a kernel's k-loop proofs can be stated for (``KLoop.bound_bits`` <= 31)
+#: the largest K a kernel's k-loop proofs can be stated for (``KLoop.bound_bits`` <= 30)
 MAX_K = 2**30
+#: the largest M and N: the kernel rounds them up to whole tiles and scheduler blocks (at most 8 swizzle x 16
+#: cluster CTAs of up to 256 rows, 2**15) and computes those coordinates in ``int``
+MAX_MN = 2**31 - 2**16
 
 #: argument types of the ``extern "C"`` entry, in order (the names are the C parameters)
 ENTRY_SIGNATURE: tuple[tuple[str, str], ...] = (
@@ -272,6 +277,11 @@ class GemmProblem:
             elif value > _INT32_MAX:
                 errs.append(ProblemError(
                     "problem.size", f"{mode}={value} exceeds 2**31-1 (the kernel entry takes 32-bit sizes)"))
+            elif mode != "K" and value > MAX_MN:
+                errs.append(ProblemError(
+                    "problem.size", f"{mode}={value} > 2**31 - 2**16: the kernel computes its tile coordinates "
+                    f"({mode} rounded up to whole tiles and scheduler blocks) in 32-bit int",
+                    f"split {mode} into chunks of at most {MAX_MN} and run one GEMM per chunk"))
             elif mode == "K" and value >= MAX_K:
                 errs.append(ProblemError(
                     "problem.k_range", f"K={value} >= 2**30: the k-loop proofs are stated over 31-bit words "
@@ -364,6 +374,24 @@ class GemmProblem:
                 "generate the kernel for this problem (argus-cutlass gemm --k K, or "
                 "argus_cutlass.generate.generate(cfg, problem)): the proofs are then stated for its K",
             )
+
+    def check_walk(self, config: Any) -> None:
+        """Check that the work units the printed scheduler of ``config``'s kernel walks for this problem
+        (``make_walk`` of ``templates/gemm/scheduler.j2``: output tiles padded to whole clusters and
+        swizzle blocks) fit its 32-bit ``int`` count. Requires a problem :meth:`validate_any` accepts.
+
+        Raises:
+            ProblemError: ``problem.size`` naming M, N, the tile and the count.
+        """
+        km, kn = (self.n, self.m) if config.swap_ab else (self.m, self.n)
+        units = _walk_units(km, kn, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n,
+                            config.swizzle)
+        if units > _INT32_MAX:
+            raise ProblemError(
+                "problem.size", f"M x N = {self.m} x {self.n}: the kernel's {config.tile_m} x {config.tile_n} tiles "
+                f"(cluster {config.cluster_m} x {config.cluster_n}, swizzle {config.swizzle}) make {units} work units, "
+                "more than the scheduler's 32-bit count (2**31-1)",
+                "split M or N and run one GEMM per part, or use larger tiles")
 
     def validate(self, staged: Iterable[str] = ()) -> GemmProblem:
         """Check every rule of the direct TMA path (none of the ``tma.*`` rules for the operands in
@@ -462,6 +490,18 @@ class GemmProblem:
                 "pass the start of an allocation (cudaMalloc and torch give 256-byte alignment) "
                 "or a view whose offset is a multiple of 16 bytes",
             )
+
+
+def _walk_units(km: int, kn: int, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int, max_swizzle: int) -> int:
+    """``Walk::units`` of ``make_walk`` (``templates/gemm/scheduler.j2``), in Python integers."""
+    def up(a: int, b: int) -> int:
+        return -(-a // b) * b
+
+    ctas_m, ctas_n = up(-(-km // tile_m), cluster_m), up(-(-kn // tile_n), cluster_n)
+    smaller = min(ctas_m, ctas_n)
+    log_swizzle = next((s for s, (sw, least) in ((3, (8, 6)), (2, (4, 3)), (1, (2, 2)))
+                        if max_swizzle >= sw and smaller >= least), 0)
+    return up(ctas_m, (1 << log_swizzle) * cluster_m) * up(ctas_n, (1 << log_swizzle) * cluster_n)
 
 
 def _round_up(x: int, m: int) -> int:

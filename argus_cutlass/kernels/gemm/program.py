@@ -39,6 +39,8 @@ PRODUCER_REGS = 40
 CONSUMER_REGS = 232
 #: the symbolic-K proofs hold for K < 2**K_BOUND_BITS unless the problem needs more
 K_BOUND_BITS = 24
+#: the widest k-loop proof range the IR allows (``KLoop.bound_bits`` <= 30; problem.k_range: K < 2^30)
+MAX_K_BOUND_BITS = 30
 #: first named-barrier id the kernel uses (0 is __syncthreads; CUTLASS reserves 1-7, its stream-K
 #: fixup uses 4 and 5)
 FIRST_BARRIER_ID = 8
@@ -137,7 +139,8 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     k_bits = K_BOUND_BITS
     k = getattr(problem, "k", None)
     if isinstance(k, int) and k >= 1:
-        k_bits = max(k_bits, int(k).bit_length() + 1)
+        # one bit of headroom where the IR allows it; K < 2^30 (problem.k_range) always fits in 30
+        k_bits = max(k_bits, min(int(k).bit_length() + 1, MAX_K_BOUND_BITS))
     try:
         atom_a = select_smem_atom("K" if a_k else "MN", bits, c.tile_m, c.tile_k)
         atom_b = select_smem_atom("K" if b_k else "MN", bits, c.tile_n, c.tile_k)

@@ -28,6 +28,7 @@ Rules checked by :meth:`MoEProblem.validate` (the ``rule`` of the raised
                             T * k * max(H, I) row offsets are reasoned about for T up to 2^20)
 ``problem.experts``         experts <= 1024 (the routing scan holds one expert per thread of one CTA)
 ``problem.weight_rows``     E x 2I and E x H < 2^31 (TMA row coordinates of the expert weights are int32)
+``problem.width``           H, I <= 2^16 (the widths the verifier proves the grouped walks for in bounded time)
 ``problem.topk``            1 <= topk <= experts (a token's k experts are distinct)
 ``problem.dtype``           bf16 or fp16
 ``tma.contiguous_extent``   hidden and ffn are multiples of 8 elements (16 bytes, TMA's rule for the
@@ -52,6 +53,10 @@ MAX_TOKENS = 2**20
 #: the most experts one layer may have: route_scan gives each expert a thread of one 1024-thread CTA
 #: (the verifier's rule moe.launch states the same bound on the layer)
 MAX_EXPERTS = 1024
+#: the widest H and I the layer is verified for: the verifier runs the grouped walks' every (m-tile, n-block)
+#: unit on its routings (``moe.group_tiles``), which takes ~10 s at H = I = 2^16 and grows with the widths (a
+#: fuzzed H = 2^29 ran for over 18 min); every released MoE model is well inside (H <= 7168, I <= 32768)
+MAX_WIDTH = 2**16
 #: TMA's 16-byte rule, in elements of a 2-byte dtype
 CONTIGUOUS_ALIGN_ELEMENTS = 8
 #: H200 HBM3e bandwidth, the default of :meth:`MoEProblem.floor_ms`
@@ -199,6 +204,14 @@ class MoEProblem:
                     "problem.weight_rows", f"{what} = {rows} > 2^31 - 1: the expert weights are addressed by TMA "
                     "row coordinates, which are signed 32-bit (PTX ISA 9.7.9.25, cp.async.bulk.tensor) (inputs "
                     "--experts / --ffn / --hidden)", "split the experts over more than one layer call"))
+        for name in ("hidden", "ffn"):
+            v = getattr(self, name)
+            if v > MAX_WIDTH:
+                errs.append(ProblemError(
+                    "problem.width", f"{name}={v} > 2^16: the layer is verified for H and I up to {MAX_WIDTH} (the "
+                    "verifier runs every tile of the grouped GEMMs on its routings; wider layers are outside what "
+                    f"it proves in bounded time) (input --{name})",
+                    "split the layer's width: H over several down-projection calls, or I over several experts"))
         if self.topk > self.experts:
             errs.append(ProblemError(
                 "problem.topk", f"topk={self.topk} > experts={self.experts}: a token's k experts are distinct",
