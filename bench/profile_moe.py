@@ -6,7 +6,7 @@
 
 Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's configuration
 (``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16, keeping
-the other fields). The layers are built in one parallel batch (``generate.build_jobs``), warmed up, then run
+the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll). The layers are built in one parallel batch (``generate.build_jobs``), warmed up, then run
 ``--iters`` times with a 256 MB buffer written between runs (L2 flushed: every run reads its weights
 from HBM); the profiler's device time per kernel (routing count / scan / permute, gate+up GEMM,
 down GEMM, combine, and the flush itself) is averaged. Writes ``OUTDIR/moe_profile.json`` and prints
@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unbanded", action="store_true", help="gu_band_m = dn_band_m = 0 (the unbanded walk; --bands 0x0)")
     ap.add_argument("--bands", default="",
                     help="comma-separated GUxDN band pairs (e.g. 0x0,1x1,2x2): each cell is profiled with each")
+    ap.add_argument("--unroll", default="",
+                    help="comma-separated gather_unroll values (e.g. 1,4): each cell is profiled with each")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
@@ -59,6 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in bands]
         problems = [p for p in problems for _ in bands]
         configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
+    if args.unroll:
+        try:
+            unrolls = [int(u) for u in args.unroll.split(",") if u]
+            configs_u = [c.replace(gather_unroll=u) for c in configs for u in unrolls]
+        except ValueError as exc:
+            ap.error(f"--unroll {args.unroll!r}: expected values of 1, 2, 4, 8 ({exc.__class__.__name__})")
+        cells = [c for c in cells for _ in unrolls]
+        problems = [p for p in problems for _ in unrolls]
+        configs = configs_u
     # one parallel nvcc batch (the disk cache then serves moe_kernel below), unbanded layers too
     build_jobs(list(zip(configs, problems)))
     out = Path(args.out)
@@ -92,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 per[_short(e.name, lib.name)].append(e.device_time_total)
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
-        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}"] = {"kernel": lib.name, "config": cfg.model_dump(), "kernels": rows}
-        print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} {lib.name}")
+        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}"] = {"kernel": lib.name, "config": cfg.model_dump(), "kernels": rows}
+        print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} {lib.name}")
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
             print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")
     if not args.ncu:

@@ -119,6 +119,11 @@ class Routing:
     correct: ``slice_stride = slice_cols = ceil(ceil(H / vec) / slices) * vec``. Every y ranks the
     chunk (the rank reads only ids, offsets and block_counts, which this kernel does not write, so
     every y finds the same rows); only ``y == 0`` stores ``permuted_row`` (one writer per entry).
+
+    ``unroll`` (1, the default: the loop printed unchanged): each thread of a CTA takes the gather's
+    vectors ``q = q0 + u * chunk`` for ``u < unroll`` per step, ``q0 = thread, thread + chunk * unroll,
+    ...``, loading all of them before storing any (``unroll`` 16-byte loads in flight per thread instead
+    of one), the same vectors per thread as the plain loop ``q = thread, thread + chunk, ...``.
     """
 
     chunk: int
@@ -131,6 +136,7 @@ class Routing:
     slices: int = field(default=1, metadata=_CANON_SKIP)
     slice_cols: int = field(default=0, metadata=_CANON_SKIP)
     slice_stride: int = field(default=0, metadata=_CANON_SKIP)
+    unroll: int = field(default=1, metadata=_CANON_SKIP)
 
     @property
     def sliced(self) -> bool:
@@ -144,7 +150,7 @@ class Routing:
             _dsl_error("dsl.operand", self.loc, f"routing rank {self.rank!r}: expected 'stable' or 'block'")
         if self.invalid not in ("skip", "clamp"):
             _dsl_error("dsl.operand", self.loc, f"routing invalid {self.invalid!r}: expected 'skip' or 'clamp'")
-        for f in ("chunk", "pad", "slices"):
+        for f in ("chunk", "pad", "slices", "unroll"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 _dsl_error("dsl.operand", self.loc, f"routing {f} {v!r} must be an int >= 1")

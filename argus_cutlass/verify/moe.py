@@ -215,6 +215,25 @@ def gather_slices_of(layer: MoELayer) -> list[tuple[int, int]]:
     return out
 
 
+def _gather_steps(total: int, chunk: int, unroll: int) -> tuple[np.ndarray, np.ndarray]:
+    """The gather loop of one CTA as printed: ``(q, thread)`` of every vector it copies, in loop order.
+    ``unroll`` 1: ``for (q = thread; q < total; q += chunk)``; else ``for (q0 = thread; q0 < total; q0 +=
+    chunk * unroll)`` over ``q = q0 + u * chunk``, ``u < unroll``, kept when ``q < total``.
+
+    >>> [a.tolist() for a in _gather_steps(5, 2, 2)]
+    [[0, 2, 4, 1, 3], [0, 0, 0, 1, 1]]
+    """
+    step = chunk * unroll
+    i = np.arange(chunk, dtype=np.int64)[:, None, None]
+    j = np.arange(-(-total // step) if total > 0 else 0, dtype=np.int64)[None, :, None]
+    u = np.arange(unroll, dtype=np.int64)[None, None, :]
+    q0 = i + j * step
+    q = np.broadcast_to(q0 + u * chunk, (chunk, j.shape[1], unroll))
+    thread = np.broadcast_to(i, q.shape)
+    keep = (np.broadcast_to(q0, q.shape) < total) & (q < total)
+    return q[keep], thread[keep]
+
+
 def simulate_gather(layer: MoELayer, sim: dict[str, Any]) -> dict[str, Any]:
     """route_permute's stores (``templates/moe/layer.cu.j2``) on the routing ``sim`` of
     :func:`simulate_routing`: every (CTA (x, y), thread) store of a 16-byte vector of xs and of a
@@ -237,13 +256,13 @@ def simulate_gather(layer: MoELayer, sim: dict[str, Any]) -> dict[str, Any]:
                     map_writes[s0 + i].append((x, y, i))
             if width <= 0:
                 continue
-            q = np.arange(nx * width, dtype=np.int64)
+            q, thread = _gather_steps(nx * width, r.chunk, r.unroll)
             rr = q // width
             keep = pr[s0 + rr] >= 0
             q, rr = q[keep], rr[keep]
             parts["cta_x"].append(np.full(q.size, x, dtype=np.int64))
             parts["cta_y"].append(np.full(q.size, y, dtype=np.int64))
-            parts["thread"].append(q % r.chunk)
+            parts["thread"].append(thread[keep])
             parts["s"].append(s0 + rr)
             parts["vec"].append(v0 + q % width)
     out = {f: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for f, v in parts.items()}
@@ -302,6 +321,8 @@ def _check_gather(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viola
                  "n * width": r.chunk * min(max(cols_v, 0), row_vecs)}
     else:
         worst = {"n * (H / vec)": r.chunk * row_vecs}
+    if r.unroll > 1:   # the unrolled loop's q0 + chunk * unroll and q0 + u * chunk pass the bound by one step
+        worst = {**worst, "q0 + chunk * unroll": max(worst.values()) + r.chunk * r.unroll}
     for what, value in worst.items():
         if value > int_max:
             msg = (f"route_permute's gather computes {what} = {value} in C int for the last CTA (slices "

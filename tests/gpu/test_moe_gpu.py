@@ -316,7 +316,8 @@ def _run_sliced(p, cfg, invalid=(), seed=0):
 
     lib = _lib(p, cfg)
     r = lib.layer.routing
-    assert r.slices == cfg.gather_slices and p.hidden % r.slice_cols, (r, p.hidden)
+    assert r.slices == cfg.gather_slices and r.unroll == cfg.gather_unroll, (r, cfg)
+    assert cfg.gather_slices == 1 or p.hidden % r.slice_cols, (r, p.hidden)   # the uneven cases stay uneven
     x, ids, w, w13, w2 = make_inputs(p, "uniform", seed)
     for t, j in invalid:
         ids[t, j] = -1
@@ -353,4 +354,17 @@ def test_sliced_gather_minus_one_padding(shape):
     e, k, h, i, sl = shape
     p = MoEProblem(16, e, k, h, i)
     y = _run_sliced(p, _sliced(sl), invalid=[(3, j) for j in range(k)] + [(0, 0), (7, k - 1), (15, 0)])
+    assert float(y[3].float().abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("unroll", [2, 4, 8])
+@pytest.mark.parametrize("shape", _SLICED + ((8, 2, 520, 256, 1),), ids=[f"h{s[2]}_g{s[4]}" for s in _SLICED] + ["h520_g1"])
+def test_unrolled_gather(shape, unroll):
+    """gather_unroll: several vectors loaded per thread before storing; uneven slices, the unsliced loop,
+    several chunks (T = 300) and -1 ids (token 3's every slot, tokens 0 and 7's single slots), y and the
+    workspace poisoned."""
+    e, k, h, i, sl = shape
+    p = MoEProblem(300, e, k, h, i)
+    cfg = _sliced(sl, small_t=False) if sl > 1 else _banded(0, 0)
+    y = _run_sliced(p, cfg.replace(gather_unroll=unroll), invalid=[(3, j) for j in range(k)] + [(0, 0), (7, k - 1)])
     assert float(y[3].float().abs().max()) == 0.0

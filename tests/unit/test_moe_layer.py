@@ -172,9 +172,35 @@ def test_config_rules():
     assert info.value.rule == "tma.contiguous_extent"
 
 
+@pytest.mark.parametrize("slices", [1, 3, 8])
+@pytest.mark.parametrize("unroll", [2, 4, 8])
+def test_unrolled_gather_copies_what_the_plain_loop_copies(slices, unroll):
+    """gather_unroll: each thread loads ``unroll`` vectors before storing them, and the printed loop (as the
+    verifier enumerates it) copies exactly the vectors the plain loop copies, thread by thread; the layer
+    verifies and its name and source say so; the plain loop's source is unchanged by the field's default."""
+    import numpy as np
+
+    from argus_cutlass.verify.moe import simulate_gather, simulate_routing, verify_moe
+
+    p = MoEProblem(300, 16, 4, 520, 256)
+    plain = build_layer(MoEConfig(gather_slices=slices), p)
+    rolled = build_layer(MoEConfig(gather_slices=slices, gather_unroll=unroll), p)
+    assert rolled.routing.unroll == unroll and plain.routing.unroll == 1
+    rng = np.random.default_rng(slices * 10 + unroll)
+    ids = rng.integers(-1, 16, size=(300, 4)).astype(np.int32)
+    stores = []
+    for layer in (plain, rolled):
+        g = simulate_gather(layer, simulate_routing(layer, ids))
+        stores.append(sorted(zip(*(g[f].tolist() for f in ("cta_x", "cta_y", "thread", "s", "vec")))))
+    assert stores[0] == stores[1] and len(stores[0]) > 0
+    assert verify_moe(rolled).ok
+    src = render_moe(rolled)
+    assert f"constexpr int kGatherUnroll = {unroll};" in src and "kGatherUnroll" not in render_moe(plain)
+
+
 @pytest.mark.nvcc
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_layer_compiles(tmp_path, dtype):
+@pytest.mark.parametrize("dtype,unroll", [("bf16", 1), ("fp16", 1), ("bf16", 4)])
+def test_layer_compiles(tmp_path, dtype, unroll):
     from argus_cutlass.build.nvcc import compile_cu
     from argus_cutlass.errors import ToolchainError
 
@@ -184,7 +210,8 @@ def test_layer_compiles(tmp_path, dtype):
         find_toolchain()
     except ToolchainError as exc:
         pytest.skip(f"no nvcc/CUTLASS: {exc}")
-    k = generate(MoEConfig(dtype=dtype), MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
+    k = generate(MoEConfig(dtype=dtype, gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1),
+                 MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert art.path.exists() if hasattr(art.path, "exists") else art.path
     log = getattr(art, "log", "") or ""

@@ -59,6 +59,11 @@ class MoEConfig(BaseModel):
             chunk copying whole rows (same ``.cu``, kernel name and output). Rule: an int in
             [1, 64]; every element of every real row of xs written exactly once
             (``moe.gather``).
+        gather_unroll: 16-byte vectors each permute-kernel thread loads before storing them (1, 2,
+            4 or 8): the gather is a latency-bound copy when few CTAs run it (small T: one chunk x
+            ``gather_slices`` CTAs), so more loads in flight per thread shorten it. 1 (the default):
+            the loop of earlier kernels (same ``.cu``, name and output). Every thread copies the same
+            vectors either way (``moe.gather`` enumerates the printed loop).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -76,6 +81,7 @@ class MoEConfig(BaseModel):
     gu_band_m: int = Field(0, ge=0, le=MAX_BAND_M)
     dn_band_m: int = Field(0, ge=0, le=MAX_BAND_M)
     gather_slices: int = Field(1, ge=1, le=MAX_GATHER_SLICES)
+    gather_unroll: Literal[1, 2, 4, 8] = 1
 
     @property
     def schedule(self) -> str:
