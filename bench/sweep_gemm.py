@@ -209,6 +209,43 @@ def _format(s: dict[str, Any]) -> str:
             f"(min {s['min_vs_cublas_best']:.3f})")
 
 
+def bucket_holdout(table: dict, tie: float = TIE) -> dict[str, tuple[int, int, float]]:
+    """How the shipped table's two ways of serving a shape it was not swept at do, measured on the table
+    itself: each shape that shares its lookup bucket with others is held out, and scored by the kernel
+    (a) of the bucket's nearest other shape's best (:func:`shape_entries` + the lookup's
+    :func:`~argus_cutlass.agent.store.shape_distance`) and (b) of least geomean time-over-best over the
+    bucket's other shapes (the bucket-wide pick). Returns ``{way: (held-out shapes, within tie, geomean
+    regret)}``; a shape whose pick was not measured there is left out."""
+    from argus_cutlass.agent.planner import Problem
+    from argus_cutlass.agent.store import shape_distance
+
+    rows: dict[tuple[int, int, int], dict[str, float]] = {}
+    for key, row in table.get("shapes", {}).items():
+        good = {nm: v for nm, v in row.get("kernels", {}).items() if v}
+        if good:
+            rows[tuple(map(int, key.split("x")))] = good
+    buckets: dict[str, list[tuple[int, int, int]]] = {}
+    for s in rows:
+        buckets.setdefault(Problem(*s).bucket(), []).append(s)
+    ratios: dict[str, list[float]] = {"nearest": [], "bucket": []}
+    for shapes in buckets.values():
+        for s in shapes:
+            rest = [x for x in shapes if x != s]
+            if not rest:
+                continue
+            best = min(rows[s].values())
+            near = min(rest, key=lambda x: shape_distance(x, s))
+            pick = min(rows[near], key=rows[near].__getitem__)
+            if pick in rows[s]:
+                ratios["nearest"].append(rows[s][pick] / best)
+            common = set.intersection(*(set(rows[x]) for x in rest)) & set(rows[s])
+            if common:
+                score = {nm: sum(math.log(rows[x][nm] / min(rows[x].values())) for x in rest) for nm in common}
+                ratios["bucket"].append(rows[s][min(sorted(common), key=score.__getitem__)] / best)
+    return {way: (len(r), sum(x <= 1 + tie for x in r), math.exp(sum(map(math.log, r)) / len(r)) - 1 if r else 0.0)
+            for way, r in ratios.items()}
+
+
 def report(table: dict) -> str:
     """The summary lines of both untuned rules (:func:`choices`)."""
     from argus_cutlass.agent.costmodel import calibrated_residuals
@@ -221,6 +258,11 @@ def report(table: dict) -> str:
     if both:
         lines.append(f"  (costmodel is in-sample on {both} of these shapes: the shipped residuals were measured there; "
                      f"the held-out score is `python bench/calibrate_costmodel.py --cv TABLE`)")
+    for way, (n, hits, regret) in bucket_holdout(table).items():
+        what = ("the bucket's nearest swept shape's best kernel (the shipped table's lookup)" if way == "nearest"
+                else "the bucket-wide pick (least geomean time-over-best of the other shapes)")
+        lines.append(f"shape held out of its bucket, served by {what}: within 3% on {hits} of {n}, "
+                     f"geomean regret {100 * regret:.1f}%")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -233,3 +234,20 @@ def test_calibration_set_is_apart_from_the_model_shapes(sweep):
     for bad in ("random:0", "random:x", "random:3:1:2"):
         with pytest.raises(SystemExit, match="random:COUNT"):
             sweep.shape_set(bad, None, "bf16", "bf16", "tn")
+
+
+def test_bucket_holdout_scores_both_ways_of_serving_an_unswept_shape(sweep):
+    """Three shapes of one bucket: held out, 3000 is served by 4000's best ("b": 1.05 / 0.90 of its best "c")
+    and by the bucket-wide pick of the others; a bucket of one shape is not scored."""
+    table = {"shapes": {
+        "3000x4096x4096": {"kernels": {"a": 1.00, "b": 1.05, "c": 0.90}},
+        "4000x4096x4096": {"kernels": {"a": 1.30, "b": 1.20, "c": 1.25}},
+        "2100x4096x4096": {"kernels": {"a": 0.70, "b": 0.80, "c": 0.71}},
+        "64x4096x4096": {"kernels": {"a": 0.30}}}}
+    got = sweep.bucket_holdout(table)
+    assert got["nearest"][0] == 3 and got["bucket"][0] == 3
+    # nearest other shape (|log2| ratios: 3000-4000 0.415, 3000-2100 0.515) and its best kernel:
+    # 3000 -> 4000's "b": 1.05 / 0.90; 4000 -> 3000's "c": 1.25 / 1.20; 2100 -> 3000's "c": 0.71 / 0.70
+    ratios = [1.05 / 0.90, 1.25 / 1.20, 0.71 / 0.70]
+    assert got["nearest"][1] == sum(r <= 1.03 for r in ratios)
+    assert got["nearest"][2] == pytest.approx(math.exp(sum(map(math.log, ratios)) / 3) - 1)
