@@ -303,6 +303,8 @@ class Lookup:
         key: the problem's key on this GPU (None for ``forced``).
         entry_key: the key of the entry used (None for ``heuristic`` / ``forced``); its GPU field
             differs from ``key``'s when the same-architecture rule applied.
+        entry_shape: the (M, N, K) the GEMM entry used was measured at (a bucket may hold several; None
+            for other families and without an entry).
     """
 
     config: Any
@@ -310,6 +312,7 @@ class Lookup:
     detail: str
     key: str | None = None
     entry_key: str | None = None
+    entry_shape: tuple[int, int, int] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.config, self.source))
@@ -450,9 +453,10 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
                     text = f"key {k!r} found in {_WHERE[source]}{found_note(e) if found_note else ''}"
                 else:
                     text = (f"{'no usable' if notes else 'no'} entry for key {key!r}; using {k!r} of "
-                            f"{_WHERE[source]}: tuned on {g}, "
+                            f"{_WHERE[source]}{found_note(e) if found_note else ''}: tuned on {g}, "
                             f"used on {gpu} (same {arch}); re-tune for this GPU with {_RETUNE[family]}")
-                return Lookup(cfg, source, "; ".join([*notes, text]), key, k)
+                return Lookup(cfg, source, "; ".join([*notes, text]), key, k,
+                              _measured_shape(e) if family == "gemm" else None)
     if not notes:
         notes.append(_miss_text(key, tables))
     source = "heuristic"
@@ -557,11 +561,12 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     here = (m, n, k)
 
     def nearness(e: dict[str, Any]) -> float:
-        return shape_distance(e["shape"], here) if isinstance(e.get("shape"), list) and len(e["shape"]) == 3 else 0.0
+        shape = _measured_shape(e)
+        return shape_distance(shape, here) if shape is not None else math.inf  # a malformed shape: last
 
     def found_note(e: dict[str, Any]) -> str:
-        shape = e.get("shape")
-        if not isinstance(shape, list) or [int(x) for x in shape] == list(here):
+        shape = _measured_shape(e)
+        if shape is None or shape == here:
             return ""
         return f" (measured at {'x'.join(str(x) for x in shape)}, the nearest shape of the bucket)"
 
@@ -584,9 +589,25 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
                           f"{found.detail}; using {other.entry_key!r} ({other.detail.split('; ')[-1]}): "
                           f"{sib.dtype} and {dtype} are both 2-byte types with the same tensor-core rate, so the "
                           f"configuration runs as {dtype}; not measured in {dtype}: tune with `argus-cutlass tune "
-                          f"gemm --dtype {dtype}`", key, other.entry_key)
+                          f"gemm --dtype {dtype}`", key, other.entry_key, other.entry_shape)
     cfg, source, note = fallback()
     return Lookup(cfg, source, "; ".join(x for x in (found.detail, note) if x), key, None)
+
+
+def _measured_shape(entry: dict[str, Any]) -> tuple[int, int, int] | None:
+    """A GEMM entry's measured ``shape`` as three ints in [1, 2^31), or None (absent or malformed: a hand-edited
+    store entry must not break the lookups of other keys, which order every entry by it).
+
+    >>> _measured_shape({"shape": [3000, 4096, 4096]}), _measured_shape({"shape": [None, 1, 1]})
+    ((3000, 4096, 4096), None)
+    """
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or len(shape) != 3:
+        return None
+    if not all((isinstance(x, int) and not isinstance(x, bool) or isinstance(x, float) and math.isfinite(x))
+               and 1 <= x < 2**31 for x in shape):
+        return None
+    return int(shape[0]), int(shape[1]), int(shape[2])
 
 
 def _sibling_problem(problem: Problem) -> Problem | None:

@@ -130,10 +130,10 @@ def explain(problem: Any, *, gpu: str | None = None, store: ExperienceStore | No
     """Why ``problem`` (a GemmProblem, AttentionProblem or MoEProblem) would or would not use a tuned entry.
 
     Returns:
-        ``{"problem_key": {...}, "chosen": {"source", "config_text", "detail", "entry_key"}, "candidates":
-        [...]}``: every entry of the family with ``missed`` (the key fields that differ, ``field: entry
-        value != problem value``; a GPU of the same architecture is not a miss, ``same_arch`` says so),
-        nearest first; ``chosen`` is what :func:`argus_cutlass.generate.configure` returns, ``detail``
+        ``{"problem_key": {...}, "chosen": {"source", "config_text", "detail", "entry_key", "entry_shape"},
+        "candidates": [...]}``: every entry of the family with ``missed`` (the key fields that differ,
+        ``field: entry value != problem value``; a GPU of the same architecture is not a miss, ``same_arch``
+        says so), nearest first; ``chosen`` is what :func:`argus_cutlass.generate.configure` returns, ``detail``
         its one-line reason (:attr:`argus_cutlass.agent.store.Lookup.detail`).
     """
     from argus_cutlass.generate import configure
@@ -160,7 +160,8 @@ def explain(problem: Any, *, gpu: str | None = None, store: ExperienceStore | No
     looked = configure(problem, gpu=gpu, store=store)
     cfg = looked.config.model_dump()
     chosen = {"source": looked.source, "config": cfg, "config_text": _config_text(family, cfg),
-              "detail": looked.detail, "entry_key": looked.entry_key}
+              "detail": looked.detail, "entry_key": looked.entry_key,
+              "entry_shape": list(looked.entry_shape) if looked.entry_shape else None}
     return {"family": family, "problem_key": want, "chosen": chosen, "candidates": cands}
 
 
@@ -221,6 +222,9 @@ def format_explain(ex: dict[str, Any], limit: int = 3) -> list[str]:
     exact = [r for r in ex["candidates"] if not r["missed"]]
     for r in exact:
         used = c["source"] == r["source"] and c["config"] == r["config_normalized"]
+        if ex["family"] == "gemm" and c.get("entry_shape"):   # a bucket holds entries of several shapes
+            entry_gpu = (c.get("entry_key") or "").partition("|")[0]
+            used = used and r.get("measured_on") == c["entry_shape"] and r["key"].get("gpu") == entry_gpu
         other = f" of {r['key']['gpu']} (same architecture)" if r.get("same_arch") else ""
         shape = r.get("measured_on")
         at = f" measured at {'x'.join(str(x) for x in shape)}" if ex["family"] == "gemm" and isinstance(shape, list) else ""

@@ -302,3 +302,17 @@ def test_pip_install_leaves_no_build_artefacts(tmp_path):
     assert not [p for p in after - before if p.parts[0] == "build" or p.name.endswith(".egg-info")], after - before
     assert (tmp_path / "site" / "argus_cutlass" / "templates" / "headers" / "gemm.h.j2").is_file()
     assert (tmp_path / "site" / "argus_cutlass" / "templates" / "common" / "arch_guard.j2").is_file()
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+def test_table_marks_only_the_entry_measured_nearest_as_used(capsys, empty_store, gpu):
+    """Review, session 21: a bucket of the shipped table holds entries of several measured shapes, often of
+    one configuration (m8192_n8192_k8192: 8192^3 and 8192x5120x8192, the same kernel). ``table`` marked
+    every entry with the chosen configuration as used; only the one the lookup took (measured nearest) is,
+    and the why line names its shape on the same-architecture pass too."""
+    assert main(["table", "--m", "8000", "--n", "5000", "--k", "8000", "--gpu", gpu]) == 0
+    out = capsys.readouterr().out
+    matches = [ln for ln in out.splitlines() if ln.startswith("  matches [shipped] entry")]
+    used = [ln for ln in matches if "(not used" not in ln]
+    assert len(matches) == 3 and len(used) == 1 and "measured at 8192x5120x8192:" in used[0], out
+    assert "measured at 8192x5120x8192, the nearest shape of the bucket" in out

@@ -74,3 +74,17 @@ def test_moe_wider_than_the_verified_width_is_refused_at_once(hidden, ffn):
         MoEProblem(5, 1, 1, hidden, ffn).validate()
     assert info.value.rule == "problem.width" and ("hidden" if hidden > 2**16 else "ffn") in str(info.value)
     MoEProblem(5, 1, 1, 2**16, 2**16).validate()
+
+
+def test_gemm_walk_keeps_headroom_for_the_persistent_step() -> None:
+    """Review, session 21: the persistent scheduler steps ``u += (gridDim.x + kStepDelta) *
+    kConsumerStride`` in int (templates/gemm/work.j2), so a walk of up to 2^31 - 1 units overflowed past
+    its last unit; like attention's MAX_TILES the count keeps 2^16 of headroom. 42966 x 49981 tiles of
+    128 x 256 = 2^31 - 2 units."""
+    from argus_cutlass.generate import build
+
+    cfg = GemmConfig(tile_m=128, tile_n=256, cluster_m=1, cluster_n=1, swizzle=1)
+    p = GemmProblem(42966 * 128, 49981 * 256, 64).validate_any()
+    with pytest.raises(ProblemError) as info:
+        build(cfg, p)
+    assert info.value.rule == "problem.size" and "2147483646 work units" in str(info.value)

@@ -347,3 +347,20 @@ def test_fp16_without_an_entry_runs_the_bf16_entry_of_its_shape_and_says_so(tmp_
     for args in (("fp16", "fp32", "tn"), ("fp16", "fp16", "nt")):
         lk = lookup_config("gemm", 3000, 4096, 14336, *args, gpu="NVIDIA H200", store=none)
         assert lk.source == "heuristic" and lk.entry_key is None   # this file's untuned rule (the fixture)
+
+
+@pytest.mark.parametrize("bad", [[None, 64, 64], ["x", 64, 64], [float("nan"), 64, 64], [[1], 64, 64]])
+def test_a_malformed_shape_in_the_store_is_ranked_last_not_a_crash(tmp_path, bad):
+    """Review, session 21: the nearest-shape ordering read every store entry's ``shape`` with ``int()``, so
+    one hand-edited entry (of any bucket) made every GEMM lookup raise TypeError / ValueError. Such an
+    entry is now ordered after the well-formed ones of its key, and still used when it is the only one."""
+    from argus_cutlass.agent.store import ExperienceStore, lookup_config, make_entry
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    st = ExperienceStore(tmp_path / "e.json")
+    cfg = GemmConfig(tile_n=128, cluster_m=1)
+    e = {**make_entry("NVIDIA H200", "gemm", Problem(64, 64, 64), cfg, 1.0), "shape": bad}
+    st.update(lambda d: d["entries"].__setitem__("NVIDIA H200|gemm|bf16|bf16|tn|m64_n64_k64", e))
+    assert lookup_config("gemm", 4096, 4096, 4096, gpu="NVIDIA H200", store=st).source == "shipped"
+    own = lookup_config("gemm", 64, 64, 64, gpu="NVIDIA H200", store=st)
+    assert own.source == "store" and own.config == cfg and "measured at" not in own.detail

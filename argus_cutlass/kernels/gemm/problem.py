@@ -20,7 +20,7 @@ Rules checked by :meth:`GemmProblem.validate` (the ``rule`` of the raised
 
 ``problem.size``           M, N, K >= 1 and < 2**31 (the entry takes ``int``); M, N <= 2**31 - 2**16 (the kernel's
                            tile coordinates are ``int``); :meth:`GemmProblem.check_walk`: a kernel's work
-                           units (tiles padded to clusters and swizzle blocks) < 2**31
+                           units (tiles padded to clusters and swizzle blocks) <= 2**31 - 2**16
 ``problem.k_range``        K < 2**30 (the k-loop proofs are stated over 31-bit words)
 ``problem.dtype``          dtype in bf16/fp16, out_dtype in bf16/fp16/fp32
 ``problem.layout``         one of tn, nt, nn, tt
@@ -87,6 +87,10 @@ MAX_K = 2**30
 #: the largest M and N: the kernel rounds them up to whole tiles and scheduler blocks (at most 8 swizzle x 16
 #: cluster CTAs of up to 256 rows, 2**15) and computes those coordinates in ``int``
 MAX_MN = 2**31 - 2**16
+#: the most work units a kernel's walk may have: ``Walk::units`` and the persistent loop's
+#: ``u += step * kConsumerStride`` (``templates/gemm/work.j2``, step = gridDim.x + kStepDelta) are int,
+#: so the last unit plus a step must fit (2^16 of headroom, as attention's ``MAX_TILES``)
+MAX_WALK_UNITS = 2**31 - 2**16
 
 #: argument types of the ``extern "C"`` entry, in order (the names are the C parameters)
 ENTRY_SIGNATURE: tuple[tuple[str, str], ...] = (
@@ -386,11 +390,12 @@ class GemmProblem:
         km, kn = (self.n, self.m) if config.swap_ab else (self.m, self.n)
         units = _walk_units(km, kn, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n,
                             config.swizzle)
-        if units > _INT32_MAX:
+        if units > MAX_WALK_UNITS:
             raise ProblemError(
                 "problem.size", f"M x N = {self.m} x {self.n}: the kernel's {config.tile_m} x {config.tile_n} tiles "
                 f"(cluster {config.cluster_m} x {config.cluster_n}, swizzle {config.swizzle}) make {units} work units, "
-                "more than the scheduler's 32-bit count (2**31-1)",
+                "more than the scheduler's 32-bit count leaves room for (2**31 - 2**16: the persistent loop "
+                "steps past the last unit in int)",
                 "split M or N and run one GEMM per part, or use larger tiles")
 
     def validate(self, staged: Iterable[str] = ()) -> GemmProblem:
