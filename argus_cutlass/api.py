@@ -66,35 +66,32 @@ def build_many(configs: Iterable[GemmConfig], max_workers: int | None = None) ->
     return _build_many(configs, workers=max_workers)
 
 
-# ---- dispatch: configuration per shape bucket, built kernel per configuration ---------------------
+# ---- dispatch: configuration per shape, built kernel per configuration ----------------------------
 
 _GEMM_CONFIGS: dict[tuple[Any, ...], GemmConfig] = {}
 _GEMM_LIBS: dict[tuple[GemmConfig, int | None, tuple[str, ...]], Any] = {}
 
 
-def _pow2(x: int) -> int:
-    return 1 << max(0, (int(x) - 1).bit_length())
+def gemm_shape_key(problem: GemmProblem) -> tuple[Any, ...]:
+    """``(dtype, out_dtype, layout, M, N, K)``: what :func:`gemm_config` looks a configuration up by.
 
-
-def gemm_bucket(problem: GemmProblem) -> tuple[Any, ...]:
-    """``(dtype, out_dtype, layout, M, N, K)`` with each size rounded up to a power of two: the
-    experience store's bucket (``agent.planner.Problem.bucket``).
-
-    >>> gemm_bucket(GemmProblem(100, 4096, 3000))
-    ('bf16', 'bf16', 'tn', 128, 4096, 4096)
+    >>> gemm_shape_key(GemmProblem(100, 4096, 3000))
+    ('bf16', 'bf16', 'tn', 100, 4096, 3000)
     """
     p = problem
-    return (p.dtype, p.out_dtype, p.layout, _pow2(p.m), _pow2(p.n), _pow2(p.k))
+    return (p.dtype, p.out_dtype, p.layout, int(p.m), int(p.n), int(p.k))
 
 
 def gemm_config(problem: GemmProblem) -> GemmConfig:
-    """The orchestrator's configuration (:func:`argus_cutlass.generate.configure`: user store,
-    shipped table, heuristic) for ``problem``'s shape bucket (:func:`gemm_bucket`), looked up once
-    per bucket and process for the bucket's largest shape (so every problem of a bucket gets the
-    same kernel, whatever the order of the calls)."""
+    """The orchestrator's configuration (:func:`argus_cutlass.generate.configure`: user store, shipped
+    table, the untuned rule) for ``problem``'s shape and types (:func:`gemm_shape_key`; its leading
+    dimensions and pointers do not change it), looked up once per shape and process: the same choice as
+    ``argus-cutlass gemm`` for that shape (a bucket of the shipped table holds entries measured at several
+    shapes, and the lookup takes the one measured nearest), whatever the order of the calls. Kernels are
+    built once per configuration (:func:`gemm_kernel_key`), so shapes that share one share the kernel."""
     from argus_cutlass.generate import configure
 
-    key = gemm_bucket(problem)
+    key = gemm_shape_key(problem)
     if key not in _GEMM_CONFIGS:
         dtype, out_dtype, layout, m, n, k = key
         _GEMM_CONFIGS[key] = configure(GemmProblem(m, n, k, dtype, out_dtype, layout))[0]
@@ -114,7 +111,7 @@ def _gemm_key(cfg: GemmConfig,
     depends on (:func:`argus_cutlass.generate.gemm_program_key`). K bits is None for the default proof
     range (K < 2^K_BOUND_BITS); the staged operands (``A``, ``B``, ``D``; ``()`` for the direct TMA
     path) come from the build problem's staging plan, so a direct, an A-staged and a D-staged call of
-    one shape bucket each get their own kernel (an aligned call never runs a staged kernel, which
+    one shape each get their own kernel (an aligned call never runs a staged kernel, which
     would copy its operands for nothing).
 
     >>> cfg = GemmConfig(layout="nt")
@@ -130,7 +127,7 @@ def _gemm_key(cfg: GemmConfig,
 
 def gemm_kernel_key(problem: GemmProblem, config: GemmConfig | None = None) -> tuple[Any, ...]:
     """The key :func:`gemm_kernel` loads ``problem``'s kernel under (``problem`` accepted by
-    ``validate_any``): the configuration of its shape bucket (or ``config``), the proof range and the
+    ``validate_any``): the configuration of its shape (or ``config``), the proof range and the
     staging plan (:func:`_gemm_key`)."""
     cfg = config if config is not None else gemm_config(problem)
     return _gemm_key(cfg, _gemm_build_problem(problem))
@@ -164,7 +161,7 @@ def _loaded(cache: dict, key: Any, cfg: Any, problem: Any, *, smt: bool | None, 
 def gemm_kernel(problem: GemmProblem, config: GemmConfig | None = None, *, build: bool = True,
                 smt: bool | None = None) -> Any:
     """The built :class:`~argus_cutlass.kernels.gemm.library.GemmKernelLibrary` for ``problem``:
-    the bucket's configuration (:func:`gemm_config`) unless ``config`` is given, generated,
+    the shape's configuration (:func:`gemm_config`) unless ``config`` is given, generated,
     verified, compiled (content-addressed cache) and loaded once per (configuration, proof range,
     staging plan) and process (:func:`gemm_kernel_key`). A problem that breaks only TMA's 16-byte
     rules (``problem.staging()``, including the pointers named in ``problem.unaligned``) gets a kernel

@@ -16,9 +16,10 @@ op                     schema (abridged)                                        
 =====================  ==================================================================  ==========
 
 Dispatch: at each call the op reads the problem from the tensors (GEMM: the layout letters and
-leading dimensions from the strides, :func:`gemm_problem`), takes the configuration of its shape
-bucket from the orchestrator (:func:`argus_cutlass.generate.configure`, once per bucket and
-process: :func:`argus_cutlass.api.gemm_config`, ``api.attention_kernel``, ``api.moe_kernel``) and the
+leading dimensions from the strides, :func:`gemm_problem`), takes its configuration from the
+orchestrator (:func:`argus_cutlass.generate.configure`; GEMM once per shape and process,
+:func:`argus_cutlass.api.gemm_config`; attention and MoE once per shape bucket, ``api.attention_kernel``,
+``api.moe_kernel``) and the
 kernel built for that configuration (GEMM: and for the call's staging plan,
 :func:`argus_cutlass.api.gemm_kernel_key`; loaded once per process; a first use compiles it through
 the disk cache). Inside a CUDA graph capture nothing is built: a kernel that is not loaded yet raises
@@ -313,7 +314,7 @@ def gemm(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out: Any = 
 
     Raises:
         ProblemError: as :func:`gemm_problem`; NotPrecompiledError: inside a CUDA graph capture
-            for a shape bucket :func:`precompile` did not build; and the build errors of
+            for a shape whose kernel :func:`precompile` did not build; and the build errors of
             :func:`argus_cutlass.api.gemm_kernel` on a first use.
 
     Bias: a full ``(M, N)`` bias of D's dtype with a contiguous last mode (any row pitch >= N, any
@@ -330,7 +331,7 @@ def gemm(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out: Any = 
     CUDA graph capture) around the same verified TMA GEMM, and writes exactly the ``M x N`` region of
     ``out`` (its padding is not touched). That is slower (an extra pass over each staged operand),
     so it warns once per kernel (``UserWarning`` naming the tensor and the rule). The kernel is
-    chosen per shape bucket *and* staging plan: an aligned call never runs a staged kernel.
+    chosen per shape *and* staging plan: an aligned call never runs a staged kernel.
     :func:`precompile` of :func:`gemm_problem` on the real tensors builds the staged kernel for a
     capture.
     """
@@ -474,8 +475,9 @@ def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any) -> Any:
 
 def precompile(*problems: Any, workers: int | None = None) -> int:
     """Build the kernels of ``problems`` in parallel (through the orchestrator's ``build_jobs`` and the
-    disk cache) and load them, so that later calls of the same shape buckets, in a CUDA graph
-    capture too, find them; returns how many kernels were built (0 when all were loaded already).
+    disk cache) and load them, so that later calls of the same shapes (GEMM; attention and MoE: shape
+    buckets), in a CUDA graph capture too, find them; returns how many kernels were built (0 when all
+    were loaded already).
 
     Args:
         problems: :class:`~argus_cutlass.kernels.gemm.problem.GemmProblem` (e.g. from

@@ -122,7 +122,7 @@ def test_compile_fullgraph_on_cuda():
 
 def test_cuda_graph_capture_after_precompile(tmp_path, monkeypatch):
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))  # an empty disk cache: precompile must build
-    a = torch.randn(48, 2048, device="cuda", dtype=torch.bfloat16)   # a bucket no other test used
+    a = torch.randn(48, 2048, device="cuda", dtype=torch.bfloat16)   # a shape no other test used
     w = torch.randn(3072, 2048, device="cuda", dtype=torch.bfloat16)
     api._GEMM_LIBS.clear()
     g = torch.cuda.CUDAGraph()
@@ -240,7 +240,7 @@ def test_staged_misaligned_pointers(staged_warnings):
         at.gemm(a, b, out=out)
     _close(out, a.float() @ b.float(), a @ b, 1e-2)
     assert torch.isnan(buf[0]) and torch.isnan(buf[1 + 256 * 256:]).all()
-    ac = a.clone()  # the aligned call of the same bucket runs the direct kernel, no warning
+    ac = a.clone()  # the aligned call of the same shape runs the direct kernel, no warning
     assert at.gemm_problem(ac, b).staging() == () and api.gemm_kernel_key(at.gemm_problem(ac, b))[2] == ()
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*aligned copy", category=UserWarning)

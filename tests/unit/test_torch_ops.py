@@ -344,14 +344,15 @@ def _no_device_rule(monkeypatch):
     monkeypatch.setattr(at, "_check_tensor", check)
 
 
-# ---- shape-bucketed dispatch ------------------------------------------------------------------------
+# ---- dispatch: GEMM per shape, attention per shape bucket ---------------------------------------------
 
 
-def test_gemm_dispatch_configures_once_per_bucket(monkeypatch):
-    """Every problem of a shape bucket (sizes rounded up to powers of two) gets the configuration that
-    ``configure`` (store, shipped tuned table, heuristic) gives the bucket's largest shape, looked up once
-    per process; another bucket gets its own. Here 4000 x 4096 x 4096 and 4096^3 share the shipped H200
-    entry of bucket m4096_n4096_k4096, and M = 100 falls in bucket m128 (another shipped entry)."""
+def test_gemm_dispatch_configures_once_per_shape(monkeypatch):
+    """Every GEMM shape gets the configuration ``configure`` (store, shipped tuned table, the untuned rule)
+    gives that shape -- what ``argus-cutlass gemm`` runs for it -- looked up once per process; another
+    shape of the same power-of-two bucket is looked up for itself (the shipped table holds entries measured
+    at several shapes of a bucket, and the lookup takes the one measured nearest). Kernels are per
+    configuration: shapes with the same configuration share one."""
     import argus_cutlass.generate as gen
 
     calls = []
@@ -364,18 +365,20 @@ def test_gemm_dispatch_configures_once_per_bucket(monkeypatch):
     monkeypatch.setattr(gen, "configure", counting)
     monkeypatch.setattr(api, "_GEMM_CONFIGS", {})
     monkeypatch.setenv("ARGUS_CACHE_DIR", "/nonexistent/argus-empty-store")  # only the shipped table
-    small, big = GemmProblem(4000, 4096, 3000), GemmProblem(4096, 4096, 4096)
-    assert api.gemm_bucket(small) == api.gemm_bucket(big)
+    small, big = GemmProblem(3000, 4096, 4096), GemmProblem(4096, 4096, 4096)
     cfg = api.gemm_config(small)
-    assert api.gemm_config(big) is cfg and calls == [(4096, 4096, 4096)]
-    shipped, source = real(big)[:2]
-    assert source == "shipped" and cfg == shipped
-    other = api.gemm_config(GemmProblem(100, 8192, 8192))
-    assert calls == [(4096, 4096, 4096), (128, 8192, 8192)] and other != cfg
-    assert real(GemmProblem(128, 8192, 8192))[1] == "shipped"
-    # one kernel per bucket: the two problems map to the same loaded-kernel key
-    assert api._gemm_key(api.gemm_config(small), api._gemm_build_problem(small)) == \
-        api._gemm_key(api.gemm_config(big), api._gemm_build_problem(big))
+    assert api.gemm_config(small) is cfg and calls == [(3000, 4096, 4096)]
+    assert cfg == real(small)[0] and real(small)[1] == "shipped"
+    big_cfg = api.gemm_config(big)
+    assert calls == [(3000, 4096, 4096), (4096, 4096, 4096)] and big_cfg == real(big)[0]
+    # the leading dimensions and pointers of a call do not change its configuration, only its kernel's staging
+    assert api.gemm_config(GemmProblem(3000, 4096, 4096, ldd=4104)) is cfg and len(calls) == 2
+    # 4000 x 4096 x 4096: the bucket's entry measured nearest is 4096^3's; the same configuration, the same
+    # loaded-kernel key
+    same = GemmProblem(4000, 4096, 4096)
+    assert api.gemm_config(same) == big_cfg and len(calls) == 3
+    assert api._gemm_key(api.gemm_config(same), api._gemm_build_problem(same)) == \
+        api._gemm_key(big_cfg, api._gemm_build_problem(big))
 
 
 def test_attention_dispatch_configures_once_per_bucket(monkeypatch):
@@ -400,8 +403,9 @@ def test_attention_dispatch_configures_once_per_bucket(monkeypatch):
     assert calls == [2000, 8000]
 
 
-def test_capture_uses_the_kernel_precompiled_for_another_shape_of_the_bucket(fake, capturing, monkeypatch):
-    """precompile(one shape) serves every shape of its bucket inside a capture (no build, no error)."""
+def test_capture_uses_the_kernel_precompiled_for_the_shape(fake, capturing, monkeypatch):
+    """precompile(a shape) serves that shape inside a capture (no build, no error); a shape whose
+    configuration was not built (here another layout) raises NotPrecompiledError."""
     built = []
 
     class StubLib:
@@ -409,13 +413,13 @@ def test_capture_uses_the_kernel_precompiled_for_another_shape_of_the_bucket(fak
             built.append(problem)
 
     monkeypatch.setattr("argus_cutlass.generate.build_jobs", lambda jobs, **kw: _stub_build(jobs, StubLib))
-    assert at.precompile(GemmProblem(256, 512, 128, "bf16", "bf16", "tt")) == 1
+    assert at.precompile(GemmProblem(200, 400, 128, "bf16", "bf16", "tt")) == 1
     _refuses_to_build(monkeypatch)
     monkeypatch.setattr(at, "_stream", lambda t: 0)
     monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
-    at._gemm_into(cuda(200, 128), cuda(128, 400), None, cuda(200, 400))  # bucket (256, 512, 128) too
+    at._gemm_into(cuda(200, 128), cuda(128, 400), None, cuda(200, 400))
     assert [(p.m, p.n, p.k) for p in built] == [(200, 400, 128)]
-    with pytest.raises(NotPrecompiledError):  # another bucket (layout tn: a K-major B), whose kernel was not built
+    with pytest.raises(NotPrecompiledError):  # layout tn (a K-major B), whose kernel was not built
         at._gemm_into(cuda(200, 128), cuda(400, 128).t(), None, cuda(200, 400))
 
 
@@ -465,18 +469,19 @@ def test_gemm_tma_rules_become_a_staged_kernel(fake, label):
 
 
 def test_aligned_and_staged_calls_of_one_bucket_get_their_own_kernels():
-    """One configuration per shape bucket, one kernel per (configuration, proof range, staging plan): an
-    aligned call keeps the direct kernel (build problem None), an A-staged and a D-staged call of the same
-    bucket do not share a cache entry, and two A-staged calls of different sizes do."""
+    """One configuration per shape, one kernel per (configuration, proof range, staging plan): an aligned
+    call keeps the direct kernel (build problem None), an A-staged and a D-staged call of the same shape do
+    not share a cache entry, and two A-staged calls of different sizes do when their configurations agree."""
     aligned = GemmProblem(512, 256, 512, layout="nt")
     a_staged = GemmProblem(300, 256, 512, layout="nt")                    # lda = 300: 600 bytes
     a_ptr = GemmProblem(512, 256, 512, layout="nt", unaligned=("A",))     # a misaligned base pointer
     d_staged = GemmProblem(512, 256, 512, layout="nt", ldd=260)
-    assert len({api.gemm_bucket(p) for p in (aligned, a_staged, a_ptr, d_staged)}) == 1
+    assert len({api.gemm_shape_key(p) for p in (aligned, a_ptr, d_staged)}) == 1
     assert api._gemm_build_problem(aligned) is None
     keys = {p: api.gemm_kernel_key(p) for p in (aligned, a_staged, a_ptr, d_staged)}
     assert [k[2] for k in keys.values()] == [(), ("A",), ("A",), ("D",)]
-    assert keys[a_staged] == keys[a_ptr] and len(set(keys.values())) == 3
+    assert (keys[a_staged] == keys[a_ptr]) == (api.gemm_config(a_staged) == api.gemm_config(a_ptr))
+    assert len({keys[aligned], keys[a_ptr], keys[d_staged]}) == 3
 
 
 def test_gemm_problem_reads_misaligned_pointers(monkeypatch):
@@ -519,7 +524,7 @@ def stub_kernels(capturing, monkeypatch):
 def test_precompile_builds_the_staged_kernel_a_capture_finds(stub_kernels, monkeypatch):
     """A misaligned ``a`` (2 bytes into its storage): precompile of gemm_problem on the real tensors
     builds the A-staged kernel; inside the (simulated) capture the call runs it, warning once per kernel
-    with the tensor, the address and the rule; an aligned call of the same bucket needs its own direct
+    with the tensor, the address and the rule; an aligned call of the same shape needs its own direct
     kernel (not built here: NotPrecompiledError), it never gets the staged one."""
     a, b, out = _buf(M, K, 1), _buf(K, N), _buf(M, N)
     p = at.gemm_problem(a, b, out=out)
