@@ -427,8 +427,10 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
     """The first usable entry for ``key``: exact GPU (user store, then shipped), then another GPU of the
     same architecture (:func:`gpu_arch`; user store, then shipped; GPU names in sorted order), else
     ``fallback`` (source ``heuristic``; a callable is called only then and returns ``(config, source,
-    note)``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``. Several entries of one key in one
-    table (GEMM: measured at several shapes of the bucket) are tried nearest first by ``nearness(entry)``;
+    note)``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``. Several entries of one key (GEMM:
+    measured at several shapes of the bucket, in either table) are tried nearest first by
+    ``nearness(entry)``, the user's store first among equally near ones: an entry measured at the
+    problem's own shape wins over one measured elsewhere in the bucket, whichever table holds it.
     ``found_note(entry)`` is added to the detail of the entry taken."""
     gpu, _, rest = key.partition("|")
     arch = gpu_arch(gpu)
@@ -438,25 +440,27 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
     if arch is not None:
         passes.append(("arch", lambda g: g != gpu and gpu_arch(g) == arch))
     for kind, match in passes:
-        for source, rows in tables:
-            if nearness is not None:
-                rows = sorted(rows, key=lambda r: nearness(r[1]))
-            for k, e in sorted(rows, key=lambda r: r[0].partition("|")[0]) if kind == "arch" else rows:
-                g, _, r = k.partition("|")
-                if r != rest or not match(g):
-                    continue
-                cfg, why = usable(e)
-                if cfg is None:
-                    notes.append(f"entry {k!r} of {_WHERE[source]} skipped: {why}")
-                    continue
-                if kind == "exact":
-                    text = f"key {k!r} found in {_WHERE[source]}{found_note(e) if found_note else ''}"
-                else:
-                    text = (f"{'no usable' if notes else 'no'} entry for key {key!r}; using {k!r} of "
-                            f"{_WHERE[source]}{found_note(e) if found_note else ''}: tuned on {g}, "
-                            f"used on {gpu} (same {arch}); re-tune for this GPU with {_RETUNE[family]}")
-                return Lookup(cfg, source, "; ".join([*notes, text]), key, k,
-                              _measured_shape(e) if family == "gemm" else None)
+        cands = [(source, k, e) for source, rows in tables for k, e in rows
+                 if k.partition("|")[2] == rest and match(k.partition("|")[0])]
+        order = {source: i for i, (source, _) in enumerate(tables)}
+        # the same-architecture pass: GPU names in sorted order first; then (GEMM) the entry measured nearest
+        # the problem, whichever table holds it; then the user's store before the shipped table
+        cands.sort(key=lambda c: (c[1].partition("|")[0] if kind == "arch" else "",
+                                  nearness(c[2]) if nearness is not None else 0.0, order[c[0]]))
+        for source, k, e in cands:
+            g = k.partition("|")[0]
+            cfg, why = usable(e)
+            if cfg is None:
+                notes.append(f"entry {k!r} of {_WHERE[source]} skipped: {why}")
+                continue
+            if kind == "exact":
+                text = f"key {k!r} found in {_WHERE[source]}{found_note(e) if found_note else ''}"
+            else:
+                text = (f"{'no usable' if notes else 'no'} entry for key {key!r}; using {k!r} of "
+                        f"{_WHERE[source]}{found_note(e) if found_note else ''}: tuned on {g}, "
+                        f"used on {gpu} (same {arch}); re-tune for this GPU with {_RETUNE[family]}")
+            return Lookup(cfg, source, "; ".join([*notes, text]), key, k,
+                          _measured_shape(e) if family == "gemm" else None)
     if not notes:
         notes.append(_miss_text(key, tables))
     source = "heuristic"
@@ -512,7 +516,8 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     keeps the heuristic's) or ``"heuristic"``, and the detail of which key was found or missed. Entries are matched by (GPU,
     kernel, dtypes, layout, shape bucket), an exact GPU first, then another GPU of the same
     architecture (:func:`gpu_arch`), and used only when the verifier accepts them. Several entries of one
-    bucket (measured at several shapes): the one measured nearest the problem (:func:`shape_distance`).
+    bucket (measured at several shapes, in the user's store or the shipped table): the one measured nearest
+    the problem (:func:`shape_distance`), the user's store first at equal distance.
     No entry of its own for a bf16 / fp16 problem: the entry of the same problem in the other 2-byte type
     (:func:`_sibling_problem`), run in the problem's type, the detail naming both keys.
 

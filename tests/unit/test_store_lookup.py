@@ -364,3 +364,22 @@ def test_a_malformed_shape_in_the_store_is_ranked_last_not_a_crash(tmp_path, bad
     assert lookup_config("gemm", 4096, 4096, 4096, gpu="NVIDIA H200", store=st).source == "shipped"
     own = lookup_config("gemm", 64, 64, 64, gpu="NVIDIA H200", store=st)
     assert own.source == "store" and own.config == cfg and "measured at" not in own.detail
+
+
+def test_the_entry_measured_nearest_wins_whichever_table_holds_it(st, monkeypatch):
+    """A bucket with a user entry measured at 4096^3 and shipped entries at 3000 x 4096^2 and 4096^3: the
+    problem's own shape wins (shipped 3000 for 3000; the user's 4096^3 over the shipped one at the same
+    distance), and a shape between them takes the nearer measurement."""
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    mine = GemmConfig(tile_n=128, cluster_m=1)
+    ship_3000, ship_4096 = GemmConfig(tile_m=64, tile_n=128, schedule="pingpong", epi_m=64, cluster_m=1), GemmConfig()
+    _ship(monkeypatch, make_entry(H200, "gemm", Problem(3000, 4096, 4096), ship_3000, 0.15),
+          make_entry(H200, "gemm", Problem(4096, 4096, 4096), ship_4096, 0.2))
+    st.keep_faster(entry_key(H200, "gemm", Problem(4096, 4096, 4096)),
+                   make_entry(H200, "gemm", Problem(4096, 4096, 4096), mine, 0.19))
+    pick = {m: lookup_config("gemm", m, 4096, 4096, gpu=H200, store=st) for m in (3000, 4096, 3100, 3900)}
+    assert (pick[3000].source, pick[3000].config) == ("shipped", ship_3000)
+    assert (pick[4096].source, pick[4096].config) == ("store", mine)
+    assert pick[3100].config == ship_3000 and "measured at 3000x4096x4096" in pick[3100].detail
+    assert (pick[3900].source, pick[3900].config) == ("store", mine)
