@@ -438,6 +438,8 @@ def _int_field(value: Any, field: str, where: str, from_text: bool) -> int:
         text = value.strip()
         if text.lstrip("+").isdigit():
             return int(text)
+        if text.startswith("-") and text[1:].isdigit():   # an integer, but not a size: the size rule names it
+            return int(text)
         raise ProblemError("shapes.field", f"{where}: field {field!r} is {value!r}, not an integer")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProblemError("shapes.field", f"{where}: field {field!r} is {value!r}, not an integer")

@@ -287,6 +287,17 @@ def test_bad_csv_row_names_line_and_field(tmp_path):
     assert f"{p}:3:" in str(info.value) and "'n'" in str(info.value)
 
 
+@pytest.mark.parametrize("cell", ["-1", "0", " -4096"])
+def test_a_csv_size_below_one_names_the_size_rule_and_the_line(tmp_path, cell):
+    """A negative or zero size is an integer: the message names the >= 1 rule and the line (fuzz, session 21:
+    -1 was reported as 'not an integer')."""
+    p = tmp_path / "s.csv"
+    p.write_text(f"m,n,k\n1,4096,4096\n{cell},4096,4096\n")
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == "problem.size" and f"{p}:3:" in str(info.value) and ">= 1" in str(info.value)
+
+
 def test_misaligned_shapes_are_tuned_through_staging(tmp_path):
     """K = 4095 and N = 4100 break TMA's 16-byte rule: ``gemm`` runs them through aligned staging, so a shapes file
     takes it too (``validate_any``), and the plan names the staged operands."""
