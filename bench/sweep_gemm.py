@@ -246,6 +246,35 @@ def bucket_holdout(table: dict, tie: float = TIE) -> dict[str, tuple[int, int, f
             for way, r in ratios.items()}
 
 
+#: issue 13 item 2: decode is M <= 64; its floor is reading the weights (N x K, 2-byte) once from HBM at this rate,
+#: judged where the weights do not fit in the H200's L2 (the sweep rotates operands over 3x L2 for every shape)
+DECODE_MAX_M, HBM_BYTES_PER_S, L2_BYTES = 64, 4.3e12, 60 * 2**20
+
+
+def decode_floor(table: dict, picks: dict[str, dict[str, str | None]] | None = None,
+                 limit: float = 1.15) -> dict[str, tuple[int, int, float, float]]:
+    """Issue 13 item 2 on the table's decode shapes (M <= 64) whose weights exceed L2: time / the weight-read
+    floor (``2 N K`` bytes at 4.3 TB/s) of the sweep's best kernel, of each rule in ``picks`` (``{shape: {rule:
+    kernel name}}``) and of cuBLAS. Returns ``{who: (shapes, within limit, geomean ratio, max ratio)}``."""
+    ratios: dict[str, list[float]] = {}
+    for key, row in table.get("shapes", {}).items():
+        m, n, k = map(int, key.split("x"))
+        if m > DECODE_MAX_M or 2 * n * k <= L2_BYTES:
+            continue
+        floor = 2 * n * k / HBM_BYTES_PER_S * 1e3
+        good = {nm: v for nm, v in row.get("kernels", {}).items() if v}
+        if not good:
+            continue
+        ratios.setdefault("sweep's best", []).append(min(good.values()) / floor)
+        for rule, name in (picks or {}).get(key, {}).items():
+            if name in good:
+                ratios.setdefault(rule, []).append(good[name] / floor)
+        if row.get("cublas_ms"):
+            ratios.setdefault("cuBLAS", []).append(row["cublas_ms"] / floor)
+    return {who: (len(r), sum(x <= limit for x in r), math.exp(sum(map(math.log, r)) / len(r)), max(r))
+            for who, r in ratios.items() if r}
+
+
 def report(table: dict) -> str:
     """The summary lines of both untuned rules (:func:`choices`)."""
     from argus_cutlass.agent.costmodel import calibrated_residuals
@@ -258,6 +287,9 @@ def report(table: dict) -> str:
     if both:
         lines.append(f"  (costmodel is in-sample on {both} of these shapes: the shipped residuals were measured there; "
                      f"the held-out score is `python bench/calibrate_costmodel.py --cv TABLE`)")
+    for who, (n, hits, geo, worst) in decode_floor(table, picks).items():
+        lines.append(f"decode (M <= {DECODE_MAX_M}, weights > L2), {who}: within 1.15x of the weight-read floor on "
+                     f"{hits} of {n}, geomean {geo:.3f}x, worst {worst:.3f}x")
     for way, (n, hits, regret) in bucket_holdout(table).items():
         what = ("the bucket's nearest swept shape's best kernel (the shipped table's lookup)" if way == "nearest"
                 else "the bucket-wide pick (least geomean time-over-best of the other shapes)")

@@ -251,3 +251,16 @@ def test_bucket_holdout_scores_both_ways_of_serving_an_unswept_shape(sweep):
     ratios = [1.05 / 0.90, 1.25 / 1.20, 0.71 / 0.70]
     assert got["nearest"][1] == sum(r <= 1.03 for r in ratios)
     assert got["nearest"][2] == pytest.approx(math.exp(sum(map(math.log, ratios)) / 3) - 1)
+
+
+def test_decode_floor_counts_decode_shapes_whose_weights_exceed_l2(sweep):
+    """Issue 13 item 2 offline: only M <= 64 with 2 N K bytes > L2; time over 2 N K / 4.3 TB/s, per rule and cuBLAS."""
+    floor = 2 * 8192 * 28672 / 4.3e12 * 1e3   # 470 MB: ~0.109 ms
+    table = {"shapes": {
+        "8x8192x28672": {"kernels": {"a": 1.10 * floor, "b": 1.30 * floor}, "cublas_ms": 1.50 * floor},
+        "8x4096x4096": {"kernels": {"a": 0.001}, "cublas_ms": 0.001},        # 32 MB of weights: fits in L2
+        "128x8192x28672": {"kernels": {"a": 0.2}, "cublas_ms": 0.2}}}        # not decode
+    got = sweep.decode_floor(table, {"8x8192x28672": {"rule": "b"}})
+    assert set(got) == {"sweep's best", "rule", "cuBLAS"}
+    assert got["sweep's best"][:2] == (1, 1) and got["sweep's best"][2] == pytest.approx(1.10)
+    assert got["rule"][:2] == (1, 0) and got["cuBLAS"][3] == pytest.approx(1.50)
