@@ -9,7 +9,8 @@ Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's conf
 the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll). The layers are built in one parallel batch (``generate.build_jobs``), warmed up, then run
 ``--iters`` times with a 256 MB buffer written between runs (L2 flushed: every run reads its weights
 from HBM); the profiler's device time per kernel (routing count / scan / permute, gate+up GEMM,
-down GEMM, combine, and the flush itself) is averaged. Writes ``OUTDIR/moe_profile.json`` and prints
+down GEMM, combine, and the flush itself) is averaged, beside the layer's end-to-end time (CUDA events,
+median of ``--iters`` runs, each after a flush): their difference is launch gaps and bubbles. Writes ``OUTDIR/moe_profile.json`` and prints
 a table. ``--ncu``: one run of each layer between ``cudaProfilerStart`` / ``Stop`` for ncu's
 ``--profile-from-start off``, nothing else. Needs torch and a Hopper GPU.
 """
@@ -98,13 +99,27 @@ def main(argv: list[str] | None = None) -> int:
                 flush.zero_()
                 run()
             torch.cuda.synchronize()
+        # the layer end to end (CUDA events around each run, L2 flushed before it, outside the profiler): what
+        # the per-kernel sum below misses is launch gaps and bubbles between the layer's kernels
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.iters)]
+        for a, b in ev:
+            flush.zero_()
+            a.record()
+            run()
+            b.record()
+        torch.cuda.synchronize()
+        layer_us = sorted(a.elapsed_time(b) * 1e3 for a, b in ev)[len(ev) // 2]
         per: dict[str, list[float]] = collections.defaultdict(list)
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 per[_short(e.name, lib.name)].append(e.device_time_total)
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
-        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}"] = {"kernel": lib.name, "config": cfg.model_dump(), "kernels": rows}
-        print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} {lib.name}")
+        layer_sum = sum(r["mean_us"] * r["calls"] for k, r in rows.items() if k.startswith(("gu::", "dn::", "ns::"))) / args.iters
+        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}"] = {
+            "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us,
+            "kernels_sum_us": layer_sum}
+        print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} {lib.name}: "
+              f"layer {layer_us:.1f} us (events, median), its kernels {layer_sum:.1f} us (profiler)")
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
             print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")
     if not args.ncu:
