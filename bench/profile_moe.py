@@ -10,8 +10,8 @@ the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll). 
 ``--iters`` times with a 256 MB buffer written between runs (L2 flushed: every run reads its weights
 from HBM); the profiler's device time per kernel (routing count / scan / permute, gate+up GEMM,
 down GEMM, combine, and the flush itself) is averaged, beside the layer's end-to-end time (CUDA events,
-median of ``--iters`` runs, each after a flush): their difference is launch gaps and bubbles. Writes ``OUTDIR/moe_profile.json`` and prints
-a table. ``--ncu``: one run of each layer between ``cudaProfilerStart`` / ``Stop`` for ncu's
+median of ``--iters`` runs, each after a flush): their difference is launch gaps and bubbles. Writes
+``OUTDIR/moe_profile.json`` and prints a table. ``--ncu``: one run of each layer between ``cudaProfilerStart`` / ``Stop`` for ncu's
 ``--profile-from-start off``, nothing else. Needs torch and a Hopper GPU.
 """
 
