@@ -6,12 +6,13 @@
 
 Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's configuration
 (``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16, keeping
-the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll). The layers are built in one parallel batch (``generate.build_jobs``), warmed up, then run
-``--iters`` times with a 256 MB buffer written between runs (L2 flushed: every run reads its weights
-from HBM); the profiler's device time per kernel (routing count / scan / permute, gate+up GEMM,
-down GEMM, combine, and the flush itself) is averaged, beside the layer's end-to-end time (CUDA events,
-median of ``--iters`` runs, each after a flush): their difference is launch gaps and bubbles. Writes
-``OUTDIR/moe_profile.json`` and prints a table. ``--ncu``: one run of each layer between ``cudaProfilerStart`` / ``Stop`` for ncu's
+the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll). The layers are built in
+one parallel batch (``generate.build_jobs``), warmed up, then run ``--iters`` times with a 256 MB buffer
+written between runs (L2 flushed: every run reads its weights from HBM); the profiler's device time per
+kernel (routing count / scan / permute, gate+up GEMM, down GEMM, combine, and the flush itself) is
+averaged, beside the layer's end-to-end time (CUDA events, median of ``--iters`` runs, each after a
+flush): their difference is launch gaps and bubbles. Writes ``OUTDIR/moe_profile.json`` and prints a
+table. ``--ncu``: one run of each layer between ``cudaProfilerStart`` / ``Stop`` for ncu's
 ``--profile-from-start off``, nothing else. Needs torch and a Hopper GPU.
 """
 
