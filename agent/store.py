@@ -590,11 +590,14 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
 
         other = _lookup(entry_key(gpu, kernel, sib), kernel, usable_as, None, store, nearness, found_note)
         if other.config is not None:
+            where = other.detail.split("; ")[-1].replace(f"key {other.entry_key!r} found in ", "", 1)
+            tune = (f"argus-cutlass tune gemm --m {m} --n {n} --k {k} --dtype {dtype}"
+                    + (f" --out-dtype {out_dtype}" if out_dtype != dtype else "") + f" --layout {layout}")
             return Lookup(other.config, other.source,
-                          f"{found.detail}; using {other.entry_key!r} ({other.detail.split('; ')[-1]}): "
-                          f"{sib.dtype} and {dtype} are both 2-byte types with the same tensor-core rate, so the "
-                          f"configuration runs as {dtype}; not measured in {dtype}: tune with `argus-cutlass tune "
-                          f"gemm --dtype {dtype}`", key, other.entry_key, other.entry_shape)
+                          f"no entry for key {key!r}; using the {sib.dtype} entry {other.entry_key!r} of {where}: "
+                          f"{sib.dtype} and {dtype} are both 2-byte types with the same tensor-core rate, so its "
+                          f"configuration runs as {dtype}; not measured in {dtype}: tune with `{tune}`",
+                          key, other.entry_key, other.entry_shape)
     cfg, source, note = fallback()
     return Lookup(cfg, source, "; ".join(x for x in (found.detail, note) if x), key, None)
 

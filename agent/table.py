@@ -22,6 +22,7 @@ entry of the GPU itself is, and the choice's ``detail`` says so.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from argus_cutlass.agent import store as _store
@@ -34,6 +35,7 @@ from argus_cutlass.agent.store import (
     gpu_name,
     key_rank,
     moe_key,
+    shape_distance,
 )
 
 KERNELS = ("gemm", "attention", "moe")
@@ -154,7 +156,18 @@ def explain(problem: Any, *, gpu: str | None = None, store: ExperienceStore | No
         return key_rank(list(want.values()), [str(row["key"].get(f, "")) for f in want],
                         row["same_arch"] or row["key"].get("gpu", "") == gpu)
 
-    cands.sort(key=lambda r: (*rank(r), r["same_arch"], r["source"] != "store"))
+    here = (problem.m, problem.n, problem.k) if family == "gemm" else None
+
+    def measured_distance(row: dict[str, Any]) -> float:  # GEMM: a bucket's entries, nearest shape first
+        shape = row.get("measured_on")
+        if here is None or not (isinstance(shape, list) and len(shape) == 3):
+            return 0.0
+        try:
+            return shape_distance(shape, here)
+        except (TypeError, ValueError):
+            return math.inf
+
+    cands.sort(key=lambda r: (*rank(r), r["same_arch"], measured_distance(r), r["source"] != "store"))
     for row in cands:
         row["config_normalized"] = _normalized(family, row["config"])
     looked = configure(problem, gpu=gpu, store=store)
@@ -228,14 +241,21 @@ def format_explain(ex: dict[str, Any], limit: int = 3) -> list[str]:
         other = f" of {r['key']['gpu']} (same architecture)" if r.get("same_arch") else ""
         shape = r.get("measured_on")
         at = f" measured at {'x'.join(str(x) for x in shape)}" if ex["family"] == "gemm" and isinstance(shape, list) else ""
-        lines.append(f"  matches [{r['source']}] entry{other}{at}: {r['config_text']}"
-                     + ("" if used else " (not used: an earlier source matched, an entry measured nearer the "
-                                        "problem's shape was taken, or the family's feasibility rules refuse its "
-                                        "configuration)"))
+        if used:
+            why_not = ""
+        elif ex["family"] == "gemm" and c.get("entry_shape") and c["source"] in ("store", "shipped"):
+            taken = "x".join(str(x) for x in c["entry_shape"])
+            why_not = f" (not used: the {c['source']} entry measured at {taken} was taken, the one measured nearest the problem)"
+        else:
+            why_not = (" (not used: an earlier source matched, or the family's feasibility rules refuse its "
+                       "configuration)")
+        lines.append(f"  matches [{r['source']}] entry{other}{at}: {r['config_text']}{why_not}")
     near = [r for r in ex["candidates"] if r["missed"]][:limit]
     if not exact:
         lines.append(f"no entry matches; the nearest {len(near)}:" if near else
                      f"no tuned {ex['family']} entries at all")
     for r in near:
-        lines.append(f"  [{r['source']}] {' | '.join(r['key'].values())}: missed {'; '.join(r['missed'])}")
+        shape = r.get("measured_on")
+        at = f" (measured at {'x'.join(str(x) for x in shape)})" if ex["family"] == "gemm" and isinstance(shape, list) else ""
+        lines.append(f"  [{r['source']}] {' | '.join(r['key'].values())}{at}: missed {'; '.join(r['missed'])}")
     return lines

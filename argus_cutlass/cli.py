@@ -106,7 +106,7 @@ def _doing(text: str) -> None:
 
 
 class _CompileTicker:
-    """Progress while nvcc runs (one cold compile takes about 5-10 s): a tqdm elapsed-time bar on a terminal when
+    """Progress while nvcc runs (one cold compile takes about 5-20 s): a tqdm elapsed-time bar on a terminal when
     tqdm is installed (the ``tune`` extra), else one line and, on a terminal, an elapsed-seconds
     counter; nothing with ``--quiet``."""
 
@@ -132,7 +132,7 @@ class _CompileTicker:
             except ImportError:
                 bar = None
         if bar is None:
-            print(f"compiling {name} with nvcc (about 5-10 s unless cached; Ctrl-C stops it) ...", file=sys.stderr,
+            print(f"compiling {name} with nvcc (about 5-20 s unless cached; Ctrl-C stops it) ...", file=sys.stderr,
                   flush=True)
         if not tty:
             return

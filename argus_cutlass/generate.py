@@ -989,7 +989,7 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
         if toolchain is None:
             clock.done("compile")
             return result
-        clock.done("compile_start")  # progress: nvcc starts (about 5-10 s unless the cache has it)
+        clock.done("compile_start")  # progress: nvcc starts (about 5-20 s unless the cache has it)
         result.artifact = clock.stage("compile", compile_kernel, result.kernel, toolchain=toolchain)
         result.status = "compiled"
         clock.done("compile")

@@ -47,7 +47,8 @@ def test_table_takes_what_gemm_runs_and_lists_the_nearest_first(capsys, empty_st
     assert main(["table", "--m", "16", "--n", "8192", "--k", "4096", "--gpu", "NVIDIA H200"]) == 0
     out = capsys.readouterr().out
     nearest = out.split("nearest: '")[1].split("'")[0].replace("|", " | ")
-    assert out.split("no entry matches; the nearest")[1].splitlines()[1].startswith(f"  [shipped] {nearest}:")
+    first = out.split("no entry matches; the nearest")[1].splitlines()[1]
+    assert first.startswith(f"  [shipped] {nearest} (measured at ") and ": missed bucket" in first
 
 
 def test_table_json_is_machine_readable(capsys, empty_store):

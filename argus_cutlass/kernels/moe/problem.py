@@ -197,13 +197,13 @@ class MoEProblem:
                 "problem.experts", f"experts={self.experts} > {MAX_EXPERTS}: the routing scan kernel gives each expert "
                 f"one thread of a single {MAX_EXPERTS}-thread CTA (input --experts / MoEProblem.experts)",
                 f"at most {MAX_EXPERTS} experts per layer"))
-        for what, rows in (("E x 2I (the W13 rows)", self.experts * 2 * self.ffn),
-                            ("E x H (the W2 rows)", self.experts * self.hidden)):
+        for what, rows, inputs in (("E x 2I (the W13 rows)", self.experts * 2 * self.ffn, "--experts / --ffn"),
+                                    ("E x H (the W2 rows)", self.experts * self.hidden, "--experts / --hidden")):
             if rows > 2**31 - 1:
                 errs.append(ProblemError(
                     "problem.weight_rows", f"{what} = {rows} > 2^31 - 1: the expert weights are addressed by TMA "
-                    "row coordinates, which are signed 32-bit (PTX ISA 9.7.9.25, cp.async.bulk.tensor) (inputs "
-                    "--experts / --ffn / --hidden)", "split the experts over more than one layer call"))
+                    f"row coordinates, which are signed 32-bit (PTX ISA 9.7.9.25, cp.async.bulk.tensor) (inputs "
+                    f"{inputs})", "split the experts over more than one layer call"))
         for name in ("hidden", "ffn"):
             v = getattr(self, name)
             if v > MAX_WIDTH:
