@@ -21,6 +21,7 @@
 #   bash bench/device_pending.sh OUTDIR attn-epilogue # the shipped entry, direct vs quad16 epilogue, whole grid
 #   bash bench/device_pending.sh OUTDIR attn-bench    # the ANCHORS attention grid vs cuDNN (~3 min)
 #   bash bench/device_pending.sh OUTDIR gemm-bench [costmodel|tuned|heuristic]  # the ANCHORS GEMM shapes vs cuBLAS
+#   bash bench/device_pending.sh OUTDIR gemm-decode-ncu  # ncu of the shipped decode kernels, ~100 MB vs 940 MB weights
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
 #                                                     # the declared sub-space x the model shape set vs cuBLAS; resumes
@@ -38,7 +39,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -117,6 +118,17 @@ case "$STEP" in
     ARGUS_BENCH_CONFIG=${3:-costmodel} ARGUS_BENCH_TABLE="$OUT/gemm_bench_${3:-costmodel}.md" timeout 560 python3 -m pytest -q -s \
       -p no:cacheprovider "$R/bench/test_gemm_bench.py" 2>&1 | tail -30 > "$OUT/gemm_bench_${3:-costmodel}.log"
     cat "$OUT/gemm_bench_${3:-costmodel}.md" 2>/dev/null || tail -20 "$OUT/gemm_bench_${3:-costmodel}.log" ;;
+  gemm-decode-ncu)
+    # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the
+    # largest at it; ncu of the shipped kernels of both kinds (DRAM throughput, launch, occupancy, stalls)
+    for S in 1x3584x14336 64x3584x14336 1x4096x12288 1x57344x8192; do
+      IFS=x read -r M N K <<< "$S"
+      timeout 150 ncu -k regex:argus_gemm -c 4 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section LaunchStats --section Occupancy --section WarpStateStats \
+        argus-cutlass gemm --m "$M" --n "$N" --k "$K" --out "$OUT/decode_$S" > "$OUT/decode_ncu_$S.txt" 2>&1
+      echo "== $S"; grep -E "argus_gemm|Duration|DRAM Throughput|Memory Throughput|Grid Size|Registers Per|Achieved Occupancy|Stall Long" \
+        "$OUT/decode_ncu_$S.txt" | head -24
+    done ;;
   gemm-sweep|gemm-refine)
     FL=${3:-bf16_bf16_tn}
     IFS=_ read -r DT OD LY <<< "$FL"
