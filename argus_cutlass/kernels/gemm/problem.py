@@ -381,15 +381,18 @@ class GemmProblem:
 
     def check_walk(self, config: Any) -> None:
         """Check that the work units the printed scheduler of ``config``'s kernel walks for this problem
-        (``make_walk`` of ``templates/gemm/scheduler.j2``: output tiles padded to whole clusters and
+        (``make_walk`` of ``templates/gemm/scheduler.j2``, modelled by the verifier's
+        :func:`~argus_cutlass.verify.decomposition.walk_geometry`: output tiles padded to whole clusters and
         swizzle blocks) fit its 32-bit ``int`` count. Requires a problem :meth:`validate_any` accepts.
 
         Raises:
             ProblemError: ``problem.size`` naming M, N, the tile and the count.
         """
+        from argus_cutlass.verify.decomposition import walk_geometry
+
         km, kn = (self.n, self.m) if config.swap_ab else (self.m, self.n)
-        units = _walk_units(km, kn, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n,
-                            config.swizzle)
+        units = walk_geometry(-(-km // config.tile_m), -(-kn // config.tile_n), config.cluster_m, config.cluster_n,
+                              max_swizzle=config.swizzle).units
         if units > MAX_WALK_UNITS:
             raise ProblemError(
                 "problem.size", f"M x N = {self.m} x {self.n}: the kernel's {config.tile_m} x {config.tile_n} tiles "
@@ -495,18 +498,6 @@ class GemmProblem:
                 "pass the start of an allocation (cudaMalloc and torch give 256-byte alignment) "
                 "or a view whose offset is a multiple of 16 bytes",
             )
-
-
-def _walk_units(km: int, kn: int, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int, max_swizzle: int) -> int:
-    """``Walk::units`` of ``make_walk`` (``templates/gemm/scheduler.j2``), in Python integers."""
-    def up(a: int, b: int) -> int:
-        return -(-a // b) * b
-
-    ctas_m, ctas_n = up(-(-km // tile_m), cluster_m), up(-(-kn // tile_n), cluster_n)
-    smaller = min(ctas_m, ctas_n)
-    log_swizzle = next((s for s, (sw, least) in ((3, (8, 6)), (2, (4, 3)), (1, (2, 2)))
-                        if max_swizzle >= sw and smaller >= least), 0)
-    return up(ctas_m, (1 << log_swizzle) * cluster_m) * up(ctas_n, (1 << log_swizzle) * cluster_n)
 
 
 def _round_up(x: int, m: int) -> int:
