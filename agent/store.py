@@ -460,7 +460,7 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
                         f"{_WHERE[source]}{found_note(e) if found_note else ''}: tuned on {g}, "
                         f"used on {gpu} (same {arch}); re-tune for this GPU with {_RETUNE[family]}")
             return Lookup(cfg, source, "; ".join([*notes, text]), key, k,
-                          _measured_shape(e) if family == "gemm" else None)
+                          measured_shape(e) if family == "gemm" else None)
     if not notes:
         notes.append(_miss_text(key, tables))
     source = "heuristic"
@@ -566,11 +566,11 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     here = (m, n, k)
 
     def nearness(e: dict[str, Any]) -> float:
-        shape = _measured_shape(e)
+        shape = measured_shape(e)
         return shape_distance(shape, here) if shape is not None else math.inf  # a malformed shape: last
 
     def found_note(e: dict[str, Any]) -> str:
-        shape = _measured_shape(e)
+        shape = measured_shape(e)
         if shape is None or shape == here:
             return ""
         return f" (measured at {'x'.join(str(x) for x in shape)}, the nearest shape of the bucket)"
@@ -583,14 +583,17 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     sib = _sibling_problem(problem)
     if sib is not None:
         def usable_as(e: dict[str, Any]) -> tuple[GemmConfig | None, str]:
-            cfg, why = _usable(e, sib)
-            if cfg is None:
-                return None, why
-            return _usable({**e, "config": {**e["config"], "dtype": dtype, "out_dtype": out_dtype}}, problem)
+            """The sibling entry's configuration in the problem's types, verified once, in those types."""
+            c = e.get("config")
+            if not isinstance(c, dict) or (c.get("dtype"), c.get("out_dtype")) != (sib.dtype, sib.out_dtype):
+                return None, f"its config is not {sib.dtype}->{sib.out_dtype}"
+            return _usable({**e, "config": {**c, "dtype": dtype, "out_dtype": out_dtype}}, problem)
 
         other = _lookup(entry_key(gpu, kernel, sib), kernel, usable_as, None, store, nearness, found_note)
         if other.config is not None:
-            where = other.detail.split("; ")[-1].replace(f"key {other.entry_key!r} found in ", "", 1)
+            entry_gpu = other.entry_key.partition("|")[0]
+            where = (_WHERE[other.source] + (found_note({"shape": list(other.entry_shape)}) if other.entry_shape else "")
+                     + (f", tuned on {entry_gpu}" if entry_gpu != gpu else ""))
             tune = (f"argus-cutlass tune gemm --m {m} --n {n} --k {k} --dtype {dtype}"
                     + (f" --out-dtype {out_dtype}" if out_dtype != dtype else "") + f" --layout {layout}")
             return Lookup(other.config, other.source,
@@ -602,11 +605,11 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     return Lookup(cfg, source, "; ".join(x for x in (found.detail, note) if x), key, None)
 
 
-def _measured_shape(entry: dict[str, Any]) -> tuple[int, int, int] | None:
+def measured_shape(entry: dict[str, Any]) -> tuple[int, int, int] | None:
     """A GEMM entry's measured ``shape`` as three ints in [1, 2^31), or None (absent or malformed: a hand-edited
     store entry must not break the lookups of other keys, which order every entry by it).
 
-    >>> _measured_shape({"shape": [3000, 4096, 4096]}), _measured_shape({"shape": [None, 1, 1]})
+    >>> measured_shape({"shape": [3000, 4096, 4096]}), measured_shape({"shape": [None, 1, 1]})
     ((3000, 4096, 4096), None)
     """
     shape = entry.get("shape")

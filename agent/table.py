@@ -34,6 +34,7 @@ from argus_cutlass.agent.store import (
     gpu_arch,
     gpu_name,
     key_rank,
+    measured_shape,
     moe_key,
     shape_distance,
 )
@@ -158,14 +159,11 @@ def explain(problem: Any, *, gpu: str | None = None, store: ExperienceStore | No
 
     here = (problem.m, problem.n, problem.k) if family == "gemm" else None
 
-    def measured_distance(row: dict[str, Any]) -> float:  # GEMM: a bucket's entries, nearest shape first
-        shape = row.get("measured_on")
-        if here is None or not (isinstance(shape, list) and len(shape) == 3):
+    def measured_distance(row: dict[str, Any]) -> float:  # GEMM: nearest measured shape first, as the lookup
+        if here is None:
             return 0.0
-        try:
-            return shape_distance(shape, here)
-        except (TypeError, ValueError):
-            return math.inf
+        shape = measured_shape({"shape": row.get("measured_on")})
+        return shape_distance(shape, here) if shape is not None else math.inf
 
     cands.sort(key=lambda r: (*rank(r), r["same_arch"], measured_distance(r), r["source"] != "store"))
     for row in cands:
