@@ -246,9 +246,10 @@ def bucket_holdout(table: dict, tie: float = TIE) -> dict[str, tuple[int, int, f
             for way, r in ratios.items()}
 
 
-#: issue 13 item 2: decode is M <= 64; its floor is reading the weights (N x K, 2-byte) once from HBM at this rate,
-#: judged where the weights do not fit in the H200's L2 (the sweep rotates operands over 3x L2 for every shape)
-DECODE_MAX_M, HBM_BYTES_PER_S, L2_BYTES = 64, 4.3e12, 60 * 2**20
+#: issue 13 item 2: decode is M <= 64; its floor is reading the weights (N x K, 2-byte) once from HBM at the cost
+#: model's rate (``agent.costmodel.HBM_BYTES_PER_S``), judged where the weights do not fit in the H200's L2 (the
+#: sweep rotates operands over 3 x L2 for every shape: ``agent_eval.ROTATE_BYTES``)
+DECODE_MAX_M, L2_BYTES = 64, agent_eval.ROTATE_BYTES // 3
 
 
 def decode_floor(table: dict, picks: dict[str, dict[str, str | None]] | None = None,
@@ -256,6 +257,8 @@ def decode_floor(table: dict, picks: dict[str, dict[str, str | None]] | None = N
     """Issue 13 item 2 on the table's decode shapes (M <= 64) whose weights exceed L2: time / the weight-read
     floor (``2 N K`` bytes at 4.3 TB/s) of the sweep's best kernel, of each rule in ``picks`` (``{shape: {rule:
     kernel name}}``) and of cuBLAS. Returns ``{who: (shapes, within limit, geomean ratio, max ratio)}``."""
+    from argus_cutlass.agent.costmodel import HBM_BYTES_PER_S
+
     ratios: dict[str, list[float]] = {}
     for key, row in table.get("shapes", {}).items():
         m, n, k = map(int, key.split("x"))
