@@ -171,16 +171,21 @@ def load_moe_catalogue(path: str | None = None) -> dict[str, MoEMutant]:
     return out
 
 
+def _base(m: MoEMutant, tokens: int = 64, *, gpu: bool = False) -> tuple[Any, Any]:
+    """``(MoEConfig, MoEProblem)`` of ``m``'s base (``gpu``: its silicon base, ``gpu_base`` when set)."""
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    b = m.gpu_base if gpu and m.gpu_base else m.base
+    return MoEConfig(**b.get("config", {})), MoEProblem(tokens, b["experts"], b["topk"], b["hidden"], b["ffn"])
+
+
 def base_layer(m: MoEMutant, tokens: int = 64, *, gpu: bool = False) -> MoELayer:
     """The unedited layer of ``m``'s base problem (default configuration); ``gpu``: of its silicon
     base (``gpu_base`` when set)."""
-    from argus_cutlass.kernels.moe.config import MoEConfig
-    from argus_cutlass.kernels.moe.problem import MoEProblem
     from argus_cutlass.kernels.moe.program import build_layer
 
-    b = m.gpu_base if gpu and m.gpu_base else m.base
-    return build_layer(MoEConfig(**b.get("config", {})),
-                       MoEProblem(tokens, b["experts"], b["topk"], b["hidden"], b["ffn"]))
+    return build_layer(*_base(m, tokens, gpu=gpu))
 
 
 def _current(layer: MoELayer, part: str, kind: str | None, key: str | None, field: str) -> Any:
@@ -222,13 +227,9 @@ def _rebuild_part(m: MoEMutant, layer: MoELayer, part: str, gemm: dict, *, gpu: 
     grouped_program` from the base configuration's GemmConfig with ``gemm``'s fields replaced."""
     import dataclasses
 
-    from argus_cutlass.kernels.moe.config import MoEConfig
-    from argus_cutlass.kernels.moe.problem import MoEProblem
     from argus_cutlass.kernels.moe.program import gemm_configs, grouped_program
 
-    b = m.gpu_base if gpu and m.gpu_base else m.base
-    cfg = MoEConfig(**b.get("config", {}))
-    problem = MoEProblem(64, b["experts"], b["topk"], b["hidden"], b["ffn"])
+    cfg, problem = _base(m, gpu=gpu)
     gcfg = gemm_configs(cfg)[("gate_up", "down").index(part)].replace(**gemm)
     return dataclasses.replace(layer, **{part: grouped_program(cfg, problem, part, gcfg)})
 
