@@ -57,7 +57,8 @@ case "$STEP" in
   attn-quad16)
     $PYT -m gpu "$R/tests/gpu/test_attention_gpu.py" -k "quad16 or fully_masked" -rf 2>&1 | tail -30 | tee "$OUT/attn_quad16.log" ;;
   moe)
-    $PYT -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf 2>&1 | tail -30 | tee "$OUT/moe_gpu_tests.log" ;;
+    XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
+    $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30 ;;
   attn-mutants16)
     timeout 500 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT" --timeout 10 --ids \
       output16_shuffle_same_bit,output16_shuffle_xor3,output16_single_stage,output16_lane_cols4,output16_group_cols16,output16_rows_unmasked \
@@ -89,7 +90,8 @@ case "$STEP" in
     grep -E "gemm_kernel|Duration|DRAM Throughput|Stall|Warp Cycles Per Issued|No Eligible|Issued Warp" \
       "$OUT/moe_stalls.txt" | head -80 ;;
   moe-mutants)
-    timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 2>&1 | tail -45 | tee "$OUT/moe_mutants.log" ;;
+    # $3: comma-separated mutant ids (default: all of argus_cutlass/testing/mutants_moe.toml)
+    timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
   moe-bench)
     ARGUS_MOE_BENCH_COMPARE=1 ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" 2>&1 | tail -40 > "$OUT/moe_bench.log"; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;

@@ -86,7 +86,7 @@ def test_moe_cell(model, tokens):
     o, b = statistics.median(ours), statistics.median(base)
     m128, unbanded = (f"{statistics.median(other[key]):.3f}" if other.get(key) else "-" for key in ("m128", "unbanded"))
     label = (f"m{cfg.tile_m} gu{cfg.gu_tile_n}x{cfg.gu_stages} dn{cfg.dn_tile_n}x{cfg.dn_stages} k{cfg.tile_k} "
-             f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices} ({source})")
+             f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices}u{cfg.gather_unroll} ({source})")
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
     floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
     v = VLLM_MS.get((model, tokens))

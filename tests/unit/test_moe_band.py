@@ -16,6 +16,7 @@ from argus_cutlass.errors import DslError
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.heuristics import (
     BANDS,
+    GATHER_UNROLL,
     SMALL_T,
     band_for,
     default_bands,
@@ -247,12 +248,13 @@ def test_heuristic_bands_from_the_wave_traffic():
                 # small T: bands of the most 64-row m-tiles one expert can fill (T / 64 rounded up,
                 # T a power of two here) and the gather in H * 2 B / 512 B column slices
                 band = max(1, t // 64)
-                assert cfg == small_t_config().replace(gu_band_m=band, dn_band_m=band,
-                                                       gather_slices=slices[model]), (model, t)
+                assert cfg == small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[model],
+                                                       gather_unroll=GATHER_UNROLL), (model, t)
             else:
                 # large T: as many slices as fit in one wave (a power of two <= 132 // chunks)
                 fill = max(1, 132 // chunks)
                 assert cfg.gather_slices == min(slices[model], 1 << (fill.bit_length() - 1)), (model, t)
+                assert cfg.gather_unroll == GATHER_UNROLL == 4, (model, t)
                 assert (cfg.gu_band_m, cfg.dn_band_m) == want[model] == default_bands(MoEConfig(), MoEProblem.for_model(
                     model, t)), (model, t)
     # Mixtral gate+up: a band of 16 reads 16 m-tiles and 9 n-blocks per wave instead of 2 and 112

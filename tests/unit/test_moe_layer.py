@@ -43,20 +43,21 @@ def test_small_t_layers_verify(model):
 
 
 def test_heuristic_picks_by_t_bucket():
-    from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config, small_t_config
+    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T, default_config, small_t_config
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
     # bands: the most 64-row m-tiles one expert can fill in the T bucket (T' / 64, T' the power of two)
     for t, band in ((1, 1), (16, 1), (64, 1), (65, 2), (128, 2), (129, 4), (SMALL_T, 4)):
-        want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=8)   # H = 2048: 4 KB / 512 B
+        want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=8,   # H = 2048: 4 KB / 512 B
+                                         gather_unroll=GATHER_UNROLL)
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as
     # many gather slices as fill one wave: Qwen3 T = 257 has ceil(2056 / 256) = 9 chunks -> 8 slices
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == \
-        MoEConfig(gu_band_m=1, dn_band_m=1, gather_slices=8)
+        MoEConfig(gu_band_m=1, dn_band_m=1, gather_slices=8, gather_unroll=GATHER_UNROLL)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)) == \
-        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=16)
+        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=16, gather_unroll=GATHER_UNROLL)
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", 8192)).gather_slices == 1  # 256 chunks
     small = small_t_config()
     assert all(getattr(small, k) in v for k, v in KNOBS.items())

@@ -73,10 +73,16 @@ from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config",
-           "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket", "wave_rows"]
+           "GATHER_UNROLL", "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket", "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
+#: 16-byte vectors in flight per permute-kernel thread (``MoEConfig.gather_unroll``). Measured (H200,
+#: session 22, ``bench/profile_moe.py --unroll 1,4``, torch.profiler, route_permute mean of 10 calls):
+#: 4 against the plain loop is 1.14-1.82x faster on every sliced cell of the 12 bench cells (Qwen3
+#: T = 16 11.5 -> 6.3 us, Mixtral T = 2048 42.7 -> 25.0 us) and equal (1.00x) with one slice (Qwen3 and
+#: DeepSeek T = 8192); log bench/data/moe_gather_h200_s22.log
+GATHER_UNROLL = 4
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
@@ -180,12 +186,15 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of
     :func:`small_t_band` for ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns
     (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
-    (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices.
+    (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
+    and ``GATHER_UNROLL`` vectors in flight per gather thread.
     """
     if problem.tokens <= SMALL_T:
         cfg = small_t_config(problem.dtype)
         band = small_t_band(problem, cfg.tile_m)
-        return cfg.replace(gu_band_m=band, dn_band_m=band, gather_slices=gather_slices_for(problem, cfg.route_chunk))
+        return cfg.replace(gu_band_m=band, dn_band_m=band, gather_slices=gather_slices_for(problem, cfg.route_chunk),
+                           gather_unroll=GATHER_UNROLL)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
-    return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk))
+    return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
+                       gather_unroll=GATHER_UNROLL)
