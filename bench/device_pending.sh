@@ -55,16 +55,16 @@ cd /tmp
 PYT="python3 -m pytest -q -p no:cacheprovider --timeout=${ARGUS_TEST_TIMEOUT:-540} --timeout-method=thread"
 case "$STEP" in
   attn-quad16)
-    $PYT -m gpu "$R/tests/gpu/test_attention_gpu.py" -k "quad16 or fully_masked" -rf 2>&1 | tail -30 | tee "$OUT/attn_quad16.log" ;;
+    $PYT -m gpu "$R/tests/gpu/test_attention_gpu.py" -k "quad16 or fully_masked" -rf 2>&1 | tee "$OUT/attn_quad16.log" | tail -30 ;;
   moe)
     XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
     $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30 ;;
   attn-mutants16)
     timeout 500 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT" --timeout 10 --ids \
       output16_shuffle_same_bit,output16_shuffle_xor3,output16_single_stage,output16_lane_cols4,output16_group_cols16,output16_rows_unmasked \
-      2>&1 | tail -25 | tee "$OUT/attn_mutants16.log" ;;
+      2>&1 | tee "$OUT/attn_mutants16.log" | tail -25 ;;
   gemm-staged)
-    $PYT -m gpu "$R/tests/gpu/test_gemm_staged.py" -rf 2>&1 | tail -30 | tee "$OUT/gemm_staged_gpu.log" ;;
+    $PYT -m gpu "$R/tests/gpu/test_gemm_staged.py" -rf 2>&1 | tee "$OUT/gemm_staged_gpu.log" | tail -30 ;;
   torch-ops)
     # -n 8 (pytest-xdist, when its wheel is carried): the tests' kernels compile in parallel
     XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
@@ -94,31 +94,31 @@ case "$STEP" in
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
   moe-bench)
     ARGUS_MOE_BENCH_COMPARE=1 ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
-      "$R/bench/test_moe_bench.py" 2>&1 | tail -40 > "$OUT/moe_bench.log"; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
+      "$R/bench/test_moe_bench.py" > "$OUT/moe_bench.log" 2>&1; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
   mutants18)
     timeout 300 python3 "$R/bench/mutants_gpu.py" --out "$OUT/gemm18" --timeout 10 --ids \
       c_bound_to_a,c_dtype_fp32,d_bound_to_b_staged,gemm_a_pair_offset_1,coop_d_col_major,swap_param_d_not_transposed,smem_sb_overlaps_sa_relation_retargeted,a_block_mode_n_assertion_restated \
-      2>&1 | tail -15 | tee "$OUT/gemm_mutants18.log"
+      2>&1 | tee "$OUT/gemm_mutants18.log" | tail -15
     timeout 200 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT/attn18" --timeout 10 --ids kv_oob_nan \
-      2>&1 | tail -8 | tee "$OUT/attn_mutants18.log" ;;
+      2>&1 | tee "$OUT/attn_mutants18.log" | tail -8 ;;
   moe-tune)
     timeout 560 python3 "$R/bench/tune_moe_grid.py" --out "$OUT/moe_tune" --budget "${3:-6}" ${4:+--cells "$4"} 2>&1 \
       | tee "$OUT/moe_tune.log" | grep -E "^\||wrote|building|planned|built in|: best" | tail -70 ;;
   attn-tune)
     timeout 560 python3 "$R/bench/tune_attention_grid.py" --out "$OUT/tune_s${3:-512}" --variants --seqlens "${3:-512}" 2>&1 \
-      | tail -20 | tee "$OUT/attn_tune_s${3:-512}.log" ;;
+      | tee "$OUT/attn_tune_s${3:-512}.log" | tail -20 ;;
   attn-epilogue)
     timeout 570 python3 "$R/bench/tune_attention_grid.py" --out "$OUT/tune_epilogue" --epilogue-only 2>&1 \
-      | tail -30 | tee "$OUT/attn_epilogue.log" ;;
+      | tee "$OUT/attn_epilogue.log" | tail -30 ;;
   attn-bench)
     ARGUS_BENCH_TABLE="$OUT/attention_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_attention_bench.py" 2>&1 | tail -5 > "$OUT/attention_bench.log"; cat "$OUT/attention_table.md" ;;
   gemm-swap)
-    $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tail -30 | tee "$OUT/gemm_swap_gpu.log" ;;
+    $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tee "$OUT/gemm_swap_gpu.log" | tail -30 ;;
   gemm-bench)
     # ANCHORS GEMM shapes vs cuBLAS, interleaved in one process; $3 = heuristic | costmodel | tuned
     ARGUS_BENCH_CONFIG=${3:-costmodel} ARGUS_BENCH_TABLE="$OUT/gemm_bench_${3:-costmodel}.md" timeout 560 python3 -m pytest -q -s \
-      -p no:cacheprovider "$R/bench/test_gemm_bench.py" 2>&1 | tail -30 > "$OUT/gemm_bench_${3:-costmodel}.log"
+      -p no:cacheprovider "$R/bench/test_gemm_bench.py" > "$OUT/gemm_bench_${3:-costmodel}.log" 2>&1
     cat "$OUT/gemm_bench_${3:-costmodel}.md" 2>/dev/null || tail -20 "$OUT/gemm_bench_${3:-costmodel}.log" ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the
