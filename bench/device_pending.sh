@@ -13,6 +13,7 @@
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
+#   bash bench/device_pending.sh OUTDIR moe-bench lookahead  # the same, interleaved with the other work_lookahead
 #   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
 #                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
 #   bash bench/device_pending.sh OUTDIR mutants18     # the GEMM and attention mutants added in session 18 (red team), ~4 min
@@ -93,7 +94,8 @@ case "$STEP" in
     # $3: comma-separated mutant ids (default: all of argus_cutlass/testing/mutants_moe.toml)
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
   moe-bench)
-    ARGUS_MOE_BENCH_COMPARE=1 ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
+    # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead: the other work_lookahead)
+    ARGUS_MOE_BENCH_COMPARE=${3:-1} ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" > "$OUT/moe_bench.log" 2>&1; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
   mutants18)
     timeout 300 python3 "$R/bench/mutants_gpu.py" --out "$OUT/gemm18" --timeout 10 --ids \

@@ -17,6 +17,9 @@ per band of each GEMM's walk, ``g`` the gather slices, and where the configurati
 128-row default in the small-T cells (column ``m128 ms``) and, in the cells whose layer walks in bands,
 the same configuration with the unbanded walk (``gu_band_m = dn_band_m = 0``, the walk of every
 layer before bands: column ``unbanded ms``), so a GPU session measures what the derived bands gain.
+``ARGUS_MOE_BENCH_COMPARE=lookahead`` times instead the same configuration with the other
+``work_lookahead`` (the grouped GEMMs' roles reading their next unit's expert ahead, or not), interleaved:
+column ``other lookahead ms``. Any other value is refused.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ VLLM_RATIO = {("mixtral", 16): 1.91, ("mixtral", 256): 1.73, ("mixtral", 2048): 
               ("qwen3-30b-a3b", 8192): 2.27, ("deepseek-v2-lite", 16): 2.55, ("deepseek-v2-lite", 256): 2.11,
               ("deepseek-v2-lite", 2048): 1.83, ("deepseek-v2-lite", 8192): 1.66}
 ROWS: list[str] = []
+#: ARGUS_MOE_BENCH_COMPARE: "" (ours and _grouped_mm only), "1" (also m128 and unbanded), "lookahead" (also
+#: the same configuration with the other work_lookahead: column ``other lookahead ms``)
+COMPARE_MODES = ("", "1", "lookahead")
 
 
 @pytest.mark.parametrize("tokens", TOKENS)
@@ -64,12 +70,16 @@ def test_moe_cell(model, tokens):
     assert chk.ok, chk
     x, ids, w, w13, w2 = make_inputs(p, seed=1)
     ws = torch.empty(lib.workspace_bytes(tokens), dtype=torch.uint8, device="cuda")
-    compare = bool(os.environ.get("ARGUS_MOE_BENCH_COMPARE"))
+    compare = os.environ.get("ARGUS_MOE_BENCH_COMPARE", "")
+    if compare not in COMPARE_MODES:
+        raise ValueError(f"ARGUS_MOE_BENCH_COMPARE={compare!r}: expected one of {sorted(COMPARE_MODES)}")
     alts: dict[str, MoEConfig] = {}
-    if compare and cfg.tile_m != 128:
+    if compare == "1" and cfg.tile_m != 128:
         alts["m128"] = MoEConfig(dtype=p.dtype)
-    if compare and (cfg.gu_band_m or cfg.dn_band_m):
+    if compare == "1" and (cfg.gu_band_m or cfg.dn_band_m):
         alts["unbanded"] = cfg.replace(gu_band_m=0, dn_band_m=0)
+    if compare == "lookahead":   # the same configuration with the other work_lookahead
+        alts["lookahead"] = cfg.replace(work_lookahead=1 - cfg.work_lookahead)
     runs = {}
     for key, alt_cfg in alts.items():
         alt = moe_kernel(p, alt_cfg, smt=False)
@@ -84,15 +94,17 @@ def test_moe_cell(model, tokens):
             other[key].append(time_fn(lambda a=alt, wa=ws_alt: a.forward(x, ids, w, w13, w2, workspace=wa,
                                                                          padding="unchecked"), iters=20))
     o, b = statistics.median(ours), statistics.median(base)
-    m128, unbanded = (f"{statistics.median(other[key]):.3f}" if other.get(key) else "-" for key in ("m128", "unbanded"))
+    m128, unbanded, flip = (f"{statistics.median(other[key]):.3f}" if other.get(key) else "-"
+                            for key in ("m128", "unbanded", "lookahead"))
     label = (f"m{cfg.tile_m} gu{cfg.gu_tile_n}x{cfg.gu_stages} dn{cfg.dn_tile_n}x{cfg.dn_stages} k{cfg.tile_k} "
-             f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices}u{cfg.gather_unroll} ({source})")
+             f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices}u{cfg.gather_unroll}"
+             f"{' la' if cfg.work_lookahead else ''} ({source})")
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
     floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
     v = VLLM_MS.get((model, tokens))
     need = VLLM_RATIO.get((model, tokens))
     ROWS.append(f"| {model} | {tokens} | {label} | {o:.3f} | {m128} | {b:.3f} | {b / o:.2f} | "
-                f"{v if v else '-'} | {need if need else '-'} | {floor:.3f} | {o / floor:.2f} | {unbanded} |")
+                f"{v if v else '-'} | {need if need else '-'} | {floor:.3f} | {o / floor:.2f} | {unbanded} | {flip} |")
     print(ROWS[-1])
 
 
@@ -100,8 +112,8 @@ def teardown_module(module):
     table = os.environ.get("ARGUS_BENCH_TABLE")
     # the new column last: tables of earlier sessions (11 columns) keep reading under this header
     head = ("| model | T | config | ours ms | m128 ms | _grouped_mm ms | speedup | vLLM ms (ANCHORS) | "
-            "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor | unbanded ms |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor | unbanded ms | other lookahead ms |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     if table and ROWS:
         with open(table, "w") as f:
             f.write(head + "\n".join(ROWS) + "\n")

@@ -914,6 +914,10 @@ class TileSchedule:
     band_m`` in every band, the last one too) and ``band_swap`` (False: m-tile ``first + local /
     rows``, n-block ``local % rows``) state mistakes of that walk; a correct kernel has the values
     in brackets. ``band_m`` 1 is not ``band_m`` 0: one m-tile's n-blocks are consecutive units.
+    ``lookahead`` (grouped only; 0 or 1): with 1 the producer and each consumer warpgroup read the
+    work of their next unit (its expert, a load from device memory written by the routing kernel)
+    before running the current one, so that load's latency is not paid between two units' TMA
+    loads; the units and their order are unchanged (``scheduler.bijection`` models the printed loop).
     """
 
     raster: str
@@ -931,6 +935,7 @@ class TileSchedule:
     band_start_delta: int = field(default=0, metadata=_CANON_SKIP)
     band_full_rows: bool = field(default=False, metadata=_CANON_SKIP)
     band_swap: bool = field(default=False, metadata=_CANON_SKIP)
+    lookahead: int = field(default=0, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_schedule(self)
@@ -1603,6 +1608,12 @@ def _validate_band(node: TileSchedule) -> None:
     if not bm and (node.band_start_delta or node.band_full_rows or node.band_swap):
         _dsl_error("dsl.operand", loc, "band_start_delta / band_full_rows / band_swap describe a banded walk: "
                    "they need band_m >= 1")
+    la = node.lookahead
+    if not isinstance(la, int) or isinstance(la, bool) or la not in (0, 1):
+        _dsl_error("dsl.operand", loc, f"lookahead {la!r} must be 0 or 1 (units of work read ahead)")
+    if la and node.decomposition != "grouped":
+        _dsl_error("dsl.operand", loc, f"lookahead={la} needs decomposition 'grouped' (its Scheduler::current reads "
+                   f"the m-tile's expert from device memory; the {node.decomposition!r} walk reads nothing)")
 
 
 #: exclusive upper end of a field printed as a C ``constexpr int``

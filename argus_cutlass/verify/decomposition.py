@@ -81,7 +81,7 @@ __all__ = [
     "REDUCTIONS", "TileWalk", "WalkGeometry", "WorkUnit", "check_division", "check_grouped_walk", "check_units",
     "check_walk", "cutlass_tile_of_unit", "cutlass_unit_of_tile", "decomposition_plan", "enumerate_division",
     "enumerate_grouped_walk", "enumerate_walk", "grouped_tile_of_unit", "grouped_walk_all_sizes",
-    "grouped_walk_bound", "log_swizzle_size", "walk_geometry", "work_units",
+    "grouped_walk_bound", "log_swizzle_size", "role_loop_units", "walk_geometry", "work_units",
 ]
 
 #: our raster names -> CUTLASS RasterOrder (``heuristic`` = RasterOrderOptions::Heuristic)
@@ -1032,6 +1032,45 @@ def enumerate_grouped_walk(walk: GroupedWalk, max_tiles: int = 12) -> tuple[int,
             grids += 1
             points += tiles_m * tiles_n
     return grids, points, None
+
+
+def role_loop_units(first: int, stride: int, step: int, units: int, lookahead: int) -> tuple[list[int], list[int]]:
+    """The units one role's printed loop runs and the units whose work it reads, in order
+    (``templates/gemm/mainloop.j2`` ``producer_mainloop``: ``stride`` 1; ``templates/gemm/kernel_body.j2``
+    consumer loop: ``stride`` = ``consumer_stride``). The role starts at unit ``first`` and advances
+    by ``stride * step``; ``Scheduler::current`` (``templates/moe/work.j2``) reads unit ``u``'s work
+    (the m-tile's expert, from device memory) only when ``u < units``. ``lookahead`` 1 is the
+    printed form ``Work next = current(); for (w = next; w.valid; w = next) { advance; next =
+    current(); ... }``: unit ``u + stride * step``'s work is read before unit ``u`` runs.
+
+    >>> role_loop_units(1, 1, 4, 10, 1)
+    ([1, 5, 9], [1, 5, 9])
+    """
+    runs: list[int] = []
+    reads: list[int] = []
+
+    def current(u: int) -> int | None:
+        if u < units:
+            reads.append(u)
+            return u
+        return None
+
+    u = first
+    if lookahead:
+        nxt = current(u)
+        w = nxt
+        while w is not None:
+            u += stride * step
+            nxt = current(u)
+            runs.append(w)
+            w = nxt
+    else:
+        w = current(u)
+        while w is not None:
+            runs.append(w)
+            u += stride * step
+            w = current(u)
+    return runs, reads
 
 
 def grouped_walk_all_sizes(walk: GroupedWalk) -> str | None:

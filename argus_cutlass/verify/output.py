@@ -55,6 +55,7 @@ from argus_cutlass.verify.decomposition import (
     enumerate_grouped_walk,
     grouped_walk_all_sizes,
     grouped_walk_bound,
+    role_loop_units,
 )
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
@@ -64,6 +65,8 @@ __all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedul
 #: enumeration bounds of scheduler.bijection
 MAX_UNITS = 48
 MAX_TILES = 12
+#: the unit counts up to which the grouped roles' printed loops are enumerated (every grid and CTA)
+ROLE_LOOP_UNITS = 24
 
 
 def accumulator_map(program: Program) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -350,11 +353,44 @@ def _check_grouped_schedule(sch: TileSchedule) -> tuple[list[Proof], list[Violat
     grids, pts, p = _grouped_cases(walk)
     if p is not None:
         return [], [grouped_walk_violation(sch, p)]
+    loops, bad = _role_loop_cases(sch.lookahead, sch.consumer_stride)
+    if bad is not None:
+        return [], [Violation("scheduler.bijection", "G4", f"the grouped roles' loops with lookahead {sch.lookahead}: "
+                              f"{bad}", "each role runs units first, first + stride * step, ... below the unit "
+                              "count and reads each one's work once, before or when it runs it", str(sch.loc))]
     bound = grouped_walk_bound(walk, MAX_TILES)
+    ahead = (" (lookahead 1: each reads its next unit's expert before running the current unit)"
+             if sch.lookahead else "")
     text = (f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1; the grouped "
             f"walk ({walk.describe()}) maps units [0, tiles_m * tiles_n) one-to-one onto the tile grid for all "
-            f"{grids} grids tiles_m in [0, {bound}] x tiles_n in [1, {MAX_TILES}]")
-    return [Proof("scheduler.bijection", "G4", "enum", text, MAX_UNITS * (MAX_UNITS + 3) // 2 + pts)], []
+            f"{grids} grids tiles_m in [0, {bound}] x tiles_n in [1, {MAX_TILES}]; the printed producer and "
+            f"consumer loops{ahead} run exactly their CTA's units in order and read each unit's expert once, "
+            f"only for units < tiles_m * tiles_n ({loops} role loops: every unit count <= {ROLE_LOOP_UNITS}, grid, CTA "
+            "and warpgroup)")
+    return [Proof("scheduler.bijection", "G4", "enum", text, MAX_UNITS * (MAX_UNITS + 3) // 2 + pts + loops)], []
+
+
+@functools.lru_cache(maxsize=8)
+def _role_loop_cases(lookahead: int, consumer_stride: int) -> tuple[int, str | None]:
+    """The roles' printed loops (:func:`~argus_cutlass.verify.decomposition.role_loop_units`) against
+    the walk's ownership (CTA ``c`` of ``grid`` owns units ``c + i * grid``; a consumer warpgroup
+    ``w`` of ``consumer_stride`` every ``stride``-th of them from its ``w``-th) for every unit count
+    up to ``ROLE_LOOP_UNITS`` and grid up to ``units + 1``: ``(loops checked, first problem text)``."""
+    n = 0
+    for units in range(ROLE_LOOP_UNITS + 1):
+        for grid in range(1, units + 2):
+            for cta in range(grid):
+                owned = list(range(cta, units, grid))
+                roles = [("producer", 0, 1)] + [(f"consumer warpgroup {w}", w, consumer_stride)
+                                                 for w in range(consumer_stride)]
+                for role, first, stride in roles:
+                    runs, reads = role_loop_units(cta + first * grid, stride, grid, units, lookahead)
+                    want = owned[first::stride]
+                    n += 1
+                    if runs != want or sorted(reads) != want or len(set(reads)) != len(reads):
+                        return n, (f"{role} of CTA {cta} (grid {grid}, {units} units) runs {runs} and reads the work "
+                                   f"of {reads}; it owns {want}")
+    return n, None
 
 
 def check_schedule_all_sizes(program: Program) -> tuple[list[Proof], list[Violation]]:

@@ -116,6 +116,9 @@ def _prebuilt():
             q = MoEProblem(t, e, k_, h, i)
             k = generate(_sliced(sl, small_t), q, smt=False)
             kernels[k.name] = k
+    for t, e, k_, h, i, _routing, _sizes, small_t, (gu, dn) in _LOOKAHEAD_CASES:
+        k = generate(_banded(gu, dn, small_t).replace(work_lookahead=1), MoEProblem(t, e, k_, h, i), smt=False)
+        kernels[k.name] = k
     failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
     assert not failed, failed[0]
 
@@ -368,3 +371,31 @@ def test_unrolled_gather(shape, unroll):
     cfg = _sliced(sl, small_t=False) if sl > 1 else _banded(0, 0)
     y = _run_sliced(p, cfg.replace(gather_unroll=unroll), invalid=[(3, j) for j in range(k)] + [(0, 0), (7, k - 1)])
     assert float(y[3].float().abs().max()) == 0.0
+
+
+# ---- the grouped GEMMs' work lookahead -------------------------------------------------------------
+
+
+_LOOKAHEAD_CASES = (
+    # (T, E, k, H, I, routing, sizes, small_t, bands): the walks and routings where a read-ahead could go wrong
+    (777, 16, 2, 512, 384, "skewed", None, False, (3, 5)),        # partial last band, more units than CTAs
+    (162, 8, 2, 512, 256, "sizes", [128, 130, 65, 1, 0, 0, 0, 0], True, (4, 3)),   # empty experts, odd groups
+    (4000, 8, 2, 512, 256, "skewed", None, False, (0, 0)),        # unbanded walk, 67 m-tiles
+    (16, 128, 8, 2048, 768, "uniform", None, True, (1, 1)),       # Qwen3's small-T layer
+    (300, 8, 2, 512, 256, "all_to_one", None, False, (1, 1)),     # one expert owns every m-tile
+)
+
+
+@pytest.mark.parametrize("case", range(len(_LOOKAHEAD_CASES)))
+def test_work_lookahead(case):
+    """work_lookahead 1 (both grouped GEMMs read their next unit's expert ahead) against the fp32 layer, the
+    output poisoned, on partial bands, empty experts, one hot expert, the unbanded walk and more units than
+    CTAs (so the producer and each consumer warpgroup take several units, and the read-ahead runs off the
+    end of the walk)."""
+    t, e, k, h, i, routing, sizes, small_t, (gu, dn) = _LOOKAHEAD_CASES[case]
+    p = MoEProblem(t, e, k, h, i)
+    cfg = _banded(gu, dn, small_t).replace(work_lookahead=1)
+    lib = _lib(p, cfg)
+    assert {lib.layer.gate_up.schedule.lookahead, lib.layer.down.schedule.lookahead} == {1}
+    chk = run_and_check(lib, p, routing=routing, sizes=sizes, seed=case)
+    assert chk.ok, (case, chk)

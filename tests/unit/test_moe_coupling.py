@@ -7,7 +7,7 @@ routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` n
 own scalar fields -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
 ``expert_shift``, ``pair_offset``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
 ``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
-``band_start_delta``, ``band_full_rows``, ``band_swap``), a type-appropriate mutation
+``band_start_delta``, ``band_full_rows``, ``band_swap``, and ``lookahead``), a type-appropriate mutation
 (int: +1, -1 and doubled; bool: flipped; str: every other valid value; tuple: an element dropped
 and replaced) is applied and one of these must hold:
 
@@ -44,7 +44,7 @@ DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "inv
            "ctype": tuple(CTYPES), "act": ("", "swiglu", "swiglu_swapped"),
            "decomposition": ("persistent", "streamk", "splitk", "grouped")}
 #: the schedule node's fields of the banded grouped walk
-BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap")
+BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap", "lookahead")
 #: MoE fields of the grouped GEMM programs: (part, replace_node kind, key getter, fields)
 GEMM_FIELDS = (
     ("gate_up", "load", lambda p: p.load_into("sB").name, ("expert_rows", "expert_shift", "pair_offset")),

@@ -199,9 +199,57 @@ def test_unrolled_gather_copies_what_the_plain_loop_copies(slices, unroll):
     assert f"constexpr int kGatherUnroll = {unroll};" in src and "kGatherUnroll" not in render_moe(plain)
 
 
+@pytest.mark.parametrize("small_t", [False, True])
+def test_work_lookahead_prints_the_read_ahead_loop(small_t):
+    """work_lookahead 1: both grouped GEMMs' schedule nodes carry lookahead 1, the layer verifies (the
+    roles' printed loops enumerated: same units, each expert read once, none past the unit count), the
+    producer and consumer loops print the read-ahead form, and lookahead 0 prints the earlier loop."""
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+    from argus_cutlass.verify.moe import verify_moe
+
+    p = MoEProblem(16 if small_t else 300, 16, 4, 256, 512)
+    base = small_t_config() if small_t else MoEConfig()
+    plain, ahead = build_layer(base, p), build_layer(base.replace(work_lookahead=1), p)
+    assert {ahead.program(part).schedule.lookahead for part in ("gate_up", "down")} == {1}
+    assert {plain.program(part).schedule.lookahead for part in ("gate_up", "down")} == {0}
+    rep = verify_moe(ahead)
+    assert rep.ok, [v.format() for v in rep.violations]
+    walk = [pr.summary for pr in rep.proofs if pr.rule == "scheduler.bijection" and "lookahead 1" in pr.summary]
+    assert len(walk) == 2, [pr.summary for pr in rep.proofs if pr.rule == "scheduler.bijection"]
+    src, old = render_moe(ahead), render_moe(plain)
+    assert src.count("Work next = sched.current(p);") == 4 and "next = sched.current(p);" not in old   # 2 GEMMs x 2 roles
+    assert old.count("for (Work w = sched.current(p); w.valid; sched.advance(") == 4
+    assert ahead.name == plain.name + "_la"
+
+
+def test_lookahead_outside_the_grouped_walk_is_refused():
+    from argus_cutlass.errors import DslError
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.program import build_program
+
+    prog = build_program(GemmConfig(), None)
+    with pytest.raises(DslError, match="lookahead=1 needs decomposition 'grouped'"):
+        prog.replace_node("schedule", lookahead=1)
+    layer = build_layer(MoEConfig(), MoEProblem(16, 8, 2, 256, 512))
+    with pytest.raises(DslError, match="lookahead 2 must be 0 or 1"):
+        layer.replace_node("down", "schedule", None, lookahead=2)
+
+
+def test_role_loops_run_their_units_once():
+    """The verifier's model of the printed role loops (decomposition.role_loop_units): with and without
+    lookahead the same units in the same order, each read once and none at or past the unit count."""
+    from argus_cutlass.verify.decomposition import role_loop_units
+
+    for la in (0, 1):
+        assert role_loop_units(2, 2, 5, 23, la) == ([2, 12, 22], [2, 12, 22])
+        assert role_loop_units(7, 1, 8, 7, la) == ([], [])
+    with pytest.raises(TypeError):
+        role_loop_units(0, 1, 1, 1)   # lookahead is required: no default loop form
+
+
 @pytest.mark.nvcc
-@pytest.mark.parametrize("dtype,unroll", [("bf16", 1), ("fp16", 1), ("bf16", 4)])
-def test_layer_compiles(tmp_path, dtype, unroll):
+@pytest.mark.parametrize("dtype,unroll,lookahead", [("bf16", 1, 0), ("fp16", 1, 0), ("bf16", 4, 0), ("bf16", 4, 1)])
+def test_layer_compiles(tmp_path, dtype, unroll, lookahead):
     from argus_cutlass.build.nvcc import compile_cu
     from argus_cutlass.errors import ToolchainError
 
@@ -211,12 +259,16 @@ def test_layer_compiles(tmp_path, dtype, unroll):
         find_toolchain()
     except ToolchainError as exc:
         pytest.skip(f"no nvcc/CUTLASS: {exc}")
-    k = generate(MoEConfig(dtype=dtype, gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1),
-                 MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
+    k = generate(MoEConfig(dtype=dtype, gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1,
+                           work_lookahead=lookahead), MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert art.path.exists() if hasattr(art.path, "exists") else art.path
     log = getattr(art, "log", "") or ""
     assert "C7510" not in log
+    if lookahead:   # the read-ahead Work lives in the producer's few registers: no spill
+        spills = [line for line in log.splitlines() if "spill" in line and not line.rstrip().endswith(
+            "0 bytes spill stores, 0 bytes spill loads")]
+        assert not spills, spills
 
 
 def test_api_bad_inputs_named():

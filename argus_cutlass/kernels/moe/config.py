@@ -64,6 +64,11 @@ class MoEConfig(BaseModel):
             ``gather_slices`` CTAs), so more loads in flight per thread shorten it. 1 (the default):
             the loop of earlier kernels (same ``.cu``, name and output). Every thread copies the same
             vectors either way (``moe.gather`` enumerates the printed loop).
+        work_lookahead: 0 or 1, both grouped GEMMs' schedule node ``lookahead``: with 1 the producer
+            and the consumer warpgroups read their next unit's expert (``tile_expert``, device memory)
+            before running the current unit, so that dependent load is not paid between two units'
+            TMA loads (the weight stream of a short unit, e.g. Qwen3's down GEMM with K = I = 768,
+            lasts only ~10 us per unit). 0 (the default): the loop of earlier kernels (same ``.cu``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -82,6 +87,7 @@ class MoEConfig(BaseModel):
     dn_band_m: int = Field(0, ge=0, le=MAX_BAND_M)
     gather_slices: int = Field(1, ge=1, le=MAX_GATHER_SLICES)
     gather_unroll: Literal[1, 2, 4, 8] = 1
+    work_lookahead: Literal[0, 1] = 0
 
     @property
     def schedule(self) -> str:

@@ -50,15 +50,19 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_g16'
     >>> layer_label(MoEConfig(gather_slices=16, gather_unroll=4), MoEProblem(16, 8, 2, 4096, 14336))
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_g16u4'
+    >>> layer_label(MoEConfig(work_lookahead=1), MoEProblem(16, 8, 2, 4096, 14336))
+    'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_la'
 
     The band suffix ``_b<gu>x<dn>`` is left out for the unbanded walk (0, 0), and the gather-slice
-    suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1), so earlier layers keep their names (the fingerprint in the
+    suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1; ``_la`` for
+    the grouped GEMMs' work lookahead), so earlier layers keep their names (the fingerprint in the
     kernel name changes with every field either way).
     """
     c, p = cfg, problem
     band = f"_b{c.gu_band_m}x{c.dn_band_m}" if (c.gu_band_m or c.dn_band_m) else ""
     gather = f"_g{c.gather_slices}" if c.gather_slices != 1 else ""
     gather += f"u{c.gather_unroll}" if c.gather_unroll != 1 else ""
+    gather += "_la" if c.work_lookahead else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -92,9 +96,10 @@ def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
 
 
 def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, band_m: int,
-             loc: SourceLoc) -> Program:
+             loc: SourceLoc, lookahead: int = 0) -> Program:
     """``program`` (a GEMM) edited into a grouped GEMM of family ``moe`` (walk: bands of ``band_m``
-    m-tiles, 0 for none)."""
+    m-tiles, 0 for none; ``lookahead`` the schedule node's: the roles read their next unit's work
+    ahead)."""
     p = dataclasses.replace(program, family="moe", name=label)
     lb = p.load_into("sB")
     changes: dict = {"expert_rows": expert_rows}
@@ -102,7 +107,7 @@ def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, b
         half = lb.tile_mn // 2
         changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))
     p = p.replace_node("load", lb.name, **changes)
-    p = p.replace_node("schedule", decomposition="grouped", band_m=band_m)
+    p = p.replace_node("schedule", decomposition="grouped", band_m=band_m, lookahead=lookahead)
     if pair_offset:
         e = p.epilogue
         p = p.replace_node("epilogue", tile_n=e.tile_n // 2, act="swiglu", act_pair=e.op_n // 4)
@@ -124,8 +129,10 @@ def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: Ge
     gcfg = gemm_cfg if gemm_cfg is not None else gemm_configs(c)[i]
     label = layer_label(c, p) + ("_gu", "_dn")[i]
     if part == "gate_up":
-        return _grouped(build_gemm_program(gcfg, None), label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc())
-    return _grouped(build_gemm_program(gcfg, None), label, p.hidden, 0, c.dn_band_m, loc or caller_loc())
+        return _grouped(build_gemm_program(gcfg, None), label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(),
+                        c.work_lookahead)
+    return _grouped(build_gemm_program(gcfg, None), label, p.hidden, 0, c.dn_band_m, loc or caller_loc(),
+                    c.work_lookahead)
 
 
 def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:

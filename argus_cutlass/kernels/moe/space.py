@@ -42,8 +42,10 @@ def bucket_of(tokens: int) -> str:
 #: bytes and each stage's size, so :func:`candidates` halves the stage counts with it.
 #: ``gather_slices``: column slices (grid y CTAs) per routing chunk of the permute kernel's gather
 #: (the heuristic derives them from the chunk count and H at every T: ``heuristics.gather_slices_for``,
-#: up to ``MAX_GATHER_SLICES``). ``gather_unroll``: 16-byte loads in flight per thread of that gather (1:
-#: the loop of the shipped entries; 4 is tried as a neighbour, not yet measured).
+#: up to ``MAX_GATHER_SLICES``). ``gather_unroll``: 16-byte loads in flight per thread of that gather (4 in
+#: the heuristic and the shipped entries since session 22's measurement, 1 the plain loop).
+#: ``work_lookahead``: the grouped GEMMs' roles read their next unit's expert ahead (1) or not (0, the
+#: shipped kernels; 1 is tried as a neighbour, not yet measured).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -58,6 +60,7 @@ KNOBS: dict[str, tuple] = {
     "dn_band_m": (0, 1, 2, 4, 8, 16, 32),
     "gather_slices": (1, 2, 4, 8, 16, 32, 64),
     "gather_unroll": (1, 4, 2, 8),
+    "work_lookahead": (0, 1),
 }
 
 
@@ -113,7 +116,7 @@ def with_tile_n(cfg: MoEConfig, gemm: str, tile_n: int) -> MoEConfig:
 def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     """One-knob moves from ``cfg``, the knobs ``bench/RESULTS.md`` issue 11 measured moving the layer
     most first: both walks' bands (unbanded, half, double), the gather slices (half, double), the gather
-    unroll (4 from 1, not yet measured), the
+    unroll (4 from 1, 1 from any other), the grouped GEMMs' work lookahead (not yet measured), the
     other bucket's tile (with that bucket's tiles and stages), the other k extent (stages scaled to
     the same shared memory), then the pipeline depths, the n-tiles, the epilogue width and each
     walk's band alone.
@@ -151,11 +154,13 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
         yield cfg.replace(gather_slices=v)
     for v in near("gather_unroll"):
         yield cfg.replace(gather_unroll=v)
+    for v in near("work_lookahead"):
+        yield cfg.replace(work_lookahead=v)
     from argus_cutlass.kernels.moe.heuristics import small_t_config
 
     other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
     yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices,
-                        gather_unroll=cfg.gather_unroll)
+                        gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
