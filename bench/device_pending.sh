@@ -52,6 +52,15 @@ if ls "$R"/.whl/*.whl >/dev/null 2>&1; then
     || { tail "$OUT/install.log"; exit 1; }
 fi
 export PYTHONUNBUFFERED=1
+# clocks, power and throttle reasons beside each benchmark (a machine per call: session 22 saw the same
+# 8192^3 kernel 7 % slower than in session 16 with cuBLAS not, and nothing recorded to tell why)
+# (sampled every 2 s while the step runs, into $OUT/gpu_state.csv)
+gpu_state() {
+  nvidia-smi --query-gpu=timestamp,name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -l 2 >> "$OUT/gpu_state.csv" 2>&1 &
+  GPU_STATE_PID=$!
+  trap 'kill $GPU_STATE_PID 2>/dev/null' EXIT
+}
 cd /tmp
 PYT="python3 -m pytest -q -p no:cacheprovider --timeout=${ARGUS_TEST_TIMEOUT:-540} --timeout-method=thread"
 case "$STEP" in
@@ -94,6 +103,7 @@ case "$STEP" in
     # $3: comma-separated mutant ids (default: all of argus_cutlass/testing/mutants_moe.toml)
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
   moe-bench)
+    gpu_state
     # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead: the other work_lookahead)
     ARGUS_MOE_BENCH_COMPARE=${3:-1} ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" > "$OUT/moe_bench.log" 2>&1; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
@@ -118,6 +128,7 @@ case "$STEP" in
   gemm-swap)
     $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tee "$OUT/gemm_swap_gpu.log" | tail -30 ;;
   gemm-bench)
+    gpu_state
     # ANCHORS GEMM shapes vs cuBLAS, interleaved in one process; $3 = heuristic | costmodel | tuned
     ARGUS_BENCH_CONFIG=${3:-costmodel} ARGUS_BENCH_TABLE="$OUT/gemm_bench_${3:-costmodel}.md" timeout 560 python3 -m pytest -q -s \
       -p no:cacheprovider "$R/bench/test_gemm_bench.py" > "$OUT/gemm_bench_${3:-costmodel}.log" 2>&1

@@ -87,12 +87,13 @@ def test_moe_cell(model, tokens):
         runs[key] = (alt, torch.empty(alt.workspace_bytes(tokens), dtype=torch.uint8, device="cuda"))
     ours, base = [], []
     other: dict[str, list[float]] = {key: [] for key in runs}
-    for _ in range(ROUNDS):
-        ours.append(time_fn(lambda: lib.forward(x, ids, w, w13, w2, workspace=ws, padding="unchecked"), iters=20))
-        base.append(time_fn(lambda: grouped_mm_layer(x, ids, w, w13, w2), iters=20))
-        for key, (alt, ws_alt) in runs.items():
-            other[key].append(time_fn(lambda a=alt, wa=ws_alt: a.forward(x, ids, w, w13, w2, workspace=wa,
-                                                                         padding="unchecked"), iters=20))
+    timed = [(ours, lambda: lib.forward(x, ids, w, w13, w2, workspace=ws, padding="unchecked")),
+             (base, lambda: grouped_mm_layer(x, ids, w, w13, w2))]
+    timed += [(other[key], lambda a=alt, wa=ws_alt: a.forward(x, ids, w, w13, w2, workspace=wa, padding="unchecked"))
+              for key, (alt, ws_alt) in runs.items()]
+    for r in range(ROUNDS):   # the order reversed every other round (ABBA): drift within a round hits all alike
+        for out, fn in timed[:: 1 if r % 2 == 0 else -1]:
+            out.append(time_fn(fn, iters=20))
     o, b = statistics.median(ours), statistics.median(base)
     m128, unbanded, flip = (f"{statistics.median(other[key]):.3f}" if other.get(key) else "-"
                             for key in ("m128", "unbanded", "lookahead"))

@@ -110,23 +110,30 @@ def run_and_check(lib: Any, problem: MoEProblem, *, routing: str = "uniform", se
 
 
 def time_fn(fn: Any, *, warmup: int = 10, iters: int = 50, flush_l2: bool = True) -> float:
-    """Median milliseconds of ``fn()`` by CUDA events (L2 flushed before each call by default)."""
+    """Median milliseconds of ``fn()`` by CUDA events (L2 flushed before each call by default).
+
+    The events of all ``iters`` calls are recorded first and read after one synchronization
+    (``triton.testing.do_bench``'s pattern, as ``bench/test_gemm_bench.py`` times the GEMM): the host
+    enqueues call ``i + 1`` while the device runs call ``i``, so the time is the device's, not the
+    host's launch path. Until session 22 each call was synchronized before the next one was enqueued,
+    so a layer whose host path (checks, allocations, six launches) outlasted the 256 MB flush before
+    it was timed with the device waiting for its launches. A ``fn`` that synchronizes inside (the
+    ``_grouped_mm`` layer reads its group sizes on the host) is timed as before.
+    """
     import torch
 
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda") if flush_l2 else None
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(iters):
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for a, b in events:
         if flush is not None:
             flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
         b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in events)
     return times[len(times) // 2]
 
 
