@@ -9,6 +9,7 @@
 #   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather (~6 min)
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-gather    # route_permute with gather_unroll 1 vs 4, every bench cell (~5 min)
+#   bash bench/device_pending.sh OUTDIR moe-lookahead # grouped GEMMs with work_lookahead 0 vs 1, per kernel, 8 cells (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
@@ -40,7 +41,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -91,6 +92,11 @@ case "$STEP" in
     timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/gather" --unroll 1,4 --cells \
       mixtral:16,mixtral:256,mixtral:2048,mixtral:8192,qwen3-30b-a3b:16,qwen3-30b-a3b:256,qwen3-30b-a3b:2048,qwen3-30b-a3b:8192,deepseek-v2-lite:16,deepseek-v2-lite:256,deepseek-v2-lite:2048,deepseek-v2-lite:8192 \
       2>&1 | tee "$OUT/moe_gather.log" | grep -E "^==|route_permute|gemm_kernel|combine" | head -80 ;;
+  moe-lookahead)
+    # the grouped GEMMs' work lookahead (1) beside the shipped loop (0), per kernel, the small-T cells and two large
+    timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/lookahead" --lookahead 0,1 --cells \
+      mixtral:16,mixtral:256,qwen3-30b-a3b:16,qwen3-30b-a3b:256,deepseek-v2-lite:16,deepseek-v2-lite:256,qwen3-30b-a3b:2048,deepseek-v2-lite:2048 \
+      2>&1 | tee "$OUT/moe_lookahead.log" | grep -E "^==|gemm_kernel" | head -80 ;;
   moe-stalls)
     timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --section SpeedOfLight --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters --section LaunchStats \

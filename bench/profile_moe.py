@@ -6,7 +6,8 @@
 
 Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's configuration
 (``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16, keeping
-the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll). The layers are built in
+the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll, ``--lookahead 0,1`` with and
+without the grouped GEMMs' work lookahead). The layers are built in
 one parallel batch (``generate.build_jobs``), warmed up, then run ``--iters`` times with a 256 MB buffer
 written between runs (L2 flushed: every run reads its weights from HBM); the profiler's device time per
 kernel (routing count / scan / permute, gate+up GEMM, down GEMM, combine, and the flush itself) is
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated GUxDN band pairs (e.g. 0x0,1x1,2x2): each cell is profiled with each")
     ap.add_argument("--unroll", default="",
                     help="comma-separated gather_unroll values (e.g. 1,4): each cell is profiled with each")
+    ap.add_argument("--lookahead", default="",
+                    help="comma-separated work_lookahead values (0,1): each cell is profiled with each")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
@@ -63,15 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in bands]
         problems = [p for p in problems for _ in bands]
         configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
-    if args.unroll:
+    for flag, field, allowed in (("unroll", "gather_unroll", "1, 2, 4, 8"), ("lookahead", "work_lookahead", "0, 1")):
+        spec = getattr(args, flag)
+        if not spec:
+            continue
         try:
-            unrolls = [int(u) for u in args.unroll.split(",") if u]
-            configs_u = [c.replace(gather_unroll=u) for c in configs for u in unrolls]
+            values = [int(u) for u in spec.split(",") if u]
+            configs_v = [c.replace(**{field: v}) for c in configs for v in values]
         except ValueError as exc:
-            ap.error(f"--unroll {args.unroll!r}: expected values of 1, 2, 4, 8 ({exc.__class__.__name__})")
-        cells = [c for c in cells for _ in unrolls]
-        problems = [p for p in problems for _ in unrolls]
-        configs = configs_u
+            ap.error(f"--{flag} {spec!r}: expected values of {allowed} ({exc.__class__.__name__})")
+        cells = [c for c in cells for _ in values]
+        problems = [p for p in problems for _ in values]
+        configs = configs_v
     # one parallel nvcc batch (the disk cache then serves moe_kernel below), unbanded layers too
     build_jobs(list(zip(configs, problems)))
     out = Path(args.out)
@@ -116,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
                 per[_short(e.name, lib.name)].append(e.device_time_total)
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
         layer_sum = sum(r["mean_us"] * r["calls"] for k, r in rows.items() if k.startswith(("gu::", "dn::", "ns::"))) / args.iters
-        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}"] = {
+        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}:la{cfg.work_lookahead}"] = {
             "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us,
             "kernels_sum_us": layer_sum}
-        print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} {lib.name}: "
+        print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} "
+              f"lookahead {cfg.work_lookahead} {lib.name}: "
               f"layer {layer_us:.1f} us (events, median), its kernels {layer_sum:.1f} us (profiler)")
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
             print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")
