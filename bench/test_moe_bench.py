@@ -111,7 +111,7 @@ def test_moe_cell(model, tokens):
 
 def teardown_module(module):
     table = os.environ.get("ARGUS_BENCH_TABLE")
-    # the new column last: tables of earlier sessions (11 columns) keep reading under this header
+    # new columns last: tables of earlier sessions (11 and 12 columns) keep reading under this header
     head = ("| model | T | config | ours ms | m128 ms | _grouped_mm ms | speedup | vLLM ms (ANCHORS) | "
             "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor | unbanded ms | other lookahead ms |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

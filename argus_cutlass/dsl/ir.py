@@ -914,10 +914,12 @@ class TileSchedule:
     band_m`` in every band, the last one too) and ``band_swap`` (False: m-tile ``first + local /
     rows``, n-block ``local % rows``) state mistakes of that walk; a correct kernel has the values
     in brackets. ``band_m`` 1 is not ``band_m`` 0: one m-tile's n-blocks are consecutive units.
-    ``lookahead`` (grouped only; 0 or 1): with 1 the producer and each consumer warpgroup read the
-    work of their next unit (its expert, a load from device memory written by the routing kernel)
-    before running the current one, so that load's latency is not paid between two units' TMA
-    loads; the units and their order are unchanged (``scheduler.bijection`` models the printed loop).
+    ``lookahead`` (grouped only; 0 or 1): with 1 the producer reads the work of its next unit (the
+    m-tile's expert, a load from device memory written by the routing kernel) before issuing the
+    current unit's TMA loads, so that load's latency is not paid between two units' loads; the
+    units and their order are unchanged (``scheduler.bijection`` models the printed loop). The
+    consumers' loop is the same either way: they never use the expert, so their read of it is
+    dead code to the compiler.
     """
 
     raster: str

@@ -1036,8 +1036,9 @@ def enumerate_grouped_walk(walk: GroupedWalk, max_tiles: int = 12) -> tuple[int,
 
 def role_loop_units(first: int, stride: int, step: int, units: int, lookahead: int) -> tuple[list[int], list[int]]:
     """The units one role's printed loop runs and the units whose work it reads, in order
-    (``templates/gemm/mainloop.j2`` ``producer_mainloop``: ``stride`` 1; ``templates/gemm/kernel_body.j2``
-    consumer loop: ``stride`` = ``consumer_stride``). The role starts at unit ``first`` and advances
+    (``templates/gemm/mainloop.j2`` ``producer_mainloop``: ``stride`` 1, ``lookahead`` the schedule
+    node's; ``templates/gemm/kernel_body.j2`` consumer loop: ``stride`` = ``consumer_stride``,
+    ``lookahead`` 0). The role starts at unit ``first`` and advances
     by ``stride * step``; ``Scheduler::current`` (``templates/moe/work.j2``) reads unit ``u``'s work
     (the m-tile's expert, from device memory) only when ``u < units``. ``lookahead`` 1 is the
     printed form ``Work next = current(); for (w = next; w.valid; w = next) { advance; next =

@@ -359,8 +359,8 @@ def _check_grouped_schedule(sch: TileSchedule) -> tuple[list[Proof], list[Violat
                               f"{bad}", "each role runs units first, first + stride * step, ... below the unit "
                               "count and reads each one's work once, before or when it runs it", str(sch.loc))]
     bound = grouped_walk_bound(walk, MAX_TILES)
-    ahead = (" (lookahead 1: each reads its next unit's expert before running the current unit)"
-             if sch.lookahead else "")
+    ahead = (" (lookahead 1 in the producer: it reads its next unit's expert before issuing the current unit's "
+             "loads)" if sch.lookahead else "")
     text = (f"each of <= {MAX_UNITS} work units has exactly one CTA for every grid <= units + 1; the grouped "
             f"walk ({walk.describe()}) maps units [0, tiles_m * tiles_n) one-to-one onto the tile grid for all "
             f"{grids} grids tiles_m in [0, {bound}] x tiles_n in [1, {MAX_TILES}]; the printed producer and "
@@ -372,10 +372,13 @@ def _check_grouped_schedule(sch: TileSchedule) -> tuple[list[Proof], list[Violat
 
 @functools.lru_cache(maxsize=8)
 def _role_loop_cases(lookahead: int, consumer_stride: int) -> tuple[int, str | None]:
-    """The roles' printed loops (:func:`~argus_cutlass.verify.decomposition.role_loop_units`) against
-    the walk's ownership (CTA ``c`` of ``grid`` owns units ``c + i * grid``; a consumer warpgroup
-    ``w`` of ``consumer_stride`` every ``stride``-th of them from its ``w``-th) for every unit count
-    up to ``ROLE_LOOP_UNITS`` and grid up to ``units + 1``: ``(loops checked, first problem text)``."""
+    """The roles' printed loops (:func:`~argus_cutlass.verify.decomposition.role_loop_units`: the
+    producer's with ``lookahead``, the consumers' always plain) against the walk's ownership (CTA
+    ``c`` of ``grid`` owns units ``c + i * grid``; a consumer warpgroup ``w`` of ``consumer_stride``
+    every ``stride``-th of them from its ``w``-th) for every unit count up to ``ROLE_LOOP_UNITS`` and
+    grid up to ``units + 1``: ``(loops checked, first problem text)``. The model is tied to the
+    printed text by ``tests/unit/test_moe_layer.py::test_work_lookahead_prints_the_read_ahead_loop``,
+    which pins both loop forms line by line."""
     n = 0
     for units in range(ROLE_LOOP_UNITS + 1):
         for grid in range(1, units + 2):
@@ -384,7 +387,8 @@ def _role_loop_cases(lookahead: int, consumer_stride: int) -> tuple[int, str | N
                 roles = [("producer", 0, 1)] + [(f"consumer warpgroup {w}", w, consumer_stride)
                                                  for w in range(consumer_stride)]
                 for role, first, stride in roles:
-                    runs, reads = role_loop_units(cta + first * grid, stride, grid, units, lookahead)
+                    runs, reads = role_loop_units(cta + first * grid, stride, grid, units,
+                                                  lookahead if role == "producer" else 0)
                     want = owned[first::stride]
                     n += 1
                     if runs != want or sorted(reads) != want or len(set(reads)) != len(reads):

@@ -377,21 +377,23 @@ def test_unrolled_gather(shape, unroll):
 
 
 _LOOKAHEAD_CASES = (
-    # (T, E, k, H, I, routing, sizes, small_t, bands): the walks and routings where a read-ahead could go wrong
-    (777, 16, 2, 512, 384, "skewed", None, False, (3, 5)),        # partial last band, more units than CTAs
-    (162, 8, 2, 512, 256, "sizes", [128, 130, 65, 1, 0, 0, 0, 0], True, (4, 3)),   # empty experts, odd groups
-    (4000, 8, 2, 512, 256, "skewed", None, False, (0, 0)),        # unbanded walk, 67 m-tiles
-    (16, 128, 8, 2048, 768, "uniform", None, True, (1, 1)),       # Qwen3's small-T layer
-    (300, 8, 2, 512, 256, "all_to_one", None, False, (1, 1)),     # one expert owns every m-tile
+    # (T, E, k, H, I, routing, sizes, small_t, bands): the walks and routings where a read-ahead could go wrong,
+    # each with more units than 132 CTAs (x 2 consumer warpgroups on the 64-row path) in both GEMMs, so every
+    # producer reads a real next unit and runs off the end of the walk (asserted)
+    (777, 16, 2, 2048, 2048, "skewed", None, False, (3, 5)),      # partial last band: 21 m-tiles, 336 units
+    (678, 8, 2, 2048, 2048, "sizes", [640, 650, 65, 1, 0, 0, 0, 0], True, (4, 3)),   # empty experts, odd groups
+    (4000, 8, 2, 1024, 1024, "skewed", None, False, (0, 0)),      # unbanded walk, 67 m-tiles
+    (16, 128, 8, 2048, 768, "uniform", None, True, (1, 1)),       # Qwen3's small-T layer, 81 m-tiles
+    (1200, 8, 2, 2048, 2048, "all_to_one", None, False, (1, 1)),  # one expert owns most m-tiles
 )
 
 
 @pytest.mark.parametrize("case", range(len(_LOOKAHEAD_CASES)))
 def test_work_lookahead(case):
-    """work_lookahead 1 (both grouped GEMMs read their next unit's expert ahead) against the fp32 layer, the
-    output poisoned, on partial bands, empty experts, one hot expert, the unbanded walk and more units than
-    CTAs (so the producer and each consumer warpgroup take several units, and the read-ahead runs off the
-    end of the walk)."""
+    """work_lookahead 1 (the grouped GEMMs' producers read their next unit's expert ahead) against the fp32
+    layer, the output poisoned, on partial bands, empty experts, one hot expert and the unbanded walk."""
+    from argus_cutlass.hw.routing import make_routing
+
     t, e, k, h, i, routing, sizes, small_t, (gu, dn) = _LOOKAHEAD_CASES[case]
     p = MoEProblem(t, e, k, h, i)
     cfg = _banded(gu, dn, small_t).replace(work_lookahead=1)
@@ -399,3 +401,7 @@ def test_work_lookahead(case):
     assert {lib.layer.gate_up.schedule.lookahead, lib.layer.down.schedule.lookahead} == {1}
     chk = run_and_check(lib, p, routing=routing, sizes=sizes, seed=case)
     assert chk.ok, (case, chk)
+    ids, _ = make_routing(routing, t, e, k, seed=case, sizes=sizes)
+    tiles_m = _tiles_m(lib, torch.from_numpy(ids))
+    units = min(tiles_m * (2 * i // cfg.gu_tile_n), tiles_m * -(-h // cfg.dn_tile_n))
+    assert units > 132 * (2 if cfg.tile_m == 64 else 1), (case, tiles_m, units)

@@ -61,14 +61,15 @@ class MoEConfig(BaseModel):
             (``moe.gather``).
         gather_unroll: 16-byte vectors each permute-kernel thread loads before storing them (1, 2,
             4 or 8): the gather is a latency-bound copy when few CTAs run it (small T: one chunk x
-            ``gather_slices`` CTAs), so more loads in flight per thread shorten it. 1 (the default):
-            the loop of earlier kernels (same ``.cu``, name and output). Every thread copies the same
+            ``gather_slices`` CTAs), so more loads in flight per thread shorten it. 1 (the field's
+            default): the loop of earlier kernels (same ``.cu``, name and output); the heuristic and
+            every shipped entry take 4 (``heuristics.GATHER_UNROLL``, measured session 22). Every thread copies the same
             vectors either way (``moe.gather`` enumerates the printed loop).
         work_lookahead: 0 or 1, both grouped GEMMs' schedule node ``lookahead``: with 1 the producer
-            and the consumer warpgroups read their next unit's expert (``tile_expert``, device memory)
-            before running the current unit, so that dependent load is not paid between two units'
-            TMA loads (the weight stream of a short unit, e.g. Qwen3's down GEMM with K = I = 768,
-            lasts only ~10 us per unit). 0 (the default): the loop of earlier kernels (same ``.cu``).
+            reads its next unit's expert (``tile_expert``, device memory) before issuing the current
+            unit's TMA loads, so that dependent load is not paid between two units' loads (the weight
+            stream of a short unit, e.g. Qwen3's down GEMM with K = I = 768, lasts ~10 us). 0 (the
+            default): the loop of earlier kernels (same ``.cu``). Not yet measured.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -50,18 +50,20 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_g16'
     >>> layer_label(MoEConfig(gather_slices=16, gather_unroll=4), MoEProblem(16, 8, 2, 4096, 14336))
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_g16u4'
+    >>> layer_label(MoEConfig(gu_band_m=1, dn_band_m=1, gather_unroll=4), MoEProblem(16, 8, 2, 4096, 14336))
+    'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_b1x1_u4'
     >>> layer_label(MoEConfig(work_lookahead=1), MoEProblem(16, 8, 2, 4096, 14336))
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_la'
 
     The band suffix ``_b<gu>x<dn>`` is left out for the unbanded walk (0, 0), and the gather-slice
-    suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1; ``_la`` for
-    the grouped GEMMs' work lookahead), so earlier layers keep their names (the fingerprint in the
+    suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1, ``_u<unroll>``
+    with one slice; ``_la`` for the grouped GEMMs' work lookahead), so earlier layers keep their names (the fingerprint in the
     kernel name changes with every field either way).
     """
     c, p = cfg, problem
     band = f"_b{c.gu_band_m}x{c.dn_band_m}" if (c.gu_band_m or c.dn_band_m) else ""
     gather = f"_g{c.gather_slices}" if c.gather_slices != 1 else ""
-    gather += f"u{c.gather_unroll}" if c.gather_unroll != 1 else ""
+    gather += (f"u{c.gather_unroll}" if gather else f"_u{c.gather_unroll}") if c.gather_unroll != 1 else ""
     gather += "_la" if c.work_lookahead else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
