@@ -10,11 +10,13 @@
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-gather    # route_permute with gather_unroll 1 vs 4, every bench cell (~5 min)
 #   bash bench/device_pending.sh OUTDIR moe-lookahead # grouped GEMMs with work_lookahead 0 vs 1, per kernel, 8 cells (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-pdl       # the layer with pdl off / on, per kernel and end to end, 8 cells
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
 #   bash bench/device_pending.sh OUTDIR moe-bench lookahead  # the same, interleaved with the other work_lookahead
+#   bash bench/device_pending.sh OUTDIR moe-bench pdl        # the same, interleaved with pdl flipped
 #   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
 #                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
 #   bash bench/device_pending.sh OUTDIR mutants18     # the GEMM and attention mutants added in session 18 (red team), ~4 min
@@ -41,7 +43,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -92,11 +94,13 @@ case "$STEP" in
     timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/gather" --unroll 1,4 --cells \
       mixtral:16,mixtral:256,mixtral:2048,mixtral:8192,qwen3-30b-a3b:16,qwen3-30b-a3b:256,qwen3-30b-a3b:2048,qwen3-30b-a3b:8192,deepseek-v2-lite:16,deepseek-v2-lite:256,deepseek-v2-lite:2048,deepseek-v2-lite:8192 \
       2>&1 | tee "$OUT/moe_gather.log" | grep -E "^==|route_permute|gemm_kernel|combine" | head -80 ;;
-  moe-lookahead)
-    # the grouped GEMMs' work lookahead (1) beside the shipped loop (0), per kernel, the small-T cells and two large
-    timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/lookahead" --lookahead 0,1 --cells \
+  moe-lookahead|moe-pdl)
+    # the grouped GEMMs' work lookahead (1) beside the shipped loop (0), or programmatic dependent launch on / off,
+    # per kernel and end to end, the small-T cells and two large
+    KNOB=${STEP#moe-}
+    timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/$KNOB" --$KNOB 0,1 --cells \
       mixtral:16,mixtral:256,qwen3-30b-a3b:16,qwen3-30b-a3b:256,deepseek-v2-lite:16,deepseek-v2-lite:256,qwen3-30b-a3b:2048,deepseek-v2-lite:2048 \
-      2>&1 | tee "$OUT/moe_lookahead.log" | grep -E "^==|gemm_kernel" | head -80 ;;
+      2>&1 | tee "$OUT/moe_$KNOB.log" | grep -E "^==|gemm_kernel" | head -80 ;;
   moe-stalls)
     timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --section SpeedOfLight --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters --section LaunchStats \
@@ -110,7 +114,7 @@ case "$STEP" in
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
   moe-bench)
     gpu_state
-    # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead: the other work_lookahead)
+    # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead / pdl: that knob flipped)
     ARGUS_MOE_BENCH_COMPARE=${3:-1} ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" > "$OUT/moe_bench.log" 2>&1; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
   mutants18)

@@ -7,7 +7,8 @@
 Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's configuration
 (``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16, keeping
 the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll, ``--lookahead 0,1`` with and
-without the grouped GEMMs' work lookahead). The layers are built in
+without the grouped GEMMs' work lookahead, ``--pdl 0,1`` with and without programmatic dependent launch).
+The layers are built in
 one parallel batch (``generate.build_jobs``), warmed up, then run ``--iters`` times with a 256 MB buffer
 written between runs (L2 flushed: every run reads its weights from HBM); the profiler's device time per
 kernel (routing count / scan / permute, gate+up GEMM, down GEMM, combine, and the flush itself) is
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated gather_unroll values (e.g. 1,4): each cell is profiled with each")
     ap.add_argument("--lookahead", default="",
                     help="comma-separated work_lookahead values (0,1): each cell is profiled with each")
+    ap.add_argument("--pdl", default="",
+                    help="comma-separated pdl values (0,1: programmatic dependent launch off / on): each cell with each")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
@@ -66,13 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in bands]
         problems = [p for p in problems for _ in bands]
         configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
-    for flag, field, allowed in (("unroll", "gather_unroll", "1, 2, 4, 8"), ("lookahead", "work_lookahead", "0, 1")):
+    for flag, field, allowed in (("unroll", "gather_unroll", "1, 2, 4, 8"), ("lookahead", "work_lookahead", "0, 1"),
+                                 ("pdl", "pdl", "0, 1")):
         spec = getattr(args, flag)
         if not spec:
             continue
         try:
             values = [int(u) for u in spec.split(",") if u]
-            configs_v = [c.replace(**{field: v}) for c in configs for v in values]
+            configs_v = [c.replace(**{field: bool(v) if field == "pdl" else v}) for c in configs for v in values]
         except ValueError as exc:
             ap.error(f"--{flag} {spec!r}: expected values of {allowed} ({exc.__class__.__name__})")
         cells = [c for c in cells for _ in values]
@@ -122,11 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                 per[_short(e.name, lib.name)].append(e.device_time_total)
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
         layer_sum = sum(r["mean_us"] * r["calls"] for k, r in rows.items() if k.startswith(("gu::", "dn::", "ns::"))) / args.iters
-        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}:la{cfg.work_lookahead}"] = {
+        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}:la{cfg.work_lookahead}"
+               f":pdl{int(cfg.pdl)}"] = {
             "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us,
             "kernels_sum_us": layer_sum}
         print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} "
-              f"lookahead {cfg.work_lookahead} {lib.name}: "
+              f"lookahead {cfg.work_lookahead} pdl {int(cfg.pdl)} {lib.name}: "
               f"layer {layer_us:.1f} us (events, median), its kernels {layer_sum:.1f} us (profiler)")
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
             print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")

@@ -17,9 +17,9 @@ per band of each GEMM's walk, ``g`` the gather slices, and where the configurati
 128-row default in the small-T cells (column ``m128 ms``) and, in the cells whose layer walks in bands,
 the same configuration with the unbanded walk (``gu_band_m = dn_band_m = 0``, the walk of every
 layer before bands: column ``unbanded ms``), so a GPU session measures what the derived bands gain.
-``ARGUS_MOE_BENCH_COMPARE=lookahead`` times instead the same configuration with the other
-``work_lookahead`` (the grouped GEMMs' roles reading their next unit's expert ahead, or not), interleaved:
-column ``other lookahead ms``. Any other value is refused.
+``ARGUS_MOE_BENCH_COMPARE=lookahead`` (or ``pdl``) times instead the same configuration with
+``work_lookahead`` (the grouped GEMMs' producers reading their next unit's expert ahead, or not) or ``pdl``
+(programmatic dependent launch) flipped, interleaved: column ``flipped ms``. Any other value is refused.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ VLLM_RATIO = {("mixtral", 16): 1.91, ("mixtral", 256): 1.73, ("mixtral", 2048): 
               ("qwen3-30b-a3b", 8192): 2.27, ("deepseek-v2-lite", 16): 2.55, ("deepseek-v2-lite", 256): 2.11,
               ("deepseek-v2-lite", 2048): 1.83, ("deepseek-v2-lite", 8192): 1.66}
 ROWS: list[str] = []
-#: ARGUS_MOE_BENCH_COMPARE: "" (ours and _grouped_mm only), "1" (also m128 and unbanded), "lookahead" (also
-#: the same configuration with the other work_lookahead: column ``other lookahead ms``)
-COMPARE_MODES = ("", "1", "lookahead")
+#: ARGUS_MOE_BENCH_COMPARE: "" (ours and _grouped_mm only), "1" (also m128 and unbanded), "lookahead" / "pdl"
+#: (also the same configuration with that knob flipped: column ``flipped ms``)
+COMPARE_MODES = ("", "1", "lookahead", "pdl")
 
 
 @pytest.mark.parametrize("tokens", TOKENS)
@@ -79,7 +79,9 @@ def test_moe_cell(model, tokens):
     if compare == "1" and (cfg.gu_band_m or cfg.dn_band_m):
         alts["unbanded"] = cfg.replace(gu_band_m=0, dn_band_m=0)
     if compare == "lookahead":   # the same configuration with the other work_lookahead
-        alts["lookahead"] = cfg.replace(work_lookahead=1 - cfg.work_lookahead)
+        alts["flipped"] = cfg.replace(work_lookahead=1 - cfg.work_lookahead)
+    if compare == "pdl":   # the same configuration with programmatic dependent launch flipped
+        alts["flipped"] = cfg.replace(pdl=not cfg.pdl)
     runs = {}
     for key, alt_cfg in alts.items():
         alt = moe_kernel(p, alt_cfg, smt=False)
@@ -96,10 +98,10 @@ def test_moe_cell(model, tokens):
             out.append(time_fn(fn, iters=20))
     o, b = statistics.median(ours), statistics.median(base)
     m128, unbanded, flip = (f"{statistics.median(other[key]):.3f}" if other.get(key) else "-"
-                            for key in ("m128", "unbanded", "lookahead"))
+                            for key in ("m128", "unbanded", "flipped"))
     label = (f"m{cfg.tile_m} gu{cfg.gu_tile_n}x{cfg.gu_stages} dn{cfg.dn_tile_n}x{cfg.dn_stages} k{cfg.tile_k} "
              f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices}u{cfg.gather_unroll}"
-             f"{' la' if cfg.work_lookahead else ''} ({source})")
+             f"{' la' if cfg.work_lookahead else ''}{' pdl' if cfg.pdl else ''} ({source})")
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
     floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
     v = VLLM_MS.get((model, tokens))
@@ -113,7 +115,7 @@ def teardown_module(module):
     table = os.environ.get("ARGUS_BENCH_TABLE")
     # new columns last: tables of earlier sessions (11 and 12 columns) keep reading under this header
     head = ("| model | T | config | ours ms | m128 ms | _grouped_mm ms | speedup | vLLM ms (ANCHORS) | "
-            "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor | unbanded ms | other lookahead ms |\n"
+            "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor | unbanded ms | flipped ms |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     if table and ROWS:
         with open(table, "w") as f:

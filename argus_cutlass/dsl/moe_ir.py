@@ -217,6 +217,15 @@ class MoELayer:
         routing, combine: see :class:`Routing`, :class:`Combine`.
         gate_up, down: the two grouped GEMM programs (family ``moe``).
         indices: every printed index product with its C type.
+        pdl: programmatic dependent launch (PTX ISA ``griddepcontrol``, sm_90; CUDA
+            ``cudaLaunchAttributeProgrammaticStreamSerialization``). False: the six kernels run in
+            plain stream order. True: ``route_count`` stays in stream order (after the previous
+            call's ``combine``); each later kernel is launched with the attribute, executes
+            ``griddepcontrol.wait`` (which returns once the previous kernel has completed and its
+            memory is visible) before its first global-memory access, and then
+            ``griddepcontrol.launch_dependents``, so the next kernel's launch and prologue (CTA
+            placement, barrier init, tensor-map prefetch) overlap the previous kernel's tail
+            (rule ``moe.pdl``).
     """
 
     name: str
@@ -231,8 +240,13 @@ class MoELayer:
     down: Program
     combine: Combine
     indices: tuple[IndexWidth, ...]
+    pdl: bool = field(default=False, metadata=_CANON_SKIP)
 
     family = "moe"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pdl, bool):
+            _dsl_error("dsl.operand", self.routing.loc, f"layer {self.name!r}: pdl {self.pdl!r} must be a bool")
 
     def fingerprint(self) -> str:
         """sha256 of every node field (source locations aside)."""
@@ -269,7 +283,7 @@ class MoELayer:
                                                            for i in self.indices))
         if part == "layer":
             for k in changes:
-                if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits"):
+                if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl"):
                     raise KeyError(f"MoELayer has no scalar field {k!r}")
             return dataclasses.replace(self, **changes)
         prog = self.program(part)

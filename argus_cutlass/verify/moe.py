@@ -54,7 +54,8 @@ from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Verif
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["MOE_RULES", "routing_cases", "simulate_gather", "simulate_routing", "verify_moe"]
+__all__ = ["MOE_RULES", "PDL_CHAIN", "PDL_PRE_WAIT", "pdl_launches", "routing_cases", "simulate_gather",
+           "simulate_routing", "verify_moe"]
 
 #: rule -> (invariant id, description)
 MOE_RULES = {
@@ -71,6 +72,8 @@ MOE_RULES = {
     "moe.index_width": ("M7", "index products fit their C types for T <= 2^tokens_bits"),
     "moe.dtype": ("M8", "the layer's dtype is each GEMM's A / B / D dtype; gate+up's D (h) is down's A"),
     "moe.launch": ("M9", "launch shapes: CTAs of 32..1024 threads in whole warps; E within the scan's one CTA"),
+    "moe.pdl": ("M10", "launch order: every access of one kernel that conflicts with an earlier kernel's (this call's "
+                "or the previous call's) happens after that kernel completed"),
 }
 #: GEMM rules the gate+up program's fused activation replaces (they model a plain store)
 _REPLACED_BY_SWIGLU = ("epilogue.coordinate", "output.bijection")
@@ -968,6 +971,66 @@ def _check_dtype(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                   points=7)], []
 
 
+#: the layer's kernels in launch order with the global buffers each reads and writes (templates/moe/layer.cu.j2
+#: run() and the kernels' bodies, moe/gemm.j2 run_grouped; the down GEMM's output ``out`` is the xs buffer)
+PDL_CHAIN = (
+    ("route_count", ("ids",), ("block_counts",)),
+    ("route_scan", ("block_counts",), ("block_counts", "counts", "offsets", "tile_expert", "tiles_m")),
+    ("route_permute", ("ids", "block_counts", "offsets", "x"), ("permuted_row", "xs")),
+    ("gate_up", ("xs", "w13", "tile_expert", "tiles_m"), ("h",)),
+    ("down", ("h", "w2", "tile_expert", "tiles_m"), ("xs",)),
+    ("combine", ("xs", "permuted_row", "weights"), ("y",)),
+)
+
+
+def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
+    """Which kernels of :data:`PDL_CHAIN` the host launches programmatically: with ``layer.pdl`` every
+    one after ``route_count`` (printed: ``launch_programmatic`` / run_grouped's attribute), else none."""
+    return tuple(bool(layer.pdl) and i > 0 for i in range(len(PDL_CHAIN)))
+
+
+#: global buffers each kernel touches before its ``griddepcontrol.wait`` (printed: the wait is the first
+#: statement of route_scan / route_permute / combine and follows only the shared-memory barrier init and
+#: the tensor-map prefetch in the grouped GEMMs; tests/unit/test_moe_layer.py pins those places)
+PDL_PRE_WAIT: dict[str, tuple[str, ...]] = {name: () for name, _r, _w in PDL_CHAIN}
+
+
+def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = None) -> tuple[list[Proof], list[Violation]]:
+    """``moe.pdl`` (M10): over two consecutive calls of the layer (12 launches), every pair of accesses
+    to one buffer where one writes (RAW, WAR, WAW) is ordered: the later kernel's access happens after
+    the earlier kernel completed. A kernel launched in plain stream order starts after everything
+    before it completed; a programmatic one (``pdl``) may start early, and only its accesses after its
+    ``griddepcontrol.wait`` are ordered -- that wait returns once the previous kernel completed, and
+    a kernel completes only after all its CTAs passed their own wait, so completion is transitive down
+    the chain to the last plain launch. ``pre_wait`` (default :data:`PDL_PRE_WAIT`, the printed
+    kernels) names the buffers a kernel touches before its wait."""
+    pre = PDL_PRE_WAIT if pre_wait is None else pre_wait
+    prog = pdl_launches(layer)
+    seq = [(c, i, name, set(r), set(w)) for c in (0, 1) for i, (name, r, w) in enumerate(PDL_CHAIN)]
+    pairs = 0
+    for a in range(len(seq)):
+        for b in range(a + 1, len(seq)):
+            ca, ia, na, ra, wa = seq[a]
+            cb, ib, nb, rb, wb = seq[b]
+            for buf in sorted((wa & (rb | wb)) | (ra & wb)):
+                pairs += 1
+                if prog[ib] and buf in pre.get(nb, ()):
+                    kind = "writes" if buf in wb else "reads"
+                    msg = (f"{nb} (call {cb}) {kind} {buf} before its griddepcontrol.wait, but it is launched "
+                           f"programmatically and may run before {na} (call {ca}), which "
+                           f"{'writes' if buf in wa else 'reads'} {buf}, completed")
+                    return [], [_viol("moe.pdl", msg, Counterexample(
+                        "M10", "moe.pdl", "enum", nb, f"{nb} before griddepcontrol.wait", -1, -1, -1, {}, {}, "", {},
+                        f"{nb}'s access to {buf} after {na} completed", f"{nb} touches {buf} before its wait",
+                        "a programmatic kernel touches global data only after griddepcontrol.wait",
+                        element={"buffer": buf}, chain=(f"{na} (call {ca})", f"{nb} (call {cb})")))]
+    mode = ("programmatic dependent launch: route_count in stream order, the 5 later kernels wait "
+            "(griddepcontrol.wait) before their first global access" if layer.pdl else "plain stream order")
+    return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "
+                  f"WAW on {len({b for _n, r, w in PDL_CHAIN for b in (*r, *w)})} buffers, out = xs) all ordered by "
+                  "completion", points=pairs)], []
+
+
 def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
     """``moe.launch``: the printed launches ``combine<<<T, threads>>>``, ``route_*<<<chunks, chunk>>>``
     are legal CTAs of whole warps (CUDA: at most 1024 threads), and route_scan's one 1024-thread CTA
@@ -1320,6 +1383,7 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     run.add("arith", "moe.index_width", _check_index_width, layer)
     run.add("enum", "moe.dtype", _check_dtype, layer)
     run.add("arith", "moe.launch", _check_launch, layer)
+    run.add("enum", "moe.pdl", _check_pdl, layer)
     if smt:
         from argus_cutlass.settings import settings
 

@@ -117,7 +117,12 @@ def _prebuilt():
             k = generate(_sliced(sl, small_t), q, smt=False)
             kernels[k.name] = k
     for t, e, k_, h, i, _routing, _sizes, small_t, (gu, dn) in _LOOKAHEAD_CASES:
-        k = generate(_banded(gu, dn, small_t).replace(work_lookahead=1), MoEProblem(t, e, k_, h, i), smt=False)
+        for change in ({"work_lookahead": 1}, {"pdl": True}):
+            k = generate(_banded(gu, dn, small_t).replace(**change), MoEProblem(t, e, k_, h, i), smt=False)
+            kernels[k.name] = k
+    for q in (MoEProblem(256, 8, 2, 512, 256), MoEProblem(300, 8, 2, 512, 256), MoEProblem(16, 16, 2, 1024, 512),
+              MoEProblem(700, 16, 2, 1024, 512)):   # the pdl graph-capture and back-to-back layers
+        k = generate(default_config(q).replace(pdl=True), q, smt=False)
         kernels[k.name] = k
     failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
     assert not failed, failed[0]
@@ -198,10 +203,16 @@ def test_minus_one_padding_is_skipped():
     assert float((y.float() - ref).abs().max()) < 3e-2
 
 
+@pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize("tokens", [256, 300])  # the small-T layer, then the large-T one
-def test_cuda_graph_capture(tokens):
+def test_cuda_graph_capture(tokens, pdl):
+    """The layer captured in a CUDA graph (no host synchronisation on the group sizes); with pdl the
+    programmatic launches become the graph's programmatic edges."""
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
     p = MoEProblem(tokens, 8, 2, 512, 256)
-    lib = _lib(p)
+    lib = _lib(p, default_config(p).replace(pdl=True)) if pdl else _lib(p)
+    assert lib.layer.pdl == pdl
     x, ids, w, w13, w2 = make_inputs(p, seed=2)
     ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
     ids32, w32 = ids.int().contiguous(), w.float().contiguous()
@@ -405,3 +416,45 @@ def test_work_lookahead(case):
     tiles_m = _tiles_m(lib, torch.from_numpy(ids))
     units = min(tiles_m * (2 * i // cfg.gu_tile_n), tiles_m * -(-h // cfg.dn_tile_n))
     assert units > 132 * (2 if cfg.tile_m == 64 else 1), (case, tiles_m, units)
+
+
+# ---- programmatic dependent launch -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", range(len(_LOOKAHEAD_CASES)))
+def test_pdl(case):
+    """pdl (every kernel after route_count launched programmatically, each waiting for the previous one
+    before its first global access) against the fp32 layer on the lookahead cases' walks and routings."""
+    t, e, k, h, i, routing, sizes, small_t, (gu, dn) = _LOOKAHEAD_CASES[case]
+    p = MoEProblem(t, e, k, h, i)
+    lib = _lib(p, _banded(gu, dn, small_t).replace(pdl=True))
+    assert lib.layer.pdl
+    chk = run_and_check(lib, p, routing=routing, sizes=sizes, seed=case)
+    assert chk.ok, (case, chk)
+
+
+@pytest.mark.parametrize("small_t", [True, False])
+def test_pdl_back_to_back(small_t):
+    """Five calls enqueued back to back on one stream and one workspace, different inputs and outputs, no
+    host synchronisation between them: with pdl a call's route_count waits in stream order for the
+    previous call's combine, and its later kernels wait for their predecessor (rule moe.pdl over two
+    calls: the permute rewrites xs, which the previous down GEMM wrote and its combine reads). Each
+    output against its own fp32 reference; the outputs poisoned first."""
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    p = MoEProblem(16 if small_t else 700, 16, 2, 1024, 512)
+    lib = _lib(p, default_config(p).replace(pdl=True))
+    inputs = [make_inputs(p, seed=40 + j) for j in range(5)]
+    ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
+    outs = [torch.full_like(x, float("nan")) for x, *_ in inputs]
+    prepared = [(x, ids.int().contiguous(), w.float().contiguous(), w13, w2) for x, ids, w, w13, w2 in inputs]
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream().cuda_stream
+    for (x, ids32, w32, w13, w2), y in zip(prepared, outs):
+        lib(x, ids32, w32, w13, w2, y, ws, p.tokens, stream)
+    torch.cuda.synchronize()
+    for j, ((x, ids, w, w13, w2), y) in enumerate(zip(inputs, outs)):
+        ref = fp32_layer(x, ids, w, w13, w2)
+        assert torch.isfinite(y.float()).all(), j
+        rel = float((y.float() - ref).norm() / ref.norm())
+        assert rel < 2e-2, (j, rel)   # bf16 operands: 1e-3 .. 1e-2 (METHOD.md)

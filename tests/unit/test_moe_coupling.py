@@ -4,7 +4,7 @@ For four base layers (the small E=8 layer under the default configuration, the q
 E=128, k=8 layer under the small-T configuration, the small layer with banded walks of 3 and 5
 m-tiles, and the small layer with its gather in 3 column slices) and **every field** of the MoE nodes -- the
 routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` node, the layer's
-own scalar fields -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
+own scalar fields and ``pdl`` -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
 ``expert_shift``, ``pair_offset``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
 ``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
 ``band_start_delta``, ``band_full_rows``, ``band_swap``, and ``lookahead``), a type-appropriate mutation
@@ -96,7 +96,7 @@ def mutations(layer: MoELayer) -> list[tuple[str, Callable[[], MoELayer]]]:
             for a in _alts(f, getattr(ix, f)):
                 out.append((f"index[{ix.name}].{f} -> {a!r}",
                             lambda k=ix.name, f=f, a=a: layer.replace_node("index", None, k, **{f: a})))
-    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits"):
+    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl"):
         for a in _alts(f, getattr(layer, f)):
             out.append((f"layer.{f} -> {a!r}", lambda f=f, a=a: layer.replace_node("layer", **{f: a})))
     out.append(("layer.name -> 'renamed'", lambda: dataclasses.replace(layer, name="renamed")))

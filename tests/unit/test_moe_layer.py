@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,58 @@ def test_work_lookahead_prints_the_read_ahead_loop(small_t):
     assert ahead.name == plain.name + "_la"
 
 
+@pytest.mark.parametrize("small_t", [False, True])
+def test_pdl_prints_the_wait_before_every_global_access(small_t):
+    """pdl: route_count stays a plain launch, the other five kernels are launched with the programmatic
+    attribute, and each executes griddepcontrol.wait (then launch_dependents) before touching global
+    memory: the first statements of route_scan / route_permute / combine, and in each grouped GEMM right
+    after the shared-memory barrier init and tensor-map prefetch (the places moe.pdl's model assumes);
+    without pdl nothing of it is printed. The layer verifies with the moe.pdl proof naming the launch mode."""
+    import re
+
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    p = MoEProblem(300, 16, 4, 256, 512)
+    base = (small_t_config() if small_t else MoEConfig()).replace(gather_slices=3 if small_t else 1)
+    plain, pdl = build_layer(base, p), build_layer(base.replace(pdl=True), p)
+    assert pdl.pdl and not plain.pdl and pdl.name == plain.name + "_pdl"
+    src, old = render_moe(pdl), render_moe(plain)
+    assert "griddepcontrol" not in old and "launch_programmatic" not in old
+    wait = ('  asm volatile("griddepcontrol.wait;" ::: "memory");\n'
+            '  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n')
+    code = "\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith("//")) + "\n"
+    for kernel in ("route_scan", "route_permute", "combine"):
+        m = re.search(r"__global__ void __launch_bounds__\([^)]*\) " + kernel + r"\([^{]*\{\n", code)
+        assert m and code[m.end():].startswith(wait), kernel
+    assert code.count("    __syncthreads();\n  }\n" + wait) == 2   # each grouped GEMM, after the prologue
+    assert code.count(wait) == 5
+    assert "route_count<<<" in code and "route_scan<<<" not in code and "combine<<<" not in code
+    assert code.count("launch_programmatic(route_") == 2 and code.count("launch_programmatic(combine,") == 1
+    # both run_grouped launches and the launch_programmatic helper set the attribute (host_maps' cluster
+    # occupancy query sets its own in both layers)
+    assert code.count("attr[0].val.programmaticStreamSerializationAllowed = 1;") == 3
+    assert code.count("cfg.attrs = attr;") - old.count("cfg.attrs = attr;") == 3
+    rep = verify_moe(pdl)
+    assert rep.ok, [v.format() for v in rep.violations]
+    assert any(pr.rule == "moe.pdl" and pr.summary.startswith("programmatic dependent launch") for pr in rep.proofs)
+
+
+def test_pdl_rule_finds_an_access_before_the_wait():
+    """moe.pdl's model: a programmatic kernel that touched a buffer before its wait (here the down GEMM
+    reading tile_expert, which route_scan writes) is a violation naming both kernels and the buffer; the
+    same access in plain stream order is ordered."""
+    from argus_cutlass.verify.moe import PDL_PRE_WAIT, _check_pdl
+
+    layer = build_layer(MoEConfig(pdl=True), MoEProblem(64, 8, 2, 256, 512))
+    early = {**PDL_PRE_WAIT, "down": ("tile_expert",)}
+    proofs, bad = _check_pdl(layer, early)
+    assert not proofs and len(bad) == 1
+    assert "down (call 0) reads tile_expert before its griddepcontrol.wait" in bad[0].message
+    assert bad[0].counterexample.element == {"buffer": "tile_expert"}
+    proofs, bad = _check_pdl(dataclasses.replace(layer, pdl=False), early)
+    assert proofs and not bad and proofs[0].summary.startswith("plain stream order")
+
+
 def test_lookahead_outside_the_grouped_walk_is_refused():
     from argus_cutlass.errors import DslError
     from argus_cutlass.kernels.gemm.config import GemmConfig
@@ -268,10 +321,10 @@ def test_role_loops_run_their_units_once():
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("dtype,unroll,lookahead,small_t", [("bf16", 1, 0, False), ("fp16", 1, 0, False),
-                                                             ("bf16", 4, 0, False), ("bf16", 4, 1, False),
-                                                             ("bf16", 4, 1, True)])
-def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t):
+@pytest.mark.parametrize("dtype,unroll,lookahead,small_t,pdl", [("bf16", 1, 0, False, False), ("fp16", 1, 0, False, False),
+                                                                 ("bf16", 4, 0, False, False), ("bf16", 4, 1, False, True),
+                                                                 ("bf16", 4, 1, True, True)])
+def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl):
     from argus_cutlass.build.nvcc import compile_cu
     from argus_cutlass.errors import ToolchainError
 
@@ -284,8 +337,8 @@ def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t):
     from argus_cutlass.kernels.moe.heuristics import small_t_config
 
     base = small_t_config(dtype) if small_t else MoEConfig(dtype=dtype)
-    k = generate(base.replace(gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1, work_lookahead=lookahead),
-                 MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
+    k = generate(base.replace(gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1, work_lookahead=lookahead,
+                              pdl=pdl), MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert art.path.exists() if hasattr(art.path, "exists") else art.path
     log = getattr(art, "log", "") or ""

@@ -70,6 +70,12 @@ class MoEConfig(BaseModel):
             unit's TMA loads, so that dependent load is not paid between two units' loads (the weight
             stream of a short unit, e.g. Qwen3's down GEMM with K = I = 768, lasts ~10 us). 0 (the
             default): the loop of earlier kernels (same ``.cu``). Not yet measured.
+        pdl: programmatic dependent launch of the layer's kernels (layer node ``pdl``, rule
+            ``moe.pdl``): every kernel after ``route_count`` may start while the previous one
+            finishes and waits for it (``griddepcontrol.wait``) before its first global access,
+            so each launch and prologue overlaps the previous kernel's tail (six kernels per layer;
+            at small T the layer lasts 0.25-0.9 ms). False (the default): plain stream order (same
+            ``.cu``). Not yet measured.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -89,6 +95,7 @@ class MoEConfig(BaseModel):
     gather_slices: int = Field(1, ge=1, le=MAX_GATHER_SLICES)
     gather_unroll: Literal[1, 2, 4, 8] = 1
     work_lookahead: Literal[0, 1] = 0
+    pdl: bool = False
 
     @property
     def schedule(self) -> str:

@@ -45,7 +45,8 @@ def bucket_of(tokens: int) -> str:
 #: up to ``MAX_GATHER_SLICES``). ``gather_unroll``: 16-byte loads in flight per thread of that gather (4 in
 #: the heuristic and the shipped entries since session 22's measurement, 1 the plain loop).
 #: ``work_lookahead``: the grouped GEMMs' roles read their next unit's expert ahead (1) or not (0, the
-#: shipped kernels; 1 is tried as a neighbour, not yet measured).
+#: shipped kernels; 1 is tried as a neighbour, not yet measured). ``pdl``: programmatic dependent launch of
+#: the layer's kernels (False in the shipped kernels; True is tried as a neighbour, not yet measured).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -61,6 +62,7 @@ KNOBS: dict[str, tuple] = {
     "gather_slices": (1, 2, 4, 8, 16, 32, 64),
     "gather_unroll": (1, 4, 2, 8),
     "work_lookahead": (0, 1),
+    "pdl": (False, True),
 }
 
 
@@ -116,7 +118,8 @@ def with_tile_n(cfg: MoEConfig, gemm: str, tile_n: int) -> MoEConfig:
 def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     """One-knob moves from ``cfg``, the knobs ``bench/RESULTS.md`` issue 11 measured moving the layer
     most first: both walks' bands (unbanded, half, double), the gather slices (half, double), the gather
-    unroll (4 from 1, 1 from any other), the grouped GEMMs' work lookahead (not yet measured), the
+    unroll (4 from 1, 1 from any other), the grouped GEMMs' work lookahead and programmatic dependent
+    launch (neither measured yet), the
     other bucket's tile (with that bucket's tiles and stages), the other k extent (stages scaled to
     the same shared memory), then the pipeline depths, the n-tiles, the epilogue width and each
     walk's band alone.
@@ -156,11 +159,13 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
         yield cfg.replace(gather_unroll=v)
     for v in near("work_lookahead"):
         yield cfg.replace(work_lookahead=v)
+    for v in near("pdl"):
+        yield cfg.replace(pdl=v)
     from argus_cutlass.kernels.moe.heuristics import small_t_config
 
     other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
     yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices,
-                        gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead)
+                        gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
