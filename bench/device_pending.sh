@@ -10,13 +10,15 @@
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-gather    # route_permute with gather_unroll 1 vs 4, every bench cell (~5 min)
 #   bash bench/device_pending.sh OUTDIR moe-lookahead # grouped GEMMs with work_lookahead 0 vs 1, per kernel, 8 cells (~4 min)
-#   bash bench/device_pending.sh OUTDIR moe-pdl       # the layer with pdl off / on, per kernel and end to end, 8 cells
+#   bash bench/device_pending.sh OUTDIR moe-pdl       # the layer with pdl off / on / on + 8 k-tiles prefetched, per
+#                                                     # kernel and end to end, 8 cells
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
 #   bash bench/device_pending.sh OUTDIR moe-bench lookahead  # the same, interleaved with the other work_lookahead
 #   bash bench/device_pending.sh OUTDIR moe-bench pdl        # the same, interleaved with pdl flipped
+#   bash bench/device_pending.sh OUTDIR moe-bench pdlw8      # ... with pdl + an 8-k-tile weight prefetch flipped
 #   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
 #                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
 #   bash bench/device_pending.sh OUTDIR mutants18     # the GEMM and attention mutants added in session 18 (red team), ~4 min
@@ -98,7 +100,8 @@ case "$STEP" in
     # the grouped GEMMs' work lookahead (1) beside the shipped loop (0), or programmatic dependent launch on / off,
     # per kernel and end to end, the small-T cells and two large
     KNOB=${STEP#moe-}
-    timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/$KNOB" --$KNOB 0,1 --cells \
+    VALUES=0,1; [ "$KNOB" = pdl ] && VALUES=0,1,8
+    timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/$KNOB" --$KNOB $VALUES --cells \
       mixtral:16,mixtral:256,qwen3-30b-a3b:16,qwen3-30b-a3b:256,deepseek-v2-lite:16,deepseek-v2-lite:256,qwen3-30b-a3b:2048,deepseek-v2-lite:2048 \
       2>&1 | tee "$OUT/moe_$KNOB.log" | grep -E "^==|gemm_kernel" | head -80 ;;
   moe-stalls)

@@ -13,7 +13,9 @@ one parallel batch (``generate.build_jobs``), warmed up, then run ``--iters`` ti
 written between runs (L2 flushed: every run reads its weights from HBM); the profiler's device time per
 kernel (routing count / scan / permute, gate+up GEMM, down GEMM, combine, and the flush itself) is
 averaged, beside the layer's end-to-end time (CUDA events, median of ``--iters`` runs, each after a
-flush): their difference is launch gaps and bubbles. Writes ``OUTDIR/moe_profile.json`` and prints a
+flush): their difference is launch gaps and bubbles (with ``pdl`` the kernels overlap and a kernel's time
+includes its wait for the previous one, so the per-kernel sum can exceed the layer time: compare the layer
+times across pdl on / off, not the sums). Writes ``OUTDIR/moe_profile.json`` and prints a
 table. ``--ncu``: one run of each layer between ``cudaProfilerStart`` / ``Stop`` for ncu's
 ``--profile-from-start off``, nothing else. Needs torch and a Hopper GPU.
 """
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lookahead", default="",
                     help="comma-separated work_lookahead values (0,1): each cell is profiled with each")
     ap.add_argument("--pdl", default="",
-                    help="comma-separated pdl values (0,1: programmatic dependent launch off / on): each cell with each")
+                    help="comma-separated pdl values (0: off, 1: programmatic dependent launch, 4 / 8 / 16: pdl with "
+                         "that many k-tiles of weights prefetched before the wait): each cell with each")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
@@ -70,13 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         problems = [p for p in problems for _ in bands]
         configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
     for flag, field, allowed in (("unroll", "gather_unroll", "1, 2, 4, 8"), ("lookahead", "work_lookahead", "0, 1"),
-                                 ("pdl", "pdl", "0, 1")):
+                                 ("pdl", "pdl", "0, 1, 4, 8, 16")):
         spec = getattr(args, flag)
         if not spec:
             continue
         try:
             values = [int(u) for u in spec.split(",") if u]
-            configs_v = [c.replace(**{field: bool(v) if field == "pdl" else v}) for c in configs for v in values]
+            if field == "pdl" and not set(values) <= {0, 1, 4, 8, 16}:
+                raise ValueError(f"pdl values {values}")
+            configs_v = [c.replace(**({"pdl": bool(v), "weight_prefetch": v if v > 1 else 0} if field == "pdl"
+                                      else {field: v})) for c in configs for v in values]
         except ValueError as exc:
             ap.error(f"--{flag} {spec!r}: expected values of {allowed} ({exc.__class__.__name__})")
         cells = [c for c in cells for _ in values]
@@ -127,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
         layer_sum = sum(r["mean_us"] * r["calls"] for k, r in rows.items() if k.startswith(("gu::", "dn::", "ns::"))) / args.iters
         result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}:la{cfg.work_lookahead}"
-               f":pdl{int(cfg.pdl)}"] = {
+               f":pdl{int(cfg.pdl)}w{cfg.weight_prefetch}"] = {
             "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us,
             "kernels_sum_us": layer_sum}
         print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} "
-              f"lookahead {cfg.work_lookahead} pdl {int(cfg.pdl)} {lib.name}: "
+              f"lookahead {cfg.work_lookahead} pdl {int(cfg.pdl)} prefetch {cfg.weight_prefetch} {lib.name}: "
               f"layer {layer_us:.1f} us (events, median), its kernels {layer_sum:.1f} us (profiler)")
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
             print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")

@@ -19,7 +19,8 @@ the same configuration with the unbanded walk (``gu_band_m = dn_band_m = 0``, th
 layer before bands: column ``unbanded ms``), so a GPU session measures what the derived bands gain.
 ``ARGUS_MOE_BENCH_COMPARE=lookahead`` (or ``pdl``) times instead the same configuration with
 ``work_lookahead`` (the grouped GEMMs' producers reading their next unit's expert ahead, or not) or ``pdl``
-(programmatic dependent launch) flipped, interleaved: column ``flipped ms``. Any other value is refused.
+(programmatic dependent launch) flipped, interleaved: column ``flipped ms``; ``pdlw8`` flips pdl together
+with an 8-k-tile weight prefetch before the wait. Any other value is refused.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ VLLM_RATIO = {("mixtral", 16): 1.91, ("mixtral", 256): 1.73, ("mixtral", 2048): 
               ("deepseek-v2-lite", 2048): 1.83, ("deepseek-v2-lite", 8192): 1.66}
 ROWS: list[str] = []
 #: ARGUS_MOE_BENCH_COMPARE: "" (ours and _grouped_mm only), "1" (also m128 and unbanded), "lookahead" / "pdl"
-#: (also the same configuration with that knob flipped: column ``flipped ms``)
-COMPARE_MODES = ("", "1", "lookahead", "pdl")
+#: (also the same configuration with that knob flipped: column ``flipped ms``), "pdlw8" (pdl with 8 k-tiles of
+#: weights prefetched before the wait, or neither)
+COMPARE_MODES = ("", "1", "lookahead", "pdl", "pdlw8")
 
 
 @pytest.mark.parametrize("tokens", TOKENS)
@@ -81,7 +83,10 @@ def test_moe_cell(model, tokens):
     if compare == "lookahead":   # the same configuration with the other work_lookahead
         alts["flipped"] = cfg.replace(work_lookahead=1 - cfg.work_lookahead)
     if compare == "pdl":   # the same configuration with programmatic dependent launch flipped
-        alts["flipped"] = cfg.replace(pdl=not cfg.pdl)
+        alts["flipped"] = cfg.replace(pdl=not cfg.pdl, weight_prefetch=0)
+    if compare == "pdlw8":   # ... with pdl and 8 k-tiles of weights prefetched before the wait, or neither
+        alts["flipped"] = cfg.replace(pdl=False, weight_prefetch=0) if cfg.pdl else cfg.replace(pdl=True,
+                                                                                                 weight_prefetch=8)
     runs = {}
     for key, alt_cfg in alts.items():
         alt = moe_kernel(p, alt_cfg, smt=False)
@@ -101,7 +106,8 @@ def test_moe_cell(model, tokens):
                             for key in ("m128", "unbanded", "flipped"))
     label = (f"m{cfg.tile_m} gu{cfg.gu_tile_n}x{cfg.gu_stages} dn{cfg.dn_tile_n}x{cfg.dn_stages} k{cfg.tile_k} "
              f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices}u{cfg.gather_unroll}"
-             f"{' la' if cfg.work_lookahead else ''}{' pdl' if cfg.pdl else ''} ({source})")
+             f"{' la' if cfg.work_lookahead else ''}{' pdl' if cfg.pdl else ''}"
+             f"{f' w{cfg.weight_prefetch}' if cfg.weight_prefetch else ''} ({source})")
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
     floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
     v = VLLM_MS.get((model, tokens))
@@ -113,7 +119,8 @@ def test_moe_cell(model, tokens):
 
 def teardown_module(module):
     table = os.environ.get("ARGUS_BENCH_TABLE")
-    # new columns last: tables of earlier sessions (11 and 12 columns) keep reading under this header
+    # new columns last: tables of earlier sessions (11 and 12 columns) keep their first columns' meaning; the
+    # 13th was "other lookahead ms" for one commit of session 22 (no table measured with it)
     head = ("| model | T | config | ours ms | m128 ms | _grouped_mm ms | speedup | vLLM ms (ANCHORS) | "
             "speedup needed (ANCHORS vLLM ratio) | floor ms | ours / floor | unbanded ms | flipped ms |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

@@ -206,6 +206,10 @@ class IndexWidth:
                        f"{sorted(CTYPES)}")
 
 
+#: the most k-tiles a grouped GEMM's producer prefetches into L2 before its wait (``MoELayer.weight_prefetch``)
+MAX_WEIGHT_PREFETCH = 64
+
+
 @dataclass(frozen=True)
 class MoELayer:
     """All programs of one MoE layer (the unit the verifier proves and the template prints).
@@ -226,6 +230,10 @@ class MoELayer:
             ``griddepcontrol.launch_dependents``, so the next kernel's launch and prologue (CTA
             placement, barrier init, tensor-map prefetch) overlap the previous kernel's tail
             (rule ``moe.pdl``).
+        weight_prefetch: with ``pdl``, k-tiles of its first unit's weight tile each grouped GEMM's
+            producer thread prefetches into L2 (``cp.async.bulk.prefetch.tensor``) before its wait,
+            reading the m-tile count and the expert id that route_scan wrote two launches before
+            (0: none; at most ``MAX_WEIGHT_PREFETCH``; needs ``pdl``).
     """
 
     name: str
@@ -241,12 +249,21 @@ class MoELayer:
     combine: Combine
     indices: tuple[IndexWidth, ...]
     pdl: bool = field(default=False, metadata=_CANON_SKIP)
+    weight_prefetch: int = field(default=0, metadata=_CANON_SKIP)
 
     family = "moe"
 
     def __post_init__(self) -> None:
+        loc = self.routing.loc
         if not isinstance(self.pdl, bool):
-            _dsl_error("dsl.operand", self.routing.loc, f"layer {self.name!r}: pdl {self.pdl!r} must be a bool")
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: pdl {self.pdl!r} must be a bool")
+        wp = self.weight_prefetch
+        if not isinstance(wp, int) or isinstance(wp, bool) or not 0 <= wp <= MAX_WEIGHT_PREFETCH:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: weight_prefetch {wp!r} must be an int in "
+                       f"[0, {MAX_WEIGHT_PREFETCH}] (k-tiles prefetched before the wait)")
+        if wp and not self.pdl:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: weight_prefetch={wp} needs pdl (without a "
+                       "programmatic launch a kernel starts after its predecessor completed: nothing to overlap)")
 
     def fingerprint(self) -> str:
         """sha256 of every node field (source locations aside)."""
@@ -283,7 +300,7 @@ class MoELayer:
                                                            for i in self.indices))
         if part == "layer":
             for k in changes:
-                if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl"):
+                if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch"):
                     raise KeyError(f"MoELayer has no scalar field {k!r}")
             return dataclasses.replace(self, **changes)
         prog = self.program(part)

@@ -54,7 +54,8 @@ from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Verif
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["MOE_RULES", "PDL_CHAIN", "PDL_PRE_WAIT", "pdl_launches", "routing_cases", "simulate_gather",
+__all__ = ["MOE_RULES", "PDL_CHAIN", "PDL_PREFETCH_READS", "PDL_PRE_WAIT", "pdl_launches", "pdl_pre_wait",
+           "routing_cases", "simulate_gather",
            "simulate_routing", "verify_moe"]
 
 #: rule -> (invariant id, description)
@@ -993,18 +994,32 @@ def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
 #: statement of route_scan / route_permute / combine and follows only the shared-memory barrier init and
 #: the tensor-map prefetch in the grouped GEMMs; tests/unit/test_moe_layer.py pins those places)
 PDL_PRE_WAIT: dict[str, tuple[str, ...]] = {name: () for name, _r, _w in PDL_CHAIN}
+#: what the grouped GEMMs read before their wait with ``weight_prefetch`` (``prefetch_first_weights``:
+#: the m-tile count and the first unit's expert, then that expert's weight boxes into L2)
+PDL_PREFETCH_READS = {"gate_up": ("tiles_m", "tile_expert", "w13"), "down": ("tiles_m", "tile_expert", "w2")}
+
+
+def pdl_pre_wait(layer: MoELayer) -> dict[str, tuple[str, ...]]:
+    """The printed pre-wait accesses of ``layer``'s kernels: :data:`PDL_PRE_WAIT`, plus
+    :data:`PDL_PREFETCH_READS` when the layer prefetches weights."""
+    if not getattr(layer, "weight_prefetch", 0):
+        return dict(PDL_PRE_WAIT)
+    return {**PDL_PRE_WAIT, **PDL_PREFETCH_READS}
 
 
 def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = None) -> tuple[list[Proof], list[Violation]]:
     """``moe.pdl`` (M10): over two consecutive calls of the layer (12 launches), every pair of accesses
     to one buffer where one writes (RAW, WAR, WAW) is ordered: the later kernel's access happens after
     the earlier kernel completed. A kernel launched in plain stream order starts after everything
-    before it completed; a programmatic one (``pdl``) may start early, and only its accesses after its
-    ``griddepcontrol.wait`` are ordered -- that wait returns once the previous kernel completed, and
-    a kernel completes only after all its CTAs passed their own wait, so completion is transitive down
-    the chain to the last plain launch. ``pre_wait`` (default :data:`PDL_PRE_WAIT`, the printed
-    kernels) names the buffers a kernel touches before its wait."""
-    pre = PDL_PRE_WAIT if pre_wait is None else pre_wait
+    before it completed. A programmatic one (``pdl``) may start early: its accesses after its
+    ``griddepcontrol.wait`` follow the previous kernel's completion (and, since a kernel completes only
+    after all its CTAs passed their own wait, every earlier one's); its accesses before the wait follow
+    the completion of the kernel two launches back only -- it cannot launch before every CTA of the
+    previous kernel executed ``griddepcontrol.launch_dependents``, printed after that kernel's own
+    wait (or, for the plain route_count, before that kernel could start at all). So a pre-wait access
+    may conflict with nothing the previous kernel does. ``pre_wait`` (default :func:`pdl_pre_wait`, the
+    printed kernels) names the buffers a kernel touches before its wait."""
+    pre = pdl_pre_wait(layer) if pre_wait is None else pre_wait
     prog = pdl_launches(layer)
     seq = [(c, i, name, set(r), set(w)) for c in (0, 1) for i, (name, r, w) in enumerate(PDL_CHAIN)]
     pairs = 0
@@ -1014,7 +1029,8 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
             cb, ib, nb, rb, wb = seq[b]
             for buf in sorted((wa & (rb | wb)) | (ra & wb)):
                 pairs += 1
-                if prog[ib] and buf in pre.get(nb, ()):
+                # a pre-wait access of a programmatic kernel is ordered after every kernel but the one before it
+                if prog[ib] and buf in pre.get(nb, ()) and b - a == 1:
                     kind = "writes" if buf in wb else "reads"
                     msg = (f"{nb} (call {cb}) {kind} {buf} before its griddepcontrol.wait, but it is launched "
                            f"programmatically and may run before {na} (call {ca}), which "
@@ -1024,8 +1040,12 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
                         f"{nb}'s access to {buf} after {na} completed", f"{nb} touches {buf} before its wait",
                         "a programmatic kernel touches global data only after griddepcontrol.wait",
                         element={"buffer": buf}, chain=(f"{na} (call {ca})", f"{nb} (call {cb})")))]
+    early = sorted({f"{k}: {', '.join(v)}" for k, v in pre.items() if v and prog[[n for n, _r, _w in PDL_CHAIN].index(k)]})
     mode = ("programmatic dependent launch: route_count in stream order, the 5 later kernels wait "
             "(griddepcontrol.wait) before their first global access" if layer.pdl else "plain stream order")
+    if early:
+        mode += (f" except the reads before the wait ({'; '.join(early)}), none of a buffer the kernel "
+                 "before writes")
     return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "
                   f"WAW on {len({b for _n, r, w in PDL_CHAIN for b in (*r, *w)})} buffers, out = xs) all ordered by "
                   "completion", points=pairs)], []

@@ -117,13 +117,16 @@ def _prebuilt():
             k = generate(_sliced(sl, small_t), q, smt=False)
             kernels[k.name] = k
     for t, e, k_, h, i, _routing, _sizes, small_t, (gu, dn) in _LOOKAHEAD_CASES:
-        for change in ({"work_lookahead": 1}, {"pdl": True}):
+        for change in ({"work_lookahead": 1}, {"pdl": True}, {"pdl": True, "weight_prefetch": 8}):
             k = generate(_banded(gu, dn, small_t).replace(**change), MoEProblem(t, e, k_, h, i), smt=False)
             kernels[k.name] = k
-    for q in (MoEProblem(256, 8, 2, 512, 256), MoEProblem(300, 8, 2, 512, 256), MoEProblem(16, 16, 2, 1024, 512),
-              MoEProblem(700, 16, 2, 1024, 512)):   # the pdl graph-capture and back-to-back layers
-        k = generate(default_config(q).replace(pdl=True), q, smt=False)
+    for q in (MoEProblem(256, 8, 2, 512, 256), MoEProblem(300, 8, 2, 512, 256)):   # the pdl graph-capture layers
+        k = generate(default_config(q).replace(pdl=True, weight_prefetch=8), q, smt=False)
         kernels[k.name] = k
+    for q in (MoEProblem(16, 16, 2, 1024, 512), MoEProblem(700, 16, 2, 1024, 512)):   # the back-to-back layers
+        for wp in (0, 16):
+            k = generate(default_config(q).replace(pdl=True, weight_prefetch=wp), q, smt=False)
+            kernels[k.name] = k
     failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
     assert not failed, failed[0]
 
@@ -211,7 +214,7 @@ def test_cuda_graph_capture(tokens, pdl):
     from argus_cutlass.kernels.moe.heuristics import default_config
 
     p = MoEProblem(tokens, 8, 2, 512, 256)
-    lib = _lib(p, default_config(p).replace(pdl=True)) if pdl else _lib(p)
+    lib = _lib(p, default_config(p).replace(pdl=True, weight_prefetch=8)) if pdl else _lib(p)
     assert lib.layer.pdl == pdl
     x, ids, w, w13, w2 = make_inputs(p, seed=2)
     ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
@@ -421,20 +424,24 @@ def test_work_lookahead(case):
 # ---- programmatic dependent launch -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("prefetch", [0, 8])
 @pytest.mark.parametrize("case", range(len(_LOOKAHEAD_CASES)))
-def test_pdl(case):
+def test_pdl(case, prefetch):
     """pdl (every kernel after route_count launched programmatically, each waiting for the previous one
-    before its first global access) against the fp32 layer on the lookahead cases' walks and routings."""
+    before its first global access; with a weight prefetch the grouped GEMMs' producers prefetch their
+    first weights into L2 before the wait) against the fp32 layer on the lookahead cases' walks and
+    routings."""
     t, e, k, h, i, routing, sizes, small_t, (gu, dn) = _LOOKAHEAD_CASES[case]
     p = MoEProblem(t, e, k, h, i)
-    lib = _lib(p, _banded(gu, dn, small_t).replace(pdl=True))
-    assert lib.layer.pdl
+    lib = _lib(p, _banded(gu, dn, small_t).replace(pdl=True, weight_prefetch=prefetch))
+    assert lib.layer.pdl and lib.layer.weight_prefetch == prefetch
     chk = run_and_check(lib, p, routing=routing, sizes=sizes, seed=case)
     assert chk.ok, (case, chk)
 
 
+@pytest.mark.parametrize("prefetch", [0, 16])
 @pytest.mark.parametrize("small_t", [True, False])
-def test_pdl_back_to_back(small_t):
+def test_pdl_back_to_back(small_t, prefetch):
     """Five calls enqueued back to back on one stream and one workspace, different inputs and outputs, no
     host synchronisation between them: with pdl a call's route_count waits in stream order for the
     previous call's combine, and its later kernels wait for their predecessor (rule moe.pdl over two
@@ -443,7 +450,7 @@ def test_pdl_back_to_back(small_t):
     from argus_cutlass.kernels.moe.heuristics import default_config
 
     p = MoEProblem(16 if small_t else 700, 16, 2, 1024, 512)
-    lib = _lib(p, default_config(p).replace(pdl=True))
+    lib = _lib(p, default_config(p).replace(pdl=True, weight_prefetch=prefetch))
     inputs = [make_inputs(p, seed=40 + j) for j in range(5)]
     ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
     outs = [torch.full_like(x, float("nan")) for x, *_ in inputs]

@@ -25,7 +25,7 @@ def test_loads_as_the_moe_family():
     assert MKB.family == "moe"
     assert {t.id for t in MKB.techniques} == {
         "small_t_weight_bound", "tile_m_padding", "t_bucket", "band_walk", "swap_ab", "stages",
-        "gather_slices", "gather_unroll", "work_lookahead", "pdl"}
+        "gather_slices", "gather_unroll", "work_lookahead", "pdl", "weight_prefetch"}
     swap = MKB.get("swap_ab")
     assert not swap.available and swap.missing_knobs == ("swap_ab",) and "not built" in swap.why
     assert swap not in MKB.available
@@ -51,7 +51,7 @@ def test_every_knob_is_a_searched_moe_config_field():
 
 def test_derived_defaults_say_so():
     """Each derived default states what was measured and what was not yet."""
-    for tid in ("gather_slices", "t_bucket", "work_lookahead", "pdl"):   # derived, not yet timed
+    for tid in ("gather_slices", "t_bucket", "work_lookahead", "pdl", "weight_prefetch"):   # derived, not yet timed
         assert "NOT yet measured" in MKB.get(tid).effect, tid
     assert "Measured (H200, session 22" in MKB.get("gather_unroll").effect   # timed: the numbers say so
     band = MKB.get("band_walk").effect

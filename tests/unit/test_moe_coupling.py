@@ -1,10 +1,11 @@
 """The MoE coupling test: what runs is what was proved, field by field (mirrors test_coupling.py).
 
-For four base layers (the small E=8 layer under the default configuration, the qwen-like
+For five base layers (the small E=8 layer under the default configuration, the qwen-like
 E=128, k=8 layer under the small-T configuration, the small layer with banded walks of 3 and 5
-m-tiles, and the small layer with its gather in 3 column slices) and **every field** of the MoE nodes -- the
+m-tiles, the small layer with its gather in 3 column slices, and the small layer with programmatic
+launches and a weight prefetch) and **every field** of the MoE nodes -- the
 routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` node, the layer's
-own scalar fields and ``pdl`` -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
+own scalar fields, ``pdl`` and ``weight_prefetch`` -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
 ``expert_shift``, ``pair_offset``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
 ``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
 ``band_start_delta``, ``band_full_rows``, ``band_swap``, and ``lookahead``), a type-appropriate mutation
@@ -66,6 +67,8 @@ def base(which: str) -> MoELayer:
         return build_layer(MoEConfig(gu_band_m=3, dn_band_m=5), MoEProblem(64, 8, 2, 256, 512))
     if which == "small_sliced":   # the gather in 3 column slices of H = 256 (11 + 11 + 10 vectors)
         return build_layer(MoEConfig(gather_slices=3), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small_pdl":   # programmatic launches, 4 k-tiles of weights prefetched before the wait
+        return build_layer(MoEConfig(pdl=True, weight_prefetch=4), MoEProblem(64, 8, 2, 256, 512))
     return build_layer(small_t_config(), MoEProblem(64, 128, 8, 2048, 768))
 
 
@@ -96,7 +99,7 @@ def mutations(layer: MoELayer) -> list[tuple[str, Callable[[], MoELayer]]]:
             for a in _alts(f, getattr(ix, f)):
                 out.append((f"index[{ix.name}].{f} -> {a!r}",
                             lambda k=ix.name, f=f, a=a: layer.replace_node("index", None, k, **{f: a})))
-    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl"):
+    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch"):
         for a in _alts(f, getattr(layer, f)):
             out.append((f"layer.{f} -> {a!r}", lambda f=f, a=a: layer.replace_node("layer", **{f: a})))
     out.append(("layer.name -> 'renamed'", lambda: dataclasses.replace(layer, name="renamed")))
@@ -151,7 +154,7 @@ def classify(layer: MoELayer, make: Callable[[], MoELayer]) -> tuple[str, str]:
     return "unprinted", "compiled text unchanged and the verifier accepts"
 
 
-@pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced"])
+@pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced", "small_pdl"])
 def test_every_moe_field_is_coupled(which):
     layer = base(which)
     muts = mutations(layer)

@@ -280,19 +280,92 @@ def test_pdl_prints_the_wait_before_every_global_access(small_t):
 
 
 def test_pdl_rule_finds_an_access_before_the_wait():
-    """moe.pdl's model: a programmatic kernel that touched a buffer before its wait (here the down GEMM
-    reading tile_expert, which route_scan writes) is a violation naming both kernels and the buffer; the
-    same access in plain stream order is ordered."""
+    """moe.pdl's model: a programmatic kernel may touch before its wait only what the kernel just before it
+    neither writes nor (for a write) reads. The down GEMM reading h (gate+up's output) or gate+up reading
+    xs (the permute's) before the wait is a violation naming both kernels and the buffer; reading the
+    expert ids route_scan wrote two or three launches back is ordered (the weight prefetch's reads); the
+    same accesses in plain stream order are all ordered."""
     from argus_cutlass.verify.moe import PDL_PRE_WAIT, _check_pdl
 
     layer = build_layer(MoEConfig(pdl=True), MoEProblem(64, 8, 2, 256, 512))
-    early = {**PDL_PRE_WAIT, "down": ("tile_expert",)}
-    proofs, bad = _check_pdl(layer, early)
-    assert not proofs and len(bad) == 1
-    assert "down (call 0) reads tile_expert before its griddepcontrol.wait" in bad[0].message
-    assert bad[0].counterexample.element == {"buffer": "tile_expert"}
-    proofs, bad = _check_pdl(dataclasses.replace(layer, pdl=False), early)
+    for kernel, buf, writer in (("down", "h", "gate_up"), ("gate_up", "xs", "route_permute"),
+                                ("route_permute", "offsets", "route_scan")):
+        proofs, bad = _check_pdl(layer, {**PDL_PRE_WAIT, kernel: (buf,)})
+        assert not proofs and len(bad) == 1, kernel
+        assert f"{kernel} (call 0) reads {buf} before its griddepcontrol.wait" in bad[0].message
+        assert writer in bad[0].message and bad[0].counterexample.element == {"buffer": buf}
+    ok = {**PDL_PRE_WAIT, "down": ("tile_expert", "tiles_m", "w2"), "gate_up": ("tile_expert", "tiles_m", "w13")}
+    proofs, bad = _check_pdl(layer, ok)
+    assert proofs and not bad
+    proofs, bad = _check_pdl(dataclasses.replace(layer, pdl=False), {**PDL_PRE_WAIT, "down": ("h",)})
     assert proofs and not bad and proofs[0].summary.startswith("plain stream order")
+
+
+def test_pdl_chain_matches_the_printed_kernels():
+    """moe.pdl's table of each kernel's global reads and writes (PDL_CHAIN) against the printed kernels:
+    route_count / route_scan / route_permute / combine by their pointer parameters (``T const*`` read
+    only, ``T*`` written), the grouped GEMMs by the buffers run() passes run_grouped (A, B read, D written,
+    the expert table and m-tile count read); the down GEMM's ``out`` is the xs buffer."""
+    import re
+
+    from argus_cutlass.verify.moe import PDL_CHAIN
+
+    layer = build_layer(MoEConfig(pdl=True), MoEProblem(64, 8, 2, 256, 512))
+    src = render_moe(layer)
+    chain = {n: (set(r), set(w)) for n, r, w in PDL_CHAIN}
+    alias = {"out": "xs"}
+    assert list(chain) == ["route_count", "route_scan", "route_permute", "gate_up", "down", "combine"]
+    for kernel in ("route_count", "route_scan", "route_permute", "combine"):
+        m = re.search(r"__global__ void __launch_bounds__\([^)]*\) " + kernel + r"\(([^)]*)\)", src)
+        assert m, kernel
+        reads, writes = chain[kernel]
+        seen = set()
+        for param in (x.strip() for x in m.group(1).split(",")):
+            if "*" not in param:
+                continue
+            buf = alias.get(param.split("*")[-1].strip(), param.split("*")[-1].strip())
+            seen.add(buf)
+            if param.replace(" ", "").endswith("const*" + param.split("*")[-1].strip()):
+                assert buf in reads and buf not in writes, (kernel, param)
+            else:
+                assert buf in writes, (kernel, param)
+        assert seen == reads | writes, (kernel, seen, reads | writes)
+    run = src[src.index("inline int run("):]
+    for part, ns in (("gate_up", "_gu"), ("down", "_dn")):
+        args = [a.strip() for a in re.search(ns + r"::run_grouped\(([^;]*)\);", run).group(1).split(",")]
+        a, b, d = (alias.get(x, x) for x in args[:3])
+        reads, writes = chain[part]
+        assert {a, b, "tile_expert", "tiles_m"} == reads, (part, args)
+        assert {d} == writes and args[7:9] == ["tile_expert", "tiles_m"], (part, args)
+
+
+def test_weight_prefetch_prints_the_l2_prefetch_before_the_wait():
+    """weight_prefetch (with pdl): each grouped GEMM's producer thread calls prefetch_first_weights before
+    griddepcontrol.wait, prefetching that many k-tiles of its first unit's weights into L2; the rule states
+    the pre-wait reads; without pdl the configuration and the DSL refuse it."""
+    from pydantic import ValidationError
+
+    from argus_cutlass.errors import DslError
+
+    p = MoEProblem(300, 16, 4, 256, 512)
+    layer = build_layer(MoEConfig(pdl=True, weight_prefetch=8), p)
+    assert layer.weight_prefetch == 8 and layer.name.endswith("_pdlw8")
+    src = render_moe(layer)
+    assert src.count("constexpr int kWeightPrefetch = 8;") == 2
+    call = "  if (wg == kProducerWarpgroup && thread_in_wg == 0) prefetch_first_weights(p);"
+    assert src.count(call) == 2
+    for part in src.split(call)[1:]:   # the wait follows the prefetch in each GEMM kernel
+        assert part.index('asm volatile("griddepcontrol.wait;"') < part.index("producer_mainloop(")
+    assert src.count("cute::SM90_TMA_LOAD_2D::PREFETCH::copy(&p.tma_b, c_inner, c_outer);") == 2
+    assert "prefetch_first_weights" not in render_moe(build_layer(MoEConfig(pdl=True), p))
+    rep = verify_moe(layer)
+    assert rep.ok, [v.format() for v in rep.violations]
+    (proof,) = [pr for pr in rep.proofs if pr.rule == "moe.pdl"]
+    assert "reads before the wait" in proof.summary and "gate_up: tiles_m, tile_expert, w13" in proof.summary
+    with pytest.raises(ValidationError, match="needs pdl"):
+        MoEConfig(weight_prefetch=8)
+    with pytest.raises(DslError, match="weight_prefetch=8 needs pdl"):
+        dataclasses.replace(layer, pdl=False)
 
 
 def test_lookahead_outside_the_grouped_walk_is_refused():
@@ -321,10 +394,12 @@ def test_role_loops_run_their_units_once():
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("dtype,unroll,lookahead,small_t,pdl", [("bf16", 1, 0, False, False), ("fp16", 1, 0, False, False),
-                                                                 ("bf16", 4, 0, False, False), ("bf16", 4, 1, False, True),
-                                                                 ("bf16", 4, 1, True, True)])
+@pytest.mark.parametrize("dtype,unroll,lookahead,small_t,pdl", [("bf16", 1, 0, False, 0), ("fp16", 1, 0, False, 0),
+                                                                 ("bf16", 4, 0, False, 0), ("bf16", 4, 1, False, 8),
+                                                                 ("bf16", 4, 1, True, 4)])
 def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl):
+    """The layer compiles for sm_90a without spills; ``pdl`` > 0: programmatic launches with that many
+    k-tiles of weights prefetched before the wait."""
     from argus_cutlass.build.nvcc import compile_cu
     from argus_cutlass.errors import ToolchainError
 
@@ -338,7 +413,7 @@ def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl):
 
     base = small_t_config(dtype) if small_t else MoEConfig(dtype=dtype)
     k = generate(base.replace(gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1, work_lookahead=lookahead,
-                              pdl=pdl), MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
+                              pdl=bool(pdl), weight_prefetch=pdl), MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert art.path.exists() if hasattr(art.path, "exists") else art.path
     log = getattr(art, "log", "") or ""

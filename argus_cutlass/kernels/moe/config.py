@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from argus_cutlass.dsl.ir import MAX_BAND_M
 
@@ -76,6 +76,10 @@ class MoEConfig(BaseModel):
             so each launch and prologue overlaps the previous kernel's tail (six kernels per layer;
             at small T the layer lasts 0.25-0.9 ms). False (the default): plain stream order (same
             ``.cu``). Not yet measured.
+        weight_prefetch: with ``pdl``, k-tiles of its first unit's weights each grouped GEMM's
+            producer prefetches into L2 before its wait (layer node ``weight_prefetch``): the
+            weight stream starts while the previous kernel (the permute before gate+up, gate+up's
+            tail before down) still runs. 0 (the default): none. Not yet measured.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -96,6 +100,14 @@ class MoEConfig(BaseModel):
     gather_unroll: Literal[1, 2, 4, 8] = 1
     work_lookahead: Literal[0, 1] = 0
     pdl: bool = False
+    weight_prefetch: Literal[0, 4, 8, 16] = 0
+
+    @model_validator(mode="after")
+    def _prefetch_needs_pdl(self) -> MoEConfig:
+        if self.weight_prefetch and not self.pdl:
+            raise ValueError(f"weight_prefetch={self.weight_prefetch} needs pdl=True (the prefetch runs before "
+                             "griddepcontrol.wait, which only a programmatic launch has)")
+        return self
 
     @property
     def schedule(self) -> str:

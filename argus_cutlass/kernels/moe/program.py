@@ -58,7 +58,8 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     The band suffix ``_b<gu>x<dn>`` is left out for the unbanded walk (0, 0), and the gather-slice
     suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1, ``_u<unroll>``
     with one slice; ``_la`` for the grouped GEMMs' work lookahead, ``_pdl`` for programmatic dependent
-    launch), so earlier layers keep their names (the fingerprint in the
+    launch, ``w<k-tiles>`` after it for the weights prefetched before the wait), so earlier layers keep
+    their names (the fingerprint in the
     kernel name changes with every field either way).
     """
     c, p = cfg, problem
@@ -66,7 +67,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather = f"_g{c.gather_slices}" if c.gather_slices != 1 else ""
     gather += (f"u{c.gather_unroll}" if gather else f"_u{c.gather_unroll}") if c.gather_unroll != 1 else ""
     gather += "_la" if c.work_lookahead else ""
-    gather += "_pdl" if c.pdl else ""
+    gather += ("_pdl" + (f"w{c.weight_prefetch}" if c.weight_prefetch else "")) if c.pdl else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -170,4 +171,4 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
     return MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
-                    combine, indices, pdl=c.pdl)
+                    combine, indices, pdl=c.pdl, weight_prefetch=c.weight_prefetch)

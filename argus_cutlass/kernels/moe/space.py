@@ -46,7 +46,9 @@ def bucket_of(tokens: int) -> str:
 #: the heuristic and the shipped entries since session 22's measurement, 1 the plain loop).
 #: ``work_lookahead``: the grouped GEMMs' roles read their next unit's expert ahead (1) or not (0, the
 #: shipped kernels; 1 is tried as a neighbour, not yet measured). ``pdl``: programmatic dependent launch of
-#: the layer's kernels (False in the shipped kernels; True is tried as a neighbour, not yet measured).
+#: the layer's kernels (False in the shipped kernels; True is tried as a neighbour, not yet measured);
+#: ``weight_prefetch``: with pdl, k-tiles of the grouped GEMMs' first weights prefetched into L2 before the
+#: wait (0 shipped; not yet measured).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -63,16 +65,26 @@ KNOBS: dict[str, tuple] = {
     "gather_unroll": (1, 4, 2, 8),
     "work_lookahead": (0, 1),
     "pdl": (False, True),
+    "weight_prefetch": (0, 8, 4, 16),
 }
 
 
 def enumerate_space(dtype: str = "bf16", limit: int | None = None) -> Iterator[MoEConfig]:
-    """Every configuration of the knob grid (default-first order), at most ``limit``."""
+    """Every valid configuration of the knob grid (default-first order; combinations MoEConfig refuses,
+    e.g. a weight prefetch without pdl, left out), at most ``limit``."""
+    from pydantic import ValidationError
+
     names = list(KNOBS)
-    for n, values in enumerate(itertools.product(*(KNOBS[k] for k in names))):
+    n = 0
+    for values in itertools.product(*(KNOBS[k] for k in names)):
         if limit is not None and n >= limit:
             return
-        yield MoEConfig(dtype=dtype, **dict(zip(names, values)))
+        try:
+            cfg = MoEConfig(dtype=dtype, **dict(zip(names, values)))
+        except ValidationError:
+            continue
+        n += 1
+        yield cfg
 
 
 def feasible(cfg: MoEConfig, problem: object) -> bool:
@@ -159,13 +171,17 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
         yield cfg.replace(gather_unroll=v)
     for v in near("work_lookahead"):
         yield cfg.replace(work_lookahead=v)
-    for v in near("pdl"):
-        yield cfg.replace(pdl=v)
+    for v in near("pdl"):   # off again: no prefetch either (it needs pdl)
+        yield cfg.replace(pdl=v, weight_prefetch=cfg.weight_prefetch if v else 0)
+    if cfg.pdl:
+        for v in near("weight_prefetch"):
+            yield cfg.replace(weight_prefetch=v)
     from argus_cutlass.kernels.moe.heuristics import small_t_config
 
     other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
     yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices,
-                        gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl)
+                        gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
+                        weight_prefetch=cfg.weight_prefetch)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
