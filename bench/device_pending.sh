@@ -72,6 +72,10 @@ case "$STEP" in
   attn-quad16)
     $PYT -m gpu "$R/tests/gpu/test_attention_gpu.py" -k "quad16 or fully_masked" -rf 2>&1 | tee "$OUT/attn_quad16.log" | tail -30 ;;
   moe)
+    # one test first, in one process: the module's fixture compiles every layer in one parallel nvcc batch
+    # (on a cold machine each xdist worker would otherwise start the same batch); then the rest under xdist
+    $PYT -m gpu "$R/tests/gpu/test_moe_gpu.py" -k test_small_t_heuristic_picks_the_small_path 2>&1 \
+      | tee "$OUT/moe_gpu_prebuild.log" | tail -3
     XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
     $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30 ;;
   attn-mutants16)
