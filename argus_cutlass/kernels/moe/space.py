@@ -10,6 +10,7 @@ entries, keyed by a power-of-two T bucket, live in the agent's table: ``agent/tu
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 
@@ -88,7 +89,14 @@ def enumerate_space(dtype: str = "bf16", limit: int | None = None) -> Iterator[M
 
 
 def feasible(cfg: MoEConfig, problem: object) -> bool:
-    """True when the layer of ``cfg`` builds and verifies for ``problem`` (smem, stages, tiles...)."""
+    """True when the layer of ``cfg`` builds and verifies for ``problem`` (smem, stages, tiles...).
+    Memoised per (config, problem), both frozen: the lookup of a tuned entry asks it on every call of
+    ``generate.run`` / ``api.moe`` for a T bucket (about 1 s of verification each time before)."""
+    return _feasible(cfg, problem)
+
+
+@functools.lru_cache(maxsize=1024)
+def _feasible(cfg: MoEConfig, problem: object) -> bool:
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.kernels.moe.program import build_layer
     from argus_cutlass.verify.moe import verify_moe
