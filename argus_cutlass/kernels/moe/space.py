@@ -88,15 +88,11 @@ def enumerate_space(dtype: str = "bf16", limit: int | None = None) -> Iterator[M
         yield cfg
 
 
+@functools.lru_cache(maxsize=65536)
 def feasible(cfg: MoEConfig, problem: object) -> bool:
     """True when the layer of ``cfg`` builds and verifies for ``problem`` (smem, stages, tiles...).
-    Memoised per (config, problem), both frozen: the lookup of a tuned entry asks it on every call of
-    ``generate.run`` / ``api.moe`` for a T bucket (about 1 s of verification each time before)."""
-    return _feasible(cfg, problem)
-
-
-@functools.lru_cache(maxsize=1024)
-def _feasible(cfg: MoEConfig, problem: object) -> bool:
+    Memoised per (config, problem), both frozen, like the GEMM and attention ``feasible``: the lookup
+    of a tuned entry asks it on every ``generate.run`` / ``api.moe`` call of a T bucket."""
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.kernels.moe.program import build_layer
     from argus_cutlass.verify.moe import verify_moe
