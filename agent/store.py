@@ -206,6 +206,18 @@ def shape_distance(a: Any, b: Any) -> float:
     return sum(abs(math.log2(max(1, int(x)) / max(1, int(y)))) for x, y in zip(a, b))
 
 
+def entry_distance(entry: dict[str, Any], here: Any) -> float:
+    """:func:`shape_distance` from a GEMM entry's measured shape (:func:`measured_shape`) to the problem
+    shape ``here``; ``inf`` for an entry without a well-formed shape (it orders last). The order the lookup
+    tries a bucket's entries in, and the order ``table`` lists them in.
+
+    >>> entry_distance({"shape": [2048, 4096, 4096]}, (2048, 4096, 4096)), entry_distance({}, (1, 1, 1))
+    (0.0, inf)
+    """
+    shape = measured_shape(entry)
+    return shape_distance(shape, here) if shape is not None else math.inf
+
+
 def merge_entries(table: dict[str, Any], new: list[dict[str, Any]]) -> dict[str, Any]:
     """``table`` (the JSON object of ``agent/tuned_h200.json``) with ``new`` entries added; an old entry
     of the same :func:`entry_identity` (key, and a GEMM entry's shape) is replaced, every other key of the
@@ -566,8 +578,7 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     here = (m, n, k)
 
     def nearness(e: dict[str, Any]) -> float:
-        shape = measured_shape(e)
-        return shape_distance(shape, here) if shape is not None else math.inf  # a malformed shape: last
+        return entry_distance(e, here)
 
     def found_note(e: dict[str, Any]) -> str:
         shape = measured_shape(e)

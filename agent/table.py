@@ -22,7 +22,6 @@ entry of the GPU itself is, and the choice's ``detail`` says so.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from argus_cutlass.agent import store as _store
@@ -31,12 +30,11 @@ from argus_cutlass.agent.store import (
     KEY_FIELDS,
     ExperienceStore,
     attention_key,
+    entry_distance,
     gpu_arch,
     gpu_name,
     key_rank,
-    measured_shape,
     moe_key,
-    shape_distance,
 )
 
 KERNELS = ("gemm", "attention", "moe")
@@ -160,10 +158,7 @@ def explain(problem: Any, *, gpu: str | None = None, store: ExperienceStore | No
     here = (problem.m, problem.n, problem.k) if family == "gemm" else None
 
     def measured_distance(row: dict[str, Any]) -> float:  # GEMM: nearest measured shape first, as the lookup
-        if here is None:
-            return 0.0
-        shape = measured_shape({"shape": row.get("measured_on")})
-        return shape_distance(shape, here) if shape is not None else math.inf
+        return 0.0 if here is None else entry_distance({"shape": row.get("measured_on")}, here)
 
     cands.sort(key=lambda r: (*rank(r), r["same_arch"], measured_distance(r), r["source"] != "store"))
     for row in cands:

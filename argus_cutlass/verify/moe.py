@@ -1044,7 +1044,9 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
     mode = ("programmatic dependent launch: route_count in stream order, the 5 later kernels wait "
             "(griddepcontrol.wait) before their first global access" if layer.pdl else "plain stream order")
     if early:
-        mode += (f" except the reads before the wait ({'; '.join(early)}), none of a buffer the kernel "
+        what = (f"the grouped GEMMs' L2 prefetch of their first unit's first {layer.weight_prefetch} weight k-tiles: "
+                if getattr(layer, "weight_prefetch", 0) else "")
+        mode += (f" except the reads before the wait ({what}{'; '.join(early)}), none of a buffer the kernel "
                  "before writes")
     return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "
                   f"WAW on {len({b for _n, r, w in PDL_CHAIN for b in (*r, *w)})} buffers, out = xs) all ordered by "
