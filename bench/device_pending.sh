@@ -12,6 +12,8 @@
 #   bash bench/device_pending.sh OUTDIR moe-lookahead # grouped GEMMs with work_lookahead 0 vs 1, per kernel, 8 cells (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-pdl       # the layer with pdl off / on / on + 8 k-tiles prefetched, per
 #                                                     # kernel and end to end, 8 cells
+#   bash bench/device_pending.sh OUTDIR moe-cli [T]   # the main command `argus-cutlass moe` on the 3 ANCHORS shapes at T
+#                                                     # (default 16): heuristic / shipped config, fp32 check, time vs torch
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
@@ -46,7 +48,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-stalls moe-mutants moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-stalls moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -117,6 +119,12 @@ case "$STEP" in
     ncu --import "$OUT/moe_stalls.ncu-rep" --page details > "$OUT/moe_stalls.txt" 2>&1
     grep -E "gemm_kernel|Duration|DRAM Throughput|Stall|Warp Cycles Per Issued|No Eligible|Issued Warp" \
       "$OUT/moe_stalls.txt" | head -80 ;;
+  moe-cli)
+    for S in "8 2 4096 14336" "128 8 2048 768" "64 6 2048 1408"; do
+      read -r E K H I <<< "$S"
+      timeout 150 argus-cutlass moe --tokens "${3:-16}" --experts "$E" --topk "$K" --hidden "$H" --ffn "$I" \
+        --out "$OUT/moe_cli_e$E" 2>&1 | tee -a "$OUT/moe_cli.log" | tail -12
+    done ;;
   moe-mutants)
     # $3: comma-separated mutant ids (default: all of argus_cutlass/testing/mutants_moe.toml)
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;

@@ -143,8 +143,11 @@ def test_small_t_path(model, tokens, routing):
 def test_small_t_heuristic_picks_the_small_path():
     from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
+    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_PDL
+
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == _small().replace(
-        gu_band_m=4, dn_band_m=4, gather_slices=16)   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band)
+        gu_band_m=4, dn_band_m=4, gather_slices=16,   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band)
+        gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
 
 

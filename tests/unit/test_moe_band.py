@@ -18,6 +18,7 @@ from argus_cutlass.kernels.moe.heuristics import (
     BANDS,
     GATHER_UNROLL,
     SMALL_T,
+    SMALL_T_PDL,
     band_for,
     default_bands,
     default_config,
@@ -249,7 +250,7 @@ def test_heuristic_bands_from_the_wave_traffic():
                 # T a power of two here) and the gather in H * 2 B / 512 B column slices
                 band = max(1, t // 64)
                 assert cfg == small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[model],
-                                                       gather_unroll=GATHER_UNROLL), (model, t)
+                                                       gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL), (model, t)
             else:
                 # large T: as many slices as fit in one wave (a power of two <= 132 // chunks)
                 fill = max(1, 132 // chunks)

@@ -44,13 +44,13 @@ def test_small_t_layers_verify(model):
 
 
 def test_heuristic_picks_by_t_bucket():
-    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T, default_config, small_t_config
+    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T, SMALL_T_PDL, default_config, small_t_config
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
     # bands: the most 64-row m-tiles one expert can fill in the T bucket (T' / 64, T' the power of two)
     for t, band in ((1, 1), (16, 1), (64, 1), (65, 2), (128, 2), (129, 4), (SMALL_T, 4)):
         want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=8,   # H = 2048: 4 KB / 512 B
-                                         gather_unroll=GATHER_UNROLL)
+                                         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as
@@ -60,6 +60,7 @@ def test_heuristic_picks_by_t_bucket():
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)) == \
         MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=16, gather_unroll=GATHER_UNROLL)
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", 8192)).gather_slices == 1  # 256 chunks
+    assert SMALL_T_PDL and not default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).pdl   # pdl: small T only
     small = small_t_config()
     assert all(getattr(small, k) in v for k, v in KNOBS.items())
 

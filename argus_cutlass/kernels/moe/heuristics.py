@@ -73,7 +73,7 @@ from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config",
-           "GATHER_UNROLL", "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket", "wave_rows"]
+           "GATHER_UNROLL", "SMALL_T_PDL", "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket", "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
@@ -83,6 +83,14 @@ SMALL_T = 256
 #: T = 16 11.5 -> 6.3 us, Mixtral T = 2048 42.7 -> 25.0 us) and equal (1.00x) with one slice (Qwen3 and
 #: DeepSeek T = 8192); log bench/data/moe_gather_h200_s22.log
 GATHER_UNROLL = 4
+#: programmatic dependent launch (``MoEConfig.pdl``) in the small-T bucket only. Measured (H200, session 23,
+#: two runs: ``bench/profile_moe.py --pdl 0,1,8`` and ``moe-bench pdl``, the shipped layers with pdl flipped,
+#: interleaved, end-to-end events): at T <= 256, 1.0-2.3 % faster in 5 of 6 cells in both runs (Qwen3 T = 16
+#: 249.4 -> 243.9 us and 0.250 -> 0.246 ms; Mixtral T = 256 0.5 % slower in both); at T >= 2048 equal to
+#: 8 % slower (bench: Mixtral T = 8192 10.02 -> 10.80 ms, DeepSeek T = 8192 1.62 -> 1.72 ms; not explained).
+#: The 8-k-tile weight prefetch before the wait moved no cell beyond run-to-run noise (<= 0.7 %), so it
+#: stays 0. Logs bench/data/moe_pdl_h200_s23.log, bench/data/moe_bench_h200_s23.md
+SMALL_T_PDL = True
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
@@ -187,13 +195,14 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     :func:`small_t_band` for ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns
     (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
     (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
-    and ``GATHER_UNROLL`` vectors in flight per gather thread.
+    and ``GATHER_UNROLL`` vectors in flight per gather thread; programmatic dependent launch
+    (``SMALL_T_PDL``) in the small-T bucket only.
     """
     if problem.tokens <= SMALL_T:
         cfg = small_t_config(problem.dtype)
         band = small_t_band(problem, cfg.tile_m)
         return cfg.replace(gu_band_m=band, dn_band_m=band, gather_slices=gather_slices_for(problem, cfg.route_chunk),
-                           gather_unroll=GATHER_UNROLL)
+                           gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),

@@ -45,11 +45,11 @@ def bucket_of(tokens: int) -> str:
 #: (the heuristic derives them from the chunk count and H at every T: ``heuristics.gather_slices_for``,
 #: up to ``MAX_GATHER_SLICES``). ``gather_unroll``: 16-byte loads in flight per thread of that gather (4 in
 #: the heuristic and the shipped entries since session 22's measurement, 1 the plain loop).
-#: ``work_lookahead``: the grouped GEMMs' producers read their next unit's expert ahead (1) or not (0, the
-#: shipped kernels; 1 is tried as a neighbour, not yet measured). ``pdl``: programmatic dependent launch of
-#: the layer's kernels (False in the shipped kernels; True is tried as a neighbour, not yet measured);
-#: ``weight_prefetch``: with pdl, k-tiles of the grouped GEMMs' first weights prefetched into L2 before the
-#: wait (0 shipped; not yet measured).
+#: ``work_lookahead``: the grouped GEMMs' producers read their next unit's expert ahead (1) or not (0; measured
+#: in session 23: no effect, so 0 in the heuristic and the shipped kernels). ``pdl``: programmatic dependent
+#: launch of the layer's kernels (the small-T heuristic sets it, session 23: 1-2 % faster at T <= 256, up to 8 %
+#: slower at T >= 2048); ``weight_prefetch``: with pdl, k-tiles of the grouped GEMMs' first weights prefetched
+#: into L2 before the wait (0 in the heuristic: no measurable effect in session 23).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
