@@ -350,7 +350,10 @@ class _Progress:
             flops = problem_flops(p)
             line = f"time      {r.ms:.4f} ms = {flops / r.ms / 1e9:.1f} TFLOP/s"
             if moe:
-                line += f" ({r.ms / p.floor_ms(hbm_bytes_per_s=4.3e12):.2f}x the activated-weight floor at 4.3 TB/s)"
+                from argus_cutlass.kernels.moe.check import timed_counts, timed_floor_ms
+
+                line += (f" ({r.ms / timed_floor_ms(p):.2f}x the activated-weight floor at 4.3 TB/s: "
+                         f"{p.active_experts(timed_counts(p))} of {p.experts} experts routed)")
             if r.baseline_ms is not None:
                 line += (f"; {vendor} {r.baseline_ms:.4f} ms = {flops / r.baseline_ms / 1e9:.1f} TFLOP/s; "
                          f"ratio {r.baseline_ms / r.ms:.3f}x")

@@ -15,6 +15,8 @@
 #   bash bench/device_pending.sh OUTDIR moe-cli [T]   # the main command `argus-cutlass moe` on the 3 ANCHORS shapes at T
 #                                                     # (default 16): heuristic / shipped config, fp32 check, time vs torch
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-unitk     # small-T GEMM throughput vs unit length and expert count: T=16,
+#                                                     # one configuration rule (heuristic), E x k x H x I varied (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -48,7 +50,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-stalls moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-stalls moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -111,6 +113,13 @@ case "$STEP" in
     timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/$KNOB" --$KNOB $VALUES --cells \
       mixtral:16,mixtral:256,qwen3-30b-a3b:16,qwen3-30b-a3b:256,deepseek-v2-lite:16,deepseek-v2-lite:256,qwen3-30b-a3b:2048,deepseek-v2-lite:2048 \
       2>&1 | tee "$OUT/moe_$KNOB.log" | grep -E "^==|gemm_kernel" | head -80 ;;
+  moe-unitk)
+    # session 23: the many-expert small-T GEMMs stream at 82-85 % of 4.3 TB/s, Mixtral's at 93-95 %; the
+    # expert read (lookahead) and kernel boundaries (pdl) are not it. Vary the unit's k length (H for gate+up,
+    # I for down) and the expert count apart, one configuration rule, to see which one the throughput follows
+    timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/unitk" --heuristic --pdl 0 --cells \
+      e128k8h2048i768:16,e128k8h2048i3072:16,e128k8h4096i768:16,e8k2h4096i1536:16,e8k2h2048i14336:16,e8k2h4096i14336:16,e32k2h4096i3584:16 \
+      2>&1 | tee "$OUT/moe_unitk.log" | grep -E "^==|gemm_kernel" | head -60 ;;
   moe-stalls)
     timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --section SpeedOfLight --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters --section LaunchStats \
@@ -122,8 +131,10 @@ case "$STEP" in
   moe-cli)
     for S in "8 2 4096 14336" "128 8 2048 768" "64 6 2048 1408"; do
       read -r E K H I <<< "$S"
+      # the .cu / .h stay on the device (a call returns a limited number of files: session 23 lost a table so)
       timeout 150 argus-cutlass moe --tokens "${3:-16}" --experts "$E" --topk "$K" --hidden "$H" --ffn "$I" \
-        --out "$OUT/moe_cli_e$E" 2>&1 | tee -a "$OUT/moe_cli.log" | tail -12
+        --out "/tmp/moe_cli_e$E" 2>&1 | tee -a "$OUT/moe_cli.log" | tail -12
+      cp /tmp/moe_cli_e"$E"/*.json "$OUT/" 2>/dev/null
     done ;;
   moe-mutants)
     # $3: comma-separated mutant ids (default: all of argus_cutlass/testing/mutants_moe.toml)

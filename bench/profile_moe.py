@@ -4,7 +4,8 @@
     ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \\
         python3 bench/profile_moe.py --out OUTDIR --cells qwen3-30b-a3b:16 --ncu
 
-Each cell is ``model:T`` (``MoEProblem.for_model``) with the orchestrator's configuration
+Each cell is ``model:T`` (``MoEProblem.for_model``) or ``e<E>k<k>h<H>i<I>:T`` (any shape, e.g.
+``e128k8h2048i3072:16``) with the orchestrator's configuration
 (``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16, keeping
 the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll, ``--lookahead 0,1`` with and
 without the grouped GEMMs' work lookahead, ``--pdl 0,1`` with and without programmatic dependent launch).
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for moe_profile.json")
     ap.add_argument("--cells", default="mixtral:8192,qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:2048",
-                    help="comma-separated model:T (models: MoEProblem.for_model)")
+                    help="comma-separated model:T (models: MoEProblem.for_model) or eEkKhHiI:T (any shape)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--unbanded", action="store_true", help="gu_band_m = dn_band_m = 0 (the unbanded walk; --bands 0x0)")
     ap.add_argument("--bands", default="",
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pdl", default="",
                     help="comma-separated pdl values (0: off, 1: programmatic dependent launch, 4 / 8 / 16: pdl with "
                          "that many k-tiles of weights prefetched before the wait): each cell with each")
+    ap.add_argument("--heuristic", action="store_true",
+                    help="every cell with kernels.moe.heuristics.default_config (no shipped entry), so cells of "
+                         "different shapes run one configuration rule")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
@@ -53,14 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     from argus_cutlass.api import moe_kernel
     from argus_cutlass.generate import build_jobs, configure
     from argus_cutlass.kernels.moe.check import make_inputs
-    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    from argus_cutlass.errors import ArgusError
 
     try:
         cells = [(m, int(t)) for m, t in (c.split(":") for c in args.cells.split(",") if c)]
-    except ValueError:
-        ap.error(f"--cells {args.cells!r}: expected model:T[,model:T...]")
-    problems = [MoEProblem.for_model(m, t) for m, t in cells]
-    configs = [configure(p)[0] for p in problems]
+        problems = [cell_problem(m, t) for m, t in cells]
+    except (ValueError, ArgusError) as exc:
+        ap.error(f"--cells {args.cells!r}: expected model:T or eEkKhHiI:T, comma-separated ({exc})")
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    configs = [default_config(p) if args.heuristic else configure(p)[0] for p in problems]
     if args.unbanded:   # the same as --bands 0x0
         args.bands = "0x0"
     if args.bands:
@@ -139,11 +146,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} "
               f"lookahead {cfg.work_lookahead} pdl {int(cfg.pdl)} prefetch {cfg.weight_prefetch} {lib.name}: "
               f"layer {layer_us:.1f} us (events, median), its kernels {layer_sum:.1f} us (profiler)")
+        # the grouped GEMMs' activated-weight throughput (each activated expert's W13 / W2 read once)
+        active = p.active_experts(torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist())
+        w2_bytes = active * p.hidden * p.ffn * p.element_bytes
+        wbytes = {"gu::": 2 * w2_bytes, "dn::": w2_bytes}
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
-            print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}")
+            tput = next((f"  {b / r['mean_us'] / 1e6:.2f} TB/s of activated weights ({active} experts)"
+                         for pre, b in wbytes.items() if k.startswith(pre) and r["mean_us"] > 0), "")
+            print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}{tput}")
     if not args.ncu:
         (out / "moe_profile.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def cell_problem(model: str, tokens: int):
+    """The MoE problem of a ``--cells`` entry: a model of ``MoEProblem.for_model`` or ``e<E>k<k>h<H>i<I>``.
+
+    >>> cell_problem("e128k8h2048i3072", 16).ffn, cell_problem("mixtral", 16).experts
+    (3072, 8)
+    """
+    import re
+
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    m = re.fullmatch(r"e(\d+)k(\d+)h(\d+)i(\d+)", model)
+    if m:
+        e, k, h, i = (int(v) for v in m.groups())
+        return MoEProblem(tokens, e, k, h, i)
+    return MoEProblem.for_model(model, tokens)
 
 
 def _short(name: str, layer: str) -> str:

@@ -33,7 +33,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (the MoE baseline is the torch _grouped_mm layer)")
 
 from argus_cutlass.kernels.moe.baseline import grouped_mm_layer  # noqa: E402
-from argus_cutlass.kernels.moe.check import make_inputs, run_and_check, time_fn  # noqa: E402
+from argus_cutlass.kernels.moe.check import (  # noqa: E402
+    ANCHOR_HBM_BYTES_PER_S,
+    make_inputs,
+    run_and_check,
+    time_fn,
+)
 from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -109,7 +114,7 @@ def test_moe_cell(model, tokens):
              f"{' la' if cfg.work_lookahead else ''}{' pdl' if cfg.pdl else ''}"
              f"{f' w{cfg.weight_prefetch}' if cfg.weight_prefetch else ''} ({source})")
     counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
-    floor = p.floor_ms(counts, hbm_bytes_per_s=4.3e12)
+    floor = p.floor_ms(counts, hbm_bytes_per_s=ANCHOR_HBM_BYTES_PER_S)
     v = VLLM_MS.get((model, tokens))
     need = VLLM_RATIO.get((model, tokens))
     ROWS.append(f"| {model} | {tokens} | {label} | {o:.3f} | {m128} | {b:.3f} | {b / o:.2f} | "

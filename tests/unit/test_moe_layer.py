@@ -574,3 +574,18 @@ edit = [{{ part = "layer", set = {{ tokens_bits = 28 }} }}, {widen}]
     assert {ix.ctype for ix in wide.indices if ix.name == "tile_unit"} == {"int64_t"}
     msgs = [v.message for v in verify_moe(wide, smt=False).violations if v.rule == "moe.index_width"]
     assert len(msgs) == 1 and "padded rows reach" in msgs[0] and "int32" in msgs[0], msgs
+
+
+def test_timed_floor_counts_the_activated_experts_of_the_timed_routing():
+    """The floor the CLI and the report print is the timed routing's: experts with no row are not read."""
+    from argus_cutlass.hw.routing import make_routing
+    from argus_cutlass.kernels.moe.check import TIMING_SEED, timed_counts, timed_floor_ms
+
+    qwen, mixtral = MoEProblem.for_model("qwen3-30b-a3b", 16), MoEProblem.for_model("mixtral", 16)
+    ids, _ = make_routing("uniform", qwen.tokens, qwen.experts, qwen.topk, seed=TIMING_SEED)
+    active = len(set(ids.ravel().tolist()))
+    assert qwen.active_experts(timed_counts(qwen)) == active < qwen.experts
+    assert timed_floor_ms(qwen) == pytest.approx(timed_floor_ms(qwen, 4.8e12) * 4.8 / 4.3)
+    assert timed_floor_ms(qwen) == pytest.approx(
+        (active * 3 * 768 * 2048 * 2 + 2 * 16 * 2048 * 2) / 4.3e12 * 1e3)
+    assert timed_floor_ms(mixtral) == pytest.approx(mixtral.floor_ms(hbm_bytes_per_s=4.3e12))   # all 8 routed

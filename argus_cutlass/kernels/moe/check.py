@@ -14,7 +14,13 @@ from typing import Any
 
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["MoECheck", "fp32_layer", "make_inputs", "run_and_check", "time_baseline", "time_fn", "time_layer"]
+__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMING_SEED", "fp32_layer", "make_inputs", "run_and_check",
+           "time_baseline", "time_fn", "time_layer", "timed_counts", "timed_floor_ms"]
+
+#: the seed of the timed inputs (:func:`time_layer`, :func:`time_baseline`, :func:`timed_counts`)
+TIMING_SEED = 1
+#: the HBM bandwidth the issue's floor is stated at (``../shared/ANCHORS.md``: 4.3 TB/s reached on the H200)
+ANCHOR_HBM_BYTES_PER_S = 4.3e12
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,41 @@ def time_fn(fn: Any, *, warmup: int = 10, iters: int = 50, flush_l2: bool = True
     return times[len(times) // 2]
 
 
-def time_layer(lib: Any, problem: MoEProblem, *, warmup: int = 10, iters: int = 50, seed: int = 1) -> float:
+def timed_counts(problem: MoEProblem, seed: int = TIMING_SEED) -> Any:
+    """Rows per expert (numpy int64, length E) of the routing :func:`time_layer` and :func:`time_baseline`
+    run: uniform, drawn by :func:`~argus_cutlass.hw.routing.make_routing` with ``seed`` (host only, no GPU).
+
+    >>> from argus_cutlass.kernels.moe.problem import MoEProblem
+    >>> c = timed_counts(MoEProblem(16, 128, 8, 2048, 768))
+    >>> int(c.sum()), len(c), int((c > 0).sum()) < 128
+    (128, 128, True)
+    """
+    import numpy as np
+
+    from argus_cutlass.hw.routing import make_routing
+
+    p = problem
+    ids, _ = make_routing("uniform", p.tokens, p.experts, p.topk, seed=seed)
+    return np.bincount(ids.ravel(), minlength=p.experts)
+
+
+def timed_floor_ms(problem: MoEProblem, hbm_bytes_per_s: float = ANCHOR_HBM_BYTES_PER_S) -> float:
+    """The activated-weight floor of a timed run (:meth:`MoEProblem.floor_ms` on :func:`timed_counts`):
+    the experts the timed routing activates, not every expert. At T = 16 on Qwen3-30B-A3B (E = 128,
+    k = 8) the 128 routed rows activate about 82 experts (85 with the timing seed), so the all-experts
+    bound would be 1.5x too high and a layer could read as faster than its floor (the CLI printed 0.87x
+    for Qwen3-30B-A3B T = 16 on the H200 in session 23 before this).
+
+    >>> from argus_cutlass.kernels.moe.problem import MoEProblem
+    >>> p = MoEProblem(16, 128, 8, 2048, 768)
+    >>> timed_floor_ms(p) < p.floor_ms(hbm_bytes_per_s=ANCHOR_HBM_BYTES_PER_S)
+    True
+    """
+    return problem.floor_ms(timed_counts(problem), hbm_bytes_per_s=hbm_bytes_per_s)
+
+
+def time_layer(lib: Any, problem: MoEProblem, *, warmup: int = 10, iters: int = 50,
+               seed: int = TIMING_SEED) -> float:
     """Median milliseconds of the layer on uniform routing (workspace allocated once, ids unchecked:
     what a captured layer costs), L2 flushed before each call."""
     import torch
@@ -148,7 +188,8 @@ def time_layer(lib: Any, problem: MoEProblem, *, warmup: int = 10, iters: int = 
                    iters=iters)
 
 
-def time_baseline(problem: MoEProblem, *, warmup: int = 10, iters: int = 50, seed: int = 1) -> float | None:
+def time_baseline(problem: MoEProblem, *, warmup: int = 10, iters: int = 50,
+                  seed: int = TIMING_SEED) -> float | None:
     """Median milliseconds of the torch ``_grouped_mm`` layer (:mod:`.baseline`) on the same inputs as
     :func:`time_layer`; None without torch, a GPU or ``torch._grouped_mm``."""
     try:
