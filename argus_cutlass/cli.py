@@ -350,9 +350,10 @@ class _Progress:
             flops = problem_flops(p)
             line = f"time      {r.ms:.4f} ms = {flops / r.ms / 1e9:.1f} TFLOP/s"
             if moe:
-                from argus_cutlass.kernels.moe.check import timed_counts, timed_floor_ms
+                from argus_cutlass.kernels.moe.check import ANCHOR_HBM_BYTES_PER_S, timed_counts, timed_floor_ms
 
-                line += (f" ({r.ms / timed_floor_ms(p):.2f}x the activated-weight floor at 4.3 TB/s: "
+                line += (f" ({r.ms / timed_floor_ms(p):.2f}x the activated-weight floor at "
+                         f"{ANCHOR_HBM_BYTES_PER_S / 1e12:.1f} TB/s: "
                          f"{p.active_experts(timed_counts(p))} of {p.experts} experts routed)")
             if r.baseline_ms is not None:
                 line += (f"; {vendor} {r.baseline_ms:.4f} ms = {flops / r.baseline_ms / 1e9:.1f} TFLOP/s; "

@@ -794,7 +794,7 @@ class RunResult:
                 # the floor of the timed routing's activated experts (not every expert: issue 11's bar)
                 timing["weight_floor_ms_4p3"] = timed_floor_ms(p)
                 timing["activated_experts"] = p.active_experts(timed_counts(p))
-            elif "baseline" in self.skipped:
+            if "baseline" in self.skipped:
                 timing[f"{vendor}_skipped"] = self.skipped["baseline"]
             rec["timing"] = timing
         if self.notes:

@@ -17,6 +17,8 @@
 #   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-unitk     # small-T GEMM throughput vs unit length and expert count: T=16,
 #                                                     # one configuration rule (heuristic), E x k x H x I varied (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-source    # ncu PC sampling of the Qwen3 / Mixtral T=16 gate+up GEMMs: the
+#                                                     # hottest SASS lines (bench/ncu_source_top.py), ~3 min
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -40,6 +42,8 @@
 #                                                     # OUTDIR/sweep/ (commit it back there before the next call)
 #   ARGUS_SWEEP_SHAPES=random:40:1 ARGUS_SWEEP_TAG=calib bash bench/device_pending.sh OUTDIR gemm-sweep
 #                                                     # the same on a calibration set apart from the model shapes
+#   ARGUS_SWEEP_FROM=bench/data/gemm_sweep_bf16_bf16_tn_h200.json bash bench/device_pending.sh OUTDIR gemm-sweep fp16_fp16_tn
+#                                                     # another flavor over the bf16 tn sweep's per-shape finalists
 #   bash bench/device_pending.sh OUTDIR gemm-refine [bf16_bf16_tn]  # re-time each swept shape's finalists (within
 #                                                     # 10 % of its best + the untuned choices; 5 rounds, ~25 ms of
 #                                                     # launches each), resumable like gemm-sweep, writes OUTDIR/sweep/
@@ -50,7 +54,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-stalls moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -120,6 +124,17 @@ case "$STEP" in
     timeout 540 python3 "$R/bench/profile_moe.py" --out "$OUT/unitk" --heuristic --pdl 0 --cells \
       e128k8h2048i768:16,e128k8h2048i3072:16,e128k8h4096i768:16,e8k2h4096i1536:16,e8k2h2048i14336:16,e8k2h4096i14336:16,e32k2h4096i3584:16 \
       2>&1 | tee "$OUT/moe_unitk.log" | grep -E "^==|gemm_kernel" | head -60 ;;
+  moe-source)
+    # where the many-expert small-T GEMM's stall samples sit (unit boundaries? barrier waits? the producer?),
+    # beside Mixtral's; pdl off so each kernel runs alone
+    for C in qwen3-30b-a3b:16 mixtral:16; do
+      timeout 240 ncu --profile-from-start off -k regex:gu::gemm_kernel --section SourceCounters --section WarpStateStats \
+        -f -o "/tmp/src_${C%%:*}" python3 "$R/bench/profile_moe.py" --out /tmp/prof --ncu --pdl 0 --cells "$C" \
+        > "$OUT/moe_source_${C%%:*}_run.log" 2>&1
+      ncu --import "/tmp/src_${C%%:*}.ncu-rep" --page source --csv --print-source sass > "/tmp/src_${C%%:*}.csv" 2>&1
+      gzip -c "/tmp/src_${C%%:*}.csv" > "$OUT/moe_source_${C%%:*}.csv.gz"
+      echo "== $C"; python3 "$R/bench/ncu_source_top.py" "/tmp/src_${C%%:*}.csv" --top 30 | tee "$OUT/moe_source_${C%%:*}.txt"
+    done ;;
   moe-stalls)
     timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --section SpeedOfLight --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters --section LaunchStats \
@@ -129,13 +144,18 @@ case "$STEP" in
     grep -E "gemm_kernel|Duration|DRAM Throughput|Stall|Warp Cycles Per Issued|No Eligible|Issued Warp" \
       "$OUT/moe_stalls.txt" | head -80 ;;
   moe-cli)
+    RC=0
     for S in "8 2 4096 14336" "128 8 2048 768" "64 6 2048 1408"; do
       read -r E K H I <<< "$S"
+      D="/tmp/moe_cli_t${3:-16}_e$E"
+      rm -rf "$D"
       # the .cu / .h stay on the device (a call returns a limited number of files: session 23 lost a table so)
       timeout 150 argus-cutlass moe --tokens "${3:-16}" --experts "$E" --topk "$K" --hidden "$H" --ffn "$I" \
-        --out "/tmp/moe_cli_e$E" 2>&1 | tee -a "$OUT/moe_cli.log" | tail -12
-      cp /tmp/moe_cli_e"$E"/*.json "$OUT/" 2>/dev/null
-    done ;;
+        --out "$D" > "$D.log" 2>&1 || RC=$?
+      tee -a "$OUT/moe_cli.log" < "$D.log" | tail -12
+      cp "$D"/*.json "$OUT/" 2>/dev/null
+    done
+    exit $RC ;;
   moe-mutants)
     # $3: comma-separated mutant ids (default: all of argus_cutlass/testing/mutants_moe.toml)
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
@@ -193,7 +213,10 @@ case "$STEP" in
     TB="gemm_sweep_${FL}${ARGUS_SWEEP_TAG:+_$ARGUS_SWEEP_TAG}_h200.json"
     T="$OUT/sweep/$TB"
     cp "$R/bench/data/$TB" "$T" 2>/dev/null || [ "$STEP" = gemm-sweep ] || exit 1
+    # ARGUS_SWEEP_FROM=bench/data/gemm_sweep_bf16_bf16_tn_h200.json: per shape only that table's finalists in
+    # this flavor (issue 13 item 4's fp16 / nt / fp32-output tables in one or two calls each)
     MODE="--dtype $DT --out-dtype $OD --layout $LY --shapes ${ARGUS_SWEEP_SHAPES:-models} ${4:+--m $4}"
+    MODE="$MODE${ARGUS_SWEEP_FROM:+ --from-table $R/$ARGUS_SWEEP_FROM}"
     [ "$STEP" = gemm-refine ] && MODE="--refine"
     timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" $MODE --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
       | tee "$OUT/${STEP}_$FL.log" | tail -40 ;;

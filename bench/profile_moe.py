@@ -56,13 +56,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from argus_cutlass.api import moe_kernel
     from argus_cutlass.generate import build_jobs, configure
-    from argus_cutlass.kernels.moe.check import make_inputs
+    from argus_cutlass.kernels.moe.check import timed_inputs
 
     from argus_cutlass.errors import ArgusError
 
     try:
         cells = [(m, int(t)) for m, t in (c.split(":") for c in args.cells.split(",") if c)]
         problems = [cell_problem(m, t) for m, t in cells]
+        for p in problems:
+            p.validate()   # a bad shape is refused here, naming the rule, not inside the nvcc batch
     except (ValueError, ArgusError) as exc:
         ap.error(f"--cells {args.cells!r}: expected model:T or eEkKhHiI:T, comma-separated ({exc})")
     from argus_cutlass.kernels.moe.heuristics import default_config
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {}
     for (model, tokens), p, cfg in zip(cells, problems, configs):
         lib = moe_kernel(p, cfg)
-        x, ids, w, w13, w2 = make_inputs(p, seed=1)
+        x, ids, w, w13, w2 = timed_inputs(p)
         ws = torch.empty(lib.workspace_bytes(tokens), dtype=torch.uint8, device="cuda")
 
         def run() -> None:
@@ -151,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         w2_bytes = active * p.hidden * p.ffn * p.element_bytes
         wbytes = {"gu::": 2 * w2_bytes, "dn::": w2_bytes}
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):
+            # (with pdl a kernel is timed from its early launch, its wait included: no rate then)
             tput = next((f"  {b / r['mean_us'] / 1e6:.2f} TB/s of activated weights ({active} experts)"
-                         for pre, b in wbytes.items() if k.startswith(pre) and r["mean_us"] > 0), "")
+                         for pre, b in wbytes.items() if k.startswith(pre) and r["mean_us"] > 0 and not cfg.pdl), "")
             print(f"   {r['mean_us']:9.1f} us x{r['calls']:3d}  {k}{tput}")
     if not args.ncu:
         (out / "moe_profile.json").write_text(json.dumps(result, indent=1) + "\n")

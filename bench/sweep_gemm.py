@@ -27,6 +27,13 @@ projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 6
 * ``--rounds`` rounds (CUDA events, median of ``--iters`` launches after ``--warmup``; each round starts
   the kernel list at a different point), cuBLAS (torch) before every round and after the last; medians.
 
+Restricted (``--from-table REF``, issue 13 item 4's other flavors: fp16, ``nt``, an fp32 output): per shape,
+only the configurations of REF's row within ``--from-within`` (default 10 %) of its best, retargeted to this
+run's dtype / output dtype / layout (:func:`from_table_configs`), plus this flavor's heuristic and cost-model
+choices; a shape REF lacks gets the whole declared sub-space. ~5-15 kernels per shape instead of ~80, so a
+flavor takes one or two device calls; the table records ``restricted`` (REF and the fraction), and its
+"sweep's best" is the best of that restriction.
+
 Resumable: ``--table`` is read if it exists and written after every shape; shapes already in it are
 skipped. ``--max-seconds`` stops before a shape that would start after that much wall time (the kernels
 are compiled again in a new process: ~2-4 min for ~80 kernels on 16 cores), so one device call of 600 s
@@ -350,6 +357,42 @@ def finalists(row: dict, within: float = 0.10, extra: tuple[str | None, ...] = (
     return [nm for nm in good if nm in keep]
 
 
+def from_table_configs(ref: dict, key: str, flavor: dict[str, str], within: float = 0.10) -> list[Any] | None:
+    """The configurations of ``ref``'s row ``key`` within ``within`` of its best measured time, each with
+    ``flavor``'s dtype / out_dtype / layout (in the row's order, duplicates dropped); None when ``ref`` has
+    no measured row for ``key`` (the caller then sweeps the whole sub-space there).
+
+    Raises:
+        ValueError: ``ref`` has no ``kernel_configs`` (a table written before session 19).
+
+    >>> from argus_cutlass.kernels.gemm.config import GemmConfig
+    >>> a, b = GemmConfig(tile_n=128), GemmConfig(tile_n=256)
+    >>> ref = {"kernel_configs": {"a": a.model_dump(), "b": b.model_dump()},
+    ...        "shapes": {"8x64x64": {"kernels": {"a": 1.0, "b": 1.2}}}}
+    >>> [(c.tile_n, c.dtype, c.layout) for c in from_table_configs(ref, "8x64x64", {"dtype": "fp16",
+    ...  "out_dtype": "fp16", "layout": "nt"})], from_table_configs(ref, "1x1x1", {})
+    ([(128, 'fp16', 'nt')], None)
+    """
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    if not ref.get("kernel_configs"):
+        raise ValueError("the reference table has no kernel_configs (written by bench/sweep_gemm.py since session 19)")
+    row = ref.get("shapes", {}).get(key)
+    names = finalists(row, within) if row else []
+    if not names:
+        return None
+    out = []
+    for nm in names:
+        if nm not in ref["kernel_configs"]:
+            continue
+        try:   # a structure the flavor refuses (e.g. an epilogue tile an fp32 output cannot stage) is dropped
+            out.append(GemmConfig(**ref["kernel_configs"][nm]).replace(**flavor))
+        except (ArgusError, ValueError):
+            continue
+    return list(dict.fromkeys(out))
+
+
 def refine_iters(best_ms: float, budget_ms: float = 25.0, lo: int = 20, hi: int = 200) -> int:
     """Launches per timing of a refine round: about ``budget_ms`` of kernel time, within [lo, hi].
 
@@ -449,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-existing", action="store_true",
                     help="--merge-shipped: add only the shapes agent/tuned_h200.json has no entry for (an entry "
                     "tuned with its own interleaved measurement stays)")
+    ap.add_argument("--from-table", default="",
+                    help="a swept table of another flavor (e.g. the bf16 tn one): per shape, sweep only its "
+                         "configurations within --from-within of that row's best, retargeted to this flavor")
+    ap.add_argument("--from-within", type=float, default=0.10, help="--from-table: the fraction of the row's best")
     ap.add_argument("--refine", action="store_true",
                     help="re-time each shape's finalists of the table (GPU; --rounds, default 5 here) instead of sweeping")
     ap.add_argument("--refine-within", type=float, default=0.10,
@@ -513,6 +560,14 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"{len(skipped)} shapes need aligned staging and are not swept (the table's 'skipped')", flush=True)
     flavor = {"dtype": args.dtype, "out_dtype": out_dtype, "layout": args.layout}
+    ref = None
+    if args.from_table:
+        try:
+            ref = json.loads(Path(args.from_table).read_text())
+            if not ref.get("kernel_configs"):
+                raise ValueError("it has no kernel_configs (written by bench/sweep_gemm.py since session 19)")
+        except (OSError, ValueError) as exc:
+            ap.error(f"--from-table {args.from_table}: {exc}")
     table = json.loads(path.read_text()) if path.is_file() else {}
     if table and table.get("flavor", flavor) != flavor:
         ap.error(f"--table {path} holds {table.get('flavor')}, not {flavor}")
@@ -544,8 +599,25 @@ def main(argv: list[str] | None = None) -> int:
     from argus_cutlass.generate import kernel_name
 
     table["exclude"] = list(dict.fromkeys(table["exclude"] + [x for x in args.exclude.split(",") if x.strip()]))
-    configs = [c for c in dict.fromkeys(declared + list(picks.values()))
-               if not any(x in kernel_name(c) for x in table["exclude"])]
+    # --from-table: per shape, the reference row's finalists in this flavor (+ both untuned choices)
+    per_shape: dict[str, list[Any]] = {}
+    if ref is not None:
+        from argus_cutlass.agent.costmodel import costmodel_choice
+
+        for s in todo:
+            key = f"{s.m}x{s.n}x{s.k}"
+            sub = from_table_configs(ref, key, flavor, args.from_within)
+            if sub is not None:
+                cm = costmodel_choice(s.m, s.n, s.k, args.dtype, out_dtype, args.layout)
+                per_shape[key] = list(dict.fromkeys(sub + [picks[key]] + ([cm] if cm is not None else [])))
+        whole = [s for s in todo if f"{s.m}x{s.n}x{s.k}" not in per_shape]
+        table["restricted"] = {"from": Path(args.from_table).name, "within": args.from_within}
+        print(f"--from-table: {len(per_shape)} shapes restricted to the reference's finalists, {len(whole)} swept "
+              f"whole", flush=True)
+        wanted = (declared if whole else []) + list(picks.values()) + [c for v in per_shape.values() for c in v]
+    else:
+        wanted = declared + list(picks.values())
+    configs = [c for c in dict.fromkeys(wanted) if not any(x in kernel_name(c) for x in table["exclude"])]
     verdicts = [(c, *feasible(c)) for c in configs]
     cands = [c for c, ok, _ in verdicts if ok]
     log = table["failures"]
@@ -569,8 +641,12 @@ def main(argv: list[str] | None = None) -> int:
             break
         key = f"{s.m}x{s.n}x{s.k}"
         t1 = time.perf_counter()
+        shape_libs = libs
+        if key in per_shape:
+            mine = {name_of[c] for c in per_shape[key] if c in name_of}
+            shape_libs = {nm: v for nm, v in libs.items() if nm in mine}
         try:
-            row = measure_shape(libs, s, args.warmup, args.iters, args.rounds, log)
+            row = measure_shape(shape_libs, s, args.warmup, args.iters, args.rounds, log)
         except Exception:  # noqa: BLE001 - a sticky CUDA error: the process is done; keep everything
             # the shape is recorded (so the next run does not start on it again) and the first kernel that
             # failed on it is excluded from the next runs' builds

@@ -120,9 +120,10 @@ def _prebuilt():
         for change in ({"work_lookahead": 1}, {"pdl": True}, {"pdl": True, "weight_prefetch": 8}):
             k = generate(_banded(gu, dn, small_t).replace(**change), MoEProblem(t, e, k_, h, i), smt=False)
             kernels[k.name] = k
-    for q in (MoEProblem(256, 8, 2, 512, 256), MoEProblem(300, 8, 2, 512, 256)):   # the pdl graph-capture layers
-        k = generate(default_config(q).replace(pdl=True, weight_prefetch=8), q, smt=False)
-        kernels[k.name] = k
+    for q in (MoEProblem(256, 8, 2, 512, 256), MoEProblem(300, 8, 2, 512, 256)):   # the graph-capture layers
+        for pdl, wp in ((True, 8), (False, 0)):   # (the small-T heuristic takes pdl since session 23)
+            k = generate(default_config(q).replace(pdl=pdl, weight_prefetch=wp), q, smt=False)
+            kernels[k.name] = k
     for q in (MoEProblem(16, 16, 2, 1024, 512), MoEProblem(700, 16, 2, 1024, 512)):   # the back-to-back layers
         for wp in (0, 16):
             k = generate(default_config(q).replace(pdl=True, weight_prefetch=wp), q, smt=False)
@@ -217,7 +218,7 @@ def test_cuda_graph_capture(tokens, pdl):
     from argus_cutlass.kernels.moe.heuristics import default_config
 
     p = MoEProblem(tokens, 8, 2, 512, 256)
-    lib = _lib(p, default_config(p).replace(pdl=True, weight_prefetch=8)) if pdl else _lib(p)
+    lib = _lib(p, default_config(p).replace(pdl=pdl, weight_prefetch=8 if pdl else 0))
     assert lib.layer.pdl == pdl
     x, ids, w, w13, w2 = make_inputs(p, seed=2)
     ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")

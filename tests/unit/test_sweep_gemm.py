@@ -264,3 +264,48 @@ def test_decode_floor_counts_decode_shapes_whose_weights_exceed_l2(sweep):
     assert set(got) == {"sweep's best", "rule", "cuBLAS"}
     assert got["sweep's best"][:2] == (1, 1) and got["sweep's best"][2] == pytest.approx(1.10)
     assert got["rule"][:2] == (1, 0) and got["cuBLAS"][3] == pytest.approx(1.50)
+
+
+def test_from_table_sweeps_each_shape_over_the_reference_finalists_in_this_flavor(sweep, tmp_path, monkeypatch):
+    """Issue 13 item 4's other flavors: per shape only the reference row's finalists (retargeted) and the
+    flavor's two untuned choices are timed; a shape the reference lacks gets the whole sub-space."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.agent.costmodel import costmodel_choice
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.heuristics import default_config
+
+    a, b, c = GemmConfig(tile_n=128), GemmConfig(tile_n=256), GemmConfig(tile_m=64, tile_n=128, schedule="pingpong")
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
+                               "kernel_configs": {"a": a.model_dump(), "b": b.model_dump(), "c": c.model_dump()},
+                               "shapes": {"64x4096x4096": {"kernels": {"a": 1.0, "b": 1.05, "c": 1.5}}}}))
+    shapes = tmp_path / "s.csv"
+    shapes.write_text("m,n,k\n64,4096,4096\n128,4096,4096\n")
+    measured: dict[str, set] = {}
+
+    def fake_build(cands, workers, log, notes):
+        return {f"k{i}": (cfg, None, None) for i, cfg in enumerate(cands)}
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log):
+        measured[f"{shape.m}x{shape.n}x{shape.k}"] = {cfg for cfg, _, _ in libs.values()}
+        return {"kernels": {nm: 1.0 for nm in libs}, "cublas_ms": 1.0, "names": list(shape.names)}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", fake_build)
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    t = tmp_path / "t.json"
+    assert sweep.main(["--table", str(t), "--shapes", str(shapes), "--dtype", "fp16", "--from-table", str(ref)]) == 0
+    fl = {"dtype": "fp16", "out_dtype": "fp16", "layout": "tn"}
+    want = {a.replace(**fl), b.replace(**fl), default_config(64, 4096, 4096, "fp16", "fp16", "tn")}
+    cm = costmodel_choice(64, 4096, 4096, "fp16", "fp16", "tn")
+    want |= {cm} if cm is not None else set()
+    assert measured["64x4096x4096"] == want   # c (1.5x the best) is not a finalist
+    assert set(sweep.agent_eval.subspace("fp16", "fp16", "tn")) <= measured["128x4096x4096"]   # not in ref: whole
+    table = json.loads(t.read_text())
+    assert table["restricted"] == {"from": "ref.json", "within": 0.10} and table["flavor"] == fl
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit):
+        sweep.main(["--table", str(tmp_path / "u.json"), "--shapes", str(shapes), "--from-table", str(bad)])

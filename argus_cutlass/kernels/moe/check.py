@@ -9,13 +9,14 @@ milliseconds of CUDA-event intervals, interleaved by the caller.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMING_SEED", "fp32_layer", "make_inputs", "run_and_check",
-           "time_baseline", "time_fn", "time_layer", "timed_counts", "timed_floor_ms"]
+__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "fp32_layer", "make_inputs",
+           "run_and_check", "time_baseline", "time_fn", "time_layer", "timed_counts", "timed_floor_ms", "timed_inputs"]
 
 #: the seed of the timed inputs (:func:`time_layer`, :func:`time_baseline`, :func:`timed_counts`)
 TIMING_SEED = 1
@@ -71,6 +72,17 @@ def make_inputs(problem: MoEProblem, routing: str = "uniform", seed: int = 0, si
     w2 = draw(p.experts, p.hidden, p.ffn, scale=p.ffn ** -0.5)
     ids, w = make_routing(routing, p.tokens, p.experts, p.topk, seed=seed, sizes=sizes)
     return x, torch.from_numpy(ids).to(device), torch.from_numpy(w).to(device), w13, w2
+
+
+#: the routing of the timed runs (:func:`time_layer`, :func:`time_baseline`, the benches): :func:`make_inputs`'s
+#: default kind, drawn with ``TIMING_SEED``
+TIMED_ROUTING = "uniform"
+
+
+def timed_inputs(problem: MoEProblem, device: str = "cuda") -> tuple[Any, ...]:
+    """:func:`make_inputs` of a timed run: ``TIMED_ROUTING`` with ``TIMING_SEED`` (what :func:`timed_counts`
+    counts, so a printed floor is the floor of the routing that was timed)."""
+    return make_inputs(problem, TIMED_ROUTING, TIMING_SEED, device=device)
 
 
 def fp32_layer(x: Any, ids: Any, weights: Any, w13: Any, w2: Any) -> Any:
@@ -143,9 +155,21 @@ def time_fn(fn: Any, *, warmup: int = 10, iters: int = 50, flush_l2: bool = True
     return times[len(times) // 2]
 
 
-def timed_counts(problem: MoEProblem, seed: int = TIMING_SEED) -> Any:
-    """Rows per expert (numpy int64, length E) of the routing :func:`time_layer` and :func:`time_baseline`
-    run: uniform, drawn by :func:`~argus_cutlass.hw.routing.make_routing` with ``seed`` (host only, no GPU).
+@functools.lru_cache(maxsize=64)
+def _timed_counts(problem: MoEProblem) -> tuple[int, ...]:
+    import numpy as np
+
+    from argus_cutlass.hw.routing import make_routing
+
+    p = problem
+    ids, _ = make_routing(TIMED_ROUTING, p.tokens, p.experts, p.topk, seed=TIMING_SEED)
+    return tuple(int(c) for c in np.bincount(ids.ravel(), minlength=p.experts))
+
+
+def timed_counts(problem: MoEProblem) -> Any:
+    """Rows per expert (numpy int64, length E) of the routing of :func:`timed_inputs` (``TIMED_ROUTING``
+    drawn by :func:`~argus_cutlass.hw.routing.make_routing` with ``TIMING_SEED``; host only, no GPU; cached
+    per problem: at T = 2^20 the draw takes seconds).
 
     >>> from argus_cutlass.kernels.moe.problem import MoEProblem
     >>> c = timed_counts(MoEProblem(16, 128, 8, 2048, 768))
@@ -154,11 +178,7 @@ def timed_counts(problem: MoEProblem, seed: int = TIMING_SEED) -> Any:
     """
     import numpy as np
 
-    from argus_cutlass.hw.routing import make_routing
-
-    p = problem
-    ids, _ = make_routing("uniform", p.tokens, p.experts, p.topk, seed=seed)
-    return np.bincount(ids.ravel(), minlength=p.experts)
+    return np.asarray(_timed_counts(problem), dtype=np.int64)
 
 
 def timed_floor_ms(problem: MoEProblem, hbm_bytes_per_s: float = ANCHOR_HBM_BYTES_PER_S) -> float:
@@ -176,20 +196,18 @@ def timed_floor_ms(problem: MoEProblem, hbm_bytes_per_s: float = ANCHOR_HBM_BYTE
     return problem.floor_ms(timed_counts(problem), hbm_bytes_per_s=hbm_bytes_per_s)
 
 
-def time_layer(lib: Any, problem: MoEProblem, *, warmup: int = 10, iters: int = 50,
-               seed: int = TIMING_SEED) -> float:
-    """Median milliseconds of the layer on uniform routing (workspace allocated once, ids unchecked:
+def time_layer(lib: Any, problem: MoEProblem, *, warmup: int = 10, iters: int = 50) -> float:
+    """Median milliseconds of the layer on :func:`timed_inputs` (workspace allocated once, ids unchecked:
     what a captured layer costs), L2 flushed before each call."""
     import torch
 
-    x, ids, w, w13, w2 = make_inputs(problem, seed=seed)
+    x, ids, w, w13, w2 = timed_inputs(problem)
     ws = torch.empty(lib.workspace_bytes(problem.tokens), dtype=torch.uint8, device="cuda")
     return time_fn(lambda: lib.forward(x, ids, w, w13, w2, workspace=ws, padding="unchecked"), warmup=warmup,
                    iters=iters)
 
 
-def time_baseline(problem: MoEProblem, *, warmup: int = 10, iters: int = 50,
-                  seed: int = TIMING_SEED) -> float | None:
+def time_baseline(problem: MoEProblem, *, warmup: int = 10, iters: int = 50) -> float | None:
     """Median milliseconds of the torch ``_grouped_mm`` layer (:mod:`.baseline`) on the same inputs as
     :func:`time_layer`; None without torch, a GPU or ``torch._grouped_mm``."""
     try:
@@ -201,5 +219,5 @@ def time_baseline(problem: MoEProblem, *, warmup: int = 10, iters: int = 50,
         return None
     from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
 
-    x, ids, w, w13, w2 = make_inputs(problem, seed=seed)
+    x, ids, w, w13, w2 = timed_inputs(problem)
     return time_fn(lambda: grouped_mm_layer(x, ids, w, w13, w2), warmup=warmup, iters=iters)
