@@ -128,11 +128,14 @@ case "$STEP" in
     # where the many-expert small-T GEMM's stall samples sit (unit boundaries? barrier waits? the producer?),
     # beside Mixtral's; pdl off so each kernel runs alone
     for C in qwen3-30b-a3b:16 mixtral:16; do
-      timeout 240 ncu --profile-from-start off -k regex:gu::gemm_kernel --section SourceCounters --section WarpStateStats \
+      # -k matches the demangled name (namespace <layer>_gu::gemm_kernel), not the bare function name
+      timeout 240 ncu --profile-from-start off --kernel-name-base demangled -k regex:_gu::gemm_kernel \
+        --section SourceCounters --section WarpStateStats \
         -f -o "/tmp/src_${C%%:*}" python3 "$R/bench/profile_moe.py" --out /tmp/prof --ncu --pdl 0 --cells "$C" \
         > "$OUT/moe_source_${C%%:*}_run.log" 2>&1
       ncu --import "/tmp/src_${C%%:*}.ncu-rep" --page source --csv --print-source sass > "/tmp/src_${C%%:*}.csv" 2>&1
       gzip -c "/tmp/src_${C%%:*}.csv" > "$OUT/moe_source_${C%%:*}.csv.gz"
+      cp "/tmp/src_${C%%:*}.ncu-rep" "$OUT/" 2>/dev/null   # to re-extract locally if the page's columns differ
       echo "== $C"; python3 "$R/bench/ncu_source_top.py" "/tmp/src_${C%%:*}.csv" --top 30 | tee "$OUT/moe_source_${C%%:*}.txt"
     done ;;
   moe-stalls)

@@ -41,12 +41,12 @@ def hot_lines(rows: list[dict[str, str]], column: str, top: int) -> list[tuple[f
 def stall_column(header: list[str]) -> str | None:
     """The all-samples warp-stall column of an ncu source page header, else None.
 
-    >>> stall_column(["Address", "Source", "Warp Stall Sampling (All Samples)",
-    ...               "Warp Stall Sampling (Not-issued Samples)"])
+    >>> stall_column(["Address", "Source", "Warp Stall Sampling (Not-issued Samples)",
+    ...               "Warp Stall Sampling (All Samples)"])
     'Warp Stall Sampling (All Samples)'
     """
     cands = [h for h in header if "stall" in h.lower() and "sampl" in h.lower()]
-    return next((h for h in cands if "all" in h.lower()), cands[0] if cands else None)
+    return next((h for h in cands if "all samples" in h.lower()), cands[0] if cands else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -357,10 +357,14 @@ def finalists(row: dict, within: float = 0.10, extra: tuple[str | None, ...] = (
     return [nm for nm in good if nm in keep]
 
 
-def from_table_configs(ref: dict, key: str, flavor: dict[str, str], within: float = 0.10) -> list[Any] | None:
+def from_table_configs(ref: dict, key: str, flavor: dict[str, str], within: float = 0.10,
+                       declared: list[Any] | None = None) -> list[Any] | None:
     """The configurations of ``ref``'s row ``key`` within ``within`` of its best measured time, each with
     ``flavor``'s dtype / out_dtype / layout (in the row's order, duplicates dropped); None when ``ref`` has
-    no measured row for ``key`` (the caller then sweeps the whole sub-space there).
+    no measured row for ``key`` (the caller then sweeps the whole sub-space there). With ``declared`` (the
+    flavor's declared sub-space), a configuration of the same structure but another pipeline depth is
+    replaced by the declared one (an fp32 output stages its epilogue in more shared memory, so the
+    sub-space gives 128x192 tiles 4 stages where bf16 has 5: the bf16 depth would not fit).
 
     Raises:
         ValueError: ``ref`` has no ``kernel_configs`` (a table written before session 19).
@@ -382,14 +386,18 @@ def from_table_configs(ref: dict, key: str, flavor: dict[str, str], within: floa
     names = finalists(row, within) if row else []
     if not names:
         return None
+    from argus_cutlass.agent.costmodel import structure_key
+
+    twin = {structure_key(d, stages=False): d for d in (declared or [])}
     out = []
     for nm in names:
         if nm not in ref["kernel_configs"]:
             continue
         try:   # a structure the flavor refuses (e.g. an epilogue tile an fp32 output cannot stage) is dropped
-            out.append(GemmConfig(**ref["kernel_configs"][nm]).replace(**flavor))
+            c = GemmConfig(**ref["kernel_configs"][nm]).replace(**flavor)
         except (ArgusError, ValueError):
             continue
+        out.append(twin.get(structure_key(c, stages=False), c))
     return list(dict.fromkeys(out))
 
 
@@ -569,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             ap.error(f"--from-table {args.from_table}: {exc}")
     table = json.loads(path.read_text()) if path.is_file() else {}
+    if table.get("restricted") and Path(table["restricted"]["from"]).name != Path(args.from_table).name:
+        ap.error(f"--table {path} was swept over --from-table {table['restricted']['from']} (within "
+                 f"{table['restricted']['within']}); pass the same --from-table to go on with it")
     if table and table.get("flavor", flavor) != flavor:
         ap.error(f"--table {path} holds {table.get('flavor')}, not {flavor}")
     table.setdefault("flavor", flavor)
@@ -606,12 +617,12 @@ def main(argv: list[str] | None = None) -> int:
 
         for s in todo:
             key = f"{s.m}x{s.n}x{s.k}"
-            sub = from_table_configs(ref, key, flavor, args.from_within)
+            sub = from_table_configs(ref, key, flavor, args.from_within, declared)
             if sub is not None:
                 cm = costmodel_choice(s.m, s.n, s.k, args.dtype, out_dtype, args.layout)
                 per_shape[key] = list(dict.fromkeys(sub + [picks[key]] + ([cm] if cm is not None else [])))
         whole = [s for s in todo if f"{s.m}x{s.n}x{s.k}" not in per_shape]
-        table["restricted"] = {"from": Path(args.from_table).name, "within": args.from_within}
+        table["restricted"] = {"from": args.from_table, "within": args.from_within}
         print(f"--from-table: {len(per_shape)} shapes restricted to the reference's finalists, {len(whole)} swept "
               f"whole", flush=True)
         wanted = (declared if whole else []) + list(picks.values()) + [c for v in per_shape.values() for c in v]
@@ -634,6 +645,11 @@ def main(argv: list[str] | None = None) -> int:
     table["candidates"] = table.get("candidates", []) + [
         c.model_dump() for c in cands if json.dumps(c.model_dump(), sort_keys=True) not in known]
     print(f"{len(libs)} kernels passed the numerics check ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not libs:   # nothing to time: record no shape (a resumed run would skip them), keep the failures
+        _save(path, table)
+        print("sweep_gemm: no kernel passed its build and check (the table's 'failures' say why); no shape "
+              "recorded", file=sys.stderr)
+        return 2
     done = 0
     for s in todo:
         if time.perf_counter() - t0 > args.max_seconds:

@@ -276,7 +276,7 @@ def test_from_table_sweeps_each_shape_over_the_reference_finalists_in_this_flavo
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.heuristics import default_config
 
-    a, b, c = GemmConfig(tile_n=128), GemmConfig(tile_n=256), GemmConfig(tile_m=64, tile_n=128, schedule="pingpong")
+    a, b, c = sweep.agent_eval.subspace("bf16", "bf16", "tn")[:3]
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
                                "kernel_configs": {"a": a.model_dump(), "b": b.model_dump(), "c": c.model_dump()},
@@ -304,8 +304,32 @@ def test_from_table_sweeps_each_shape_over_the_reference_finalists_in_this_flavo
     assert measured["64x4096x4096"] == want   # c (1.5x the best) is not a finalist
     assert set(sweep.agent_eval.subspace("fp16", "fp16", "tn")) <= measured["128x4096x4096"]   # not in ref: whole
     table = json.loads(t.read_text())
-    assert table["restricted"] == {"from": "ref.json", "within": 0.10} and table["flavor"] == fl
+    assert table["restricted"] == {"from": str(ref), "within": 0.10} and table["flavor"] == fl
+    # an fp32 output: a finalist whose depth the flavor cannot stage becomes the flavor's declared twin
+    deep = GemmConfig(tile_m=128, tile_n=192, stages=5, epi_m=128, epi_n=32)
+    ref2 = {"kernel_configs": {"d": deep.model_dump()}, "shapes": {"1x1x1": {"kernels": {"d": 1.0}}}}
+    fl32 = {"dtype": "bf16", "out_dtype": "fp32", "layout": "tn"}
+    declared32 = sweep.agent_eval.subspace("bf16", "fp32", "tn")
+    (got,) = sweep.from_table_configs(ref2, "1x1x1", fl32, declared=declared32)
+    assert (got.tile_n, got.out_dtype) == (192, "fp32") and got in declared32 and got.stages < 5
+    with pytest.raises(SystemExit):   # resuming a restricted table without its reference is refused
+        sweep.main(["--table", str(t), "--shapes", str(shapes), "--dtype", "fp16"])
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(SystemExit):
         sweep.main(["--table", str(tmp_path / "u.json"), "--shapes", str(shapes), "--from-table", str(bad)])
+
+
+def test_a_sweep_whose_kernels_all_fail_records_no_shape(sweep, tmp_path, monkeypatch, capsys):
+    """Nothing built (e.g. every kernel failing its numerics check): no shape row, so a resumed run redoes them."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+
+    shapes = tmp_path / "s.csv"
+    shapes.write_text("m,n,k\n64,4096,4096\n")
+    monkeypatch.setattr(sweep.agent_eval, "_build", lambda cands, workers, log, notes: {})
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    t = tmp_path / "t.json"
+    assert sweep.main(["--table", str(t), "--shapes", str(shapes)]) == 2
+    assert json.loads(t.read_text())["shapes"] == {} and "no kernel passed" in capsys.readouterr().err
