@@ -364,7 +364,9 @@ class _Progress:
 
 
 def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
-    """``37 obligations in 0.31 s: G1 x5, G3 x4, ... (engines arith, enum, z3)``."""
+    """``37 proofs of 30 obligations in 0.31 s: G1 x5, G3 x4, ... (engines arith, enum, z3)``: an obligation
+    (the report's ``obligations``) may take several proofs (``proofs``: one per case, tier or part), and the
+    per-invariant counts are proofs."""
     from collections import Counter
 
     by_invariant = Counter(p.invariant for p in report.proofs)
@@ -372,10 +374,10 @@ def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
     seconds = max(report.elapsed_s, sum(report.tier_seconds.values()))  # wall time (the MoE layer's tiers overlap)
     parts = ", ".join(f"{inv} x{n}" if n > 1 else inv for inv, n in sorted(by_invariant.items()))
     if any("from the cache of verified programs" in n for n in report.notes):
-        return (f"{len(report.proofs)} obligations, from the report cache (proved {seconds:.2f} s when first "
-                f"verified; ARGUS_REPORT_CACHE=0 re-verifies): {parts}")
-    return (f"{len(report.proofs)} obligations in {seconds:.2f} s: {parts} "
-            f"(engines {', '.join(engines)}; --verbose lists them, the .json has them all)")
+        return (f"{len(report.proofs)} proofs of {len(report.obligations)} obligations, from the report cache "
+                f"(proved {seconds:.2f} s when first verified; ARGUS_REPORT_CACHE=0 re-verifies): {parts}")
+    return (f"{len(report.proofs)} proofs of {len(report.obligations)} obligations in {seconds:.2f} s: "
+            f"{parts} (engines {', '.join(engines)}; --verbose lists them, the .json has them all)")
 
 
 def _output_dir(path: str) -> Path:
@@ -557,7 +559,8 @@ def _add_moe_args(p: argparse.ArgumentParser) -> None:
     """The MoE layer problem options shared by ``moe`` and ``tune moe``."""
     p.add_argument("--tokens", type=int, required=True, help="T, tokens of the batch (1 .. 2^20)")
     p.add_argument("--experts", type=int, required=True, help="E, experts")
-    p.add_argument("--topk", type=int, required=True, help="k, experts per token")
+    p.add_argument("--topk", type=int, required=True,
+                   help="k, experts per token (1 .. E: a token's experts are distinct)")
     p.add_argument("--hidden", type=int, required=True, help="H, model width (a multiple of 8)")
     p.add_argument("--ffn", type=int, required=True, help="I, expert intermediate width (a multiple of 8)")
     p.add_argument("--dtype", type=dtype_arg, default="bf16", help="bf16 or fp16 (also bfloat16, float16, half)")
