@@ -55,10 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from argus_cutlass.api import moe_kernel
-    from argus_cutlass.generate import build_jobs, configure
-    from argus_cutlass.kernels.moe.check import timed_inputs
-
     from argus_cutlass.errors import ArgusError
+    from argus_cutlass.generate import build_jobs, configure
+    from argus_cutlass.kernels.moe.check import timed_counts, timed_inputs
 
     try:
         cells = [(m, int(t)) for m, t in (c.split(":") for c in args.cells.split(",") if c)]
@@ -67,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             p.validate()   # a bad shape is refused here, naming the rule, not inside the nvcc batch
     except (ValueError, ArgusError) as exc:
         ap.error(f"--cells {args.cells!r}: expected model:T or eEkKhHiI:T, comma-separated ({exc})")
-    from argus_cutlass.kernels.moe.heuristics import default_config
-
-    configs = [default_config(p) if args.heuristic else configure(p)[0] for p in problems]
+    configs = [configure(p, heuristic=args.heuristic)[0] for p in problems]
     if args.unbanded:   # the same as --bands 0x0
         args.bands = "0x0"
     if args.bands:
@@ -149,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
               f"lookahead {cfg.work_lookahead} pdl {int(cfg.pdl)} prefetch {cfg.weight_prefetch} {lib.name}: "
               f"layer {layer_us:.1f} us (events, median), its kernels {layer_sum:.1f} us (profiler)")
         # the grouped GEMMs' activated-weight throughput (each activated expert's W13 / W2 read once)
-        active = p.active_experts(torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist())
+        active = p.active_experts(timed_counts(p))   # the routing of timed_inputs above
         w2_bytes = active * p.hidden * p.ffn * p.element_bytes
         wbytes = {"gu::": 2 * w2_bytes, "dn::": w2_bytes}
         for k, r in sorted(rows.items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["calls"]):

@@ -34,10 +34,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the MoE bas
 
 from argus_cutlass.kernels.moe.baseline import grouped_mm_layer  # noqa: E402
 from argus_cutlass.kernels.moe.check import (  # noqa: E402
-    ANCHOR_HBM_BYTES_PER_S,
-    timed_inputs,
     run_and_check,
     time_fn,
+    timed_floor_ms,
+    timed_inputs,
 )
 from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem  # noqa: E402
 
@@ -113,8 +113,7 @@ def test_moe_cell(model, tokens):
              f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices}u{cfg.gather_unroll}"
              f"{' la' if cfg.work_lookahead else ''}{' pdl' if cfg.pdl else ''}"
              f"{f' w{cfg.weight_prefetch}' if cfg.weight_prefetch else ''} ({source})")
-    counts = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
-    floor = p.floor_ms(counts, hbm_bytes_per_s=ANCHOR_HBM_BYTES_PER_S)
+    floor = timed_floor_ms(p)   # the activated experts of timed_inputs' routing, at the anchors' 4.3 TB/s
     v = VLLM_MS.get((model, tokens))
     need = VLLM_RATIO.get((model, tokens))
     ROWS.append(f"| {model} | {tokens} | {label} | {o:.3f} | {m128} | {b:.3f} | {b / o:.2f} | "

@@ -55,8 +55,7 @@ from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
 __all__ = ["MOE_RULES", "PDL_CHAIN", "PDL_PREFETCH_READS", "PDL_PRE_WAIT", "pdl_launches", "pdl_pre_wait",
-           "routing_cases", "simulate_gather",
-           "simulate_routing", "verify_moe"]
+           "routing_cases", "simulate_gather", "simulate_routing", "verify_moe"]
 
 #: rule -> (invariant id, description)
 MOE_RULES = {
@@ -1002,7 +1001,7 @@ PDL_PREFETCH_READS = {"gate_up": ("tiles_m", "tile_expert", "w13"), "down": ("ti
 def pdl_pre_wait(layer: MoELayer) -> dict[str, tuple[str, ...]]:
     """The printed pre-wait accesses of ``layer``'s kernels: :data:`PDL_PRE_WAIT`, plus
     :data:`PDL_PREFETCH_READS` when the layer prefetches weights."""
-    if not getattr(layer, "weight_prefetch", 0):
+    if not layer.weight_prefetch:
         return dict(PDL_PRE_WAIT)
     return {**PDL_PRE_WAIT, **PDL_PREFETCH_READS}
 
@@ -1045,7 +1044,7 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
             "(griddepcontrol.wait) before their first global access" if layer.pdl else "plain stream order")
     if early:
         what = (f"the grouped GEMMs' L2 prefetch of their first unit's first {layer.weight_prefetch} weight k-tiles: "
-                if getattr(layer, "weight_prefetch", 0) else "")
+                if layer.weight_prefetch else "")
         mode += (f" except the reads before the wait ({what}{'; '.join(early)}), none of a buffer the kernel "
                  "before writes")
     return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "

@@ -72,8 +72,9 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "SMALL_T", "WAVE_CTAS", "band_for", "default_bands", "default_config",
-           "GATHER_UNROLL", "SMALL_T_PDL", "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket", "wave_rows"]
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SMALL_T", "SMALL_T_PDL", "WAVE_CTAS", "band_for",
+           "default_bands", "default_config", "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket",
+           "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
