@@ -19,6 +19,8 @@
 #                                                     # one configuration rule (heuristic), E x k x H x I varied (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-source    # ncu PC sampling of the Qwen3 / Mixtral T=16 gate+up GEMMs: the
 #                                                     # hottest SASS lines (bench/ncu_source_top.py), ~3 min
+#   bash bench/device_pending.sh OUTDIR moe-balance   # ncu per-SM active cycles (min/avg/max) of the small-T GEMMs: load imbalance?
+#   bash bench/device_pending.sh OUTDIR moe-flush     # the small-T layers with L2 flushed by writing vs reading 256 MB (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -54,7 +56,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -137,6 +139,29 @@ case "$STEP" in
       gzip -c "/tmp/src_${C%%:*}.csv" > "$OUT/moe_source_${C%%:*}.csv.gz"
       cp "/tmp/src_${C%%:*}.ncu-rep" "$OUT/" 2>/dev/null   # to re-extract locally if the page's columns differ
       echo "== $C"; python3 "$R/bench/ncu_source_top.py" "/tmp/src_${C%%:*}.csv" --top 30 | tee "$OUT/moe_source_${C%%:*}.txt"
+    done ;;
+  moe-balance)
+    # session 24: is the small-T GEMMs' shortfall load imbalance across SMs? ncu's per-SM active cycles
+    # (min / avg / max over the 132 SMs) beside the kernel's elapsed cycles and DRAM throughput, for the
+    # unit-count cells of moe-unitk (510 / 532 / 896 / 2040 units) and the shipped Qwen3 / DeepSeek T=16
+    timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --metrics \
+      sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,gpc__cycles_elapsed.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct \
+      --csv python3 "$R/bench/profile_moe.py" --out /tmp/prof --ncu --pdl 0 --heuristic --cells \
+      e128k8h2048i768:16,e128k8h2048i3072:16,e8k2h4096i1536:16,e8k2h4096i14336:16,e32k2h4096i3584:16 \
+      > "$OUT/moe_balance.csv" 2> "$OUT/moe_balance_run.log"
+    timeout 120 ncu --profile-from-start off -k regex:gemm_kernel --metrics \
+      sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,gpc__cycles_elapsed.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct \
+      --csv python3 "$R/bench/profile_moe.py" --out /tmp/prof --ncu --pdl 0 --cells qwen3-30b-a3b:16,deepseek-v2-lite:16 \
+      > "$OUT/moe_balance_shipped.csv" 2>> "$OUT/moe_balance_run.log"
+    grep -c gemm_kernel "$OUT"/moe_balance*.csv; tail -3 "$OUT/moe_balance_run.log" ;;
+  moe-flush)
+    # session 24: time = ~27 us + bytes at 4.1 TB/s fits every small-T gate+up GEMM (moe-unitk), the down GEMMs
+    # only ~6 us; hypothesis: the 256 MB flush written before each run leaves L2 full of dirty lines that the
+    # first kernel with much traffic (gate+up) writes back. The same layers with the flush read instead
+    for FM in zero read; do
+      timeout 270 python3 "$R/bench/profile_moe.py" --out "$OUT/flush_$FM" --flush $FM --pdl 0 --heuristic --cells \
+        e128k8h2048i768:16,e128k8h2048i3072:16,e8k2h4096i1536:16,e8k2h4096i14336:16 2>&1 \
+        | tee "$OUT/moe_flush_$FM.log" | grep -E "^==|gemm_kernel|elementwise|reduce" | head -40
     done ;;
   moe-stalls)
     timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --section SpeedOfLight --section WarpStateStats \

@@ -11,7 +11,9 @@ the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll, `
 without the grouped GEMMs' work lookahead, ``--pdl 0,1`` with and without programmatic dependent launch).
 The layers are built in
 one parallel batch (``generate.build_jobs``), warmed up, then run ``--iters`` times with a 256 MB buffer
-written between runs (L2 flushed: every run reads its weights from HBM); the profiler's device time per
+written between runs (L2 flushed: every run reads its weights from HBM; ``--flush read`` reads the buffer
+instead, leaving clean lines in L2 where writing it leaves dirty ones the next kernel's reads must write back);
+the profiler's device time per
 kernel (routing count / scan / permute, gate+up GEMM, down GEMM, combine, and the flush itself) is
 averaged, beside the layer's end-to-end time (CUDA events, median of ``--iters`` runs, each after a
 flush): their difference is launch gaps and bubbles (with ``pdl`` the kernels overlap and a kernel's time
@@ -49,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heuristic", action="store_true",
                     help="every cell with kernels.moe.heuristics.default_config (no shipped entry), so cells of "
                          "different shapes run one configuration rule")
+    ap.add_argument("--flush", default="zero", choices=("zero", "read"),
+                    help="how L2 is flushed before each run: zero (write 256 MB, triton.testing.do_bench's way and "
+                    "every bench of this project: L2 is left full of dirty lines the next kernel's reads write back) "
+                    "or read (read 256 MB: L2 is left full of clean lines)")
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
@@ -98,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     build_jobs(list(zip(configs, problems)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush_buf = torch.ones(256 << 20, dtype=torch.uint8, device="cuda")
+    flush_sink = torch.empty(1, dtype=torch.int64, device="cuda")
+
+    def flush() -> None:   # --flush: write 256 MB (dirty L2) or read them (clean L2; a one-element result)
+        if args.flush == "zero":
+            flush_buf.zero_()
+        else:
+            flush_sink.copy_(flush_buf.view(torch.int64).sum().view(1))
     result = {}
     for (model, tokens), p, cfg in zip(cells, problems, configs):
         lib = moe_kernel(p, cfg)
@@ -119,14 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(args.iters):
-                flush.zero_()
+                flush()
                 run()
             torch.cuda.synchronize()
         # the layer end to end (CUDA events around each run, L2 flushed before it, outside the profiler): what
         # the per-kernel sum below misses is launch gaps and bubbles between the layer's kernels
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.iters)]
         for a, b in ev:
-            flush.zero_()
+            flush()
             a.record()
             run()
             b.record()
@@ -140,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         layer_sum = sum(r["mean_us"] * r["calls"] for k, r in rows.items() if k.startswith(("gu::", "dn::", "ns::"))) / args.iters
         result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}:la{cfg.work_lookahead}"
                f":pdl{int(cfg.pdl)}w{cfg.weight_prefetch}"] = {
-            "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us,
+            "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us, "flush": args.flush,
             "kernels_sum_us": layer_sum}
         print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} "
-              f"lookahead {cfg.work_lookahead} pdl {int(cfg.pdl)} prefetch {cfg.weight_prefetch} {lib.name}: "
+              f"lookahead {cfg.work_lookahead} pdl {int(cfg.pdl)} prefetch {cfg.weight_prefetch} flush {args.flush} {lib.name}: "
               f"layer {layer_us:.1f} us (events, median), its kernels {layer_sum:.1f} us (profiler)")
         # the grouped GEMMs' activated-weight throughput (each activated expert's W13 / W2 read once)
         active = p.active_experts(timed_counts(p))   # the routing of timed_inputs above

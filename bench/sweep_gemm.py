@@ -536,10 +536,18 @@ def main(argv: list[str] | None = None) -> int:
                 kept = [e for e in new if entry_identity(e) in have]
                 new = [e for e in new if entry_identity(e) not in have]
                 print(f"kept {len(kept)} existing entries of the same shapes")
-            doc["note_gemm_sweep"] = (f"{len(new)} GEMM entries merged {time.strftime('%Y-%m-%d')} from {path.name} "
+            # one note per flavor: the bf16 -> bf16 tn table's under note_gemm_sweep (since session 21), each other
+            # flavor's (issue 13 item 4) under note_gemm_sweep_<dtype>_<out_dtype>_<layout>
+            fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+            fl_name = f"{fl['dtype']}_{fl['out_dtype']}_{fl['layout']}"
+            note_key = "note_gemm_sweep" if fl_name == "bf16_bf16_tn" else f"note_gemm_sweep_{fl_name}"
+            restricted = table.get("restricted")
+            doc[note_key] = (f"{len(new)} GEMM entries merged {time.strftime('%Y-%m-%d')} from {path.name} "
                                       f"by bench/sweep_gemm.py --merge-shipped{' --keep-existing' if args.keep_existing else ''}: "
                                       "per swept shape, the kernel the sweep measured fastest there (ms, cublas_ms: "
-                                      "the sweep's); a lookup takes its bucket's entry measured nearest the problem")
+                                      "the sweep's); a lookup takes its bucket's entry measured nearest the problem"
+                             + (f"; swept over the configurations within {restricted['within']:.0%} of each shape's best in "
+                                f"{Path(restricted['from']).name} (--from-table)" if restricted else ""))
             shipped.write_text(json.dumps(merge_entries(doc, new), indent=1) + "\n")
             print(f"merged {len(new)} GEMM entries into {shipped}")
             return 0

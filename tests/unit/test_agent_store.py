@@ -97,15 +97,25 @@ def test_shipped_entries_are_measured_h200_bests_the_verifier_accepts():
     from argus_cutlass.agent.measure import table_key
 
     root = Path(__file__).resolve().parents[2]
-    sweep = json.loads((root / "bench" / "data" / "gemm_sweep_bf16_bf16_tn_h200.json").read_text())["shapes"]
-    bench = [e for e in gemm if tuple(e["shape"]) in BENCH_SHAPES]
-    assert len(bench) == 13
-    swept = [e for e in gemm if tuple(e["shape"]) not in BENCH_SHAPES]
-    assert len(swept) + len(BENCH_SHAPES & {tuple(map(int, k.split("x"))) for k in sweep}) == len(sweep)
-    for e in swept:
-        kernels = {k: v for k, v in sweep["x".join(map(str, e["shape"]))]["kernels"].items() if v}
-        name = table_key(GemmConfig(**e["config"]), kernels)
-        assert name and kernels[name] == e["ms"] == min(kernels.values()), e["shape"]
+    flavors = {(e["dtype"], e["out_dtype"], e["layout"]) for e in gemm}
+    # issue 13 item 4: bf16 and fp16, tn and nt, bf16 and fp32 outputs, each from its own swept table
+    assert {("bf16", "bf16", "tn"), ("fp16", "fp16", "tn"), ("bf16", "bf16", "nt"), ("bf16", "fp32", "tn")} <= flavors
+    for fl in flavors:
+        name = "_".join(fl)
+        sweep = json.loads((root / "bench" / "data" / f"gemm_sweep_{name}_h200.json").read_text())["shapes"]
+        of_fl = [e for e in gemm if (e["dtype"], e["out_dtype"], e["layout"]) == fl]
+        note = data["note_gemm_sweep" if name == "bf16_bf16_tn" else f"note_gemm_sweep_{name}"]
+        assert f"gemm_sweep_{name}_h200.json" in note and "--merge-shipped --keep-existing" in note
+        measured = {k for k, row in sweep.items() if any(row["kernels"].values())}
+        # the bf16 tn flavor's 13 bench shapes keep their bench/agent_eval.py entries; every other entry is a sweep's
+        kept = BENCH_SHAPES if name == "bf16_bf16_tn" else set()
+        assert len([e for e in of_fl if tuple(e["shape"]) in kept]) == len(kept)
+        swept = [e for e in of_fl if tuple(e["shape"]) not in kept]
+        assert len(swept) + len(kept & {tuple(map(int, k.split("x"))) for k in measured}) == len(measured), name
+        for e in swept:
+            kernels = {k: v for k, v in sweep["x".join(map(str, e["shape"]))]["kernels"].items() if v}
+            kname = table_key(GemmConfig(**e["config"]), kernels)
+            assert kname and kernels[kname] == e["ms"] == min(kernels.values()), (name, e["shape"])
     assert {e["kernel"] for e in data["entries"]} == {"gemm", "attention", "moe"}
     assert "measured by bench/tune_attention_grid.py on NVIDIA H200" in data["note_attention"]
     assert "measured by bench/tune_moe_grid.py on NVIDIA H200" in data["note_moe"]
