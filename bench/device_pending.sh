@@ -21,6 +21,7 @@
 #                                                     # hottest SASS lines (bench/ncu_source_top.py), ~3 min
 #   bash bench/device_pending.sh OUTDIR moe-balance   # ncu per-SM active cycles (min/avg/max) of the small-T GEMMs: load imbalance?
 #   bash bench/device_pending.sh OUTDIR moe-flush     # the small-T layers with L2 flushed by writing vs reading 256 MB (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-narrow    # small-T GEMMs with 64 / 128 / 256-column n-tiles x stages (profile_moe --vary), ~8 min
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -56,7 +57,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -163,6 +164,14 @@ case "$STEP" in
         e128k8h2048i768:16,e128k8h2048i3072:16,e8k2h4096i1536:16,e8k2h4096i14336:16 2>&1 \
         | tee "$OUT/moe_flush_$FM.log" | grep -E "^==|gemm_kernel|elementwise|reduce" | head -40
     done ;;
+  moe-narrow)
+    # session 24: the finest small-T units (n-tile 64, space.KNOBS) against 128 / 256, each with 5 / 8 / 12 stages
+    # (gate+up) or 8 / 12 (down); T = 16, the heuristic's other fields, pdl off so each kernel is timed alone
+    C=qwen3-30b-a3b:16,deepseek-v2-lite:16,mixtral:16
+    timeout 330 python3 "$R/bench/profile_moe.py" --out "$OUT/narrow_gu" --heuristic --pdl 0 --cells $C \
+      --vary gu_tile_n=64,128,256 --vary gu_stages=5,8,12 2>&1 | tee "$OUT/moe_narrow_gu.log" | grep -E "^==|^--|gemm_kernel" | head -80
+    timeout 240 python3 "$R/bench/profile_moe.py" --out "$OUT/narrow_dn" --heuristic --pdl 0 --cells $C \
+      --vary dn_tile_n=64,128 --vary dn_stages=8,12 2>&1 | tee "$OUT/moe_narrow_dn.log" | grep -E "^==|^--|gemm_kernel" | head -60 ;;
   moe-stalls)
     timeout 420 ncu --profile-from-start off -k regex:gemm_kernel --section SpeedOfLight --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters --section LaunchStats \

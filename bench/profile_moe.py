@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pdl", default="",
                     help="comma-separated pdl values (0: off, 1: programmatic dependent launch, 4 / 8 / 16: pdl with "
                          "that many k-tiles of weights prefetched before the wait): each cell with each")
+    ap.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
+                    help="any MoEConfig field and comma-separated values (e.g. gu_tile_n=64,128,256; repeatable): each "
+                         "cell with each value (cross product over --vary options); a combination the verifier's "
+                         "feasibility check refuses is skipped and named")
     ap.add_argument("--heuristic", action="store_true",
                     help="every cell with kernels.moe.heuristics.default_config (no shipped entry), so cells of "
                          "different shapes run one configuration rule")
@@ -100,6 +104,30 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in values]
         problems = [p for p in problems for _ in values]
         configs = configs_v
+    if args.vary:
+        from argus_cutlass.kernels.moe.config import MoEConfig
+        from argus_cutlass.kernels.moe.space import feasible
+
+        for spec in args.vary:
+            field, _, raw = spec.partition("=")
+            if field not in MoEConfig.model_fields or not raw:
+                ap.error(f"--vary {spec!r}: expected FIELD=V1,V2 with FIELD a MoEConfig field "
+                         f"({', '.join(MoEConfig.model_fields)})")
+            kind = type(getattr(configs[0], field))
+            try:
+                values = [kind(int(v)) if kind in (int, bool) else kind(v) for v in raw.split(",") if v]
+                configs_v = [c.replace(**{field: v}) for c in configs for v in values]
+            except (ValueError, ArgusError) as exc:
+                ap.error(f"--vary {spec!r}: {exc}")
+            cells = [c for c in cells for _ in values]
+            problems = [p for p in problems for _ in values]
+            configs = configs_v
+        keep = [feasible(c, p) for c, p in zip(configs, problems)]
+        for (cell, c, ok) in zip(cells, configs, keep):
+            if not ok:
+                varied = {f: getattr(c, f) for f in (v.partition("=")[0] for v in args.vary)}
+                print(f"-- skipped {cell[0]}:{cell[1]} {varied}: kernels.moe.space.feasible refuses it (the verifier: e.g. shared memory)")
+        cells, problems, configs = ([x for x, ok in zip(seq, keep) if ok] for seq in (cells, problems, configs))
     # one parallel nvcc batch (the disk cache then serves moe_kernel below), unbanded layers too
     build_jobs(list(zip(configs, problems)))
     out = Path(args.out)
@@ -152,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
         layer_sum = sum(r["mean_us"] * r["calls"] for k, r in rows.items() if k.startswith(("gu::", "dn::", "ns::"))) / args.iters
         result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}:la{cfg.work_lookahead}"
-               f":pdl{int(cfg.pdl)}w{cfg.weight_prefetch}"] = {
+               f":pdl{int(cfg.pdl)}w{cfg.weight_prefetch}:gu{cfg.gu_tile_n}x{cfg.gu_stages}:dn{cfg.dn_tile_n}x{cfg.dn_stages}"
+               f":m{cfg.tile_m}k{cfg.tile_k}"] = {
             "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us, "flush": args.flush,
             "kernels_sum_us": layer_sum}
         print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} "

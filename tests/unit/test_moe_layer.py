@@ -396,12 +396,13 @@ def test_role_loops_run_their_units_once():
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("dtype,unroll,lookahead,small_t,pdl", [("bf16", 1, 0, False, 0), ("fp16", 1, 0, False, 0),
-                                                                 ("bf16", 4, 0, False, 0), ("bf16", 4, 1, False, 8),
-                                                                 ("bf16", 4, 1, True, 4)])
-def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl):
+@pytest.mark.parametrize("dtype,unroll,lookahead,small_t,pdl,narrow", [
+    ("bf16", 1, 0, False, 0, False), ("fp16", 1, 0, False, 0, False), ("bf16", 4, 0, False, 0, False),
+    ("bf16", 4, 1, False, 8, False), ("bf16", 4, 1, True, 4, False), ("bf16", 4, 0, True, 1, True)])
+def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl, narrow):
     """The layer compiles for sm_90a without spills; ``pdl`` > 0: programmatic launches with that many
-    k-tiles of weights prefetched before the wait."""
+    k-tiles of weights prefetched before the wait; ``narrow``: both GEMMs' 64-column n-tiles (gate+up: 32
+    gate + 32 up columns) with 12 stages, the finest small-T units of ``space.KNOBS``."""
     from argus_cutlass.build.nvcc import compile_cu
     from argus_cutlass.errors import ToolchainError
 
@@ -415,7 +416,9 @@ def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl):
 
     base = small_t_config(dtype) if small_t else MoEConfig(dtype=dtype)
     k = generate(base.replace(gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1, work_lookahead=lookahead,
-                              pdl=bool(pdl), weight_prefetch=pdl), MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
+                              pdl=bool(pdl), weight_prefetch=pdl if pdl > 1 else 0,
+                              **(dict(gu_tile_n=64, dn_tile_n=64, gu_stages=12, dn_stages=12) if narrow else {})),
+                 MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert art.path.exists() if hasattr(art.path, "exists") else art.path
     log = getattr(art, "log", "") or ""

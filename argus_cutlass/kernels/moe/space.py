@@ -41,6 +41,10 @@ def bucket_of(tokens: int) -> str:
 #: (powers of two; the large-T heuristic derives them per shape: ``heuristics.band_for``).
 #: ``tile_k``: k extent of a pipeline stage (both GEMMs); 128 doubles each TMA row segment to 256
 #: bytes and each stage's size, so :func:`candidates` halves the stage counts with it.
+#: ``gu_tile_n`` / ``dn_tile_n`` 64 (session 24): the finest units, for the small-T GEMMs whose measured time is a
+#: fixed ~27 us plus the weight bytes at 4.1 TB/s and whose SMs idle 8-12 % at the walk's end (bench/RESULTS.md
+#: session 24; vLLM's tuned H200 Triton configuration for E = 128, N = 768 at M <= 32 streams 64-column blocks);
+#: gate+up 64 holds 32 gate + 32 up columns, and ``gu_stages`` 10 / 12 keep its bytes in flight. NOT measured yet.
 #: ``gather_slices``: column slices (grid y CTAs) per routing chunk of the permute kernel's gather
 #: (the heuristic derives them from the chunk count and H at every T: ``heuristics.gather_slices_for``,
 #: up to ``MAX_GATHER_SLICES``). ``gather_unroll``: 16-byte loads in flight per thread of that gather (4 in
@@ -53,9 +57,9 @@ def bucket_of(tokens: int) -> str:
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
-    "gu_tile_n": (256, 128),
-    "dn_tile_n": (128, 256),
-    "gu_stages": (4, 3, 5, 6, 8),
+    "gu_tile_n": (256, 128, 64),
+    "dn_tile_n": (128, 256, 64),
+    "gu_stages": (4, 3, 5, 6, 8, 10, 12),
     "dn_stages": (5, 4, 6, 8, 10, 12),
     "epi_n": (32, 64),
     "route_chunk": (256, 512, 1024),
