@@ -533,10 +533,13 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
     No entry of its own for a bf16 / fp16 problem: the entry of the same problem in the other 2-byte type
     (:func:`_sibling_problem`), run in the problem's type, the detail naming both keys.
 
-    >>> lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nt", gpu="NVIDIA H200",
+    >>> lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nn", gpu="NVIDIA H200",
     ...                    store=ExperienceStore("/nonexistent/x.json"))
-    >>> lk.source, lk.detail.startswith("no entry for key 'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096'")
+    >>> lk.source, lk.detail.startswith("no entry for key 'NVIDIA H200|gemm|fp16|fp16|nn|m4096_n4096_k4096'")
     ('costmodel', True)
+    >>> lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "tn", gpu="NVIDIA H200",
+    ...               store=ExperienceStore("/nonexistent/x.json")).source
+    'shipped'
     """
     from argus_cutlass.kernels.gemm.heuristics import default_config
     from argus_cutlass.settings import settings

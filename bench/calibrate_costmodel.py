@@ -136,9 +136,10 @@ def fit(data: list, start, maxiter: int):  # noqa: ANN001
     return params(best)
 
 
-def residuals_of(path: str, params) -> Any:  # noqa: ANN001
+def residuals_of(path: str, params, **hyper: Any) -> Any:  # noqa: ANN001
     """The :class:`~argus_cutlass.agent.costmodel.Residuals` of a sweep table (``bench/sweep_gemm.py``'s
-    format) under ``params``: per shape and declared configuration, ``log(measured / predict_ms)``.
+    format) under ``params``: per shape and declared configuration, ``log(measured / predict_ms)``;
+    ``hyper`` (``neighbours``, ``m_weight``, ``radius``, ``analytic_weight``) replaces the class defaults.
 
     Raises:
         SystemExit: the table is missing or not a sweep table (the message names it).
@@ -167,7 +168,8 @@ def residuals_of(path: str, params) -> Any:  # noqa: ANN001
         points.append((m, n, k))
         values.append(vals)
     return Residuals(flavor, tuple(structure_key(c) for c in space), np.array(points, dtype=np.int64).reshape(-1, 3),
-                     np.array(values, dtype=float).reshape(len(points), len(space)))
+                     np.array(values, dtype=float).reshape(len(points), len(space)),
+                     **{key: v for key, v in hyper.items() if v is not None})
 
 
 #: projections (N, K) closer than this in log2 space are held out together by :func:`cross_validate`
@@ -249,14 +251,20 @@ def main(argv: list[str] | None = None) -> int:
                     "(each group of nearby projections held out at all its M) with its residuals; no fit")
     ap.add_argument("--cv-radius", type=float, default=CV_RADIUS,
                     help="--cv: projections within this log2 distance are held out together (0: exact (N, K))")
+    ap.add_argument("--neighbours", type=int, default=None,
+                    help="--cv / --residuals: Residuals.neighbours (default: the class's, 3)")
+    ap.add_argument("--m-weight", type=float, default=None, help="--cv / --residuals: Residuals.m_weight (default 2)")
+    ap.add_argument("--analytic-weight", type=float, default=None,
+                    help="--cv / --residuals: Residuals.analytic_weight (default 1: the plain residual mean; 0: the neighbours' measured times alone)")
     args = ap.parse_args(argv)
+    hyper = {"neighbours": args.neighbours, "m_weight": args.m_weight, "analytic_weight": args.analytic_weight}
     if args.cv:
         from argus_cutlass.agent.costmodel import calibrated
 
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from sweep_gemm import _format
 
-        res = cross_validate(args.cv, calibrated(), residuals_of(args.cv, calibrated()), args.cv_radius)
+        res = cross_validate(args.cv, calibrated(), residuals_of(args.cv, calibrated(), **hyper), args.cv_radius)
         print(f"grouped cross-validation over {res['groups']} groups of projections (radius {res['radius']}) "
               f"of {args.cv}:")
         print(_format(res["held_out"]))
@@ -301,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 + (f", {within(held)} held out" if args.holdout else ""))
         doc = {"gpu": "NVIDIA H200", "note": note, "params": {f: getattr(fitted, f) for f in CostParams.fields()}}
         if args.residuals:
-            doc["residuals_note"], doc["residuals"] = _residuals_doc(args.residuals, fitted)
+            doc["residuals_note"], doc["residuals"] = _residuals_doc(args.residuals, fitted, **hyper)
         Path(args.out).write_text(dump_calibration(doc))
         print(f"wrote {args.out}")
     return 0
@@ -317,8 +325,8 @@ def dump_calibration(doc: dict[str, Any]) -> str:
     return head.replace('"points": []', '"points": [\n' + rows + "\n  ]") + "\n"
 
 
-def _residuals_doc(table: str, params) -> tuple[str, dict[str, Any]]:  # noqa: ANN001
-    res = residuals_of(table, params)
+def _residuals_doc(table: str, params, **hyper: Any) -> tuple[str, dict[str, Any]]:  # noqa: ANN001
+    res = residuals_of(table, params, **hyper)
     note = (f"log(measured / predicted) of {len(res.configs)} declared configurations at {len(res.points)} shapes "
             f"of {Path(table).name} ({'_'.join(res.flavor)}), {time.strftime('%Y-%m-%d')}, by "
             f"bench/calibrate_costmodel.py --residuals; held-out score: --cv")
@@ -331,7 +339,9 @@ def _write_residuals(args) -> int:  # noqa: ANN001
 
     src = Path(__file__).resolve().parents[1] / "agent" / CALIBRATION_FILE
     doc = json.loads(src.read_text()) if src.exists() else {"gpu": "NVIDIA H200", "params": {}}
-    doc["residuals_note"], doc["residuals"] = _residuals_doc(args.residuals, calibrated())
+    doc["residuals_note"], doc["residuals"] = _residuals_doc(
+        args.residuals, calibrated(), neighbours=args.neighbours, m_weight=args.m_weight,
+        analytic_weight=args.analytic_weight)
     Path(args.out).write_text(dump_calibration(doc))
     print(f"wrote {args.out} ({len(doc['residuals']['points'])} calibration shapes)")
     return 0

@@ -89,14 +89,14 @@ def test_a_miss_with_no_entries_of_the_family_says_so(st):
         "neither your experience store nor the shipped table has one)")
 
 
-def test_the_real_shipped_table_explains_an_fp16_nt_miss():
-    lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nt", gpu=H200,
+def test_the_real_shipped_table_explains_an_fp16_nn_miss():
+    lk = lookup_config("gemm", 4096, 4096, 4096, "fp16", "fp16", "nn", gpu=H200,
                        store=ExperienceStore("/nonexistent/e.json"))
     assert lk.source == "heuristic"
     assert lk.detail.startswith(
-        "no entry for key 'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096' (shipped table "
-        "has dtype bf16, out_dtype bf16, layout tn only; nearest: "
-        "'NVIDIA H200|gemm|bf16|bf16|tn|m4096_n4096_k4096'")
+        "no entry for key 'NVIDIA H200|gemm|fp16|fp16|nn|m4096_n4096_k4096' (shipped table "
+        "has layout nt/tn only; nearest: "
+        "'NVIDIA H200|gemm|fp16|fp16|tn|m4096_n4096_k4096', differs in layout)")
 
 
 def test_an_entry_found_but_refused_stale_or_mismatched_is_named(st, monkeypatch):
@@ -333,18 +333,21 @@ def test_api_configures_moe_once_per_bucket(monkeypatch):
 
 def test_fp16_without_an_entry_runs_the_bf16_entry_of_its_shape_and_says_so(tmp_path):
     """bf16 and fp16 share wgmma's rate and layouts: an fp16 GEMM with no entry of its own takes the bf16
-    entry of the same key (printed as fp16, verified as fp16), and the detail names both keys; an fp32 output
-    or another layout has no such sibling in the shipped table and stays untuned."""
+    entry of the same key (printed as fp16, verified as fp16), and the detail names both keys; a layout the
+    shipped table has in neither dtype has no such sibling and stays untuned. (Since session 24 the table holds
+    fp16 tn / nt and fp32-output flavors of its own; fp16 -> fp32 nt is still only swept in bf16.)"""
     from argus_cutlass.agent.store import ExperienceStore, lookup_config
 
     none = ExperienceStore(str(tmp_path / "none.json"))
-    bf = lookup_config("gemm", 3000, 4096, 14336, "bf16", "bf16", "tn", gpu="NVIDIA H200", store=none)
-    fp = lookup_config("gemm", 3000, 4096, 14336, "fp16", "fp16", "tn", gpu="NVIDIA H200", store=none)
+    bf = lookup_config("gemm", 256, 4096, 14336, "bf16", "fp32", "nt", gpu="NVIDIA H200", store=none)
+    fp = lookup_config("gemm", 256, 4096, 14336, "fp16", "fp32", "nt", gpu="NVIDIA H200", store=none)
     assert bf.source == fp.source == "shipped"
-    assert fp.config == bf.config.replace(dtype="fp16", out_dtype="fp16")
-    assert fp.key.split("|")[2:4] == ["fp16", "fp16"] and fp.entry_key == bf.entry_key
+    assert fp.config == bf.config.replace(dtype="fp16")
+    assert fp.key.split("|")[2:5] == ["fp16", "fp32", "nt"] and fp.entry_key == bf.entry_key
     assert "no entry for key" in fp.detail and "not measured in fp16" in fp.detail
-    for args in (("fp16", "fp32", "tn"), ("fp16", "fp16", "nt")):
+    own = lookup_config("gemm", 3000, 4096, 14336, "fp16", "fp16", "tn", gpu="NVIDIA H200", store=none)
+    assert own.source == "shipped" and own.entry_key.split("|")[2:5] == ["fp16", "fp16", "tn"]   # its own entry
+    for args in (("fp16", "fp16", "nn"), ("fp16", "fp32", "tt")):
         lk = lookup_config("gemm", 3000, 4096, 14336, *args, gpu="NVIDIA H200", store=none)
         assert lk.source == "heuristic" and lk.entry_key is None   # this file's untuned rule (the fixture)
 
