@@ -85,6 +85,20 @@ _TILE_K128 = [(q, _tile_k128(q)) for q in (MoEProblem.for_model("qwen3-30b-a3b",
                                             MoEProblem(300, 16, 2, 520, 392))]
 
 
+def _narrow(problem):
+    """``problem``'s default with both GEMMs' 64-column n-tiles (gate+up: 32 gate + 32 up columns) and 12
+    stages (space.KNOBS since session 24: the finest small-T units)."""
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    return default_config(problem).replace(gu_tile_n=64, dn_tile_n=64, gu_stages=12, dn_stages=12)
+
+
+#: 64-column n-tiles on the small-T path: two anchors and an explicit case whose 2I = 784 and H = 520 are not
+#: multiples of 64
+_NARROW = [(q, _narrow(q)) for q in (MoEProblem.for_model("qwen3-30b-a3b", 16), MoEProblem.for_model("mixtral", 16),
+                                      MoEProblem(100, 16, 2, 520, 392))]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _prebuilt():
     """Generate and compile every layer of the module in one parallel nvcc batch (the tests then hit
@@ -103,7 +117,7 @@ def _prebuilt():
             q = MoEProblem.for_model(m, t)
             k = generate(default_config(q), q, smt=False)
             kernels[k.name] = k
-    for q, cfg in _TILE_K128:
+    for q, cfg in _TILE_K128 + _NARROW:
         k = generate(cfg, q, smt=False)
         kernels[k.name] = k
     for e, k_, h, i in _BAND_SHAPES:
@@ -163,6 +177,15 @@ def test_small_t_group_sizes_at_the_64_row_padding():
 def test_tile_k_128(case, routing):
     p, cfg = _TILE_K128[case]
     assert cfg.tile_k == 128
+    chk = run_and_check(_lib(p, cfg), p, routing=routing)
+    assert chk.ok, chk
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed", "zero_experts"])
+@pytest.mark.parametrize("case", range(len(_NARROW)))
+def test_narrow_n_tiles(case, routing):
+    p, cfg = _NARROW[case]
+    assert cfg.gu_tile_n == cfg.dn_tile_n == 64
     chk = run_and_check(_lib(p, cfg), p, routing=routing)
     assert chk.ok, chk
 
