@@ -37,6 +37,7 @@
 #   bash bench/device_pending.sh OUTDIR attn-bench    # the ANCHORS attention grid vs cuDNN (~3 min)
 #   bash bench/device_pending.sh OUTDIR gemm-bench [costmodel|tuned|heuristic]  # the ANCHORS GEMM shapes vs cuBLAS
 #   bash bench/device_pending.sh OUTDIR gemm-decode-ncu  # ncu of the shipped decode kernels, ~100 MB vs 940 MB weights
+#   bash bench/device_pending.sh OUTDIR gemm-splitk   # decode K splits (128x16: none / 2 / 4 / stream-K) timed, ncu cycles and wait sites (~5 min)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -57,7 +58,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu gemm-splitk compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -230,6 +231,23 @@ case "$STEP" in
   compile-latency)
     # issue 13 item 6: one cold nvcc build per family with a fresh cache, then the in-process cache hit
     timeout 300 python3 "$R/bench/compile_latency.py" --out "$OUT" 2>&1 | tee "$OUT/compile_latency.log" | tail -10 ;;
+  gemm-splitk)
+    # session 24: decode K splits cost 3-10 us where the unsplit kernel has tiles enough (RESULTS session 24);
+    # hypothesis: the Deterministic fixup's serial turnstile. Timed (interleaved with cuBLAS, rotated operands),
+    # then ncu: elapsed vs SM-active cycles, DRAM throughput, and where the split kernels' warps wait
+    K=128x16x64_c1x1_s8_coop_e128x16_rn1_swapab,128x16x64+splitk2,128x16x64+splitk4,128x16x64+streamk
+    for S in 1x4096x14336 1x14336x4096; do
+      timeout 200 python3 "$R/bench/profile_gemm.py" --shape $S --kernels "$K" 2>&1 | tee "$OUT/splitk_time_$S.log" | tail -6
+    done
+    timeout 200 ncu --profile-from-start off -k regex:argus_gemm --metrics \
+      gpc__cycles_elapsed.max,sm__cycles_active.avg,sm__cycles_active.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
+      --csv python3 "$R/bench/profile_gemm.py" --shape 1x4096x14336 --kernels "$K" --ncu > "$OUT/splitk_metrics.csv" 2>&1
+    grep -E "gpc__cycles|sm__cycles_active.avg|dram__throughput" "$OUT/splitk_metrics.csv" | cut -c1-40,200-400 | head -20
+    timeout 200 ncu --profile-from-start off -k regex:argus_gemm --section SourceCounters --section WarpStateStats \
+      -f -o /tmp/splitk_src python3 "$R/bench/profile_gemm.py" --shape 1x4096x14336 --kernels 128x16x64+splitk4 --ncu \
+      > "$OUT/splitk_src_run.log" 2>&1
+    ncu --import /tmp/splitk_src.ncu-rep --page source --csv --print-source sass > /tmp/splitk_src.csv 2>&1
+    python3 "$R/bench/ncu_source_top.py" /tmp/splitk_src.csv --top 25 | tee "$OUT/splitk_source_top.txt" ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the
     # largest at it; ncu of the shipped kernels of both kinds (DRAM throughput, launch, occupancy, stalls)

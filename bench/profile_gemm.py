@@ -1,0 +1,120 @@
+"""Chosen kernels of the declared GEMM sub-space on one shape: built, checked, timed against cuBLAS, or
+profiled one launch each under ncu (issue 13 item 2's split-K question).
+
+    python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_swapab,splitk2,splitk4,streamk
+    ncu --profile-from-start off -k regex:argus_gemm --metrics gpc__cycles_elapsed.max,... \\
+        python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels splitk2,splitk4 --ncu
+
+``--kernels``: comma-separated selectors, each a ``+``-joined set of substrings that a kernel name of
+:func:`argus_cutlass.kernels.gemm.space.declared_subspace` (in the shape's flavor) must all contain, e.g.
+``128x16x64+splitk4`` (every kernel matching any selector is taken; a selector matching none is an error
+naming it). The kernels are verified, compiled and checked against the fp32 reference on the sweep's check
+shapes in one orchestrator batch (``bench/agent_eval.py``), then timed as the sweep times them
+(``agent_eval.measure_shape``: CUDA events, operands rotated over 3x L2, interleaved with cuBLAS in
+``--rounds`` rounds, medians); ``--ncu``: one launch of each between ``cudaProfilerStart`` / ``Stop``
+instead, nothing timed. Prints one line per kernel: ms, cuBLAS ms, the weight-read floor at 4.3 TB/s
+(``N x K`` elements of B) and the ratio to it. Needs torch and a Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import agent_eval  # noqa: E402  (bench/agent_eval.py: the sweep's build and timing)
+
+#: the HBM ceiling of ANCHORS.md (bytes / s)
+HBM_BYTES_PER_S = 4.3e12
+
+
+def select(names: list[str], spec: str) -> list[str]:
+    """The names matching any ``+``-joined selector of the comma-separated ``spec``, in ``names``' order.
+
+    Raises:
+        ValueError: a selector matches no name (its text in the message).
+
+    >>> select(["a_splitk2_x", "a_splitk4_x", "b_x"], "splitk2,b+x")
+    ['a_splitk2_x', 'b_x']
+    """
+    picked: list[str] = []
+    for sel in (s for s in spec.split(",") if s.strip()):
+        parts = [p for p in sel.split("+") if p]
+        hit = [nm for nm in names if all(p in nm for p in parts)]
+        if not hit:
+            raise ValueError(f"selector {sel!r} matches no kernel of the declared sub-space")
+        picked += [nm for nm in hit if nm not in picked]
+    return [nm for nm in names if nm in picked]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", required=True, help="MxNxK, e.g. 1x4096x14336")
+    ap.add_argument("--kernels", required=True, help="comma-separated selectors (substrings joined by +)")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"), help="default: --dtype")
+    ap.add_argument("--layout", default="tn", choices=("tn", "nt", "nn", "tt"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--ncu", action="store_true", help="one launch per kernel inside cudaProfilerStart/Stop")
+    args = ap.parse_args(argv)
+    try:
+        m, n, k = (int(v) for v in args.shape.lower().split("x"))
+        if min(m, n, k) < 1:
+            raise ValueError("sizes must be >= 1")
+    except ValueError as exc:
+        ap.error(f"--shape {args.shape!r}: expected MxNxK of positive integers ({exc})")
+    agent_eval._bootstrap()
+    from argus_cutlass.agent.shapes import GemmShape
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    out_dtype = args.out_dtype or args.dtype
+    shape = GemmShape(m, n, k, args.dtype, out_dtype, args.layout, name="profile")
+    problem = shape.problem().validate()
+    space = {kernel_name(c): c for c in declared_subspace(args.dtype, out_dtype, args.layout)}
+    try:
+        names = select(list(space), args.kernels)
+    except ValueError as exc:
+        ap.error(f"--kernels {args.kernels!r}: {exc}")
+    log: list = []
+    libs = agent_eval._build([space[nm] for nm in names], None, log, [])
+    for entry in log:
+        print(f"-- {entry['kernel']}: {entry['phase']} failed: {entry['error'][:300]}")
+    if not libs:
+        print("no kernel built and passed its check")
+        return 1
+    if args.ncu:
+        import torch
+
+        sets = agent_eval._operand_sets(problem, torch)[:1]
+        a, b, d = sets[0]["A"].data_ptr(), sets[0]["B"].data_ptr(), sets[0]["D"].data_ptr()
+        for nm, (_, lib, _) in libs.items():
+            lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for nm, (_, lib, _) in libs.items():
+            lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
+            print(f"launched {nm}")
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        return 0
+    row = agent_eval.measure_shape(libs, shape, args.warmup, args.iters, args.rounds, log)
+    floor_ms = n * k * problem.elem_bytes / HBM_BYTES_PER_S * 1e3   # B (the weights) read once
+    cub = row.get("cublas_ms")
+    print(f"{shape.label}: weight-read floor {floor_ms * 1e3:.1f} us at 4.3 TB/s; cuBLAS "
+          + (f"{cub * 1e3:.1f} us ({cub / floor_ms:.2f}x)" if cub else "not timed"))
+    for nm, ms in sorted(row["kernels"].items(), key=lambda kv: (kv[1] is None, kv[1] or 0)):
+        print(f"  {nm}: " + (f"{ms * 1e3:.1f} us ({ms / floor_ms:.2f}x floor"
+                              + (f", cuBLAS / ours {cub / ms:.3f})" if cub else ")") if ms else "not timed"))
+    for entry in log:
+        if entry.get("phase") == "time":
+            print(f"-- {entry['kernel']}: timing failed: {entry['error'][:300]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
