@@ -1,0 +1,33 @@
+"""bench/profile_gemm.py: kernel selection over the declared sub-space and its refusals (no GPU)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import profile_gemm  # noqa: E402
+
+from argus_cutlass.generate import kernel_name  # noqa: E402
+from argus_cutlass.kernels.gemm.space import declared_subspace  # noqa: E402
+
+
+def test_selectors_pick_the_decode_split_family():
+    names = [kernel_name(c) for c in declared_subspace()]
+    got = profile_gemm.select(names, "128x16x64+splitk2,128x16x64+splitk4,128x16x64+streamk")
+    assert len(got) == 3 and all("128x16x64" in g for g in got)
+    assert {("splitk2" in g, "splitk4" in g, "streamk" in g) for g in got} == {(1, 0, 0), (0, 1, 0), (0, 0, 1)}
+    assert got == [n for n in names if n in got]   # the sub-space's order, no duplicates
+    assert profile_gemm.select(names, "splitk2,128x16x64+splitk2") == profile_gemm.select(names, "splitk2")
+
+
+@pytest.mark.parametrize("argv,msg", [(["--shape", "1x4096", "--kernels", "x"], "expected MxNxK"),
+                                      (["--shape", "0x8x8", "--kernels", "x"], "sizes must be >= 1"),
+                                      (["--shape", "1x4096x4096", "--kernels", "nosuch"], "'nosuch' matches no kernel")])
+def test_bad_arguments_are_named(argv, msg, capsys):
+    with pytest.raises(SystemExit) as exc:
+        profile_gemm.main(argv)
+    assert exc.value.code == 2 and msg in capsys.readouterr().err
