@@ -38,6 +38,7 @@
 #   bash bench/device_pending.sh OUTDIR gemm-bench [costmodel|tuned|heuristic]  # the ANCHORS GEMM shapes vs cuBLAS
 #   bash bench/device_pending.sh OUTDIR gemm-decode-ncu  # ncu of the shipped decode kernels, ~100 MB vs 940 MB weights
 #   bash bench/device_pending.sh OUTDIR gemm-splitk   # decode K splits (128x16: none / 2 / 4 / stream-K) timed, ncu cycles and wait sites (~5 min)
+#   bash bench/device_pending.sh OUTDIR gemm-deep     # decode: 64-row swap-AB tiles at 12 vs 22 stages (bytes in flight) on few-tile shapes (~6 min)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -58,7 +59,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu gemm-splitk compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -248,6 +249,17 @@ case "$STEP" in
       > "$OUT/splitk_src_run.log" 2>&1
     ncu --import /tmp/splitk_src.ncu-rep --page source --csv --print-source sass > /tmp/splitk_src.csv 2>&1
     python3 "$R/bench/ncu_source_top.py" /tmp/splitk_src.csv --top 25 | tee "$OUT/splitk_source_top.txt" ;;
+  gemm-deep)
+    # session 24: decode time follows the bytes in flight per CTA (Little's law, ~1.9 us loaded latency: RESULTS
+    # session 24); few-tile shapes (N <= 5120: 56-80 swap-AB tiles of 64 rows) may saturate HBM with a deeper
+    # pipeline instead of K splits. The 64-row ping-pong tile at 12 stages (declared) vs 22 (all that fits), the
+    # best split and 128-row kernels beside them, cuBLAS interleaved
+    for S in 1x4096x14336 1x3584x14336 1x4096x12288 1x5120x8192 1x5120x25600 1x8192x8192 1x14336x4096; do
+      timeout 120 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --also stages=22 \
+        --kernels 64x16x64_c1x1_s12_pp,128x16x64_c1x1_s12_coop,128x16x64+splitk2 2>&1 | tee "$OUT/deep_$S.log" | tail -7
+    done
+    timeout 120 python3 "$R/bench/profile_gemm.py" --shape 32x4096x14336 --rounds 5 --also stages=18 \
+      --kernels 64x32x64_c1x1_s12_pp,128x32x64_c1x1_s8_coop_e128x32_rn1_swapab 2>&1 | tee "$OUT/deep_32x4096x14336.log" | tail -6 ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the
     # largest at it; ncu of the shipped kernels of both kinds (DRAM throughput, launch, occupancy, stalls)

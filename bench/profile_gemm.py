@@ -2,13 +2,16 @@
 profiled one launch each under ncu (issue 13 item 2's split-K question).
 
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_swapab,splitk2,splitk4,streamk
+    python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 64x16x64_c1x1_s12_pp --also stages=22
     ncu --profile-from-start off -k regex:argus_gemm --metrics gpc__cycles_elapsed.max,... \\
         python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels splitk2,splitk4 --ncu
 
 ``--kernels``: comma-separated selectors, each a ``+``-joined set of substrings that a kernel name of
 :func:`argus_cutlass.kernels.gemm.space.declared_subspace` (in the shape's flavor) must all contain, e.g.
 ``128x16x64+splitk4`` (every kernel matching any selector is taken; a selector matching none is an error
-naming it). The kernels are verified, compiled and checked against the fp32 reference on the sweep's check
+naming it); ``--also FIELD=VALUE`` adds, for each selected kernel, a copy with those fields changed (outside
+the declared sub-space, e.g. a deeper pipeline; the verifier refuses one that does not fit, named). The
+kernels are verified, compiled and checked against the fp32 reference on the sweep's check
 shapes in one orchestrator batch (``bench/agent_eval.py``), then timed as the sweep times them
 (``agent_eval.measure_shape``: CUDA events, operands rotated over 3x L2, interleaved with cuBLAS in
 ``--rounds`` rounds, medians); ``--ncu``: one launch of each between ``cudaProfilerStart`` / ``Stop``
@@ -59,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--also", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
+                    help="for each selected kernel also a copy with these GemmConfig fields changed (repeatable: one "
+                         "copy per option), e.g. stages=22 (a depth past what fits is refused by the verifier, named); "
+                         "timed in the same rounds as the originals")
     ap.add_argument("--ncu", action="store_true", help="one launch per kernel inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
     try:
@@ -80,8 +87,26 @@ def main(argv: list[str] | None = None) -> int:
         names = select(list(space), args.kernels)
     except ValueError as exc:
         ap.error(f"--kernels {args.kernels!r}: {exc}")
+    from argus_cutlass.kernels.gemm.space import feasible
+
+    configs = [space[nm] for nm in names]
+    for spec in args.also:
+        try:
+            change = {f: v for f, _, v in (kv.partition("=") for kv in spec.split(","))}
+            if not all(change.values()):
+                raise ValueError("expected FIELD=VALUE pairs")
+            copies = [c.replace(**{f: type(getattr(c, f))(v) if not isinstance(getattr(c, f), bool) else v in ("1", "true")
+                                   for f, v in change.items()}) for c in configs[: len(names)]]
+        except (AttributeError, ValueError, TypeError) as exc:
+            ap.error(f"--also {spec!r}: {exc}")
+        for c in copies:
+            ok, why = feasible(c)
+            if ok:
+                configs.append(c)
+            else:
+                print(f"-- {kernel_name(c)}: refused by the verifier: {'; '.join(why)[:300]}")
     log: list = []
-    libs = agent_eval._build([space[nm] for nm in names], None, log, [])
+    libs = agent_eval._build(list(dict.fromkeys(configs)), None, log, [])
     for entry in log:
         print(f"-- {entry['kernel']}: {entry['phase']} failed: {entry['error'][:300]}")
     if not libs:

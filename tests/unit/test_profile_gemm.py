@@ -31,3 +31,23 @@ def test_bad_arguments_are_named(argv, msg, capsys):
     with pytest.raises(SystemExit) as exc:
         profile_gemm.main(argv)
     assert exc.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_also_adds_verified_copies_and_names_the_refused(monkeypatch, capsys):
+    import agent_eval
+
+    built = []
+
+    def fake_build(configs, workers, log, notes):
+        built.extend(configs)
+        return {}
+
+    monkeypatch.setattr(agent_eval, "_build", fake_build)
+    rc = profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp",
+                            "--also", "stages=22", "--also", "stages=24"])
+    assert rc == 1   # nothing built (the fake), said so
+    assert [c.stages for c in built] == [12, 22]   # 24 stages do not fit: refused, not built
+    out = capsys.readouterr().out
+    assert "s24_pp" in out and "smem.capacity" in out and "no kernel built" in out
+    with pytest.raises(SystemExit):
+        profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp", "--also", "stagez=3"])
