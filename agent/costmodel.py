@@ -328,10 +328,11 @@ class Residuals:
     (issue 13 item 1) searched neighbours, M weight and ``a`` by grouped cross-validation
     (``bench/calibrate_costmodel.py --cv --neighbours N --m-weight W --analytic-weight A``) on the same 380-shape
     bf16 tn sweep: (6, 1, 0.75) scored 230 of 380 held out within 3 % (radius 0.35 groups) against 211 for
-    (3, 2, 1), but a nested cross-validation that also picks the three values without the held-out group gives
-    218 (and 247 against 234 by exact projection): 1-3 % of shapes, while the in-sample score fell from 338 to
-    313 and the transfer to the fp16 tn and bf16 nt tables got worse (246 vs 259, 178 vs 188: it picks
-    configurations those restricted sweeps never timed). Not shipped: the stored calibration keeps (3, 2, 1).
+    (3, 2, 1), but a nested cross-validation (an ad-hoc script, not kept) that also picks the three values
+    without the held-out group gives 218 (and 247 against 234 by exact projection): 1-3 % of shapes, while the
+    in-sample score fell from 338 to 313 and the transfer to the fp16 tn and bf16 nt tables got worse (246 vs
+    259, 178 vs 188: it picks configurations those restricted sweeps never timed). Not shipped: the stored
+    calibration keeps (3, 2, 1).
     Files without ``analytic_weight`` (older calibrations) keep ``a = 1``.
 
     Attributes:

@@ -168,7 +168,8 @@ case "$STEP" in
     done ;;
   moe-narrow)
     # session 24: the finest small-T units (n-tile 64, space.KNOBS) against 128 / 256, each with 5 / 8 / 12 stages
-    # (gate+up) or 8 / 12 (down); T = 16, the heuristic's other fields, pdl off so each kernel is timed alone
+    # (gate+up) or 8 / 12 (down), the combinations that do not fit skipped and named (gate+up 128 x 12, 256 x 8 / 12);
+    # T = 16, the heuristic's other fields, pdl off so each kernel is timed alone
     C=qwen3-30b-a3b:16,deepseek-v2-lite:16,mixtral:16
     timeout 330 python3 "$R/bench/profile_moe.py" --out "$OUT/narrow_gu" --heuristic --pdl 0 --cells $C \
       --vary gu_tile_n=64,128,256 --vary gu_stages=5,8,12 2>&1 | tee "$OUT/moe_narrow_gu.log" | grep -E "^==|^--|gemm_kernel" | head -80

@@ -8,7 +8,9 @@ Each cell is ``model:T`` (``MoEProblem.for_model``) or ``e<E>k<k>h<H>i<I>:T`` (a
 ``e128k8h2048i3072:16``) with the orchestrator's configuration
 (``generate.configure``; ``--unbanded`` sets both band fields to 0, the walk of session 16, keeping
 the other fields; ``--unroll 1,4`` profiles each cell with each gather unroll, ``--lookahead 0,1`` with and
-without the grouped GEMMs' work lookahead, ``--pdl 0,1`` with and without programmatic dependent launch).
+without the grouped GEMMs' work lookahead, ``--pdl 0,1`` with and without programmatic dependent launch;
+``--vary FIELD=V1,V2`` any MoEConfig field, repeatable, a cross product; a combination the configuration model or
+the verifier refuses is skipped and named).
 The layers are built in
 one parallel batch (``generate.build_jobs``), warmed up, then run ``--iters`` times with a 256 MB buffer
 written between runs (L2 flushed: every run reads its weights from HBM; ``--flush read`` reads the buffer
@@ -108,26 +110,50 @@ def main(argv: list[str] | None = None) -> int:
         from argus_cutlass.kernels.moe.config import MoEConfig
         from argus_cutlass.kernels.moe.space import feasible
 
-        for spec in args.vary:
-            field, _, raw = spec.partition("=")
-            if field not in MoEConfig.model_fields or not raw:
+        fields = [spec.partition("=")[0] for spec in args.vary]
+        # each element: (cell, problem, config or None, why refused); a combination MoEConfig or the verifier
+        # refuses is skipped and named, never the end of the run
+        rows = [(c, p, cfg, "") for c, p, cfg in zip(cells, problems, configs)]
+        for spec, field in zip(args.vary, fields):
+            raw = spec.partition("=")[2]
+            values_raw = [v for v in raw.split(",") if v.strip()]
+            if field not in MoEConfig.model_fields or not values_raw:
                 ap.error(f"--vary {spec!r}: expected FIELD=V1,V2 with FIELD a MoEConfig field "
-                         f"({', '.join(MoEConfig.model_fields)})")
-            kind = type(getattr(configs[0], field))
+                         f"({', '.join(MoEConfig.model_fields)}) and at least one value")
+            kind = type(getattr(MoEConfig(), field))
             try:
-                values = [kind(int(v)) if kind in (int, bool) else kind(v) for v in raw.split(",") if v]
-                configs_v = [c.replace(**{field: v}) for c in configs for v in values]
-            except (ValueError, ArgusError) as exc:
+                if kind is bool:
+                    if not set(values_raw) <= {"0", "1"}:
+                        raise ValueError(f"{field} takes 0 or 1")
+                    values = [v == "1" for v in values_raw]
+                else:
+                    values = [kind(int(v)) if kind is int else kind(v) for v in values_raw]
+            except ValueError as exc:
                 ap.error(f"--vary {spec!r}: {exc}")
-            cells = [c for c in cells for _ in values]
-            problems = [p for p in problems for _ in values]
-            configs = configs_v
-        keep = [feasible(c, p) for c, p in zip(configs, problems)]
-        for (cell, c, ok) in zip(cells, configs, keep):
-            if not ok:
-                varied = {f: getattr(c, f) for f in (v.partition("=")[0] for v in args.vary)}
-                print(f"-- skipped {cell[0]}:{cell[1]} {varied}: kernels.moe.space.feasible refuses it (the verifier: e.g. shared memory)")
-        cells, problems, configs = ([x for x, ok in zip(seq, keep) if ok] for seq in (cells, problems, configs))
+            grown = []
+            for cell, p, cfg, why in rows:
+                for v in values:
+                    if cfg is None:
+                        grown.append((cell, p, None, why))
+                        continue
+                    try:
+                        grown.append((cell, p, cfg.replace(**{field: v}), ""))
+                    except (ValueError, ArgusError) as exc:   # e.g. weight_prefetch without pdl
+                        grown.append((cell, p, None, f"{field}={v}: {str(exc).splitlines()[0][:200]}"))
+            rows = grown
+        kept = []
+        for cell, p, cfg, why in rows:
+            if cfg is not None and not feasible(cfg, p):
+                why = (f"{ {f: getattr(cfg, f) for f in fields} }: kernels.moe.space.feasible refuses it "
+                       "(the verifier: e.g. shared memory)")
+                cfg = None
+            if cfg is None:
+                print(f"-- skipped {cell[0]}:{cell[1]} {why}")
+            else:
+                kept.append((cell, p, cfg))
+        cells, problems, configs = [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept]
+        if not configs:
+            ap.error(f"--vary {' '.join(args.vary)}: every combination was refused (above)")
     # one parallel nvcc batch (the disk cache then serves moe_kernel below), unbanded layers too
     build_jobs(list(zip(configs, problems)))
     out = Path(args.out)
@@ -179,9 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                 per[_short(e.name, lib.name)].append(e.device_time_total)
         rows = {k: {"calls": len(v), "mean_us": sum(v) / len(v)} for k, v in per.items()}
         layer_sum = sum(r["mean_us"] * r["calls"] for k, r in rows.items() if k.startswith(("gu::", "dn::", "ns::"))) / args.iters
-        result[f"{model}:{tokens}:b{cfg.gu_band_m}x{cfg.dn_band_m}:u{cfg.gather_unroll}:la{cfg.work_lookahead}"
-               f":pdl{int(cfg.pdl)}w{cfg.weight_prefetch}:gu{cfg.gu_tile_n}x{cfg.gu_stages}:dn{cfg.dn_tile_n}x{cfg.dn_stages}"
-               f":m{cfg.tile_m}k{cfg.tile_k}"] = {
+        # keyed by the layer's name (unique per configuration and problem), so no two profiled layers collide
+        result[f"{model}:{tokens}:{lib.name}"] = {
             "kernel": lib.name, "config": cfg.model_dump(), "kernels": rows, "layer_us": layer_us, "flush": args.flush,
             "kernels_sum_us": layer_sum}
         print(f"== {model} T={tokens} bands {cfg.gu_band_m}x{cfg.dn_band_m} unroll {cfg.gather_unroll} "

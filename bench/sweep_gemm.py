@@ -294,9 +294,14 @@ def report(table: dict) -> str:
     res = calibrated_residuals()
     seen = {f"{m}x{n}x{k}" for m, n, k in res.points.tolist()} if res is not None else set()
     both = len(seen & set(table.get("shapes", {})))
-    if both:
+    fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+    if both and res is not None and (fl["dtype"], fl["out_dtype"], fl["layout"]) == tuple(res.flavor):
         lines.append(f"  (costmodel is in-sample on {both} of these shapes: the shipped residuals were measured there; "
                      f"the held-out score is `python bench/calibrate_costmodel.py --cv TABLE`)")
+    elif both and res is not None:
+        lines.append(f"  (costmodel: the shipped residuals were measured at {both} of these shapes in "
+                     f"{' '.join(res.flavor)}, not in this flavor: a transfer across flavors at the calibration shapes, "
+                     f"not a held-out score)")
     for who, (n, hits, geo, worst) in decode_floor(table, picks).items():
         lines.append(f"decode (M <= {DECODE_MAX_M}, weights > L2), {who}: within 1.15x of the weight-read floor on "
                      f"{hits} of {n}, geomean {geo:.3f}x, worst {worst:.3f}x")
@@ -542,13 +547,23 @@ def main(argv: list[str] | None = None) -> int:
             fl_name = f"{fl['dtype']}_{fl['out_dtype']}_{fl['layout']}"
             note_key = "note_gemm_sweep" if fl_name == "bf16_bf16_tn" else f"note_gemm_sweep_{fl_name}"
             restricted = table.get("restricted")
-            doc[note_key] = (f"{len(new)} GEMM entries merged {time.strftime('%Y-%m-%d')} from {path.name} "
+            merged = merge_entries(doc, new)
+            total = sum(1 for e in merged.get("entries", []) if e.get("kernel") == "gemm" and
+                        (e.get("dtype"), e.get("out_dtype"), e.get("layout")) == (fl["dtype"], fl["out_dtype"], fl["layout"]))
+            if note_key in doc and fl_name == "bf16_bf16_tn":   # keep the hand-written history of that flavor
+                previous = doc[note_key].split(" || later: ")[0]
+                prefix = f"{previous} || later: "
+            else:
+                prefix = ""
+            doc[note_key] = prefix + (f"{total} GEMM entries in this flavor after merging {len(new)} on "
+                                      f"{time.strftime('%Y-%m-%d')} from {path.name} "
                                       f"by bench/sweep_gemm.py --merge-shipped{' --keep-existing' if args.keep_existing else ''}: "
                                       "per swept shape, the kernel the sweep measured fastest there (ms, cublas_ms: "
                                       "the sweep's); a lookup takes its bucket's entry measured nearest the problem"
                              + (f"; swept over the configurations within {restricted['within']:.0%} of each shape's best in "
                                 f"{Path(restricted['from']).name} (--from-table)" if restricted else ""))
-            shipped.write_text(json.dumps(merge_entries(doc, new), indent=1) + "\n")
+            merged[note_key] = doc[note_key]
+            shipped.write_text(json.dumps(merged, indent=1) + "\n")
             print(f"merged {len(new)} GEMM entries into {shipped}")
             return 0
         print(report(table))

@@ -38,20 +38,24 @@ def test_analytic_choice_is_the_best_predicted_feasible_point_of_the_declared_su
 @pytest.mark.parametrize("m,n,k,layout", [(1, 4096, 4096, "tn"), (100, 5000, 3000, "tn"), (3000, 10240, 8192, "nt"),
                                           (8192, 1024, 4096, "tn"), (48, 6000, 9000, "tn"), (2000, 3000, 20000, "tn"),
                                           (5, 50000, 7000, "nn"), (700, 2500, 1536, "tn")])
-def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout):
-    """The shipped residuals: the choice minimises the weighted mean, over the nearest calibration shapes p within
-    the radius that measured its structure (weights 1 / (0.5 + d)), of log measured(p) + a * (log predict(shape)
-    - log predict(p)), computed here independently of Residuals."""
+@pytest.mark.parametrize("analytic_weight", [None, 0.75, 0.0])
+def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout, analytic_weight):
+    """The shipped residuals (and the same with analytic_weight a = 0.75 / 0): the choice minimises the weighted
+    mean, over the nearest calibration shapes p within the radius that measured its structure (weights
+    1 / (0.5 + d)), of log measured(p) + a * (log predict(shape) - log predict(p)), computed here independently
+    of Residuals."""
     res = calibrated_residuals()
     assert res is not None and res.flavor == ("bf16", "bf16", "tn") and res.radius == 3.0
     # the shipped hyper-parameters (session 20; session 24's search did not beat them held out: Residuals)
+    assert (res.neighbours, res.m_weight, res.analytic_weight) == (3, 2.0, 1.0)
+    if analytic_weight is not None:
+        res = dataclasses.replace(res, analytic_weight=analytic_weight)
     a = res.analytic_weight
-    assert (res.neighbours, res.m_weight, a) == (3, 2.0, 1.0)
     d = np.sqrt((((np.log2(res.points.astype(float)) - np.log2([m, n, k])) * [2.0, 1.0, 1.0]) ** 2).sum(1))
     near = [i for i in np.argsort(d, kind="stable")[:3] if d[i] <= 3.0]
     if not near:
-        assert costmodel_choice(m, n, k, "bf16", "bf16", layout) == costmodel_choice(m, n, k, "bf16", "bf16", layout,
-                                                                                  residuals=None)
+        assert costmodel_choice(m, n, k, "bf16", "bf16", layout, residuals=res) == costmodel_choice(
+            m, n, k, "bf16", "bf16", layout, residuals=None)
         return
     params = calibrated()
     scored = []
@@ -68,7 +72,7 @@ def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout):
             pred = sum(w * (t + a * (here - q)) for (_, w), t, q in zip(seen, logt, logp)) / sum(w for _, w in seen)
             scored.append((pred, c))
     assert scored
-    assert costmodel_choice(m, n, k, "bf16", "bf16", layout) == min(scored, key=lambda t: t[0])[1]
+    assert costmodel_choice(m, n, k, "bf16", "bf16", layout, residuals=res) == min(scored, key=lambda t: t[0])[1]
 
 
 def test_residuals_decide_the_ranking():
@@ -94,8 +98,9 @@ def test_residuals_decide_the_ranking():
     assert Residuals.from_json(res.to_json()).analytic_weight == res.analytic_weight == 1.0
     # analytic_weight < 1 changes the ranking (the neighbours' measured times weigh more than the model's scaling)
     shipped = calibrated_residuals()
-    half = dataclasses.replace(shipped, analytic_weight=0.0)
-    assert [c for _, c in ranked(100, 5000, 3000, residuals=half)] != [c for _, c in ranked(100, 5000, 3000, residuals=shipped)]
+    measured_only = dataclasses.replace(shipped, analytic_weight=0.0)
+    assert [c for _, c in ranked(100, 5000, 3000, residuals=measured_only)] != \
+        [c for _, c in ranked(100, 5000, 3000, residuals=shipped)]
     # a file without the session-24 keys keeps the hyper-parameters it was written under (3 neighbours, M weight 2, a = 1)
     old = {key: v for key, v in res.to_json().items() if key not in ("neighbours", "m_weight", "analytic_weight")}
     assert (lambda r: (r.neighbours, r.m_weight, r.analytic_weight))(Residuals.from_json(old)) == (3, 2.0, 1.0)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from argus_cutlass.kernels.moe.config import MoEConfig
 
-__all__ = ["KNOBS", "T_BUCKETS", "bucket_of", "candidates", "enumerate_space", "feasible", "with_tile_k",
+__all__ = ["KNOBS", "T_BUCKETS", "UNMEASURED_TILE_N", "bucket_of", "candidates", "enumerate_space", "feasible", "with_tile_k",
            "with_tile_n"]
 
 #: T buckets of the heuristic (tuned entries key on finer power-of-two buckets,
@@ -42,7 +42,7 @@ def bucket_of(tokens: int) -> str:
 #: ``tile_k``: k extent of a pipeline stage (both GEMMs); 128 doubles each TMA row segment to 256
 #: bytes and each stage's size, so :func:`candidates` halves the stage counts with it.
 #: ``gu_tile_n`` / ``dn_tile_n`` 64 (session 24): the finest units, for the small-T GEMMs whose measured time is a
-#: fixed ~27 us plus the weight bytes at 4.1 TB/s and whose SMs idle 8-12 % at the walk's end (bench/RESULTS.md
+#: fixed ~27 us plus the weight bytes at 4.1 TB/s and whose SMs idle 8-15 % at the walk's end (bench/RESULTS.md
 #: session 24; vLLM's tuned H200 Triton configuration for E = 128, N = 768 at M <= 32 streams 64-column blocks);
 #: gate+up 64 holds 32 gate + 32 up columns, and ``gu_stages`` 10 / 12 keep its bytes in flight. NOT measured yet.
 #: ``gather_slices``: column slices (grid y CTAs) per routing chunk of the permute kernel's gather
@@ -119,6 +119,11 @@ def with_tile_k(cfg: MoEConfig, tile_k: int) -> MoEConfig:
                        dn_stages=max(2, cfg.dn_stages * cfg.tile_k // tile_k))
 
 
+#: n-tiles in :data:`KNOBS` that no device measurement has backed yet (session 24): :func:`_neighbours` proposes
+#: them after the measured moves, so a small tuning budget spends itself on those first
+UNMEASURED_TILE_N = (64,)
+
+
 def with_tile_n(cfg: MoEConfig, gemm: str, tile_n: int) -> MoEConfig:
     """``cfg`` with GEMM ``gemm``'s (``"gu"`` or ``"dn"``) n-tile ``tile_n`` and its stage count scaled to
     about the same shared memory (a stage holds ``tile_m + tile_n`` rows of ``tile_k``), rounded down to
@@ -145,8 +150,8 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     walk's band alone.
 
     On the small-T path (``tile_m`` 64) the weights are most of the traffic, and the moves that change
-    how they stream come first: each GEMM's other n-tile with its stages scaled to the same shared
-    memory (:func:`with_tile_n`; the n-tile sets the number of units, hence the last wave's fill over
+    how they stream come first: each GEMM's other measured n-tile(s) with its stages scaled to the same shared
+    memory (the n-tiles of :data:`UNMEASURED_TILE_N` come after the other moves) (:func:`with_tile_n`; the n-tile sets the number of units, hence the last wave's fill over
     the ~E(1 - (1 - k/E)^T) activated experts, and the bytes in flight), the other k extent, then the
     moves above (session 18's profile: Qwen3 / DeepSeek T = 16 GEMMs at 78-82 % of HBM bandwidth,
     Mixtral's 94-98 %; the bands and slices moved the small-T layer by at most ~10 %)."""
@@ -167,7 +172,8 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     if cfg.tile_m == 64:   # small T: the weight stream first (docstring)
         for gemm in ("gu", "dn"):
             for v in near(f"{gemm}_tile_n"):
-                yield with_tile_n(cfg, gemm, v)
+                if v not in UNMEASURED_TILE_N:
+                    yield with_tile_n(cfg, gemm, v)
         for k in near("tile_k"):
             yield with_tile_k(cfg, k)
     for band in near("gu_band_m"):   # both walks together
@@ -192,6 +198,11 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
                         weight_prefetch=cfg.weight_prefetch)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
+    if cfg.tile_m == 64:   # the n-tiles no measurement backs yet, after every move one does (small budgets)
+        for gemm in ("gu", "dn"):
+            for v in near(f"{gemm}_tile_n"):
+                if v in UNMEASURED_TILE_N:
+                    yield with_tile_n(cfg, gemm, v)
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
