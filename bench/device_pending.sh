@@ -28,6 +28,7 @@
 #   bash bench/device_pending.sh OUTDIR moe-bench lookahead  # the same, interleaved with the other work_lookahead
 #   bash bench/device_pending.sh OUTDIR moe-bench pdl        # the same, interleaved with pdl flipped
 #   bash bench/device_pending.sh OUTDIR moe-bench pdlw8      # ... with pdl + an 8-k-tile weight prefetch flipped
+#   bash bench/device_pending.sh OUTDIR moe-bench evict      # ... with the weights loaded evict-first flipped
 #   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
 #                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
 #   bash bench/device_pending.sh OUTDIR mutants18     # the GEMM and attention mutants added in session 18 (red team), ~4 min
@@ -160,9 +161,12 @@ case "$STEP" in
   moe-flush)
     # session 24: time = ~27 us + bytes at 4.1 TB/s fits every small-T gate+up GEMM (moe-unitk), the down GEMMs
     # only ~6 us; hypothesis: the 256 MB flush written before each run leaves L2 full of dirty lines that the
-    # first kernel with much traffic (gate+up) writes back. The same layers with the flush read instead
+    # first kernel with much traffic (gate+up) writes back. The same layers with the flush read instead, each with
+    # the weights loaded evict_normal and evict_first (MoEConfig.weights_evict_first: the weights replace each other
+    # in L2, not the flush's dirty lines)
     for FM in zero read; do
-      timeout 270 python3 "$R/bench/profile_moe.py" --out "$OUT/flush_$FM" --flush $FM --pdl 0 --heuristic --cells \
+      timeout 270 python3 "$R/bench/profile_moe.py" --out "$OUT/flush_$FM" --flush $FM --pdl 0 --heuristic \
+        --vary weights_evict_first=0,1 --cells \
         e128k8h2048i768:16,e128k8h2048i3072:16,e8k2h4096i1536:16,e8k2h4096i14336:16 2>&1 \
         | tee "$OUT/moe_flush_$FM.log" | grep -E "^==|gemm_kernel|elementwise|reduce" | head -40
     done ;;
@@ -201,7 +205,7 @@ case "$STEP" in
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
   moe-bench)
     gpu_state
-    # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead / pdl: that knob flipped)
+    # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead / pdl / pdlw8 / evict: that knob flipped)
     ARGUS_MOE_BENCH_COMPARE=${3:-1} ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" > "$OUT/moe_bench.log" 2>&1; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
   mutants18)

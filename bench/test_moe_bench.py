@@ -20,7 +20,8 @@ layer before bands: column ``unbanded ms``), so a GPU session measures what the 
 ``ARGUS_MOE_BENCH_COMPARE=lookahead`` (or ``pdl``) times instead the same configuration with
 ``work_lookahead`` (the grouped GEMMs' producers reading their next unit's expert ahead, or not) or ``pdl``
 (programmatic dependent launch) flipped, interleaved: column ``flipped ms``; ``pdlw8`` flips pdl together
-with an 8-k-tile weight prefetch before the wait. Any other value is refused.
+with an 8-k-tile weight prefetch before the wait; ``evict`` flips ``weights_evict_first`` (the expert weights'
+L2 cache hint). Any other value is refused.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ VLLM_RATIO = {("mixtral", 16): 1.91, ("mixtral", 256): 1.73, ("mixtral", 2048): 
 ROWS: list[str] = []
 #: ARGUS_MOE_BENCH_COMPARE: "" (ours and _grouped_mm only), "1" (also m128 and unbanded), "lookahead" / "pdl"
 #: (also the same configuration with that knob flipped: column ``flipped ms``), "pdlw8" (pdl with 8 k-tiles of
-#: weights prefetched before the wait, or neither)
-COMPARE_MODES = ("", "1", "lookahead", "pdl", "pdlw8")
+#: weights prefetched before the wait, or neither), "evict" (the weights loaded evict-first, or not)
+COMPARE_MODES = ("", "1", "lookahead", "pdl", "pdlw8", "evict")
 
 
 @pytest.mark.parametrize("tokens", TOKENS)
@@ -92,6 +93,8 @@ def test_moe_cell(model, tokens):
     if compare == "pdlw8":   # ... with pdl and 8 k-tiles of weights prefetched before the wait, or neither
         alts["flipped"] = cfg.replace(pdl=False, weight_prefetch=0) if cfg.pdl else cfg.replace(pdl=True,
                                                                                                  weight_prefetch=8)
+    if compare == "evict":   # the same configuration with the weights' L2 cache hint flipped
+        alts["flipped"] = cfg.replace(weights_evict_first=not cfg.weights_evict_first)
     runs = {}
     for key, alt_cfg in alts.items():
         alt = moe_kernel(p, alt_cfg, smt=False)

@@ -130,13 +130,15 @@ class ProgramBuilder:
     def tma_load(self, src: Tensor, dst: Tensor, copy: TmaCopy, *, major: str, tile_mn: int, tile_k: int,
                  stage_tag: Tag, pipeline: str = "mainloop", block_mode: str = "m",
                  cluster: tuple[int, int] = (1, 1), share_axis: str = "", rank_order: str = "col",
-                 advance: str = "k", head: str = "", block_shift: int = 0) -> TmaLoad:
+                 advance: str = "k", head: str = "", block_shift: int = 0,
+                 cache_hint: str = "evict_normal") -> TmaLoad:
         """A TMA tile load ``src`` (gmem, tagged) -> ``dst`` (smem ``(tile_mn, tile_k, S)``).
 
         With ``copy.multicast > 1`` the CTAs of a ``cluster`` (CTAs along M, along N) that share
         the operand along ``share_axis`` (``"n"``: A, ``"m"``: B) each issue one slice of the
         stage's boxes and multicast it to the others. ``advance`` / ``head`` / ``block_shift``:
-        see :class:`~argus_cutlass.dsl.ir.TmaLoad` (attention's loads).
+        see :class:`~argus_cutlass.dsl.ir.TmaLoad` (attention's loads); ``cache_hint``: its L2 eviction
+        priority (``TmaLoad.cache_hint``).
 
         Raises:
             argus_cutlass.errors.DslError: ``dsl.untagged`` (the source carries no tag: nothing could
@@ -155,7 +157,7 @@ class ProgramBuilder:
                        f"destination {dst.name!r} of shape {dst.shape}")
         node = TmaLoad(f"tma_{dst.name}", src.name, dst.name, copy, major, tile_mn, tile_k, src.tag, stage_tag, loc,
                        pipeline, block_mode, tuple(cluster), share_axis, share_axis, share_axis, True, rank_order,
-                       advance, head, block_shift)
+                       advance, head, block_shift, cache_hint=cache_hint)
         self._loads.append(node)
         return node
 

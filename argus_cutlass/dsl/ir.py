@@ -64,6 +64,8 @@ _DSL_DIR = os.path.dirname(os.path.abspath(__file__))
 #: (fields added for a later family keep the earlier families' kernel names unchanged)
 _CANON_SKIP = {"canon_skip_default": True}
 
+#: the L2 cache hints a TMA load may carry (:attr:`TmaLoad.cache_hint`; CuTe ``TMA::CacheHintSm90``)
+CACHE_HINTS = ("evict_normal", "evict_first", "evict_last")
 #: bytes per element of each dtype name
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 #: the Program attributes that hold one node (or None)
@@ -266,6 +268,11 @@ class TmaLoad:
     #: ``[tile_mn/2, tile_mn)`` read ``origin + pair_offset + r - tile_mn/2`` (the up rows, ``I``
     #: after the gate rows); 0: one contiguous block
     pair_offset: int = field(default=0, metadata=_CANON_SKIP)
+    #: the L2 eviction priority of the load's lines (the TMA instruction's ``.L2::cache_hint`` operand, PTX ISA
+    #: 9.7.9.25; CuTe ``TMA::CacheHintSm90``): ``"evict_normal"``, ``"evict_first"`` (data read once, e.g. a
+    #: small-T MoE layer's expert weights: they replace each other in L2 rather than the lines already there)
+    #: or ``"evict_last"``. Performance only: every hint loads the same bytes
+    cache_hint: str = field(default="evict_normal", metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_load(self)
@@ -1454,6 +1461,9 @@ def validate_load(node: TmaLoad) -> None:
         _dsl_error("dsl.operand", loc, f"{node.name}: major {node.major!r}: expected 'K' or 'MN'")
     if node.block_mode not in ("m", "n", "none"):
         _dsl_error("dsl.operand", loc, f"{node.name}: block_mode {node.block_mode!r}: expected 'm', 'n' or 'none'")
+    if node.cache_hint not in CACHE_HINTS:
+        _dsl_error("dsl.operand", loc, f"{node.name}: cache_hint {node.cache_hint!r}: expected one of {CACHE_HINTS} "
+                   "(TMA .L2::cache_hint policies, CuTe TMA::CacheHintSm90)")
     if node.advance not in ("k", "mn", "none"):
         _dsl_error("dsl.operand", loc, f"{node.name}: advance {node.advance!r}: expected 'k', 'mn' or 'none'")
     if node.head not in ("", "q", "kv"):
@@ -1489,9 +1499,9 @@ def validate_load(node: TmaLoad) -> None:
     if node.copy.multicast != extent:
         _dsl_error("dsl.operand", loc, f"{node.name}: multicast to {node.copy.multicast} CTAs, but the "
                    f"{c[0]}x{c[1]} cluster has {extent} CTAs along {node.share_axis} sharing the operand")
-    for field in ("slice_axis", "mask_axis"):
-        if getattr(node, field) not in ("m", "n"):
-            _dsl_error("dsl.operand", loc, f"{node.name}: {field} {getattr(node, field)!r}: expected 'm' or 'n'")
+    for attr in ("slice_axis", "mask_axis"):
+        if getattr(node, attr) not in ("m", "n"):
+            _dsl_error("dsl.operand", loc, f"{node.name}: {attr} {getattr(node, attr)!r}: expected 'm' or 'n'")
     if node.rank_order not in ("col", "row"):
         _dsl_error("dsl.operand", loc, f"{node.name}: rank_order {node.rank_order!r}: expected 'col' or 'row'")
 

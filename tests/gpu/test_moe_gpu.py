@@ -85,6 +85,12 @@ _TILE_K128 = [(q, _tile_k128(q)) for q in (MoEProblem.for_model("qwen3-30b-a3b",
                                             MoEProblem(300, 16, 2, 520, 392))]
 
 
+def _default(problem):
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    return default_config(problem)
+
+
 def _narrow(problem):
     """``problem``'s default with both GEMMs' 64-column n-tiles (gate+up: 32 gate + 32 up columns) and 12
     stages (space.KNOBS since session 24: the finest small-T units)."""
@@ -97,6 +103,11 @@ def _narrow(problem):
 #: multiples of 64
 _NARROW = [(q, _narrow(q)) for q in (MoEProblem.for_model("qwen3-30b-a3b", 16), MoEProblem.for_model("mixtral", 16),
                                       MoEProblem(100, 16, 2, 520, 392))]
+
+
+#: the weights loaded evict-first (MoEConfig.weights_evict_first): both T buckets
+_EVICT_FIRST = [(q, _default(q).replace(weights_evict_first=True))
+                for q in (MoEProblem.for_model("qwen3-30b-a3b", 16), MoEProblem(300, 16, 2, 520, 392))]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -117,7 +128,7 @@ def _prebuilt():
             q = MoEProblem.for_model(m, t)
             k = generate(default_config(q), q, smt=False)
             kernels[k.name] = k
-    for q, cfg in _TILE_K128 + _NARROW:
+    for q, cfg in _TILE_K128 + _NARROW + _EVICT_FIRST:
         k = generate(cfg, q, smt=False)
         kernels[k.name] = k
     for e, k_, h, i in _BAND_SHAPES:
@@ -177,6 +188,16 @@ def test_small_t_group_sizes_at_the_64_row_padding():
 def test_tile_k_128(case, routing):
     p, cfg = _TILE_K128[case]
     assert cfg.tile_k == 128
+    chk = run_and_check(_lib(p, cfg), p, routing=routing)
+    assert chk.ok, chk
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed"])
+@pytest.mark.parametrize("case", range(len(_EVICT_FIRST)))
+def test_weights_evict_first(case, routing):
+    """The weights loaded evict-first (a cache hint: the same bytes, the same result)."""
+    p, cfg = _EVICT_FIRST[case]
+    assert cfg.weights_evict_first
     chk = run_and_check(_lib(p, cfg), p, routing=routing)
     assert chk.ok, chk
 

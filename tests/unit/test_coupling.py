@@ -94,6 +94,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "acc_dtype": ("fp32", "fp16"),
     "binding": ("A", "B", "C", "D", "q", "k", "v", "o", "lse"),
     "block_mode": ("m", "n", "none"),
+    "cache_hint": ("evict_normal", "evict_first", "evict_last"),
     "advance": ("k", "mn", "none"),
     "head": ("", "q", "kv"),
     "share_axis": ("m", "n", ""),

@@ -402,7 +402,8 @@ def test_role_loops_run_their_units_once():
 def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl, narrow):
     """The layer compiles for sm_90a without spills; ``pdl`` > 0: programmatic launches with that many
     k-tiles of weights prefetched before the wait; ``narrow``: both GEMMs' 64-column n-tiles (gate+up: 32
-    gate + 32 up columns) with 12 stages, the finest small-T units of ``space.KNOBS``."""
+    gate + 32 up columns) with 12 stages, the finest small-T units of ``space.KNOBS``, weights loaded
+    evict-first."""
     from argus_cutlass.build.nvcc import compile_cu
     from argus_cutlass.errors import ToolchainError
 
@@ -417,7 +418,8 @@ def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl, narrow
     base = small_t_config(dtype) if small_t else MoEConfig(dtype=dtype)
     k = generate(base.replace(gather_unroll=unroll, gather_slices=4 if unroll > 1 else 1, work_lookahead=lookahead,
                               pdl=bool(pdl), weight_prefetch=pdl if pdl > 1 else 0,
-                              **(dict(gu_tile_n=64, dn_tile_n=64, gu_stages=12, dn_stages=12) if narrow else {})),
+                              **(dict(gu_tile_n=64, dn_tile_n=64, gu_stages=12, dn_stages=12,
+                                      weights_evict_first=True) if narrow else {})),
                  MoEProblem(16, 64, 6, 2048, 1408, dtype), smt=False)
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert art.path.exists() if hasattr(art.path, "exists") else art.path
@@ -601,3 +603,24 @@ def test_timed_counts_are_the_timed_inputs_routing():
         _, ids, _, _, _ = timed_inputs(p, device="cpu")
         got = torch.bincount(ids.reshape(-1).long(), minlength=p.experts).tolist()
         assert got == timed_counts(p).tolist()
+
+
+def test_weights_evict_first_reaches_only_the_weight_loads():
+    """MoEConfig.weights_evict_first: both grouped GEMMs' B (weights) load nodes carry cache_hint evict_first and
+    their printed TMA loads use it; the token (A) loads stay evict_normal; off, every load is evict_normal."""
+    import re
+
+    p = MoEProblem(16, 64, 6, 2048, 1408)
+    base = MoEConfig(tile_m=64, gu_stages=5, dn_stages=8)
+    hints = {}
+    for ef in (False, True):
+        cfg = base.replace(weights_evict_first=ef)
+        layer = build_layer(cfg, p)
+        assert {layer.gate_up.load_into("sB").cache_hint, layer.down.load_into("sB").cache_hint} == \
+            {"evict_first" if ef else "evict_normal"}
+        assert {layer.gate_up.load_into("sA").cache_hint, layer.down.load_into("sA").cache_hint} == {"evict_normal"}
+        src = generate(cfg, p, smt=False).source
+        hints[ef] = re.findall(r"kCacheHint([AB]) = static_cast<uint64_t>\(cute::TMA::CacheHintSm90::(\w+)\)", src)
+        assert src.count("kCacheHintB, dst") == 2 and src.count("kCacheHintA, dst") == 2   # used by each load
+    assert hints[False] == [("A", "EVICT_NORMAL"), ("B", "EVICT_NORMAL")] * 2
+    assert hints[True] == [("A", "EVICT_NORMAL"), ("B", "EVICT_FIRST")] * 2

@@ -83,6 +83,14 @@ class MoEConfig(BaseModel):
             weight stream starts while the previous kernel (the permute before gate+up, gate+up's
             tail before down) still runs. 0 (the default): none. Measured on the H200 (session 23): 8
             k-tiles moved no layer beyond run-to-run noise.
+        weights_evict_first: both grouped GEMMs load the expert weights (W13, W2: the B operand) with
+            L2 eviction priority ``evict_first`` (load node ``cache_hint``; PTX ``.L2::cache_hint``),
+            the tokens (A) with ``evict_normal``: at small T each weight byte is read once, so weight
+            lines should replace each other in L2 rather than the lines already there (the tokens, the
+            other layers' activations, or the dirty lines a benchmark's L2 flush leaves, whose
+            write-back would share HBM with the weight stream). False (the default): every load
+            ``evict_normal`` (same ``.cu``). NOT measured yet (session 24 built it for the small-T
+            GEMMs' fixed ~27 us: bench/RESULTS.md).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -104,6 +112,7 @@ class MoEConfig(BaseModel):
     work_lookahead: Literal[0, 1] = 0
     pdl: bool = False
     weight_prefetch: Literal[0, 4, 8, 16] = 0
+    weights_evict_first: bool = False
 
     @model_validator(mode="after")
     def _prefetch_needs_pdl(self) -> MoEConfig:

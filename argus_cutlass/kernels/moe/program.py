@@ -58,7 +58,8 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     The band suffix ``_b<gu>x<dn>`` is left out for the unbanded walk (0, 0), and the gather-slice
     suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1, ``_u<unroll>``
     with one slice; ``_la`` for the grouped GEMMs' work lookahead, ``_pdl`` for programmatic dependent
-    launch, ``w<k-tiles>`` after it for the weights prefetched before the wait), so earlier layers keep
+    launch, ``w<k-tiles>`` after it for the weights prefetched before the wait, ``_ef`` for weights loaded
+    evict-first), so earlier layers keep
     their names (the fingerprint in the
     kernel name changes with every field either way).
     """
@@ -68,6 +69,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather += (f"u{c.gather_unroll}" if gather else f"_u{c.gather_unroll}") if c.gather_unroll != 1 else ""
     gather += "_la" if c.work_lookahead else ""
     gather += ("_pdl" + (f"w{c.weight_prefetch}" if c.weight_prefetch else "")) if c.pdl else ""
+    gather += "_ef" if c.weights_evict_first else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -101,13 +103,15 @@ def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
 
 
 def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, band_m: int,
-             loc: SourceLoc, lookahead: int = 0) -> Program:
+             loc: SourceLoc, lookahead: int = 0, weight_hint: str = "evict_normal") -> Program:
     """``program`` (a GEMM) edited into a grouped GEMM of family ``moe`` (walk: bands of ``band_m``
     m-tiles, 0 for none; ``lookahead`` the schedule node's: the roles read their next unit's work
-    ahead)."""
+    ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``)."""
     p = dataclasses.replace(program, family="moe", name=label)
     lb = p.load_into("sB")
     changes: dict = {"expert_rows": expert_rows}
+    if weight_hint != lb.cache_hint:
+        changes["cache_hint"] = weight_hint
     if pair_offset:
         half = lb.tile_mn // 2
         changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))
@@ -133,11 +137,12 @@ def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: Ge
     i = ("gate_up", "down").index(part)
     gcfg = gemm_cfg if gemm_cfg is not None else gemm_configs(c)[i]
     label = layer_label(c, p) + ("_gu", "_dn")[i]
+    hint = "evict_first" if c.weights_evict_first else "evict_normal"
     if part == "gate_up":
         return _grouped(build_gemm_program(gcfg, None), label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(),
-                        c.work_lookahead)
+                        c.work_lookahead, hint)
     return _grouped(build_gemm_program(gcfg, None), label, p.hidden, 0, c.dn_band_m, loc or caller_loc(),
-                    c.work_lookahead)
+                    c.work_lookahead, hint)
 
 
 def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:

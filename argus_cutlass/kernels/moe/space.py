@@ -53,7 +53,9 @@ def bucket_of(tokens: int) -> str:
 #: in session 23: no effect, so 0 in the heuristic and the shipped kernels). ``pdl``: programmatic dependent
 #: launch of the layer's kernels (the small-T heuristic sets it, session 23: 1-2 % faster at T <= 256, up to 8 %
 #: slower at T >= 2048); ``weight_prefetch``: with pdl, k-tiles of the grouped GEMMs' first weights prefetched
-#: into L2 before the wait (0 in the heuristic: no measurable effect in session 23).
+#: into L2 before the wait (0 in the heuristic: no measurable effect in session 23). ``weights_evict_first``: the
+#: grouped GEMMs load the expert weights with L2 priority evict-first (session 24, NOT measured; proposed after
+#: the measured moves at small T).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -71,6 +73,7 @@ KNOBS: dict[str, tuple] = {
     "work_lookahead": (0, 1),
     "pdl": (False, True),
     "weight_prefetch": (0, 8, 4, 16),
+    "weights_evict_first": (False, True),
 }
 
 
@@ -198,11 +201,13 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
                         weight_prefetch=cfg.weight_prefetch)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
-    if cfg.tile_m == 64:   # the n-tiles no measurement backs yet, after every move one does (small budgets)
+    if cfg.tile_m == 64:   # the moves no measurement backs yet, after every move one does (small budgets)
         for gemm in ("gu", "dn"):
             for v in near(f"{gemm}_tile_n"):
                 if v in UNMEASURED_TILE_N:
                     yield with_tile_n(cfg, gemm, v)
+        for v in near("weights_evict_first"):
+            yield cfg.replace(weights_evict_first=v)
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
