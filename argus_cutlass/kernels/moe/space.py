@@ -198,7 +198,7 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
     yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices,
                         gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
-                        weight_prefetch=cfg.weight_prefetch)
+                        weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     if cfg.tile_m == 64:   # the moves no measurement backs yet, after every move one does (small budgets)
