@@ -1,5 +1,5 @@
 """Chosen kernels of the declared GEMM sub-space on one shape: built, checked, timed against cuBLAS, or
-profiled one launch each under ncu (issue 13 item 2's split-K question).
+profiled one launch each under ncu (e.g. a decode shape's K splits against the unsplit kernels).
 
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_swapab,splitk2,splitk4,streamk
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 64x16x64_c1x1_s12_pp --also stages=22
@@ -59,9 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"), help="default: --dtype")
     ap.add_argument("--layout", default="tn", choices=("tn", "nt", "nn", "tt"))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="timing rounds, cuBLAS and the kernels interleaved, medians over rounds (default 5)")
+    ap.add_argument("--iters", type=int, default=50, help="CUDA-event launches per timing (default 50)")
+    ap.add_argument("--warmup", type=int, default=5, help="launches before each timing (default 5)")
     ap.add_argument("--also", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
                     help="for each selected kernel also a copy with these GemmConfig fields changed (repeatable: one "
                          "copy per option), e.g. stages=22 (a depth past what fits is refused by the verifier, named); "
