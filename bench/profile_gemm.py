@@ -88,17 +88,17 @@ def main(argv: list[str] | None = None) -> int:
         names = select(list(space), args.kernels)
     except ValueError as exc:
         ap.error(f"--kernels {args.kernels!r}: {exc}")
+    from overrides import assignments
+
+    from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.space import feasible
 
     configs = [space[nm] for nm in names]
     for spec in args.also:
-        try:
-            change = {f: v for f, _, v in (kv.partition("=") for kv in spec.split(","))}
-            if not all(change.values()):
-                raise ValueError("expected FIELD=VALUE pairs")
-            copies = [c.replace(**{f: type(getattr(c, f))(v) if not isinstance(getattr(c, f), bool) else v in ("1", "true")
-                                   for f, v in change.items()}) for c in configs[: len(names)]]
-        except (AttributeError, ValueError, TypeError) as exc:
+        try:   # values typed by GemmConfig's fields; its cross-field rules run in replace
+            change = assignments(GemmConfig, spec)
+            copies = [c.replace(**change) for c in configs[: len(names)]]
+        except ValueError as exc:
             ap.error(f"--also {spec!r}: {exc}")
         for c in copies:
             ok, why = feasible(c)

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         problems = [p for p in problems for _ in values]
         configs = configs_v
     if args.vary:
+        from overrides import field_value
+
         from argus_cutlass.kernels.moe.config import MoEConfig
         from argus_cutlass.kernels.moe.space import feasible
 
@@ -115,19 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         # refuses is skipped and named, never the end of the run
         rows = [(c, p, cfg, "") for c, p, cfg in zip(cells, problems, configs)]
         for spec, field in zip(args.vary, fields):
-            raw = spec.partition("=")[2]
-            values_raw = [v for v in raw.split(",") if v.strip()]
-            if field not in MoEConfig.model_fields or not values_raw:
-                ap.error(f"--vary {spec!r}: expected FIELD=V1,V2 with FIELD a MoEConfig field "
-                         f"({', '.join(MoEConfig.model_fields)}) and at least one value")
-            kind = type(getattr(MoEConfig(), field))
+            values_raw = [v for v in spec.partition("=")[2].split(",") if v.strip()]
             try:
-                if kind is bool:
-                    if not set(values_raw) <= {"0", "1"}:
-                        raise ValueError(f"{field} takes 0 or 1")
-                    values = [v == "1" for v in values_raw]
-                else:
-                    values = [kind(int(v)) if kind is int else kind(v) for v in values_raw]
+                if not values_raw:
+                    raise ValueError("expected FIELD=V1,V2 with at least one value")
+                values = [field_value(MoEConfig, field, v) for v in values_raw]   # typed by MoEConfig's field
             except ValueError as exc:
                 ap.error(f"--vary {spec!r}: {exc}")
             grown = []
