@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--analytic-weight", type=float, default=None,
                     help="--cv / --residuals: Residuals.analytic_weight (default 1: the plain residual mean; 0: the neighbours' measured times alone)")
     args = ap.parse_args(argv)
-    hyper = {"neighbours": args.neighbours, "m_weight": args.m_weight, "analytic_weight": args.analytic_weight}
+    hyper = _hyper(args)
     if args.cv:
         from argus_cutlass.agent.costmodel import calibrated
 
@@ -325,6 +325,11 @@ def dump_calibration(doc: dict[str, Any]) -> str:
     return head.replace('"points": []', '"points": [\n' + rows + "\n  ]") + "\n"
 
 
+def _hyper(args) -> dict[str, Any]:  # noqa: ANN001 - the parsed options
+    """The Residuals hyper-parameters the command line sets (None: the class default)."""
+    return {"neighbours": args.neighbours, "m_weight": args.m_weight, "analytic_weight": args.analytic_weight}
+
+
 def _residuals_doc(table: str, params, **hyper: Any) -> tuple[str, dict[str, Any]]:  # noqa: ANN001
     res = residuals_of(table, params, **hyper)
     note = (f"log(measured / predicted) of {len(res.configs)} declared configurations at {len(res.points)} shapes "
@@ -339,9 +344,7 @@ def _write_residuals(args) -> int:  # noqa: ANN001
 
     src = Path(__file__).resolve().parents[1] / "agent" / CALIBRATION_FILE
     doc = json.loads(src.read_text()) if src.exists() else {"gpu": "NVIDIA H200", "params": {}}
-    doc["residuals_note"], doc["residuals"] = _residuals_doc(
-        args.residuals, calibrated(), neighbours=args.neighbours, m_weight=args.m_weight,
-        analytic_weight=args.analytic_weight)
+    doc["residuals_note"], doc["residuals"] = _residuals_doc(args.residuals, calibrated(), **_hyper(args))
     Path(args.out).write_text(dump_calibration(doc))
     print(f"wrote {args.out} ({len(doc['residuals']['points'])} calibration shapes)")
     return 0

@@ -68,6 +68,16 @@ from agent_eval import measure_shape  # noqa: E402
 TIE = 0.03
 
 
+def table_flavor(table: dict) -> tuple[str, str, str]:
+    """A sweep table's ``(dtype, out_dtype, layout)`` (tables before session 21 have no ``flavor``: bf16 -> bf16 tn).
+
+    >>> table_flavor({}), table_flavor({"flavor": {"dtype": "fp16", "out_dtype": "fp32", "layout": "nt"}})
+    (('bf16', 'bf16', 'tn'), ('fp16', 'fp32', 'nt'))
+    """
+    fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+    return fl["dtype"], fl["out_dtype"], fl["layout"]
+
+
 def shape_set(spec: str, m_values: list[int] | None, dtype: str, out_dtype: str, layout: str) -> list[Any]:
     """The shapes of ``spec`` (``models``, ``bench`` or a file) with the sweep's dtypes and layout, keeping
     only M in ``m_values`` when given; one entry per (M, N, K) (names merged).
@@ -144,8 +154,7 @@ def choices(table: dict) -> dict[str, dict[str, str | None]]:
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.heuristics import default_config
 
-    flavor = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
-    fl = (flavor["dtype"], flavor["out_dtype"], flavor["layout"])
+    fl = table_flavor(table)
     name_of = {GemmConfig(**c): nm for nm, c in table.get("kernel_configs", {}).items()}
 
     def name(cfg: Any, row: dict) -> str | None:
@@ -294,8 +303,7 @@ def report(table: dict) -> str:
     res = calibrated_residuals()
     seen = {f"{m}x{n}x{k}" for m, n, k in res.points.tolist()} if res is not None else set()
     both = len(seen & set(table.get("shapes", {})))
-    fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
-    if both and res is not None and (fl["dtype"], fl["out_dtype"], fl["layout"]) == tuple(res.flavor):
+    if both and res is not None and table_flavor(table) == tuple(res.flavor):
         lines.append(f"  (costmodel is in-sample on {both} of these shapes: the shipped residuals were measured there; "
                      f"the held-out score is `python bench/calibrate_costmodel.py --cv TABLE`)")
     elif both and res is not None:
@@ -333,7 +341,7 @@ def shape_entries(table: dict) -> list[dict[str, Any]]:
     if not table.get("kernel_configs"):
         raise ValueError("the table has no kernel_configs (written by bench/sweep_gemm.py since session 19)")
     configs = {nm: GemmConfig(**c) for nm, c in table["kernel_configs"].items()}
-    flavor = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+    fl = table_flavor(table)
     gpu = table.get("gpu", "NVIDIA H200")
     out = []
     for key, row in table.get("shapes", {}).items():
@@ -342,7 +350,7 @@ def shape_entries(table: dict) -> list[dict[str, Any]]:
             continue
         m, n, k = map(int, key.split("x"))
         best = min(sorted(good), key=good.__getitem__)
-        p = Problem(m, n, k, flavor["dtype"], flavor["out_dtype"], flavor["layout"])
+        p = Problem(m, n, k, *fl)
         out.append(make_entry(gpu, "gemm", p, configs[best], good[best], row.get("cublas_ms")))
     return out
 
@@ -462,8 +470,7 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
         best = min(v for v in row["kernels"].values() if v)
         iters = refine_iters(best)
         t1 = time.perf_counter()
-        new = measure_shape(sub, GemmShape(m, n, k, table["flavor"]["dtype"], table["flavor"]["out_dtype"],
-                                           table["flavor"]["layout"], name=f"refine.{key}"),
+        new = measure_shape(sub, GemmShape(m, n, k, *table_flavor(table), name=f"refine.{key}"),
                             args.warmup, iters, args.rounds, log)
         # every finalist gets its refined time or none: a finalist that did not build or time keeps no one-pass
         # time (it could be the sweep's lucky best, compared against 5-round medians); the old ones stay apart
@@ -543,26 +550,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"kept {len(kept)} existing entries of the same shapes")
             # one note per flavor: the bf16 -> bf16 tn table's under note_gemm_sweep (since session 21), each other
             # flavor's (issue 13 item 4) under note_gemm_sweep_<dtype>_<out_dtype>_<layout>
-            fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
-            fl_name = f"{fl['dtype']}_{fl['out_dtype']}_{fl['layout']}"
+            fl = table_flavor(table)
+            fl_name = "_".join(fl)
             note_key = "note_gemm_sweep" if fl_name == "bf16_bf16_tn" else f"note_gemm_sweep_{fl_name}"
             restricted = table.get("restricted")
             merged = merge_entries(doc, new)
             total = sum(1 for e in merged.get("entries", []) if e.get("kernel") == "gemm" and
-                        (e.get("dtype"), e.get("out_dtype"), e.get("layout")) == (fl["dtype"], fl["out_dtype"], fl["layout"]))
-            if note_key in doc and fl_name == "bf16_bf16_tn":   # keep the hand-written history of that flavor
-                previous = doc[note_key].split(" || later: ")[0]
-                prefix = f"{previous} || later: "
-            else:
-                prefix = ""
-            doc[note_key] = prefix + (f"{total} GEMM entries in this flavor after merging {len(new)} on "
-                                      f"{time.strftime('%Y-%m-%d')} from {path.name} "
-                                      f"by bench/sweep_gemm.py --merge-shipped{' --keep-existing' if args.keep_existing else ''}: "
-                                      "per swept shape, the kernel the sweep measured fastest there (ms, cublas_ms: "
-                                      "the sweep's); a lookup takes its bucket's entry measured nearest the problem"
-                             + (f"; swept over the configurations within {restricted['within']:.0%} of each shape's best in "
-                                f"{Path(restricted['from']).name} (--from-table)" if restricted else ""))
-            merged[note_key] = doc[note_key]
+                        (e.get("dtype"), e.get("out_dtype"), e.get("layout")) == fl)
+            # the bf16 tn flavor's note keeps its hand-written history (sessions 21-23) ahead of the latest merge
+            prefix = (doc[note_key].split(" || later: ")[0] + " || later: ") if (
+                note_key in doc and fl_name == "bf16_bf16_tn") else ""
+            merged[note_key] = prefix + (
+                f"{total} GEMM entries in this flavor after merging {len(new)} on {time.strftime('%Y-%m-%d')} from "
+                f"{path.name} by bench/sweep_gemm.py --merge-shipped{' --keep-existing' if args.keep_existing else ''}: "
+                "per swept shape, the kernel the sweep measured fastest there (ms, cublas_ms: the sweep's); a lookup "
+                "takes its bucket's entry measured nearest the problem"
+                + (f"; swept over the configurations within {restricted['within']:.0%} of each shape's best in "
+                   f"{Path(restricted['from']).name} (--from-table)" if restricted else ""))
             shipped.write_text(json.dumps(merged, indent=1) + "\n")
             print(f"merged {len(new)} GEMM entries into {shipped}")
             return 0
