@@ -419,15 +419,17 @@ class Residuals:
         weight = (seen * wts[:, None]).sum(0)
         return {key: float(total[j] / weight[j]) for j, key in enumerate(self.configs) if weight[j] > 0}
 
-    def scaling_shift(self, cfg: GemmConfig, key: str, m: int, n: int, k: int, params: CostParams) -> float:
+    def scaling_shift(self, cfg: GemmConfig, key: str, m: int, n: int, k: int, params: CostParams,
+                      nearest: tuple[Any, Any] | None = None) -> float:
         """What ``analytic_weight`` subtracts from ``cfg``'s correction at (m, n, k) (natural log):
         ``(1 - a) * (log predict(m, n, k) - weighted mean of log predict at the neighbours measuring column
-        ``key``)``; 0 when ``a = 1`` or no neighbour measured it."""
+        ``key``)``; 0 when ``a = 1`` or no neighbour measured it. ``nearest``: :meth:`nearest` of (m, n, k)
+        when the caller has it (a ranking asks once for every configuration)."""
         import numpy as np
 
         if self.analytic_weight == 1.0:
             return 0.0
-        near, wts = self.nearest(m, n, k)
+        near, wts = nearest if nearest is not None else self.nearest(m, n, k)
         seen = np.isfinite(self.values[near, self.configs.index(key)]) if len(near) else np.zeros(0, dtype=bool)
         if not seen.any():
             return 0.0
@@ -487,10 +489,11 @@ def ranked(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
         column = {key: key for key in corr}
         column.update({b: ks[0] for b, ks in bases.items() if len(ks) == 1})  # one column: any depth of it
         corrected = []
+        near = res.nearest(m, n, k) if res.analytic_weight != 1.0 else None
         for t, c in space:
             col = column.get(structure_key(c), column.get(structure_key(c, stages=False)))
             if col is not None:
-                shift = res.scaling_shift(c, col, m, n, k, params)
+                shift = res.scaling_shift(c, col, m, n, k, params, near)
                 corrected.append((t * math.exp(corr[col] - shift), c))
         space = corrected or space  # no structure of this flavor measured near the shape: the analytic rank
     return sorted(space, key=lambda tc: tc[0])
