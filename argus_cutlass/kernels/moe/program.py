@@ -109,9 +109,7 @@ def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, b
     ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``)."""
     p = dataclasses.replace(program, family="moe", name=label)
     lb = p.load_into("sB")
-    changes: dict = {"expert_rows": expert_rows}
-    if weight_hint != lb.cache_hint:
-        changes["cache_hint"] = weight_hint
+    changes: dict = {"expert_rows": expert_rows, "cache_hint": weight_hint}
     if pair_offset:
         half = lb.tile_mn // 2
         changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))

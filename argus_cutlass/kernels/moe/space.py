@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 from argus_cutlass.kernels.moe.config import MoEConfig
 
-__all__ = ["KNOBS", "T_BUCKETS", "UNMEASURED_TILE_N", "bucket_of", "candidates", "enumerate_space", "feasible", "with_tile_k",
-           "with_tile_n"]
+__all__ = ["KNOBS", "T_BUCKETS", "UNMEASURED_TILE_N", "bucket_of", "candidates", "enumerate_space", "feasible",
+           "with_tile_k", "with_tile_n"]
 
 #: T buckets of the heuristic (tuned entries key on finer power-of-two buckets,
 #: :func:`argus_cutlass.agent.store.moe_tokens_bucket`): name -> (lowest T, highest T)
@@ -154,7 +154,8 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
 
     On the small-T path (``tile_m`` 64) the weights are most of the traffic, and the moves that change
     how they stream come first: each GEMM's other measured n-tile(s) with its stages scaled to the same shared
-    memory (the n-tiles of :data:`UNMEASURED_TILE_N` come after the other moves) (:func:`with_tile_n`; the n-tile sets the number of units, hence the last wave's fill over
+    memory (:func:`with_tile_n`; the n-tiles of :data:`UNMEASURED_TILE_N` and the weights' evict-first hint come
+    after every other move; the n-tile sets the number of units, hence the last wave's fill over
     the ~E(1 - (1 - k/E)^T) activated experts, and the bytes in flight), the other k extent, then the
     moves above (session 18's profile: Qwen3 / DeepSeek T = 16 GEMMs at 78-82 % of HBM bandwidth,
     Mixtral's 94-98 %; the bands and slices moved the small-T layer by at most ~10 %)."""
