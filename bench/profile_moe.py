@@ -44,9 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bands", default="",
                     help="comma-separated GUxDN band pairs (e.g. 0x0,1x1,2x2): each cell is profiled with each")
     ap.add_argument("--unroll", default="",
-                    help="comma-separated gather_unroll values (e.g. 1,4): each cell is profiled with each")
+                    help="comma-separated gather_unroll values (e.g. 1,4): each cell is profiled with each "
+                         "(--vary gather_unroll=...)")
     ap.add_argument("--lookahead", default="",
-                    help="comma-separated work_lookahead values (0,1): each cell is profiled with each")
+                    help="comma-separated work_lookahead values (0,1): each cell is profiled with each "
+                         "(--vary work_lookahead=...)")
     ap.add_argument("--pdl", default="",
                     help="comma-separated pdl values (0: off, 1: programmatic dependent launch, 4 / 8 / 16: pdl with "
                          "that many k-tiles of weights prefetched before the wait): each cell with each")
@@ -90,22 +92,20 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in bands]
         problems = [p for p in problems for _ in bands]
         configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
-    for flag, field, allowed in (("unroll", "gather_unroll", "1, 2, 4, 8"), ("lookahead", "work_lookahead", "0, 1"),
-                                 ("pdl", "pdl", "0, 1, 4, 8, 16")):
-        spec = getattr(args, flag)
-        if not spec:
-            continue
+    if args.pdl:   # pdl and weight_prefetch together (one field each would be a refused combination)
         try:
-            values = [int(u) for u in spec.split(",") if u]
-            if field == "pdl" and not set(values) <= {0, 1, 4, 8, 16}:
+            values = [int(u) for u in args.pdl.split(",") if u]
+            if not set(values) <= {0, 1, 4, 8, 16}:
                 raise ValueError(f"pdl values {values}")
-            configs_v = [c.replace(**({"pdl": bool(v), "weight_prefetch": v if v > 1 else 0} if field == "pdl"
-                                      else {field: v})) for c in configs for v in values]
+            configs_v = [c.replace(pdl=bool(v), weight_prefetch=v if v > 1 else 0) for c in configs for v in values]
         except ValueError as exc:
-            ap.error(f"--{flag} {spec!r}: expected values of {allowed} ({exc.__class__.__name__})")
+            ap.error(f"--pdl {args.pdl!r}: expected values of 0, 1, 4, 8, 16 ({exc.__class__.__name__})")
         cells = [c for c in cells for _ in values]
         problems = [p for p in problems for _ in values]
         configs = configs_v
+    # --unroll / --lookahead: one MoEConfig field each, the same cross product as --vary
+    args.vary = ([f"gather_unroll={args.unroll}"] if args.unroll else []) + \
+        ([f"work_lookahead={args.lookahead}"] if args.lookahead else []) + args.vary
     if args.vary:
         from overrides import field_value
 
