@@ -66,9 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ncu", action="store_true", help="one run per layer inside cudaProfilerStart/Stop")
     args = ap.parse_args(argv)
 
-    import torch
-
-    from argus_cutlass.api import moe_kernel
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.generate import build_jobs, configure
     from argus_cutlass.kernels.moe.check import timed_counts, timed_inputs
@@ -150,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--vary {' '.join(args.vary)}: every combination was refused (above)")
     # one parallel nvcc batch (the disk cache then serves moe_kernel below), unbanded layers too
     build_jobs(list(zip(configs, problems)))
+    import torch   # the runs (the options above are checked without it)
+
+    from argus_cutlass.api import moe_kernel
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     flush_buf = torch.ones(256 << 20, dtype=torch.uint8, device="cuda")
