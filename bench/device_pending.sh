@@ -245,11 +245,11 @@ case "$STEP" in
     for S in 1x4096x14336 1x14336x4096; do
       timeout 200 python3 "$R/bench/profile_gemm.py" --shape $S --kernels "$K" 2>&1 | tee "$OUT/splitk_time_$S.log" | tail -6
     done
-    timeout 200 ncu --profile-from-start off -k regex:argus_gemm --metrics \
+    timeout 200 ncu --profile-from-start off -k regex:gemm_kernel --metrics \
       gpc__cycles_elapsed.max,sm__cycles_active.avg,sm__cycles_active.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
       --csv python3 "$R/bench/profile_gemm.py" --shape 1x4096x14336 --kernels "$K" --ncu > "$OUT/splitk_metrics.csv" 2>&1
     grep -E "gpc__cycles|sm__cycles_active.avg|dram__throughput" "$OUT/splitk_metrics.csv" | cut -c1-40,200-400 | head -20
-    timeout 200 ncu --profile-from-start off -k regex:argus_gemm --section SourceCounters --section WarpStateStats \
+    timeout 200 ncu --profile-from-start off -k regex:gemm_kernel --section SourceCounters --section WarpStateStats \
       -f -o /tmp/splitk_src python3 "$R/bench/profile_gemm.py" --shape 1x4096x14336 --kernels 128x16x64+splitk4 --ncu \
       > "$OUT/splitk_src_run.log" 2>&1
     ncu --import /tmp/splitk_src.ncu-rep --page source --csv --print-source sass > /tmp/splitk_src.csv 2>&1
@@ -270,7 +270,7 @@ case "$STEP" in
     # largest at it; ncu of the shipped kernels of both kinds (DRAM throughput, launch, occupancy, stalls)
     for S in 1x3584x14336 64x3584x14336 1x4096x12288 1x57344x8192; do
       IFS=x read -r M N K <<< "$S"
-      timeout 150 ncu -k regex:argus_gemm -c 4 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      timeout 150 ncu -k regex:gemm_kernel -c 4 --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section LaunchStats --section Occupancy --section WarpStateStats \
         argus-cutlass gemm --m "$M" --n "$N" --k "$K" --out "$OUT/decode_$S" > "$OUT/decode_ncu_$S.txt" 2>&1
       echo "== $S"; grep -E "argus_gemm|Duration|DRAM Throughput|Memory Throughput|Grid Size|Registers Per|Achieved Occupancy|Stall Long" \

@@ -3,7 +3,7 @@ profiled one launch each under ncu (e.g. a decode shape's K splits against the u
 
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_swapab,splitk2,splitk4,streamk
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 64x16x64_c1x1_s12_pp --also stages=22
-    ncu --profile-from-start off -k regex:argus_gemm --metrics gpc__cycles_elapsed.max,... \\
+    ncu --profile-from-start off -k regex:gemm_kernel --metrics gpc__cycles_elapsed.max,... \\
         python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels splitk2,splitk4 --ncu
 
 ``--kernels``: comma-separated selectors, each a ``+``-joined set of substrings that a kernel name of
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.profiler.stop()
         return 0
     row = agent_eval.measure_shape(libs, shape, args.warmup, args.iters, args.rounds, log)
-    floor_ms = n * k * problem.elem_bytes / HBM_BYTES_PER_S * 1e3   # B (the weights) read once
+    floor_ms = n * k * problem.operands()["B"].elem_bytes / HBM_BYTES_PER_S * 1e3   # B (the weights) read once
     cub = row.get("cublas_ms")
     print(f"{shape.label}: weight-read floor {floor_ms * 1e3:.1f} us at 4.3 TB/s; cuBLAS "
           + (f"{cub * 1e3:.1f} us ({cub / floor_ms:.2f}x)" if cub else "not timed"))

@@ -51,3 +51,21 @@ def test_also_adds_verified_copies_and_names_the_refused(monkeypatch, capsys):
     assert "s24_pp" in out and "smem.capacity" in out and "no kernel built" in out
     with pytest.raises(SystemExit):
         profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp", "--also", "stagez=3"])
+
+
+def test_report_after_timing_names_floor_and_cublas(monkeypatch, capsys):
+    """The report after the timed rounds (stubbed): floor from B's bytes (N x K bf16 at 4.3 TB/s), each kernel's
+    ratio to it and to cuBLAS, sorted fastest first."""
+    import agent_eval
+
+    monkeypatch.setattr(agent_eval, "_build", lambda configs, workers, log, notes:
+                        {kernel_name(c): (c, None, None) for c in configs})
+    monkeypatch.setattr(agent_eval, "measure_shape", lambda libs, shape, *a: {
+        "cublas_ms": 0.040, "kernels": {nm: (0.030 if i else 0.035) for i, nm in enumerate(libs)}})
+    rc = profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp", "--also", "stages=22"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    floor_us = 4096 * 14336 * 2 / profile_gemm.HBM_BYTES_PER_S * 1e6
+    assert f"weight-read floor {floor_us:.1f} us" in out and "cuBLAS 40.0 us" in out
+    lines = [ln for ln in out.splitlines() if ln.startswith("  argus_gemm")]
+    assert len(lines) == 2 and "s22_pp" in lines[0] and "30.0 us" in lines[0] and "cuBLAS / ours 1.333" in lines[0]

@@ -331,13 +331,18 @@ def test_api_configures_moe_once_per_bucket(monkeypatch):
     assert calls == [100, 129]
 
 
-def test_fp16_without_an_entry_runs_the_bf16_entry_of_its_shape_and_says_so(tmp_path):
+def test_fp16_without_an_entry_runs_the_bf16_entry_of_its_shape_and_says_so(tmp_path, monkeypatch):
     """bf16 and fp16 share wgmma's rate and layouts: an fp16 GEMM with no entry of its own takes the bf16
     entry of the same key (printed as fp16, verified as fp16), and the detail names both keys; a layout the
-    shipped table has in neither dtype has no such sibling and stays untuned. (Since session 24 the table holds
-    fp16 tn / nt and fp32-output flavors of its own; fp16 -> fp32 nt is still only swept in bf16.)"""
+    shipped table has in neither dtype has no such sibling and stays untuned. (Since session 25 the shipped
+    table holds all eight flavors, so the fp16 -> fp32 nt entries are taken out of it here.)"""
+    from argus_cutlass.agent import store as store_mod
     from argus_cutlass.agent.store import ExperienceStore, lookup_config
 
+    fl = ("fp16", "fp32", "nt")
+    kept = tuple(e for e in store_mod.shipped_entries() if (e.get("dtype"), e.get("out_dtype"), e.get("layout")) != fl)
+    assert len(kept) < len(store_mod.shipped_entries())   # the flavor is shipped: the test takes it out
+    monkeypatch.setattr(store_mod, "_shipped_table", lambda: kept)
     none = ExperienceStore(str(tmp_path / "none.json"))
     bf = lookup_config("gemm", 256, 4096, 14336, "bf16", "fp32", "nt", gpu="NVIDIA H200", store=none)
     fp = lookup_config("gemm", 256, 4096, 14336, "fp16", "fp32", "nt", gpu="NVIDIA H200", store=none)
