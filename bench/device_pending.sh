@@ -40,6 +40,7 @@
 #   bash bench/device_pending.sh OUTDIR gemm-decode-ncu  # ncu of the shipped decode kernels, ~100 MB vs 940 MB weights
 #   bash bench/device_pending.sh OUTDIR gemm-splitk   # decode K splits (128x16: none / 2 / 4 / stream-K) timed, ncu cycles and wait sites (~5 min)
 #   bash bench/device_pending.sh OUTDIR gemm-deep     # decode: 64-row swap-AB tiles at 12 vs 22 stages (bytes in flight) on few-tile shapes (~6 min)
+#   bash bench/device_pending.sh OUTDIR gemm-k128     # decode: the swap-AB tiles with 128-deep k-tiles (half the stages per byte) vs 64 (~5 min)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -60,7 +61,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -265,6 +266,19 @@ case "$STEP" in
     done
     timeout 120 python3 "$R/bench/profile_gemm.py" --shape 32x4096x14336 --rounds 5 --also stages=18 \
       --kernels 64x32x64_c1x1_s12_pp,128x32x64_c1x1_s8_coop_e128x32_rn1_swapab 2>&1 | tee "$OUT/deep_32x4096x14336.log" | tail -6 ;;
+  gemm-k128)
+    # session 25: on few-tile decode shapes a CTA streams ~47 GB/s with 64 x 64 weight boxes (8 KB per stage) and ~85 GB/s
+    # with 128 x 64 (16 KB): ~5.5-6 M stages/s per SM either way, and 22 stages instead of 12 changed nothing (not bytes
+    # in flight, Little's law refuted): a per-stage cost. Hypothesis: 128-deep k-tiles (16 / 32 KB per stage) double
+    # the bytes per stage and so a CTA's rate. Each shape: the 64-row ping-pong and 128-row cooperative tiles at k 64
+    # (declared) and k 128 (copies, the depths that fit; the rest refused and named), cuBLAS interleaved
+    for S in 1x4096x14336 1x3584x14336 1x5120x8192 1x8192x8192 1x14336x4096 16x4096x14336 32x4096x14336; do
+      KS=64x16x64_c1x1_s12_pp,128x16x64_c1x1_s12_coop
+      case $S in 32x*) KS=64x32x64_c1x1_s12_pp,128x32x64_c1x1_s8_coop_e128x32_rn1_swapab ;; esac
+      timeout 90 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --kernels "$KS" \
+        --also tile_k=128,stages=11 --also tile_k=128,stages=8 --also tile_k=128,stages=6 --also tile_k=128,stages=5 2>&1 \
+        | grep -v "refused by the verifier" | tee -a "$OUT/gemm_k128.log" | tail -9
+    done ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the
     # largest at it; ncu of the shipped kernels of both kinds (DRAM throughput, launch, occupancy, stalls)

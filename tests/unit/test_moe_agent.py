@@ -112,9 +112,10 @@ def test_candidates_start_from_the_heuristic_and_stay_feasible_and_distinct():
         cs = candidates(p, 8)
         assert cs[0] == default_config(p) and len(cs) == len(set(cs)) == 8
         assert all(feasible(c, p) for c in cs)
-        if p.tokens <= 256:   # small T: the weight stream first, the n-tile with its stages scaled
-            assert (cs[1].gu_tile_n, cs[1].gu_stages) == (128, 8)
-            assert (cs[1].tile_m + cs[1].gu_tile_n) * cs[1].gu_stages <= (cs[0].tile_m + cs[0].gu_tile_n) * cs[0].gu_stages
+        if p.tokens <= 256:   # small T: the weight stream first, the other n-tile at the same depth, then with
+            # its stages scaled to about the same shared memory
+            assert [(c.gu_tile_n, c.gu_stages) for c in cs[1:3]] == [(128, 5), (128, 8)]
+            assert (cs[2].tile_m + cs[2].gu_tile_n) * cs[2].gu_stages <= (cs[0].tile_m + cs[0].gu_tile_n) * cs[0].gu_stages
         else:   # the measured movers first: joint bands half / double, then unbanded (RESULTS.md issue 11)
             assert cs[1].gu_band_m == cs[1].dn_band_m != cs[0].gu_band_m
             assert (0, 0) in [(c.gu_band_m, c.dn_band_m) for c in cs[1:4]]

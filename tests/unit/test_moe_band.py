@@ -17,6 +17,7 @@ from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.heuristics import (
     BANDS,
     GATHER_UNROLL,
+    SINGLE_TILE_GU_N,
     SMALL_T,
     SMALL_T_PDL,
     band_for,
@@ -249,8 +250,11 @@ def test_heuristic_bands_from_the_wave_traffic():
                 # small T: bands of the most 64-row m-tiles one expert can fill (T / 64 rounded up,
                 # T a power of two here) and the gather in H * 2 B / 512 B column slices
                 band = max(1, t // 64)
-                assert cfg == small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[model],
-                                                       gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL), (model, t)
+                want_cfg = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[model],
+                                                    gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
+                if band == 1:   # one m-tile per expert: the narrower gate+up unit (heuristics.SINGLE_TILE_GU_N)
+                    want_cfg = want_cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
+                assert cfg == want_cfg, (model, t)
             else:
                 # large T: as many slices as fit in one wave (a power of two <= 132 // chunks)
                 fill = max(1, 132 // chunks)

@@ -44,13 +44,18 @@ def test_small_t_layers_verify(model):
 
 
 def test_heuristic_picks_by_t_bucket():
-    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T, SMALL_T_PDL, default_config, small_t_config
+    from argus_cutlass.kernels.moe.heuristics import (GATHER_UNROLL, SINGLE_TILE_GU_N, SMALL_T, SMALL_T_PDL,
+                                                      default_config, small_t_config)
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
-    # bands: the most 64-row m-tiles one expert can fill in the T bucket (T' / 64, T' the power of two)
+    # bands: the most 64-row m-tiles one expert can fill in the T bucket (T' / 64, T' the power of two);
+    # with one m-tile per expert (band 1) the narrower gate+up unit (a shorter tail, session 25)
+    assert SINGLE_TILE_GU_N < small_t_config().gu_tile_n and SINGLE_TILE_GU_N in KNOBS["gu_tile_n"]
     for t, band in ((1, 1), (16, 1), (64, 1), (65, 2), (128, 2), (129, 4), (SMALL_T, 4)):
         want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=8,   # H = 2048: 4 KB / 512 B
                                          gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
+        if band == 1:
+            want = want.replace(gu_tile_n=SINGLE_TILE_GU_N)
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as

@@ -28,7 +28,9 @@ Buckets (``SMALL_T``):
   (one m-tile per expert) bands of 1 beat the unbanded walk in all three anchor models (bench:
   Mixtral 0.745 vs 0.769 ms, Qwen3 0.254 vs 0.281, DeepSeek 0.296 vs 0.321).
   The permute kernel's gather is cut into :func:`gather_slices_for` column slices per routing
-  chunk (``MoEConfig.gather_slices``).
+  chunk (``MoEConfig.gather_slices``). Where one m-tile holds an expert's whole group (bands of 1,
+  T <= 64) the gate+up unit is ``SINGLE_TILE_GU_N`` = 128 W13 rows, not 256: half the unit, half the
+  tail of the last units (measured, see the constant).
 * ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for` (the
   bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T.
 
@@ -72,7 +74,8 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SMALL_T", "SMALL_T_PDL", "WAVE_CTAS", "band_for",
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_PDL", "WAVE_CTAS",
+           "band_for",
            "default_bands", "default_config", "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket",
            "wave_rows"]
 
@@ -92,6 +95,16 @@ GATHER_UNROLL = 4
 #: The 8-k-tile weight prefetch before the wait moved no cell beyond run-to-run noise (<= 0.7 %), so it
 #: stays 0. Logs bench/data/moe_pdl_h200_s23.log, bench/data/moe_bench_h200_s23.md
 SMALL_T_PDL = True
+#: gate+up n-tile (W13 rows per unit: half gate, half up) when one m-tile holds an expert's whole group
+#: (T bucket <= 64, bands of 1). A grouped GEMM of short units pays about one unit's time at its fair
+#: share of HBM as a tail (the last units finish unevenly): ~34 us for a 256-row unit of H = 2048
+#: (1 MB), half that at 128 rows. Measured (H200, session 25, ``bench/profile_moe.py --vary
+#: gu_tile_n=64,128,256 --vary gu_stages=5,8,12``, device step moe-narrow, T = 16, pdl off, one pass):
+#: 128 x 5 stages against 256 x 5, gate+up kernel 157.2 -> 147.4 us (Qwen3), 176.0 -> 162.9
+#: (DeepSeek-V2-Lite), 475.2 -> 464.6 (Mixtral); 64 columns at their best depth 149.1 / 164.4 / 472.3.
+#: Not measured at T buckets 128 / 256 (bands of 2 / 4, where A is shared by more n-blocks): 256 kept
+#: there. Log bench/data/moe_narrow_h200_s25.log
+SINGLE_TILE_GU_N = 128
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
@@ -193,7 +206,8 @@ def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
 
 def default_config(problem: MoEProblem) -> MoEConfig:
     """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of
-    :func:`small_t_band` for ``T <= SMALL_T``, else 128-row cooperative tiles, gate+up 256 columns
+    :func:`small_t_band` for ``T <= SMALL_T`` (and gate+up ``SINGLE_TILE_GU_N`` columns where that band
+    is 1: T <= 64), else 128-row cooperative tiles, gate+up 256 columns
     (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
     (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
     and ``GATHER_UNROLL`` vectors in flight per gather thread; programmatic dependent launch
@@ -202,8 +216,10 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     if problem.tokens <= SMALL_T:
         cfg = small_t_config(problem.dtype)
         band = small_t_band(problem, cfg.tile_m)
-        return cfg.replace(gu_band_m=band, dn_band_m=band, gather_slices=gather_slices_for(problem, cfg.route_chunk),
-                           gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
+        gu_n = SINGLE_TILE_GU_N if band == 1 else cfg.gu_tile_n
+        return cfg.replace(gu_tile_n=gu_n, gu_band_m=band, dn_band_m=band,
+                           gather_slices=gather_slices_for(problem, cfg.route_chunk), gather_unroll=GATHER_UNROLL,
+                           pdl=SMALL_T_PDL)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),

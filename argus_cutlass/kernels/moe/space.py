@@ -153,8 +153,8 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     walk's band alone.
 
     On the small-T path (``tile_m`` 64) the weights are most of the traffic, and the moves that change
-    how they stream come first: each GEMM's other measured n-tile(s) with its stages scaled to the same shared
-    memory (:func:`with_tile_n`; the n-tiles of :data:`UNMEASURED_TILE_N` and the weights' evict-first hint come
+    how they stream come first: each GEMM's other measured n-tile(s) at the same depth (where it fits) and
+    with its stages scaled to the same shared memory (:func:`with_tile_n`; the n-tiles of :data:`UNMEASURED_TILE_N` and the weights' evict-first hint come
     after every other move; the n-tile sets the number of units, hence the last wave's fill over
     the ~E(1 - (1 - k/E)^T) activated experts, and the bytes in flight), the other k extent, then the
     moves above (session 18's profile: Qwen3 / DeepSeek T = 16 GEMMs at 78-82 % of HBM bandwidth,
@@ -176,7 +176,9 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     if cfg.tile_m == 64:   # small T: the weight stream first (docstring)
         for gemm in ("gu", "dn"):
             for v in near(f"{gemm}_tile_n"):
-                if v not in UNMEASURED_TILE_N:
+                if v not in UNMEASURED_TILE_N:   # the same depth first (refused where it does not fit), then
+                    # the depth of about the same shared memory
+                    yield cfg.replace(**{f"{gemm}_tile_n": v})
                     yield with_tile_n(cfg, gemm, v)
         for k in near("tile_k"):
             yield with_tile_k(cfg, k)
@@ -222,7 +224,7 @@ def candidates(problem: object, budget: int) -> list[MoEConfig]:
     >>> from argus_cutlass.kernels.moe.problem import MoEProblem
     >>> cs = candidates(MoEProblem(16, 8, 2, 512, 256), 3)
     >>> len(cs), (cs[0].gu_tile_n, cs[0].gu_stages), (cs[1].gu_tile_n, cs[1].gu_stages)   # small T: n-tile first
-    (3, (256, 5), (128, 8))
+    (3, (128, 5), (256, 5))
     >>> cs = candidates(MoEProblem(4096, 8, 2, 512, 256), 2)
     >>> cs[0].gu_band_m, cs[1].gu_band_m, cs[1].dn_band_m   # large T: the bands first (half, double, none)
     (1, 2, 2)
