@@ -51,6 +51,10 @@
 #                                                     # the same on a calibration set apart from the model shapes
 #   ARGUS_SWEEP_FROM=bench/data/gemm_sweep_bf16_bf16_tn_h200.json bash bench/device_pending.sh OUTDIR gemm-sweep fp16_fp16_tn
 #                                                     # another flavor over the bf16 tn sweep's per-shape finalists
+#   ARGUS_EXTEND=64x16x128,128x16x128 bash bench/device_pending.sh OUTDIR gemm-extend [bf16_bf16_tn [M,M,...]]
+#                                                     # configurations added to the declared sub-space, timed on the
+#                                                     # swept rows that lack them beside each row's finalists
+#                                                     # (bench/sweep_gemm.py --extend), writes OUTDIR/sweep/
 #   bash bench/device_pending.sh OUTDIR gemm-refine [bf16_bf16_tn]  # re-time each swept shape's finalists (within
 #                                                     # 10 % of its best + the untuned choices; 5 rounds, ~25 ms of
 #                                                     # launches each), resumable like gemm-sweep, writes OUTDIR/sweep/
@@ -61,7 +65,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -290,7 +294,7 @@ case "$STEP" in
       echo "== $S"; grep -E "argus_gemm|Duration|DRAM Throughput|Memory Throughput|Grid Size|Registers Per|Achieved Occupancy|Stall Long" \
         "$OUT/decode_ncu_$S.txt" | head -24
     done ;;
-  gemm-sweep|gemm-refine)
+  gemm-sweep|gemm-refine|gemm-extend)
     FL=${3:-bf16_bf16_tn}
     IFS=_ read -r DT OD LY <<< "$FL"
     mkdir -p "$OUT/sweep"
@@ -304,6 +308,7 @@ case "$STEP" in
     MODE="--dtype $DT --out-dtype $OD --layout $LY --shapes ${ARGUS_SWEEP_SHAPES:-models} ${4:+--m $4}"
     MODE="$MODE${ARGUS_SWEEP_FROM:+ --from-table $R/$ARGUS_SWEEP_FROM}"
     [ "$STEP" = gemm-refine ] && MODE="--refine"
+    [ "$STEP" = gemm-extend ] && MODE="--extend ${ARGUS_EXTEND:?gemm-extend needs ARGUS_EXTEND=SELECTORS} ${4:+--m $4}"
     timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" $MODE --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
       | tee "$OUT/${STEP}_$FL.log" | tail -40 ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;

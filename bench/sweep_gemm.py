@@ -6,6 +6,7 @@ cuBLAS in the same process, resumable across device calls.
     python3 bench/sweep_gemm.py --table TABLE --summary          # the table's summary (no GPU)
     python3 bench/sweep_gemm.py --table TABLE --merge-shipped    # its per-shape bests into agent/tuned_h200.json
     python3 bench/sweep_gemm.py --table TABLE --merge-shipped --keep-existing   # only shapes the file lacks
+    python3 bench/sweep_gemm.py --table TABLE --extend 64x16x128,128x16x128 [--m 1,8,32,64]   # added configurations
 
 What it measures, per shape (``--shapes models``: :func:`argus_cutlass.agent.shapes.model_shape_set`, every
 projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 64, 100, 256, 512, 1024,
@@ -33,6 +34,15 @@ run's dtype / output dtype / layout (:func:`from_table_configs`), plus this flav
 choices; a shape REF lacks gets the whole declared sub-space. ~5-15 kernels per shape instead of ~80, so a
 flavor takes one or two device calls; the table records ``restricted`` (REF and the fraction), and its
 "sweep's best" is the best of that restriction.
+
+Extended (``--extend SELECTORS``, after the declared sub-space grew): on each swept row (``--m`` to keep some M),
+the declared configurations matching a selector (``+``-joined substrings of a kernel name, comma-separated, as
+``bench/profile_gemm.py --kernels``) that the row has no time for are timed together with the row's finalists
+(:func:`finalists`: within ``--refine-within`` of its best, and the untuned choices), cuBLAS interleaved, as
+``--refine`` times them (``--rounds``, default 5): the new kernels do not race one-pass times of another run, and
+the re-timed finalists keep their old times in ``kernels_sweep``. A row is marked ``extended`` with what was
+added; swap-AB configurations only where M <= ``SWAP_AB_MAX_M``; a row holding every selected configuration that
+applies to it is skipped (resumable).
 
 Resumable: ``--table`` is read if it exists and written after every shape; shapes already in it are
 skipped. ``--max-seconds`` stops before a shape that would start after that much wall time (the kernels
@@ -490,6 +500,98 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     return 0
 
 
+def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] | None, args: argparse.Namespace,
+           t0: float) -> int:
+    """``--extend``: time ``added`` (kernel name -> configuration of the declared sub-space) on the table's rows
+    that lack them (module docstring), each with the row's finalists, and record them; resumable, smallest M
+    first, stops after ``--max-seconds``."""
+    from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M
+    from argus_cutlass.agent.shapes import GemmShape
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.space import feasible
+    from argus_cutlass.runtime.cuda import require_sm90
+
+    try:
+        require_sm90()
+    except ArgusError as exc:
+        print(f"sweep_gemm --extend: needs a Hopper GPU: {exc}", file=sys.stderr)
+        return 2
+    log = table.setdefault("failures", [])
+    ok = {}
+    for nm, cfg in added.items():   # the verifier's refusals are logged, as the sweep logs them
+        good, why = feasible(cfg)
+        if good:
+            ok[nm] = cfg
+        else:
+            log.append({"kernel": cfg.model_dump(), "phase": "verify", "error": "; ".join(why)})
+            print(f"-- {nm}: refused by the verifier: {'; '.join(why)[:200]}")
+    configs = {nm: GemmConfig(**c) for nm, c in table.get("kernel_configs", {}).items()}
+    picks = choices(table)
+
+    def missing(key: str) -> list[str]:
+        m = int(key.split("x")[0])
+        row = table["shapes"][key]
+        return [nm for nm, c in ok.items() if nm not in row.get("kernels", {}) and not (c.swap_ab and m > SWAP_AB_MAX_M)]
+
+    todo = sorted((key for key, row in table["shapes"].items()
+                   if row.get("kernels") and (m_values is None or int(key.split("x")[0]) in m_values) and missing(key)),
+                  key=lambda key: tuple(map(int, key.split("x"))))
+    plan = {key: missing(key) + [nm for nm in finalists(table["shapes"][key], args.refine_within,
+                                                         tuple(picks.get(key, {}).values())) if nm in configs]
+            for key in todo}
+    names = sorted({nm for nms in plan.values() for nm in nms})
+    print(f"extending {len(todo)} shapes with {len(ok)} configurations: {sum(map(len, plan.values()))} timings of "
+          f"{len(names)} kernels", flush=True)
+    if not todo:
+        print(report(table))
+        return 0
+    libs = agent_eval._build([ok.get(nm) or configs[nm] for nm in names], args.workers or 16, log, [])
+    table.setdefault("kernel_configs", {}).update({nm: cfg.model_dump() for nm, (cfg, _, _) in libs.items()
+                                                   if nm in ok})
+    known = {json.dumps(c, sort_keys=True) for c in table.get("candidates", [])}
+    table["candidates"] = table.get("candidates", []) + [
+        c.model_dump() for c in ok.values() if json.dumps(c.model_dump(), sort_keys=True) not in known]
+    done = 0
+    for key in todo:
+        if time.perf_counter() - t0 > args.max_seconds:
+            print(f"stopping: {args.max_seconds:.0f} s spent; {len(todo) - done} shapes left to extend")
+            break
+        row = table["shapes"][key]
+        sub = {nm: libs[nm] for nm in plan[key] if nm in libs}
+        new_names = [nm for nm in plan[key] if nm in ok]
+        m, n, k = map(int, key.split("x"))
+        if not sub:   # nothing built: the added kernels are recorded untimed, so a resumed run skips the row
+            row["kernels"].update({nm: None for nm in new_names})
+            row.setdefault("extended", []).append({"added": new_names, "kernels": 0})
+            _save(path, table)
+            continue
+        best = min(v for v in row["kernels"].values() if v)
+        iters = refine_iters(best)
+        t1 = time.perf_counter()
+        got = measure_shape(sub, GemmShape(m, n, k, *table_flavor(table), name=f"extend.{key}"),
+                            args.warmup, iters, args.rounds, log)
+        old = [nm for nm in plan[key] if nm not in ok]
+        sweep_times = row.setdefault("kernels_sweep", {})
+        for nm in old:   # the first recorded time of a re-timed kernel is kept
+            sweep_times.setdefault(nm, row["kernels"][nm])
+        row["kernels"].update({nm: got["kernels"].get(nm) or None for nm in plan[key]})
+        if got.get("cublas_ms"):
+            row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
+            row["cublas_ms"] = got["cublas_ms"]
+        row.setdefault("extended", []).append({"added": new_names, "rounds": args.rounds, "iters": iters,
+                                               "retimed": old})
+        _save(path, table)
+        done += 1
+        good = {nm: v for nm, v in row["kernels"].items() if v}
+        winner = min(good, key=good.get) if good else None
+        print(f"{key:>18} +{len(new_names)} kernels; best now {winner and round(good[winner], 4)} ms"
+              f"{' (an added one)' if winner in ok else ''}  ({time.perf_counter() - t1:.1f} s)", flush=True)
+    _save(path, table)
+    print(report(table))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", required=True, help="the sweep table (read when it exists, written after every shape)")
@@ -519,7 +621,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refine", action="store_true",
                     help="re-time each shape's finalists of the table (GPU; --rounds, default 5 here) instead of sweeping")
     ap.add_argument("--refine-within", type=float, default=0.10,
-                    help="--refine: the kernels within this fraction of a shape's best are finalists")
+                    help="--refine / --extend: the kernels within this fraction of a shape's best are finalists")
+    ap.add_argument("--extend", default="", metavar="SELECTORS",
+                    help="time the declared configurations matching these selectors (comma-separated, each a "
+                         "'+'-joined set of kernel-name substrings) on the swept rows that lack them, beside each "
+                         "row's finalists (GPU; --rounds, default 5; --m keeps some M)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     path = Path(args.table)
@@ -529,6 +635,24 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--table {path}: no such file")
         args.rounds = args.rounds or 5
         return refine(path, json.loads(path.read_text()), args, t0)
+    if args.extend:
+        if not path.is_file():
+            ap.error(f"--table {path}: no such file")
+        table = json.loads(path.read_text())
+        try:
+            m_values = [int(x) for x in args.m.split(",") if x.strip()] or None
+        except ValueError:
+            ap.error(f"--m {args.m!r}: expected comma-separated integers")
+        from argus_cutlass.generate import kernel_name
+        from profile_gemm import select
+
+        space = {kernel_name(c): c for c in agent_eval.subspace(*table_flavor(table))}
+        try:
+            picked = select(list(space), args.extend)
+        except ValueError as exc:
+            ap.error(f"--extend {args.extend!r}: {exc}")
+        args.rounds = args.rounds or 5
+        return extend(path, table, {nm: space[nm] for nm in picked}, m_values, args, t0)
     args.rounds = args.rounds or 2
     if args.summary or args.merge_shipped:
         if not path.is_file():

@@ -219,6 +219,68 @@ def test_refine_retimes_the_finalists_and_resumes(sweep, tmp_path, monkeypatch):
     assert sweep.main(["--table", str(bare), "--refine"]) == 2
 
 
+def test_extend_times_added_configurations_beside_the_finalists_and_resumes(sweep, tmp_path, monkeypatch, capsys):
+    """--extend (after the declared sub-space grew): on each row that lacks them, the selected declared
+    configurations are timed in the same rounds as the row's finalists; swap-AB ones only where M <=
+    SWAP_AB_MAX_M; --m keeps some M; the re-timed finalists keep their first times; an extended row is not
+    extended again; a selector matching nothing is refused naming it."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    space = declared_subspace()
+    plain = [c for c in space if not c.swap_ab][:3]
+    swap = [c for c in space if c.swap_ab and "128x16x64_c1x1_s12_coop" in kernel_name(c)]
+    assert len(swap) == 1
+    names = [kernel_name(c) for c in plain]
+    added = kernel_name(swap[0])
+    big = f"{SWAP_AB_MAX_M * 8}x4096x4096"
+    table = {"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
+             "kernel_configs": {nm: c.model_dump() for nm, c in zip(names, plain)},
+             "shapes": {"1x4096x4096": {"kernels": dict(zip(names, (0.03, 0.05, 0.031))), "cublas_ms": 0.03,
+                                        "heuristic": names[1]},
+                        "8x4096x4096": {"kernels": dict(zip(names, (0.04, 0.05, 0.06))), "cublas_ms": 0.04,
+                                        "heuristic": names[0]},
+                        big: {"kernels": dict(zip(names, (1.0, 1.2, 1.3))), "cublas_ms": 1.0, "heuristic": names[0]}}}
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(table))
+    built, timed = [], []
+
+    def fake_build(cands, workers, log, notes):
+        built.append(sorted(kernel_name(c) for c in cands))
+        return {kernel_name(c): (c, None, None) for c in cands}
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log):
+        timed.append((shape.m, sorted(libs), rounds))
+        return {"kernels": {nm: (0.02 if nm == added else 0.029) for nm in libs}, "cublas_ms": 0.028, "names": []}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", fake_build)
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {k: {"heuristic": r.get("heuristic")} for k, r in tb["shapes"].items()})
+    assert sweep.main(["--table", str(t), "--extend", "128x16x64_c1x1_s12_coop", "--m", "1,8192"]) == 0
+    out = json.loads(t.read_text())
+    # M = 8 kept out by --m; the big row is past SWAP_AB_MAX_M: a swap-AB configuration does not apply there
+    assert [m for m, *_ in timed] == [1] and timed[0][2] == 5
+    assert timed[0][1] == sorted([added, names[0], names[1], names[2]])   # added + within 10 % + the heuristic's
+    row = out["shapes"]["1x4096x4096"]
+    assert row["kernels"][added] == 0.02 and row["kernels"][names[0]] == 0.029
+    assert row["kernels_sweep"][names[0]] == 0.03 and row["cublas_ms_sweep"] == 0.03 and row["cublas_ms"] == 0.028
+    assert row["extended"][0]["added"] == [added] and added in out["kernel_configs"]
+    assert added not in out["shapes"]["8x4096x4096"]["kernels"] and added not in out["shapes"][big]["kernels"]
+    assert sweep.main(["--table", str(t), "--extend", "128x16x64_c1x1_s12_coop", "--m", "1"]) == 0   # done: skipped
+    assert len(timed) == 1 and "extending 0 shapes" in capsys.readouterr().out
+    assert sweep.main(["--table", str(t), "--extend", "128x16x64_c1x1_s12_coop"]) == 0   # now the M = 8 row
+    assert [m for m, *_ in timed] == [1, 8]
+    assert json.loads(t.read_text())["shapes"]["1x4096x4096"]["kernels_sweep"][names[0]] == 0.03   # first kept
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--table", str(t), "--extend", "nosuchkernel"])
+    assert exc.value.code == 2 and "'nosuchkernel' matches no kernel" in capsys.readouterr().err
+
+
 def test_calibration_set_is_apart_from_the_model_shapes(sweep):
     """random:COUNT:SEED (issue 13 item 1: calibrate on shapes the acceptance set does not hold): no projection of
     the model shape set, TMA-aligned, the same set for the same seed, a new one for another seed."""
