@@ -40,7 +40,7 @@
 #   bash bench/device_pending.sh OUTDIR gemm-decode-ncu  # ncu of the shipped decode kernels, ~100 MB vs 940 MB weights
 #   bash bench/device_pending.sh OUTDIR gemm-splitk   # decode K splits (128x16: none / 2 / 4 / stream-K) timed, ncu cycles and wait sites (~5 min)
 #   bash bench/device_pending.sh OUTDIR gemm-deep     # decode: 64-row swap-AB tiles at 12 vs 22 stages (bytes in flight) on few-tile shapes (~6 min)
-#   bash bench/device_pending.sh OUTDIR gemm-k128     # decode: the swap-AB tiles with 128-deep k-tiles (half the stages per byte) vs 64 (~5 min)
+#   bash bench/device_pending.sh OUTDIR gemm-k128     # decode: the swap-AB tiles with 128-deep k-tiles and / or 2-4 accumulator sets vs the declared (~6 min)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -274,14 +274,18 @@ case "$STEP" in
     # session 25: on few-tile decode shapes a CTA streams ~47 GB/s with 64 x 64 weight boxes (8 KB per stage) and ~85 GB/s
     # with 128 x 64 (16 KB): ~5.5-6 M stages/s per SM either way, and 22 stages instead of 12 changed nothing (not bytes
     # in flight, Little's law refuted): a per-stage cost. Hypothesis: 128-deep k-tiles (16 / 32 KB per stage) double
-    # the bytes per stage and so a CTA's rate. Each shape: the 64-row ping-pong and 128-row cooperative tiles at k 64
-    # (declared) and k 128 (copies, the depths that fit; the rest refused and named), cuBLAS interleaved
+    # the bytes per stage and so a CTA's rate. The other reading: the consumer waits on its chain of dependent wgmmas
+    # (4 per 64-deep k-tile, each into the same accumulator); then k 128 changes nothing and independent accumulator
+    # sets (GemmConfig.acc_sets 2 / 4: k-block b into set b % S) raise the rate. Each shape: the 64-row ping-pong and
+    # 128-row cooperative tiles at k 64 (declared), k 128, acc_sets 2 / 4 and both (copies, the depths that fit; the
+    # rest refused and named), cuBLAS interleaved
     for S in 1x4096x14336 1x3584x14336 1x5120x8192 1x8192x8192 1x14336x4096 16x4096x14336 32x4096x14336; do
       KS=64x16x64_c1x1_s12_pp,128x16x64_c1x1_s12_coop
       case $S in 32x*) KS=64x32x64_c1x1_s12_pp,128x32x64_c1x1_s8_coop_e128x32_rn1_swapab ;; esac
-      timeout 90 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --kernels "$KS" \
-        --also tile_k=128,stages=11 --also tile_k=128,stages=8 --also tile_k=128,stages=6 --also tile_k=128,stages=5 2>&1 \
-        | grep -v "refused by the verifier" | tee -a "$OUT/gemm_k128.log" | tail -9
+      timeout 150 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --kernels "$KS" \
+        --also tile_k=128,stages=11 --also tile_k=128,stages=8 --also tile_k=128,stages=6 --also tile_k=128,stages=5 \
+        --also acc_sets=2 --also acc_sets=4 --also tile_k=128,stages=5,acc_sets=4 2>&1 \
+        | grep -v "refused by the verifier" | tee -a "$OUT/gemm_k128.log" | tail -16
     done ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the

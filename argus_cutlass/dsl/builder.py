@@ -299,9 +299,14 @@ class ProgramBuilder:
         return node
 
     def k_loop(self, *, tile_k: int, block_k: int, k_blocks: int, rounding: str = "ceil",
-               oob_fill: str = "zero", bound_bits: int = 24, name: str = "k") -> KLoop:
-        """The symbolic-trip-count loop over k tiles (see :class:`KLoop`)."""
-        node = KLoop(name, tile_k, block_k, k_blocks, rounding, oob_fill, caller_loc(), bound_bits)
+               oob_fill: str = "zero", bound_bits: int = 24, name: str = "k", acc_sets: int = 1,
+               acc_zeroed: int | None = None, acc_summed: tuple[int, ...] | None = None) -> KLoop:
+        """The symbolic-trip-count loop over k tiles (see :class:`KLoop`). ``acc_zeroed`` / ``acc_summed``
+        default to the correct values for ``acc_sets`` (one zeroing k-block per set; every other set summed
+        into set 0)."""
+        node = KLoop(name, tile_k, block_k, k_blocks, rounding, oob_fill, caller_loc(), bound_bits, acc_sets,
+                     acc_sets if acc_zeroed is None else acc_zeroed,
+                     tuple(range(1, acc_sets)) if acc_summed is None else tuple(acc_summed))
         self._loops.append(node)
         return node
 

@@ -502,6 +502,17 @@ class KLoop:
             (``CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA``).
         bound_bits: the proofs over the symbolic size hold for ``K < 2**bound_bits``; the host
             entry refuses a larger K (``problem.k_range``).
+        acc_sets: independent accumulator sets of each consumer warpgroup: k-block ``b`` of every
+            k-tile accumulates into set ``b % acc_sets`` (1: the one accumulator). The wgmmas of one
+            set depend on each other through their accumulator; ``acc_sets`` sets make ``acc_sets``
+            independent chains, so a narrow tile (whose wgmma is short) is not bound by one chain's
+            latency. Must divide ``k_blocks`` (a set's index is then a constant of the unrolled
+            k-block loop: no dynamically indexed registers).
+        acc_zeroed: the leading k-blocks of k-tile 0 that start their set with ``ScaleOut::Zero``
+            (overwrite instead of add): ``acc_sets`` in a correct kernel, one per set
+            (rule ``k.acc_sets``).
+        acc_summed: the sets added into set 0 after the k loop, in order: ``(1, ..., acc_sets - 1)``
+            in a correct kernel (rule ``k.acc_sets``).
     """
 
     name: str
@@ -512,6 +523,9 @@ class KLoop:
     oob_fill: str
     loc: SourceLoc
     bound_bits: int = 24
+    acc_sets: int = field(default=1, metadata=_CANON_SKIP)
+    acc_zeroed: int = field(default=1, metadata=_CANON_SKIP)
+    acc_summed: tuple[int, ...] = field(default=(), metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         if self.rounding not in ("ceil", "floor"):
@@ -521,6 +535,20 @@ class KLoop:
         if not isinstance(self.bound_bits, int) or not 1 <= self.bound_bits <= 30:
             _dsl_error("dsl.operand", self.loc, f"k loop bound_bits {self.bound_bits!r}: expected an int in [1, 30] "
                        "(the host entry takes K as int32 and computes 1 << bound_bits as an int)")
+        for f in ("acc_sets", "acc_zeroed"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                _dsl_error("dsl.operand", self.loc, f"k loop {f} {v!r}: expected a positive int")
+        if isinstance(self.k_blocks, int) and self.k_blocks > 0 and self.k_blocks % self.acc_sets:
+            _dsl_error("dsl.operand", self.loc, f"k loop acc_sets {self.acc_sets} does not divide k_blocks "
+                       f"{self.k_blocks}: a set's index would vary across k-tiles (dynamically indexed registers)")
+        if isinstance(self.k_blocks, int) and self.acc_zeroed > self.k_blocks:
+            _dsl_error("dsl.operand", self.loc, f"k loop acc_zeroed {self.acc_zeroed} > k_blocks {self.k_blocks}: "
+                       "only k-blocks of k-tile 0 can start a set")
+        if not isinstance(self.acc_summed, tuple) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and 1 <= x < self.acc_sets for x in self.acc_summed):
+            _dsl_error("dsl.operand", self.loc, f"k loop acc_summed {self.acc_summed!r}: expected a tuple of set "
+                       f"indices in [1, {self.acc_sets})")
 
 
 @dataclass(frozen=True)

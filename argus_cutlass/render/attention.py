@@ -172,6 +172,10 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
         if out.store_mode == "direct" and out.shuffle:
             raise KeyError(f"row output shuffle {out.shuffle} on the direct store: each thread stores its own pairs")
         loop = _named(p.loops, "kv", "loop")
+        if (loop.acc_sets, loop.acc_zeroed, loop.acc_summed) != (1, 1, ()):
+            raise KeyError(f"loop {loop.name!r}: accumulator sets (acc_sets {loop.acc_sets}, acc_zeroed "
+                           f"{loop.acc_zeroed}, acc_summed {loop.acc_summed}) belong to the GEMM mainloop; the "
+                           "attention template accumulates O in one set")
         producer, consumer = p.role("producer"), p.role("consumer")
         order = p.orders[0] if p.orders else None
         if len(p.orders) > 1 or (order is not None and order.points != ("gemm",)):

@@ -115,7 +115,7 @@ FAMILIES: dict[str, Family] = {
 
 #: verifier rules whose violations carry a counterexample record (a concrete failing point)
 DATA_FLOW_RULES = (
-    "mma.operand_identity", "mma.k_agreement", "gmma.descriptor", "k.coverage", "residue.load", "residue.store",
+    "mma.operand_identity", "mma.k_agreement", "gmma.descriptor", "k.coverage", "k.acc_sets", "residue.load", "residue.store",
     "pipeline.tx_bytes", "pipeline.arrivals", "pipeline.release", "pipeline.protocol", "pipeline.state",
     "pipeline.stage", "pipeline.parity", "pipeline.carry", "tma.image", "tma.multicast", "epilogue.coordinate",
     "epilogue.stmatrix", "epilogue.tma_store", "epilogue.source", "epilogue.stage_reuse", "output.bijection",

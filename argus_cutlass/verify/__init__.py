@@ -28,6 +28,7 @@ from typing import Any
 from argus_cutlass.dsl.ir import Program
 from argus_cutlass.errors import VerificationError
 from argus_cutlass.verify.absint import (
+    check_acc_sets,
     check_assertion,
     check_k_agreement,
     check_k_coverage,
@@ -58,6 +59,7 @@ __all__ = [
     "VerificationReport",
     "Violation",
     "all_invariants",
+    "check_acc_sets",
     "check_assertion",
     "check_gemm",
     "check_k_agreement",
@@ -73,6 +75,7 @@ __all__ = [
 #: obligations of the G3/G6 checks: rule -> (invariant, description)
 _PROTOCOL_OBLIGATIONS = {
     "k.coverage": ("G3", "every k in [0, K) is summed exactly once (enum: K <= 2 tile_k + 1; smt: K < 2^bound_bits)"),
+    "k.acc_sets": ("G3", "the k loop's accumulator sets: each started once with ScaleOut::Zero, each added into D once"),
     "residue.load": ("G8", "TMA fills k >= K with zeros"),
     "pipeline.tx_bytes": ("G6", "expect_tx == bytes of the TMA boxes a CTA receives per stage"),
     "pipeline.arrivals": ("G6", "barrier arrival counts == the arrivals the kernel makes (per schedule and cluster)"),
@@ -207,6 +210,7 @@ def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes:
     for rule, (inv, text) in _PROTOCOL_OBLIGATIONS.items():
         obligations.append(Obligation(rule, inv, text))
     _, enum_k_bad = run.add("enum", "k.coverage", check_k_coverage, program)
+    run.add("enum", "k.acc_sets", check_acc_sets, program)
     run.add("arith", "residue.load", check_residue_load, program)
     run.add("arith", "pipeline.tx_bytes", check_tx_bytes, program)
     run.add("arith", "pipeline.arrivals", check_arrivals, program)

@@ -43,7 +43,8 @@ from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
 __all__ = ["OUT_OF_BUFFER", "UNWRITTEN", "TagImage", "accumulator_partition", "accumulator_thread",
-           "check_assertion", "check_descriptors", "check_k_agreement", "check_k_coverage", "check_residue_load",
+           "check_acc_sets", "check_assertion", "check_descriptors", "check_k_agreement", "check_k_coverage",
+           "check_residue_load",
            "check_tma_image", "consumer_thread", "read_tags", "tag_image", "view_layout"]
 
 #: tag value of an smem element no TMA wrote
@@ -1016,6 +1017,66 @@ def check_k_coverage(program: Program) -> Outcome:
                                   str(kl.loc))]
     return [Proof(rule, "G3", "enum", f"every k < K summed exactly once for all K in [1, {2 * kl.tile_k + 1}] "
                   f"({points} slots)", points, time.perf_counter() - t0)], []
+
+
+def check_acc_sets(program: Program) -> Outcome:
+    """k.acc_sets (G3): the k loop's accumulator sets (:attr:`~argus_cutlass.dsl.ir.KLoop.acc_sets`) add up
+    to D exactly once. Slot ``(kt, b, kk)`` accumulates into set ``b % S``; a k-block of k-tile 0 with ``b <
+    acc_zeroed`` overwrites its set (``ScaleOut::Zero``), every other one adds; after the loop set 0 plus the
+    sets of ``acc_summed`` (in order) is D. Simulated, for k-tiles 0 and 1 (every later k-tile repeats k-tile
+    1's operations, so their k-blocks are counted as k-tile 1's), per set: the k-blocks it holds at the end
+    and whether it was read before any write (stale registers: the previous tile's sums, or garbage). Holds
+    iff every k-block of both k-tiles reaches D exactly once and no summed set was read stale. With
+    :func:`check_k_coverage` (each k summed by exactly one slot) this gives each k in D exactly once.
+    """
+    kl = program.kloop
+    assert kl is not None
+    t0 = time.perf_counter()
+    rule = "k.acc_sets"
+    S, zeroed, summed = kl.acc_sets, kl.acc_zeroed, kl.acc_summed
+    held: list[list[tuple[int, int]]] = [[] for _ in range(S)]
+    stale = [True] * S   # a set not yet written holds whatever its registers held
+    for kt in (0, 1):
+        for b in range(kl.k_blocks):
+            s = b % S
+            if kt == 0 and b < zeroed:
+                held[s] = [(kt, b)]
+                stale[s] = False
+            else:
+                held[s].append((kt, b))
+    count: dict[tuple[int, int], int] = {}
+    reads = (0,) + tuple(summed)
+    for s in reads:
+        for slot in held[s]:
+            count[slot] = count.get(slot, 0) + 1
+    slots = [(kt, b) for kt in (0, 1) for b in range(kl.k_blocks)]
+    bad = next(((kt, b) for kt, b in slots if count.get((kt, b), 0) != 1), None)
+    stale_set = next((s for s in reads if stale[s]), None)
+    fix = (f"zero the first k-block of each set (k-tile 0, k-blocks 0..{S - 1}: acc_zeroed = {S}) and add sets "
+           f"{tuple(range(1, S))} into set 0 once each (acc_summed)")
+    mma = program.mma
+    if bad is None and stale_set is None:
+        return [Proof(rule, "G3", "enum", f"{S} accumulator set(s): k-tile 0 zeroes k-blocks {list(range(zeroed))}, "
+                      f"set 0 + sets {list(summed)} hold every k-block of k-tiles 0 and 1 exactly once",
+                      len(slots), time.perf_counter() - t0)], []
+    if stale_set is not None:
+        kt, b = next(((kt, b) for kt, b in slots if b % S == stale_set), (0, stale_set))
+        msg = (f"accumulator set {stale_set} is never started with ScaleOut::Zero (acc_zeroed = {zeroed} of {S} "
+               f"sets) but is added into D: its registers' previous contents (the last tile's sums) are added too")
+        actual = f"D(0,0) += stale registers of set {stale_set}"
+    else:
+        kt, b = bad
+        n = count.get(bad, 0)
+        msg = (f"k-block {b} of k-tile {kt} (k = {kt * kl.tile_k + b * kl.block_k}..{kt * kl.tile_k + (b + 1) * kl.block_k - 1}"
+               f", set {b % S}) reaches D {n} times (acc_sets {S}, acc_zeroed {zeroed}, acc_summed {tuple(summed)})")
+        actual = f"summed {n} times"
+    thread, register = accumulator_thread(mma, 0, 0) if mma is not None else ({}, "")
+    cex = Counterexample(
+        "G3", rule, "enum", "mainloop.k_loop", str(kl.loc), kt, -1, b, {"k_tile": kt, "k_block": b, "set": b % S},
+        thread, register, {}, "summed exactly once", actual, f"k loop acc_sets={S} acc_zeroed={zeroed} "
+        f"acc_summed={tuple(summed)}", k_tile=kt, element={"tensor": "D", "D": "(0, 0)", "k": kt * kl.tile_k + b * kl.block_k},
+        params={"K": 2 * kl.tile_k, "k_tiles": 2})
+    return [], [Violation(rule, "G3", msg, fix, str(kl.loc), cex)]
 
 
 def check_residue_load(program: Program) -> Outcome:

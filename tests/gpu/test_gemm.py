@@ -85,7 +85,22 @@ SWAP_CASES = (
     (_SWAP_SK16.replace(scheduler="splitk", splits=4), 16, 4096, 14336, 0.0),
     (_SWAP_SK16.replace(scheduler="splitk", splits=2, layout="nt", dtype="fp16", out_dtype="fp32"), 24, 1000, 4104, 0.5),
     (_SWAP_SK16.replace(tile_n=32, epi_n=32, scheduler="streamk", layout="tt"), 33, 5000, 2000, 0.0),
+    # session 25: several accumulator sets (KLoop.acc_sets; k-block b into set b % S, summed after the loop) and
+    # 128-deep k-tiles on the decode tiles; K residues (1064 = 16 k-tiles of 64 + 40), a persistent walk over
+    # more tiles than CTAs (N = 14336: 224 tiles of 64), split-K
+    (_SWAP_PP16.replace(stages=12, acc_sets=4), 1, 14336, 1064, 0.0),
+    (_SWAP_PP16.replace(acc_sets=2, layout="nt", dtype="fp16", out_dtype="fp32"), 16, 1000, 5000, 0.5),
+    (_SWAP_SK16.replace(scheduler="splitk", splits=4, acc_sets=4), 16, 4096, 14336, 0.0),
+    (_SWAP_PP16.replace(tile_k=128, stages=11), 7, 4096, 4104, 0.0),
+    (_SWAP_PP16.replace(tile_k=128, stages=8, acc_sets=4), 16, 14336, 1064, 0.5),
 )
+
+
+def _swap_id(c) -> str:
+    cfg = c[0]
+    extra = (f"-k{cfg.tile_k}" if cfg.tile_k != 64 else "") + (f"-as{cfg.acc_sets}" if cfg.acc_sets != 1 else "")
+    return (f"swapab-{cfg.layout}-{cfg.dtype}-{cfg.out_dtype}-{cfg.tile_m}x{cfg.tile_n}{extra}-{c[1]}x{c[2]}x{c[3]}"
+            f"-b{c[4]}")
 
 
 def _refused(layout: str, m: int) -> bool:
@@ -170,9 +185,7 @@ def test_tile_schedulers_match_fp32_reference(case, kernels, gpu_device):
         assert result.unwritten == 0 and result.passed, result.summary()
 
 
-@pytest.mark.parametrize(
-    "case", SWAP_CASES,
-    ids=lambda c: f"swapab-{c[0].layout}-{c[0].dtype}-{c[0].out_dtype}-{c[0].tile_m}x{c[0].tile_n}-{c[1]}x{c[2]}x{c[3]}-b{c[4]}")
+@pytest.mark.parametrize("case", SWAP_CASES, ids=_swap_id)
 def test_swap_ab_matches_fp32_reference(case, kernels, gpu_device):
     """Swap-AB kernels compute the problem's D (row-major M x N), not its transpose."""
     cfg, m, n, k, beta = case

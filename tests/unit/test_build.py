@@ -417,8 +417,11 @@ def test_incomplete_entry_is_not_a_hit(tmp_path):
         # the small-M ping-pong tile, fp16
         {"dtype": "fp16", "out_dtype": "fp16", "layout": "tt", "tile_m": 64, "tile_n": 128,
          "cluster_m": 1, "stages": 8, "schedule": "pingpong", "epi_m": 64},
+        # a decode tile with four accumulator sets (KLoop.acc_sets): the sets' registers statically indexed
+        {"swap_ab": True, "tile_m": 64, "tile_n": 16, "cluster_m": 1, "stages": 12, "schedule": "pingpong",
+         "epi_m": 64, "epi_n": 16, "acc_sets": 4},
     ],
-    ids=["coop-bf16-tn", "coop-fp32out-nt", "pingpong-fp16-tt"],
+    ids=["coop-bf16-tn", "coop-fp32out-nt", "pingpong-fp16-tt", "swapab-acc-sets-4"],
 )
 def test_gemm_compiles_to_ptx_with_wgmma_and_tma(cfg_args):
     """The front end also evaluates the template's static_asserts (the program's relations, the

@@ -54,6 +54,9 @@ BASES: dict[str, GemmConfig] = {
     "swapab_64x16_fp32": GemmConfig(swap_ab=True, tile_m=64, tile_n=16, schedule="pingpong", cluster_m=1,
                                     epi_m=64, epi_n=16, out_dtype="fp32", stages=8),
     "nt_128x128_c1x2": GemmConfig(layout="nt", tile_m=128, tile_n=128, cluster_m=1, cluster_n=2),
+    # four accumulator sets (the k loop's acc_zeroed / acc_summed not at their one-set defaults)
+    "swapab_64x16_as4": GemmConfig(swap_ab=True, tile_m=64, tile_n=16, schedule="pingpong", cluster_m=1, epi_m=64,
+                                   epi_n=16, stages=12, acc_sets=4),
     # attention: d=128 causal (2 warpgroups taking turns), d=64 (3 warpgroups), d=256 fp16 varlen
     # non-causal without turns (no turn order), d=96 (SW64 atoms) with the quad16 epilogue
     "attn_d128_causal": AttentionConfig(head_dim=128, causal=True, tile_m=128, tile_n=128),
@@ -277,6 +280,9 @@ def alternatives(owner: Any, attr: str, value: Any, program: Program) -> list[An
     elif value == () and attr == "shuffle":
         # the direct store exchanges nothing: give it the quad16 transpose (the renderer refuses it)
         out = [(2, 1)]
+    elif value == () and attr == "acc_summed":
+        # one accumulator set sums nothing after the loop: a set index (the DSL refuses any with acc_sets 1)
+        out = [(1,)]
     elif isinstance(value, tuple):
         if not value:
             raise TypeError(f"{type(owner).__name__}.{attr} is an empty tuple: nothing to permute")

@@ -74,7 +74,7 @@ def test_catalogue_is_data_and_honest():
     assert invs["G1"].checked
     assert {"mma.k_agreement", "mma.operand_identity", "gmma.descriptor"} <= set(invs["G1"].rules)
     assert invs["G5"].checked and {"tma.image", "tma.multicast", "cluster.consistency"} <= set(invs["G5"].rules)
-    assert invs["G3"].checked and invs["G3"].rules == ("k.coverage", "loop.step")
+    assert invs["G3"].checked and invs["G3"].rules == ("k.coverage", "k.acc_sets", "loop.step")
     assert invs["G6"].checked and {"pipeline.protocol", "pipeline.release", "pipeline.wrap", "pipeline.buffers",
                                    "epilogue.stage_reuse"} <= set(invs["G6"].rules)
     assert invs["G2"].checked and {"epilogue.coordinate", "epilogue.stmatrix", "epilogue.tma_store",

@@ -87,6 +87,12 @@ class GemmConfig(BaseModel):
             ``tile_*``, ``cluster_*``, ``epi_*`` and ``raster`` then refer to the *kernel's*
             modes (``tile_n`` tiles the problem's M), and D is written through a
             column-major (M'-contiguous) view of the same row-major storage.
+        acc_sets: independent fp32 accumulator sets per consumer warpgroup (1, 2 or 4; must divide
+            ``tile_k / 16``): k-block ``b`` of a k-tile accumulates into set ``b % acc_sets``, and the sets
+            are added into set 0 after the k loop (node ``KLoop.acc_sets``, rule ``k.acc_sets``). A chain
+            of wgmmas into one accumulator waits on each other; narrow decode tiles (N = 16 / 32) may be
+            bound by that chain's latency rather than by memory. Costs ``acc_sets - 1`` extra accumulator
+            fragments of registers.
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation
@@ -112,6 +118,7 @@ class GemmConfig(BaseModel):
     scheduler: TileScheduler = "persistent"
     splits: int = Field(1, gt=0)
     swap_ab: bool = False
+    acc_sets: int = Field(1, gt=0)
 
     @property
     def tile(self) -> tuple[int, int, int]:

@@ -61,7 +61,8 @@ def program_label(cfg: GemmConfig) -> str:
     sched = {"streamk": "_streamk", "splitk": f"_splitk{c.splits}"}.get(c.scheduler, "")
     return (f"gemm_sm90_{c.dtype}_{c.out_dtype}_{c.layout}_{c.tile_m}x{c.tile_n}x{c.tile_k}_"
             f"c{c.cluster_m}x{c.cluster_n}_s{c.stages}_{_SCHEDULE[c.schedule]}_e{c.epi_m}x{c.epi_n}_"
-            f"r{_RASTER[c.raster]}{c.swizzle}{sched}{'_swapab' if c.swap_ab else ''}")
+            f"r{_RASTER[c.raster]}{c.swizzle}{sched}{'_swapab' if c.swap_ab else ''}"
+            f"{f'_as{c.acc_sets}' if c.acc_sets != 1 else ''}")
 
 
 def _align(x: int, a: int) -> int:
@@ -226,7 +227,7 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     read_b = b.mma_read("B", s_b, b.smem_view(atom_b, s_b.shape), op, tile_mn=c.tile_n, tile_k=c.tile_k,
                         warpgroups=1)
     b.mma("mainloop", op, read_a, read_b, acc, atoms_m=atoms_m, reps_m=reps_m)
-    b.k_loop(tile_k=c.tile_k, block_k=op.k, k_blocks=c.tile_k // op.k, bound_bits=k_bits)
+    b.k_loop(tile_k=c.tile_k, block_k=op.k, k_blocks=c.tile_k // op.k, bound_bits=k_bits, acc_sets=c.acc_sets)
 
     # ---- epilogue -----------------------------------------------------------------------------
     b.named_barrier("epilogue", id=FIRST_BARRIER_ID, threads=128 * atoms_m)

@@ -38,11 +38,14 @@ from argus_cutlass.plan.fragments import EnumFragment, Fragment, IntRangeFragmen
 
 __all__ = [
     "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "admissible",
-    "declared_subspace", "derive", "feasible", "knob_values",
+    "declared_subspace", "derive", "feasible", "knob_values", "UNSEARCHED_FIELDS",
 ]
 
 #: GemmConfig fields computed from others, never searched
 DERIVED_FIELDS = ("epi_m",)
+#: GemmConfig fields built and verified but not searched (their default in every point of the space) until a
+#: measurement backs them: ``acc_sets`` (session 25, the decode lead of device step gemm-k128)
+UNSEARCHED_FIELDS = ("acc_sets",)
 
 
 def default_fragments() -> dict[str, Fragment]:
@@ -94,7 +97,7 @@ def knob_values(cfg: GemmConfig) -> dict[str, Any]:
     d = cfg.model_dump()
     d["cluster"] = (d.pop("cluster_m"), d.pop("cluster_n"))
     d["decomposition"] = (d.pop("scheduler"), d.pop("splits"))
-    for f in ("dtype", "out_dtype", "layout", *DERIVED_FIELDS):
+    for f in ("dtype", "out_dtype", "layout", *DERIVED_FIELDS, *UNSEARCHED_FIELDS):
         d.pop(f)
     return d
 
