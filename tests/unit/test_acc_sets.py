@@ -29,7 +29,7 @@ def test_sets_verify_and_keep_the_one_set_kernel_unchanged(sets):
         assert program.kernel_name().endswith("_swapab_217d10cc") and "kAccSets" not in text
     else:
         assert f"_as{sets}_" in program.kernel_name() and f"constexpr int kAccSets = {sets};" in text
-        assert f"float part[kAccSets - 1][kRepsM][kAccRegs];" in text and "kb < kAccZeroed" in text
+        assert "float part[kAccSets - 1][kRepsM][kAccRegs];" in text and "kb < kAccZeroed" in text
 
 
 def test_sets_must_divide_the_k_blocks():
