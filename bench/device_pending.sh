@@ -51,8 +51,9 @@
 #                                                     # the same on a calibration set apart from the model shapes
 #   ARGUS_SWEEP_FROM=bench/data/gemm_sweep_bf16_bf16_tn_h200.json bash bench/device_pending.sh OUTDIR gemm-sweep fp16_fp16_tn
 #                                                     # another flavor over the bf16 tn sweep's per-shape finalists
-#   ARGUS_EXTEND=64x16x128,128x16x128 bash bench/device_pending.sh OUTDIR gemm-extend [bf16_bf16_tn [M,M,...]]
-#                                                     # configurations added to the declared sub-space, timed on the
+#   ARGUS_EXTEND=SELECTORS bash bench/device_pending.sh OUTDIR gemm-extend [bf16_bf16_tn [M,M,...]]
+#                                                     # configurations added to the declared sub-space (once
+#                                                     # declared_subspace holds them), timed on the
 #                                                     # swept rows that lack them beside each row's finalists
 #                                                     # (bench/sweep_gemm.py --extend), writes OUTDIR/sweep/
 #   bash bench/device_pending.sh OUTDIR gemm-refine [bf16_bf16_tn]  # re-time each swept shape's finalists (within
@@ -285,7 +286,7 @@ case "$STEP" in
       timeout 150 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --kernels "$KS" \
         --also tile_k=128,stages=11 --also tile_k=128,stages=8 --also tile_k=128,stages=6 --also tile_k=128,stages=5 \
         --also acc_sets=2 --also acc_sets=4 --also tile_k=128,stages=5,acc_sets=4 2>&1 \
-        | grep -v "refused by the verifier" | tee -a "$OUT/gemm_k128.log" | tail -16
+        | tee -a "$OUT/gemm_k128.log" | grep -v "refused by the verifier" | tail -16
     done ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the

@@ -6,7 +6,7 @@ cuBLAS in the same process, resumable across device calls.
     python3 bench/sweep_gemm.py --table TABLE --summary          # the table's summary (no GPU)
     python3 bench/sweep_gemm.py --table TABLE --merge-shipped    # its per-shape bests into agent/tuned_h200.json
     python3 bench/sweep_gemm.py --table TABLE --merge-shipped --keep-existing   # only shapes the file lacks
-    python3 bench/sweep_gemm.py --table TABLE --extend 64x16x128,128x16x128 [--m 1,8,32,64]   # added configurations
+    python3 bench/sweep_gemm.py --table TABLE --extend SELECTORS [--m 1,8,32,64]   # configurations added to the sub-space
 
 What it measures, per shape (``--shapes models``: :func:`argus_cutlass.agent.shapes.model_shape_set`, every
 projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 64, 100, 256, 512, 1024,
@@ -485,10 +485,13 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
         # every finalist gets its refined time or none: a finalist that did not build or time keeps no one-pass
         # time (it could be the sweep's lucky best, compared against 5-round medians); the old ones stay apart
         failed = [nm for nm in plan[key] if not new["kernels"].get(nm)]
-        row["kernels_sweep"] = {nm: row["kernels"][nm] for nm in plan[key]}
+        sweep_times = row.setdefault("kernels_sweep", {})
+        for nm in plan[key]:   # the first recorded time of each kernel is kept (an --extend may have kept some)
+            sweep_times.setdefault(nm, row["kernels"][nm])
         row["kernels"].update({nm: new["kernels"].get(nm) or None for nm in plan[key]})
         if new.get("cublas_ms"):
-            row["cublas_ms_sweep"], row["cublas_ms"] = row.get("cublas_ms"), new["cublas_ms"]
+            row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
+            row["cublas_ms"] = new["cublas_ms"]
         row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters,
                           "kernels": len(plan[key]) - len(failed), "failed": failed}
         _save(path, table)
@@ -512,6 +515,10 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
     from argus_cutlass.kernels.gemm.space import feasible
     from argus_cutlass.runtime.cuda import require_sm90
 
+    if not table.get("kernel_configs"):
+        print(f"sweep_gemm --extend: {path} has no kernel_configs (written by this script's sweeps since session "
+              f"19): its finalists cannot be rebuilt to time beside the added kernels", file=sys.stderr)
+        return 2
     try:
         require_sm90()
     except ArgusError as exc:
@@ -534,11 +541,15 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
         row = table["shapes"][key]
         return [nm for nm, c in ok.items() if nm not in row.get("kernels", {}) and not (c.swap_ab and m > SWAP_AB_MAX_M)]
 
+    # rows with at least one time (a row whose kernels all failed has no finalists to time the added ones beside)
     todo = sorted((key for key, row in table["shapes"].items()
-                   if row.get("kernels") and (m_values is None or int(key.split("x")[0]) in m_values) and missing(key)),
+                   if any(row.get("kernels", {}).values()) and (m_values is None or int(key.split("x")[0]) in m_values)
+                   and missing(key)),
                   key=lambda key: tuple(map(int, key.split("x"))))
-    plan = {key: missing(key) + [nm for nm in finalists(table["shapes"][key], args.refine_within,
-                                                         tuple(picks.get(key, {}).values())) if nm in configs]
+    added_of = {key: missing(key) for key in todo}
+    plan = {key: added_of[key] + [nm for nm in finalists(table["shapes"][key], args.refine_within,
+                                                          tuple(picks.get(key, {}).values()))
+                                  if nm in configs and nm not in added_of[key]]
             for key in todo}
     names = sorted({nm for nms in plan.values() for nm in nms})
     print(f"extending {len(todo)} shapes with {len(ok)} configurations: {sum(map(len, plan.values()))} timings of "
@@ -559,7 +570,7 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
             break
         row = table["shapes"][key]
         sub = {nm: libs[nm] for nm in plan[key] if nm in libs}
-        new_names = [nm for nm in plan[key] if nm in ok]
+        new_names = added_of[key]   # missing from the row; the rest of the plan is re-timed
         m, n, k = map(int, key.split("x"))
         if not sub:   # nothing built: the added kernels are recorded untimed, so a resumed run skips the row
             row["kernels"].update({nm: None for nm in new_names})
@@ -571,7 +582,7 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
         t1 = time.perf_counter()
         got = measure_shape(sub, GemmShape(m, n, k, *table_flavor(table), name=f"extend.{key}"),
                             args.warmup, iters, args.rounds, log)
-        old = [nm for nm in plan[key] if nm not in ok]
+        old = [nm for nm in plan[key] if nm not in new_names]
         sweep_times = row.setdefault("kernels_sweep", {})
         for nm in old:   # the first recorded time of a re-timed kernel is kept
             sweep_times.setdefault(nm, row["kernels"][nm])
@@ -586,7 +597,7 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
         good = {nm: v for nm, v in row["kernels"].items() if v}
         winner = min(good, key=good.get) if good else None
         print(f"{key:>18} +{len(new_names)} kernels; best now {winner and round(good[winner], 4)} ms"
-              f"{' (an added one)' if winner in ok else ''}  ({time.perf_counter() - t1:.1f} s)", flush=True)
+              f"{' (an added one)' if winner in new_names else ''}  ({time.perf_counter() - t1:.1f} s)", flush=True)
     _save(path, table)
     print(report(table))
     return 0

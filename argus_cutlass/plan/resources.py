@@ -123,9 +123,12 @@ def smem_breakdown(program: Any) -> SmemBreakdown:
 
 def accumulator_registers(program: Any) -> int:
     """fp32 accumulator registers per consumer thread: ``reps_m`` 64 x N GMMA atoms of ``N / 2``
-    registers each (PTX ISA 9.7.15.4, the m64nNk16 D fragment)."""
+    registers each (PTX ISA 9.7.15.4, the m64nNk16 D fragment), times the k loop's accumulator sets
+    (:attr:`~argus_cutlass.dsl.ir.KLoop.acc_sets`: each set is a whole fragment of its own)."""
     mma = program.mma
-    return mma.reps_m * mma.op.n // 2
+    loop = program.kloop
+    sets = loop.acc_sets if loop is not None else 1
+    return sets * mma.reps_m * mma.op.n // 2
 
 
 def launch_register_cap(threads: int, min_blocks: int = 1) -> int:

@@ -1027,7 +1027,9 @@ def check_acc_sets(program: Program) -> Outcome:
     1's operations, so their k-blocks are counted as k-tile 1's), per set: the k-blocks it holds at the end
     and whether it was read before any write (stale registers: the previous tile's sums, or garbage). Holds
     iff every k-block of both k-tiles reaches D exactly once and no summed set was read stale. With
-    :func:`check_k_coverage` (each k summed by exactly one slot) this gives each k in D exactly once.
+    :func:`check_k_coverage` (each k summed by exactly one slot) this gives each k in D exactly once. A work
+    unit runs at least one k-tile (its k-tile 0 is the one with ``ScaleOut::Zero``): CUTLASS's schedulers
+    skip units with no k-tile (``is_valid() == (k_tile_count > 0)``, modelled in :mod:`.decomposition`).
     """
     kl = program.kloop
     assert kl is not None

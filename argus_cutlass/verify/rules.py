@@ -196,11 +196,13 @@ def check_registers(program: Program) -> Outcome:
         return _ok(rule, f"{acc} accumulator + {REGISTER_OVERHEAD} overhead = {total} <= {regs} registers/thread")
     sched = "pingpong" if mma.atoms_m == 1 else "cooperative" if mma.atoms_m == 2 else f"{mma.atoms_m}-warpgroup"
     wg_m = mma.op.m * mma.reps_m
+    sets = program.kloop.acc_sets if program.kloop is not None else 1
+    per_set = f" x {sets} accumulator sets" if sets != 1 else ""
     return _bad(rule, [
         f"{sched} {mma.tile_m}x{mma.op.n} tile: {acc} fp32 accumulator registers per consumer thread "
-        f"({wg_m}x{mma.op.n} per warpgroup / 128 threads) + {REGISTER_OVERHEAD} overhead = {total} > {regs} "
+        f"({wg_m}x{mma.op.n} per warpgroup / 128 threads{per_set}) + {REGISTER_OVERHEAD} overhead = {total} > {regs} "
         f"registers (the consumer role's setmaxnreg)"
-    ], "use the cooperative schedule or a smaller tile_m/tile_n", str(mma.loc))
+    ], "use fewer accumulator sets, the cooperative schedule or a smaller tile_m/tile_n", str(mma.loc))
 
 
 def check_roles_registers(program: Program) -> Outcome:

@@ -91,6 +91,7 @@ SWAP_CASES = (
     (_SWAP_PP16.replace(stages=12, acc_sets=4), 1, 14336, 1064, 0.0),
     (_SWAP_PP16.replace(acc_sets=2, layout="nt", dtype="fp16", out_dtype="fp32"), 16, 1000, 5000, 0.5),
     (_SWAP_SK16.replace(scheduler="splitk", splits=4, acc_sets=4), 16, 4096, 14336, 0.0),
+    (_SWAP_SK16.replace(acc_sets=4), 7, 1000, 5000, 0.5),   # stream-K: units start mid-tile
     (_SWAP_PP16.replace(tile_k=128, stages=11), 7, 4096, 4104, 0.0),
     (_SWAP_PP16.replace(tile_k=128, stages=8, acc_sets=4), 16, 14336, 1064, 0.5),
 )

@@ -62,3 +62,15 @@ def test_rezeroing_a_set_loses_its_first_block():
     program = program.replace_node("loop", "k", acc_zeroed=3)
     _, violations = check_acc_sets(program)
     assert violations and "k-block 0 of k-tile 0" in violations[0].message and "0 times" in violations[0].message
+
+
+def test_register_rule_counts_every_set():
+    """Review, session 25: each set is a whole accumulator fragment; a wide tile's sets overflow the consumer's
+    setmaxnreg budget and rule ``registers`` refuses it (ptxas would serialize the wgmmas, C7510)."""
+    from argus_cutlass.kernels.gemm.space import feasible
+    from argus_cutlass.plan.resources import accumulator_registers
+
+    assert accumulator_registers(build_program(DECODE.replace(acc_sets=4))) == 4 * 16 // 2
+    ok, why = feasible(GemmConfig(tile_m=128, tile_n=256, acc_sets=4))
+    assert not ok and any(w.startswith("registers:") and "x 4 accumulator sets" in w for w in why)
+    assert feasible(GemmConfig(tile_m=128, tile_n=256))[0]

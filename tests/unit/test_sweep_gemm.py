@@ -281,6 +281,47 @@ def test_extend_times_added_configurations_beside_the_finalists_and_resumes(swee
     assert exc.value.code == 2 and "'nosuchkernel' matches no kernel" in capsys.readouterr().err
 
 
+def test_extend_retimes_a_selected_kernel_already_on_the_row_and_refine_keeps_first_times(sweep, tmp_path, monkeypatch):
+    """Review, session 25: a selected kernel the row already holds is re-timed, not added again (its first time
+    kept in kernels_sweep); a later --refine keeps the first recorded times instead of replacing the dict; a
+    table without kernel_configs is refused."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    swap = [c for c in declared_subspace() if c.swap_ab][:2]
+    a, b = (kernel_name(c) for c in swap)
+    table = {"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
+             "kernel_configs": {a: swap[0].model_dump()},
+             "shapes": {"1x4096x4096": {"kernels": {a: 0.030}, "cublas_ms": 0.03, "heuristic": a}}}
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(table))
+    times = iter([0.040, 0.045])
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log):
+        v = next(times)
+        return {"kernels": {nm: v for nm in libs}, "cublas_ms": 0.031, "names": []}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", lambda cands, w, log, notes: {kernel_name(c): (c, None, None)
+                                                                                  for c in cands})
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {k: {"heuristic": r.get("heuristic")} for k, r in tb["shapes"].items()})
+    assert sweep.main(["--table", str(t), "--extend", f"{a},{b}"]) == 0
+    row = json.loads(t.read_text())["shapes"]["1x4096x4096"]
+    assert row["extended"][-1]["added"] == [b] and row["extended"][-1]["retimed"] == [a]
+    assert row["kernels"] == {a: 0.040, b: 0.040} and row["kernels_sweep"] == {a: 0.030}
+    assert sweep.main(["--table", str(t), "--refine"]) == 0
+    row = json.loads(t.read_text())["shapes"]["1x4096x4096"]
+    assert row["kernels"] == {a: 0.045, b: 0.045}
+    assert row["kernels_sweep"] == {a: 0.030, b: 0.040} and row["cublas_ms_sweep"] == 0.03   # the first ones
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({k: v for k, v in table.items() if k != "kernel_configs"}))
+    assert sweep.main(["--table", str(bare), "--extend", a]) == 2
+
+
 def test_calibration_set_is_apart_from_the_model_shapes(sweep):
     """random:COUNT:SEED (issue 13 item 1: calibrate on shapes the acceptance set does not hold): no projection of
     the model shape set, TMA-aligned, the same set for the same seed, a new one for another seed."""

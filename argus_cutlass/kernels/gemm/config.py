@@ -87,12 +87,13 @@ class GemmConfig(BaseModel):
             ``tile_*``, ``cluster_*``, ``epi_*`` and ``raster`` then refer to the *kernel's*
             modes (``tile_n`` tiles the problem's M), and D is written through a
             column-major (M'-contiguous) view of the same row-major storage.
-        acc_sets: independent fp32 accumulator sets per consumer warpgroup (1, 2 or 4; must divide
-            ``tile_k / 16``): k-block ``b`` of a k-tile accumulates into set ``b % acc_sets``, and the sets
-            are added into set 0 after the k loop (node ``KLoop.acc_sets``, rule ``k.acc_sets``). A chain
-            of wgmmas into one accumulator waits on each other; narrow decode tiles (N = 16 / 32) may be
-            bound by that chain's latency rather than by memory. Costs ``acc_sets - 1`` extra accumulator
-            fragments of registers.
+        acc_sets: independent fp32 accumulator sets per consumer warpgroup (a divisor of ``tile_k / 16``:
+            1, 2, 4, or 8 with tile_k 128; the DSL refuses others): k-block ``b`` of a k-tile accumulates into
+            set ``b % acc_sets``, and the sets are added into set 0 after the k loop (node ``KLoop.acc_sets``,
+            rule ``k.acc_sets``). A chain of wgmmas into one accumulator waits on each other; narrow decode
+            tiles (N = 16 / 32) may be bound by that chain's latency rather than by memory. Costs
+            ``acc_sets - 1`` extra accumulator fragments of registers (rule ``registers`` counts them: 4 sets
+            of a 128x256 cooperative tile do not fit).
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation

@@ -101,9 +101,11 @@ SMALL_T_PDL = True
 #: (1 MB), half that at 128 rows. Measured (H200, session 25, ``bench/profile_moe.py --vary
 #: gu_tile_n=64,128,256 --vary gu_stages=5,8,12``, device step moe-narrow, T = 16, pdl off, one pass):
 #: 128 x 5 stages against 256 x 5, gate+up kernel 157.2 -> 147.4 us (Qwen3), 176.0 -> 162.9
-#: (DeepSeek-V2-Lite), 475.2 -> 464.6 (Mixtral); 64 columns at their best depth 149.1 / 164.4 / 472.3.
-#: Not measured at T buckets 128 / 256 (bands of 2 / 4, where A is shared by more n-blocks): 256 kept
-#: there. Log bench/data/moe_narrow_h200_s25.log
+#: (DeepSeek-V2-Lite), 475.2 -> 464.6 (Mixtral; the same 256 x 5 kernel timed 471.8-475.2 us in this
+#: session's runs, so 7-11 us there); 64 columns at their best depth 149.1 / 164.4 / 472.3. Measured at
+#: T = 16 only (pdl off), applied to the T buckets up to 64 (one m-tile per expert as at T = 16); the
+#: buckets 128 / 256 (bands of 2 / 4, where A is shared by more n-blocks) keep 256. Log
+#: bench/data/moe_narrow_h200_s25.log
 SINGLE_TILE_GU_N = 128
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
