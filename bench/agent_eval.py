@@ -170,6 +170,25 @@ def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
     return sets
 
 
+def select(names: list[str], spec: str) -> list[str]:
+    """The names matching any ``+``-joined selector of the comma-separated ``spec``, in ``names``' order.
+
+    Raises:
+        ValueError: a selector matches no name (its text in the message).
+
+    >>> select(["a_splitk2_x", "a_splitk4_x", "b_x"], "splitk2,b+x")
+    ['a_splitk2_x', 'b_x']
+    """
+    picked: list[str] = []
+    for sel in (s for s in spec.split(",") if s.strip()):
+        parts = [p for p in sel.split("+") if p]
+        hit = [nm for nm in names if all(p in nm for p in parts)]
+        if not hit:
+            raise ValueError(f"selector {sel!r} matches no kernel of the declared sub-space")
+        picked += [nm for nm in hit if nm not in picked]
+    return [nm for nm in names if nm in picked]
+
+
 def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, log: list) -> dict[str, Any]:
     """One shape's row (``shape``: an :class:`argus_cutlass.agent.shapes.GemmShape`): every kernel of
     ``libs`` (name -> (config, library, artifact); swap-AB ones only on M <= ``SWAP_AB_MAX_M``, tens of

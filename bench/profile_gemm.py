@@ -28,28 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import agent_eval  # noqa: E402  (bench/agent_eval.py: the sweep's build and timing)
+from agent_eval import select  # noqa: E402  (the kernel selectors, shared with sweep_gemm --extend)
 
 #: the HBM ceiling of ANCHORS.md (bytes / s)
 HBM_BYTES_PER_S = 4.3e12
-
-
-def select(names: list[str], spec: str) -> list[str]:
-    """The names matching any ``+``-joined selector of the comma-separated ``spec``, in ``names``' order.
-
-    Raises:
-        ValueError: a selector matches no name (its text in the message).
-
-    >>> select(["a_splitk2_x", "a_splitk4_x", "b_x"], "splitk2,b+x")
-    ['a_splitk2_x', 'b_x']
-    """
-    picked: list[str] = []
-    for sel in (s for s in spec.split(",") if s.strip()):
-        parts = [p for p in sel.split("+") if p]
-        hit = [nm for nm in names if all(p in nm for p in parts)]
-        if not hit:
-            raise ValueError(f"selector {sel!r} matches no kernel of the declared sub-space")
-        picked += [nm for nm in hit if nm not in picked]
-    return [nm for nm in names if nm in picked]
 
 
 def main(argv: list[str] | None = None) -> int:

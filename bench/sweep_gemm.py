@@ -65,6 +65,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -433,6 +434,63 @@ def refine_iters(best_ms: float, budget_ms: float = 25.0, lo: int = 20, hi: int 
     return max(lo, min(hi, int(budget_ms / max(best_ms, 1e-6))))
 
 
+def _retime_setup(path: Path, table: dict, verb: str) -> dict[str, Any] | None:
+    """What ``--refine`` and ``--extend`` both need first: a Hopper GPU and the table's ``kernel_configs`` (to
+    rebuild its kernels). The configurations by kernel name, or None after saying why not."""
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.runtime.cuda import require_sm90
+
+    if not table.get("kernel_configs"):
+        print(f"sweep_gemm --{verb}: {path} has no kernel_configs (written by this script's sweeps since session "
+              f"19): its kernels cannot be rebuilt", file=sys.stderr)
+        return None
+    try:
+        require_sm90()
+    except ArgusError as exc:
+        print(f"sweep_gemm --{verb}: needs a Hopper GPU: {exc}", file=sys.stderr)
+        return None
+    return {nm: GemmConfig(**c) for nm, c in table["kernel_configs"].items()}
+
+
+def _rows_to_time(table: dict, plan: dict[str, list[str]], configs: dict[str, Any], args: argparse.Namespace,
+                  t0: float, verb: str) -> Iterator[tuple[str, dict, dict[str, Any]]]:
+    """Build every kernel of ``plan`` (row key -> kernel names, in the order to time the rows) once, then yield
+    ``(key, row, {name: built library})`` per row until ``--max-seconds`` have passed since ``t0`` (said)."""
+    names = sorted({nm for nms in plan.values() for nm in nms})
+    libs = agent_eval._build([configs[nm] for nm in names], args.workers or 16, table.setdefault("failures", []), [])
+    for done, key in enumerate(plan):
+        if time.perf_counter() - t0 > args.max_seconds:
+            print(f"stopping: {args.max_seconds:.0f} s spent; {len(plan) - done} shapes left to {verb}")
+            return
+        yield key, table["shapes"][key], {nm: libs[nm] for nm in plan[key] if nm in libs}
+
+
+def _retime(table: dict, key: str, libs: dict[str, Any], names: list[str], args: argparse.Namespace,
+            tag: str) -> tuple[int, dict]:
+    """Time ``libs`` on row ``key`` as ``--refine`` does (``--rounds`` rounds of :func:`refine_iters` launches,
+    cuBLAS interleaved) and record it: each of ``names`` gets its new time (None where it has none: a one-pass
+    time is never compared against these medians); a kernel or cuBLAS time the row already held is kept, the
+    first one recorded, in ``kernels_sweep`` / ``cublas_ms_sweep``. Returns the launches per timing and
+    ``measure_shape``'s result."""
+    from argus_cutlass.agent.shapes import GemmShape
+
+    row = table["shapes"][key]
+    m, n, k = map(int, key.split("x"))
+    iters = refine_iters(min((v for v in row["kernels"].values() if v), default=1.0))
+    got = measure_shape(libs, GemmShape(m, n, k, *table_flavor(table), name=f"{tag}.{key}"), args.warmup, iters,
+                        args.rounds, table.setdefault("failures", []))
+    kept = row.setdefault("kernels_sweep", {})
+    for nm in names:
+        if nm in row["kernels"]:
+            kept.setdefault(nm, row["kernels"][nm])
+    row["kernels"].update({nm: got["kernels"].get(nm) or None for nm in names})
+    if got.get("cublas_ms"):
+        row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
+        row["cublas_ms"] = got["cublas_ms"]
+    return iters, got
+
+
 def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     """``--refine``: re-time each row's :func:`finalists` (and the heuristic's and the cost model's choices)
     with ``--rounds`` rounds of :func:`refine_iters` launches, cuBLAS interleaved as in the sweep; the new
@@ -440,62 +498,29 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     is marked ``refined``. Smallest M first, resumable, stops after ``--max-seconds``: the one-pass sweep's
     20 launches per kernel leave a kernel under 50 us a 90th-percentile spread of 4-13 %, more than the 3 %
     the untuned choice is scored by."""
-    from argus_cutlass.agent.shapes import GemmShape
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.kernels.gemm.config import GemmConfig
-    from argus_cutlass.runtime.cuda import require_sm90
-
-    try:
-        require_sm90()
-    except ArgusError as exc:
-        print(f"sweep_gemm --refine: needs a Hopper GPU: {exc}", file=sys.stderr)
+    configs = _retime_setup(path, table, "refine")
+    if configs is None:
         return 2
-    if not table.get("kernel_configs"):
-        print(f"sweep_gemm --refine: {path} has no kernel_configs (written by this script's sweeps since session "
-              f"19): nothing to rebuild", file=sys.stderr)
-        return 2
-    configs = {nm: GemmConfig(**c) for nm, c in table["kernel_configs"].items()}
     picks = choices(table)
     todo = sorted((key for key, row in table["shapes"].items() if row.get("kernels") and not row.get("refined")),
                   key=lambda key: tuple(map(int, key.split("x"))))
     plan = {key: [nm for nm in finalists(table["shapes"][key], args.refine_within,
                                          tuple(picks.get(key, {}).values())) if nm in configs] for key in todo}
-    names = sorted({nm for nms in plan.values() for nm in nms})
-    print(f"refining {len(todo)} shapes: {sum(map(len, plan.values()))} timings of {len(names)} kernels", flush=True)
-    log = table.setdefault("failures", [])
-    libs = agent_eval._build([configs[nm] for nm in names], args.workers or 16, log, [])
-    libs = {nm: v for nm, v in libs.items() if nm in set(names)}
-    done = 0
-    for key in todo:
-        if time.perf_counter() - t0 > args.max_seconds:
-            print(f"stopping: {args.max_seconds:.0f} s spent; {len(todo) - done} shapes left to refine")
-            break
-        row = table["shapes"][key]
-        sub = {nm: libs[nm] for nm in plan[key] if nm in libs}
+    print(f"refining {len(todo)} shapes: {sum(map(len, plan.values()))} timings of "
+          f"{len({nm for nms in plan.values() for nm in nms})} kernels", flush=True)
+    for key, row, sub in _rows_to_time(table, plan, configs, args, t0, "refine"):
         if not sub:   # no finalist built: marked, so a resumed run does not rebuild for it again
             row["refined"] = {"within": args.refine_within, "kernels": 0, "failed": plan[key]}
             _save(path, table)
             continue
-        m, n, k = map(int, key.split("x"))
-        best = min(v for v in row["kernels"].values() if v)
-        iters = refine_iters(best)
         t1 = time.perf_counter()
-        new = measure_shape(sub, GemmShape(m, n, k, *table_flavor(table), name=f"refine.{key}"),
-                            args.warmup, iters, args.rounds, log)
+        iters, new = _retime(table, key, sub, plan[key], args, "refine")
         # every finalist gets its refined time or none: a finalist that did not build or time keeps no one-pass
         # time (it could be the sweep's lucky best, compared against 5-round medians); the old ones stay apart
         failed = [nm for nm in plan[key] if not new["kernels"].get(nm)]
-        sweep_times = row.setdefault("kernels_sweep", {})
-        for nm in plan[key]:   # the first recorded time of each kernel is kept (an --extend may have kept some)
-            sweep_times.setdefault(nm, row["kernels"][nm])
-        row["kernels"].update({nm: new["kernels"].get(nm) or None for nm in plan[key]})
-        if new.get("cublas_ms"):
-            row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
-            row["cublas_ms"] = new["cublas_ms"]
         row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters,
                           "kernels": len(plan[key]) - len(failed), "failed": failed}
         _save(path, table)
-        done += 1
         print(f"{key:>18} refined {len(sub)} kernels x {args.rounds} rounds x {iters} launches "
               f"({time.perf_counter() - t1:.1f} s)", flush=True)
     _save(path, table)
@@ -509,20 +534,10 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
     that lack them (module docstring), each with the row's finalists, and record them; resumable, smallest M
     first, stops after ``--max-seconds``."""
     from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M
-    from argus_cutlass.agent.shapes import GemmShape
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.space import feasible
-    from argus_cutlass.runtime.cuda import require_sm90
 
-    if not table.get("kernel_configs"):
-        print(f"sweep_gemm --extend: {path} has no kernel_configs (written by this script's sweeps since session "
-              f"19): its finalists cannot be rebuilt to time beside the added kernels", file=sys.stderr)
-        return 2
-    try:
-        require_sm90()
-    except ArgusError as exc:
-        print(f"sweep_gemm --extend: needs a Hopper GPU: {exc}", file=sys.stderr)
+    configs = _retime_setup(path, table, "extend")
+    if configs is None:
         return 2
     log = table.setdefault("failures", [])
     ok = {}
@@ -533,7 +548,6 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
         else:
             log.append({"kernel": cfg.model_dump(), "phase": "verify", "error": "; ".join(why)})
             print(f"-- {nm}: refused by the verifier: {'; '.join(why)[:200]}")
-    configs = {nm: GemmConfig(**c) for nm, c in table.get("kernel_configs", {}).items()}
     picks = choices(table)
 
     def missing(key: str) -> list[str]:
@@ -542,58 +556,35 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
         return [nm for nm, c in ok.items() if nm not in row.get("kernels", {}) and not (c.swap_ab and m > SWAP_AB_MAX_M)]
 
     # rows with at least one time (a row whose kernels all failed has no finalists to time the added ones beside)
-    todo = sorted((key for key, row in table["shapes"].items()
-                   if any(row.get("kernels", {}).values()) and (m_values is None or int(key.split("x")[0]) in m_values)
-                   and missing(key)),
-                  key=lambda key: tuple(map(int, key.split("x"))))
-    added_of = {key: missing(key) for key in todo}
+    added_of = {key: missing(key) for key, row in table["shapes"].items()
+                if any(row.get("kernels", {}).values()) and (m_values is None or int(key.split("x")[0]) in m_values)}
+    todo = sorted((key for key, names in added_of.items() if names), key=lambda key: tuple(map(int, key.split("x"))))
     plan = {key: added_of[key] + [nm for nm in finalists(table["shapes"][key], args.refine_within,
                                                           tuple(picks.get(key, {}).values()))
                                   if nm in configs and nm not in added_of[key]]
             for key in todo}
-    names = sorted({nm for nms in plan.values() for nm in nms})
     print(f"extending {len(todo)} shapes with {len(ok)} configurations: {sum(map(len, plan.values()))} timings of "
-          f"{len(names)} kernels", flush=True)
+          f"{len({nm for nms in plan.values() for nm in nms})} kernels", flush=True)
     if not todo:
         print(report(table))
         return 0
-    libs = agent_eval._build([ok.get(nm) or configs[nm] for nm in names], args.workers or 16, log, [])
-    table.setdefault("kernel_configs", {}).update({nm: cfg.model_dump() for nm, (cfg, _, _) in libs.items()
-                                                   if nm in ok})
     known = {json.dumps(c, sort_keys=True) for c in table.get("candidates", [])}
     table["candidates"] = table.get("candidates", []) + [
         c.model_dump() for c in ok.values() if json.dumps(c.model_dump(), sort_keys=True) not in known]
-    done = 0
-    for key in todo:
-        if time.perf_counter() - t0 > args.max_seconds:
-            print(f"stopping: {args.max_seconds:.0f} s spent; {len(todo) - done} shapes left to extend")
-            break
-        row = table["shapes"][key]
-        sub = {nm: libs[nm] for nm in plan[key] if nm in libs}
+    for key, row, sub in _rows_to_time(table, plan, {**configs, **ok}, args, t0, "extend"):
         new_names = added_of[key]   # missing from the row; the rest of the plan is re-timed
-        m, n, k = map(int, key.split("x"))
         if not sub:   # nothing built: the added kernels are recorded untimed, so a resumed run skips the row
             row["kernels"].update({nm: None for nm in new_names})
             row.setdefault("extended", []).append({"added": new_names, "kernels": 0})
             _save(path, table)
             continue
-        best = min(v for v in row["kernels"].values() if v)
-        iters = refine_iters(best)
+        table["kernel_configs"].update({nm: ok[nm].model_dump() for nm in new_names if nm in sub})
         t1 = time.perf_counter()
-        got = measure_shape(sub, GemmShape(m, n, k, *table_flavor(table), name=f"extend.{key}"),
-                            args.warmup, iters, args.rounds, log)
         old = [nm for nm in plan[key] if nm not in new_names]
-        sweep_times = row.setdefault("kernels_sweep", {})
-        for nm in old:   # the first recorded time of a re-timed kernel is kept
-            sweep_times.setdefault(nm, row["kernels"][nm])
-        row["kernels"].update({nm: got["kernels"].get(nm) or None for nm in plan[key]})
-        if got.get("cublas_ms"):
-            row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
-            row["cublas_ms"] = got["cublas_ms"]
+        iters, _ = _retime(table, key, sub, plan[key], args, "extend")
         row.setdefault("extended", []).append({"added": new_names, "rounds": args.rounds, "iters": iters,
                                                "retimed": old})
         _save(path, table)
-        done += 1
         good = {nm: v for nm, v in row["kernels"].items() if v}
         winner = min(good, key=good.get) if good else None
         print(f"{key:>18} +{len(new_names)} kernels; best now {winner and round(good[winner], 4)} ms"
@@ -655,11 +646,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             ap.error(f"--m {args.m!r}: expected comma-separated integers")
         from argus_cutlass.generate import kernel_name
-        from profile_gemm import select
-
         space = {kernel_name(c): c for c in agent_eval.subspace(*table_flavor(table))}
         try:
-            picked = select(list(space), args.extend)
+            picked = agent_eval.select(list(space), args.extend)
         except ValueError as exc:
             ap.error(f"--extend {args.extend!r}: {exc}")
         args.rounds = args.rounds or 5
