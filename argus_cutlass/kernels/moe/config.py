@@ -89,8 +89,9 @@ class MoEConfig(BaseModel):
             lines should replace each other in L2 rather than the lines already there (the tokens, the
             other layers' activations, or the dirty lines a benchmark's L2 flush leaves, whose
             write-back would share HBM with the weight stream). False (the default): every load
-            ``evict_normal`` (same ``.cu``). NOT measured yet (session 24 built it for the small-T
-            GEMMs' fixed ~27 us: bench/RESULTS.md).
+            ``evict_normal`` (same ``.cu``). Measured on the H200 (session 25, device step moe-flush, T = 16):
+            no gain under the benchmark's written L2 flush (gate+up -2 to +10 us, mixed), 1-17 us faster
+            under a read flush; default off (bench/RESULTS.md session 25).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -44,7 +44,8 @@ def bucket_of(tokens: int) -> str:
 #: ``gu_tile_n`` / ``dn_tile_n`` 64 (session 24): the finest units, for the small-T GEMMs whose measured time is a
 #: fixed ~27 us plus the weight bytes at 4.1 TB/s and whose SMs idle 8-15 % at the walk's end (bench/RESULTS.md
 #: session 24; vLLM's tuned H200 Triton configuration for E = 128, N = 768 at M <= 32 streams 64-column blocks);
-#: gate+up 64 holds 32 gate + 32 up columns, and ``gu_stages`` 10 / 12 keep its bytes in flight. NOT measured yet.
+#: gate+up 64 holds 32 gate + 32 up columns, and ``gu_stages`` 10 / 12 keep its bytes in flight. Measured (session 25,
+#: moe-narrow, T = 16): 64 no faster than 128 (which beat 256), so it stays behind the other moves.
 #: ``gather_slices``: column slices (grid y CTAs) per routing chunk of the permute kernel's gather
 #: (the heuristic derives them from the chunk count and H at every T: ``heuristics.gather_slices_for``,
 #: up to ``MAX_GATHER_SLICES``). ``gather_unroll``: 16-byte loads in flight per thread of that gather (4 in
@@ -54,7 +55,7 @@ def bucket_of(tokens: int) -> str:
 #: launch of the layer's kernels (the small-T heuristic sets it, session 23: 1-2 % faster at T <= 256, up to 8 %
 #: slower at T >= 2048); ``weight_prefetch``: with pdl, k-tiles of the grouped GEMMs' first weights prefetched
 #: into L2 before the wait (0 in the heuristic: no measurable effect in session 23). ``weights_evict_first``: the
-#: grouped GEMMs load the expert weights with L2 priority evict-first (session 24, NOT measured; proposed after
+#: grouped GEMMs load the expert weights with L2 priority evict-first (session 25: no gain under the bench's flush; proposed after
 #: the measured moves at small T).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
@@ -122,8 +123,9 @@ def with_tile_k(cfg: MoEConfig, tile_k: int) -> MoEConfig:
                        dn_stages=max(2, cfg.dn_stages * cfg.tile_k // tile_k))
 
 
-#: n-tiles in :data:`KNOBS` that no device measurement has backed yet (session 24): :func:`_neighbours` proposes
-#: them after the measured moves, so a small tuning budget spends itself on those first
+#: n-tiles in :data:`KNOBS` that no device measurement has shown faster (session 25, moe-narrow: 64 columns gained
+#: nothing over 128): :func:`_neighbours` proposes them after the other moves, so a small tuning budget spends
+#: itself on those first
 UNMEASURED_TILE_N = (64,)
 
 
