@@ -294,14 +294,15 @@ _RESIDUAL_DTYPES = {"bf16": "16bit", "fp16": "16bit"}
 def structure_key(cfg: GemmConfig, stages: bool = True) -> str:
     """The configuration's kernel structure without its element types and layout: what a measured
     correction of one flavor is keyed by, so a bf16 ``tn`` calibration corrects the same structure of
-    another flavor. ``stages=False`` drops the pipeline depth too (``fit_stages`` gives an fp32 output
+    another flavor (accumulator sets, when more than one, as ``_as2`` / ``_as4``). ``stages=False`` drops the pipeline depth too (``fit_stages`` gives an fp32 output
     fewer stages than a bf16 one: :func:`ranked` falls back to that key when it names one column).
 
     >>> structure_key(GemmConfig())
     '128x256x64_c2x1_cooperative_along_n1_persistent1_ab_s4'
     """
     key = (f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}_c{cfg.cluster_m}x{cfg.cluster_n}_{cfg.schedule}_"
-           f"{cfg.raster}{cfg.swizzle}_{cfg.scheduler}{cfg.splits}_{'ba' if cfg.swap_ab else 'ab'}")
+           f"{cfg.raster}{cfg.swizzle}_{cfg.scheduler}{cfg.splits}_{'ba' if cfg.swap_ab else 'ab'}"
+           f"{f'_as{cfg.acc_sets}' if cfg.acc_sets > 1 else ''}")
     return f"{key}_s{cfg.stages}" if stages else key
 
 

@@ -424,9 +424,9 @@ def _miss_text(key: str, tables: list[tuple[str, list[tuple[str, dict[str, Any]]
     def differs(k: list[str]) -> list[str]:
         return [f for i, f in enumerate(fields) if k[i] != want[i] and not (i == 0 and same_gpu(k[0]))]
 
-    def score(item: tuple[str, list[str]]) -> tuple[int, float, bool]:
-        s, k = item
-        return (*key_rank(want, k, same_gpu(k[0])), s != "store")
+    def score(item: tuple[str, list[str]]) -> tuple[int, float, bool, str]:
+        s, k = item   # ties: the user's store first, then the key's text (not the table's entry order)
+        return (*key_rank(want, k, same_gpu(k[0])), s != "store", "|".join(k))
 
     _, near = min(keys, key=score)
     parts.append(f"nearest: {'|'.join(near)!r}, differs in {', '.join(differs(near)) or 'nothing'}")

@@ -171,18 +171,23 @@ def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
 
 
 def select(names: list[str], spec: str) -> list[str]:
-    """The names matching any ``+``-joined selector of the comma-separated ``spec``, in ``names``' order.
+    """The names matching any ``+``-joined selector of the comma-separated ``spec``, in ``names``' order: every
+    part of a selector is a substring of the name, or, written ``!text``, is not (``64x16x64_c1x1_s12_pp+!_as``:
+    that kernel with one accumulator set, not its ``_as2`` twin).
 
     Raises:
         ValueError: a selector matches no name (its text in the message).
 
     >>> select(["a_splitk2_x", "a_splitk4_x", "b_x"], "splitk2,b+x")
     ['a_splitk2_x', 'b_x']
+    >>> select(["k_s12_pp_1", "k_s12_pp_as2_1"], "s12_pp+!_as")
+    ['k_s12_pp_1']
     """
     picked: list[str] = []
     for sel in (s for s in spec.split(",") if s.strip()):
-        parts = [p for p in sel.split("+") if p]
-        hit = [nm for nm in names if all(p in nm for p in parts)]
+        parts = [p for p in sel.split("+") if p.lstrip("!")]
+        hit = [nm for nm in names
+               if all((p[1:] not in nm) if p.startswith("!") else (p in nm) for p in parts)]
         if not hit:
             raise ValueError(f"selector {sel!r} matches no kernel of the declared sub-space")
         picked += [nm for nm in hit if nm not in picked]

@@ -267,7 +267,7 @@ case "$STEP" in
     # best split and 128-row kernels beside them, cuBLAS interleaved
     for S in 1x4096x14336 1x3584x14336 1x4096x12288 1x5120x8192 1x5120x25600 1x8192x8192 1x14336x4096; do
       timeout 120 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --also stages=22 \
-        --kernels 64x16x64_c1x1_s12_pp,128x16x64_c1x1_s12_coop,128x16x64+splitk2 2>&1 | tee "$OUT/deep_$S.log" | tail -7
+        --kernels 64x16x64_c1x1_s12_pp+!_as,128x16x64_c1x1_s12_coop,128x16x64+splitk2 2>&1 | tee "$OUT/deep_$S.log" | tail -7
     done
     timeout 120 python3 "$R/bench/profile_gemm.py" --shape 32x4096x14336 --rounds 5 --also stages=18 \
       --kernels 64x32x64_c1x1_s12_pp,128x32x64_c1x1_s8_coop_e128x32_rn1_swapab 2>&1 | tee "$OUT/deep_32x4096x14336.log" | tail -6 ;;
@@ -281,7 +281,7 @@ case "$STEP" in
     # 128-row cooperative tiles at k 64 (declared), k 128, acc_sets 2 / 4 and both (copies, the depths that fit; the
     # rest refused and named), cuBLAS interleaved
     for S in 1x4096x14336 1x3584x14336 1x5120x8192 1x8192x8192 1x14336x4096 16x4096x14336 32x4096x14336; do
-      KS=64x16x64_c1x1_s12_pp,128x16x64_c1x1_s12_coop
+      KS=64x16x64_c1x1_s12_pp+!_as,128x16x64_c1x1_s12_coop
       case $S in 32x*) KS=64x32x64_c1x1_s12_pp,128x32x64_c1x1_s8_coop_e128x32_rn1_swapab ;; esac
       timeout 150 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --kernels "$KS" \
         --also tile_k=128,stages=11 --also tile_k=128,stages=8 --also tile_k=128,stages=6 --also tile_k=128,stages=5 \

@@ -528,6 +528,16 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     return 0
 
 
+def _extended_note(table: dict) -> str:
+    """The merge note's clause for rows ``--extend`` added configurations to ('' when none was)."""
+    rows = [row for row in table["shapes"].values() if row.get("extended")]
+    if not rows:
+        return ""
+    added = {nm for row in rows for ext in row["extended"] for nm in ext.get("added", [])}
+    return (f"; {len(rows)} rows extended (bench/sweep_gemm.py --extend) with {len(added)} configurations "
+            f"added to the declared sub-space later, timed beside each row's finalists")
+
+
 def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] | None, args: argparse.Namespace,
            t0: float) -> int:
     """``--extend``: time ``added`` (kernel name -> configuration of the declared sub-space) on the table's rows
@@ -690,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
                 "per swept shape, the kernel the sweep measured fastest there (ms, cublas_ms: the sweep's); a lookup "
                 "takes its bucket's entry measured nearest the problem"
                 + (f"; swept over the configurations within {restricted['within']:.0%} of each shape's best in "
-                   f"{Path(restricted['from']).name} (--from-table)" if restricted else ""))
+                   f"{Path(restricted['from']).name} (--from-table)" if restricted else "")
+                + _extended_note(table))
             shipped.write_text(json.dumps(merged, indent=1) + "\n")
             print(f"merged {len(new)} GEMM entries into {shipped}")
             return 0

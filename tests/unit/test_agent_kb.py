@@ -54,6 +54,15 @@ def test_swap_ab_applies_to_small_m_only():
             "raster_order", "scheduler_swizzle", "epilogue_subtile", "tile_k"} <= {t.id for t in KB.available}
 
 
+def test_accumulator_sets_apply_to_narrow_swap_ab_tiles_only():
+    t = KB.get("acc_sets")
+    decode = GemmConfig(tile_m=64, tile_n=16, schedule="pingpong", epi_m=64, epi_n=16, swap_ab=True, stages=12)
+    assert t.available and t.knobs == ("acc_sets",) and "G3" in t.risks   # G3: rule k.acc_sets
+    assert t.applicable(problem_env(1, 4096, 14336, decode))
+    assert not t.applicable(problem_env(1, 4096, 14336, decode.replace(swap_ab=False)))
+    assert not t.applicable(problem_env(64, 4096, 14336, decode.replace(tile_n=64, epi_n=32)))
+
+
 def test_split_k_and_stream_k_use_the_scheduler_knobs():
     """The kernel has the stream-K / split-K scheduler now: the techniques are available,
     their knobs are GemmConfig fields, and they apply only where they can help."""

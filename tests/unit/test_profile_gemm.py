@@ -43,14 +43,14 @@ def test_also_adds_verified_copies_and_names_the_refused(monkeypatch, capsys):
         return {}
 
     monkeypatch.setattr(agent_eval, "_build", fake_build)
-    rc = profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp",
+    rc = profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp+!_as",
                             "--also", "stages=22", "--also", "stages=24"])
     assert rc == 1   # nothing built (the fake), said so
     assert [c.stages for c in built] == [12, 22]   # 24 stages do not fit: refused, not built
     out = capsys.readouterr().out
     assert "s24_pp" in out and "smem.capacity" in out and "no kernel built" in out
     with pytest.raises(SystemExit):
-        profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp", "--also", "stagez=3"])
+        profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp+!_as", "--also", "stagez=3"])
 
 
 def test_report_after_timing_names_floor_and_cublas(monkeypatch, capsys):
@@ -62,7 +62,7 @@ def test_report_after_timing_names_floor_and_cublas(monkeypatch, capsys):
                         {kernel_name(c): (c, None, None) for c in configs})
     monkeypatch.setattr(agent_eval, "measure_shape", lambda libs, shape, *a: {
         "cublas_ms": 0.040, "kernels": {nm: (0.030 if i else 0.035) for i, nm in enumerate(libs)}})
-    rc = profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp", "--also", "stages=22"])
+    rc = profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp+!_as", "--also", "stages=22"])
     out = capsys.readouterr().out
     assert rc == 0
     floor_us = 4096 * 14336 * 2 / profile_gemm.HBM_BYTES_PER_S * 1e6

@@ -174,3 +174,23 @@ def test_feasible_names_rules():
     assert not ok and {"gmma.m_tile", "epilogue.tile"} <= {r.split(":")[0] for r in reasons}
     assert feasible(GemmConfig()) == (True, ())
     assert feasible(GemmConfig(), smt=True) == (True, ())
+
+
+def test_declared_decode_configurations_round_trip_their_knobs_and_are_feasible():
+    """Session 26's decode additions (128-deep k-tiles, 2 accumulator sets) are in the declared sub-space of
+    every flavor, the verifier accepts each, and ``acc_sets`` is a searched knob (knob_values / derive keep it:
+    the planner's moves reach the same kernel the sweep measured)."""
+    from argus_cutlass.agent.costmodel import structure_key
+    from argus_cutlass.kernels.gemm.space import UNSEARCHED_FIELDS, declared_subspace
+
+    assert "acc_sets" in GemmSpace().fragments and "acc_sets" not in UNSEARCHED_FIELDS
+    for flavor in (("bf16", "bf16", "tn"), ("fp16", "fp32", "nt")):
+        space = declared_subspace(*flavor)
+        decode = [c for c in space if c.swap_ab and (c.tile_k == 128 or c.acc_sets > 1)]
+        assert {(c.tile_m, c.tile_n, c.tile_k, c.acc_sets) for c in decode} == {
+            (64, 16, 128, 1), (64, 32, 128, 1), (64, 64, 128, 1), (128, 16, 128, 1), (64, 16, 64, 2), (64, 16, 128, 2)}
+        assert len(space) == 87 and len({structure_key(c) for c in space}) == 87   # the sets are part of the key
+        for cfg in decode:
+            assert feasible(cfg)[0], cfg
+            assert GemmConfig(**{**derive(knob_values(cfg)), "dtype": cfg.dtype, "out_dtype": cfg.out_dtype,
+                                 "layout": cfg.layout}) == cfg

@@ -279,6 +279,10 @@ def test_extend_times_added_configurations_beside_the_finalists_and_resumes(swee
     with pytest.raises(SystemExit) as exc:
         sweep.main(["--table", str(t), "--extend", "nosuchkernel"])
     assert exc.value.code == 2 and "'nosuchkernel' matches no kernel" in capsys.readouterr().err
+    # the merge note says which rows hold configurations added later (their times: other rounds than the sweep's)
+    note = sweep._extended_note(json.loads(t.read_text()))
+    assert note.startswith("; 2 rows extended (bench/sweep_gemm.py --extend) with 1 configurations")
+    assert sweep._extended_note(table) == ""
 
 
 def test_extend_retimes_a_selected_kernel_already_on_the_row_and_refine_keeps_first_times(sweep, tmp_path, monkeypatch):

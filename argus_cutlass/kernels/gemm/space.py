@@ -5,7 +5,8 @@ a default and a neighbour move, kept apart from the frozen config. Derived field
 rows ``epi_m`` follow the schedule (128 cooperative, 64 ping-pong; rule ``epilogue.tile``).
 The cluster is one fragment (``(cluster_m, cluster_n)`` pairs) because only three shapes
 make sense for the kernel; so is the work decomposition (``(scheduler, splits)``: the
-persistent data-parallel scheduler, stream-K, split-K by 2 or 4). One constraint ties
+persistent data-parallel scheduler, stream-K, split-K by 2 or 4). The accumulator sets (``acc_sets``
+1 / 2 / 4, rule ``k.acc_sets``) are searched since session 26. One constraint ties
 fragments together: stream-K and split-K need the cooperative schedule
 (:func:`admissible`).
 
@@ -14,7 +15,7 @@ The single feasibility function is :func:`feasible`: it *is* the verifier
 
 >>> space = GemmSpace()
 >>> space.size
-209088
+627264
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]
@@ -44,12 +45,15 @@ __all__ = [
 #: GemmConfig fields computed from others, never searched
 DERIVED_FIELDS = ("epi_m",)
 #: GemmConfig fields built and verified but not searched (their default in every point of the space) until a
-#: measurement backs them: ``acc_sets`` (session 25, the decode lead of device step gemm-k128)
-UNSEARCHED_FIELDS = ("acc_sets",)
+#: measurement backs them. Empty since session 26: ``acc_sets`` (independent accumulator sets) took 9-11 % off the
+#: 64 x 16 swap-AB decode kernel on the few-tile shapes (device step gemm-k128, ``bench/data/gemm_k128_h200_s26.log``)
+UNSEARCHED_FIELDS: tuple[str, ...] = ()
 
 
 def default_fragments() -> dict[str, Fragment]:
-    """The full GEMM space: tiles, cluster, stages, schedule, raster, swizzle, epilogue N."""
+    """The full GEMM space: tiles, cluster, stages, schedule, raster, swizzle, epilogue N, work
+    decomposition, swap-AB and accumulator sets (``acc_sets``: k-block ``b`` into set ``b % S``, rule
+    ``k.acc_sets``; a divisor of ``tile_k / 16``, else the DSL refuses the configuration)."""
     return {
         "tile_m": EnumFragment((64, 128, 256), 128),
         "tile_n": EnumFragment((16, 32, 64, 128, 192, 256), 256),
@@ -63,6 +67,7 @@ def default_fragments() -> dict[str, Fragment]:
         "decomposition": EnumFragment((("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4)),
                                       ("persistent", 1)),
         "swap_ab": EnumFragment((False, True), False),
+        "acc_sets": EnumFragment((1, 2, 4), 1),
     }
 
 
@@ -264,7 +269,7 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (81 configs, before the verifier; a new list of the memoised configurations,
+    """The declared sub-space (87 configs, before the verifier; a new list of the memoised configurations,
     whose stages :func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages` fits once per flavor): the
     candidate set of the sweeps
     (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
@@ -280,7 +285,10 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     (issue 13 item 2: 128x16 and 128x32 cooperative, stream-K and split-K 2 / 4, cluster 1x1, 8
     stages), because a weight of N rows gives only ceil(N / 64) swap-AB tiles (64 for N = 4096: half the
     132 SMs idle) and splitting K is what fills the SMs while still reading each weight byte once.
-    81 in all. Stages are fitted to shared memory.
+    6 swap-AB decode kernels measured in session 26 (device step gemm-k128: a few-tile decode GEMM is bound by a
+    per-stage cost, not by bytes in flight): 128-deep k-tiles (64x16, 64x32, 64x64 ping-pong 8 stages, 128x16
+    cooperative 6) and 2 accumulator sets (64x16 ping-pong at k 64 x 12 stages and at k 128 x 8).
+    87 in all. Stages are fitted to shared memory.
     """
     return list(_declared_subspace(dtype, out_dtype, layout))
 
@@ -325,4 +333,12 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
                              cluster_m=1, cluster_n=1, stages=8, schedule="cooperative", epi_m=128, epi_n=tn,
                              swap_ab=True, scheduler=scheduler, splits=splits)
             out.append(fit_stages(cfg))
+    # decode: deeper k-tiles and independent accumulator sets (session 26, device step gemm-k128)
+    for (tm, tn, sch), tk, stages, sets in (((64, 16, "pingpong"), 128, 8, 1), ((64, 32, "pingpong"), 128, 8, 1),
+                                            ((64, 64, "pingpong"), 128, 8, 1), ((128, 16, "cooperative"), 128, 6, 1),
+                                            ((64, 16, "pingpong"), 64, 12, 2), ((64, 16, "pingpong"), 128, 8, 2)):
+        cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk,
+                         cluster_m=1, cluster_n=1, stages=stages, schedule=sch,
+                         epi_m=128 if sch == "cooperative" else 64, epi_n=min(32, tn), swap_ab=True, acc_sets=sets)
+        out.append(fit_stages(cfg))
     return tuple(out)
