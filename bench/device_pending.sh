@@ -41,6 +41,8 @@
 #   bash bench/device_pending.sh OUTDIR gemm-splitk   # decode K splits (128x16: none / 2 / 4 / stream-K) timed, ncu cycles and wait sites (~5 min)
 #   bash bench/device_pending.sh OUTDIR gemm-deep     # decode: 64-row swap-AB tiles at 12 vs 22 stages (bytes in flight) on few-tile shapes (~6 min)
 #   bash bench/device_pending.sh OUTDIR gemm-k128     # decode: the swap-AB tiles with 128-deep k-tiles and / or 2-4 accumulator sets vs the declared (~6 min)
+#   bash bench/device_pending.sh OUTDIR read-floor    # decode: a plain streaming-read kernel on each weight size > L2 (the
+#                                                     # attainable floor, launch included) beside the sweep's best (~2 min)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -66,7 +68,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 read-floor compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -288,6 +290,10 @@ case "$STEP" in
         --also acc_sets=2 --also acc_sets=4 --also tile_k=128,stages=5,acc_sets=4 2>&1 \
         | tee -a "$OUT/gemm_k128.log" | grep -v "refused by the verifier" | tail -16
     done ;;
+  read-floor)
+    # session 26: the decode rows with 84-168 MB weights sit 1.16-1.49x above bytes / 4.3 TB/s, the 0.5-0.9 GB ones at
+    # 0.98-1.0x: how much of that a kernel that only reads the bytes (launch included) also pays
+    timeout 400 python3 "$R/bench/read_floor.py" --m 1 --out "$OUT/read_floor.json" 2>&1 | tee "$OUT/read_floor.log" | tail -26 ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the
     # largest at it; ncu of the shipped kernels of both kinds (DRAM throughput, launch, occupancy, stalls)
