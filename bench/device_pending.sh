@@ -42,7 +42,8 @@
 #   bash bench/device_pending.sh OUTDIR gemm-deep     # decode: 64-row swap-AB tiles at 12 vs 22 stages (bytes in flight) on few-tile shapes (~6 min)
 #   bash bench/device_pending.sh OUTDIR gemm-k128     # decode: the swap-AB tiles with 128-deep k-tiles and / or 2-4 accumulator sets vs the declared (~6 min)
 #   bash bench/device_pending.sh OUTDIR gemm-k128b    # decode misses: the declared 128-deep kernels deeper / with 4 sets /
-#                                                     # split with 128-deep k-tiles, on the 8 worst decode rows (~6 min)
+#                                                     # split with 128-deep k-tiles / nondeterministic reduction, on
+#                                                     # the 8 worst decode rows (~8 min)
 #   bash bench/device_pending.sh OUTDIR read-floor    # decode: a plain streaming-read kernel on each weight size > L2 (the
 #                                                     # attainable floor, launch included) beside the sweep's best (~2 min)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
@@ -295,14 +296,18 @@ case "$STEP" in
   gemm-k128b)
     # session 26: 128-deep k-tiles and 2 accumulator sets took ~10 % off few-tile decode shapes; the rows still past
     # 1.15x the floor are 84-168 MB weights. Each: the declared 64x16x128 (2 sets, 8 stages) and 128x16x128 (6 stages)
-    # kernels deeper and with more sets, and the 128x16 split-K 2 / 4 and stream-K kernels at k 128 with 2 sets
-    # (copies the verifier refuses are named), cuBLAS interleaved
+    # kernels deeper and with more sets, and the 128x16 split-K 2 / 4 and stream-K kernels at k 128 with 2 sets and
+    # with the nondeterministic reduction (session 25: split 4 costs ~6 us of fixup; GemmConfig.reduction, not on
+    # silicon before this step: run gemm-swap first for its numerics), copies the verifier refuses named,
+    # cuBLAS interleaved
     for S in 1x3584x14336 1x4096x12288 1x5120x8192 1x8192x5120 1x10240x5120 1x12288x4096 32x4096x14336 64x3584x14336; do
       KS="64x16x128_c1x1_s8_pp+_as2,128x16x128_c1x1_s6_coop,128x16x64+splitk,128x16x64+streamk"
       case $S in 32x*|64x*) KS="64x32x128_c1x1_s8_pp,64x64x128,128x32x64+splitk,128x32x64+streamk" ;; esac
       timeout 240 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --kernels "$KS" \
         --also stages=10 --also acc_sets=4 --also acc_sets=2 --also stages=10,acc_sets=4 \
-        --also tile_k=128,stages=6,acc_sets=2 2>&1 | tee -a "$OUT/gemm_k128b.log" | grep -v "refused by the verifier" | tail -24
+        --also tile_k=128,stages=6,acc_sets=2 --also reduction=nondeterministic \
+        --also tile_k=128,stages=6,acc_sets=2,reduction=nondeterministic 2>&1 \
+        | tee -a "$OUT/gemm_k128b.log" | grep -v "refused by the verifier" | tail -30
     done ;;
   read-floor)
     # session 26: the decode rows with 84-168 MB weights sit 1.16-1.49x above bytes / 4.3 TB/s, the 0.5-0.9 GB ones at

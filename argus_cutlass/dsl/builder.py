@@ -419,10 +419,11 @@ class ProgramBuilder:
 
     def tile_schedule(self, *, raster: str, swizzle: int, decomposition: str = "persistent", step_delta: int = 0,
                       cluster_m: int = 1, cluster_n: int = 1, splits: int = 1,
-                      consumer_stride: int = 1, longest_first: bool = False, slot_bytes: int = -1) -> TileSchedule:
+                      consumer_stride: int = 1, longest_first: bool = False, slot_bytes: int = -1,
+                      reduction: str = "deterministic") -> TileSchedule:
         """The persistent tile scheduler (see :class:`TileSchedule`)."""
         node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc(), cluster_m, cluster_n, splits,
-                            consumer_stride, longest_first, slot_bytes)
+                            consumer_stride, longest_first, slot_bytes, reduction=reduction)
         self._single["schedule"] = node
         return node
 

@@ -924,8 +924,13 @@ class TileSchedule:
     the CTA of cluster rank ``r`` is placed at ``(r % cluster_m, r // cluster_m)`` along N-raster and
     ``(r // cluster_n, r % cluster_n)`` along M-raster), ``streamk`` or ``splitk`` (a tile's k loop
     divided among units, ``splits`` ways for split-K: CUTLASS's ``PersistentTileSchedulerSm90StreamK``
-    as the building block, Deterministic reduction through a global workspace, launched on CUTLASS's
+    as the building block, partial sums reduced through a global workspace, launched on CUTLASS's
     grid with a 2-D ``(cluster_m, cluster_n)`` cluster: rank ``r`` at ``(r % cluster_m, r // cluster_m)``).
+    ``reduction`` (stream-K / split-K only) is CUTLASS's ``ReductionMode``: ``deterministic`` (the default: a
+    tile's partials are added into the workspace one after another in k order, each waiting on the previous
+    one's lock value) or ``nondeterministic`` (every middle partial waits only for the first one's store and
+    adds atomically, in any order: fewer serial waits, results that may differ in the last bits from run to
+    run; ``sm90_tile_scheduler_stream_k.hpp`` ``fixup_helper``).
 
     Attention (family ``attention``): unit ``u`` is the tile ``(m_block, head, batch)`` with
     ``m_block`` fastest; ``longest_first`` walks the query blocks from the last one (causal: the
@@ -973,6 +978,7 @@ class TileSchedule:
     band_full_rows: bool = field(default=False, metadata=_CANON_SKIP)
     band_swap: bool = field(default=False, metadata=_CANON_SKIP)
     lookahead: int = field(default=0, metadata=_CANON_SKIP)
+    reduction: str = field(default="deterministic", metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_schedule(self)
@@ -1614,6 +1620,12 @@ def validate_schedule(node: TileSchedule) -> None:
                    f"consumer_stride {node.consumer_stride} must be ints >= 1")
     if node.splits > 1 and node.decomposition != "splitk":
         _dsl_error("dsl.operand", loc, f"splits={node.splits} needs decomposition 'splitk'")
+    if node.reduction not in ("deterministic", "nondeterministic"):
+        _dsl_error("dsl.operand", loc, f"reduction {node.reduction!r}: expected 'deterministic' or 'nondeterministic' "
+                   "(CUTLASS ReductionMode)")
+    if node.reduction != "deterministic" and node.decomposition not in ("streamk", "splitk"):
+        _dsl_error("dsl.operand", loc, f"reduction {node.reduction!r} with decomposition {node.decomposition!r}: only "
+                   "stream-K and split-K reduce partial tiles")
     if not isinstance(node.step_delta, int):
         _dsl_error("dsl.operand", loc, f"step_delta {node.step_delta!r} must be an int")
     if not isinstance(node.longest_first, bool):

@@ -199,7 +199,7 @@ def _division_violation(sch: TileSchedule, p: Problem) -> Violation:
         {"cta": int(p.ctas[0]) if p.ctas else 0}, "", {},
         "every (tile, k-tile) computed by exactly one unit, and one unit per tile stores D after reducing the "
         "others' partials", p.message,
-        f"{sch.decomposition} unit division (CUTLASS PersistentTileSchedulerSm90StreamK, Deterministic)",
+        f"{sch.decomposition} unit division (CUTLASS PersistentTileSchedulerSm90StreamK, {sch.reduction.capitalize()})",
         k_tile=p.k_tile if p.k_tile is not None else -1,
         params={k: v for k, v in p.params.items() if isinstance(v, int) and not isinstance(v, bool)},
         chain=tuple(f"CTA {c}" for c in p.ctas) + tuple(f"unit {u}" for u in p.units))
@@ -243,7 +243,8 @@ def _walk_cases(cluster_m: int, cluster_n: int, raster: str, swizzle: int,
 
 @functools.lru_cache(maxsize=64)
 def _division_cases(mode: str, cluster_size: int, splits: int,
-                    mutation: tuple[tuple[str, object], ...]) -> tuple[int, Problem | None, str]:
+                    mutation: tuple[tuple[str, object], ...],
+                    reduction: str = "deterministic") -> tuple[int, Problem | None, str]:
     """:func:`~argus_cutlass.verify.decomposition.enumerate_division` for one cluster size, with
     bounds in whole clusters (so an 8-CTA cluster gets as many grid and tile counts as a single
     CTA): tiles up to 12 clusters and grids up to 8 (stream-K) / 6 (split-K) clusters, or 6 and 4
@@ -254,7 +255,7 @@ def _division_cases(mode: str, cluster_size: int, splits: int,
     tiles = (12 if small else 6) * cluster_size
     grid = ((8 if mode == "stream_k" else 6) if small else 4) * cluster_size
     cases, p = enumerate_division(mode, max_tiles=tiles, max_grid=grid, cluster_sizes=(cluster_size,),
-                                  splits=splits or None, **dict(mutation))
+                                  splits=splits or None, reduction=reduction, **dict(mutation))
     return cases, p, f"tiles <= {tiles}, grids <= {grid} CTAs (clusters of {cluster_size})"
 
 
@@ -301,14 +302,14 @@ def check_schedule(program: Program) -> (tuple[list[Proof], list[Violation]]
     if sch.decomposition in ("streamk", "splitk"):
         mode = "stream_k" if sch.decomposition == "streamk" else "split_k"
         cs = sch.cluster_m * sch.cluster_n
-        cases, p, bounds = _division_cases(mode, cs, sch.splits if mode == "split_k" else 0, ())
+        cases, p, bounds = _division_cases(mode, cs, sch.splits if mode == "split_k" else 0, (), sch.reduction)
         if p is not None:
             return [], [_division_violation(sch, p)]
         if cases == 0:
             return [], [], [Unknown("scheduler.bijection", "G4", f"{sch.decomposition} division", "no case enumerated",
                                     0)]
         text += (f"; the {sch.decomposition} division computes every (tile, k-tile) once and stores each tile "
-                 f"once after the Deterministic fixup, in all {cases} cases with {bounds}")
+                 f"once after the {sch.reduction.capitalize()} fixup, in all {cases} cases with {bounds}")
         points += cases
     return [Proof("scheduler.bijection", "G4", "enum", text, points)], []
 

@@ -94,12 +94,19 @@ SWAP_CASES = (
     (_SWAP_SK16.replace(acc_sets=4), 7, 1000, 5000, 0.5),   # stream-K: units start mid-tile
     (_SWAP_PP16.replace(tile_k=128, stages=11), 7, 4096, 4104, 0.0),
     (_SWAP_PP16.replace(tile_k=128, stages=8, acc_sets=4), 16, 14336, 1064, 0.5),
+    # session 26: the nondeterministic reduction (middle partials added atomically after the first one's store)
+    (_SWAP_SK16.replace(scheduler="splitk", splits=4, reduction="nondeterministic"), 16, 4096, 14336, 0.0),
+    (_SWAP_SK16.replace(reduction="nondeterministic"), 7, 1000, 5000, 0.5),   # stream-K: units start mid-tile
+    (_SWAP_SK16.replace(scheduler="splitk", splits=2, tile_k=128, stages=6, acc_sets=2,
+                        reduction="nondeterministic"), 16, 4096, 14336, 0.0),
 )
 
 
 def _swap_id(c) -> str:
     cfg = c[0]
-    extra = (f"-k{cfg.tile_k}" if cfg.tile_k != 64 else "") + (f"-as{cfg.acc_sets}" if cfg.acc_sets != 1 else "")
+    extra = ((f"-k{cfg.tile_k}" if cfg.tile_k != 64 else "") + (f"-as{cfg.acc_sets}" if cfg.acc_sets != 1 else "")
+             + (f"-{cfg.scheduler}{cfg.splits if cfg.scheduler == 'splitk' else ''}" if cfg.scheduler != "persistent" else "")
+             + ("-nd" if cfg.reduction != "deterministic" else ""))
     return (f"swapab-{cfg.layout}-{cfg.dtype}-{cfg.out_dtype}-{cfg.tile_m}x{cfg.tile_n}{extra}-{c[1]}x{c[2]}x{c[3]}"
             f"-b{c[4]}")
 

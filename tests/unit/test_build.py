@@ -420,8 +420,11 @@ def test_incomplete_entry_is_not_a_hit(tmp_path):
         # a decode tile with four accumulator sets (KLoop.acc_sets): the sets' registers statically indexed
         {"swap_ab": True, "tile_m": 64, "tile_n": 16, "cluster_m": 1, "stages": 12, "schedule": "pingpong",
          "epi_m": 64, "epi_n": 16, "acc_sets": 4},
+        # split-K with the nondeterministic reduction (host ReductionMode::Nondeterministic)
+        {"swap_ab": True, "tile_m": 128, "tile_n": 16, "cluster_m": 1, "stages": 8, "epi_m": 128, "epi_n": 16,
+         "scheduler": "splitk", "splits": 4, "reduction": "nondeterministic"},
     ],
-    ids=["coop-bf16-tn", "coop-fp32out-nt", "pingpong-fp16-tt", "swapab-acc-sets-4"],
+    ids=["coop-bf16-tn", "coop-fp32out-nt", "pingpong-fp16-tt", "swapab-acc-sets-4", "swapab-splitk4-nd"],
 )
 def test_gemm_compiles_to_ptx_with_wgmma_and_tma(cfg_args):
     """The front end also evaluates the template's static_asserts (the program's relations, the

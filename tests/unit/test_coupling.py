@@ -57,6 +57,9 @@ BASES: dict[str, GemmConfig] = {
     # four accumulator sets (the k loop's acc_zeroed / acc_summed not at their one-set defaults)
     "swapab_64x16_as4": GemmConfig(swap_ab=True, tile_m=64, tile_n=16, schedule="pingpong", cluster_m=1, epi_m=64,
                                    epi_n=16, stages=12, acc_sets=4),
+    # split-K 4 with the nondeterministic reduction (the schedule node's reduction not at its default)
+    "swapab_128x16_splitk4_nd": GemmConfig(swap_ab=True, tile_m=128, tile_n=16, cluster_m=1, epi_m=128, epi_n=16,
+                                           stages=8, scheduler="splitk", splits=4, reduction="nondeterministic"),
     # attention: d=128 causal (2 warpgroups taking turns), d=64 (3 warpgroups), d=256 fp16 varlen
     # non-causal without turns (no turn order), d=96 (SW64 atoms) with the quad16 epilogue
     "attn_d128_causal": AttentionConfig(head_dim=128, causal=True, tile_m=128, tile_n=128),
@@ -115,6 +118,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "op": ("stmatrix", "st.shared"),
     "raster": ("along_m", "along_n"),
     "decomposition": ("persistent", "streamk", "splitk"),
+    "reduction": ("deterministic", "nondeterministic"),
     "relation": ("==", "!=", "<=", "<", ">=", ">", "divides", "disjoint"),
     "layout": ("tn", "nt", "nn", "tt"),
     "family": ("gemm", "attention"),

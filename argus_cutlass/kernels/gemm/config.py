@@ -79,8 +79,13 @@ class GemmConfig(BaseModel):
         scheduler: ``persistent`` (one output tile per work unit), ``streamk`` (the K
             loop of the last wave's tiles is split across CTAs, partial sums reduced in a
             global workspace) or ``splitk`` (every tile's K loop split ``splits`` ways).
-            Both reductions are deterministic; both need the cooperative schedule.
+            Both need the cooperative schedule.
         splits: K splits per tile for ``splitk`` (1 otherwise).
+        reduction: how ``streamk`` / ``splitk`` add a tile's partial sums (CUTLASS ``ReductionMode``, schedule node
+            ``reduction``): ``deterministic`` (the default; in k order, one partial after another) or
+            ``nondeterministic`` (the middle partials add atomically once the first has stored: fewer serial
+            waits, results that may differ in the last bits between runs). Only with ``streamk`` / ``splitk``
+            (the DSL refuses it on a persistent schedule); both are proved by rule ``scheduler.bijection``.
         swap_ab: compute ``D^T[N,M] = B @ A^T`` (swap-AB, for small M): the kernel's M mode
             is the problem's N and its N mode the problem's M, so a small M sits on the
             GMMA N side (8..256, PTX ISA 9.7.15.5) instead of padding the 64-row GMMA M.
@@ -118,6 +123,7 @@ class GemmConfig(BaseModel):
     swizzle: Literal[1, 2, 4, 8] = 1
     scheduler: TileScheduler = "persistent"
     splits: int = Field(1, gt=0)
+    reduction: Literal["deterministic", "nondeterministic"] = "deterministic"
     swap_ab: bool = False
     acc_sets: int = Field(1, gt=0)
 

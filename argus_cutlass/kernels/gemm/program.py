@@ -59,6 +59,7 @@ def program_label(cfg: GemmConfig) -> str:
     """
     c = cfg
     sched = {"streamk": "_streamk", "splitk": f"_splitk{c.splits}"}.get(c.scheduler, "")
+    sched += "_nd" if c.reduction == "nondeterministic" else ""
     return (f"gemm_sm90_{c.dtype}_{c.out_dtype}_{c.layout}_{c.tile_m}x{c.tile_n}x{c.tile_k}_"
             f"c{c.cluster_m}x{c.cluster_n}_s{c.stages}_{_SCHEDULE[c.schedule]}_e{c.epi_m}x{c.epi_n}_"
             f"r{_RASTER[c.raster]}{c.swizzle}{sched}{'_swapab' if c.swap_ab else ''}"
@@ -252,7 +253,7 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     b.tma_store(s_d, g_d, TmaCopy("store", box_d, out_bits, atom_d.swizzle_bytes), major=atom_d.major,
                 tile_mn=c.epi_m, tile_k=c.epi_n)
     b.tile_schedule(raster=c.raster, swizzle=c.swizzle, decomposition=c.scheduler, cluster_m=c.cluster_m,
-                    cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2)
+                    cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2, reduction=c.reduction)
 
     # ---- aligned staging of the caller's operands (the any-alignment path) ----------------------
     storage = stage_copies(c.layout)

@@ -47,7 +47,9 @@ DERIVED_FIELDS = ("epi_m",)
 #: GemmConfig fields built and verified but not searched (their default in every point of the space) until a
 #: measurement backs them. Empty since session 26: ``acc_sets`` (independent accumulator sets) took 9-11 % off the
 #: 64 x 16 swap-AB decode kernel on the few-tile shapes (device step gemm-k128, ``bench/data/gemm_k128_h200_s26.log``)
-UNSEARCHED_FIELDS: tuple[str, ...] = ()
+#: ``reduction`` (stream-K / split-K partial sums added nondeterministically, session 26): not measured yet (device
+#: step gemm-k128b times it on the decode K splits)
+UNSEARCHED_FIELDS: tuple[str, ...] = ("reduction",)
 
 
 def default_fragments() -> dict[str, Fragment]:
