@@ -206,12 +206,16 @@ def ranked(space: GemmSpace, problem: Problem) -> list[GemmConfig]:
 def ranked_feasible(space: GemmSpace, problem: Problem, exclude: set[GemmConfig],
                     candidates: Sequence[GemmConfig] | None = None, limit: int = 1) -> list[GemmConfig]:
     """Up to ``limit`` feasible configs, best predicted first: sort by the cost model, then
-    run the verifier down the list (memoised) so only the needed ones are verified."""
+    run the verifier down the list (memoised) so only the needed ones are verified. Configurations that
+    differ only in ``acc_sets`` (the same predicted time) count once: the first of them is taken."""
     order = ranked(space, problem) if candidates is None else _rank(candidates, problem)
-    out = []
+    out: list[GemmConfig] = []
+    picked = set()   # the cost model does not model acc_sets: a twin of a picked config differing only in it is skipped
     for c in order:
-        if c not in exclude and feasible(c)[0]:
+        twin = c.replace(acc_sets=1)
+        if c not in exclude and twin not in picked and feasible(c)[0]:
             out.append(c)
+            picked.add(twin)
             if len(out) >= limit:
                 break
     return out

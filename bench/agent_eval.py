@@ -176,7 +176,8 @@ def select(names: list[str], spec: str) -> list[str]:
     that kernel with one accumulator set, not its ``_as2`` twin).
 
     Raises:
-        ValueError: a selector matches no name (its text in the message).
+        ValueError: a selector matches no name, or has an empty part (``a++b``, a bare ``!``, ``!!x``: each would
+            select every kernel), its text in the message.
 
     >>> select(["a_splitk2_x", "a_splitk4_x", "b_x"], "splitk2,b+x")
     ['a_splitk2_x', 'b_x']
@@ -185,7 +186,9 @@ def select(names: list[str], spec: str) -> list[str]:
     """
     picked: list[str] = []
     for sel in (s for s in spec.split(",") if s.strip()):
-        parts = [p for p in sel.split("+") if p.lstrip("!")]
+        parts = sel.split("+")
+        if any(not p.removeprefix("!") or p.startswith("!!") for p in parts):
+            raise ValueError(f"selector {sel!r} has an empty part (parts: text or !text, joined by +)")
         hit = [nm for nm in names
                if all((p[1:] not in nm) if p.startswith("!") else (p in nm) for p in parts)]
         if not hit:

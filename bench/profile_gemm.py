@@ -2,14 +2,15 @@
 profiled one launch each under ncu (e.g. a decode shape's K splits against the unsplit kernels).
 
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_swapab,splitk2,splitk4,streamk
-    python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels "64x16x64_c1x1_s12_pp+!_as" --also stages=22
+    python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels '64x16x64_c1x1_s12_pp+!_as' --also stages=22
     ncu --profile-from-start off -k regex:gemm_kernel --metrics gpc__cycles_elapsed.max,... \\
         python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels splitk2,splitk4 --ncu
 
 ``--kernels``: comma-separated selectors, each a ``+``-joined set of substrings that a kernel name of
 :func:`argus_cutlass.kernels.gemm.space.declared_subspace` (in the shape's flavor) must all contain, e.g.
 ``128x16x64+splitk4``, a part written ``!text`` must not be contained (``64x16x64_c1x1_s12_pp+!_as``: not the
-``_as2`` twin; every kernel matching any selector is taken; a selector matching none is an error naming it); ``--also FIELD=VALUE`` adds, for each selected kernel, a copy with those fields changed (outside
+``_as2`` twin; single-quote it in an interactive shell, where ``!`` is bash's history expansion; every kernel
+matching any selector is taken; a selector matching none, or with an empty part, is an error naming it); ``--also FIELD=VALUE`` adds, for each selected kernel, a copy with those fields changed (outside
 the declared sub-space, e.g. a deeper pipeline; the verifier refuses one that does not fit, named). The
 kernels are verified, compiled and checked against the fp32 reference on the sweep's check
 shapes in one orchestrator batch (``bench/agent_eval.py``), then timed as the sweep times them

@@ -534,8 +534,9 @@ def _extended_note(table: dict) -> str:
     if not rows:
         return ""
     added = {nm for row in rows for ext in row["extended"] for nm in ext.get("added", [])}
-    return (f"; {len(rows)} rows extended (bench/sweep_gemm.py --extend) with {len(added)} configurations "
-            f"added to the declared sub-space later, timed beside each row's finalists")
+    return (f"; {len(rows)} rows extended (bench/sweep_gemm.py --extend) with {len(added)} "
+            f"configuration{'s' if len(added) != 1 else ''} added to the declared sub-space later, timed beside each "
+            "row's finalists")
 
 
 def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] | None, args: argparse.Namespace,

@@ -26,7 +26,9 @@ def test_selectors_pick_the_decode_split_family():
 
 @pytest.mark.parametrize("argv,msg", [(["--shape", "1x4096", "--kernels", "x"], "expected MxNxK"),
                                       (["--shape", "0x8x8", "--kernels", "x"], "sizes must be >= 1"),
-                                      (["--shape", "1x4096x4096", "--kernels", "nosuch"], "'nosuch' matches no kernel")])
+                                      (["--shape", "1x4096x4096", "--kernels", "nosuch"], "'nosuch' matches no kernel"),
+                                      (["--shape", "1x4096x4096", "--kernels", "swapab+!"], "has an empty part"),
+                                      (["--shape", "1x4096x4096", "--kernels", "pp++as2"], "has an empty part")])
 def test_bad_arguments_are_named(argv, msg, capsys):
     with pytest.raises(SystemExit) as exc:
         profile_gemm.main(argv)

@@ -194,3 +194,22 @@ def test_declared_decode_configurations_round_trip_their_knobs_and_are_feasible(
             assert feasible(cfg)[0], cfg
             assert GemmConfig(**{**derive(knob_values(cfg)), "dtype": cfg.dtype, "out_dtype": cfg.out_dtype,
                                  "layout": cfg.layout}) == cfg
+
+
+def test_accumulator_sets_only_on_narrow_swap_ab_pingpong_tiles_and_the_planner_skips_twins():
+    """acc_sets 2 is a point of the space only where it was measured to matter (one warpgroup's chain of narrow
+    wgmmas: swap-AB ping-pong, tile_n <= 32); the planner's ranking, which cannot tell twins differing only in
+    acc_sets apart (same predicted time), takes one of each."""
+    from argus_cutlass.agent.planner import Problem, ranked_feasible
+    from argus_cutlass.kernels.gemm.space import admissible
+
+    space = GemmSpace()
+    twos = [c for c in space.all if c.acc_sets > 1]
+    assert twos and all(c.swap_ab and c.schedule == "pingpong" and c.tile_n <= 32 for c in twos)
+    assert {c.acc_sets for c in space.all} == {1, 2} and space.size == len(space.all)
+    assert not admissible({"acc_sets": 2, "swap_ab": True, "schedule": "cooperative", "tile_m": 128, "tile_n": 16})
+    decode = GemmConfig(swap_ab=True, tile_m=64, tile_n=16, schedule="pingpong", cluster_m=1, epi_m=64, epi_n=16,
+                        stages=12)
+    twins = [decode, decode.replace(acc_sets=2), decode.replace(stages=8), decode.replace(stages=8, acc_sets=2)]
+    picked = ranked_feasible(space, Problem(1, 4096, 14336), set(), candidates=twins, limit=4)
+    assert len(picked) == 2 and len({c.replace(acc_sets=1) for c in picked}) == 2

@@ -96,7 +96,15 @@ def test_the_real_shipped_table_explains_an_fp16_nn_miss():
     assert lk.detail.startswith(
         "no entry for key 'NVIDIA H200|gemm|fp16|fp16|nn|m4096_n4096_k4096' (shipped table "
         "has layout nt/tn only; nearest: "
-        "'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096', differs in layout)")   # tn ties: the key's text decides
+        "'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096', differs in layout)")   # nt and tn tie: see below
+
+
+def test_a_tie_between_nearest_keys_does_not_depend_on_the_tables_order():
+    """Two entries equally near the missed key (one field each): the key's text decides, in either entry order."""
+    want = "NVIDIA H200|gemm|fp16|fp16|nn|m4096_n4096_k4096"
+    keys = ["NVIDIA H200|gemm|fp16|fp16|tn|m4096_n4096_k4096", "NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096"]
+    texts = {store_mod._miss_text(want, [("shipped", [(k, {}) for k in order])]) for order in (keys, keys[::-1])}
+    assert len(texts) == 1 and "nearest: 'NVIDIA H200|gemm|fp16|fp16|nt|m4096_n4096_k4096'" in texts.pop()
 
 
 def test_an_entry_found_but_refused_stale_or_mismatched_is_named(st, monkeypatch):

@@ -281,7 +281,7 @@ def test_extend_times_added_configurations_beside_the_finalists_and_resumes(swee
     assert exc.value.code == 2 and "'nosuchkernel' matches no kernel" in capsys.readouterr().err
     # the merge note says which rows hold configurations added later (their times: other rounds than the sweep's)
     note = sweep._extended_note(json.loads(t.read_text()))
-    assert note.startswith("; 2 rows extended (bench/sweep_gemm.py --extend) with 1 configurations")
+    assert note.startswith("; 2 rows extended (bench/sweep_gemm.py --extend) with 1 configuration added")
     assert sweep._extended_note(table) == ""
 
 

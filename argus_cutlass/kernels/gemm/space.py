@@ -6,7 +6,7 @@ rows ``epi_m`` follow the schedule (128 cooperative, 64 ping-pong; rule ``epilog
 The cluster is one fragment (``(cluster_m, cluster_n)`` pairs) because only three shapes
 make sense for the kernel; so is the work decomposition (``(scheduler, splits)``: the
 persistent data-parallel scheduler, stream-K, split-K by 2 or 4). The accumulator sets (``acc_sets``
-1 / 2 / 4, rule ``k.acc_sets``) are searched since session 26. One constraint ties
+1 / 2, rule ``k.acc_sets``) are searched since session 26, on narrow swap-AB ping-pong tiles. Constraints tie
 fragments together: stream-K and split-K need the cooperative schedule
 (:func:`admissible`).
 
@@ -15,7 +15,7 @@ The single feasibility function is :func:`feasible`: it *is* the verifier
 
 >>> space = GemmSpace()
 >>> space.size
-627264
+218592
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]
@@ -54,8 +54,9 @@ UNSEARCHED_FIELDS: tuple[str, ...] = ("reduction",)
 
 def default_fragments() -> dict[str, Fragment]:
     """The full GEMM space: tiles, cluster, stages, schedule, raster, swizzle, epilogue N, work
-    decomposition, swap-AB and accumulator sets (``acc_sets``: k-block ``b`` into set ``b % S``, rule
-    ``k.acc_sets``; a divisor of ``tile_k / 16``, else the DSL refuses the configuration)."""
+    decomposition, swap-AB and accumulator sets (``acc_sets`` 1 or 2: k-block ``b`` into set ``b % S``, rule
+    ``k.acc_sets``; 4 sets were slower than 2 on every decode shape measured, session 26; the DSL and verifier
+    take any divisor of ``tile_k / 16``, a configuration may set one outside the space)."""
     return {
         "tile_m": EnumFragment((64, 128, 256), 128),
         "tile_n": EnumFragment((16, 32, 64, 128, 192, 256), 256),
@@ -69,7 +70,7 @@ def default_fragments() -> dict[str, Fragment]:
         "decomposition": EnumFragment((("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4)),
                                       ("persistent", 1)),
         "swap_ab": EnumFragment((False, True), False),
-        "acc_sets": EnumFragment((1, 2, 4), 1),
+        "acc_sets": EnumFragment((1, 2), 1),
     }
 
 
@@ -79,10 +80,19 @@ def admissible(values: dict[str, Any]) -> bool:
     schedule splits tile_m between 2 warpgroups of 64 rows, so tile_m is a multiple of 128 (the
     verifier's ``gmma.m_tile`` and ``epilogue.tile`` rules; PTX ISA 9.7.15.5: wgmma M = 64).
     Without the second constraint the planner verifies thousands of such tiles for a small M
-    before it reaches a feasible one."""
+    before it reaches a feasible one.
+
+    Accumulator sets (``acc_sets`` > 1) only where one warpgroup's chain of narrow wgmmas is the whole tile's
+    k loop: swap-AB, ping-pong, ``tile_n <= 32`` (measured on the H200, session 26, device step gemm-k128: 9-11 %
+    faster on the 64 x 16 swap-AB tile; no gain on the 128-row cooperative tile, whose two warpgroups already run
+    two chains, nor on persistent tiles, whose wide wgmmas are not latency-bound). Elsewhere each set count would
+    be a twin with the same predicted time (the cost model does not model the chain)."""
     dec = values.get("decomposition", ("persistent", 1))
     schedule = values.get("schedule", "cooperative")
     if schedule == "cooperative" and values.get("tile_m", 128) % 128:
+        return False
+    if values.get("acc_sets", 1) > 1 and not (values.get("swap_ab", False) and schedule == "pingpong"
+                                               and values.get("tile_n", 256) <= 32):
         return False
     return dec[0] == "persistent" or schedule == "cooperative"
 
@@ -157,7 +167,7 @@ class GemmSpace:
         """Number of configurations (before feasibility)."""
         if self.allowed is not None:
             return len(self.allowed)
-        coupled = ("schedule", "decomposition", "tile_m")  # the fragments admissible() relates
+        coupled = ("schedule", "decomposition", "tile_m", "acc_sets", "swap_ab", "tile_n")  # admissible() relates them
         n = 1
         for name, frag in self.fragments.items():
             if name not in coupled:
@@ -288,8 +298,8 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     stages), because a weight of N rows gives only ceil(N / 64) swap-AB tiles (64 for N = 4096: half the
     132 SMs idle) and splitting K is what fills the SMs while still reading each weight byte once.
     6 swap-AB decode kernels measured in session 26 (device step gemm-k128: a few-tile decode GEMM is bound by a
-    per-stage cost, not by bytes in flight): 128-deep k-tiles (64x16, 64x32, 64x64 ping-pong 8 stages, 128x16
-    cooperative 6) and 2 accumulator sets (64x16 ping-pong at k 64 x 12 stages and at k 128 x 8).
+    per-stage cost, not by bytes in flight): 128-deep k-tiles (64x16, 64x32 ping-pong 8 stages, 64x64
+    the 6 that fit, 128x16 cooperative 6) and 2 accumulator sets (64x16 ping-pong at k 64 x 12 stages and at k 128 x 8).
     87 in all. Stages are fitted to shared memory.
     """
     return list(_declared_subspace(dtype, out_dtype, layout))
