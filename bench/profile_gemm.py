@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     agent_eval._bootstrap()
     from argus_cutlass.agent.shapes import GemmShape
     from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.program import program_label
     from argus_cutlass.kernels.gemm.space import declared_subspace
 
     out_dtype = args.out_dtype or args.dtype
@@ -87,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             ok, why = feasible(c)
             if ok:
                 configs.append(c)
-            else:
-                print(f"-- {kernel_name(c)}: refused by the verifier: {'; '.join(why)[:300]}")
+            else:   # named by its readable label: a program the DSL refuses has no kernel name (no fingerprint)
+                print(f"-- argus_{program_label(c)}: refused by the verifier: {'; '.join(why)[:300]}")
     log: list = []
     libs = agent_eval._build(list(dict.fromkeys(configs)), None, log, [])
     for entry in log:

@@ -14,7 +14,8 @@ to the floor a kernel reading those bytes once can be at all.
 Timing as the sweep's (``bench/agent_eval.py``): CUDA events around each launch, median of ``--iters`` after
 warm-up, buffers rotated over more than 3x the 60 MB L2 (a new weight copy each launch), the read kernels'
 configurations interleaved round by round. The kernel's result (an XOR of every word read) is written to a sink
-and checked against a host XOR of the same buffer (a read kernel that skipped bytes would be caught).
+and checked, for every variant, against a host XOR of the same buffer (a read kernel that skipped bytes would be
+caught).
 
 Prints one line per weight size (N x K, MB): floor us, best read kernel us (its configuration and ratio to the
 floor), the sweep's best GEMM at ``--m`` (ratio to the floor and to the read kernel), cuBLAS from the table;
@@ -112,14 +113,15 @@ def _median_times(torch, launches: list, iters: int, warmup: int) -> list[float]
     for fn in launches:
         for _ in range(warmup):
             fn()
-    times: list[list] = [[] for _ in launches]   # (start, end) event pairs per launch function
-    for _ in range(iters):
+    # (start, end) event pairs per launch function, created before the timed loop (the host keeps ahead of the GPU)
+    times = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+             for _ in launches]
+    for i in range(iters):
         for j, fn in enumerate(launches):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = times[j][i]
             start.record()
             fn()
             end.record()
-            times[j].append((start, end))
     torch.cuda.synchronize()
     return [statistics.median(s.elapsed_time(e) for s, e in ts) for ts in times]
 
@@ -148,15 +150,17 @@ def measure(lib: ctypes.CDLL, n: int, k: int, iters: int, warmup: int, sms: int)
                 raise SystemExit(f"read_xor launch failed (CUDA error {rc}) at {n}x{k}")
         return go
 
-    # correctness of the reader first: its XOR over one buffer equals the host's
-    sink.zero_()
-    turn[0] = 0
-    reader(*VARIANTS[0])()
-    torch.cuda.synchronize()
+    # correctness of every reader variant first: its XOR over buffer 0 equals the host's (a variant that skipped
+    # bytes would otherwise win the timing)
     want = int(np.bitwise_xor.reduce(bufs[0].cpu().numpy().view(np.uint32)))
-    got = int(sink.cpu().numpy().view(np.uint32)[0])
-    if got != want:
-        raise SystemExit(f"read_xor read a wrong sum at {n}x{k}: {got:#x} != {want:#x}")
+    for v in VARIANTS:
+        sink.zero_()
+        turn[0] = 0
+        reader(*v)()
+        torch.cuda.synchronize()
+        got = int(sink.cpu().numpy().view(np.uint32)[0])
+        if got != want:
+            raise SystemExit(f"read_xor b{v[0]}t{v[1]}u{v[2]} read a wrong sum at {n}x{k}: {got:#x} != {want:#x}")
     launches = [reader(*v) for v in VARIANTS] + [lambda: lib.empty_launch(stream)]
     ms = _median_times(torch, launches, iters, warmup)
     variants = {f"b{b}t{t}u{u}": t_ms for (b, t, u), t_ms in zip(VARIANTS, ms[:-1])}

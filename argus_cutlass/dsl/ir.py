@@ -929,8 +929,8 @@ class TileSchedule:
     ``reduction`` (stream-K / split-K only) is CUTLASS's ``ReductionMode``: ``deterministic`` (the default: a
     tile's partials are added into the workspace one after another in k order, each waiting on the previous
     one's lock value) or ``nondeterministic`` (every middle partial waits only for the first one's store and
-    adds atomically, in any order: fewer serial waits, results that may differ in the last bits from run to
-    run; ``sm90_tile_scheduler_stream_k.hpp`` ``fixup_helper``).
+    adds (atomically, as in both modes) in any order: fewer serial waits, results that may differ in the last
+    bits from run to run; ``sm90_tile_scheduler_stream_k.hpp`` ``fixup_helper``).
 
     Attention (family ``attention``): unit ``u`` is the tile ``(m_block, head, batch)`` with
     ``m_block`` fastest; ``longest_first`` walks the query blocks from the last one (causal: the

@@ -78,7 +78,7 @@ import numpy as np
 
 __all__ = [
     "DecompositionPlan", "GroupedWalk", "MAX_SK_GROUPS", "MIN_ITERS_PER_SK_UNIT", "MODES", "Problem", "RASTERS",
-    "REDUCTIONS", "TileWalk", "WalkGeometry", "WorkUnit", "check_division", "check_grouped_walk", "check_units",
+    "REDUCTIONS", "FIXUP_MISTAKES", "TileWalk", "WalkGeometry", "WorkUnit", "check_division", "check_grouped_walk", "check_units",
     "check_walk", "cutlass_tile_of_unit", "cutlass_unit_of_tile", "decomposition_plan", "enumerate_division",
     "enumerate_grouped_walk", "enumerate_walk", "grouped_tile_of_unit", "grouped_walk_all_sizes",
     "grouped_walk_bound", "log_swizzle_size", "role_loop_units", "walk_geometry", "work_units",
@@ -90,6 +90,8 @@ RASTERS = ("along_m", "along_n", "heuristic")
 MODES = ("data_parallel", "split_k", "stream_k", "heuristic")
 #: CUTLASS ReductionMode
 REDUCTIONS = ("deterministic", "nondeterministic")
+#: planted mistakes of the nondeterministic fixup's waits (:func:`check_units`' ``fixup_mistake``)
+FIXUP_MISTAKES = ("", "nd_middle_no_wait", "nd_final_waits_first")
 #: ``PersistentTileSchedulerSm90StreamKParams::min_iters_per_sk_unit_``
 MIN_ITERS_PER_SK_UNIT = 8
 #: ``PersistentTileSchedulerSm90StreamKParams::max_sk_groups_``
@@ -681,7 +683,8 @@ def _owners(units_by_cta: Sequence[Sequence[WorkUnit]], tile: int, k: int) -> li
 
 
 def check_units(units_by_cta: Sequence[Sequence[WorkUnit]], tiles: int, k_tiles: int, *,
-                reduction: str = "deterministic", params: dict[str, Any] | None = None) -> Problem | None:
+                reduction: str = "deterministic", params: dict[str, Any] | None = None,
+                fixup_mistake: str = "") -> Problem | None:
     """Check a division (``units_by_cta[cta]`` = pieces in execution order, as from :func:`work_units`).
 
     Checked, in order (each failure is reported at its smallest tile, then k-tile):
@@ -699,9 +702,14 @@ def check_units(units_by_cta: Sequence[Sequence[WorkUnit]], tiles: int, k_tiles:
        sum lacking some k-tile). In Deterministic mode the finalizing piece thus adds every other
        partial of its tile exactly once, in increasing k order.
 
+    ``fixup_mistake`` (mutation knob, "" in a correct kernel) plants a wrong wait in the nondeterministic fixup:
+    ``nd_middle_no_wait`` (a middle partial adds before the first one has stored: the store then overwrites it) or
+    ``nd_final_waits_first`` (the storing piece waits only for the first partial).
+
     Returns None or a :class:`Problem`. Raises ValueError for an unknown ``reduction`` or non-positive sizes.
     """
     _positive("tiles", tiles)
+    _choice("fixup_mistake", fixup_mistake, FIXUP_MISTAKES)
     _positive("k_tiles", k_tiles)
     _choice("reduction", reduction, REDUCTIONS)
     params = dict(params or {})
@@ -746,20 +754,33 @@ def check_units(units_by_cta: Sequence[Sequence[WorkUnit]], tiles: int, k_tiles:
                            f"tile {t}: {what} (pieces: " + ", ".join(
                                f"CTA {p.cta} k [{p.k_begin}, {p.k_end})" for p in own) + ")",
                            params, tile=t, ctas=tuple(p.cta for p in own), units=tuple(p.unit for p in own))
-    return _simulate_fixup(units_by_cta, tiles, k_tiles, reduction, params)
+    # Deterministic: the lock sequence is forced, one schedule decides. Nondeterministic: the order in which the
+    # partials pass their waits is free; the forward schedule lets the first piece of a tile run first, the reverse
+    # one lets later pieces try first (a middle partial that does not wait for the first one's store, or a final
+    # piece that waits for too little, shows only there)
+    orders = ("forward", "reverse") if reduction == "nondeterministic" else ("forward",)
+    for order in orders:
+        p = _simulate_fixup(units_by_cta, tiles, k_tiles, reduction, params, order, fixup_mistake)
+        if p is not None:
+            return p
+    return None
 
 
 def _simulate_fixup(units_by_cta: Sequence[Sequence[WorkUnit]], tiles: int, k_tiles: int, reduction: str,
-                    params: dict[str, Any]) -> Problem | None:
-    """Step 4 of :func:`check_units` (k-tile sets as bit masks)."""
+                    params: dict[str, Any], order: str = "forward", mistake: str = "") -> Problem | None:
+    """Step 4 of :func:`check_units` (k-tile sets as bit masks), every CTA resident, each round visiting the CTAs
+    in ``order`` (``forward``: CTA 0 first; ``reverse``: the last CTA first)."""
     full = (1 << k_tiles) - 1
     lock = [0] * tiles
     workspace = [0] * tiles
     at = [0] * len(units_by_cta)
     left = sum(len(ps) for ps in units_by_cta)
+    ctas = list(enumerate(units_by_cta))
+    if order == "reverse":
+        ctas.reverse()
     while left:
         moved = False
-        for c, ps in enumerate(units_by_cta):
+        for c, ps in ctas:
             while at[c] < len(ps):
                 p = ps[at[c]]
                 t, kb, ke = p.tile, p.k_begin, p.k_end
@@ -767,7 +788,12 @@ def _simulate_fixup(units_by_cta: Sequence[Sequence[WorkUnit]], tiles: int, k_ti
                 whole = kb == 0 and ke == k_tiles                  # requires_fixup is false
                 if not whole:
                     if p.stores_output or kb != 0:
-                        ready = lock[t] == kb if (p.stores_output or reduction == "deterministic") else lock[t] >= 1
+                        if p.stores_output:                        # wait_eq(lock, K_idx), both modes
+                            ready = lock[t] >= 1 if mistake == "nd_final_waits_first" else lock[t] == kb
+                        elif reduction == "deterministic":         # wait_eq(lock, K_idx)
+                            ready = lock[t] == kb
+                        else:                                      # wait_lt(lock, 1): the first has stored
+                            ready = mistake == "nd_middle_no_wait" or lock[t] >= 1
                         if not ready:
                             break
                     if p.stores_output:
@@ -798,7 +824,10 @@ def _simulate_fixup(units_by_cta: Sequence[Sequence[WorkUnit]], tiles: int, k_ti
         if not moved:
             stuck = [(c, ps[at[c]]) for c, ps in enumerate(units_by_cta) if at[c] < len(ps)]
             c, p = stuck[0]
-            desc = "; ".join(f"CTA {c2} at tile {q.tile} k [{q.k_begin}, {q.k_end}) waits lock == {q.k_begin}, "
+            def wait(q: WorkUnit) -> str:
+                return ("lock >= 1" if reduction == "nondeterministic" and not q.stores_output
+                        else f"lock == {q.k_begin}")
+            desc = "; ".join(f"CTA {c2} at tile {q.tile} k [{q.k_begin}, {q.k_end}) waits {wait(q)}, "
                              f"lock is {lock[q.tile]}" for c2, q in stuck[:4])
             return Problem("division", "deadlock", f"no CTA can proceed: {desc}", params, tile=p.tile,
                            k_tile=p.k_begin, ctas=tuple(c2 for c2, _ in stuck), units=tuple(q.unit for _, q in stuck))
@@ -837,6 +866,7 @@ def check_division(tiles: int, k_tiles: int, grid: int, cluster_size: int = 1, m
     """
     plan = decomposition_plan(tiles, k_tiles, grid, cluster_size, mode, splits, sm_count=sm_count,
                               max_groups_problem=max_groups_problem)
+    fixup_mistake = knobs.pop("fixup_mistake", "")
     units = _units_of_plan(plan, **knobs)
     params: dict[str, Any] = {"tiles": tiles, "k_tiles": k_tiles, "grid": grid, "cluster_size": cluster_size,
                               "mode": mode, "splits": splits, "reduction": reduction}
@@ -844,10 +874,10 @@ def check_division(tiles: int, k_tiles: int, grid: int, cluster_size: int = 1, m
         params["sm_count"] = sm_count
     if max_groups_problem is not None:
         params["max_groups_problem"] = max_groups_problem
-    params.update({k: v for k, v in knobs.items() if v})
+    params.update({k: v for k, v in {**knobs, "fixup_mistake": fixup_mistake}.items() if v})
     params["plan"] = {"mode": plan.mode, "splits": plan.splits, "sk_tiles": plan.sk_tiles,
                       "sk_units": plan.sk_units, "groups": plan.groups}
-    return check_units(units, tiles, k_tiles, reduction=reduction, params=params)
+    return check_units(units, tiles, k_tiles, reduction=reduction, params=params, fixup_mistake=fixup_mistake)
 
 
 def enumerate_division(mode: str, max_tiles: int = 12, max_k_tiles: int | None = None, max_grid: int | None = None,

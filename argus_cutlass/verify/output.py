@@ -256,7 +256,8 @@ def _division_cases(mode: str, cluster_size: int, splits: int,
     grid = ((8 if mode == "stream_k" else 6) if small else 4) * cluster_size
     cases, p = enumerate_division(mode, max_tiles=tiles, max_grid=grid, cluster_sizes=(cluster_size,),
                                   splits=splits or None, reduction=reduction, **dict(mutation))
-    return cases, p, f"tiles <= {tiles}, grids <= {grid} CTAs (clusters of {cluster_size})"
+    return cases, p, (f"the {reduction} fixup simulated; tiles <= {tiles}, grids <= {grid} CTAs "
+                      f"(clusters of {cluster_size})")
 
 
 def check_schedule(program: Program) -> (tuple[list[Proof], list[Violation]]
@@ -309,7 +310,7 @@ def check_schedule(program: Program) -> (tuple[list[Proof], list[Violation]]
             return [], [], [Unknown("scheduler.bijection", "G4", f"{sch.decomposition} division", "no case enumerated",
                                     0)]
         text += (f"; the {sch.decomposition} division computes every (tile, k-tile) once and stores each tile "
-                 f"once after the {sch.reduction.capitalize()} fixup, in all {cases} cases with {bounds}")
+                 f"once after its fixup, in all {cases} cases ({bounds})")
         points += cases
     return [Proof("scheduler.bijection", "G4", "enum", text, points)], []
 

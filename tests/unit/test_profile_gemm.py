@@ -51,6 +51,13 @@ def test_also_adds_verified_copies_and_names_the_refused(monkeypatch, capsys):
     assert [c.stages for c in built] == [12, 22]   # 24 stages do not fit: refused, not built
     out = capsys.readouterr().out
     assert "s24_pp" in out and "smem.capacity" in out and "no kernel built" in out
+    # a copy the DSL itself refuses (nothing to reduce on a persistent kernel) is named, not a crash
+    built.clear()
+    assert profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp+!_as",
+                              "--also", "reduction=nondeterministic"]) == 1
+    out = capsys.readouterr().out
+    assert [c.reduction for c in built] == ["deterministic"]
+    assert "_nd_swapab: refused by the verifier" in out and "only stream-K and split-K reduce" in out
     with pytest.raises(SystemExit):
         profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp+!_as", "--also", "stagez=3"])
 

@@ -28,8 +28,32 @@ def test_nondeterministic_is_proved_in_its_own_mode_and_printed(cfg):
     assert host == ["args.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Nondeterministic;"]
     assert "ReductionMode::Deterministic;" in render_gemm(det_p)
     proofs = [p.summary for p in verify_gemm(nd_p).proofs if p.rule == "scheduler.bijection"]
-    assert any("after the Nondeterministic fixup" in s for s in proofs), proofs
+    assert any("the nondeterministic fixup simulated" in s for s in proofs), proofs
     assert feasible(nd)[0]
+
+
+def test_the_verifier_simulates_the_fixup_in_the_nodes_mode(monkeypatch):
+    """The proof text is written from the mode the division check ran in, and that mode is the node's."""
+    import argus_cutlass.verify.decomposition as decomposition
+    import argus_cutlass.verify.output as output
+
+    seen = []
+    real = decomposition.enumerate_division
+
+    def spy(mode, **kw):
+        seen.append(kw.get("reduction"))
+        return real(mode, **kw)
+
+    monkeypatch.setattr(decomposition, "enumerate_division", spy)
+    output._division_cases.cache_clear()
+    try:
+        verify_gemm(build_program(SPLIT.replace(reduction="nondeterministic")))
+        verify_gemm(build_program(SPLIT))
+    finally:
+        output._division_cases.cache_clear()
+    assert seen == ["nondeterministic", "deterministic"]
+
+
 
 
 def test_nothing_to_reduce_is_refused_naming_the_rule():
@@ -44,3 +68,19 @@ def test_the_default_kernel_is_unchanged_and_the_mode_is_not_searched_yet():
     assert build_program(SPLIT).kernel_name().endswith("_splitk4_swapab_2bea79cd")   # the name of sessions <= 25
     assert structure_key(SPLIT.replace(reduction="nondeterministic"), stages=False) == structure_key(SPLIT, stages=False) + "_nd"
     assert "reduction" not in knob_values(SPLIT.replace(reduction="nondeterministic"))
+
+
+@pytest.mark.parametrize("mode", ["split_k", "stream_k"])
+@pytest.mark.parametrize("mistake", ["nd_middle_no_wait", "nd_final_waits_first"])
+def test_planted_nondeterministic_fixup_mistakes_are_caught(mode, mistake):
+    """The nondeterministic waits leave the order of a tile's partials free, so the fixup is simulated with the CTAs
+    visited forward and in reverse: a middle partial that adds before the first one stored, or a storing piece that
+    waits only for the first partial, ends in a tile written without some k-tile (on stream-K only the reverse
+    schedule shows it). The correct model passes every case."""
+    from argus_cutlass.verify.decomposition import enumerate_division
+
+    assert enumerate_division(mode, reduction="nondeterministic")[1] is None
+    cases, problem = enumerate_division(mode, reduction="nondeterministic", fixup_mistake=mistake)
+    assert problem is not None and problem.kind == "incomplete_store" and problem.params["fixup_mistake"] == mistake
+    with pytest.raises(ValueError):
+        enumerate_division(mode, reduction="nondeterministic", fixup_mistake="nd_typo")

@@ -83,7 +83,7 @@ class GemmConfig(BaseModel):
         splits: K splits per tile for ``splitk`` (1 otherwise).
         reduction: how ``streamk`` / ``splitk`` add a tile's partial sums (CUTLASS ``ReductionMode``, schedule node
             ``reduction``): ``deterministic`` (the default; in k order, one partial after another) or
-            ``nondeterministic`` (the middle partials add atomically once the first has stored: fewer serial
+            ``nondeterministic`` (the middle partials add in any order once the first has stored: fewer serial
             waits, results that may differ in the last bits between runs). Only with ``streamk`` / ``splitk``
             (the DSL refuses it on a persistent schedule); both are proved by rule ``scheduler.bijection``.
         swap_ab: compute ``D^T[N,M] = B @ A^T`` (swap-AB, for small M): the kernel's M mode
