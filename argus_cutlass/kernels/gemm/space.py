@@ -328,29 +328,24 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
                          scheduler=scheduler, splits=splits)
         out.append(fit_stages(cfg))
     # swap-AB (D^T = B A^T; tiles in the kernel's modes: tile_n tiles the problem's M)
-    swaps = [((tm, tn, sch), c, 8) for tm, tn, sch in ((64, 16, "pingpong"), (64, 32, "pingpong"),
-                                                        (64, 64, "pingpong"), (128, 16, "cooperative"),
-                                                        (128, 32, "cooperative"))
-             for c in ((1, 1), (2, 1))]
-    swaps += [((64, 16, "pingpong"), (1, 1), 12), ((64, 32, "pingpong"), (1, 1), 12),
-              ((128, 16, "cooperative"), (1, 1), 12)]
-    for (tm, tn, sch), (cm, cn), stages in swaps:
-        cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=64,
-                         cluster_m=cm, cluster_n=cn, stages=stages, schedule=sch,
-                         epi_m=128 if sch == "cooperative" else 64, epi_n=min(32, tn), swap_ab=True)
-        out.append(fit_stages(cfg))
-    for tn in (16, 32):   # decode: swap-AB with K split over the SMs
-        for scheduler, splits in (("streamk", 1), ("splitk", 2), ("splitk", 4)):
-            cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=128, tile_n=tn, tile_k=64,
-                             cluster_m=1, cluster_n=1, stages=8, schedule="cooperative", epi_m=128, epi_n=tn,
-                             swap_ab=True, scheduler=scheduler, splits=splits)
-            out.append(fit_stages(cfg))
+
+    def swap(tm: int, tn: int, sch: str, stages: int, cluster: tuple[int, int] = (1, 1), tile_k: int = 64,
+             acc_sets: int = 1, scheduler: str = "persistent", splits: int = 1) -> GemmConfig:
+        return fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn,
+                                     tile_k=tile_k, cluster_m=cluster[0], cluster_n=cluster[1], stages=stages,
+                                     schedule=sch, epi_m=128 if sch == "cooperative" else 64, epi_n=min(32, tn),
+                                     swap_ab=True, acc_sets=acc_sets, scheduler=scheduler, splits=splits))
+
+    out += [swap(tm, tn, sch, 8, c) for tm, tn, sch in ((64, 16, "pingpong"), (64, 32, "pingpong"),
+                                                         (64, 64, "pingpong"), (128, 16, "cooperative"),
+                                                         (128, 32, "cooperative"))
+            for c in ((1, 1), (2, 1))]
+    out += [swap(64, 16, "pingpong", 12), swap(64, 32, "pingpong", 12), swap(128, 16, "cooperative", 12)]
+    # decode: swap-AB with K split over the SMs
+    out += [swap(128, tn, "cooperative", 8, scheduler=scheduler, splits=splits)
+            for tn in (16, 32) for scheduler, splits in (("streamk", 1), ("splitk", 2), ("splitk", 4))]
     # decode: deeper k-tiles and independent accumulator sets (session 26, device step gemm-k128)
-    for (tm, tn, sch), tk, stages, sets in (((64, 16, "pingpong"), 128, 8, 1), ((64, 32, "pingpong"), 128, 8, 1),
-                                            ((64, 64, "pingpong"), 128, 8, 1), ((128, 16, "cooperative"), 128, 6, 1),
-                                            ((64, 16, "pingpong"), 64, 12, 2), ((64, 16, "pingpong"), 128, 8, 2)):
-        cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk,
-                         cluster_m=1, cluster_n=1, stages=stages, schedule=sch,
-                         epi_m=128 if sch == "cooperative" else 64, epi_n=min(32, tn), swap_ab=True, acc_sets=sets)
-        out.append(fit_stages(cfg))
+    out += [swap(64, 16, "pingpong", 8, tile_k=128), swap(64, 32, "pingpong", 8, tile_k=128),
+            swap(64, 64, "pingpong", 8, tile_k=128), swap(128, 16, "cooperative", 6, tile_k=128),
+            swap(64, 16, "pingpong", 12, acc_sets=2), swap(64, 16, "pingpong", 8, tile_k=128, acc_sets=2)]
     return tuple(out)
