@@ -11,9 +11,9 @@ fastest of a few plain read kernels (16-byte ``ld.global.cs`` loads, ``UNROLL`` 
 ``blocks_per_sm x 132`` CTAs of ``threads``), an empty kernel's time under the same CUDA events, and so how close
 to the floor a kernel reading those bytes once can be at all.
 
-Timing as the sweep's (``bench/agent_eval.py``): CUDA events around each launch, median of ``--iters`` after
-warm-up, buffers rotated over more than 3x the 60 MB L2 (a new weight copy each launch), the read kernels'
-configurations interleaved round by round. The kernel's result (an XOR of every word read) is written to a sink
+Timing as the sweep's (``bench/agent_eval.py``): :func:`argus_cutlass.runtime.check.time_kernel` (CUDA events
+around each launch, median of ``--iters``) per variant, the variants in turn in each of ``--rounds`` rounds, the
+median over rounds; buffers rotated over more than 3x the 60 MB L2 (a new weight copy each launch). The kernel's result (an XOR of every word read) is written to a sink
 and checked, for every variant, against a host XOR of the same buffer (a read kernel that skipped bytes would be
 caught).
 
@@ -108,25 +108,20 @@ def weight_sizes(table: dict, m: int) -> list[tuple[int, int]]:
     return sorted(((n, k) for n, k in nk if 2 * n * k > 60 * 2**20), key=lambda s: (s[0] * s[1], s))
 
 
-def _median_times(torch, launches: list, iters: int, warmup: int) -> list[float]:
-    """Median ms per launch function, the functions interleaved launch by launch (each call rotates buffers)."""
-    for fn in launches:
-        for _ in range(warmup):
-            fn()
-    # (start, end) event pairs per launch function, created before the timed loop (the host keeps ahead of the GPU)
-    times = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-             for _ in launches]
-    for i in range(iters):
+def _interleaved_ms(launches: list, rounds: int, iters: int, warmup: int, stream: int) -> list[float]:
+    """Per launch function, the median over ``rounds`` rounds of :func:`argus_cutlass.runtime.check.time_kernel`
+    (a median of ``iters`` CUDA-event launches on ``stream``); each round times the functions in turn (each call
+    rotates buffers), warm-up in the first round only."""
+    from argus_cutlass.runtime.check import time_kernel
+
+    per: list[list[float]] = [[] for _ in launches]
+    for r in range(rounds):
         for j, fn in enumerate(launches):
-            start, end = times[j][i]
-            start.record()
-            fn()
-            end.record()
-    torch.cuda.synchronize()
-    return [statistics.median(s.elapsed_time(e) for s, e in ts) for ts in times]
+            per[j].append(time_kernel(fn, warmup=warmup if r == 0 else 0, iters=iters, stream=stream))
+    return [statistics.median(ms) for ms in per]
 
 
-def measure(lib: ctypes.CDLL, n: int, k: int, iters: int, warmup: int, sms: int) -> dict:
+def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: int, sms: int) -> dict:
     """One weight size: every read-kernel variant and the empty kernel timed interleaved; the XOR checked."""
     import numpy as np
     import torch
@@ -162,7 +157,7 @@ def measure(lib: ctypes.CDLL, n: int, k: int, iters: int, warmup: int, sms: int)
         if got != want:
             raise SystemExit(f"read_xor b{v[0]}t{v[1]}u{v[2]} read a wrong sum at {n}x{k}: {got:#x} != {want:#x}")
     launches = [reader(*v) for v in VARIANTS] + [lambda: lib.empty_launch(stream)]
-    ms = _median_times(torch, launches, iters, warmup)
+    ms = _interleaved_ms(launches, rounds, iters, warmup, stream.value or 0)
     variants = {f"b{b}t{t}u{u}": t_ms for (b, t, u), t_ms in zip(VARIANTS, ms[:-1])}
     best = min(variants, key=variants.get)
     bufs.clear()
@@ -198,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", default=str(ROOT / "bench/data/gemm_sweep_bf16_bf16_tn_h200.json"),
                     help="a bench/sweep_gemm.py table: its weight sizes and its best GEMM per row")
     ap.add_argument("--m", type=int, default=1, help="the table's rows at this M (default 1)")
-    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, each timing every variant in turn")
+    ap.add_argument("--iters", type=int, default=20, help="launches per variant and round (their median)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -220,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'GEMM us':>8} {'/floor':>6} {'/read':>6} {'cuBLAS us':>9}")
     rows = []
     for n, k in sizes:
-        r = measure(lib, n, k, args.iters, args.warmup, sms)
+        r = measure(lib, n, k, args.rounds, args.iters, args.warmup, sms)
         r.update(table_best(table, args.m, n, k))
         rows.append(r)
         print(report_line(r), flush=True)
