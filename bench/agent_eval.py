@@ -197,19 +197,71 @@ def select(names: list[str], spec: str) -> list[str]:
     return [nm for nm in names if nm in picked]
 
 
-def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, log: list) -> dict[str, Any]:
+def time_graph(fn: Any, calls: int, warmup: int, iters: int) -> float:
+    """Median milliseconds per launch of ``fn`` run ``calls`` times back to back from one CUDA graph, the way a
+    serving engine replays a decode step (METHOD.md: "for many small launches, capture a graph and time its
+    replays"): a few warm-up calls on a side stream, ``calls`` calls captured into a ``torch.cuda.CUDAGraph``
+    (each call rotates its operands, so the graph holds ``calls`` launches over the rotated sets), ``warmup``
+    replays, then ``iters`` replays each between its own CUDA events; the median replay over ``calls``.
+
+    ``fn`` must enqueue its work on torch's current stream (the capture stream while capturing).
+
+    Raises:
+        ValueError: ``calls`` or ``iters`` < 1.
+        RuntimeError: torch's capture errors (e.g. a synchronous allocation inside ``fn``).
+    """
+    import torch
+
+    if calls < 1 or iters < 1:
+        raise ValueError(f"time_graph: calls={calls}, iters={iters}: both must be >= 1")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    for _ in range(max(0, warmup)):
+        graph.replay()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    ms = statistics.median(start.elapsed_time(end) for start, end in events) / calls
+    del graph
+    return float(ms)
+
+
+#: launches per captured graph in :func:`measure_shape`'s graph mode: at least this many, a whole number of
+#: rotations of the operand sets
+GRAPH_CALLS = 16
+
+
+def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, log: list,
+                  graph: bool = False, host_calls: int = 0) -> dict[str, Any]:
     """One shape's row (``shape``: an :class:`argus_cutlass.agent.shapes.GemmShape`): every kernel of
     ``libs`` (name -> (config, library, artifact); swap-AB ones only on M <= ``SWAP_AB_MAX_M``, tens of
     times slower above, recorded None) and cuBLAS (torch), interleaved in ``rounds`` rounds (cuBLAS before
     every round and after the last; each round starts the kernel list at another point), each a median
     of ``iters`` CUDA-event launches after ``warmup``, over rotated operands (:func:`_operand_sets`);
-    medians over the rounds. Per-kernel failures go to ``log``."""
+    medians over the rounds. ``graph``: each timing is instead :func:`time_graph` of a graph of
+    ``GRAPH_CALLS`` or more back-to-back launches (a whole number of rotations), per launch, about ``iters``
+    launches in all (at least 5 replays).
+    ``host_calls``: also the host's cost of one call (``host_us``: name or ``cublas`` -> microseconds of wall
+    time per call over ``host_calls`` back-to-back calls, nothing synchronized in between; a kernel shorter than
+    that is timed partly by the host in the per-launch mode). Per-kernel failures go to ``log``."""
     import torch
 
     from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.kernels.gemm.problem import layout_views
-    from argus_cutlass.runtime.check import time_kernel
+    from argus_cutlass.runtime.check import time_kernel as time_events
 
     problem = shape.problem().validate()
     m, n, k = problem.m, problem.n, problem.k
@@ -223,7 +275,8 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
     def ours(lib: Any) -> None:
         a, b, d = ptrs[turn[0] % len(ptrs)]
         turn[0] += 1
-        lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
+        lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0,
+            torch.cuda.current_stream())
 
     def cublas() -> None:
         a, b = views[turn[0] % len(views)]
@@ -232,6 +285,13 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
             torch.mm(a, b)
         else:
             torch.mm(a, b, out_dtype=out_dt)
+
+    calls = len(ptrs) * math.ceil(GRAPH_CALLS / len(ptrs))
+
+    def time_kernel(fn: Any, warmup: int, iters: int) -> float:
+        if graph:   # about ``iters`` launches in all: replays of ``calls`` launches each (at least 5)
+            return time_graph(fn, calls, max(1, warmup // calls), max(5, math.ceil(iters / calls)))
+        return time_events(fn, warmup=warmup, iters=iters)
 
     names = [nm for nm in libs if not (libs[nm][0].swap_ab and m > SWAP_AB_MAX_M)]
     runs: dict[str, list[float] | None] = {nm: [] for nm in names}
@@ -256,6 +316,14 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
                 log.append({"kernel": nm, "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
     time_cublas()
     torch.cuda.synchronize()
+    host = {}
+    if host_calls:   # host enqueue cost per call: back-to-back calls, no synchronization until the last
+        for nm, fn in [(nm, lambda lib=libs[nm][1]: ours(lib)) for nm in names if runs[nm]] + [("cublas", cublas)]:
+            t0 = time.perf_counter()
+            for _ in range(host_calls):
+                fn()
+            host[nm] = (time.perf_counter() - t0) / host_calls * 1e6
+            torch.cuda.synchronize()
     nsets = len(ptrs)
     for held in (sets, views, ptrs):   # free the operands before the next shape allocates its own
         held.clear()
@@ -263,7 +331,8 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
     kernels = {nm: (statistics.median(v) if v else None) for nm, v in runs.items()}
     kernels.update({nm: None for nm in libs if nm not in kernels})
     return {"kernels": kernels, "cublas_ms": statistics.median(cub) if cub else None, "cublas_rounds": cub,
-            "operand_sets": nsets, "names": list(shape.names)}
+            "operand_sets": nsets, "names": list(shape.names), **({"graph_calls": calls} if graph else {}),
+            **({"host_us": host} if host_calls else {})}
 
 
 def _measure(libs: dict, shapes: list, warmup: int, iters: int, out: Path, table: dict, log: list,

@@ -46,6 +46,11 @@
 #                                                     # the 8 worst decode rows (~8 min)
 #   bash bench/device_pending.sh OUTDIR read-floor    # decode: a plain streaming-read kernel on each weight size > L2 (the
 #                                                     # attainable floor, launch included) beside the sweep's best (~2 min)
+#   bash bench/device_pending.sh OUTDIR decode-graph  # decode: the read kernels and the sweep's best GEMM vs cuBLAS on 12
+#                                                     # decode rows, per launch and replayed from a CUDA graph (~7 min)
+#   bash bench/device_pending.sh OUTDIR gemm-graph [bf16_bf16_tn [M,M,...]]  # the per-call host cost, then the decode rows
+#                                                     # (weights >= 60 MiB) re-timed from CUDA graphs, cuBLAS too, into
+#                                                     # OUTDIR/sweep/gemm_sweep_<flavor>_graph_h200.json (resumable)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -71,7 +76,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -313,6 +318,33 @@ case "$STEP" in
     # session 26: the decode rows with 84-168 MB weights sit 1.16-1.49x above bytes / 4.3 TB/s, the 0.5-0.9 GB ones at
     # 0.98-1.0x: how much of that a kernel that only reads the bytes (launch included) also pays
     timeout 400 python3 "$R/bench/read_floor.py" --m 1 --out "$OUT/read_floor.json" 2>&1 | tee "$OUT/read_floor.log" | tail -26 ;;
+  decode-graph)
+    # session 27: a plain read of 84-134 MB costs 1.13-1.23x bytes / 4.3 TB/s one launch between CUDA events (session
+    # 27 read-floor), ~4.5 us above the floor whatever the size. The same read kernels, and the sweep's best GEMM
+    # beside cuBLAS on decode rows, as back-to-back launches replayed from a CUDA graph (how a serving engine runs
+    # decode; METHOD.md), next to their per-launch times
+    timeout 200 python3 "$R/bench/read_floor.py" --m 1 --graph --out "$OUT/read_floor_graph.json" 2>&1 \
+      | tee "$OUT/read_floor_graph.log" | tail -24
+    for S in 1x5120x8192 1x4096x12288 1x3584x14336 1x4096x14336 1x14336x4096 1x8192x8192 1x10240x8192 \
+             1x57344x8192 8x4096x14336 32x4096x14336 64x3584x14336 64x5120x25600; do
+      timeout 120 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --graph \
+        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_h200.json" 2>&1 \
+        | tee -a "$OUT/decode_graph.log" | grep -v "^generated" | tail -4
+    done ;;
+  gemm-graph)
+    # session 27: one launch between CUDA events times a ~25 us decode kernel partly by the host (the per-call host
+    # cost is printed first); the decode rows (M 1/8/32/64, weights >= 60 MiB) re-timed as back-to-back launches
+    # replayed from a CUDA graph, cuBLAS too, each row's kernels within 20 % of its per-launch best and the untuned
+    # choices, into gemm_sweep_<flavor>_graph_h200.json (resumable: commit it back to bench/data between calls)
+    FL=${3:-bf16_bf16_tn}
+    timeout 120 python3 "$R/bench/profile_gemm.py" --shape 1x5120x8192 --graph --kernels 128x16x128_c1x1_s6 \
+      --best-of "$R/bench/data/gemm_sweep_${FL}_h200.json" 2>&1 | tee "$OUT/host_cost.log" | grep -v "^generated"
+    mkdir -p "$OUT/sweep"
+    T="$OUT/sweep/gemm_sweep_${FL}_graph_h200.json"
+    cp "$R/bench/data/gemm_sweep_${FL}_graph_h200.json" "$T" 2>/dev/null
+    timeout 470 python3 "$R/bench/sweep_gemm.py" --table "$T" --refine --graph --refine-within 0.2 \
+      --from-table "$R/bench/data/gemm_sweep_${FL}_h200.json" --m "${4:-1,8,32,64}" --min-weight-mb 60 \
+      --max-seconds "${ARGUS_SWEEP_SECONDS:-330}" 2>&1 | tee "$OUT/gemm_graph_$FL.log" | tail -12 ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the
     # largest at it; ncu of the shipped kernels of both kinds (DRAM throughput, launch, occupancy, stalls)

@@ -3,6 +3,7 @@ profiled one launch each under ncu (e.g. a decode shape's K splits against the u
 
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_swapab,splitk2,splitk4,streamk
     python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels '64x16x64_c1x1_s12_pp+!_as' --also stages=22
+    python3 bench/profile_gemm.py --shape 1x4096x14336 --best-of bench/data/gemm_sweep_bf16_bf16_tn_h200.json --graph
     ncu --profile-from-start off -k regex:gemm_kernel --metrics gpc__cycles_elapsed.max,... \\
         python3 bench/profile_gemm.py --shape 1x4096x14336 --kernels splitk2,splitk4 --ncu
 
@@ -16,7 +17,9 @@ kernels are verified, compiled and checked against the fp32 reference on the swe
 shapes in one orchestrator batch (``bench/agent_eval.py``), then timed as the sweep times them
 (``agent_eval.measure_shape``: CUDA events, operands rotated over 3x L2, interleaved with cuBLAS in
 ``--rounds`` rounds, medians); ``--ncu``: one launch of each between ``cudaProfilerStart`` / ``Stop``
-instead, nothing timed. Prints one line per kernel: ms, cuBLAS ms, the weight-read floor at 4.3 TB/s
+instead, nothing timed; ``--graph``: also timed as back-to-back launches replayed from a CUDA graph
+(``agent_eval.time_graph``). The host's cost of one call (100 back-to-back calls, nothing synchronized) is printed
+too: a kernel shorter than it is timed partly by the host one launch between events. Prints one line per kernel: ms, cuBLAS ms, the weight-read floor at 4.3 TB/s
 (``N x K`` elements of B) and the ratio to it. Needs torch and a Hopper GPU.
 """
 
@@ -35,10 +38,38 @@ from agent_eval import select  # noqa: E402  (the kernel selectors, shared with 
 HBM_BYTES_PER_S = 4.3e12
 
 
+def _unhashed(name: str) -> str:
+    """A kernel name without its trailing ``_<fingerprint>`` (8 hex digits).
+
+    >>> _unhashed("argus_gemm_sm90_bf16_bf16_tn_64x16x64_c1x1_s12_pp_e64x16_rn1_swapab_217d10cc")
+    'argus_gemm_sm90_bf16_bf16_tn_64x16x64_c1x1_s12_pp_e64x16_rn1_swapab'
+    """
+    head, _, tail = name.rpartition("_")
+    return head if len(tail) == 8 and all(c in "0123456789abcdef" for c in tail) else name
+
+
+def table_best(path: str, key: str) -> str:
+    """The name of the fastest measured kernel of row ``key`` (``MxNxK``) of a sweep table, or ``"error: ..."``
+    saying why there is none (no such file, not a sweep table, no such row, nothing timed)."""
+    import json
+
+    try:
+        rows = json.loads(Path(path).read_text())["shapes"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"error: not a readable sweep table ({type(exc).__name__}: {exc})"
+    timed = {nm: v for nm, v in rows.get(key, {}).get("kernels", {}).items() if v}
+    if not timed:
+        return f"error: no timed kernel on row {key}"
+    return min(timed, key=timed.get)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", required=True, help="MxNxK, e.g. 1x4096x14336")
-    ap.add_argument("--kernels", required=True, help="comma-separated selectors (substrings joined by +; !text: not containing text)")
+    ap.add_argument("--kernels", default="", help="comma-separated selectors (substrings joined by +; !text: not containing text)")
+    ap.add_argument("--best-of", default="", metavar="SWEEP_TABLE",
+                    help="also the kernel a bench/sweep_gemm.py table measured fastest on --shape (matched by name "
+                         "without its fingerprint, so a table from older code still names it)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"), help="default: --dtype")
     ap.add_argument("--layout", default="tn", choices=("tn", "nt", "nn", "tt"))
@@ -51,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                          "copy per option), e.g. stages=22 (a depth past what fits is refused by the verifier, named); "
                          "timed in the same rounds as the originals")
     ap.add_argument("--ncu", action="store_true", help="one launch per kernel inside cudaProfilerStart/Stop")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time every kernel and cuBLAS as back-to-back launches replayed from a CUDA graph "
+                         "(agent_eval.time_graph; how a serving engine runs decode), printed beside the per-launch times")
     args = ap.parse_args(argv)
     try:
         m, n, k = (int(v) for v in args.shape.lower().split("x"))
@@ -68,10 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     shape = GemmShape(m, n, k, args.dtype, out_dtype, args.layout, name="profile")
     problem = shape.problem().validate()
     space = {kernel_name(c): c for c in declared_subspace(args.dtype, out_dtype, args.layout)}
+    if not args.kernels and not args.best_of:
+        ap.error("give --kernels, --best-of or both")
     try:
-        names = select(list(space), args.kernels)
+        names = select(list(space), args.kernels) if args.kernels else []
     except ValueError as exc:
         ap.error(f"--kernels {args.kernels!r}: {exc}")
+    if args.best_of:
+        best = table_best(args.best_of, f"{m}x{n}x{k}")
+        if isinstance(best, str) and best.startswith("error: "):
+            ap.error(f"--best-of {args.best_of}: {best[7:]}")
+        hit = [nm for nm in space if _unhashed(nm) == _unhashed(best)]
+        if not hit:
+            ap.error(f"--best-of {args.best_of}: its best kernel {best} is not in the declared sub-space of this flavor")
+        names += [nm for nm in hit if nm not in names]
     from overrides import assignments
 
     from argus_cutlass.kernels.gemm.config import GemmConfig
@@ -112,14 +156,22 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
         return 0
-    row = agent_eval.measure_shape(libs, shape, args.warmup, args.iters, args.rounds, log)
+    rows = [("", agent_eval.measure_shape(libs, shape, args.warmup, args.iters, args.rounds, log, host_calls=100))]
+    if args.graph:
+        rows.append(("graph replay: ", agent_eval.measure_shape(libs, shape, args.warmup, args.iters, args.rounds,
+                                                                 log, graph=True)))
     floor_ms = n * k * problem.operands()["B"].elem_bytes / HBM_BYTES_PER_S * 1e3   # B (the weights) read once
-    cub = row.get("cublas_ms")
-    print(f"{shape.label}: weight-read floor {floor_ms * 1e3:.1f} us at 4.3 TB/s; cuBLAS "
-          + (f"{cub * 1e3:.1f} us ({cub / floor_ms:.2f}x)" if cub else "not timed"))
-    for nm, ms in sorted(row["kernels"].items(), key=lambda kv: (kv[1] is None, kv[1] or 0)):
-        print(f"  {nm}: " + (f"{ms * 1e3:.1f} us ({ms / floor_ms:.2f}x floor"
-                              + (f", cuBLAS / ours {cub / ms:.3f})" if cub else ")") if ms else "not timed"))
+    for mode, row in rows:
+        cub = row.get("cublas_ms")
+        host = row.get("host_us", {})
+        print(f"{mode}{shape.label}: weight-read floor {floor_ms * 1e3:.1f} us at 4.3 TB/s; cuBLAS "
+              + (f"{cub * 1e3:.1f} us ({cub / floor_ms:.2f}x)" if cub else "not timed")
+              + (f"; host {host['cublas']:.1f} us per call" if "cublas" in host else ""))
+        for nm, ms in sorted(row["kernels"].items(), key=lambda kv: (kv[1] is None, kv[1] or 0)):
+            print(f"  {nm}: " + (f"{ms * 1e3:.1f} us ({ms / floor_ms:.2f}x floor"
+                                  + (f", cuBLAS / ours {cub / ms:.3f}" if cub else "")
+                                  + (f", host {host[nm]:.1f} us per call" if nm in host else "") + ")"
+                                  if ms else "not timed"))
     for entry in log:
         if entry.get("phase") == "time":
             print(f"-- {entry['kernel']}: timing failed: {entry['error'][:300]}")

@@ -108,21 +108,35 @@ def weight_sizes(table: dict, m: int) -> list[tuple[int, int]]:
     return sorted(((n, k) for n, k in nk if 2 * n * k > 60 * 2**20), key=lambda s: (s[0] * s[1], s))
 
 
-def _interleaved_ms(launches: list, rounds: int, iters: int, warmup: int, stream: int) -> list[float]:
+def _interleaved_ms(launches: list, rounds: int, iters: int, warmup: int, graph_calls: int = 0) -> list[float]:
     """Per launch function, the median over ``rounds`` rounds of :func:`argus_cutlass.runtime.check.time_kernel`
-    (a median of ``iters`` CUDA-event launches on ``stream``); each round times the functions in turn (each call
-    rotates buffers), warm-up in the first round only."""
+    (a median of ``iters`` CUDA-event launches on torch's current stream) or, with ``graph_calls``, of
+    ``agent_eval.time_graph`` (``graph_calls`` back-to-back launches replayed from a CUDA graph, per launch); each
+    round times the functions in turn (each call rotates buffers), warm-up in the first round only."""
+    import torch
+
     from argus_cutlass.runtime.check import time_kernel
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from agent_eval import time_graph
 
     per: list[list[float]] = [[] for _ in launches]
     for r in range(rounds):
         for j, fn in enumerate(launches):
-            per[j].append(time_kernel(fn, warmup=warmup if r == 0 else 0, iters=iters, stream=stream))
+            w = warmup if r == 0 else 0
+            per[j].append(time_graph(fn, graph_calls, w, iters) if graph_calls else
+                          time_kernel(fn, warmup=w, iters=iters, stream=torch.cuda.current_stream().cuda_stream))
     return [statistics.median(ms) for ms in per]
 
 
-def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: int, sms: int) -> dict:
-    """One weight size: every read-kernel variant and the empty kernel timed interleaved; the XOR checked."""
+#: launches per captured graph with ``--graph``: at least this many, a whole number of buffer rotations
+GRAPH_CALLS = 16
+
+
+def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: int, sms: int,
+            graph: bool = False) -> dict:
+    """One weight size: every read-kernel variant and the empty kernel timed interleaved (``graph``: as
+    back-to-back launches replayed from a CUDA graph, per launch); the XOR checked."""
     import numpy as np
     import torch
 
@@ -132,15 +146,17 @@ def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: i
     count = max(2, math.ceil(ROTATE_BYTES / nbytes))
     bufs = [torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device="cuda") for _ in range(count)]
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     turn = [0]
+
+    def stream() -> ctypes.c_void_p:   # torch's current stream at the call (the capture stream in a capture)
+        return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
     def reader(blocks_per_sm: int, threads: int, unroll: int):
         def go() -> None:
             buf = bufs[turn[0] % count]
             turn[0] += 1
             rc = lib.read_xor_launch(ctypes.c_void_p(buf.data_ptr()), nbytes, ctypes.c_void_p(sink.data_ptr()),
-                                     blocks_per_sm * sms, threads, unroll, stream)
+                                     blocks_per_sm * sms, threads, unroll, stream())
             if rc:
                 raise SystemExit(f"read_xor launch failed (CUDA error {rc}) at {n}x{k}")
         return go
@@ -156,8 +172,8 @@ def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: i
         got = int(sink.cpu().numpy().view(np.uint32)[0])
         if got != want:
             raise SystemExit(f"read_xor b{v[0]}t{v[1]}u{v[2]} read a wrong sum at {n}x{k}: {got:#x} != {want:#x}")
-    launches = [reader(*v) for v in VARIANTS] + [lambda: lib.empty_launch(stream)]
-    ms = _interleaved_ms(launches, rounds, iters, warmup, stream.value or 0)
+    launches = [reader(*v) for v in VARIANTS] + [lambda: lib.empty_launch(stream())]
+    ms = _interleaved_ms(launches, rounds, iters, warmup, count * math.ceil(GRAPH_CALLS / count) if graph else 0)
     variants = {f"b{b}t{t}u{u}": t_ms for (b, t, u), t_ms in zip(VARIANTS, ms[:-1])}
     best = min(variants, key=variants.get)
     bufs.clear()
@@ -197,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="launches per variant and round (their median)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="", help="also write the rows as JSON here")
+    ap.add_argument("--graph", action="store_true",
+                    help="time back-to-back launches replayed from a CUDA graph (per launch) instead of one launch "
+                         "between CUDA events (the GEMM and cuBLAS columns stay the table's per-launch times)")
     args = ap.parse_args(argv)
     path = Path(args.table)
     if not path.is_file():
@@ -216,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'GEMM us':>8} {'/floor':>6} {'/read':>6} {'cuBLAS us':>9}")
     rows = []
     for n, k in sizes:
-        r = measure(lib, n, k, args.rounds, args.iters, args.warmup, sms)
+        r = measure(lib, n, k, args.rounds, args.iters, args.warmup, sms, args.graph)
         r.update(table_best(table, args.m, n, k))
         rows.append(r)
         print(report_line(r), flush=True)
@@ -225,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
           f"GEMM within 1.05x of the read kernel on "
           f"{sum(1 for r in rows if r.get('gemm_ms') and r['gemm_ms'] <= 1.05 * r['best_read_ms'])} of {len(rows)}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"table": str(path), "m": args.m, "rows": rows}, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps({"table": str(path), "m": args.m, "graph": args.graph, "rows": rows},
+                                             indent=1) + "\n")
     return 0
 
 

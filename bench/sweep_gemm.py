@@ -7,6 +7,7 @@ cuBLAS in the same process, resumable across device calls.
     python3 bench/sweep_gemm.py --table TABLE --merge-shipped    # its per-shape bests into agent/tuned_h200.json
     python3 bench/sweep_gemm.py --table TABLE --merge-shipped --keep-existing   # only shapes the file lacks
     python3 bench/sweep_gemm.py --table TABLE --extend SELECTORS [--m 1,8,32,64]   # configurations added to the sub-space
+    python3 bench/sweep_gemm.py --table GRAPH_TABLE --refine --graph --from-table TABLE --m 1,8,32,64 --min-weight-mb 60
 
 What it measures, per shape (``--shapes models``: :func:`argus_cutlass.agent.shapes.model_shape_set`, every
 projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 64, 100, 256, 512, 1024,
@@ -43,6 +44,14 @@ the declared configurations matching a selector (``+``-joined substrings of a ke
 the re-timed finalists keep their old times in ``kernels_sweep``. A row is marked ``extended`` with what was
 added; swap-AB configurations only where M <= ``SWAP_AB_MAX_M``; a row holding every selected configuration that
 applies to it is skipped (resumable).
+
+Graph-timed (``--refine --graph``, session 27): one launch between CUDA events times a kernel of tens of
+microseconds partly by the host (its per-call cost, 13-26 us on the lent machines, varies between calls: the same
+decode kernel read 25.9-29.8 us per launch and 23.6 us from a graph in three calls), so the finalists are re-timed as
+back-to-back launches replayed from a CUDA graph (``agent_eval.time_graph``; cuBLAS too), how a serving engine
+runs decode. A table is one timing or the other, never both: ``--refine --graph --from-table REF --m ...
+--min-weight-mb ...`` makes a new table (``timing: graph``) of REF's rows (:func:`graph_table`), each row's
+per-launch times kept as ``kernels_events`` once re-timed; refining a table with the other timing is refused.
 
 Resumable: ``--table`` is read if it exists and written after every shape; shapes already in it are
 skipped. ``--max-seconds`` stops before a shape that would start after that much wall time (the kernels
@@ -357,8 +366,8 @@ def shape_entries(table: dict) -> list[dict[str, Any]]:
     out = []
     for key, row in table.get("shapes", {}).items():
         good = {nm: v for nm, v in row.get("kernels", {}).items() if v and nm in configs}
-        if not good:
-            continue
+        if not good or (table.get("timing") == "graph" and row.get("timing") != "graph"):
+            continue   # (a graph-timed table's rows not yet re-timed from graphs hold per-launch times)
         m, n, k = map(int, key.split("x"))
         best = min(sorted(good), key=good.__getitem__)
         p = Problem(m, n, k, *fl)
@@ -467,28 +476,58 @@ def _rows_to_time(table: dict, plan: dict[str, list[str]], configs: dict[str, An
 
 
 def _retime(table: dict, key: str, libs: dict[str, Any], names: list[str], args: argparse.Namespace,
-            tag: str) -> tuple[int, dict]:
+            tag: str, graph: bool = False) -> tuple[int, dict]:
     """Time ``libs`` on row ``key`` as ``--refine`` does (``--rounds`` rounds of :func:`refine_iters` launches,
     cuBLAS interleaved) and record it: each of ``names`` gets its new time (None where it has none: a one-pass
     time is never compared against these medians); a kernel or cuBLAS time the row already held is kept, the
-    first one recorded, in ``kernels_sweep`` / ``cublas_ms_sweep``. Returns the launches per timing and
-    ``measure_shape``'s result."""
+    first one recorded, in ``kernels_sweep`` / ``cublas_ms_sweep``. ``graph``: timed as back-to-back launches
+    replayed from a CUDA graph (``agent_eval.time_graph``); the row's per-launch times move to ``kernels_events``
+    / ``cublas_ms_events`` and its ``kernels`` hold only these (the two modes are never mixed in a row). Returns
+    the launches per timing and ``measure_shape``'s result."""
     from argus_cutlass.agent.shapes import GemmShape
 
     row = table["shapes"][key]
     m, n, k = map(int, key.split("x"))
     iters = refine_iters(min((v for v in row["kernels"].values() if v), default=1.0))
     got = measure_shape(libs, GemmShape(m, n, k, *table_flavor(table), name=f"{tag}.{key}"), args.warmup, iters,
-                        args.rounds, table.setdefault("failures", []))
-    kept = row.setdefault("kernels_sweep", {})
+                        args.rounds, table.setdefault("failures", []), graph=graph)
+    if graph:
+        row["kernels_events"], row["kernels"] = row["kernels"], {}
+        row["cublas_ms_events"], row["cublas_ms"] = row.get("cublas_ms"), None
+        row["timing"] = "graph"
+    kept = row.setdefault("kernels_sweep", {}) if not graph else {}
     for nm in names:
         if nm in row["kernels"]:
             kept.setdefault(nm, row["kernels"][nm])
     row["kernels"].update({nm: got["kernels"].get(nm) or None for nm in names})
     if got.get("cublas_ms"):
-        row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
+        if not graph:
+            row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
         row["cublas_ms"] = got["cublas_ms"]
     return iters, got
+
+
+def graph_table(src: dict, m_values: list[int], min_weight_mb: float) -> dict:
+    """A new table for ``--refine --graph``: ``src``'s flavor, kernel configurations and the rows at
+    ``m_values`` (all M when empty) whose B operand (``N x K`` elements) holds at least ``min_weight_mb`` MiB,
+    their per-launch times kept (they pick the finalists to re-time), marked ``timing: graph``.
+
+    Raises:
+        KeyError: ``src`` is not a sweep table.
+
+    >>> t = graph_table({"flavor": {"dtype": "bf16"}, "kernel_configs": {}, "shapes": {
+    ...     "1x8192x8192": {"kernels": {"a": 1.0}}, "1x64x64": {"kernels": {}}, "8x8192x8192": {}}}, [1], 100)
+    >>> sorted(t["shapes"]), t["timing"]
+    (['1x8192x8192'], 'graph')
+    """
+    elem = 4 if src.get("flavor", {}).get("dtype") == "fp32" else 2
+    keep = {}
+    for key, row in src["shapes"].items():
+        m, n, k = map(int, key.split("x"))
+        if (not m_values or m in m_values) and n * k * elem >= min_weight_mb * 2**20:
+            keep[key] = {nm: v for nm, v in row.items() if nm in ("kernels", "cublas_ms", "names", "heuristic")}
+    return {**{nm: v for nm, v in src.items() if nm not in ("shapes", "failures")}, "timing": "graph",
+            "shapes": keep}
 
 
 def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
@@ -497,12 +536,22 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     medians replace the row's times (the sweep's kept in ``kernels_sweep`` / ``cublas_ms_sweep``) and the row
     is marked ``refined``. Smallest M first, resumable, stops after ``--max-seconds``: the one-pass sweep's
     20 launches per kernel leave a kernel under 50 us a 90th-percentile spread of 4-13 %, more than the 3 %
-    the untuned choice is scored by."""
+    the untuned choice is scored by. With ``args.graph`` the table must be graph-timed (``timing: graph``, from
+    :func:`graph_table`) and the re-timing is from CUDA graphs (:func:`_retime`); a row is done once its
+    ``timing`` is ``graph``. Returns 2, saying why, when the table's timing and ``args.graph`` disagree, when
+    there is no Hopper GPU, or when the table has no ``kernel_configs``."""
+    graph = bool(getattr(args, "graph", False))
+    if graph != (table.get("timing") == "graph"):
+        print(f"sweep_gemm --refine: {path} is timed {'from CUDA graphs' if table.get('timing') == 'graph' else 'per launch'}: "
+              f"refine it {'with' if table.get('timing') == 'graph' else 'without'} --graph (a table never mixes the two)",
+              file=sys.stderr)
+        return 2
     configs = _retime_setup(path, table, "refine")
     if configs is None:
         return 2
     picks = choices(table)
-    todo = sorted((key for key, row in table["shapes"].items() if row.get("kernels") and not row.get("refined")),
+    done = (lambda row: row.get("timing") == "graph") if graph else (lambda row: row.get("refined"))
+    todo = sorted((key for key, row in table["shapes"].items() if row.get("kernels") and not done(row)),
                   key=lambda key: tuple(map(int, key.split("x"))))
     plan = {key: [nm for nm in finalists(table["shapes"][key], args.refine_within,
                                          tuple(picks.get(key, {}).values())) if nm in configs] for key in todo}
@@ -511,10 +560,12 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     for key, row, sub in _rows_to_time(table, plan, configs, args, t0, "refine"):
         if not sub:   # no finalist built: marked, so a resumed run does not rebuild for it again
             row["refined"] = {"within": args.refine_within, "kernels": 0, "failed": plan[key]}
+            if graph:   # nothing graph-timed: the row holds no time rather than per-launch ones
+                row["kernels_events"], row["kernels"], row["timing"] = row["kernels"], {}, "graph"
             _save(path, table)
             continue
         t1 = time.perf_counter()
-        iters, new = _retime(table, key, sub, plan[key], args, "refine")
+        iters, new = _retime(table, key, sub, plan[key], args, "refine", graph)
         # every finalist gets its refined time or none: a finalist that did not build or time keeps no one-pass
         # time (it could be the sweep's lucky best, compared against 5-round medians); the old ones stay apart
         failed = [nm for nm in plan[key] if not new["kernels"].get(nm)]
@@ -633,6 +684,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-within", type=float, default=0.10, help="--from-table: the fraction of the row's best")
     ap.add_argument("--refine", action="store_true",
                     help="re-time each shape's finalists of the table (GPU; --rounds, default 5 here) instead of sweeping")
+    ap.add_argument("--graph", action="store_true",
+                    help="--refine: time as back-to-back launches replayed from a CUDA graph (how a serving engine "
+                         "runs decode; agent_eval.time_graph), cuBLAS too, into a table of its own: when --table does "
+                         "not exist it is made from --from-table's rows at --m with weights (B) of at least "
+                         "--min-weight-mb, each row's per-launch times kept as kernels_events")
+    ap.add_argument("--min-weight-mb", type=float, default=0.0,
+                    help="--refine --graph: a new table takes the rows whose B (N x K) has at least this many MiB")
     ap.add_argument("--refine-within", type=float, default=0.10,
                     help="--refine / --extend: the kernels within this fraction of a shape's best are finalists")
     ap.add_argument("--extend", default="", metavar="SELECTORS",
@@ -644,6 +702,14 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.table)
     agent_eval._bootstrap()
     if args.refine:
+        if args.graph and not path.is_file() and args.from_table:
+            try:
+                table = graph_table(json.loads(Path(args.from_table).read_text()),
+                                    [int(x) for x in args.m.split(",") if x.strip()], args.min_weight_mb)
+            except (OSError, ValueError, KeyError) as exc:
+                ap.error(f"--from-table {args.from_table}: cannot make a graph-timed table of it ({exc})")
+            _save(path, table)
+            print(f"made {path}: {len(table['shapes'])} rows of {args.from_table}, to be timed from CUDA graphs")
         if not path.is_file():
             ap.error(f"--table {path}: no such file")
         args.rounds = args.rounds or 5

@@ -69,7 +69,7 @@ def test_report_after_timing_names_floor_and_cublas(monkeypatch, capsys):
 
     monkeypatch.setattr(agent_eval, "_build", lambda configs, workers, log, notes:
                         {kernel_name(c): (c, None, None) for c in configs})
-    monkeypatch.setattr(agent_eval, "measure_shape", lambda libs, shape, *a: {
+    monkeypatch.setattr(agent_eval, "measure_shape", lambda libs, shape, *a, **kw: {
         "cublas_ms": 0.040, "kernels": {nm: (0.030 if i else 0.035) for i, nm in enumerate(libs)}})
     rc = profile_gemm.main(["--shape", "1x4096x14336", "--kernels", "64x16x64_c1x1_s12_pp+!_as", "--also", "stages=22"])
     out = capsys.readouterr().out
@@ -78,3 +78,42 @@ def test_report_after_timing_names_floor_and_cublas(monkeypatch, capsys):
     assert f"weight-read floor {floor_us:.1f} us" in out and "cuBLAS 40.0 us" in out
     lines = [ln for ln in out.splitlines() if ln.startswith("  argus_gemm")]
     assert len(lines) == 2 and "s22_pp" in lines[0] and "30.0 us" in lines[0] and "cuBLAS / ours 1.333" in lines[0]
+
+
+def test_best_of_takes_the_tables_fastest_kernel_by_name_without_fingerprint(monkeypatch, tmp_path, capsys):
+    """--best-of TABLE: the row's fastest kernel, matched without its fingerprint (a table from older code still
+    names it); a missing row, file or kernel is an error naming it. --graph prints the graph-replay timing after
+    the per-launch one; the host's cost per call is printed beside each."""
+    import json
+
+    import agent_eval
+
+    names = [kernel_name(c) for c in declared_subspace() if c.swap_ab][:2]
+    stale = names[1].rsplit("_", 1)[0] + "_0badf00d"   # the same kernel under another fingerprint
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({"shapes": {"1x4096x14336": {"kernels": {names[0]: 0.040, stale: 0.035, "x": None}}}}))
+    got = []
+
+    def fake_measure(libs, shape, *a, graph=False, host_calls=0):
+        got.append((sorted(libs), graph, host_calls))
+        return {"cublas_ms": 0.040, "kernels": {nm: 0.030 if graph else 0.036 for nm in libs},
+                **({"host_us": {"cublas": 15.0, **{nm: 12.5 for nm in libs}}} if host_calls else {})}
+
+    monkeypatch.setattr(agent_eval, "_build", lambda configs, workers, log, notes:
+                        {kernel_name(c): (c, None, None) for c in configs})
+    monkeypatch.setattr(agent_eval, "measure_shape", fake_measure)
+    assert profile_gemm.main(["--shape", "1x4096x14336", "--best-of", str(t), "--graph"]) == 0
+    assert got == [([names[1]], False, 100), ([names[1]], True, 0)]
+    out = capsys.readouterr().out
+    assert "host 15.0 us per call" in out and "36.0 us" in out and "host 12.5 us per call" in out
+    assert "graph replay: 1x4096x14336" in out and "30.0 us" in out
+    for argv, msg in ((["--shape", "8x4096x14336", "--best-of", str(t)], "no timed kernel on row 8x4096x14336"),
+                      (["--shape", "1x4096x14336", "--best-of", str(tmp_path / "none.json")], "not a readable sweep table"),
+                      (["--shape", "1x4096x14336"], "give --kernels, --best-of or both")):
+        with pytest.raises(SystemExit):
+            profile_gemm.main(argv)
+        assert msg in capsys.readouterr().err
+    t.write_text(json.dumps({"shapes": {"1x4096x14336": {"kernels": {"argus_gemm_nosuch_12345678": 0.01}}}}))
+    with pytest.raises(SystemExit):
+        profile_gemm.main(["--shape", "1x4096x14336", "--best-of", str(t)])
+    assert "argus_gemm_nosuch_12345678 is not in the declared sub-space" in capsys.readouterr().err

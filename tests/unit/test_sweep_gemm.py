@@ -143,7 +143,7 @@ def test_a_fatal_shape_is_recorded_and_its_first_failing_kernel_excluded(sweep, 
         built.append(list(cands))
         return {f"k{i}": (c, None, None) for i, c in enumerate(cands[:3])}
 
-    def fake_measure(libs, shape, warmup, iters, rounds, log):
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
         if shape.m == 64:
             log.append({"kernel": "k1", "phase": "time", "shape": shape.label, "error": "illegal address"})
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -189,7 +189,7 @@ def test_refine_retimes_the_finalists_and_resumes(sweep, tmp_path, monkeypatch):
         built.append({kernel_name(c) for c in cands})
         return {kernel_name(c): (c, None, None) for c in cands}
 
-    def fake_measure(libs, shape, warmup, iters, rounds, log):
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
         timed.append((shape.m, sorted(libs), iters, rounds))
         # at M = 64 the sweep's best kernel fails to time: it must not keep its one-pass (lucky) time
         return {"kernels": {nm: None if (shape.m == 64 and nm == names[0]) else 0.5 for nm in libs},
@@ -253,7 +253,7 @@ def test_extend_times_added_configurations_beside_the_finalists_and_resumes(swee
         built.append(sorted(kernel_name(c) for c in cands))
         return {kernel_name(c): (c, None, None) for c in cands}
 
-    def fake_measure(libs, shape, warmup, iters, rounds, log):
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
         timed.append((shape.m, sorted(libs), rounds))
         return {"kernels": {nm: (0.02 if nm == added else 0.029) for nm in libs}, "cublas_ms": 0.028, "names": []}
 
@@ -304,7 +304,7 @@ def test_extend_retimes_a_selected_kernel_already_on_the_row_and_refine_keeps_fi
     t.write_text(json.dumps(table))
     times = iter([0.040, 0.045])
 
-    def fake_measure(libs, shape, warmup, iters, rounds, log):
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
         v = next(times)
         return {"kernels": {nm: v for nm in libs}, "cublas_ms": 0.031, "names": []}
 
@@ -395,7 +395,7 @@ def test_from_table_sweeps_each_shape_over_the_reference_finalists_in_this_flavo
     def fake_build(cands, workers, log, notes):
         return {f"k{i}": (cfg, None, None) for i, cfg in enumerate(cands)}
 
-    def fake_measure(libs, shape, warmup, iters, rounds, log):
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
         measured[f"{shape.m}x{shape.n}x{shape.k}"] = {cfg for cfg, _, _ in libs.values()}
         return {"kernels": {nm: 1.0 for nm in libs}, "cublas_ms": 1.0, "names": list(shape.names)}
 
@@ -440,3 +440,59 @@ def test_a_sweep_whose_kernels_all_fail_records_no_shape(sweep, tmp_path, monkey
     t = tmp_path / "t.json"
     assert sweep.main(["--table", str(t), "--shapes", str(shapes)]) == 2
     assert json.loads(t.read_text())["shapes"] == {} and "no kernel passed" in capsys.readouterr().err
+
+
+def test_refine_graph_makes_its_own_table_and_never_mixes_timings(sweep, tmp_path, monkeypatch, capsys):
+    """--refine --graph (session 27: one launch between CUDA events times a ~25 us decode kernel partly by the host):
+    a new table is made from --from-table's rows at --m with weights of at least --min-weight-mb, each row's
+    finalists re-timed from CUDA graphs; the row's per-launch times move to kernels_events (its kernels hold only
+    graph times), resumable; a per-launch refine of a graph table and a graph refine of a per-launch table are
+    refused; the shipped-table merge skips the rows not yet re-timed."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    space = [c for c in declared_subspace() if c.swap_ab][:3]
+    names = [kernel_name(c) for c in space]
+    src = {"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
+           "kernel_configs": {nm: c.model_dump() for nm, c in zip(names, space)},
+           "shapes": {"1x8192x8192": {"kernels": dict(zip(names, (0.040, 0.043, 0.060))), "cublas_ms": 0.045},
+                      "8x8192x8192": {"kernels": dict(zip(names, (0.041, 0.050, 0.055))), "cublas_ms": 0.046},
+                      "1x2048x2048": {"kernels": dict(zip(names, (0.005, 0.006, 0.007))), "cublas_ms": 0.006},
+                      "256x8192x8192": {"kernels": dict(zip(names, (0.1, 0.2, 0.3))), "cublas_ms": 0.1}}}
+    s = tmp_path / "src.json"
+    s.write_text(json.dumps(src))
+    g = tmp_path / "g.json"
+    timed = []
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
+        timed.append((shape.m, shape.n, sorted(libs), graph))
+        return {"kernels": {nm: 0.030 + 0.001 * i for i, nm in enumerate(sorted(libs))}, "cublas_ms": 0.035, "names": []}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", lambda cands, w, log, notes:
+                        {kernel_name(c): (c, None, None) for c in cands})
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {})
+    argv = ["--table", str(g), "--refine", "--graph", "--from-table", str(s), "--m", "1,8", "--min-weight-mb", "60",
+            "--refine-within", "0.2"]
+    assert sweep.main(argv) == 0
+    out = json.loads(g.read_text())
+    assert out["timing"] == "graph" and sorted(out["shapes"]) == ["1x8192x8192", "8x8192x8192"]   # 8 MB, M 256 out
+    assert [(m, n, graph) for m, n, _, graph in timed] == [(1, 8192, True), (8, 8192, True)]
+    assert timed[0][2] == sorted(names[:2]) and timed[1][2] == [names[0]]   # within 20 % of the per-launch best
+    row = out["shapes"]["1x8192x8192"]
+    assert row["timing"] == "graph" and set(row["kernels"]) == set(names[:2]) and row["cublas_ms"] == 0.035
+    assert row["kernels_events"] == src["shapes"]["1x8192x8192"]["kernels"] and row["cublas_ms_events"] == 0.045
+    assert "kernels_sweep" not in row   # per-launch times live in kernels_events only
+    assert sweep.main(argv) == 0 and len(timed) == 2   # resumable: nothing left
+    # the two timings never meet in one table
+    assert sweep.main(["--table", str(g), "--refine"]) == 2
+    assert sweep.main(["--table", str(s), "--refine", "--graph"]) == 2
+    assert "never mixes" in capsys.readouterr().err
+    # a graph table's row not yet re-timed (per-launch times) is not shipped
+    out["shapes"]["8x8192x8192"] = {"kernels": src["shapes"]["8x8192x8192"]["kernels"], "cublas_ms": 0.046}
+    entries = sweep.shape_entries(out)
+    assert [e["shape"][0] for e in entries] == [1] and entries[0]["ms"] == 0.030

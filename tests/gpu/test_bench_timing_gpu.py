@@ -1,0 +1,57 @@
+"""The benchmarks' CUDA-graph timing (``bench/agent_eval.py``'s ``time_graph``, session 27) on a real GPU: a graph
+replay runs every captured launch, each over the operand set it rotated to at capture; ``measure_shape``'s graph
+mode times a GEMM and cuBLAS that way. Run: ``pytest -q -m gpu tests/gpu/test_bench_timing_gpu.py``."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the benchmarks' timing needs torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import agent_eval  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def test_every_captured_launch_runs_on_each_replay_over_its_rotated_buffer(gpu_device):
+    bufs = [torch.zeros(1 << 20, device="cuda") for _ in range(3)]
+    turn = [0]
+
+    def fn() -> None:   # each call adds 1 to the next buffer in turn, on the current (capture) stream
+        bufs[turn[0] % 3].add_(1.0)
+        turn[0] += 1
+
+    ms = agent_eval.time_graph(fn, calls=6, warmup=2, iters=5)
+    torch.cuda.synchronize()
+    assert math.isfinite(ms) and ms > 0
+    assert turn[0] == 3 + 6   # 3 warm-up calls on a side stream, 6 captured; replays call no Python
+    # warm-up: buffers 0, 1, 2 once; captured: 0..5 -> each buffer twice; 7 replays (2 warm-up + 5 timed)
+    assert [float(b[0]) for b in bufs] == [1 + 2 * 7] * 3
+    assert all(bool((b == b[0]).all()) for b in bufs)
+    with pytest.raises(ValueError):
+        agent_eval.time_graph(fn, calls=0, warmup=0, iters=1)
+
+
+def test_measure_shape_times_a_kernel_and_cublas_from_graphs(gpu_device):
+    """A swap-AB decode kernel of the declared sub-space, built and checked by the orchestrator, timed per launch
+    and from graphs (with the host's cost per call): every number present and finite."""
+    agent_eval._bootstrap()
+    from argus_cutlass.agent.shapes import GemmShape
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    cfg = next(c for c in declared_subspace() if c.swap_ab and c.tile_n == 16 and c.scheduler == "persistent")
+    log: list = []
+    libs = agent_eval._build([cfg], 4, log, [])
+    assert libs, log
+    shape = GemmShape(1, 4096, 4096, "bf16", "bf16", "tn", name="graph")
+    per_launch = agent_eval.measure_shape(libs, shape, 2, 20, 2, log, host_calls=20)
+    graph = agent_eval.measure_shape(libs, shape, 2, 20, 2, log, graph=True)
+    assert not log, log
+    for row in (per_launch, graph):
+        assert row["cublas_ms"] > 0 and all(v and v > 0 for v in row["kernels"].values())
+    assert graph["graph_calls"] % graph["operand_sets"] == 0 and graph["graph_calls"] >= agent_eval.GRAPH_CALLS
+    assert set(per_launch["host_us"]) == set(libs) | {"cublas"} and all(v > 0 for v in per_launch["host_us"].values())
