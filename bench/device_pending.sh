@@ -50,7 +50,9 @@
 #                                                     # decode rows, per launch and replayed from a CUDA graph (~7 min)
 #   bash bench/device_pending.sh OUTDIR gemm-graph [bf16_bf16_tn [M,M,...]]  # the per-call host cost, then the decode rows
 #                                                     # (weights >= 60 MiB) re-timed from CUDA graphs, cuBLAS too, into
-#                                                     # OUTDIR/sweep/gemm_sweep_<flavor>_graph_h200.json (resumable)
+#                                                     # OUTDIR/sweep/gemm_sweep_<flavor>_graph_h200.json (resumable; the
+#                                                     # committed table grows by the rows it lacks: e.g.
+#                                                     # ARGUS_MIN_WEIGHT_MB=0 ... gemm-graph bf16_bf16_tn 1,8,32,64,100,256)
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -343,7 +345,7 @@ case "$STEP" in
     T="$OUT/sweep/gemm_sweep_${FL}_graph_h200.json"
     cp "$R/bench/data/gemm_sweep_${FL}_graph_h200.json" "$T" 2>/dev/null
     timeout 470 python3 "$R/bench/sweep_gemm.py" --table "$T" --refine --graph --refine-within 0.2 \
-      --from-table "$R/bench/data/gemm_sweep_${FL}_h200.json" --m "${4:-1,8,32,64}" --min-weight-mb 60 \
+      --from-table "$R/bench/data/gemm_sweep_${FL}_h200.json" --m "${4:-1,8,32,64}" --min-weight-mb "${ARGUS_MIN_WEIGHT_MB:-60}" \
       --max-seconds "${ARGUS_SWEEP_SECONDS:-330}" 2>&1 | tee "$OUT/gemm_graph_$FL.log" | tail -12 ;;
   gemm-decode-ncu)
     # issue 13 item 2: the ~100 MB decode weights sit 11-13 us above their 24-30 us floor whatever the kernel, the

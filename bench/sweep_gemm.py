@@ -50,8 +50,9 @@ microseconds partly by the host (its per-call cost, 13-26 us on the lent machine
 decode kernel read 25.9-29.8 us per launch and 23.6 us from a graph in three calls), so the finalists are re-timed as
 back-to-back launches replayed from a CUDA graph (``agent_eval.time_graph``; cuBLAS too), how a serving engine
 runs decode. A table is one timing or the other, never both: ``--refine --graph --from-table REF --m ...
---min-weight-mb ...`` makes a new table (``timing: graph``) of REF's rows (:func:`graph_table`), each row's
-per-launch times kept as ``kernels_events`` once re-timed; refining a table with the other timing is refused.
+--min-weight-mb ...`` makes a table (``timing: graph``) of REF's rows (:func:`graph_table`), or adds to an
+existing one the rows it lacks, each row's per-launch times kept as ``kernels_events`` once re-timed; refining a
+table with the other timing is refused.
 
 Resumable: ``--table`` is read if it exists and written after every shape; shapes already in it are
 skipped. ``--max-seconds`` stops before a shape that would start after that much wall time (the kernels
@@ -686,9 +687,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="re-time each shape's finalists of the table (GPU; --rounds, default 5 here) instead of sweeping")
     ap.add_argument("--graph", action="store_true",
                     help="--refine: time as back-to-back launches replayed from a CUDA graph (how a serving engine "
-                         "runs decode; agent_eval.time_graph), cuBLAS too, into a table of its own: when --table does "
-                         "not exist it is made from --from-table's rows at --m with weights (B) of at least "
-                         "--min-weight-mb, each row's per-launch times kept as kernels_events")
+                         "runs decode; agent_eval.time_graph), cuBLAS too, into a table of its own: with --from-table "
+                         "the rows of that table at --m with weights (B) of at least --min-weight-mb that --table "
+                         "lacks are added first (--table made when absent), each row's per-launch times kept as "
+                         "kernels_events once re-timed")
     ap.add_argument("--min-weight-mb", type=float, default=0.0,
                     help="--refine --graph: a new table takes the rows whose B (N x K) has at least this many MiB")
     ap.add_argument("--refine-within", type=float, default=0.10,
@@ -702,14 +704,24 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.table)
     agent_eval._bootstrap()
     if args.refine:
-        if args.graph and not path.is_file() and args.from_table:
+        if args.graph and args.from_table:
             try:
                 table = graph_table(json.loads(Path(args.from_table).read_text()),
                                     [int(x) for x in args.m.split(",") if x.strip()], args.min_weight_mb)
             except (OSError, ValueError, KeyError) as exc:
                 ap.error(f"--from-table {args.from_table}: cannot make a graph-timed table of it ({exc})")
+            if path.is_file():   # grow the graph table by the rows it lacks (its re-timed rows stay)
+                have = json.loads(path.read_text())
+                if have.get("timing") != "graph":
+                    ap.error(f"--table {path}: not a graph-timed table (timing: graph); --from-table adds rows "
+                             "only to one")
+                new = {k: row for k, row in table["shapes"].items() if k not in have["shapes"]}
+                have["shapes"].update(new)
+                table = have
+            else:
+                new = table["shapes"]
             _save(path, table)
-            print(f"made {path}: {len(table['shapes'])} rows of {args.from_table}, to be timed from CUDA graphs")
+            print(f"{path}: {len(new)} rows of {args.from_table} added, to be timed from CUDA graphs")
         if not path.is_file():
             ap.error(f"--table {path}: no such file")
         args.rounds = args.rounds or 5

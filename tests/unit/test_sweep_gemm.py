@@ -488,6 +488,15 @@ def test_refine_graph_makes_its_own_table_and_never_mixes_timings(sweep, tmp_pat
     assert row["kernels_events"] == src["shapes"]["1x8192x8192"]["kernels"] and row["cublas_ms_events"] == 0.045
     assert "kernels_sweep" not in row   # per-launch times live in kernels_events only
     assert sweep.main(argv) == 0 and len(timed) == 2   # resumable: nothing left
+    # the table grows by the rows it lacks (here the small weights at M 1); its re-timed rows stay as they are
+    assert sweep.main(argv[:-4] + ["--min-weight-mb", "0", "--refine-within", "0.2"]) == 0
+    grown = json.loads(g.read_text())
+    assert sorted(grown["shapes"]) == ["1x2048x2048", "1x8192x8192", "8x8192x8192"]
+    assert [(m, n) for m, n, _, _ in timed[2:]] == [(1, 2048)] and grown["shapes"]["1x8192x8192"] == row
+    # only a graph-timed table grows
+    with pytest.raises(SystemExit):
+        sweep.main(["--table", str(s), "--refine", "--graph", "--from-table", str(s)])
+    assert "not a graph-timed table" in capsys.readouterr().err
     # the two timings never meet in one table
     assert sweep.main(["--table", str(g), "--refine"]) == 2
     assert sweep.main(["--table", str(s), "--refine", "--graph"]) == 2

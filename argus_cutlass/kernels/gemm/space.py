@@ -281,7 +281,7 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (87 configs, before the verifier; a new list of the memoised configurations,
+    """The declared sub-space (88 configs, before the verifier; a new list of the memoised configurations,
     whose stages :func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages` fits once per flavor): the
     candidate set of the sweeps
     (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
@@ -299,8 +299,9 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     132 SMs idle) and splitting K is what fills the SMs while still reading each weight byte once.
     6 swap-AB decode kernels measured in session 26 (device step gemm-k128: a few-tile decode GEMM is bound by a
     per-stage cost, not by bytes in flight): 128-deep k-tiles (64x16, 64x32 ping-pong 8 stages, 64x64
-    the 6 that fit, 128x16 cooperative 6) and 2 accumulator sets (64x16 ping-pong at k 64 x 12 stages and at k 128 x 8).
-    87 in all. Stages are fitted to shared memory.
+    the 6 that fit, 128x16 cooperative 6) and 2 accumulator sets (64x16 ping-pong at k 64 x 12 stages and at k 128 x 8);
+    64x32 ping-pong at k 128 x 8 with 2 sets (session 27, device step gemm-k128b: 6-9 % off M = 32 / 64 decode rows).
+    88 in all. Stages are fitted to shared memory.
     """
     return list(_declared_subspace(dtype, out_dtype, layout))
 
@@ -348,4 +349,7 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
     out += [swap(64, 16, "pingpong", 8, tile_k=128), swap(64, 32, "pingpong", 8, tile_k=128),
             swap(64, 64, "pingpong", 8, tile_k=128), swap(128, 16, "cooperative", 6, tile_k=128),
             swap(64, 16, "pingpong", 12, acc_sets=2), swap(64, 16, "pingpong", 8, tile_k=128, acc_sets=2)]
+    # decode at M = 32-64: 2 accumulator sets on the 64x32x128 tile (session 27, device step gemm-k128b:
+    # 32x4096x14336 36.5 -> 34.2 us, 64x3584x14336 36.5 -> 33.1 us per launch against the set-less 64x32x128)
+    out += [swap(64, 32, "pingpong", 8, tile_k=128, acc_sets=2)]
     return tuple(out)
