@@ -554,8 +554,10 @@ def check(lib: Any, problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, 
 
 
 def time_kernel(lib: Any, problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
-                iters: int = 100) -> float:
-    """Median milliseconds of one launch (``kernels.<family>.check.time_*``)."""
+                iters: int = 100, timing: str = "launch") -> float:
+    """Median milliseconds of one launch (``kernels.<family>.check.time_*``); ``timing`` (GEMM: ``"launch"``, one
+    launch between CUDA events, or ``"graph"``, rotated operands replayed from a CUDA graph:
+    :func:`argus_cutlass.kernels.gemm.check.time_gemm`) is the GEMM's; attention and MoE keep their own."""
     if isinstance(problem, AttentionProblem):
         from argus_cutlass.kernels.attention.check import time_attention
 
@@ -566,11 +568,11 @@ def time_kernel(lib: Any, problem: Problem, *, alpha: float = 1.0, beta: float =
         return time_layer(lib, problem, warmup=warmup, iters=iters)
     from argus_cutlass.kernels.gemm.check import time_gemm
 
-    return time_gemm(lib, problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
+    return time_gemm(lib, problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters, timing=timing)
 
 
 def baseline(problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, warmup: int = 10,
-             iters: int = 100) -> float | None:
+             iters: int = 100, timing: str = "launch") -> float | None:
     """Median milliseconds of the vendor library on the same problem (GEMM: cuBLAS,
     :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`; attention: cuDNN through torch SDPA,
     :func:`argus_cutlass.kernels.attention.baseline.cudnn_time`; MoE: the torch ``_grouped_mm`` layer,
@@ -586,7 +588,7 @@ def baseline(problem: Problem, *, alpha: float = 1.0, beta: float = 0.0, warmup:
         return time_baseline(problem, warmup=warmup, iters=iters)
     from argus_cutlass.kernels.gemm.baseline import cublas_time
 
-    return cublas_time(problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters)
+    return cublas_time(problem, alpha=alpha, beta=beta, warmup=warmup, iters=iters, timing=timing)
 
 
 def build_many(configs: Iterable[Config], problem: Problem | None = None, *,
@@ -642,6 +644,9 @@ class Options:
         check_shapes: ``(m, n, k)`` sizes to check numerics on (the problem's dtypes and layout),
             e.g. a bounded copy of a large problem; default: the problem itself.
         warmup, iters: timing launches (median of ``iters`` CUDA-event intervals, ms).
+        timing: how a GEMM and cuBLAS are timed (:func:`argus_cutlass.kernels.gemm.check.time_gemm`): ``"launch"``
+            (the default: one operand set, each launch between CUDA events) or ``"graph"`` (operands rotated over 3x
+            the L2, calls replayed from a CUDA graph; session 27, not yet run on silicon).
         workers: parallel nvcc processes (:func:`run_many`; default: CPU count).
     """
 
@@ -659,6 +664,7 @@ class Options:
     check_shapes: tuple[tuple[int, int, int], ...] | None = None
     warmup: int = 10
     iters: int = 100
+    timing: str = "launch"
     workers: int | None = None
 
 
@@ -880,7 +886,7 @@ def _back(result: RunResult, clock: _Clock, options: Options) -> None:
         if not options.time:
             return
         r.ms = clock.stage("time", time_kernel, r.library, r.problem, alpha=options.alpha, beta=options.beta,
-                           warmup=options.warmup, iters=options.iters)
+                           warmup=options.warmup, iters=options.iters, timing=options.timing)
         r.status = "ok"
         clock.done("time")
     except (LaunchError, ProblemError, DeviceError) as exc:
@@ -889,7 +895,7 @@ def _back(result: RunResult, clock: _Clock, options: Options) -> None:
         return
     if options.baseline:
         ms = clock.stage("baseline", baseline, r.problem, alpha=options.alpha, beta=options.beta,
-                         warmup=options.warmup, iters=options.iters)
+                         warmup=options.warmup, iters=options.iters, timing=options.timing)
         if ms is None:
             if isinstance(r.problem, AttentionProblem):
                 from argus_cutlass.kernels.attention.baseline import cudnn_support

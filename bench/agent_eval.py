@@ -275,8 +275,10 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
     def ours(lib: Any) -> None:
         a, b, d = ptrs[turn[0] % len(ptrs)]
         turn[0] += 1
+        # per launch: the legacy default stream as before session 27 (an int: no per-call stream object, whose
+        # host cost would count against ours alone); from a graph: torch's current (side / capture) stream
         lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0,
-            torch.cuda.current_stream())
+            torch.cuda.current_stream().cuda_stream if graph else 0)
 
     def cublas() -> None:
         a, b = views[turn[0] % len(views)]
@@ -311,9 +313,11 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
                 continue
             try:
                 runs[nm].append(time_kernel(lambda lib=libs[nm][1]: ours(lib), warmup=warmup, iters=iters))
-            except ArgusError as exc:
+            except (ArgusError, RuntimeError) as exc:   # RuntimeError: torch's capture_end after a launch failed
                 runs[nm] = None
                 log.append({"kernel": nm, "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
+                if graph:   # a failed capture can leave the error sticky on the stream: said, then go on
+                    torch.cuda.synchronize()
     time_cublas()
     torch.cuda.synchronize()
     host = {}

@@ -60,6 +60,18 @@ TIE = 0.03
 SOFTMIN = 0.02
 
 
+def _timed_rows(table: dict) -> dict:
+    """The rows of a table to calibrate on: all of them, or of a graph-timed table (``timing: graph``, made by
+    ``bench/sweep_gemm.py --refine --graph``) only those already re-timed from CUDA graphs (the others hold the
+    per-launch times their finalists were picked by: ``sweep_gemm.timed_view``).
+
+    >>> sorted(_timed_rows({"timing": "graph", "shapes": {"a": {"timing": "graph"}, "b": {}}}))
+    ['a']
+    """
+    rows = table["shapes"]
+    return rows if table.get("timing") != "graph" else {k: r for k, r in rows.items() if r.get("timing") == "graph"}
+
+
 def load_tables(paths: list[str]) -> list[tuple[tuple[int, int, int], list, np.ndarray]]:
     """``[((m, n, k), [KernelShape per measured candidate], measured ms array)]``.
 
@@ -77,7 +89,7 @@ def load_tables(paths: list[str]) -> list[tuple[tuple[int, int, int], list, np.n
             label = {kernel_label(GemmConfig(**c)): GemmConfig(**c) for c in data.get("candidates", [])}
             # sweep tables (bench/sweep_gemm.py) key kernels by name: their kernel_configs map them
             label.update({nm: GemmConfig(**c) for nm, c in data.get("kernel_configs", {}).items()})
-            shapes = data["shapes"]
+            shapes = _timed_rows(data)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise SystemExit(f"{path}: not a measured table ({type(exc).__name__}: {exc})") from None
         for key, row in shapes.items():
@@ -152,7 +164,7 @@ def residuals_of(path: str, params, **hyper: Any) -> Any:  # noqa: ANN001
         data = json.loads(Path(path).read_text())
         fl = data.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
         flavor = (fl["dtype"], fl["out_dtype"], fl["layout"])
-        rows = data["shapes"]
+        rows = _timed_rows(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(f"{path}: not a sweep table ({type(exc).__name__}: {exc})") from None
     space = declared_subspace(*flavor)
@@ -217,6 +229,7 @@ def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS) -> d
     from argus_cutlass.agent.measure import table_key
 
     table = json.loads(Path(path).read_text())
+    table = {**table, "shapes": _timed_rows(table)}
     fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
     flavor = (fl["dtype"], fl["out_dtype"], fl["layout"])
     groups = projection_groups([tuple(int(x) for x in key.split("x")) for key in table["shapes"]], radius)

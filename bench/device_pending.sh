@@ -339,8 +339,10 @@ case "$STEP" in
     # replayed from a CUDA graph, cuBLAS too, each row's kernels within 20 % of its per-launch best and the untuned
     # choices, into gemm_sweep_<flavor>_graph_h200.json (resumable: commit it back to bench/data between calls)
     FL=${3:-bf16_bf16_tn}
+    IFS=_ read -r DT OD LY <<< "$FL"
     timeout 120 python3 "$R/bench/profile_gemm.py" --shape 1x5120x8192 --graph --kernels 128x16x128_c1x1_s6 \
-      --best-of "$R/bench/data/gemm_sweep_${FL}_h200.json" 2>&1 | tee "$OUT/host_cost.log" | grep -v "^generated"
+      --dtype "$DT" --out-dtype "$OD" --layout "$LY" --best-of "$R/bench/data/gemm_sweep_${FL}_h200.json" 2>&1 \
+      | tee "$OUT/host_cost.log" | grep -v "^generated"
     mkdir -p "$OUT/sweep"
     T="$OUT/sweep/gemm_sweep_${FL}_graph_h200.json"
     cp "$R/bench/data/gemm_sweep_${FL}_graph_h200.json" "$T" 2>/dev/null

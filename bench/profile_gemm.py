@@ -55,9 +55,9 @@ def table_best(path: str, key: str) -> str:
 
     try:
         rows = json.loads(Path(path).read_text())["shapes"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        timed = {nm: v for nm, v in rows.get(key, {}).get("kernels", {}).items() if v}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"error: not a readable sweep table ({type(exc).__name__}: {exc})"
-    timed = {nm: v for nm, v in rows.get(key, {}).get("kernels", {}).items() if v}
     if not timed:
         return f"error: no timed kernel on row {key}"
     return min(timed, key=timed.get)

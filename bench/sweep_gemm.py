@@ -315,10 +315,24 @@ def decode_floor(table: dict, picks: dict[str, dict[str, str | None]] | None = N
             for who, r in ratios.items() if r}
 
 
+def timed_view(table: dict) -> dict:
+    """``table`` itself, or for a graph-timed table (``timing: graph``) a shallow copy holding only the rows
+    already re-timed from CUDA graphs (the others still hold the per-launch times :func:`graph_table` copied to
+    pick their finalists): what every score, summary and calibration of a table reads.
+
+    >>> sorted(timed_view({"timing": "graph", "shapes": {"a": {"timing": "graph"}, "b": {}}})["shapes"])
+    ['a']
+    """
+    if table.get("timing") != "graph":
+        return table
+    return {**table, "shapes": {k: row for k, row in table.get("shapes", {}).items() if row.get("timing") == "graph"}}
+
+
 def report(table: dict) -> str:
-    """The summary lines of both untuned rules (:func:`choices`)."""
+    """The summary lines of both untuned rules (:func:`choices`) on :func:`timed_view`'s rows."""
     from argus_cutlass.agent.costmodel import calibrated_residuals
 
+    table = timed_view(table)
     picks = choices(table)
     lines = [_format(summarize(table, rule, picks=picks)) for rule in ("heuristic", "costmodel")]
     res = calibrated_residuals()
@@ -365,10 +379,10 @@ def shape_entries(table: dict) -> list[dict[str, Any]]:
     fl = table_flavor(table)
     gpu = table.get("gpu", "NVIDIA H200")
     out = []
-    for key, row in table.get("shapes", {}).items():
+    for key, row in timed_view(table).get("shapes", {}).items():   # (not yet re-timed graph rows: per-launch)
         good = {nm: v for nm, v in row.get("kernels", {}).items() if v and nm in configs}
-        if not good or (table.get("timing") == "graph" and row.get("timing") != "graph"):
-            continue   # (a graph-timed table's rows not yet re-timed from graphs hold per-launch times)
+        if not good:
+            continue
         m, n, k = map(int, key.split("x"))
         best = min(sorted(good), key=good.__getitem__)
         p = Problem(m, n, k, *fl)
@@ -563,6 +577,7 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
             row["refined"] = {"within": args.refine_within, "kernels": 0, "failed": plan[key]}
             if graph:   # nothing graph-timed: the row holds no time rather than per-launch ones
                 row["kernels_events"], row["kernels"], row["timing"] = row["kernels"], {}, "graph"
+                row["cublas_ms_events"], row["cublas_ms"] = row.get("cublas_ms"), None
             _save(path, table)
             continue
         t1 = time.perf_counter()
@@ -571,7 +586,8 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
         # time (it could be the sweep's lucky best, compared against 5-round medians); the old ones stay apart
         failed = [nm for nm in plan[key] if not new["kernels"].get(nm)]
         row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters,
-                          "kernels": len(plan[key]) - len(failed), "failed": failed}
+                          "kernels": len(plan[key]) - len(failed), "failed": failed,
+                          **({"graph_calls": new["graph_calls"]} if graph and "graph_calls" in new else {})}
         _save(path, table)
         print(f"{key:>18} refined {len(sub)} kernels x {args.rounds} rounds x {iters} launches "
               f"({time.perf_counter() - t1:.1f} s)", flush=True)
@@ -706,9 +722,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.refine:
         if args.graph and args.from_table:
             try:
-                table = graph_table(json.loads(Path(args.from_table).read_text()),
-                                    [int(x) for x in args.m.split(",") if x.strip()], args.min_weight_mb)
-            except (OSError, ValueError, KeyError) as exc:
+                m_values = [int(x) for x in args.m.split(",") if x.strip()]
+            except ValueError:
+                ap.error(f"--m {args.m!r}: expected comma-separated integers")
+            try:
+                src = json.loads(Path(args.from_table).read_text())
+                if not isinstance(src, dict) or not isinstance(src.get("shapes"), dict) or not src.get("kernel_configs"):
+                    raise ValueError("not a sweep table with shapes and kernel_configs")
+                table = graph_table(src, m_values, args.min_weight_mb)
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
                 ap.error(f"--from-table {args.from_table}: cannot make a graph-timed table of it ({exc})")
             if path.is_file():   # grow the graph table by the rows it lacks (its re-timed rows stay)
                 have = json.loads(path.read_text())
@@ -726,6 +748,11 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--table {path}: no such file")
         args.rounds = args.rounds or 5
         return refine(path, json.loads(path.read_text()), args, t0)
+    if args.graph:
+        ap.error("--graph goes with --refine (a graph-timed table is made and filled by --refine --graph only)")
+    if path.is_file() and json.loads(path.read_text()).get("timing") == "graph" and not (args.summary or args.merge_shipped):
+        ap.error(f"--table {path}: a graph-timed table is filled by --refine --graph only (--extend and the sweep "
+                 "time per launch)")
     if args.extend:
         if not path.is_file():
             ap.error(f"--table {path}: no such file")

@@ -2,7 +2,7 @@
 3 % of the sweep's best" can be scored on a table at all.
 
     python3 bench/timing_spread.py TABLE_A TABLE_B            # two bench/sweep_gemm.py tables (e.g. one graph-timed
-                                                              # table measured twice, on two machines)
+                                                              # table measured twice)
     python3 bench/timing_spread.py TABLE --field kernels_sweep  # one table: its re-timed kernels against the times
                                                               # they replaced (--refine keeps them in kernels_sweep)
 
@@ -45,24 +45,34 @@ def pairs(a: dict[str, Any], b: dict[str, Any], field_b: str = "kernels") -> lis
     return out
 
 
-def spread(rows: list[tuple[str, dict, dict]]) -> dict[str, Any]:
-    """The agreement of :func:`pairs`' rows: ``raw`` and ``shifted`` (row median removed) lists of
-    ``|log ratio|``, and ``best_kept`` (rows where A's best is within :data:`TIE` of B's best in B).
+#: rows with fewer kernels timed in both than this are left out of the shifted spread (with one kernel the row's
+#: median shift is its whole difference, with two half of it: the spread would read low)
+MIN_SHIFT_KERNELS = 3
 
-    >>> s = spread([("1x2x3", {"a": 1.0, "b": 2.0}, {"a": 1.1, "b": 2.2})])
-    >>> round(max(s["raw"]), 4), round(max(s["shifted"]), 4), s["best_kept"]
-    (0.0953, 0.0, 1)
+
+def spread(rows: list[tuple[str, dict, dict]]) -> dict[str, Any]:
+    """The agreement of :func:`pairs`' rows: ``raw`` (every kernel timed in both) and ``shifted`` (the row's
+    median log ratio removed, rows of at least :data:`MIN_SHIFT_KERNELS` kernels) lists of ``|log ratio|``;
+    ``signed``, the median signed log ratio (B over A); ``a_best_in_b`` (rows where A's best is within
+    :data:`TIE` of B's best, judged in B's times) and ``b_best_in_a`` (the other way).
+
+    >>> s = spread([("1x2x3", {"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 1.1, "b": 2.2, "c": 3.3})])
+    >>> round(max(s["raw"]), 4), round(max(s["shifted"]), 4), s["a_best_in_b"], round(s["signed"], 4)
+    (0.0953, 0.0, 1, 0.0953)
     """
-    raw, shifted, kept = [], [], 0
+    raw, shifted, signed, a_in_b, b_in_a = [], [], [], 0, 0
     for _, ka, kb in rows:
         common = [nm for nm in ka if nm in kb]
         logs = [math.log(kb[nm] / ka[nm]) for nm in common]
-        mid = statistics.median(logs)
+        signed += logs
         raw += [abs(x) for x in logs]
-        shifted += [abs(x - mid) for x in logs]
-        best_a = min(common, key=ka.get)
-        kept += kb[best_a] <= (1 + TIE) * min(kb[nm] for nm in common)
-    return {"raw": raw, "shifted": shifted, "best_kept": kept, "rows": len(rows)}
+        if len(common) >= MIN_SHIFT_KERNELS:
+            mid = statistics.median(logs)
+            shifted += [abs(x - mid) for x in logs]
+        a_in_b += kb[min(common, key=ka.get)] <= (1 + TIE) * min(kb[nm] for nm in common)
+        b_in_a += ka[min(common, key=kb.get)] <= (1 + TIE) * min(ka[nm] for nm in common)
+    return {"raw": raw, "shifted": shifted, "signed": statistics.median(signed) if signed else 0.0,
+            "a_best_in_b": a_in_b, "b_best_in_a": b_in_a, "rows": len(rows)}
 
 
 def _line(name: str, xs: list[float]) -> str:
@@ -86,20 +96,25 @@ def main(argv: list[str] | None = None) -> int:
         docs = [json.loads(Path(p).read_text()) for p in args.tables]
     except (OSError, ValueError) as exc:
         ap.error(f"cannot read a table: {exc}")
+    if not all(isinstance(d, dict) and isinstance(d.get("shapes"), dict) for d in docs):
+        ap.error("a table is not a sweep table (a JSON object with a 'shapes' object)")
     a, b = docs[0], docs[-1]
     rows = pairs(a, b, args.field)
     if not rows:
         print("no row with a kernel timed in both")
         return 1
     s = spread(rows)
-    cub = [abs(math.log(b["shapes"][k].get("cublas_ms") / a["shapes"][k].get("cublas_ms"))) for k, _, _ in rows
-           if len(args.tables) == 2 and a["shapes"][k].get("cublas_ms") and b["shapes"][k].get("cublas_ms")]
-    print(f"{s['rows']} rows")
+    # cuBLAS: B's time in the field that goes with --field (kernels_events -> cublas_ms_events, ...)
+    cub_field = "cublas_ms" + args.field[len("kernels"):] if args.field.startswith("kernels") else "cublas_ms"
+    cub = [abs(math.log(b["shapes"][k][cub_field] / a["shapes"][k]["cublas_ms"])) for k, _, _ in rows
+           if a["shapes"][k].get("cublas_ms") and b["shapes"][k].get(cub_field)]
+    print(f"{s['rows']} rows; B / A median {100 * (math.exp(s['signed']) - 1):+.2f} %")
     print(_line("kernels", s["raw"]))
-    print(_line("kernels, each row's median shift removed", s["shifted"]))
+    print(_line(f"kernels, each row's median shift removed (rows of >= {MIN_SHIFT_KERNELS} kernels)", s["shifted"]))
     if cub:
-        print(_line("cuBLAS", cub))
-    print(f"A's best kernel within 3 % of B's best in B on {s['best_kept']} of {s['rows']} rows")
+        print(_line(f"cuBLAS ({cub_field} against cublas_ms)", cub))
+    print(f"A's best within 3 % of B's best, in B's times, on {s['a_best_in_b']} of {s['rows']} rows; "
+          f"B's best within 3 % of A's best, in A's times, on {s['b_best_in_a']}")
     return 0
 
 

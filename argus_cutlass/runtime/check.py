@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from argus_cutlass.errors import DeviceError, ProblemError
-from argus_cutlass.runtime.cuda import Event, stream_handle
+from argus_cutlass.runtime.cuda import Event, Graph, stream_handle
 
 #: fill byte used to poison outputs and padding (NaN in bf16, fp16 and fp32)
 POISON_BYTE = 0xFF
@@ -85,3 +85,49 @@ def time_kernel(fn: Callable[[], Any], warmup: int = 10, iters: int = 100, strea
         start.destroy()
         end.destroy()
     return float(statistics.median(times))
+
+
+def time_graph(fn: Callable[[], Any], stream: Any, calls: int = 16, warmup: int = 3, iters: int = 10) -> float:
+    """Median milliseconds per call of ``fn`` run ``calls`` times back to back from one CUDA graph
+    (:class:`~argus_cutlass.runtime.cuda.Graph`): how a serving engine replays a decode step, and what the kernel
+    costs without the host's per-call path (one launch between events times a kernel of tens of microseconds partly
+    by the host: 23.6 us from a graph against 25.9-29.8 us per launch for one decode GEMM in three device calls,
+    ``bench/RESULTS.md`` session 27). ``fn`` is called 3 times on ``stream`` (warm-up: lazy attribute setting,
+    workspace pools), then ``calls`` times while capturing (each call may rotate its operands: the graph keeps
+    each call's arguments), the graph launched ``warmup`` times, then ``iters`` launches each between its own
+    pair of events; returns the median launch over ``calls``.
+
+    ``fn`` must enqueue its work on ``stream``, a non-default stream. (Session 27: built and unit-tested without a
+    GPU; its GPU test ``tests/gpu/test_runtime_gpu.py::test_a_captured_graph_runs_the_work_only_when_launched`` has
+    not run yet. The benchmarks' torch-based twin, ``bench/agent_eval.py::time_graph``, has.)
+
+    Raises:
+        DeviceError: ``device.timing`` when ``calls`` or ``iters`` < 1; ``device.stream`` for the default
+            stream; CUDA failures (a capture ``fn`` breaks, e.g. by synchronizing).
+    """
+    if calls < 1 or iters < 1:
+        raise DeviceError("device.timing", f"calls={calls}, iters={iters}: both must be >= 1")
+    handle = stream_handle(stream)
+    for _ in range(3):
+        fn()
+
+    def record() -> None:
+        for _ in range(calls):
+            fn()
+
+    graph = Graph(record, handle)
+    try:
+        for _ in range(max(0, warmup)):
+            graph.launch(handle)
+        events = [(Event(), Event()) for _ in range(iters)]
+        for start, end in events:
+            start.record(handle)
+            graph.launch(handle)
+            end.record(handle)
+        times = [start.elapsed_ms(end) for start, end in events]
+        for start, end in events:
+            start.destroy()
+            end.destroy()
+    finally:
+        graph.destroy()
+    return float(statistics.median(times)) / calls

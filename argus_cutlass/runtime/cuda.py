@@ -370,3 +370,54 @@ class Event:
 
     def __del__(self) -> None:
         self.destroy()
+
+
+class Graph:
+    """The work a callable enqueues on a stream, captured once into an executable CUDA graph and launched as a
+    whole (CUDA Programming Guide, "CUDA Graphs", stream capture: ``cudaStreamBeginCapture`` in thread-local mode,
+    ``cudaStreamEndCapture``, ``cudaGraphInstantiate``; ``cudaGraphLaunch`` per :meth:`launch`).
+
+    Capturing does not run the work; each launch runs every captured operation with the arguments it had at
+    capture (pointers, sizes). The stream must not be the legacy default stream (it cannot be captured).
+
+    Raises:
+        DeviceError: ``device.stream`` for the default stream; ``device.cuda_call`` when capture, instantiation
+            or a launch fails (e.g. the callable synchronized or allocated with ``cudaMalloc`` while capturing).
+    """
+
+    def __init__(self, record: Any, stream: Any) -> None:
+        self._exec = None
+        handle = stream_handle(stream)
+        if handle == 0:
+            raise DeviceError("device.stream", "a CUDA graph cannot be captured from the legacy default stream "
+                              "(stream 0): pass a Stream")
+        rt = cudart()
+        check("cudaStreamBeginCapture", rt.cudaStreamBeginCapture(
+            handle, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        try:
+            record()
+        except BaseException:
+            ended = rt.cudaStreamEndCapture(handle)   # leave the stream usable; drop the partial graph
+            if int(ended[0]) == 0 and ended[1] is not None:
+                rt.cudaGraphDestroy(ended[1])
+            raise
+        graph = check("cudaStreamEndCapture", rt.cudaStreamEndCapture(handle))
+        try:
+            self._exec = check("cudaGraphInstantiate", rt.cudaGraphInstantiate(graph, 0))
+        finally:
+            rt.cudaGraphDestroy(graph)
+
+    def launch(self, stream: Any) -> None:
+        """Enqueue one run of the captured work on ``stream``."""
+        check("cudaGraphLaunch", cudart().cudaGraphLaunch(self._exec, stream_handle(stream)))
+
+    def destroy(self) -> None:
+        ex, self._exec = getattr(self, "_exec", None), None
+        if ex is not None:
+            try:
+                cudart().cudaGraphExecDestroy(ex)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+    def __del__(self) -> None:
+        self.destroy()

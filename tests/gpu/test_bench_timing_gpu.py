@@ -36,7 +36,7 @@ def test_every_captured_launch_runs_on_each_replay_over_its_rotated_buffer(gpu_d
         agent_eval.time_graph(fn, calls=0, warmup=0, iters=1)
 
 
-def test_measure_shape_times_a_kernel_and_cublas_from_graphs(gpu_device):
+def test_measure_shape_times_a_kernel_and_cublas_from_graphs(gpu_device, monkeypatch):
     """A swap-AB decode kernel of the declared sub-space, built and checked by the orchestrator, timed per launch
     and from graphs (with the host's cost per call): every number present and finite."""
     agent_eval._bootstrap()
@@ -49,9 +49,34 @@ def test_measure_shape_times_a_kernel_and_cublas_from_graphs(gpu_device):
     assert libs, log
     shape = GemmShape(1, 4096, 4096, "bf16", "bf16", "tn", name="graph")
     per_launch = agent_eval.measure_shape(libs, shape, 2, 20, 2, log, host_calls=20)
-    graph = agent_eval.measure_shape(libs, shape, 2, 20, 2, log, graph=True)
+    seen = []
+    real = agent_eval.time_graph
+
+    def spy(fn, calls, warmup, iters):   # about ``iters`` launches in all, whole rotations, at least 5 replays
+        seen.append((calls, warmup, iters))
+        return real(fn, calls, warmup, iters)
+
+    monkeypatch.setattr(agent_eval, "time_graph", spy)
+    graph = agent_eval.measure_shape(libs, shape, 2, 100, 2, log, graph=True)
+    calls = graph["graph_calls"]
+    assert seen and all(c == calls and w == max(1, 2 // calls) and i == max(5, -(-100 // calls)) for c, w, i in seen)
+    assert len(seen) == 2 * 2 + 1   # (cuBLAS + the kernel) per round, cuBLAS once more after the last
     assert not log, log
     for row in (per_launch, graph):
         assert row["cublas_ms"] > 0 and all(v and v > 0 for v in row["kernels"].values())
     assert graph["graph_calls"] % graph["operand_sets"] == 0 and graph["graph_calls"] >= agent_eval.GRAPH_CALLS
     assert set(per_launch["host_us"]) == set(libs) | {"cublas"} and all(v > 0 for v in per_launch["host_us"].values())
+
+
+def test_the_main_jobs_timing_both_ways(gpu_device):
+    """generate.run with Options(timing=...) (what `argus-cutlass gemm --timing` sets): a decode GEMM and cuBLAS
+    timed from a CUDA graph over rotated operands and one launch between events (the default); both pass the
+    check and give a time and a baseline."""
+    from argus_cutlass.generate import Options, run
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+    problem = GemmProblem(8, 4096, 4096)
+    for timing in ("graph", "launch"):
+        r = run(problem, options=Options(timing=timing, iters=40))
+        assert r.ok, (timing, r.status, r.error)
+        assert r.ms and r.ms > 0 and r.baseline_ms and r.baseline_ms > 0, timing

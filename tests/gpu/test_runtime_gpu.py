@@ -115,3 +115,44 @@ def test_reference_kernel_covers_more_rows_than_one_grid(gpu_device):
     computed (here 1048576 + 32 rows, N = 8, K = 8)."""
     p = GemmProblem(2**20 + 32, 8, 8, "bf16", "fp32", "tn")
     assert _reference_vs_numpy(p, alpha=1.0, beta=0.0, seed=4) < 1e-5
+
+
+def test_a_captured_graph_runs_the_work_only_when_launched(gpu_device):
+    """runtime.cuda.Graph (session 27): capturing the reference GEMM on a stream does not run it (D stays
+    poisoned); each launch of the graph does (D then matches numpy); check.time_graph times it per call."""
+    from argus_cutlass.runtime.cuda import Graph
+
+    problem = GemmProblem(64, 96, 128, "bf16", "fp32", "tn")
+    ops = problem.operands()
+    rng = np.random.default_rng(3)
+    a_bits, a = check.random_operand(ops["A"], rng)
+    b_bits, b = check.random_operand(ops["B"], rng)
+    lib = reference_library(problem.dtype, problem.out_dtype, problem.layout)
+    bufs = [DeviceBuffer.from_numpy(x) for x in (a_bits, b_bits)]
+    out = DeviceBuffer(problem.m * problem.ldd * 4)
+    out.fill(0xFF)
+    stream = Stream()
+
+    def call() -> None:
+        lib(bufs[0], bufs[1], None, out, problem.m, problem.n, problem.k, problem.lda, problem.ldb, problem.ldd,
+            problem.ldd, 1.0, 0.0, stream)
+
+    graph = Graph(call, stream)
+    stream.synchronize()
+    assert np.all(np.isnan(out.to_numpy(np.float32))), "capturing ran the work"
+    graph.launch(stream)
+    stream.synchronize()
+    got = out.to_numpy(np.float32, (problem.m, problem.ldd))[:, : problem.n]
+    want = check.numpy_reference(problem, a, b, None, 1.0, 0.0)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    graph.destroy()
+    from argus_cutlass.runtime.check import time_graph
+
+    ms = time_graph(call, stream, calls=4, warmup=1, iters=3)
+    assert ms > 0.0
+    with pytest.raises(Exception) as exc:
+        Graph(call, None)
+    assert "default stream" in str(exc.value)
+    stream.destroy()
+    for x in (*bufs, out):
+        x.free()

@@ -307,3 +307,33 @@ def test_return_codes_map_to_their_rules():
         "problem.size", "problem.pointer", "tma.address_alignment", "tma.stride_alignment", "launch.tensor_map",
         "launch.attribute"]
     assert _code_rule(1002)[0] == "launch.cuda" and _code_rule(99)[0] == "launch.failed"
+
+
+def test_graph_timing_refuses_bad_arguments_before_touching_the_gpu():
+    """runtime.check.time_graph / runtime.cuda.Graph (session 27): no calls or iterations, or the legacy default
+    stream (it cannot be captured), are refused by rule, naming the value, before any CUDA call."""
+    from argus_cutlass.runtime.check import time_graph
+    from argus_cutlass.runtime.cuda import Graph
+
+    for calls, iters in ((0, 5), (4, 0)):
+        with pytest.raises(DeviceError) as exc:
+            time_graph(lambda: None, 7, calls=calls, iters=iters)
+        assert exc.value.rule == "device.timing" and f"calls={calls}, iters={iters}" in str(exc.value)
+    with pytest.raises(DeviceError) as exc:
+        Graph(lambda: None, 0)
+    assert exc.value.rule == "device.stream" and "default stream" in str(exc.value)
+
+
+def test_gemm_timing_names_an_unknown_mode():
+    from argus_cutlass.kernels.gemm.baseline import cublas_time
+    from argus_cutlass.kernels.gemm.check import operand_sets, time_gemm
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+    for fn in (lambda: time_gemm(None, GemmProblem(8, 64, 64), timing="events"),
+               lambda: cublas_time(GemmProblem(8, 64, 64), timing="events")):
+        with pytest.raises(ProblemError) as exc:
+            fn()
+        assert exc.value.rule == "problem.timing" and "'events'" in str(exc.value)
+    # rotation: enough sets for 3x the L2, one for a problem larger than that, at most 48
+    assert operand_sets(GemmProblem(1, 4096, 14336)) == 2 and operand_sets(GemmProblem(8192, 8192, 8192)) == 1
+    assert operand_sets(GemmProblem(8, 64, 64)) == 48 and operand_sets(GemmProblem(8, 64, 64), beta=1.0) == 48

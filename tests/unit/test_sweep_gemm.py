@@ -493,10 +493,27 @@ def test_refine_graph_makes_its_own_table_and_never_mixes_timings(sweep, tmp_pat
     grown = json.loads(g.read_text())
     assert sorted(grown["shapes"]) == ["1x2048x2048", "1x8192x8192", "8x8192x8192"]
     assert [(m, n) for m, n, _, _ in timed[2:]] == [(1, 2048)] and grown["shapes"]["1x8192x8192"] == row
-    # only a graph-timed table grows
-    with pytest.raises(SystemExit):
-        sweep.main(["--table", str(s), "--refine", "--graph", "--from-table", str(s)])
-    assert "not a graph-timed table" in capsys.readouterr().err
+    # only a graph-timed table grows; --graph only with --refine; a graph table is not extended nor swept per launch
+    for bad, msg in ((["--table", str(s), "--refine", "--graph", "--from-table", str(s)], "not a graph-timed table"),
+                     (["--table", str(s), "--graph", "--summary"], "--graph goes with --refine"),
+                     (["--table", str(g), "--extend", "swapab"], "filled by --refine --graph only"),
+                     (["--table", str(g), "--m", "1"], "filled by --refine --graph only"),
+                     (["--table", str(tmp_path / "n.json"), "--refine", "--graph", "--from-table", str(s), "--m", "x"],
+                      "--m 'x': expected comma-separated integers")):
+        with pytest.raises(SystemExit):
+            sweep.main(bad)
+        assert msg in capsys.readouterr().err
+    # the summary of a graph table reads only its re-timed rows
+    grown["shapes"]["4x8192x8192"] = {"kernels": {names[0]: 0.001}, "cublas_ms": 0.1}   # per-launch, not re-timed
+    assert set(sweep.timed_view(grown)["shapes"]) == {"1x2048x2048", "1x8192x8192", "8x8192x8192"}
+    # a row whose finalists all fail to build keeps no per-launch time, cuBLAS included
+    monkeypatch.setattr(sweep.agent_eval, "_build", lambda cands, w, log, notes: {})
+    h = tmp_path / "h.json"
+    assert sweep.main(["--table", str(h), "--refine", "--graph", "--from-table", str(s), "--m", "1",
+                       "--min-weight-mb", "60"]) == 0
+    row = json.loads(h.read_text())["shapes"]["1x8192x8192"]
+    assert row["timing"] == "graph" and row["kernels"] == {} and row["cublas_ms"] is None
+    assert row["cublas_ms_events"] == 0.045 and row["kernels_events"] == src["shapes"]["1x8192x8192"]["kernels"]
     # the two timings never meet in one table
     assert sweep.main(["--table", str(g), "--refine"]) == 2
     assert sweep.main(["--table", str(s), "--refine", "--graph"]) == 2

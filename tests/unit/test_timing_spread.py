@@ -25,8 +25,11 @@ def test_spread_removes_the_row_shift_and_counts_pairs_past_three_percent():
     rows = timing_spread.pairs(a, b)
     s = timing_spread.spread(rows)
     assert s["rows"] == 2 and len(s["raw"]) == 5
+    assert len(s["shifted"]) == 3   # row 2 has two kernels: its median shift would halve its difference
     assert sorted(round(x, 3) for x in s["shifted"])[-1] == pytest.approx(math.log(1.21 / 1.1), abs=1e-3)
-    assert s["best_kept"] == 1   # row 2's best (k1) is 9 % behind k2 in B
+    assert s["a_best_in_b"] == 1   # row 2's A-best (k1) is 9 % behind k2 in B
+    assert s["b_best_in_a"] == 1   # row 2's B-best (k2) is 10 % behind k1 in A
+    assert s["signed"] == pytest.approx(math.log(1.1), abs=1e-9)
 
 
 def test_a_graph_table_counts_only_rows_already_retimed_from_graphs():
@@ -46,10 +49,21 @@ def test_main_reports_and_refuses_a_lone_table_without_field(tmp_path, capsys):
     assert timing_spread.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "1 rows" in out and "kernels: 2 pairs" in out and "apart by more than 3 %: 1 (50.0 %)" in out
-    assert "cuBLAS: 1 pairs" in out and "on 1 of 1 rows" in out
+    assert "cuBLAS (cublas_ms against cublas_ms): 1 pairs" in out and "on 1 of 1 rows" in out
     with pytest.raises(SystemExit):
         timing_spread.main([str(a)])
     assert "give two tables" in capsys.readouterr().err
     c = tmp_path / "c.json"
     c.write_text(json.dumps(_table({"9x8x8": {"kernels": {"k": 1.0}}})))
     assert timing_spread.main([str(a), str(c)]) == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(SystemExit):
+        timing_spread.main([str(a), str(bad)])
+    assert "not a sweep table" in capsys.readouterr().err
+    # one table against the per-launch times it kept: cuBLAS compared with the matching field
+    g = tmp_path / "g.json"
+    g.write_text(json.dumps(_table({"1x8x8": {"timing": "graph", "kernels": {"k": 1.0}, "cublas_ms": 1.0,
+                                              "kernels_events": {"k": 1.2}, "cublas_ms_events": 1.1}}, "graph")))
+    assert timing_spread.main([str(g), "--field", "kernels_events"]) == 0
+    assert "cuBLAS (cublas_ms_events against cublas_ms): 1 pairs" in capsys.readouterr().out

@@ -13,18 +13,29 @@ from argus_cutlass.kernels.gemm.problem import GemmProblem, layout_views, storag
 
 
 def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
-                          warmup: int = 10, iters: int = 100) -> float | None:
+                warmup: int = 10, iters: int = 100, timing: str = "launch") -> float | None:
     """Median milliseconds of torch (cuBLAS) computing the same GEMM in the same layout,
     or ``None`` when torch is not installed.
 
     A and B are torch tensors with the problem's strides (``A.t()`` / ``B.t()`` views for
     the column-major / N x K cases). D has the input dtype (torch's matmul output) unless
     ``out_dtype == "fp32"`` and this torch supports ``torch.mm(..., out_dtype=...)``.
-    Timed with ``torch.cuda.Event`` on torch's current stream, in this process.
+    ``timing`` as :func:`argus_cutlass.kernels.gemm.check.time_gemm` times our kernel, in this process:
+    ``"graph"`` rotates :func:`~argus_cutlass.kernels.gemm.check.operand_sets` sets and replays
+    :func:`~argus_cutlass.kernels.gemm.check.graph_calls` calls captured in a ``torch.cuda.CUDAGraph`` (about
+    ``iters`` calls, at least 5 replays, each between ``torch.cuda.Event`` s), per call; ``"launch"``: one
+    operand set, each launch between its own events on torch's current stream.
 
     Raises:
         DeviceError: ``device.torch`` when torch is installed but sees no CUDA device.
+        ProblemError: ``problem.timing`` for an unknown ``timing``.
     """
+    from argus_cutlass.kernels.gemm.check import TIMINGS, graph_calls, operand_sets
+
+    if timing not in TIMINGS:
+        from argus_cutlass.errors import ProblemError
+
+        raise ProblemError("problem.timing", f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
     try:
         import torch
     except ImportError:
@@ -36,12 +47,18 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dt = tdt[problem.dtype]
     a_rows, b_rows = storage_rows(problem)
-    a, b = layout_views(torch.randn(a_rows * problem.lda, device="cuda", dtype=dt),
-                        torch.randn(b_rows * problem.ldb, device="cuda", dtype=dt), problem)
     out_dt = tdt[problem.out_dtype]
-    c = torch.randn(m, n, device="cuda", dtype=dt) if beta != 0 else None
+    count = operand_sets(problem, beta) if timing == "graph" else 1
+    sets = []
+    for _ in range(count):
+        a, b = layout_views(torch.randn(a_rows * problem.lda, device="cuda", dtype=dt),
+                            torch.randn(b_rows * problem.ldb, device="cuda", dtype=dt), problem)
+        sets.append((a, b, torch.randn(m, n, device="cuda", dtype=dt) if beta != 0 else None))
+    turn = [0]
 
     def run_mm() -> Any:
+        a, b, c = sets[turn[0] % len(sets)]
+        turn[0] += 1
         if out_dt != dt:
             try:
                 return torch.mm(a, b, out_dtype=out_dt)
@@ -51,6 +68,30 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
             return torch.addmm(c, a, b, beta=beta, alpha=alpha)
         return torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
 
+    if timing == "graph":
+        calls = graph_calls(len(sets))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                run_mm()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                run_mm()
+        for _ in range(max(1, warmup // calls)):
+            graph.replay()
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(max(5, -(-iters // calls)))]
+        for start, end in pairs:
+            start.record()
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        ms = float(statistics.median(s.elapsed_time(e) for s, e in pairs)) / calls
+        del graph
+        return ms
     for _ in range(max(0, warmup)):
         run_mm()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))

@@ -251,36 +251,99 @@ def run_and_check(
 # ---- timing ---------------------------------------------------------------------------
 
 
-def time_gemm(lib: Any, problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
-              warmup: int = 10, iters: int = 100, seed: int = 0) -> float:
-    """Median milliseconds of one ``lib`` call on ``problem`` (random inputs, own buffers).
+#: bytes of operands :func:`time_gemm` and :func:`~argus_cutlass.kernels.gemm.baseline.cublas_time` rotate over in
+#: graph timing: 3 x the H200's 60 MB L2, so each call reads its operands from HBM, as a serving loop that runs other
+#: layers between two calls of this one sees them (issue 13 item 2: "rotate buffers when timing")
+ROTATE_BYTES = 3 * 60 * 2**20
+#: at most this many operand sets
+MAX_SETS = 48
+#: calls captured per graph: at least this many, a whole number of rotations of the operand sets
+GRAPH_CALLS = 16
+#: the timings :func:`time_gemm` knows
+TIMINGS = ("graph", "launch")
 
-    Runs on a fresh non-blocking :class:`~argus_cutlass.runtime.cuda.Stream`; see
-    :func:`time_kernel`. TFLOP/s = ``problem.flops / ms / 1e9``.
+
+def operand_sets(problem: GemmProblem, beta: float = 0.0) -> int:
+    """How many operand sets (A, B, C when ``beta != 0``, D) graph timing rotates over: enough for
+    :data:`ROTATE_BYTES`, at least 1, at most :data:`MAX_SETS`.
+
+    >>> operand_sets(GemmProblem(1, 4096, 14336)), operand_sets(GemmProblem(8192, 8192, 8192))
+    (2, 1)
+    """
+    ops = problem.operands()
+    per_set = sum(ops[n].storage_bytes for n in (("A", "B", "C", "D") if beta != 0 else ("A", "B", "D")))
+    return max(1, min(MAX_SETS, -(-ROTATE_BYTES // per_set)))
+
+
+def graph_calls(sets: int) -> int:
+    """Calls captured per graph for ``sets`` rotated operand sets: a whole number of rotations, at least
+    :data:`GRAPH_CALLS`.
+
+    >>> graph_calls(1), graph_calls(3), graph_calls(48)
+    (16, 18, 48)
+    """
+    return sets * -(-GRAPH_CALLS // sets)
+
+
+def time_gemm(lib: Any, problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
+              warmup: int = 10, iters: int = 100, seed: int = 0, timing: str = "launch") -> float:
+    """Median milliseconds of one ``lib`` call on ``problem`` (random inputs, own buffers), on a fresh
+    non-blocking :class:`~argus_cutlass.runtime.cuda.Stream`.
+
+    ``timing``:
+
+    * ``"graph"`` (session 27; built, not yet run on silicon: the default stays ``"launch"`` until
+      ``tests/gpu/test_runtime_gpu.py`` and ``tests/gpu/test_bench_timing_gpu.py`` pass on an H200): the operands rotated over :func:`operand_sets` sets (each call
+      reads them from HBM, not from the L2 the previous call filled), :func:`graph_calls` calls captured into one
+      CUDA graph and replayed (:func:`~argus_cutlass.runtime.check.time_graph`: about ``iters`` calls in all, at
+      least 5 replays), per call: how a serving engine replays a layer, without the host's per-call path, which
+      made per-launch times of ~25 us decode kernels vary by 15 % between device calls (``bench/RESULTS.md``,
+      session 27);
+    * ``"launch"`` (the default): one operand set, each of ``iters`` launches between its own CUDA events
+      (:func:`~argus_cutlass.runtime.check.time_kernel`; the L2 warm from the previous launch).
+
+    TFLOP/s = ``problem.flops / ms / 1e9``.
 
     Raises:
-        ProblemError, LaunchError, DeviceError: as :func:`run_and_check`.
+        ProblemError: ``timing`` is not one of :data:`TIMINGS` (rule ``problem.timing``); as :func:`run_and_check`.
+        LaunchError, DeviceError: as :func:`run_and_check`.
     """
+    from argus_cutlass.runtime.check import time_graph
     from argus_cutlass.runtime.cuda import Stream
 
+    if timing not in TIMINGS:
+        raise ProblemError("problem.timing", f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
     problem.validate(getattr(lib, "staged", ()))
     ops = problem.operands()
     rng = np.random.default_rng(seed)
-    bufs = {name: DeviceBuffer.from_numpy(random_operand(ops[name], rng)[0])
-            for name in (("A", "B", "C") if beta != 0 else ("A", "B"))}
-    bufs["D"] = DeviceBuffer(ops["D"].storage_bytes)
+    names = ("A", "B", "C") if beta != 0 else ("A", "B")
+    host = {name: random_operand(ops[name], rng)[0] for name in names}
+    count = operand_sets(problem, beta) if timing == "graph" else 1
+    sets = []
     stream = Stream()
     try:
-        lib.run(problem, bufs["A"], bufs["B"], bufs.get("C"), bufs["D"], alpha, beta, stream)
+        for _ in range(count):
+            bufs = {name: DeviceBuffer.from_numpy(host[name]) for name in names}
+            bufs["D"] = DeviceBuffer(ops["D"].storage_bytes)
+            sets.append(bufs)
+        lib.run(problem, sets[0]["A"], sets[0]["B"], sets[0].get("C"), sets[0]["D"], alpha, beta, stream)
         stream.synchronize()
         p = problem
-        ptrs = (bufs["A"].ptr, bufs["B"].ptr, bufs["C"].ptr if "C" in bufs else None, bufs["D"].ptr)
-        return time_kernel(
-            lambda: lib(*ptrs, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd, alpha, beta, stream.handle),
-            warmup=warmup, iters=iters, stream=stream,
-        )
+        ptrs = [(b["A"].ptr, b["B"].ptr, b["C"].ptr if "C" in b else None, b["D"].ptr) for b in sets]
+        turn = [0]
+
+        def call() -> None:
+            a, b_, c, d = ptrs[turn[0] % len(ptrs)]
+            turn[0] += 1
+            lib(a, b_, c, d, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd, alpha, beta, stream.handle)
+
+        if timing == "launch":
+            return time_kernel(call, warmup=warmup, iters=iters, stream=stream)
+        calls = graph_calls(len(ptrs))
+        return time_graph(call, stream, calls=calls, warmup=max(1, warmup // calls), iters=max(5, -(-iters // calls)))
     finally:
         stream.synchronize()
         stream.destroy()
-        for buf in bufs.values():
-            buf.free()
+        for bufs in sets:
+            for buf in bufs.values():
+                buf.free()
