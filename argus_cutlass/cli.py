@@ -350,7 +350,7 @@ class _Progress:
             from argus_cutlass.generate import problem_flops
 
             flops = problem_flops(p)
-            how = {"graph": " (per call, replayed from a CUDA graph, operands rotated over 3x the L2)",
+            how = {"graph": " (per call, replayed from a CUDA graph, operands rotated)",
                    "launch": " (one launch between CUDA events, one operand set)"}.get(self.timing or "", "")
             line = f"time      {r.ms:.4f} ms{how} = {flops / r.ms / 1e9:.1f} TFLOP/s"
             if moe:

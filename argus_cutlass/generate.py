@@ -667,6 +667,13 @@ class Options:
     timing: str = "launch"
     workers: int | None = None
 
+    def __post_init__(self) -> None:
+        from argus_cutlass.errors import ProblemError
+        from argus_cutlass.kernels.gemm.check import TIMINGS
+
+        if self.timing not in TIMINGS:
+            raise ProblemError("problem.timing", f"Options.timing={self.timing!r}: expected one of {', '.join(TIMINGS)}")
+
 
 #: outcomes of a run, in stage order (``pending``: still running; ``ok``: checked and timed)
 STATUSES = ("pending", "rejected", "unproved", "render_error", "rendered", "compile_error", "compiled",
@@ -708,6 +715,8 @@ class RunResult:
     checks: list[Any] = field(default_factory=list)
     ms: float | None = None
     baseline_ms: float | None = None
+    #: how ``ms`` / ``baseline_ms`` were timed (GEMM: ``Options.timing``; None for the other families' own)
+    timing_method: str | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -790,7 +799,8 @@ class RunResult:
             rec["check"] = checks[0] if len(checks) == 1 else checks
         if self.ms is not None:
             flops = problem_flops(p)
-            timing: dict[str, Any] = {"ms": self.ms, "tflops": flops / self.ms / 1e9}
+            timing: dict[str, Any] = {"ms": self.ms, "tflops": flops / self.ms / 1e9,
+                                      **({"method": self.timing_method} if self.timing_method else {})}
             if self.baseline_ms is not None:
                 timing.update({f"{vendor}_ms": self.baseline_ms, f"{vendor}_tflops": flops / self.baseline_ms / 1e9,
                                f"speedup_vs_{vendor}": self.baseline_ms / self.ms})
@@ -887,6 +897,7 @@ def _back(result: RunResult, clock: _Clock, options: Options) -> None:
             return
         r.ms = clock.stage("time", time_kernel, r.library, r.problem, alpha=options.alpha, beta=options.beta,
                            warmup=options.warmup, iters=options.iters, timing=options.timing)
+        r.timing_method = options.timing if family_of(r.problem) == "gemm" else None
         r.status = "ok"
         clock.done("time")
     except (LaunchError, ProblemError, DeviceError) as exc:

@@ -316,7 +316,7 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
             except (ArgusError, RuntimeError) as exc:   # RuntimeError: torch's capture_end after a launch failed
                 runs[nm] = None
                 log.append({"kernel": nm, "phase": "time", "shape": shape.label, "error": str(exc)[:500]})
-                if graph:   # a failed capture can leave the error sticky on the stream: said, then go on
+                if graph:   # a failed capture may leave a launch error behind: a sticky one ends the run here
                     torch.cuda.synchronize()
     time_cublas()
     torch.cuda.synchronize()

@@ -69,7 +69,9 @@ def _timed_rows(table: dict) -> dict:
     ['a']
     """
     rows = table["shapes"]
-    return rows if table.get("timing") != "graph" else {k: r for k, r in rows.items() if r.get("timing") == "graph"}
+    if table.get("timing") != "graph":
+        return rows
+    return {k: r for k, r in rows.items() if isinstance(r, dict) and r.get("timing") == "graph"}
 
 
 def load_tables(paths: list[str]) -> list[tuple[tuple[int, int, int], list, np.ndarray]]:

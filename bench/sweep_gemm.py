@@ -733,12 +733,25 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError, KeyError, AttributeError) as exc:
                 ap.error(f"--from-table {args.from_table}: cannot make a graph-timed table of it ({exc})")
             if path.is_file():   # grow the graph table by the rows it lacks (its re-timed rows stay)
-                have = json.loads(path.read_text())
+                try:
+                    have = json.loads(path.read_text())
+                    shapes_have = have["shapes"]
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    ap.error(f"--table {path}: not a readable sweep table ({type(exc).__name__}: {exc})")
                 if have.get("timing") != "graph":
                     ap.error(f"--table {path}: not a graph-timed table (timing: graph); --from-table adds rows "
                              "only to one")
-                new = {k: row for k, row in table["shapes"].items() if k not in have["shapes"]}
-                have["shapes"].update(new)
+                if table_flavor(have) != table_flavor(table):
+                    ap.error(f"--table {path} is {'_'.join(table_flavor(have))}, --from-table {args.from_table} "
+                             f"{'_'.join(table_flavor(table))}: a graph table holds one flavor")
+                clash = [nm for nm, c in table["kernel_configs"].items()
+                         if nm in have.get("kernel_configs", {}) and have["kernel_configs"][nm] != c]
+                if clash:
+                    ap.error(f"--from-table {args.from_table}: kernel names configured differently in --table "
+                             f"{path}: {', '.join(clash[:3])}")
+                new = {k: row for k, row in table["shapes"].items() if k not in shapes_have}
+                shapes_have.update(new)
+                have.setdefault("kernel_configs", {}).update(table["kernel_configs"])   # e.g. kernels declared since
                 table = have
             else:
                 new = table["shapes"]
@@ -750,7 +763,11 @@ def main(argv: list[str] | None = None) -> int:
         return refine(path, json.loads(path.read_text()), args, t0)
     if args.graph:
         ap.error("--graph goes with --refine (a graph-timed table is made and filled by --refine --graph only)")
-    if path.is_file() and json.loads(path.read_text()).get("timing") == "graph" and not (args.summary or args.merge_shipped):
+    try:
+        is_graph = path.is_file() and json.loads(path.read_text()).get("timing") == "graph"
+    except (OSError, ValueError, AttributeError) as exc:
+        ap.error(f"--table {path}: not a readable sweep table ({type(exc).__name__}: {exc})")
+    if is_graph and not (args.summary or args.merge_shipped):
         ap.error(f"--table {path}: a graph-timed table is filled by --refine --graph only (--extend and the sweep "
                  "time per launch)")
     if args.extend:

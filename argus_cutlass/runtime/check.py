@@ -108,6 +108,9 @@ def time_graph(fn: Callable[[], Any], stream: Any, calls: int = 16, warmup: int 
     if calls < 1 or iters < 1:
         raise DeviceError("device.timing", f"calls={calls}, iters={iters}: both must be >= 1")
     handle = stream_handle(stream)
+    if handle == 0:
+        raise DeviceError("device.stream", "a CUDA graph cannot be captured from the legacy default stream "
+                          "(stream 0): pass a Stream")
     for _ in range(3):
         fn()
 

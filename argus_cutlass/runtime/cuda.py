@@ -391,17 +391,28 @@ class Graph:
         if handle == 0:
             raise DeviceError("device.stream", "a CUDA graph cannot be captured from the legacy default stream "
                               "(stream 0): pass a Stream")
+        import gc
+
         rt = cudart()
-        check("cudaStreamBeginCapture", rt.cudaStreamBeginCapture(
-            handle, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        # a DeviceBuffer freed by the garbage collector while capturing would call cudaFree, which a thread-local
+        # capture forbids (it invalidates the capture): collect first, and not during the capture (as torch does)
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
         try:
-            record()
-        except BaseException:
-            ended = rt.cudaStreamEndCapture(handle)   # leave the stream usable; drop the partial graph
-            if int(ended[0]) == 0 and ended[1] is not None:
-                rt.cudaGraphDestroy(ended[1])
-            raise
-        graph = check("cudaStreamEndCapture", rt.cudaStreamEndCapture(handle))
+            check("cudaStreamBeginCapture", rt.cudaStreamBeginCapture(
+                handle, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+            try:
+                record()
+            except BaseException:
+                ended = rt.cudaStreamEndCapture(handle)   # leave the stream usable; drop the partial graph
+                if int(ended[0]) == 0 and ended[1] is not None:
+                    rt.cudaGraphDestroy(ended[1])
+                raise
+            graph = check("cudaStreamEndCapture", rt.cudaStreamEndCapture(handle))
+        finally:
+            if was_enabled:
+                gc.enable()
         try:
             self._exec = check("cudaGraphInstantiate", rt.cudaGraphInstantiate(graph, 0))
         finally:

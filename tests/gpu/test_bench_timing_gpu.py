@@ -68,15 +68,35 @@ def test_measure_shape_times_a_kernel_and_cublas_from_graphs(gpu_device, monkeyp
     assert set(per_launch["host_us"]) == set(libs) | {"cublas"} and all(v > 0 for v in per_launch["host_us"].values())
 
 
-def test_the_main_jobs_timing_both_ways(gpu_device):
+def test_the_main_jobs_timing_both_ways(gpu_device, monkeypatch):
     """generate.run with Options(timing=...) (what `argus-cutlass gemm --timing` sets): a decode GEMM and cuBLAS
     timed from a CUDA graph over rotated operands and one launch between events (the default); both pass the
-    check and give a time and a baseline."""
+    check and give a time, a baseline and the method in the record. From a graph also a kernel that allocates its
+    stream-K workspace per call (cudaMallocAsync + CUTLASS's zeroing inside the capture) and one on the aligned
+    staging path (M = 300 with a column-major A: a staging workspace per call)."""
+    import argus_cutlass.runtime.check as rcheck
     from argus_cutlass.generate import Options, run
+    from argus_cutlass.kernels.gemm.check import graph_calls, operand_sets
     from argus_cutlass.kernels.gemm.problem import GemmProblem
+    from argus_cutlass.kernels.gemm.space import declared_subspace
 
+    seen = []
+    real = rcheck.time_graph
+
+    def spy(fn, stream, calls=16, warmup=3, iters=10):
+        seen.append(calls)
+        return real(fn, stream, calls=calls, warmup=warmup, iters=iters)
+
+    monkeypatch.setattr(rcheck, "time_graph", spy)
     problem = GemmProblem(8, 4096, 4096)
     for timing in ("graph", "launch"):
         r = run(problem, options=Options(timing=timing, iters=40))
         assert r.ok, (timing, r.status, r.error)
         assert r.ms and r.ms > 0 and r.baseline_ms and r.baseline_ms > 0, timing
+        assert r.record()["timing"]["method"] == timing
+    assert seen == [graph_calls(operand_sets(problem))] and seen[0] % operand_sets(problem) == 0
+    streamk = next(c for c in declared_subspace() if c.scheduler == "streamk" and not c.swap_ab)
+    for prob, cfg in ((GemmProblem(256, 4096, 4096), streamk), (GemmProblem(300, 1024, 1000, layout="nt"), None)):
+        r = run(prob, cfg, options=Options(timing="graph", iters=40))
+        assert r.ok and r.ms and r.ms > 0, (prob, r.status, r.error)
+        assert cfg is not None or r.path["kind"] == "staged", r.path

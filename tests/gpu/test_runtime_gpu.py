@@ -146,10 +146,21 @@ def test_a_captured_graph_runs_the_work_only_when_launched(gpu_device):
     want = check.numpy_reference(problem, a, b, None, 1.0, 0.0)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
     graph.destroy()
+    # time_graph runs every captured call on every launch: D += A @ B (C is D) from D = 0 gives D = count x A @ B
+    # with count = 3 warm-up calls + (1 warm-up + 3 timed launches) x 4 captured calls = 19
     from argus_cutlass.runtime.check import time_graph
 
-    ms = time_graph(call, stream, calls=4, warmup=1, iters=3)
+    out.copy_from(np.zeros(problem.m * problem.ldd, dtype=np.float32))
+
+    def accumulate() -> None:
+        lib(bufs[0], bufs[1], out, out, problem.m, problem.n, problem.k, problem.lda, problem.ldb, problem.ldd,
+            problem.ldd, 1.0, 1.0, stream)
+
+    ms = time_graph(accumulate, stream, calls=4, warmup=1, iters=3)
+    stream.synchronize()
     assert ms > 0.0
+    got = out.to_numpy(np.float32, (problem.m, problem.ldd))[:, : problem.n]
+    assert np.linalg.norm(got - 19 * want) / np.linalg.norm(19 * want) < 1e-5
     with pytest.raises(Exception) as exc:
         Graph(call, None)
     assert "default stream" in str(exc.value)

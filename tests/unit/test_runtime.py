@@ -337,3 +337,40 @@ def test_gemm_timing_names_an_unknown_mode():
     # rotation: enough sets for 3x the L2, one for a problem larger than that, at most 48
     assert operand_sets(GemmProblem(1, 4096, 14336)) == 2 and operand_sets(GemmProblem(8192, 8192, 8192)) == 1
     assert operand_sets(GemmProblem(8, 64, 64)) == 48 and operand_sets(GemmProblem(8, 64, 64), beta=1.0) == 48
+
+
+def test_graph_capture_order_and_a_failing_record_end_the_capture(monkeypatch):
+    """runtime.cuda.Graph against a recording fake of the CUDA runtime: begin capture (thread-local) -> the work ->
+    end -> instantiate -> the graph destroyed (the exec kept) -> launch -> exec destroyed; an exception in the work
+    still ends the capture, drops the partial graph and reaches the caller; the collector is back on after."""
+    import gc
+    import types
+
+    calls = []
+
+    class Err(int):
+        pass
+
+    ok = Err(0)
+    fake = types.SimpleNamespace(
+        cudaStreamCaptureMode=types.SimpleNamespace(cudaStreamCaptureModeThreadLocal="TL"),
+        cudaStreamBeginCapture=lambda h, mode: calls.append(("begin", h, mode)) or (ok,),
+        cudaStreamEndCapture=lambda h: calls.append(("end", h)) or (ok, "graph"),
+        cudaGraphInstantiate=lambda g, flags: calls.append(("instantiate", g, flags)) or (ok, "exec"),
+        cudaGraphDestroy=lambda g: calls.append(("destroy", g)) or (ok,),
+        cudaGraphLaunch=lambda e, h: calls.append(("launch", e, h)) or (ok,),
+        cudaGraphExecDestroy=lambda e: calls.append(("exec_destroy", e)) or (ok,))
+    monkeypatch.setattr(cuda, "_CUDART", fake)
+    g = cuda.Graph(lambda: calls.append(("work",)), 7)
+    g.launch(7)
+    g.destroy()
+    assert calls == [("begin", 7, "TL"), ("work",), ("end", 7), ("instantiate", "graph", 0), ("destroy", "graph"),
+                     ("launch", "exec", 7), ("exec_destroy", "exec")]
+    calls.clear()
+
+    def broken() -> None:
+        raise KeyError("inside the capture")
+
+    with pytest.raises(KeyError):
+        cuda.Graph(broken, 7)
+    assert calls == [("begin", 7, "TL"), ("end", 7), ("destroy", "graph")] and gc.isenabled()

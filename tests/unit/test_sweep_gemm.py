@@ -503,6 +503,18 @@ def test_refine_graph_makes_its_own_table_and_never_mixes_timings(sweep, tmp_pat
         with pytest.raises(SystemExit):
             sweep.main(bad)
         assert msg in capsys.readouterr().err
+    # a source of another flavor does not grow it; kernels declared since the table was made join its configs
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**src, "flavor": {"dtype": "fp16", "out_dtype": "fp16", "layout": "tn"}}))
+    with pytest.raises(SystemExit):
+        sweep.main(["--table", str(g), "--refine", "--graph", "--from-table", str(other)])
+    assert "a graph table holds one flavor" in capsys.readouterr().err
+    newer = tmp_path / "newer.json"
+    extra = next(c for c in declared_subspace() if c.swap_ab and c.acc_sets == 2)
+    newer.write_text(json.dumps({**src, "kernel_configs": {**src["kernel_configs"], kernel_name(extra): extra.model_dump()}}))
+    assert sweep.main(["--table", str(g), "--refine", "--graph", "--from-table", str(newer), "--m", "1",
+                       "--min-weight-mb", "60"]) == 0
+    assert kernel_name(extra) in json.loads(g.read_text())["kernel_configs"]
     # the summary of a graph table reads only its re-timed rows
     grown["shapes"]["4x8192x8192"] = {"kernels": {names[0]: 0.001}, "cublas_ms": 0.1}   # per-launch, not re-timed
     assert set(sweep.timed_view(grown)["shapes"]) == {"1x2048x2048", "1x8192x8192", "8x8192x8192"}
