@@ -190,7 +190,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     out_dir = _output_dir(args.out)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, alpha=args.alpha,
                       beta=args.beta, seed=args.seed, timing=args.timing)
-    progress = _Progress(args.verbose, out_dir, args.quiet, timing=args.timing)
+    progress = _Progress(args.verbose, out_dir, args.quiet)
     try:
         result = run(problem, options=options, on_stage=progress, out_dir=out_dir)
     finally:
@@ -271,12 +271,10 @@ class _Progress:
              "compile": "loading the kernel", "load": "checking the kernel against the fp32 reference",
              "check": "timing the kernel", "time": "timing the vendor baseline"}
 
-    def __init__(self, verbose: bool, out_dir: Path, quiet: bool = False, timing: str | None = None) -> None:
+    def __init__(self, verbose: bool, out_dir: Path, quiet: bool = False) -> None:
         self.verbose = verbose
         self.out_dir = out_dir
         self.ticker = _CompileTicker(quiet)
-        #: how a GEMM and cuBLAS were timed (Options.timing), said on the time line; None for other families
-        self.timing = timing
 
     def __call__(self, stage: str, r) -> None:  # noqa: ANN001 - RunResult
         if stage == "compile_start":
@@ -351,7 +349,7 @@ class _Progress:
 
             flops = problem_flops(p)
             how = {"graph": " (per call, replayed from a CUDA graph, operands rotated)",
-                   "launch": " (one launch between CUDA events, one operand set)"}.get(self.timing or "", "")
+                   "launch": " (one launch between CUDA events, one operand set)"}.get(r.timing_method or "", "")
             line = f"time      {r.ms:.4f} ms{how} = {flops / r.ms / 1e9:.1f} TFLOP/s"
             if moe:
                 from argus_cutlass.kernels.moe.check import ANCHOR_HBM_BYTES_PER_S, timed_counts, timed_floor_ms

@@ -16,6 +16,8 @@ compile            :func:`compile_kernel` / :func:`compile_many`: nvcc through t
 load               :func:`load`: ``kernels.gemm.library.GemmKernelLibrary``
 check              :func:`check`: ``kernels.gemm.check.run_and_check`` against the fp32 reference
 time               :func:`time_kernel`: ``kernels.gemm.check.time_gemm``; :func:`baseline`: cuBLAS
+                   (``timing``: per launch or from a CUDA graph over rotated operands: ``ROTATE_BYTES``,
+                   ``MAX_SETS``, :func:`graph_calls`, :func:`torch_graph_ms`, re-exported for the benchmarks)
 =================  =========================================================================
 
 and two drivers: :func:`run` (one problem, every stage, for the CLI) and :func:`run_many` (a batch
@@ -63,6 +65,8 @@ from argus_cutlass.errors import (
 )
 from argus_cutlass.kernels.attention.config import AttentionConfig
 from argus_cutlass.kernels.attention.problem import AttentionProblem
+from argus_cutlass.kernels.gemm.baseline import torch_graph_ms
+from argus_cutlass.kernels.gemm.check import GRAPH_CALLS, MAX_SETS, ROTATE_BYTES, TIMINGS, graph_calls
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import STAGEABLE, GemmProblem
 
@@ -74,6 +78,8 @@ __all__ = [
     "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_jobs", "build_many", "check", "compile_kernel",
     "compile_many", "configure", "generate", "kernel_label", "kernel_name", "load", "render", "require_proved", "run",
     "run_many", "time_kernel", "verify", "write_sources",
+    # the time stage's rotation and graph rules, for benchmarks that interleave ours and cuBLAS in one process
+    "GRAPH_CALLS", "MAX_SETS", "ROTATE_BYTES", "TIMINGS", "graph_calls", "torch_graph_ms",
 ]
 
 #: where a configuration came from (:func:`configure`)
@@ -669,7 +675,6 @@ class Options:
 
     def __post_init__(self) -> None:
         from argus_cutlass.errors import ProblemError
-        from argus_cutlass.kernels.gemm.check import TIMINGS
 
         if self.timing not in TIMINGS:
             raise ProblemError("problem.timing", f"Options.timing={self.timing!r}: expected one of {', '.join(TIMINGS)}")

@@ -62,6 +62,14 @@ def _bootstrap() -> None:
         print(f"warning: argus_cutlass imported from {argus_cutlass.__file__}, not {ROOT}", file=sys.stderr)
 
 
+_bootstrap()
+# the rotation and graph-timing rules of the product's own GEMM timing (kernels.gemm.check.time_gemm): bytes of
+# rotated operands (3 x the H200's 60 MB L2), at most MAX_SETS sets, graphs of GRAPH_CALLS or more launches (a
+# whole number of rotations); time_graph: the torch graph timer (ours and cuBLAS in one torch capture)
+from argus_cutlass.generate import GRAPH_CALLS, MAX_SETS, ROTATE_BYTES, graph_calls  # noqa: E402,F401
+from argus_cutlass.generate import torch_graph_ms as time_graph  # noqa: E402
+
+
 def bench_shapes() -> list[tuple[int, int, int]]:
     """``SHAPES`` of ``bench/test_gemm_bench.py``, read without importing it (no torch needed)."""
     tree = ast.parse((ROOT / "bench" / "test_gemm_bench.py").read_text("utf-8"))
@@ -142,12 +150,6 @@ def _build(configs: list, workers: int, log: list, notes: list) -> dict:
     return libs
 
 
-#: bytes of rotated operands to cycle through (3 x the H200's 60 MB L2)
-ROTATE_BYTES = 3 * 60 * 2**20
-#: at most this many operand sets per shape
-MAX_SETS = 48
-
-
 def _operand_sets(problem: Any, torch: Any) -> list[dict[str, Any]]:
     """Rotated operand sets of ``problem``: flat torch buffers A, B (random normal) and D, each as large as
     the problem's storage (:meth:`GemmProblem.operands`), enough sets for :data:`ROTATE_BYTES`."""
@@ -197,51 +199,6 @@ def select(names: list[str], spec: str) -> list[str]:
     return [nm for nm in names if nm in picked]
 
 
-def time_graph(fn: Any, calls: int, warmup: int, iters: int) -> float:
-    """Median milliseconds per launch of ``fn`` run ``calls`` times back to back from one CUDA graph, the way a
-    serving engine replays a decode step (METHOD.md: "for many small launches, capture a graph and time its
-    replays"): a few warm-up calls on a side stream, ``calls`` calls captured into a ``torch.cuda.CUDAGraph``
-    (each call rotates its operands, so the graph holds ``calls`` launches over the rotated sets), ``warmup``
-    replays, then ``iters`` replays each between its own CUDA events; the median replay over ``calls``.
-
-    ``fn`` must enqueue its work on torch's current stream (the capture stream while capturing).
-
-    Raises:
-        ValueError: ``calls`` or ``iters`` < 1.
-        RuntimeError: torch's capture errors (e.g. a synchronous allocation inside ``fn``).
-    """
-    import torch
-
-    if calls < 1 or iters < 1:
-        raise ValueError(f"time_graph: calls={calls}, iters={iters}: both must be >= 1")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    for _ in range(max(0, warmup)):
-        graph.replay()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    ms = statistics.median(start.elapsed_time(end) for start, end in events) / calls
-    del graph
-    return float(ms)
-
-
-#: launches per captured graph in :func:`measure_shape`'s graph mode: at least this many, a whole number of
-#: rotations of the operand sets
-GRAPH_CALLS = 16
-
 
 def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, log: list,
                   graph: bool = False, host_calls: int = 0) -> dict[str, Any]:
@@ -288,7 +245,7 @@ def measure_shape(libs: dict, shape: Any, warmup: int, iters: int, rounds: int, 
         else:
             torch.mm(a, b, out_dtype=out_dt)
 
-    calls = len(ptrs) * math.ceil(GRAPH_CALLS / len(ptrs))
+    calls = graph_calls(len(ptrs))
 
     def time_kernel(fn: Any, warmup: int, iters: int) -> float:
         if graph:   # about ``iters`` launches in all: replays of ``calls`` launches each (at least 5)

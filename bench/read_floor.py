@@ -35,8 +35,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: the floor of issue 13 item 2 (``bench/profile_gemm.py``'s HBM_BYTES_PER_S): 4.3 TB/s
 HBM_BYTES_PER_S = 4.3e12
-#: rotate buffers over at least this many bytes (3x the H200's 60 MB L2, as bench/agent_eval.py)
-ROTATE_BYTES = 3 * 60 * 2**20
 #: the read kernels tried per size: (CTAs per SM, threads per CTA, 16-byte loads in flight per thread)
 VARIANTS = tuple((b, t, u) for b in (1, 2, 4) for t in (256, 512, 1024) for u in (4, 8) if b * t <= 2048)
 
@@ -129,10 +127,6 @@ def _interleaved_ms(launches: list, rounds: int, iters: int, warmup: int, graph_
     return [statistics.median(ms) for ms in per]
 
 
-#: launches per captured graph with ``--graph``: at least this many, a whole number of buffer rotations
-GRAPH_CALLS = 16
-
-
 def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: int, sms: int,
             graph: bool = False) -> dict:
     """One weight size: every read-kernel variant and the empty kernel timed interleaved (``graph``: as
@@ -143,6 +137,8 @@ def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: i
     nbytes = 2 * n * k
     if nbytes % 16:
         raise SystemExit(f"{n}x{k}: {nbytes} bytes is not a whole number of 16-byte loads")
+    from argus_cutlass.generate import ROTATE_BYTES   # the product's and the sweep's rotation
+
     count = max(2, math.ceil(ROTATE_BYTES / nbytes))
     bufs = [torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device="cuda") for _ in range(count)]
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -173,7 +169,9 @@ def measure(lib: ctypes.CDLL, n: int, k: int, rounds: int, iters: int, warmup: i
         if got != want:
             raise SystemExit(f"read_xor b{v[0]}t{v[1]}u{v[2]} read a wrong sum at {n}x{k}: {got:#x} != {want:#x}")
     launches = [reader(*v) for v in VARIANTS] + [lambda: lib.empty_launch(stream())]
-    ms = _interleaved_ms(launches, rounds, iters, warmup, count * math.ceil(GRAPH_CALLS / count) if graph else 0)
+    from argus_cutlass.generate import graph_calls
+
+    ms = _interleaved_ms(launches, rounds, iters, warmup, graph_calls(count) if graph else 0)
     variants = {f"b{b}t{t}u{u}": t_ms for (b, t, u), t_ms in zip(VARIANTS, ms[:-1])}
     best = min(variants, key=variants.get)
     bufs.clear()

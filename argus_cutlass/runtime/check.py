@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from argus_cutlass.errors import DeviceError, ProblemError
-from argus_cutlass.runtime.cuda import Event, Graph, stream_handle
+from argus_cutlass.runtime.cuda import Event, Graph, capture_handle, stream_handle
 
 #: fill byte used to poison outputs and padding (NaN in bf16, fp16 and fp32)
 POISON_BYTE = 0xFF
@@ -99,7 +99,8 @@ def time_graph(fn: Callable[[], Any], stream: Any, calls: int = 16, warmup: int 
 
     ``fn`` must enqueue its work on ``stream``, a non-default stream. (Session 27: built and unit-tested without a
     GPU; its GPU test ``tests/gpu/test_runtime_gpu.py::test_a_captured_graph_runs_the_work_only_when_launched`` has
-    not run yet. The benchmarks' torch-based twin, ``bench/agent_eval.py::time_graph``, has.)
+    not run yet. Its torch twin, :func:`argus_cutlass.kernels.gemm.baseline.torch_graph_ms`, which the benchmarks
+    time ours and cuBLAS with, has.)
 
     Raises:
         DeviceError: ``device.timing`` when ``calls`` or ``iters`` < 1; ``device.stream`` for the default
@@ -107,10 +108,7 @@ def time_graph(fn: Callable[[], Any], stream: Any, calls: int = 16, warmup: int 
     """
     if calls < 1 or iters < 1:
         raise DeviceError("device.timing", f"calls={calls}, iters={iters}: both must be >= 1")
-    handle = stream_handle(stream)
-    if handle == 0:
-        raise DeviceError("device.stream", "a CUDA graph cannot be captured from the legacy default stream "
-                          "(stream 0): pass a Stream")
+    handle = capture_handle(stream)
     for _ in range(3):
         fn()
 
@@ -119,18 +117,7 @@ def time_graph(fn: Callable[[], Any], stream: Any, calls: int = 16, warmup: int 
             fn()
 
     graph = Graph(record, handle)
-    try:
-        for _ in range(max(0, warmup)):
-            graph.launch(handle)
-        events = [(Event(), Event()) for _ in range(iters)]
-        for start, end in events:
-            start.record(handle)
-            graph.launch(handle)
-            end.record(handle)
-        times = [start.elapsed_ms(end) for start, end in events]
-        for start, end in events:
-            start.destroy()
-            end.destroy()
+    try:   # each launch of the graph between its own events (time_kernel), per call
+        return time_kernel(lambda: graph.launch(handle), warmup=warmup, iters=iters, stream=handle) / calls
     finally:
         graph.destroy()
-    return float(statistics.median(times)) / calls

@@ -372,6 +372,19 @@ class Event:
         self.destroy()
 
 
+def capture_handle(stream: Any) -> int:
+    """:func:`stream_handle` of a stream a CUDA graph can be captured from.
+
+    Raises:
+        DeviceError: ``device.stream`` for the legacy default stream (stream 0: it cannot be captured).
+    """
+    handle = stream_handle(stream)
+    if handle == 0:
+        raise DeviceError("device.stream", "a CUDA graph cannot be captured from the legacy default stream "
+                          "(stream 0): pass a Stream")
+    return handle
+
+
 class Graph:
     """The work a callable enqueues on a stream, captured once into an executable CUDA graph and launched as a
     whole (CUDA Programming Guide, "CUDA Graphs", stream capture: ``cudaStreamBeginCapture`` in thread-local mode,
@@ -387,10 +400,7 @@ class Graph:
 
     def __init__(self, record: Any, stream: Any) -> None:
         self._exec = None
-        handle = stream_handle(stream)
-        if handle == 0:
-            raise DeviceError("device.stream", "a CUDA graph cannot be captured from the legacy default stream "
-                              "(stream 0): pass a Stream")
+        handle = capture_handle(stream)
         import gc
 
         rt = cudart()

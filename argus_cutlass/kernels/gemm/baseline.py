@@ -78,28 +78,7 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
 
     if timing == "graph":
         calls = graph_calls(len(sets))
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                run_mm()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                run_mm()
-        for _ in range(max(1, warmup // calls)):
-            graph.replay()
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                 for _ in range(max(5, -(-iters // calls)))]
-        for start, end in pairs:
-            start.record()
-            graph.replay()
-            end.record()
-        torch.cuda.synchronize()
-        ms = float(statistics.median(s.elapsed_time(e) for s, e in pairs)) / calls
-        del graph
-        return ms
+        return torch_graph_ms(run_mm, calls, max(1, warmup // calls), max(5, -(-iters // calls)))
     for _ in range(max(0, warmup)):
         run_mm()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -110,3 +89,46 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
         end.record()
     torch.cuda.synchronize()
     return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
+
+
+def torch_graph_ms(fn: Any, calls: int, warmup: int, iters: int) -> float:
+    """Median milliseconds per call of ``fn`` (work enqueued through torch) run ``calls`` times back to back from
+    one ``torch.cuda.CUDAGraph``: 3 warm-up calls on a side stream (cuBLAS handles and workspaces outside the
+    capture), ``calls`` calls captured (each may rotate its operands: the graph keeps each call's), ``warmup``
+    replays, then ``iters`` replays each between its own ``torch.cuda.Event`` pair; the median replay over
+    ``calls``. The torch twin of :func:`argus_cutlass.runtime.check.time_graph` (which captures through
+    cuda-python and needs no torch, for our kernels); ``bench/agent_eval.py`` times both ours and cuBLAS with this
+    one, inside one torch capture.
+
+    ``fn`` must enqueue on torch's current stream (the capture stream while capturing).
+
+    Raises:
+        ValueError: ``calls`` or ``iters`` < 1.
+        RuntimeError: torch's capture errors (e.g. a synchronous allocation inside ``fn``).
+    """
+    import torch
+
+    if calls < 1 or iters < 1:
+        raise ValueError(f"time_graph: calls={calls}, iters={iters}: both must be >= 1")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    for _ in range(max(0, warmup)):
+        graph.replay()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    ms = statistics.median(start.elapsed_time(end) for start, end in events) / calls
+    del graph
+    return float(ms)

@@ -332,15 +332,16 @@ def time_gemm(lib: Any, problem: GemmProblem, alpha: float = 1.0, beta: float = 
         ptrs = [(b["A"].ptr, b["B"].ptr, b["C"].ptr if "C" in b else None, b["D"].ptr) for b in sets]
         turn = [0]
 
-        def call() -> None:
-            a, b_, c, d = ptrs[turn[0] % len(ptrs)]
-            turn[0] += 1
+        def launch(a: int, b_: int, c: int | None, d: int) -> None:
             lib(a, b_, c, d, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd, alpha, beta, stream.handle)
 
-        if timing == "launch":   # one set: the direct call, no per-call Python beyond the launch
-            a0, b0, c0, d0 = ptrs[0]
-            return time_kernel(lambda: lib(a0, b0, c0, d0, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd, alpha, beta,
-                                           stream.handle), warmup=warmup, iters=iters, stream=stream)
+        if timing == "launch":   # one set, no rotation
+            return time_kernel(lambda: launch(*ptrs[0]), warmup=warmup, iters=iters, stream=stream)
+
+        def call() -> None:
+            launch(*ptrs[turn[0] % len(ptrs)])
+            turn[0] += 1
+
         calls = graph_calls(len(ptrs))
         return time_graph(call, stream, calls=calls, warmup=max(1, warmup // calls), iters=max(5, -(-iters // calls)))
     finally:
