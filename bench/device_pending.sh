@@ -53,6 +53,7 @@
 #                                                     # OUTDIR/sweep/gemm_sweep_<flavor>_graph_h200.json (resumable; the
 #                                                     # committed table grows by the rows it lacks: e.g.
 #                                                     # ARGUS_MIN_WEIGHT_MB=0 ... gemm-graph bf16_bf16_tn 1,8,32,64,100,256)
+#   bash bench/device_pending.sh OUTDIR graph-product # the product's --timing graph: runtime GPU tests + the main job both ways
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
 #   bash bench/device_pending.sh OUTDIR gemm-sweep [bf16_bf16_tn [M,M,...]]  # issue 13's sweep (bench/sweep_gemm.py):
@@ -78,7 +79,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -244,6 +245,15 @@ case "$STEP" in
   attn-bench)
     ARGUS_BENCH_TABLE="$OUT/attention_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_attention_bench.py" 2>&1 | tail -5 > "$OUT/attention_bench.log"; cat "$OUT/attention_table.md" ;;
+  graph-product)
+    # session 28: the product's graph timing (runtime.cuda.Graph, runtime.check.time_graph, --timing graph), first
+    # silicon: the GPU tests, then the main job timed both ways on a decode shape
+    $PYT -m gpu "$R/tests/gpu/test_runtime_gpu.py" "$R/tests/gpu/test_bench_timing_gpu.py" -rf 2>&1 \
+      | tee "$OUT/graph_product_gpu.log" | tail -20
+    for T in graph launch graph; do
+      timeout 150 argus-cutlass gemm --m 1 --n 4096 --k 14336 --timing $T --out "/tmp/cli_$T" 2>&1 \
+        | tee -a "$OUT/graph_product_cli.log" | tail -8
+    done ;;
   gemm-swap)
     $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tee "$OUT/gemm_swap_gpu.log" | tail -30 ;;
   gemm-bench)
