@@ -250,9 +250,9 @@ case "$STEP" in
     # silicon: the GPU tests, then the main job timed both ways on a decode shape
     $PYT -m gpu "$R/tests/gpu/test_runtime_gpu.py" "$R/tests/gpu/test_bench_timing_gpu.py" -rf 2>&1 \
       | tee "$OUT/graph_product_gpu.log" | tail -20
-    for T in graph launch graph; do
-      timeout 150 argus-cutlass gemm --m 1 --n 4096 --k 14336 --timing $T --out "/tmp/cli_$T" 2>&1 \
-        | tee -a "$OUT/graph_product_cli.log" | tail -8
+    for A in "--timing launch" "" "--m 300 --n 1024 --k 1000 --layout nt"; do   # default: graph; the last: staged
+      timeout 150 argus-cutlass gemm --m 1 --n 4096 --k 14336 $A --out /tmp/cli 2>&1 \
+        | tee -a "$OUT/graph_product_cli.log" | grep -v "^wrote\|^compil" | tail -5
     done ;;
   gemm-swap)
     $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tee "$OUT/gemm_swap_gpu.log" | tail -30 ;;

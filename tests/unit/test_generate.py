@@ -17,7 +17,7 @@ import pytest
 
 import argus_cutlass.generate as gen
 from argus_cutlass.build import nvcc
-from argus_cutlass.errors import ConfigError, UnprovedError, VerificationError
+from argus_cutlass.errors import ConfigError, DeviceError, UnprovedError, VerificationError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import GemmProblem
 from argus_cutlass.verify.report import Proof, Unknown, VerificationReport, Violation
@@ -180,3 +180,23 @@ def test_generate_with_the_verifier():
         assert f"//   - {line}" in kernel.source
     clear_caches()
     assert gen.generate(GemmConfig(), smt=False).source == kernel.source
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"),
+                                 DeviceError("device.torch", "torch.cuda.is_available() is False")])
+def test_a_failing_vendor_baseline_keeps_our_checked_and_timed_result(monkeypatch, exc):
+    """The baseline runs after our kernel is checked and timed: its failure (a cuBLAS error, no torch device) is
+    recorded as the skipped baseline, and the status, check and time stand (session 28: cublas_time refused a
+    staged problem and the exception discarded the whole run)."""
+    def boom(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(gen, "load", lambda kernel, artifact: object())
+    monkeypatch.setattr(gen, "check", lambda lib, p, **k: type("C", (), {"passed": True})())
+    monkeypatch.setattr(gen, "time_kernel", lambda lib, p, **k: 0.25)
+    monkeypatch.setattr(gen, "baseline", boom)
+    r = gen.RunResult(PROBLEM, GOOD)
+    gen._back(r, gen._Clock(r, None), gen.Options())
+    assert (r.status, r.ms, r.baseline_ms, r.error) == ("ok", 0.25, None, None)
+    assert type(exc).__name__ in r.skipped["baseline"] and "failed" in r.skipped["baseline"]
+    assert "baseline" in r.stage_seconds

@@ -13,15 +13,15 @@ from argus_cutlass.kernels.gemm.problem import GemmProblem, layout_views, storag
 
 
 def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
-                warmup: int = 10, iters: int = 100, timing: str = "launch") -> float | None:
+                warmup: int = 10, iters: int = 100, timing: str | None = None) -> float | None:
     """Median milliseconds of torch (cuBLAS) computing the same GEMM in the same layout,
     or ``None`` when torch is not installed.
 
     A and B are torch tensors with the problem's strides (``A.t()`` / ``B.t()`` views for
     the column-major / N x K cases). D has the input dtype (torch's matmul output) unless
     ``out_dtype == "fp32"`` and this torch supports ``torch.mm(..., out_dtype=...)``.
-    ``timing`` as :func:`argus_cutlass.kernels.gemm.check.time_gemm` times our kernel, in this process:
-    ``"graph"`` rotates :func:`~argus_cutlass.kernels.gemm.check.operand_sets` sets and replays
+    ``timing`` as :func:`argus_cutlass.kernels.gemm.check.time_gemm` times our kernel, in this process (None:
+    :data:`~argus_cutlass.kernels.gemm.check.DEFAULT_TIMING`, ``"graph"``): ``"graph"`` rotates :func:`~argus_cutlass.kernels.gemm.check.operand_sets` sets and replays
     :func:`~argus_cutlass.kernels.gemm.check.graph_calls` calls captured in a ``torch.cuda.CUDAGraph`` (about
     ``iters`` calls, at least 5 replays, each between ``torch.cuda.Event`` s), per call; ``"launch"``: one
     operand set, each launch between its own events on torch's current stream.
@@ -30,7 +30,9 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
         DeviceError: ``device.torch`` when torch is installed but sees no CUDA device.
         ProblemError: ``problem.timing`` for an unknown ``timing``.
     """
-    from argus_cutlass.kernels.gemm.check import TIMINGS, graph_calls, operand_sets
+    from argus_cutlass.kernels.gemm.check import DEFAULT_TIMING, TIMINGS, graph_calls, operand_sets
+
+    timing = DEFAULT_TIMING if timing is None else timing
 
     if timing not in TIMINGS:
         from argus_cutlass.errors import ProblemError
@@ -42,7 +44,7 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
         return None
     if not torch.cuda.is_available():
         raise DeviceError("device.torch", "torch.cuda.is_available() is False")
-    problem.validate()
+    problem.validate_any()   # cuBLAS takes any stride: the problems our aligned staging path runs too
     m, n = problem.m, problem.n
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dt = tdt[problem.dtype]

@@ -261,6 +261,10 @@ MAX_SETS = 48
 GRAPH_CALLS = 16
 #: the timings :func:`time_gemm` knows
 TIMINGS = ("graph", "launch")
+#: the default of every GEMM timing (``time_gemm``, ``cublas_time``, ``generate.Options``, ``argus-cutlass gemm
+#: --timing``): from CUDA graphs since session 28, when its GPU tests passed on an H200 (METHOD.md: many small
+#: launches are timed as graph replays, operands rotated past the cache)
+DEFAULT_TIMING = "graph"
 
 
 def operand_sets(problem: GemmProblem, beta: float = 0.0) -> int:
@@ -286,20 +290,19 @@ def graph_calls(sets: int) -> int:
 
 
 def time_gemm(lib: Any, problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
-              warmup: int = 10, iters: int = 100, seed: int = 0, timing: str = "launch") -> float:
+              warmup: int = 10, iters: int = 100, seed: int = 0, timing: str = DEFAULT_TIMING) -> float:
     """Median milliseconds of one ``lib`` call on ``problem`` (random inputs, own buffers), on a fresh
     non-blocking :class:`~argus_cutlass.runtime.cuda.Stream`.
 
     ``timing``:
 
-    * ``"graph"`` (session 27; built, not yet run on silicon: the default stays ``"launch"`` until
-      ``tests/gpu/test_runtime_gpu.py`` and ``tests/gpu/test_bench_timing_gpu.py`` pass on an H200): the operands rotated over :func:`operand_sets` sets (each call
+    * ``"graph"`` (the default, :data:`DEFAULT_TIMING`; GPU tests first passed on an H200 in session 28): the operands rotated over :func:`operand_sets` sets (each call
       reads them from HBM, not from the L2 the previous call filled), :func:`graph_calls` calls captured into one
       CUDA graph and replayed (:func:`~argus_cutlass.runtime.check.time_graph`: about ``iters`` calls in all, at
       least 5 replays), per call: how a serving engine replays a layer, without the host's per-call path, which
       made per-launch times of ~25 us decode kernels vary by 15 % between device calls (``bench/RESULTS.md``,
       session 27);
-    * ``"launch"`` (the default): one operand set, each of ``iters`` launches between its own CUDA events
+    * ``"launch"``: one operand set, each of ``iters`` launches between its own CUDA events
       (:func:`~argus_cutlass.runtime.check.time_kernel`; the L2 warm from the previous launch).
 
     TFLOP/s = ``problem.flops / ms / 1e9``.
