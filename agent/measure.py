@@ -54,7 +54,8 @@ class GpuEvaluator:
     Args:
         problem: the GEMM to tune.
         workers: parallel nvcc processes (default: CPU count).
-        warmup, iters: timing launches (median of ``iters`` CUDA-event intervals, ms).
+        warmup, iters: timing launches (:class:`argus_cutlass.generate.Options`; GEMMs are timed with its default
+            timing, :data:`argus_cutlass.runtime.timing.DEFAULT_TIMING`).
 
     The verifier's SMT tier runs when z3-solver is installed (else a note in :attr:`notes`).
     """

@@ -119,21 +119,26 @@ class ExperienceStore:
     # ---- entries ----------------------------------------------------------------------------
 
     def record_best(self, gpu: str, kernel: str, problem: Problem, cfg: GemmConfig, ms: float,
-                    cublas_ms: float | None = None) -> bool:
-        """Keep ``cfg`` as the bucket's best when its TFLOP/s beats the stored one.
+                    cublas_ms: float | None = None, timing: str | None = None) -> bool:
+        """Keep ``cfg`` as the bucket's best when its TFLOP/s beats the stored one (``timing``: how ``ms`` was
+        measured, :mod:`argus_cutlass.runtime.timing`; see :meth:`keep_faster`).
 
         Returns True when the entry was written.
         """
-        return self.keep_faster(entry_key(gpu, kernel, problem), make_entry(gpu, kernel, problem, cfg, ms, cublas_ms))
+        return self.keep_faster(entry_key(gpu, kernel, problem),
+                                make_entry(gpu, kernel, problem, cfg, ms, cublas_ms, timing))
 
     def keep_faster(self, key: str, entry: dict[str, Any]) -> bool:
-        """Store ``entry`` under ``key`` when no entry is there or its TFLOP/s beats the stored one's
-        (one locked read-modify-write). Returns True when the entry was written."""
+        """Store ``entry`` under ``key`` when no entry is there, its TFLOP/s beats the stored one's, or the
+        stored one was timed another way (its ``timing``; none recorded: the entries of before session 28 were
+        timed one launch between events): times of two methods do not compare (a ~25 us decode kernel reads
+        10-25 % faster from a CUDA graph), so the current method's measurement replaces the other's. One locked
+        read-modify-write. Returns True when the entry was written."""
         written = [False]
 
         def fn(data: dict[str, Any]) -> None:
             old = data["entries"].get(key)
-            if old is None or entry["tflops"] > old.get("tflops", 0.0):
+            if old is None or old.get("timing") != entry.get("timing") or entry["tflops"] > old.get("tflops", 0.0):
                 data["entries"][key] = entry
                 written[0] = True
 
@@ -164,13 +169,14 @@ class ExperienceStore:
 
 
 def make_entry(gpu: str, kernel: str, problem: Problem, cfg: GemmConfig, ms: float,
-               cublas_ms: float | None = None) -> dict[str, Any]:
-    """One entry in the format of the store and of ``agent/tuned_h200.json``."""
+               cublas_ms: float | None = None, timing: str | None = None) -> dict[str, Any]:
+    """One entry in the format of the store and of ``agent/tuned_h200.json`` (``timing``: how ``ms`` and
+    ``cublas_ms`` were measured, recorded when given)."""
     return {
         "gpu": gpu, "kernel": kernel, "dtype": problem.dtype, "out_dtype": problem.out_dtype,
         "layout": problem.layout, "bucket": problem.bucket(), "shape": [problem.m, problem.n, problem.k],
         "config": cfg.model_dump(), "ms": ms, "tflops": problem.flops / (ms * 1e-3) / 1e12,
-        "cublas_ms": cublas_ms,
+        "cublas_ms": cublas_ms, **({"timing": timing} if timing else {}),
     }
 
 

@@ -216,14 +216,15 @@ def run_tune(args: Any) -> int:
         print("argus-cutlass tune: every candidate failed; see the tuning log "
               f"{out / log_name(problem)}", file=sys.stderr)
         return 1
-    from argus_cutlass.generate import baseline
+    from argus_cutlass.generate import DEFAULT_TIMING, baseline
 
     cublas_ms = None
     try:
         cublas_ms = baseline(problem)  # a planner Problem is a GemmProblem
     except ArgusError as exc:
         print(f"argus-cutlass tune: cuBLAS baseline skipped: {exc}", file=sys.stderr)
-    store.record_best(info.name, "gemm", problem, result.best, result.best_ms, cublas_ms)  # type: ignore[arg-type]
+    store.record_best(info.name, "gemm", problem, result.best, result.best_ms, cublas_ms,  # type: ignore[arg-type]
+                      timing=DEFAULT_TIMING)   # GpuEvaluator and baseline() time with the default
     name = best_name(result.best, problem)
     tflops = problem.flops / (result.best_ms * 1e-3) / 1e12  # type: ignore[operator]
     line = f"best {name}: {result.best_ms:.4f} ms ({tflops:.0f} TFLOP/s)"

@@ -77,6 +77,7 @@ from typing import Any, TextIO
 from argus_cutlass.agent.planner import Measurement, Problem
 from argus_cutlass.errors import ArgusError, ProblemError
 from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.runtime.timing import DEFAULT_TIMING, LEGACY_TIMING
 from argus_cutlass.settings import output_dir
 
 __all__ = [
@@ -617,11 +618,14 @@ class Journal:
     """The append-only JSON-lines journal; every line is flushed and fsync-ed when written.
 
     ``state`` of the lines read at start (``resume=True``): ``plans[shape]``, ``compiles[(shape, ckey)]``,
-    ``measures[(shape, ckey)]`` and ``baselines[shape]`` (the last line of each).
+    ``measures[(shape, ckey)]`` and ``baselines[shape]`` (the last line of each). ``timing``: how this run
+    measures (:data:`argus_cutlass.runtime.timing.DEFAULT_TIMING`, written into its measure and baseline lines);
+    a resumed measure or baseline line timed another way (none recorded: one launch between events, the
+    journals of before session 28) is not reused, since times of two methods do not compare: it is measured again.
     """
 
-    def __init__(self, path: Path, resume: bool = True) -> None:
-        self.path = path
+    def __init__(self, path: Path, resume: bool = True, timing: str = DEFAULT_TIMING) -> None:
+        self.path, self.timing = path, timing
         path.parent.mkdir(parents=True, exist_ok=True)
         self.moved_to: Path | None = None
         if not resume and path.exists() and path.stat().st_size > 0:
@@ -654,6 +658,8 @@ class Journal:
             return
         if stage == "plan":
             self.plans[shape] = line
+        elif stage in ("baseline", "measure") and line.get("timing", LEGACY_TIMING) != self.timing:
+            return   # timed another way: measured again
         elif stage == "baseline":
             self.baselines[shape] = line
         elif stage in ("compile", "measure") and isinstance(line.get("config"), dict):
@@ -849,7 +855,8 @@ def _tune(problems: dict[str, Problem], budget: int, be: Any, journal: Journal, 
         say(f"journal   resuming {journal.path}: {len(journal.measures)} measurements and "
             f"{len(journal.compiles)} compiles already done"
             + (f" ({journal.torn} torn line ignored)" if journal.torn else ""))
-    journal.write("run", "start", backend=be.name, budget=budget, shapes=list(problems), gpus=n_gpus)
+    journal.write("run", "start", backend=be.name, budget=budget, shapes=list(problems), gpus=n_gpus,
+                  timing=journal.timing)
 
     # ---- stage 0: plan (reused from the journal when the budget is the same)
     plans: dict[str, list[GemmConfig]] = {}
@@ -932,12 +939,12 @@ def _tune(problems: dict[str, Problem], budget: int, be: Any, journal: Journal, 
         worker_args = (measure_fn, baseline_fn, real_measure, gpu)
         for job, o in be.measure(jobs, worker_args, n_gpus):
             if job.kind == "baseline":
-                journal.write("baseline", o.status, shape=job.shape, ms=o.ms, gpu=o.gpu,
+                journal.write("baseline", o.status, shape=job.shape, ms=o.ms, gpu=o.gpu, timing=journal.timing,
                               **({"feedback": o.feedback} if o.feedback else {}))
                 continue
             assert job.built is not None and job.config is not None
             journal.write("measure", o.status, shape=job.shape, config=job.config, ms=o.ms, kernel=job.built.kernel,
-                          gpu=o.gpu, **({"feedback": o.feedback} if o.feedback else {}))
+                          gpu=o.gpu, timing=journal.timing, **({"feedback": o.feedback} if o.feedback else {}))
             result.measured_now += 1
             text = f"{job.shape} {job.built.kernel}: " + (f"{o.ms:.4f} ms" if o.ms is not None else o.status)
             progress.step(text, important=o.status != "ok" and not quiet)
@@ -974,7 +981,7 @@ def _tune(problems: dict[str, Problem], budget: int, be: Any, journal: Journal, 
 
             gname = sr.gpu or DEFAULT_GPU
             cublas = sr.baseline_ms if bl is None or bl.get("gpu") in (None, gname) else None
-            sr.recorded = st.record_best(gname, "gemm", p, sr.best, sr.best_ms, cublas)
+            sr.recorded = st.record_best(gname, "gemm", p, sr.best, sr.best_ms, cublas, timing=journal.timing)
             journal.write("record", "recorded" if sr.recorded else "kept", shape=key, config=sr.best, ms=sr.best_ms,
                           kernel=sr.kernel, gpu=gname, cublas_ms=cublas)
         result.shapes.append(sr)

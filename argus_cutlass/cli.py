@@ -614,7 +614,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from argus_cutlass.generate import DEFAULT_TIMING, TIMINGS
+    from argus_cutlass.runtime.timing import DEFAULT_TIMING, TIMINGS
 
     p = argparse.ArgumentParser(
         prog="argus-cutlass",

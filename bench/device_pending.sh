@@ -250,10 +250,14 @@ case "$STEP" in
     # silicon: the GPU tests, then the main job timed both ways on a decode shape
     $PYT -m gpu "$R/tests/gpu/test_runtime_gpu.py" "$R/tests/gpu/test_bench_timing_gpu.py" -rf 2>&1 \
       | tee "$OUT/graph_product_gpu.log" | tail -20
-    for A in "--timing launch" "" "--m 300 --n 1024 --k 1000 --layout nt"; do   # default: graph; the last: staged
-      timeout 150 argus-cutlass gemm --m 1 --n 4096 --k 14336 $A --out /tmp/cli 2>&1 \
-        | tee -a "$OUT/graph_product_cli.log" | grep -v "^wrote\|^compil" | tail -5
-    done ;;
+    # the main job per launch, then by default (graph), then a problem of the aligned staging path (graph)
+    for S in "1 4096 14336 tn launch" "1 4096 14336 tn graph" "300 1024 1000 nt graph"; do
+      read -r M N K L T <<< "$S"
+      timeout 150 argus-cutlass gemm --m $M --n $N --k $K --layout $L $([ $T = launch ] && echo --timing launch) \
+        --out "/tmp/cli_$M$T" 2>&1 | tee -a "$OUT/graph_product_cli.log" | grep -v "^wrote\|^compil" | tail -5
+    done
+    python3 -c "import glob, json, sys; json.dump({f: json.load(open(f)).get('timing') for f in sorted(glob.glob('/tmp/cli_*/*.json'))}, sys.stdout, indent=1)" \
+      > "$OUT/graph_product_cli_timing.json" ;;
   gemm-swap)
     $PYT -m gpu "$R/tests/gpu/test_gemm.py" -k "swap or smem_model" -rf 2>&1 | tee "$OUT/gemm_swap_gpu.log" | tail -30 ;;
   gemm-bench)

@@ -97,10 +97,9 @@ def time_graph(fn: Callable[[], Any], stream: Any, calls: int = 16, warmup: int 
     each call's arguments), the graph launched ``warmup`` times, then ``iters`` launches each between its own
     pair of events; returns the median launch over ``calls``.
 
-    ``fn`` must enqueue its work on ``stream``, a non-default stream. (Session 27: built and unit-tested without a
-    GPU; its GPU test ``tests/gpu/test_runtime_gpu.py::test_a_captured_graph_runs_the_work_only_when_launched`` has
-    not run yet. Its torch twin, :func:`argus_cutlass.kernels.gemm.baseline.torch_graph_ms`, which the benchmarks
-    time ours and cuBLAS with, has.)
+    ``fn`` must enqueue its work on ``stream``, a non-default stream. (Its GPU test,
+    ``tests/gpu/test_runtime_gpu.py::test_a_captured_graph_runs_the_work_only_when_launched``, first passed on an
+    H200 in session 28; its torch twin is :func:`argus_cutlass.kernels.gemm.baseline.torch_graph_ms`.)
 
     Raises:
         DeviceError: ``device.timing`` when ``calls`` or ``iters`` < 1; ``device.stream`` for the default

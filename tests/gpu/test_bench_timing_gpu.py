@@ -70,10 +70,11 @@ def test_measure_shape_times_a_kernel_and_cublas_from_graphs(gpu_device, monkeyp
 
 def test_the_main_jobs_timing_both_ways(gpu_device, monkeypatch):
     """generate.run with Options(timing=...) (what `argus-cutlass gemm --timing` sets): a decode GEMM and cuBLAS
-    timed from a CUDA graph over rotated operands and one launch between events (the default); both pass the
+    timed from a CUDA graph over rotated operands (the default) and one launch between events; both pass the
     check and give a time, a baseline and the method in the record. From a graph also a kernel that allocates its
     stream-K workspace per call (cudaMallocAsync + CUTLASS's zeroing inside the capture) and one on the aligned
-    staging path (M = 300 with a column-major A: a staging workspace per call)."""
+    staging path (M = 300 with a column-major A: a staging workspace per call), and one with beta != 0 (C rotated
+    too); each with cuBLAS's time beside it (session 28: cuBLAS refused the staged problem)."""
     import argus_cutlass.runtime.check as rcheck
     from argus_cutlass.generate import Options, run
     from argus_cutlass.kernels.gemm.check import graph_calls, operand_sets
@@ -96,7 +97,10 @@ def test_the_main_jobs_timing_both_ways(gpu_device, monkeypatch):
         assert r.record()["timing"]["method"] == timing
     assert seen == [graph_calls(operand_sets(problem))] and seen[0] % operand_sets(problem) == 0
     streamk = next(c for c in declared_subspace() if c.scheduler == "streamk" and not c.swap_ab)
-    for prob, cfg in ((GemmProblem(256, 4096, 4096), streamk), (GemmProblem(300, 1024, 1000, layout="nt"), None)):
-        r = run(prob, cfg, options=Options(timing="graph", iters=40))
+    for prob, cfg, beta in ((GemmProblem(256, 4096, 4096), streamk, 0.0),
+                            (GemmProblem(300, 1024, 1000, layout="nt"), None, 0.0),
+                            (GemmProblem(64, 4096, 4096), None, 0.5)):   # C rotated with A, B, D
+        r = run(prob, cfg, options=Options(timing="graph", iters=40, beta=beta))
         assert r.ok and r.ms and r.ms > 0, (prob, r.status, r.error)
-        assert cfg is not None or r.path["kind"] == "staged", r.path
+        assert r.baseline_ms and r.baseline_ms > 0 and "baseline" not in r.skipped, (prob, r.skipped)
+        assert cfg is not None or beta or r.path["kind"] == "staged", r.path

@@ -182,12 +182,13 @@ def test_generate_with_the_verifier():
     assert gen.generate(GemmConfig(), smt=False).source == kernel.source
 
 
-@pytest.mark.parametrize("exc", [RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"),
+@pytest.mark.parametrize("exc", [DeviceError("baseline.vendor", "cuBLAS (torch): CUBLAS_STATUS_NOT_SUPPORTED"),
                                  DeviceError("device.torch", "torch.cuda.is_available() is False")])
 def test_a_failing_vendor_baseline_keeps_our_checked_and_timed_result(monkeypatch, exc):
-    """The baseline runs after our kernel is checked and timed: its failure (a cuBLAS error, no torch device) is
-    recorded as the skipped baseline, and the status, check and time stand (session 28: cublas_time refused a
-    staged problem and the exception discarded the whole run)."""
+    """The baseline runs after our kernel is checked and timed: its failure (cuBLAS's call raising, no torch
+    device: a DeviceError) is recorded as the skipped baseline, and the status, check and time stand (session 28:
+    cublas_time refused a staged problem and the exception discarded the whole run). Any other exception is a
+    bug of ours and propagates."""
     def boom(*a, **k):
         raise exc
 
@@ -198,5 +199,40 @@ def test_a_failing_vendor_baseline_keeps_our_checked_and_timed_result(monkeypatc
     r = gen.RunResult(PROBLEM, GOOD)
     gen._back(r, gen._Clock(r, None), gen.Options())
     assert (r.status, r.ms, r.baseline_ms, r.error) == ("ok", 0.25, None, None)
-    assert type(exc).__name__ in r.skipped["baseline"] and "failed" in r.skipped["baseline"]
+    assert type(exc).__name__ in r.skipped["baseline"] and exc.rule in r.skipped["baseline"]
     assert "baseline" in r.stage_seconds
+
+
+def test_a_bug_in_the_baseline_glue_is_not_taken_for_the_vendors_failure(monkeypatch):
+    def bug(*a, **k):
+        raise RuntimeError("shape '[300, 1000]' is invalid for input of size 4")
+
+    monkeypatch.setattr(gen, "load", lambda kernel, artifact: object())
+    monkeypatch.setattr(gen, "check", lambda lib, p, **k: type("C", (), {"passed": True})())
+    monkeypatch.setattr(gen, "time_kernel", lambda lib, p, **k: 0.25)
+    monkeypatch.setattr(gen, "baseline", bug)
+    r = gen.RunResult(PROBLEM, GOOD)
+    with pytest.raises(RuntimeError, match="invalid for input"):
+        gen._back(r, gen._Clock(r, None), gen.Options())
+
+
+def test_cublas_time_takes_what_the_staging_path_runs_and_refuses_what_no_path_runs():
+    """cuBLAS runs any stride: a problem only our aligned staging path runs (M = 300 with a column-major A) is
+    not refused (None: no torch here, or a time with it), while a leading dimension below its extent is, before
+    torch is imported (session 28: cublas_time validated the direct TMA path's rules and refused the first)."""
+    from argus_cutlass.errors import ProblemError
+    from argus_cutlass.kernels.gemm.baseline import cublas_time
+
+    staged = GemmProblem(300, 1024, 1000, layout="nt")
+    assert staged.staging() and cublas_time.__defaults__[-1] == gen.DEFAULT_TIMING == "graph"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("torch sees a GPU: tests/gpu/test_bench_timing_gpu.py times this problem")
+    except ImportError:
+        assert cublas_time(staged) is None
+    with pytest.raises(ProblemError):
+        cublas_time(GemmProblem(64, 64, 64, lda=32))
+    with pytest.raises(ProblemError, match="problem.timing"):
+        cublas_time(staged, timing="wall")

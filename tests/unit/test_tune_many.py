@@ -169,6 +169,25 @@ def test_a_torn_last_line_is_ignored_on_resume(tmp_path):
     assert all(isinstance(json.loads(r), dict) for r in raw if r not in bad)
 
 
+def test_a_journal_timed_another_way_is_measured_again_not_mixed(tmp_path):
+    """Measure and baseline lines carry how they were timed; resuming a journal of another method (here the
+    journals of before session 28: no timing, one launch between events) measures again instead of comparing
+    times of two methods; the record says which method its time is."""
+    run(tmp_path)
+    journal = tmp_path / "out" / JOURNAL
+    lines = journal_lines(journal)
+    assert {line.get("timing") for line in lines
+            if line["stage"] in ("measure", "baseline") or line["outcome"] == "start"} \
+        == {tune_many.DEFAULT_TIMING}
+    legacy = [{k: v for k, v in line.items() if k != "timing"} for line in lines]
+    journal.write_text("".join(json.dumps(line) + "\n" for line in legacy))
+    again = Recorder()
+    result = run(tmp_path, measure=again)
+    assert len(again.calls) == len(SHAPES) * BUDGET and result.reused == 0
+    assert {e.get("timing") for e in json.loads((tmp_path / "store.json").read_text())["entries"].values()} \
+        == {tune_many.DEFAULT_TIMING}
+
+
 def test_no_resume_moves_the_old_journal_aside_and_measures_again(tmp_path):
     run(tmp_path)
     second = Recorder()

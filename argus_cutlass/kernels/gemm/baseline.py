@@ -8,43 +8,42 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from argus_cutlass.errors import DeviceError
+from argus_cutlass.errors import DeviceError, ProblemError
 from argus_cutlass.kernels.gemm.problem import GemmProblem, layout_views, storage_rows
+from argus_cutlass.runtime.timing import DEFAULT_TIMING, TIMINGS
 
 
 def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
-                warmup: int = 10, iters: int = 100, timing: str | None = None) -> float | None:
+                warmup: int = 10, iters: int = 100, timing: str = DEFAULT_TIMING) -> float | None:
     """Median milliseconds of torch (cuBLAS) computing the same GEMM in the same layout,
     or ``None`` when torch is not installed.
 
     A and B are torch tensors with the problem's strides (``A.t()`` / ``B.t()`` views for
     the column-major / N x K cases). D has the input dtype (torch's matmul output) unless
     ``out_dtype == "fp32"`` and this torch supports ``torch.mm(..., out_dtype=...)``.
-    ``timing`` as :func:`argus_cutlass.kernels.gemm.check.time_gemm` times our kernel, in this process (None:
-    :data:`~argus_cutlass.kernels.gemm.check.DEFAULT_TIMING`, ``"graph"``): ``"graph"`` rotates :func:`~argus_cutlass.kernels.gemm.check.operand_sets` sets and replays
+    ``timing`` as :func:`argus_cutlass.kernels.gemm.check.time_gemm` times our kernel, in this process (default
+    :data:`~argus_cutlass.runtime.timing.DEFAULT_TIMING`, ``"graph"``): ``"graph"`` rotates :func:`~argus_cutlass.kernels.gemm.check.operand_sets` sets and replays
     :func:`~argus_cutlass.kernels.gemm.check.graph_calls` calls captured in a ``torch.cuda.CUDAGraph`` (about
     ``iters`` calls, at least 5 replays, each between ``torch.cuda.Event`` s), per call; ``"launch"``: one
     operand set, each launch between its own events on torch's current stream.
 
     Raises:
-        DeviceError: ``device.torch`` when torch is installed but sees no CUDA device.
-        ProblemError: ``problem.timing`` for an unknown ``timing``.
+        ProblemError: ``problem.timing`` for an unknown ``timing``; a rule no path can run without
+            (:meth:`~argus_cutlass.kernels.gemm.problem.GemmProblem.validate_any`), checked before torch is imported.
+        DeviceError: ``device.torch`` when torch is installed but sees no CUDA device; ``baseline.vendor`` when
+            torch's cuBLAS call or its graph capture raises (the vendor's failure, not a wrong problem).
     """
-    from argus_cutlass.kernels.gemm.check import DEFAULT_TIMING, TIMINGS, graph_calls, operand_sets
-
-    timing = DEFAULT_TIMING if timing is None else timing
+    from argus_cutlass.kernels.gemm.check import graph_calls, operand_sets
 
     if timing not in TIMINGS:
-        from argus_cutlass.errors import ProblemError
-
         raise ProblemError("problem.timing", f"timing={timing!r}: expected one of {', '.join(TIMINGS)}")
+    problem.validate_any()   # cuBLAS takes any stride: the problems our aligned staging path runs too
     try:
         import torch
     except ImportError:
         return None
     if not torch.cuda.is_available():
         raise DeviceError("device.torch", "torch.cuda.is_available() is False")
-    problem.validate_any()   # cuBLAS takes any stride: the problems our aligned staging path runs too
     m, n = problem.m, problem.n
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dt = tdt[problem.dtype]
@@ -78,19 +77,23 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
             turn[0] += 1
             return mm(*s)
 
-    if timing == "graph":
-        calls = graph_calls(len(sets))
-        return torch_graph_ms(run_mm, calls, max(1, warmup // calls), max(5, -(-iters // calls)))
-    for _ in range(max(0, warmup)):
-        run_mm()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(iters)]
-    for start, end in pairs:
-        start.record()
-        run_mm()
-        end.record()
-    torch.cuda.synchronize()
-    return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
+    try:   # what torch's cuBLAS call or its capture raises is the vendor's failure, named as such
+        if timing == "graph":
+            calls = graph_calls(len(sets))
+            return torch_graph_ms(run_mm, calls, max(1, warmup // calls), max(5, -(-iters // calls)))
+        for _ in range(max(0, warmup)):
+            run_mm()
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(iters)]
+        for start, end in pairs:
+            start.record()
+            run_mm()
+            end.record()
+        torch.cuda.synchronize()
+        return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
+    except RuntimeError as exc:
+        raise DeviceError("baseline.vendor", f"cuBLAS (torch) on {problem!r}, timing {timing!r}: "
+                                             f"{type(exc).__name__}: {exc}") from exc
 
 
 def torch_graph_ms(fn: Any, calls: int, warmup: int, iters: int) -> float:

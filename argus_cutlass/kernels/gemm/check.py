@@ -33,6 +33,7 @@ from argus_cutlass.errors import ProblemError
 from argus_cutlass.kernels.gemm.problem import GemmProblem, Operand
 from argus_cutlass.runtime.check import BITS_DTYPE, POISON_BYTE, bits_to_float32, float32_to_bits, time_kernel
 from argus_cutlass.runtime.cuda import DeviceBuffer, synchronize
+from argus_cutlass.runtime.timing import DEFAULT_TIMING, TIMINGS  # the timings time_gemm knows and its default
 
 #: relative Frobenius error allowed for each output dtype (see the module docstring)
 #: bound on ``||D - R||_F / ||R||_F`` by output dtype: about 6x (bf16, measured 1.66e-3 on the H200),
@@ -259,12 +260,6 @@ ROTATE_BYTES = 3 * 60 * 2**20
 MAX_SETS = 48
 #: calls captured per graph: at least this many, a whole number of rotations of the operand sets
 GRAPH_CALLS = 16
-#: the timings :func:`time_gemm` knows
-TIMINGS = ("graph", "launch")
-#: the default of every GEMM timing (``time_gemm``, ``cublas_time``, ``generate.Options``, ``argus-cutlass gemm
-#: --timing``): from CUDA graphs since session 28, when its GPU tests passed on an H200 (METHOD.md: many small
-#: launches are timed as graph replays, operands rotated past the cache)
-DEFAULT_TIMING = "graph"
 
 
 def operand_sets(problem: GemmProblem, beta: float = 0.0) -> int:
