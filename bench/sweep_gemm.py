@@ -744,8 +744,11 @@ def main(argv: list[str] | None = None) -> int:
                 if table_flavor(have) != table_flavor(table):
                     ap.error(f"--table {path} is {'_'.join(table_flavor(have))}, --from-table {args.from_table} "
                              f"{'_'.join(table_flavor(table))}: a graph table holds one flavor")
+                from argus_cutlass.kernels.gemm.config import GemmConfig
+
+                # compared as configurations: a table written before a field existed omits its default
                 clash = [nm for nm, c in table["kernel_configs"].items()
-                         if nm in have.get("kernel_configs", {}) and have["kernel_configs"][nm] != c]
+                         if nm in have.get("kernel_configs", {}) and GemmConfig(**have["kernel_configs"][nm]) != GemmConfig(**c)]
                 if clash:
                     ap.error(f"--from-table {args.from_table}: kernel names configured differently in --table "
                              f"{path}: {', '.join(clash[:3])}")
