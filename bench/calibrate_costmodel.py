@@ -150,25 +150,36 @@ def fit(data: list, start, maxiter: int):  # noqa: ANN001
     return params(best)
 
 
-def residuals_of(path: str, params, **hyper: Any) -> Any:  # noqa: ANN001
+def residuals_of(path: str | list[str], params, **hyper: Any) -> Any:  # noqa: ANN001
     """The :class:`~argus_cutlass.agent.costmodel.Residuals` of a sweep table (``bench/sweep_gemm.py``'s
     format) under ``params``: per shape and declared configuration, ``log(measured / predict_ms)``;
     ``hyper`` (``neighbours``, ``m_weight``, ``radius``, ``analytic_weight``) replaces the class defaults.
+    Several tables of one flavor (``path`` a list): each shape's row from the last table that timed it, e.g. the
+    per-launch sweep then its graph-timed table (session 28: repeatable labels where it has them, the per-launch
+    rows of M = 8192, where a launch costs ~1 ms and the host nothing, elsewhere).
 
     Raises:
-        SystemExit: the table is missing or not a sweep table (the message names it).
+        SystemExit: a table is missing, not a sweep table, or of another flavor than the first (the message
+            names it).
     """
     from argus_cutlass.agent.costmodel import Residuals, predict_ms, structure_key
     from argus_cutlass.agent.measure import table_key
     from argus_cutlass.kernels.gemm.space import declared_subspace
 
-    try:
-        data = json.loads(Path(path).read_text())
-        fl = data.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
-        flavor = (fl["dtype"], fl["out_dtype"], fl["layout"])
-        rows = _timed_rows(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"{path}: not a sweep table ({type(exc).__name__}: {exc})") from None
+    flavor, rows = None, {}
+    for one in [path] if isinstance(path, str) else path:
+        try:
+            data = json.loads(Path(one).read_text())
+            fl = data.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
+            this = (fl["dtype"], fl["out_dtype"], fl["layout"])
+            timed = _timed_rows(data)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{one}: not a sweep table ({type(exc).__name__}: {exc})") from None
+        if flavor is not None and this != flavor:
+            raise SystemExit(f"{one}: a {'_'.join(this)} table; the residuals are {'_'.join(flavor)}")
+        flavor = this
+        rows.update(timed)
+    assert flavor is not None, "no table"
     space = declared_subspace(*flavor)
     points, values = [], []
     for key, row in rows.items():
@@ -260,8 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--maxiter", type=int, default=600)
     ap.add_argument("--keep-params", action="store_true",
                     help="no fit: keep the shipped parameters (agent/costmodel_h200.json), e.g. to add --residuals")
-    ap.add_argument("--residuals", default="",
-                    help="a sweep table (bench/sweep_gemm.py): store its residuals under the written parameters")
+    ap.add_argument("--residuals", action="append", default=[],
+                    help="a sweep table (bench/sweep_gemm.py): store its residuals under the written parameters; "
+                    "repeatable (one flavor): each shape's row from the last table that timed it")
+    ap.add_argument("--cv-residuals", action="append", default=[],
+                    help="--cv: the residuals' tables (repeatable, as --residuals; default: the --cv table itself), "
+                    "e.g. scoring on a graph-timed table's repeatable labels with residuals of several tables")
     ap.add_argument("--cv", default="", help="a sweep table: grouped cross-validation of the untuned choice "
                     "(each group of nearby projections held out at all its M) with its residuals; no fit")
     ap.add_argument("--cv-radius", type=float, default=CV_RADIUS,
@@ -279,9 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from sweep_gemm import _format
 
-        res = cross_validate(args.cv, calibrated(), residuals_of(args.cv, calibrated(), **hyper), args.cv_radius)
+        source = args.cv_residuals or [args.cv]
+        res = cross_validate(args.cv, calibrated(), residuals_of(source, calibrated(), **hyper), args.cv_radius)
         print(f"grouped cross-validation over {res['groups']} groups of projections (radius {res['radius']}) "
-              f"of {args.cv}:")
+              f"of {args.cv} (residuals of {', '.join(source)}):")
         print(_format(res["held_out"]))
         print(_format(res["analytic"]))
         return 0
@@ -345,10 +361,11 @@ def _hyper(args) -> dict[str, Any]:  # noqa: ANN001 - the parsed options
     return {"neighbours": args.neighbours, "m_weight": args.m_weight, "analytic_weight": args.analytic_weight}
 
 
-def _residuals_doc(table: str, params, **hyper: Any) -> tuple[str, dict[str, Any]]:  # noqa: ANN001
-    res = residuals_of(table, params, **hyper)
+def _residuals_doc(tables: list[str], params, **hyper: Any) -> tuple[str, dict[str, Any]]:  # noqa: ANN001
+    res = residuals_of(tables, params, **hyper)
     note = (f"log(measured / predicted) of {len(res.configs)} declared configurations at {len(res.points)} shapes "
-            f"of {Path(table).name} ({'_'.join(res.flavor)}), {time.strftime('%Y-%m-%d')}, by "
+            f"of {' then '.join(Path(t).name for t in tables)} ({'_'.join(res.flavor)}; each shape's row from the "
+            f"last table that timed it), {time.strftime('%Y-%m-%d')}, by "
             f"bench/calibrate_costmodel.py --residuals; held-out score: --cv")
     return note, res.to_json()
 

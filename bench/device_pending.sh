@@ -53,6 +53,7 @@
 #                                                     # OUTDIR/sweep/gemm_sweep_<flavor>_graph_h200.json (resumable; the
 #                                                     # committed table grows by the rows it lacks: e.g.
 #                                                     # ARGUS_MIN_WEIGHT_MB=0 ... gemm-graph bf16_bf16_tn 1,8,32,64,100,256)
+#   bash bench/device_pending.sh OUTDIR gemm-small    # small GEMMs cuBLAS wins from graphs: K split 8 / 16 copies (~8 min)
 #   bash bench/device_pending.sh OUTDIR graph-product # the product's --timing graph: runtime GPU tests + the main job both ways
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
@@ -79,7 +80,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -245,6 +246,20 @@ case "$STEP" in
   attn-bench)
     ARGUS_BENCH_TABLE="$OUT/attention_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_attention_bench.py" 2>&1 | tail -5 > "$OUT/attention_bench.log"; cat "$OUT/attention_table.md" ;;
+  gemm-small)
+    # session 28: from CUDA graphs cuBLAS beats our best on 108 of 341 bf16 tn rows (0.57-0.9x), mostly GEMMs of
+    # 5-20 us with small M x N and long K (8x8x4096 9.8 vs 5.6 us, 1x1024x8192 16.7 vs 9.6 us): few CTAs walk the
+    # whole K loop (one 64x16 swap-AB tile: 16 CTAs at N = 1024). Hypothesis: a wider K split (8 / 16; declared
+    # splits stop at 4, on the 128x16 / 128x32 cooperative swap-AB tiles) or stream-K fills the SMs. Each shape: the
+    # graph-timed best of the table, the declared splits, copies with splits 8 / 16 (k 64 and k 128), cuBLAS
+    # interleaved, all from graphs
+    for S in 8x8x4096 1x1024x8192 32x1024x8192 1x1024x5120 512x8x4096 256x768x2048 100x3584x4096 512x1024x5120; do
+      timeout 70 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 3 --graph \
+        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" \
+        --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_splitk4_swapab,128x16x64_c1x1_s8_coop_e128x16_rn1_streamk_swapab \
+        --also splits=8 --also splits=16 --also tile_k=128,stages=6,splits=8 2>&1 \
+        | tee -a "$OUT/gemm_small.log" | grep -v "refused by the verifier\|^generated" | tail -14
+    done ;;
   graph-product)
     # session 28: the product's graph timing (runtime.cuda.Graph, runtime.check.time_graph, --timing graph), first
     # silicon: the GPU tests, then the main job timed both ways on a decode shape

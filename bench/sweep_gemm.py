@@ -361,7 +361,8 @@ def shape_entries(table: dict) -> list[dict[str, Any]]:
     with the least measured time there (its ``ms``, the row's ``cublas_ms``). Entries of one lookup bucket
     (:func:`argus_cutlass.agent.store.entry_key`: M, N, K rounded up to powers of two) measured at several
     shapes are all kept; the lookup takes the one measured nearest the problem
-    (:func:`argus_cutlass.agent.store.shape_distance`). On the session-20 table, holding each shape out of
+    (:func:`argus_cutlass.agent.store.shape_distance`); each entry says how its times were taken (``timing``:
+    ``graph`` for a graph-timed row, else ``launch``). On the session-20 table, holding each shape out of
     its bucket, the nearest shape's best kernel was within 3 % of the held-out shape's best on 207 of 290
     shapes (geomean regret 4.1 %), the bucket-wide pick of least geomean time-over-best 204 (3.9 %): equal
     on unseen shapes, while a swept shape gets its own best. Needs the table's ``kernel_configs``.
@@ -386,7 +387,8 @@ def shape_entries(table: dict) -> list[dict[str, Any]]:
         m, n, k = map(int, key.split("x"))
         best = min(sorted(good), key=good.__getitem__)
         p = Problem(m, n, k, *fl)
-        out.append(make_entry(gpu, "gemm", p, configs[best], good[best], row.get("cublas_ms")))
+        out.append(make_entry(gpu, "gemm", p, configs[best], good[best], row.get("cublas_ms"),
+                              timing="graph" if row.get("timing") == "graph" else "launch"))
     return out
 
 
