@@ -69,7 +69,8 @@
 #                                                     # configurations added to the declared sub-space (once
 #                                                     # declared_subspace holds them), timed on the
 #                                                     # swept rows that lack them beside each row's finalists
-#                                                     # (bench/sweep_gemm.py --extend), writes OUTDIR/sweep/
+#                                                     # (bench/sweep_gemm.py --extend), writes OUTDIR/sweep/;
+#                                                     # ARGUS_SWEEP_TAG=graph: the graph-timed table, from CUDA graphs
 #   bash bench/device_pending.sh OUTDIR gemm-refine [bf16_bf16_tn]  # re-time each swept shape's finalists (within
 #                                                     # 10 % of its best + the untuned choices; 5 rounds, ~25 ms of
 #                                                     # launches each), resumable like gemm-sweep, writes OUTDIR/sweep/

@@ -499,8 +499,10 @@ def _retime(table: dict, key: str, libs: dict[str, Any], names: list[str], args:
     time is never compared against these medians); a kernel or cuBLAS time the row already held is kept, the
     first one recorded, in ``kernels_sweep`` / ``cublas_ms_sweep``. ``graph``: timed as back-to-back launches
     replayed from a CUDA graph (``agent_eval.time_graph``); the row's per-launch times move to ``kernels_events``
-    / ``cublas_ms_events`` and its ``kernels`` hold only these (the two modes are never mixed in a row). Returns
-    the launches per timing and ``measure_shape``'s result."""
+    / ``cublas_ms_events`` and its ``kernels`` hold only these (the two modes are never mixed in a row). A row
+    already graph-timed (``--extend`` of a graph table) keeps its other kernels' graph times; the first graph
+    time of each re-timed kernel and of cuBLAS is kept in ``kernels_graph_first`` / ``cublas_ms_graph_first``.
+    Returns the launches per timing and ``measure_shape``'s result."""
     from argus_cutlass.agent.shapes import GemmShape
 
     row = table["shapes"][key]
@@ -508,17 +510,20 @@ def _retime(table: dict, key: str, libs: dict[str, Any], names: list[str], args:
     iters = refine_iters(min((v for v in row["kernels"].values() if v), default=1.0))
     got = measure_shape(libs, GemmShape(m, n, k, *table_flavor(table), name=f"{tag}.{key}"), args.warmup, iters,
                         args.rounds, table.setdefault("failures", []), graph=graph)
-    if graph:
+    regraph = graph and row.get("timing") == "graph"
+    if graph and not regraph:
         row["kernels_events"], row["kernels"] = row["kernels"], {}
         row["cublas_ms_events"], row["cublas_ms"] = row.get("cublas_ms"), None
         row["timing"] = "graph"
-    kept = row.setdefault("kernels_sweep", {}) if not graph else {}
+    kept = row.setdefault("kernels_graph_first" if regraph else "kernels_sweep", {}) if regraph or not graph else {}
     for nm in names:
         if nm in row["kernels"]:
             kept.setdefault(nm, row["kernels"][nm])
     row["kernels"].update({nm: got["kernels"].get(nm) or None for nm in names})
     if got.get("cublas_ms"):
-        if not graph:
+        if regraph:
+            row.setdefault("cublas_ms_graph_first", row.get("cublas_ms"))
+        elif not graph:
             row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
         row["cublas_ms"] = got["cublas_ms"]
     return iters, got
@@ -613,7 +618,9 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
            t0: float) -> int:
     """``--extend``: time ``added`` (kernel name -> configuration of the declared sub-space) on the table's rows
     that lack them (module docstring), each with the row's finalists, and record them; resumable, smallest M
-    first, stops after ``--max-seconds``."""
+    first, stops after ``--max-seconds``. A graph-timed table (``timing: graph``) is extended from CUDA graphs, on
+    its re-timed rows only (:func:`_retime`: the added kernels, the row's finalists and cuBLAS re-timed in one
+    process; the row's other kernels keep their graph times)."""
     from argus_cutlass.agent.costmodel import SWAP_AB_MAX_M
     from argus_cutlass.kernels.gemm.space import feasible
 
@@ -636,9 +643,12 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
         row = table["shapes"][key]
         return [nm for nm, c in ok.items() if nm not in row.get("kernels", {}) and not (c.swap_ab and m > SWAP_AB_MAX_M)]
 
-    # rows with at least one time (a row whose kernels all failed has no finalists to time the added ones beside)
+    graph = table.get("timing") == "graph"
+    # rows with at least one time (a row whose kernels all failed has no finalists to time the added ones beside);
+    # of a graph table only its re-timed rows (the others still hold the per-launch times they were picked by)
     added_of = {key: missing(key) for key, row in table["shapes"].items()
-                if any(row.get("kernels", {}).values()) and (m_values is None or int(key.split("x")[0]) in m_values)}
+                if any(row.get("kernels", {}).values()) and (m_values is None or int(key.split("x")[0]) in m_values)
+                and (not graph or row.get("timing") == "graph")}
     todo = sorted((key for key, names in added_of.items() if names), key=lambda key: tuple(map(int, key.split("x"))))
     plan = {key: added_of[key] + [nm for nm in finalists(table["shapes"][key], args.refine_within,
                                                           tuple(picks.get(key, {}).values()))
@@ -662,7 +672,7 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
         table["kernel_configs"].update({nm: ok[nm].model_dump() for nm in new_names if nm in sub})
         t1 = time.perf_counter()
         old = [nm for nm in plan[key] if nm not in new_names]
-        iters, _ = _retime(table, key, sub, plan[key], args, "extend")
+        iters, _ = _retime(table, key, sub, plan[key], args, "extend", graph=graph)
         row.setdefault("extended", []).append({"added": new_names, "rounds": args.rounds, "iters": iters,
                                                "retimed": old})
         _save(path, table)
@@ -772,9 +782,9 @@ def main(argv: list[str] | None = None) -> int:
         is_graph = path.is_file() and json.loads(path.read_text()).get("timing") == "graph"
     except (OSError, ValueError, AttributeError) as exc:
         ap.error(f"--table {path}: not a readable sweep table ({type(exc).__name__}: {exc})")
-    if is_graph and not (args.summary or args.merge_shipped):
-        ap.error(f"--table {path}: a graph-timed table is filled by --refine --graph only (--extend and the sweep "
-                 "time per launch)")
+    if is_graph and not (args.summary or args.merge_shipped or args.extend):
+        ap.error(f"--table {path}: a graph-timed table is filled by --refine --graph and --extend only (the sweep "
+                 "times per launch)")
     if args.extend:
         if not path.is_file():
             ap.error(f"--table {path}: no such file")

@@ -493,11 +493,10 @@ def test_refine_graph_makes_its_own_table_and_never_mixes_timings(sweep, tmp_pat
     grown = json.loads(g.read_text())
     assert sorted(grown["shapes"]) == ["1x2048x2048", "1x8192x8192", "8x8192x8192"]
     assert [(m, n) for m, n, _, _ in timed[2:]] == [(1, 2048)] and grown["shapes"]["1x8192x8192"] == row
-    # only a graph-timed table grows; --graph only with --refine; a graph table is not extended nor swept per launch
+    # only a graph-timed table grows; --graph only with --refine; a graph table is not swept per launch
     for bad, msg in ((["--table", str(s), "--refine", "--graph", "--from-table", str(s)], "not a graph-timed table"),
                      (["--table", str(s), "--graph", "--summary"], "--graph goes with --refine"),
-                     (["--table", str(g), "--extend", "swapab"], "filled by --refine --graph only"),
-                     (["--table", str(g), "--m", "1"], "filled by --refine --graph only"),
+                     (["--table", str(g), "--m", "1"], "filled by --refine --graph and --extend only"),
                      (["--table", str(tmp_path / "n.json"), "--refine", "--graph", "--from-table", str(s), "--m", "x"],
                       "--m 'x': expected comma-separated integers")):
         with pytest.raises(SystemExit):
@@ -534,3 +533,44 @@ def test_refine_graph_makes_its_own_table_and_never_mixes_timings(sweep, tmp_pat
     out["shapes"]["8x8192x8192"] = {"kernels": src["shapes"]["8x8192x8192"]["kernels"], "cublas_ms": 0.046}
     entries = sweep.shape_entries(out)
     assert [e["shape"][0] for e in entries] == [1] and entries[0]["ms"] == 0.030
+
+
+def test_extend_of_a_graph_table_times_from_graphs_on_its_retimed_rows_only(sweep, tmp_path, monkeypatch):
+    """Session 28: kernels declared after a graph-timed table was made are timed into it from CUDA graphs (beside
+    the row's finalists and cuBLAS, one process), on its re-timed rows only; the row's other kernels keep their
+    graph times, the re-timed ones' first graph times are kept, its per-launch times stay in kernels_events."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    swap = [c for c in declared_subspace() if c.swap_ab]
+    a, b, c, new = (kernel_name(x) for x in swap[:4])
+    events = {a: 0.05, b: 0.06, c: 0.09}
+    g = tmp_path / "g.json"
+    g.write_text(json.dumps({
+        "flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"}, "timing": "graph",
+        "kernel_configs": {nm: x.model_dump() for nm, x in zip((a, b, c), swap[:3])},
+        "shapes": {"1x8192x8192": {"timing": "graph", "kernels": {a: 0.040, b: 0.041, c: 0.060}, "cublas_ms": 0.045,
+                                   "kernels_events": events, "cublas_ms_events": 0.05},
+                   "8x8192x8192": {"kernels": events, "cublas_ms": 0.05}}}))   # not yet re-timed: left alone
+    timed = []
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
+        timed.append((shape.m, sorted(libs), graph))
+        return {"kernels": {nm: (0.030 if nm == new else 0.039) for nm in libs}, "cublas_ms": 0.044, "names": []}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", lambda cands, w, log, notes:
+                        {kernel_name(x): (x, None, None) for x in cands})
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {})
+    sel = new.replace("argus_gemm_sm90_bf16_bf16_tn_", "").rsplit("_", 1)[0]
+    assert sweep.main(["--table", str(g), "--extend", sel, "--refine-within", "0.1"]) == 0
+    assert timed == [(1, sorted([new, a, b]), True)]   # the added one + the finalists within 10 %, from graphs
+    row = json.loads(g.read_text())["shapes"]["1x8192x8192"]
+    assert row["kernels"] == {a: 0.039, b: 0.039, c: 0.060, new: 0.030} and row["cublas_ms"] == 0.044
+    assert row["kernels_graph_first"] == {a: 0.040, b: 0.041} and row["cublas_ms_graph_first"] == 0.045
+    assert row["kernels_events"] == events and "kernels_sweep" not in row and row["timing"] == "graph"
+    assert "timing" not in json.loads(g.read_text())["shapes"]["8x8192x8192"]
