@@ -254,11 +254,20 @@ case "$STEP" in
     # splits stop at 4, on the 128x16 / 128x32 cooperative swap-AB tiles) or stream-K fills the SMs. Each shape: the
     # graph-timed best of the table, the declared splits, copies with splits 8 / 16 (k 64 and k 128), cuBLAS
     # interleaved, all from graphs
-    for S in 8x8x4096 1x1024x8192 32x1024x8192 1x1024x5120 512x8x4096 256x768x2048 100x3584x4096 512x1024x5120; do
+    # (M <= 256: the swap-AB 128x16 tile; M > 256, N small: non-swap 128x16 / 128x32 cooperative copies of the
+    # declared 128x128 split-K 4 kernel, since no declared non-swap tile is narrower than 64)
+    SW=128x16x64_c1x1_s8_coop_e128x16_rn1_splitk4_swapab,128x16x64_c1x1_s8_coop_e128x16_rn1_streamk_swapab
+    NS=128x128x64_c1x1_s6_coop_e128x32_rn1_splitk4
+    for S in 8x8x4096 1x1024x8192 32x1024x8192 1x1024x5120 100x3584x4096 512x8x4096 1024x8x4096 512x1024x5120; do
+      M=${S%%x*}
+      if [ "$M" -le 256 ]; then
+        A="--kernels $SW --also splits=8 --also splits=16 --also tile_k=128,stages=6,splits=8"
+      else
+        A="--kernels $NS --also tile_n=16,epi_n=16,stages=8,splits=8 --also tile_n=16,epi_n=16,stages=8,splits=16
+           --also tile_n=32,epi_n=32,stages=8,splits=8 --also tile_n=16,epi_n=16,stages=8,scheduler=streamk,splits=1"
+      fi
       timeout 70 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 3 --graph \
-        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" \
-        --kernels 128x16x64_c1x1_s8_coop_e128x16_rn1_splitk4_swapab,128x16x64_c1x1_s8_coop_e128x16_rn1_streamk_swapab \
-        --also splits=8 --also splits=16 --also tile_k=128,stages=6,splits=8 2>&1 \
+        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" $A 2>&1 \
         | tee -a "$OUT/gemm_small.log" | grep -v "refused by the verifier\|^generated" | tail -14
     done ;;
   graph-product)

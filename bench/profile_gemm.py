@@ -63,13 +63,24 @@ def table_best(path: str, key: str) -> str:
     return min(timed, key=timed.get)
 
 
+def table_config(path: str, name: str) -> dict | None:
+    """The configuration a sweep table recorded for kernel ``name`` (its ``kernel_configs``), or None."""
+    import json
+
+    try:
+        return json.loads(Path(path).read_text()).get("kernel_configs", {}).get(name)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", required=True, help="MxNxK, e.g. 1x4096x14336")
     ap.add_argument("--kernels", default="", help="comma-separated selectors (substrings joined by +; !text: not containing text)")
     ap.add_argument("--best-of", default="", metavar="SWEEP_TABLE",
                     help="also the kernel a bench/sweep_gemm.py table measured fastest on --shape (matched by name "
-                         "without its fingerprint, so a table from older code still names it)")
+                         "without its fingerprint, so a table from older code still names it; one outside the declared "
+                         "sub-space is rebuilt from the table's kernel_configs)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"), help="default: --dtype")
     ap.add_argument("--layout", default="tn", choices=("tn", "nt", "nn", "tt"))
@@ -113,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(best, str) and best.startswith("error: "):
             ap.error(f"--best-of {args.best_of}: {best[7:]}")
         hit = [nm for nm in space if _unhashed(nm) == _unhashed(best)]
-        if not hit:
-            ap.error(f"--best-of {args.best_of}: its best kernel {best} is not in the declared sub-space of this flavor")
+        recorded = table_config(args.best_of, best) if not hit else None
+        if not hit and recorded is None:
+            ap.error(f"--best-of {args.best_of}: its best kernel {best} is neither in the declared sub-space of this "
+                     "flavor nor configured in the table's kernel_configs")
         names += [nm for nm in hit if nm not in names]
     from overrides import assignments
 
@@ -122,10 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     from argus_cutlass.kernels.gemm.space import feasible
 
     configs = [space[nm] for nm in names]
+    if args.best_of and not hit:   # a kernel the table measured outside today's declared sub-space (older sweeps)
+        print(f"-- {best}: the table's best, not in the declared sub-space: rebuilt from its kernel_configs")
+        configs.append(GemmConfig(**recorded))
+    base = len(configs)
     for spec in args.also:
         try:   # values typed by GemmConfig's fields; its cross-field rules run in replace
             change = assignments(GemmConfig, spec)
-            copies = [c.replace(**change) for c in configs[: len(names)]]
+            copies = [c.replace(**change) for c in configs[:base]]
         except ValueError as exc:
             ap.error(f"--also {spec!r}: {exc}")
         for c in copies:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from argus_cutlass.kernels.gemm.config import GemmConfig
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import profile_gemm  # noqa: E402
@@ -116,4 +118,12 @@ def test_best_of_takes_the_tables_fastest_kernel_by_name_without_fingerprint(mon
     t.write_text(json.dumps({"shapes": {"1x4096x14336": {"kernels": {"argus_gemm_nosuch_12345678": 0.01}}}}))
     with pytest.raises(SystemExit):
         profile_gemm.main(["--shape", "1x4096x14336", "--best-of", str(t)])
-    assert "argus_gemm_nosuch_12345678 is not in the declared sub-space" in capsys.readouterr().err
+    assert "argus_gemm_nosuch_12345678 is neither in the declared sub-space" in capsys.readouterr().err
+    # a best kernel outside today's declared sub-space (an older sweep's) is rebuilt from the table's kernel_configs
+    old = GemmConfig(tile_m=64, tile_n=16, stages=12, schedule="pingpong", epi_m=64, epi_n=16)
+    assert kernel_name(old) not in {kernel_name(c) for c in declared_subspace()}
+    t.write_text(json.dumps({"kernel_configs": {"argus_gemm_old_12345678": old.model_dump()},
+                             "shapes": {"1x4096x14336": {"kernels": {"argus_gemm_old_12345678": 0.01}}}}))
+    got.clear()
+    assert profile_gemm.main(["--shape", "1x4096x14336", "--best-of", str(t)]) == 0
+    assert got == [([kernel_name(old)], False, 100)] and "rebuilt from its kernel_configs" in capsys.readouterr().out
