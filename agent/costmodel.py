@@ -454,7 +454,8 @@ def calibrated_residuals() -> Residuals | None:
         return Residuals.from_json(data) if data else None
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: malformed residuals section ({type(exc).__name__}: {exc}); rewrite it with "
-                         f"bench/calibrate_costmodel.py --keep-params --residuals TABLE --out {path}") from None
+                         f"bench/calibrate_costmodel.py --keep-params --residuals bench/data/gemm_sweep_bf16_bf16_tn_h200.json "
+                         f"--residuals bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json --out {path}") from None
 
 
 #: swap-AB configurations tile the problem's M by 16..64, so above this M they are not candidates of

@@ -15,7 +15,8 @@ Keys (``|``-separated, the GPU name first; :data:`KEY_FIELDS`):
 * MoE ``<gpu>|moe|<dtype>|e<E>k<k>h<H>i<I>|t<bucket>``: T rounded up to a power of two
   (:func:`moe_key`, :func:`moe_tokens_bucket`).
 
-Within a bucket the best entry is the one with the highest TFLOP/s (shapes may differ).
+Within a bucket the best entry is the one with the highest TFLOP/s (shapes may differ) among those timed the same
+way; a default-timed entry (from CUDA graphs) replaces one timed otherwise (:meth:`ExperienceStore.keep_faster`).
 
 Lookups (:func:`lookup_config`, :func:`lookup_attention_config`, :func:`lookup_moe_config`) try:
 user store -> entries shipped in ``agent/tuned_h200.json`` for the exact GPU name, then the same two
@@ -44,6 +45,7 @@ from typing import Any
 
 from argus_cutlass.agent.planner import ActionValues, Problem
 from argus_cutlass.kernels.gemm.config import GemmConfig
+from argus_cutlass.runtime.timing import DEFAULT_TIMING, LEGACY_TIMING
 
 #: format version of the store file
 VERSION = 1
@@ -129,16 +131,18 @@ class ExperienceStore:
                                 make_entry(gpu, kernel, problem, cfg, ms, cublas_ms, timing))
 
     def keep_faster(self, key: str, entry: dict[str, Any]) -> bool:
-        """Store ``entry`` under ``key`` when no entry is there, its TFLOP/s beats the stored one's, or the
-        stored one was timed another way (its ``timing``; none recorded: the entries of before session 28 were
-        timed one launch between events): times of two methods do not compare (a ~25 us decode kernel reads
-        10-25 % faster from a CUDA graph), so the current method's measurement replaces the other's. One locked
-        read-modify-write. Returns True when the entry was written."""
+        """Store ``entry`` under ``key`` when no entry is there, or by how the two were timed (``timing``; none
+        recorded: :data:`~argus_cutlass.runtime.timing.LEGACY_TIMING`, one launch between events, as everything
+        before session 28): of one method, when its TFLOP/s beats the stored one's; of two, when ``entry`` is
+        timed the default way (:data:`~argus_cutlass.runtime.timing.DEFAULT_TIMING`) and the stored one is not --
+        times of two methods do not compare (a ~25 us decode kernel reads 10-25 % faster from a CUDA graph), and
+        an entry of another method never displaces a default-timed one. One locked read-modify-write. Returns True
+        when the entry was written."""
         written = [False]
 
         def fn(data: dict[str, Any]) -> None:
             old = data["entries"].get(key)
-            if old is None or old.get("timing") != entry.get("timing") or entry["tflops"] > old.get("tflops", 0.0):
+            if old is None or _replaces(entry, old):
                 data["entries"][key] = entry
                 written[0] = True
 
@@ -166,6 +170,20 @@ class ExperienceStore:
                 row["sum"] = float(row["sum"]) + float(r)
 
         self.update(fn)
+
+
+def _replaces(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """:meth:`ExperienceStore.keep_faster`'s rule: does ``new`` replace ``old`` under one key?
+
+    >>> _replaces({"tflops": 2.0, "timing": "graph"}, {"tflops": 9.0})   # the default method wins over the legacy
+    True
+    >>> _replaces({"tflops": 9.0}, {"tflops": 2.0, "timing": "graph"}), _replaces({"tflops": 3.0}, {"tflops": 2.0})
+    (False, True)
+    """
+    a, b = new.get("timing") or LEGACY_TIMING, old.get("timing") or LEGACY_TIMING
+    if a == b:
+        return new["tflops"] > old.get("tflops", 0.0)
+    return a == DEFAULT_TIMING
 
 
 def make_entry(gpu: str, kernel: str, problem: Problem, cfg: GemmConfig, ms: float,

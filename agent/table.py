@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from argus_cutlass.agent import store as _store
+from argus_cutlass.runtime.timing import LEGACY_TIMING
 from argus_cutlass.agent.store import (
     DEFAULT_GPU,
     KEY_FIELDS,
@@ -91,6 +92,8 @@ def _row(kernel: str, source: str, e: dict[str, Any]) -> dict[str, Any]:
         "config": e.get("config", {}), "config_text": _config_text(kernel, e.get("config", {})),
         "ms": ms, "tflops": e.get("tflops"), "vendor": vendor_name, "vendor_ms": vms,
         "speedup": (vms / ms) if ms and vms else None,
+        # how ms and the vendor's time were taken (GEMM; none recorded: one launch between events, before session 28)
+        "timing": e.get("timing") or (LEGACY_TIMING if kernel == "gemm" else None),
     }
     return row
 
@@ -213,6 +216,8 @@ def format_entries(rows: list[dict[str, Any]], kernel: str | None) -> list[str]:
             perf = f"{r['ms']:.4f} ms" if r["ms"] else "-"
             if r["speedup"]:
                 perf += f", {r['vendor']} {r['vendor_ms']:.4f} ms ({r['speedup']:.2f}x)"
+            if r.get("timing") and r["ms"]:
+                perf += f", {'from CUDA graphs' if r['timing'] == 'graph' else 'per launch'}"
             lines.append(f"  [{r['source']:<7}] {r['key']['gpu']} | {key}: {r['config_text']}; {perf}")
     return lines
 

@@ -619,13 +619,14 @@ class Journal:
 
     ``state`` of the lines read at start (``resume=True``): ``plans[shape]``, ``compiles[(shape, ckey)]``,
     ``measures[(shape, ckey)]`` and ``baselines[shape]`` (the last line of each). ``timing``: how this run
-    measures (:data:`argus_cutlass.runtime.timing.DEFAULT_TIMING`, written into its measure and baseline lines);
+    measures (:data:`argus_cutlass.runtime.timing.DEFAULT_TIMING`: :func:`measure_candidate` and
+    :func:`baseline_candidate` time with the orchestrator's default; written into its measure and baseline lines);
     a resumed measure or baseline line timed another way (none recorded: one launch between events, the
     journals of before session 28) is not reused, since times of two methods do not compare: it is measured again.
     """
 
-    def __init__(self, path: Path, resume: bool = True, timing: str = DEFAULT_TIMING) -> None:
-        self.path, self.timing = path, timing
+    def __init__(self, path: Path, resume: bool = True) -> None:
+        self.path, self.timing = path, DEFAULT_TIMING
         path.parent.mkdir(parents=True, exist_ok=True)
         self.moved_to: Path | None = None
         if not resume and path.exists() and path.stat().st_size > 0:

@@ -902,9 +902,19 @@ def _back(result: RunResult, clock: _Clock, options: Options) -> None:
         r.status = "checked"
         if not options.time:
             return
-        r.ms = clock.stage("time", time_kernel, r.library, r.problem, alpha=options.alpha, beta=options.beta,
-                           warmup=options.warmup, iters=options.iters, timing=options.timing)
-        r.timing_method = options.timing if family_of(r.problem) == "gemm" else None
+        timing = options.timing
+        try:
+            r.ms = clock.stage("time", time_kernel, r.library, r.problem, alpha=options.alpha, beta=options.beta,
+                               warmup=options.warmup, iters=options.iters, timing=timing)
+        except DeviceError as exc:   # the calls could not be captured into a graph: timed one launch each instead
+            if timing != "graph" or exc.rule != "device.graph":
+                raise
+            timing = "launch"
+            r.notes.append(f"timing: the calls could not be captured into a CUDA graph ({exc.message}); timed one "
+                           "launch between CUDA events instead, cuBLAS too")
+            r.ms = clock.stage("time", time_kernel, r.library, r.problem, alpha=options.alpha, beta=options.beta,
+                               warmup=options.warmup, iters=options.iters, timing=timing)
+        r.timing_method = timing if family_of(r.problem) == "gemm" else None
         r.status = "ok"
         clock.done("time")
     except (LaunchError, ProblemError, DeviceError) as exc:
@@ -914,7 +924,7 @@ def _back(result: RunResult, clock: _Clock, options: Options) -> None:
     if options.baseline:
         try:
             ms = clock.stage("baseline", baseline, r.problem, alpha=options.alpha, beta=options.beta,
-                             warmup=options.warmup, iters=options.iters, timing=options.timing)
+                             warmup=options.warmup, iters=options.iters, timing=r.timing_method or options.timing)
         except DeviceError as exc:   # the vendor call failed (e.g. cuBLAS's "baseline.vendor"): our result stands
             r.skipped["baseline"] = f"the vendor baseline failed: {type(exc).__name__}: {exc}"
             clock.done("baseline")

@@ -2,8 +2,11 @@
 
     python3 bench/calibrate_costmodel.py [--table bench/data/agent_eval_table.json ...] [--out agent/costmodel_h200.json]
                                          [--holdout] [--maxiter 600] [--residuals SWEEP_TABLE]
-    python3 bench/calibrate_costmodel.py --keep-params --residuals SWEEP_TABLE --out agent/costmodel_h200.json
-    python3 bench/calibrate_costmodel.py --cv SWEEP_TABLE      # the held-out score of the untuned choice
+    python3 bench/calibrate_costmodel.py --keep-params --residuals SWEEP_TABLE [--residuals GRAPH_TABLE] --out agent/costmodel_h200.json
+    python3 bench/calibrate_costmodel.py --cv SWEEP_TABLE [--cv-residuals TABLE ...]   # the held-out score of the untuned choice
+
+The shipped residuals (session 28): ``--residuals bench/data/gemm_sweep_bf16_bf16_tn_h200.json --residuals
+bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json`` (each shape's row from the last table that timed it).
 
 Two parts of the calibration, both in ``agent/costmodel_h200.json``:
 

@@ -252,7 +252,7 @@ case "$STEP" in
     # 5-20 us with small M x N and long K (8x8x4096 9.8 vs 5.6 us, 1x1024x8192 16.7 vs 9.6 us): few CTAs walk the
     # whole K loop (one 64x16 swap-AB tile: 16 CTAs at N = 1024). Hypothesis: a wider K split (8 / 16; declared
     # splits stop at 4, on the 128x16 / 128x32 cooperative swap-AB tiles) or stream-K fills the SMs. Each shape: the
-    # graph-timed best of the table, the declared splits, copies with splits 8 / 16 (k 64 and k 128), cuBLAS
+    # graph-timed best of the table, the declared splits, copies with splits 8 / 16 (and 8 at k 128), cuBLAS
     # interleaved, all from graphs
     # (M <= 256: the swap-AB 128x16 tile; M > 256, N small: non-swap 128x16 / 128x32 cooperative copies of the
     # declared 128x128 split-K 4 kernel, since no declared non-swap tile is narrower than 64)

@@ -777,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds = args.rounds or 5
         return refine(path, json.loads(path.read_text()), args, t0)
     if args.graph:
-        ap.error("--graph goes with --refine (a graph-timed table is made and filled by --refine --graph only)")
+        ap.error("--graph goes with --refine (a graph-timed table is made by --refine --graph and grown by it and by --extend)")
     try:
         is_graph = path.is_file() and json.loads(path.read_text()).get("timing") == "graph"
     except (OSError, ValueError, AttributeError) as exc:
@@ -808,6 +808,7 @@ def main(argv: list[str] | None = None) -> int:
         table = json.loads(path.read_text())
         if args.merge_shipped:
             from argus_cutlass.agent.store import entry_identity, merge_entries
+            from argus_cutlass.runtime.timing import DEFAULT_TIMING
 
             try:
                 new = shape_entries(table)
@@ -820,6 +821,13 @@ def main(argv: list[str] | None = None) -> int:
                 kept = [e for e in new if entry_identity(e) in have]
                 new = [e for e in new if entry_identity(e) not in have]
                 print(f"kept {len(kept)} existing entries of the same shapes")
+            # a graph-timed entry (the default timing) is not replaced by one timed per launch (the order of two
+            # merges, per-launch table then graph table, must not decide which times ship)
+            graph_held = {entry_identity(e) for e in doc.get("entries", []) if e.get("timing") == DEFAULT_TIMING}
+            stale = [e for e in new if e.get("timing") != DEFAULT_TIMING and entry_identity(e) in graph_held]
+            if stale:
+                new = [e for e in new if not (e.get("timing") != DEFAULT_TIMING and entry_identity(e) in graph_held)]
+                print(f"kept {len(stale)} graph-timed entries that this table times per launch")
             # one note per flavor: the bf16 -> bf16 tn table's under note_gemm_sweep (since session 21), each other
             # flavor's (issue 13 item 4) under note_gemm_sweep_<dtype>_<out_dtype>_<layout>
             fl = table_flavor(table)

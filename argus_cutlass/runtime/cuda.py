@@ -372,6 +372,14 @@ class Event:
         self.destroy()
 
 
+def _graph_call(call: str, result: Any) -> Any:
+    """:func:`check` of a capture / instantiation call, its failure named ``device.graph``."""
+    try:
+        return check(call, result)
+    except DeviceError as exc:
+        raise DeviceError("device.graph", exc.message) from None
+
+
 def capture_handle(stream: Any) -> int:
     """:func:`stream_handle` of a stream a CUDA graph can be captured from.
 
@@ -394,8 +402,9 @@ class Graph:
     capture (pointers, sizes). The stream must not be the legacy default stream (it cannot be captured).
 
     Raises:
-        DeviceError: ``device.stream`` for the default stream; ``device.cuda_call`` when capture, instantiation
-            or a launch fails (e.g. the callable synchronized or allocated with ``cudaMalloc`` while capturing).
+        DeviceError: ``device.stream`` for the default stream; ``device.graph`` when capture or instantiation fails
+            (e.g. the callable synchronized or allocated with ``cudaMalloc`` while capturing: the stream is left
+            usable, so a caller may time the work another way); ``device.cuda_call`` when a launch fails.
     """
 
     def __init__(self, record: Any, stream: Any) -> None:
@@ -410,7 +419,7 @@ class Graph:
         was_enabled = gc.isenabled()
         gc.disable()
         try:
-            check("cudaStreamBeginCapture", rt.cudaStreamBeginCapture(
+            _graph_call("cudaStreamBeginCapture", rt.cudaStreamBeginCapture(
                 handle, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
             try:
                 record()
@@ -419,12 +428,12 @@ class Graph:
                 if int(ended[0]) == 0 and ended[1] is not None:
                     rt.cudaGraphDestroy(ended[1])
                 raise
-            graph = check("cudaStreamEndCapture", rt.cudaStreamEndCapture(handle))
+            graph = _graph_call("cudaStreamEndCapture", rt.cudaStreamEndCapture(handle))
         finally:
             if was_enabled:
                 gc.enable()
         try:
-            self._exec = check("cudaGraphInstantiate", rt.cudaGraphInstantiate(graph, 0))
+            self._exec = _graph_call("cudaGraphInstantiate", rt.cudaGraphInstantiate(graph, 0))
         finally:
             rt.cudaGraphDestroy(graph)
 

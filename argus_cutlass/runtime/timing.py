@@ -4,7 +4,8 @@ the command line can offer them without loading the kernel stack.
 * ``"graph"``: calls replayed from a CUDA graph over operands rotated past the L2
   (:func:`argus_cutlass.runtime.check.time_graph`; the GEMM's :func:`argus_cutlass.kernels.gemm.check.time_gemm`
   and cuBLAS's :func:`argus_cutlass.kernels.gemm.baseline.cublas_time`): how a serving engine replays a layer, and
-  how the device tool's method note says many small launches are timed (back-to-back replays, rotated inputs);
+  the usual way to time many short launches (back-to-back replays without the host's per-launch path, inputs
+  rotated past the cache);
 * ``"launch"``: one launch between its own CUDA events on one operand set
   (:func:`argus_cutlass.runtime.check.time_kernel`); a ~25 us kernel then also times the host's per-call path, which
   moved per-launch times by 15 % between machines (``bench/RESULTS.md``, session 27).

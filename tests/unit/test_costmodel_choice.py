@@ -282,3 +282,35 @@ def test_untuned_choices_of_unmeasured_flavors_compile(m, n, k, dtype, out_dtype
     program = build_program(cfg)
     ptx = nvcc.compile_cu(render_gemm(program), program.kernel_name(), "ptx").path.read_text()
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+
+
+def test_residuals_of_several_tables_take_each_shapes_row_from_the_last_that_timed_it(tmp_path):
+    """calibrate_costmodel --residuals A --residuals B (session 28: the per-launch sweep, then its graph-timed
+    table): a shape's residuals come from B when B re-timed it (a graph table's rows not yet re-timed do not
+    count), else from A; a table of another flavor is refused naming it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import calibrate_costmodel
+
+    full = json.loads((ROOT / "bench" / "data" / "gemm_sweep_bf16_bf16_tn_h200.json").read_text())
+    keep = ["1024x4096x4096", "8192x4096x4096"]
+    a = {**full, "shapes": {k: full["shapes"][k] for k in keep}}
+    halved = {nm: v and v / 2 for nm, v in full["shapes"][keep[0]]["kernels"].items()}
+    b = {**a, "timing": "graph", "shapes": {keep[0]: {"timing": "graph", "kernels": halved},
+                                            keep[1]: {"kernels": {nm: 1e-6 for nm in halved}}}}   # not re-timed
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    params = calibrated()
+    only_a = calibrate_costmodel.residuals_of(str(pa), params)
+    both = calibrate_costmodel.residuals_of([str(pa), str(pb)], params)
+    rows = {tuple(p): i for i, p in enumerate(both.points.tolist())}
+    i0, i1 = rows[(1024, 4096, 4096)], rows[(8192, 4096, 4096)]
+    seen = np.isfinite(only_a.values[i0])
+    assert seen.sum() > 5
+    assert np.allclose(both.values[i0][seen], only_a.values[i0][seen] - math.log(2))   # B's halved times
+    assert np.array_equal(np.isfinite(both.values[i1]), np.isfinite(only_a.values[i1]))
+    assert np.allclose(both.values[i1][np.isfinite(both.values[i1])], only_a.values[i1][np.isfinite(only_a.values[i1])])
+    other = tmp_path / "fp16.json"
+    other.write_text(json.dumps({**a, "flavor": {"dtype": "fp16", "out_dtype": "fp16", "layout": "tn"}}))
+    with pytest.raises(SystemExit, match="fp16.json: a fp16_fp16_tn table"):
+        calibrate_costmodel.residuals_of([str(pa), str(other)], params)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -216,23 +217,50 @@ def test_a_bug_in_the_baseline_glue_is_not_taken_for_the_vendors_failure(monkeyp
         gen._back(r, gen._Clock(r, None), gen.Options())
 
 
-def test_cublas_time_takes_what_the_staging_path_runs_and_refuses_what_no_path_runs():
+def test_cublas_time_takes_what_the_staging_path_runs_and_refuses_what_no_path_runs(monkeypatch):
     """cuBLAS runs any stride: a problem only our aligned staging path runs (M = 300 with a column-major A) is
-    not refused (None: no torch here, or a time with it), while a leading dimension below its extent is, before
-    torch is imported (session 28: cublas_time validated the direct TMA path's rules and refused the first)."""
+    not refused (None: no torch), while a leading dimension below its extent is, before torch is imported (session 28: cublas_time validated the direct TMA path's rules and refused the first)."""
     from argus_cutlass.errors import ProblemError
     from argus_cutlass.kernels.gemm.baseline import cublas_time
 
     staged = GemmProblem(300, 1024, 1000, layout="nt")
     assert staged.staging() and cublas_time.__defaults__[-1] == gen.DEFAULT_TIMING == "graph"
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            pytest.skip("torch sees a GPU: tests/gpu/test_bench_timing_gpu.py times this problem")
-    except ImportError:
-        assert cublas_time(staged) is None
+    monkeypatch.setitem(sys.modules, "torch", None)   # as without torch: the problem passes validation first
+    assert cublas_time(staged) is None
     with pytest.raises(ProblemError):
         cublas_time(GemmProblem(64, 64, 64, lda=32))
     with pytest.raises(ProblemError, match="problem.timing"):
         cublas_time(staged, timing="wall")
+
+
+def test_a_graph_that_cannot_be_captured_falls_back_to_per_launch_timing(monkeypatch):
+    """Graph timing is the default: when the calls cannot be captured (DeviceError device.graph: e.g. a host path
+    that allocates synchronously), the run is timed one launch between events instead, cuBLAS the same way, the
+    record says so; any other DeviceError while timing is a launch error, as before."""
+    from argus_cutlass.errors import DeviceError as DE
+
+    seen = []
+
+    def timed(lib, p, timing, **k):
+        seen.append(("ours", timing))
+        if timing == "graph":
+            raise DE("device.graph", "cudaStreamEndCapture failed: cudaErrorStreamCaptureInvalidated")
+        return 0.5
+
+    monkeypatch.setattr(gen, "load", lambda kernel, artifact: object())
+    monkeypatch.setattr(gen, "check", lambda lib, p, **k: type("C", (), {"passed": True})())
+    monkeypatch.setattr(gen, "time_kernel", timed)
+    monkeypatch.setattr(gen, "baseline", lambda p, timing, **k: seen.append(("cublas", timing)) or 0.6)
+    r = gen.RunResult(PROBLEM, GOOD)
+    gen._back(r, gen._Clock(r, None), gen.Options())
+    assert seen == [("ours", "graph"), ("ours", "launch"), ("cublas", "launch")]
+    assert (r.status, r.ms, r.baseline_ms, r.timing_method) == ("ok", 0.5, 0.6, "launch")
+    assert any("could not be captured" in n for n in r.notes)
+
+    def broken(lib, p, timing, **k):
+        raise DE("device.cuda_call", "cudaGraphLaunch failed: cudaErrorLaunchFailure")
+
+    monkeypatch.setattr(gen, "time_kernel", broken)
+    r = gen.RunResult(PROBLEM, GOOD)
+    gen._back(r, gen._Clock(r, None), gen.Options())
+    assert r.status == "launch_error" and r.error.rule == "device.cuda_call"

@@ -374,3 +374,10 @@ def test_graph_capture_order_and_a_failing_record_end_the_capture(monkeypatch):
     with pytest.raises(KeyError):
         cuda.Graph(broken, 7)
     assert calls == [("begin", 7, "TL"), ("end", 7), ("destroy", "graph")] and gc.isenabled()
+    # a capture the work invalidated (e.g. a synchronous allocation) fails at its end: device.graph, so that a
+    # caller can tell it from a failing launch and time the work another way
+    fake.cudaError_t = Err
+    fake.cudaStreamEndCapture = lambda h: (Err(901), None)
+    with pytest.raises(DeviceError) as info:
+        cuda.Graph(lambda: None, 7)
+    assert info.value.rule == "device.graph" and "cudaStreamEndCapture failed" in str(info.value)

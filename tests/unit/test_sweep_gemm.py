@@ -574,3 +574,37 @@ def test_extend_of_a_graph_table_times_from_graphs_on_its_retimed_rows_only(swee
     assert row["kernels_graph_first"] == {a: 0.040, b: 0.041} and row["cublas_ms_graph_first"] == 0.045
     assert row["kernels_events"] == events and "kernels_sweep" not in row and row["timing"] == "graph"
     assert "timing" not in json.loads(g.read_text())["shapes"]["8x8192x8192"]
+
+
+def test_from_table_compares_kernel_configurations_not_their_dicts(sweep, tmp_path, monkeypatch, capsys):
+    """Session 28: a graph table written before GemmConfig.reduction existed omits that default in its
+    kernel_configs; growing it from a newer per-launch table is not a clash, while a kernel name configured
+    differently is refused naming it."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    c = next(x for x in declared_subspace() if x.swap_ab)
+    nm = kernel_name(c)
+    old = {f: v for f, v in c.model_dump().items() if f != "reduction"}
+    src = {"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"}, "kernel_configs": {nm: c.model_dump()},
+           "shapes": {"1x8192x8192": {"kernels": {nm: 0.04}, "cublas_ms": 0.05}}}
+    g = {**src, "timing": "graph", "kernel_configs": {nm: old}, "shapes": {}}
+    s, t = tmp_path / "s.json", tmp_path / "g.json"
+    s.write_text(json.dumps(src))
+    t.write_text(json.dumps(g))
+    monkeypatch.setattr(sweep.agent_eval, "_build", lambda cands, w, log, notes:
+                        {kernel_name(x): (x, None, None) for x in cands})
+    monkeypatch.setattr(sweep, "measure_shape", lambda libs, shape, *a, graph=False, **k:
+                        {"kernels": {n: 0.03 for n in libs}, "cublas_ms": 0.04, "names": []})
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {})
+    argv = ["--table", str(t), "--refine", "--graph", "--from-table", str(s), "--m", "1", "--min-weight-mb", "0"]
+    assert sweep.main(argv) == 0
+    assert json.loads(t.read_text())["shapes"]["1x8192x8192"]["timing"] == "graph"
+    t.write_text(json.dumps({**g, "kernel_configs": {nm: {**old, "stages": old["stages"] + 1}}}))
+    with pytest.raises(SystemExit):
+        sweep.main(argv)
+    assert "kernel names configured differently" in capsys.readouterr().err

@@ -92,8 +92,30 @@ def cublas_time(problem: GemmProblem, alpha: float = 1.0, beta: float = 0.0,
         torch.cuda.synchronize()
         return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
     except RuntimeError as exc:
+        if not vendor_failure(exc):
+            raise   # a shape or argument error of our glue, or a sticky CUDA error: not the vendor's
         raise DeviceError("baseline.vendor", f"cuBLAS (torch) on {problem!r}, timing {timing!r}: "
                                              f"{type(exc).__name__}: {exc}") from exc
+
+
+def vendor_failure(exc: BaseException) -> bool:
+    """Whether torch's error is cuBLAS refusing or failing the call, or torch's graph capture of it failing (what
+    :func:`cublas_time` reports as the vendor's failure, ``DeviceError baseline.vendor``); a shape or argument error
+    of the glue around it, or a sticky CUDA error (an illegal address: the context is lost), is not.
+
+    >>> vendor_failure(RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( ...`"))
+    True
+    >>> vendor_failure(RuntimeError("operation not permitted when stream is capturing"))
+    True
+    >>> vendor_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied (300x1000 and 1024x1000)"))
+    False
+    >>> vendor_failure(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    False
+    """
+    text = str(exc).lower()
+    if "illegal" in text or "misaligned" in text:
+        return False
+    return "cublas" in text or "capture" in text or "capturing" in text or "cuda graph" in text
 
 
 def torch_graph_ms(fn: Any, calls: int, warmup: int, iters: int) -> float:
