@@ -49,6 +49,10 @@ from typing import Any
 
 import numpy as np
 
+# this checkout's argus_cutlass, not an installed copy (the functions below import it before sweep_gemm /
+# agent_eval would put the checkout first, and a second import cannot switch copies)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 #: CostParams fields the fit moves (the HBM bandwidth stays the datasheet's)
 FREE = ("peak_flops", "l2_bytes_per_s_per_sm", "mem_latency_s", "launch_s", "epilogue_bytes_per_s_per_sm",
         "gmma_wg64", "gmma_wg128", "gmma_smem", "sm_bytes_per_s", "pingpong_big_tile", "stage_penalty", "swizzle_bonus", "reduce_fixed_s")

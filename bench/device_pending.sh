@@ -54,6 +54,8 @@
 #                                                     # committed table grows by the rows it lacks: e.g.
 #                                                     # ARGUS_MIN_WEIGHT_MB=0 ... gemm-graph bf16_bf16_tn 1,8,32,64,100,256)
 #   bash bench/device_pending.sh OUTDIR gemm-small    # small GEMMs cuBLAS wins from graphs: K split 8 / 16 copies (~8 min)
+#   bash bench/device_pending.sh OUTDIR gemm-small-ncu  # the same small GEMMs under ncu: GPU duration of ours vs cuBLAS
+#   bash bench/device_pending.sh OUTDIR gemm-kscale   # 8x8xK, K 512..32768 under ncu: fixed cost vs cost per k-block
 #   bash bench/device_pending.sh OUTDIR graph-product # the product's --timing graph: runtime GPU tests + the main job both ways
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
@@ -81,7 +83,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -269,6 +271,36 @@ case "$STEP" in
       timeout 70 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 3 --graph \
         --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" $A 2>&1 \
         | tee -a "$OUT/gemm_small.log" | grep -v "refused by the verifier\|^generated" | tail -14
+    done ;;
+  gemm-small-ncu)
+    # session 29: gemm-small refuted wider K splits (split 8 / 16 slower everywhere, from graphs too). ncu with the
+    # clocks and caches as they run (no lock, no flush): each kernel's GPU duration, SM-active cycles, DRAM bytes
+    # and grid, ours (the table's best and split-K 4, with its workspace launches) beside cuBLAS's kernels
+    SW=128x16x64_c1x1_s8_coop_e128x16_rn1_splitk4_swapab
+    NS=128x128x64_c1x1_s6_coop_e128x32_rn1_splitk4
+    for S in 8x8x4096 1x1024x8192 1x1024x5120 100x3584x4096 512x8x4096 512x1024x5120; do
+      M=${S%%x*}; KS=$SW; [ "$M" -le 256 ] || KS=$NS
+      echo "== $S" | tee -a "$OUT/gemm_small_ncu.csv"
+      timeout 120 ncu --profile-from-start off --cache-control none --clock-control none --csv --print-units base \
+        --metrics gpu__time_duration.sum,sm__cycles_active.avg,gpc__cycles_elapsed.max,dram__bytes_read.sum,launch__grid_size,launch__block_size,launch__shared_mem_per_block_dynamic \
+        python3 "$R/bench/profile_gemm.py" --shape $S --kernels $KS --ncu --ncu-cublas \
+        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" 2>&1 | grep -v "refused by the verifier\|^generated" \
+        | tee -a "$OUT/gemm_small_ncu.csv" | grep -E "gpu__time_duration|launch__grid_size|^launched" | cut -c1-260
+    done ;;
+  gemm-kscale)
+    # session 29: gemm-small-ncu put our small-GEMM kernels at 10-17 us of GPU time where cuBLAS's split-K kernel +
+    # its reduce kernel take 7-10 us, and split-K 4 no faster than the unsplit kernel on 8x8x4096. Is it a fixed cost
+    # (prologue, first TMA, epilogue) or the cost of each k-block (the chain of dependent WGMMAs on one accumulator,
+    # the TMA round trip)? 8x8xK for K from 512 to 32768, one launch each under ncu (clocks and caches as they run):
+    # the unsplit swap-AB tiles with 1 and 2 accumulator sets, at 12 and 4 stages, split-K 4, cuBLAS
+    KS="64x16x64_c1x1_s12_pp+swapab+!_as,64x16x64_c1x1_s12_pp+swapab+_as2,128x16x64_c1x1_s8_coop+splitk4+swapab"
+    for K in 512 2048 8192 32768; do
+      echo "== 8x8x$K" | tee -a "$OUT/gemm_kscale.csv"
+      timeout 120 ncu --profile-from-start off --cache-control none --clock-control none --csv --print-units base \
+        --metrics gpu__time_duration.sum,sm__cycles_active.avg,launch__grid_size \
+        python3 "$R/bench/profile_gemm.py" --shape 8x8x$K --kernels "$KS" --also stages=4 --ncu --ncu-cublas 2>&1 \
+        | grep -v "refused by the verifier\|^generated" | tee -a "$OUT/gemm_kscale.csv" \
+        | grep -E "gpu__time_duration" | cut -d, -f5,15 | sed 's/argus_gemm_sm90_bf16_bf16_tn_//; s/_ns::gemm_kernel[^,]*//'
     done ;;
   graph-product)
     # session 28: the product's graph timing (runtime.cuda.Graph, runtime.check.time_graph, --timing graph), first

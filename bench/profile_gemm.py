@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                          "copy per option), e.g. stages=22 (a depth past what fits is refused by the verifier, named); "
                          "timed in the same rounds as the originals")
     ap.add_argument("--ncu", action="store_true", help="one launch per kernel inside cudaProfilerStart/Stop")
+    ap.add_argument("--ncu-cublas", action="store_true",
+                    help="with --ncu: then one torch.mm (cuBLAS) on the same operands inside the profiled range")
     ap.add_argument("--graph", action="store_true",
                     help="also time every kernel and cuBLAS as back-to-back launches replayed from a CUDA graph "
                          "(agent_eval.time_graph; how a serving engine runs decode), printed beside the per-launch times")
@@ -165,12 +167,25 @@ def main(argv: list[str] | None = None) -> int:
         a, b, d = sets[0]["A"].data_ptr(), sets[0]["B"].data_ptr(), sets[0]["D"].data_ptr()
         for nm, (_, lib, _) in libs.items():
             lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
+        from argus_cutlass.kernels.gemm.problem import layout_views
+
+        va, vb = layout_views(sets[0]["A"], sets[0]["B"], problem)
+        out_dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[problem.out_dtype]
+
+        def cublas() -> None:   # torch's cuBLAS on the same operands (its kernels, any name, profiled after ours)
+            torch.mm(va, vb) if out_dt == va.dtype else torch.mm(va, vb, out_dtype=out_dt)
+
+        cublas()
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         for nm, (_, lib, _) in libs.items():
             lib(a, b, None, d, m, n, k, problem.lda, problem.ldb, problem.ldd, problem.ldd, 1.0, 0.0, 0)
             print(f"launched {nm}")
         torch.cuda.synchronize()
+        if args.ncu_cublas:
+            cublas()
+            print("launched cublas")
+            torch.cuda.synchronize()
         torch.cuda.profiler.stop()
         return 0
     rows = [("", agent_eval.measure_shape(libs, shape, args.warmup, args.iters, args.rounds, log, host_calls=100))]
