@@ -21,7 +21,9 @@ Model (per kernel problem ``M x N x K``, i.e. ``N x M x K`` under swap-AB; tile 
 * work decomposition: split-K makes ``tiles * splits`` work units of ``K / splits``;
   stream-K spreads the MAC iterations evenly over the SMs (no wave quantization); both
   pay a fp32 partial-tile reduction through global memory (``4 * tm * tn`` bytes written
-  and read per extra unit).
+  and read per extra unit); cluster-K (``clusterk``) runs one tile per cluster of ``splits`` CTAs
+  (clusters per wave: ``8 GPCs x floor(16 / splits)``) and adds the partials through distributed shared
+  memory (``4 * tm * tn`` bytes per extra rank read by rank 0, two cluster barriers).
 * time = max(compute, memory) + epilogue + reduction + 4 us launch/prologue.
 
 What it reads is a :class:`KernelShape`, taken from the kernel's **program**
@@ -59,6 +61,9 @@ PEAK_FLOPS = 750e12
 HBM_BYTES_PER_S = 4.3e12
 #: streaming multiprocessors
 SMS = 132
+#: graphics processing clusters of the H100 / H200 SXM (a thread-block cluster runs inside one; CUDA Programming
+#: Guide "Thread Block Clusters"; ~16 SMs each)
+GPCS = 8
 #: L2 -> SMEM bandwidth per SM (bytes/s), so that ~75 FLOP/byte keeps the tensor cores fed
 L2_BYTES_PER_S_PER_SM = 76e9
 #: memory latency for Little's law (s)
@@ -235,11 +240,16 @@ def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = N
     tiles_m = math.ceil(tiles_m / cfg.cluster_m) * cfg.cluster_m
     tiles_n = math.ceil(tiles_n / cfg.cluster_n) * cfg.cluster_n
     tiles = tiles_m * tiles_n
-    splits = cfg.splits if cfg.scheduler == "splitk" else 1
+    splits = cfg.splits if cfg.scheduler in ("splitk", "clusterk") else 1
     units = tiles * splits
     if cfg.scheduler == "streamk":
         waves = tiles / SMS if tiles > SMS else 1.0  # even share of MAC iterations
         active = SMS
+    elif cfg.scheduler == "clusterk":
+        # one tile per cluster of `splits` CTAs, not persistent; a cluster lives in one GPC (8 GPCs of ~16 SMs)
+        per_wave = GPCS * max(1, SMS // GPCS // splits)
+        waves = math.ceil(tiles / per_wave)
+        active = min(units, per_wave * splits)
     else:
         waves = math.ceil(units / SMS)
         active = min(units, SMS)
@@ -276,6 +286,10 @@ def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = N
     reduce_s = 0.0
     if cfg.scheduler == "splitk" and splits > 1:
         reduce_s = 2 * 4 * tm * tn * (splits - 1) * tiles / c.hbm_bytes_per_s
+    elif cfg.scheduler == "clusterk":
+        # rank 0 reads the other ranks' fp32 partials through the cluster's shared window, between two cluster
+        # barriers (a memory round trip each), once per wave
+        reduce_s = waves * (4 * tm * tn * (splits - 1) / c.sm_bytes_per_s + 2 * c.mem_latency_s)
     elif cfg.scheduler == "streamk":
         reduce_s = 2 * 4 * tm * tn * min(tiles, SMS) / c.hbm_bytes_per_s + c.reduce_fixed_s
     return (max(compute_s, memory_s) + epi_s) * locality + reduce_s + c.launch_s

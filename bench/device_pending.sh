@@ -56,6 +56,8 @@
 #   bash bench/device_pending.sh OUTDIR gemm-small    # small GEMMs cuBLAS wins from graphs: K split 8 / 16 copies (~8 min)
 #   bash bench/device_pending.sh OUTDIR gemm-small-ncu  # the same small GEMMs under ncu: GPU duration of ours vs cuBLAS
 #   bash bench/device_pending.sh OUTDIR gemm-kscale   # 8x8xK, K 512..32768 under ncu: fixed cost vs cost per k-block
+#   bash bench/device_pending.sh OUTDIR gemm-clusterk # cluster-K (DSMEM split-K): GPU tests, then the small GEMMs from graphs
+#   bash bench/device_pending.sh OUTDIR clusterk-product  # the main job on shapes where it now picks cluster-K
 #   bash bench/device_pending.sh OUTDIR graph-product # the product's --timing graph: runtime GPU tests + the main job both ways
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
@@ -83,7 +85,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk clusterk-product compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -302,6 +304,37 @@ case "$STEP" in
         | grep -v "refused by the verifier\|^generated" | tee -a "$OUT/gemm_kscale.csv" \
         | grep -E "gpu__time_duration" | cut -d, -f5,15 | sed 's/argus_gemm_sm90_bf16_bf16_tn_//; s/_ns::gemm_kernel[^,]*//'
     done ;;
+  gemm-clusterk)
+    # session 29: gemm-kscale: one CTA of a narrow tile sums a 64-deep k-tile in ~148 ns (cuBLAS ~77 ns), stages
+    # change nothing, and CUTLASS split-K costs ~5 us more than the unsplit kernel at K = 512 (its fixup through
+    # global memory). Cluster-K (schedule node clusterk) splits the k loop over a cluster and adds the partial
+    # sums through distributed shared memory. First silicon: the GPU tests, then the small GEMMs cuBLAS wins
+    # from graphs: the table's best, split-K 4 and cluster-K 2 / 4 / 8 copies, cuBLAS interleaved, from graphs
+    $PYT -m gpu "$R/tests/gpu/test_gemm_clusterk.py" -rf 2>&1 | tee "$OUT/gemm_clusterk_gpu.log" | tail -15
+    SW=128x16x64_c1x1_s8_coop_e128x16_rn1_splitk4_swapab
+    NS=128x128x64_c1x1_s6_coop_e128x32_rn1_splitk4
+    for S in 8x8x4096 1x1024x8192 32x1024x8192 1x1024x5120 100x3584x4096 1x4096x14336 512x8x4096 512x1024x5120 1024x768x2048; do
+      M=${S%%x*}
+      if [ "$M" -le 256 ]; then
+        A="--kernels $SW --also scheduler=clusterk,splits=2 --also scheduler=clusterk,splits=4 --also scheduler=clusterk,splits=8
+           --also scheduler=clusterk,splits=4,tile_n=32,epi_n=32"
+      else
+        A="--kernels $NS --also tile_n=16,epi_n=16,stages=8,scheduler=clusterk,splits=4 --also tile_n=16,epi_n=16,stages=8,scheduler=clusterk,splits=8
+           --also tile_n=32,epi_n=32,stages=8,scheduler=clusterk,splits=4 --also tile_n=64,epi_n=32,stages=8,scheduler=clusterk,splits=4"
+      fi
+      timeout 90 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 3 --graph \
+        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" $A 2>&1 \
+        | tee -a "$OUT/gemm_clusterk.log" | grep -v "refused by the verifier\|^generated" | grep -A12 "^graph replay"
+    done ;;
+  clusterk-product)
+    # session 29: the product's own choice (shipped table, else the cost model) on small GEMMs where it now picks
+    # cluster-K: one shape of the shipped table and three it has no entry for; checked and timed from CUDA graphs
+    # beside cuBLAS by `argus-cutlass gemm` itself
+    for S in "8 8 4096" "4 1536 7168" "16 640 12288" "2048 16 8192"; do
+      read -r M N K <<< "$S"
+      timeout 120 argus-cutlass gemm --m $M --n $N --k $K --out "/tmp/cli_$M" 2>&1 | tee -a "$OUT/clusterk_product.log" \
+        | grep -v "^wrote\|^compil\|^verified\|^path\|^why" | cut -c1-220
+    done ;;
   graph-product)
     # session 28: the product's graph timing (runtime.cuda.Graph, runtime.check.time_graph, --timing graph), first
     # silicon: the GPU tests, then the main job timed both ways on a decode shape
@@ -445,7 +478,7 @@ case "$STEP" in
     MODE="--dtype $DT --out-dtype $OD --layout $LY --shapes ${ARGUS_SWEEP_SHAPES:-models} ${4:+--m $4}"
     MODE="$MODE${ARGUS_SWEEP_FROM:+ --from-table $R/$ARGUS_SWEEP_FROM}"
     [ "$STEP" = gemm-refine ] && MODE="--refine"
-    [ "$STEP" = gemm-extend ] && MODE="--extend ${ARGUS_EXTEND:?gemm-extend needs ARGUS_EXTEND=SELECTORS} ${4:+--m $4}"
+    [ "$STEP" = gemm-extend ] && MODE="--extend ${ARGUS_EXTEND:?gemm-extend needs ARGUS_EXTEND=SELECTORS} ${4:+--m $4}${ARGUS_MAX_CTAS:+ --max-ctas $ARGUS_MAX_CTAS}"
     timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" $MODE --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
       | tee "$OUT/${STEP}_$FL.log" | tail -40 ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;

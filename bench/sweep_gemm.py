@@ -614,6 +614,22 @@ def _extended_note(table: dict) -> str:
             "row's finalists")
 
 
+def cluster_k_ctas(cfg: Any, m: int, n: int, k: int) -> int:
+    """CTAs a cluster-K kernel launches on ``m x n x k`` (``templates/gemm/host.j2``: one output tile per cluster
+    of ``splits`` CTAs, not persistent); 0 for every other decomposition (a persistent grid of at most one
+    wave). ``--extend --max-ctas N`` skips an added kernel on the rows where this exceeds N.
+
+    >>> from argus_cutlass.kernels.gemm.config import GemmConfig
+    >>> c = GemmConfig(tile_m=128, tile_n=16, cluster_m=1, scheduler="clusterk", splits=8, swap_ab=True)
+    >>> cluster_k_ctas(c, 1, 1024, 8192), cluster_k_ctas(c.replace(scheduler="persistent", splits=1), 1, 1024, 8192)
+    (64, 0)
+    """
+    if cfg.scheduler != "clusterk":
+        return 0
+    km, kn, _ = cfg.kernel_problem(m, n, k)
+    return -(-km // cfg.tile_m) * -(-kn // cfg.tile_n) * cfg.splits
+
+
 def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] | None, args: argparse.Namespace,
            t0: float) -> int:
     """``--extend``: time ``added`` (kernel name -> configuration of the declared sub-space) on the table's rows
@@ -639,9 +655,10 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
     picks = choices(table)
 
     def missing(key: str) -> list[str]:
-        m = int(key.split("x")[0])
+        m, n, k = map(int, key.split("x"))
         row = table["shapes"][key]
-        return [nm for nm, c in ok.items() if nm not in row.get("kernels", {}) and not (c.swap_ab and m > SWAP_AB_MAX_M)]
+        return [nm for nm, c in ok.items() if nm not in row.get("kernels", {}) and not (c.swap_ab and m > SWAP_AB_MAX_M)
+                and not (args.max_ctas and cluster_k_ctas(c, m, n, k) > args.max_ctas)]
 
     graph = table.get("timing") == "graph"
     # rows with at least one time (a row whose kernels all failed has no finalists to time the added ones beside);
@@ -723,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="--refine --graph: a new table takes the rows whose B (N x K) has at least this many MiB")
     ap.add_argument("--refine-within", type=float, default=0.10,
                     help="--refine / --extend: the kernels within this fraction of a shape's best are finalists")
+    ap.add_argument("--max-ctas", type=int, default=0, metavar="N",
+                    help="--extend: skip an added cluster-K kernel on a row where it would launch more than N CTAs "
+                         "(one tile per cluster; 0: no limit)")
     ap.add_argument("--extend", default="", metavar="SELECTORS",
                     help="time the declared configurations matching these selectors (comma-separated, each a "
                          "'+'-joined set of kernel-name substrings) on the swept rows that lack them, beside each "

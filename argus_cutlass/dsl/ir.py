@@ -954,6 +954,20 @@ class TileSchedule:
     band_m`` in every band, the last one too) and ``band_swap`` (False: m-tile ``first + local /
     rows``, n-block ``local % rows``) state mistakes of that walk; a correct kernel has the values
     in brackets. ``band_m`` 1 is not ``band_m`` 0: one m-tile's n-blocks are consecutive units.
+    ``decomposition`` ``clusterk`` (GEMM, cooperative): a thread-block cluster of ``splits`` CTAs (2..8, the
+    portable cluster size; PTX ISA 9.7.12.3 ``barrier.cluster``, CUDA Programming Guide "Distributed Shared
+    Memory") shares one output tile and splits its k loop: cluster ``c`` (``blockIdx.x / splits``) takes unit
+    ``c`` (our walk, one unit per cluster, ``cluster_m = cluster_n = 1``: no multicast), the CTA of cluster
+    rank ``r`` sums k-tiles :meth:`cluster_k_range` ``(r, k_tiles)``. The partial sums meet in shared memory,
+    not in a global workspace: every rank ``r >= 1`` writes its accumulators to its own ``reduce_buffer`` (an
+    smem tensor of ``tile_m x tile_n`` fp32, thread-major), the cluster barrier (arrive.release /
+    wait.acquire) orders those writes before rank 0 reads them through the cluster's shared window
+    (``ld.shared::cluster`` at ``mapa``), adding ranks ``reduce_from .. splits - 1`` in rank order
+    (deterministic); a second cluster barrier (``reduce_release``) keeps every rank resident until rank 0 has
+    read it; rank 0 alone stores D. A rank with no k-tile (``k_tiles < splits``) writes zeros
+    (``reduce_zero_empty``). ``split_remainder`` (True), ``reduce_from`` (1), ``reduce_zero_empty`` (True) and
+    ``reduce_release`` (True) state mistakes of that protocol; a correct kernel has the values in brackets.
+
     ``lookahead`` (grouped only; 0 or 1): with 1 the producer reads the work of its next unit (the
     m-tile's expert, a load from device memory written by the routing kernel) before issuing the
     current unit's TMA loads, so that load's latency is not paid between two units' loads; the
@@ -979,9 +993,29 @@ class TileSchedule:
     band_swap: bool = field(default=False, metadata=_CANON_SKIP)
     lookahead: int = field(default=0, metadata=_CANON_SKIP)
     reduction: str = field(default="deterministic", metadata=_CANON_SKIP)
+    reduce_buffer: str = field(default="", metadata=_CANON_SKIP)
+    split_remainder: bool = field(default=True, metadata=_CANON_SKIP)
+    reduce_from: int = field(default=1, metadata=_CANON_SKIP)
+    reduce_zero_empty: bool = field(default=True, metadata=_CANON_SKIP)
+    reduce_release: bool = field(default=True, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_schedule(self)
+
+    def cluster_k_range(self, rank: int, k_tiles: int) -> tuple[int, int]:
+        """Decomposition ``clusterk``: ``(k_start, k_count)`` in k-tiles of the CTA at cluster ``rank``
+        for a k loop of ``k_tiles``, as ``Scheduler::current`` prints it: ``k_tiles / splits`` each, the
+        first ``k_tiles % splits`` ranks one more (``split_remainder``; without it the remainder is
+        dropped).
+
+        >>> s = TileSchedule("along_n", 1, 0, "clusterk", SourceLoc("x", 1), splits=4, reduce_buffer="sR")
+        >>> [s.cluster_k_range(r, 10) for r in range(4)]
+        [(0, 3), (3, 3), (6, 2), (8, 2)]
+        """
+        base, rem = divmod(k_tiles, self.splits)
+        if not self.split_remainder:
+            return rank * base, base
+        return rank * base + min(rank, rem), base + (1 if rank < rem else 0)
 
 
 @dataclass(frozen=True)
@@ -1605,9 +1639,9 @@ def validate_schedule(node: TileSchedule) -> None:
     loc = node.loc
     if node.raster not in ("along_m", "along_n"):
         _dsl_error("dsl.operand", loc, f"raster {node.raster!r}: expected 'along_m' or 'along_n'")
-    if node.decomposition not in ("persistent", "streamk", "splitk", "dynamic", "grouped"):
+    if node.decomposition not in ("persistent", "streamk", "splitk", "clusterk", "dynamic", "grouped"):
         _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r}: expected persistent, streamk, "
-                   "splitk, dynamic or grouped")
+                   "splitk, clusterk, dynamic or grouped")
     if not isinstance(node.slot_bytes, int) or isinstance(node.slot_bytes, bool) or node.slot_bytes < -1:
         _dsl_error("dsl.operand", loc, f"slot_bytes {node.slot_bytes!r} must be an int >= -1")
     if (node.decomposition == "dynamic") != (node.slot_bytes >= 0):
@@ -1618,8 +1652,9 @@ def validate_schedule(node: TileSchedule) -> None:
     if not all(_positive_int(x) for x in (node.cluster_m, node.cluster_n, node.splits, node.consumer_stride)):
         _dsl_error("dsl.operand", loc, f"cluster {node.cluster_m}x{node.cluster_n} / splits {node.splits} / "
                    f"consumer_stride {node.consumer_stride} must be ints >= 1")
-    if node.splits > 1 and node.decomposition != "splitk":
-        _dsl_error("dsl.operand", loc, f"splits={node.splits} needs decomposition 'splitk'")
+    if node.splits > 1 and node.decomposition not in ("splitk", "clusterk"):
+        _dsl_error("dsl.operand", loc, f"splits={node.splits} needs decomposition 'splitk' or 'clusterk'")
+    _validate_cluster_k(node)
     if node.reduction not in ("deterministic", "nondeterministic"):
         _dsl_error("dsl.operand", loc, f"reduction {node.reduction!r}: expected 'deterministic' or 'nondeterministic' "
                    "(CUTLASS ReductionMode)")
@@ -1631,6 +1666,44 @@ def validate_schedule(node: TileSchedule) -> None:
     if not isinstance(node.longest_first, bool):
         _dsl_error("dsl.operand", loc, f"longest_first {node.longest_first!r} must be a bool")
     _validate_band(node)
+
+
+#: the most CTAs of a ``clusterk`` cluster: the portable cluster size (CUDA Programming Guide, "Thread Block
+#: Clusters": 8 without cudaFuncAttributeNonPortableClusterSizeAllowed)
+MAX_CLUSTER_K = 8
+
+
+def _validate_cluster_k(node: TileSchedule) -> None:
+    """The ``clusterk`` fields of :class:`TileSchedule`: ``splits`` in ``[2, MAX_CLUSTER_K]``, no multicast
+    cluster (``cluster_m = cluster_n = 1``), the cooperative schedule (``consumer_stride`` 1), a named
+    ``reduce_buffer``; the protocol fields typed, and left at their defaults on every other decomposition."""
+    loc = node.loc
+    for f in ("split_remainder", "reduce_zero_empty", "reduce_release"):
+        if not isinstance(getattr(node, f), bool):
+            _dsl_error("dsl.operand", loc, f"{f} {getattr(node, f)!r} must be a bool")
+    if not isinstance(node.reduce_from, int) or isinstance(node.reduce_from, bool) or node.reduce_from < 0:
+        _dsl_error("dsl.operand", loc, f"reduce_from {node.reduce_from!r} must be an int >= 0")
+    if not isinstance(node.reduce_buffer, str):
+        _dsl_error("dsl.operand", loc, f"reduce_buffer {node.reduce_buffer!r} must be a tensor name")
+    if node.decomposition != "clusterk":
+        if (node.reduce_buffer or not node.split_remainder or node.reduce_from != 1 or not node.reduce_zero_empty
+                or not node.reduce_release):
+            _dsl_error("dsl.operand", loc, "reduce_buffer / split_remainder / reduce_from / reduce_zero_empty / "
+                       f"reduce_release describe the clusterk reduction: decomposition {node.decomposition!r} "
+                       "has none")
+        return
+    if not 2 <= node.splits <= MAX_CLUSTER_K:
+        _dsl_error("dsl.operand", loc, f"clusterk with splits={node.splits}: a cluster of 2..{MAX_CLUSTER_K} CTAs "
+                   "(the portable cluster size) splits the k loop")
+    if (node.cluster_m, node.cluster_n) != (1, 1):
+        _dsl_error("dsl.operand", loc, f"clusterk with cluster {node.cluster_m}x{node.cluster_n}: the cluster is "
+                   "the k split (its CTAs share one output tile); no multicast cluster beside it")
+    if node.consumer_stride != 1:
+        _dsl_error("dsl.operand", loc, f"clusterk with consumer_stride {node.consumer_stride}: the cluster "
+                   "reduction runs in the cooperative kernel (both consumer warpgroups on one tile)")
+    if not node.reduce_buffer:
+        _dsl_error("dsl.operand", loc, "clusterk needs reduce_buffer: the smem tensor the ranks' partial sums "
+                   "are written to")
 
 
 #: the largest ``band_m`` of a grouped walk (a wave of 132 CTAs needs no band of more m-tiles; the

@@ -151,6 +151,11 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
         if p.param("layout") != letters:
             raise KeyError(f"param layout {p.param('layout')!r} disagrees with the operands (A {caller['A'].major}-major, "
                            f"B {caller['B'].major}-major: {letters!r})")
+        # schedule node clusterk: the smem tensor its ranks' partial sums meet in (reduce_buffer)
+        ctx["sR"] = p.tensor(p.schedule.reduce_buffer) if p.schedule.decomposition == "clusterk" else None
+        if ctx["sR"] is not None and (ctx["sR"].space != "smem" or ctx["sR"].dtype != "fp32"):
+            raise KeyError(f"reduce_buffer {ctx['sR'].name!r} is a {ctx['sR'].space} {ctx['sR'].dtype} tensor where "
+                           "the cluster-K reduction writes fp32 partial sums to smem")
         for t in ("sA", "sB", "sD"):
             if ctx[t].space != "smem":
                 raise KeyError(f"{ctx[t].name!r} is a {ctx[t].space} tensor where the kernel stages in smem")

@@ -236,8 +236,10 @@ def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes:
 
 
 def _output(run: _Run, program: Program, obligations: list[Obligation]) -> None:
-    """G7 on the MMA reads, G2/G4/G8 on the epilogue, G4 on the persistent tile scheduler."""
+    """G7 on the MMA reads, G2/G4/G8 on the epilogue, G4 on the persistent tile scheduler (and the
+    clusterk reduction)."""
     from argus_cutlass.verify.output import (
+        check_cluster_reduce,
         check_epilogue,
         check_schedule,
         check_schedule_all_sizes,
@@ -277,6 +279,12 @@ def _output(run: _Run, program: Program, obligations: list[Obligation]) -> None:
     _, bad = run.add("enum", "scheduler.bijection", check_schedule, program)
     if not bad:
         run.add("arith", "scheduler.bijection", check_schedule_all_sizes, program)
+    if program.schedule.decomposition == "clusterk":   # the cluster's partial sums meet in rank 0's smem
+        obligations.append(Obligation("scheduler.cluster_reduce", "G4",
+                                      "rank 0 adds every other rank's partial sum once, none undefined, each read "
+                                      "after its write and before its owner exits; the reduce buffer holds the "
+                                      "tile", str(program.schedule.loc)))
+        run.add("enum", "scheduler.cluster_reduce", check_cluster_reduce, program)
 
 
 def _family_checks(run: _Run, program: Program, obligations: list[Obligation], notes: list[str]) -> None:

@@ -34,6 +34,23 @@ Rules (VERIFIER.md catalogue):
   than a band, none) and ``tiles_n`` up to ``MAX_TILES``
   (:func:`~argus_cutlass.verify.decomposition.check_grouped_walk`), and for all sizes by the band
   decomposition argument (:func:`~argus_cutlass.verify.decomposition.grouped_walk_all_sizes`).
+  ``clusterk`` (a cluster of ``splits`` CTAs per output tile): cluster ``c = blockIdx.x / splits``
+  takes unit ``c`` (grid = units x splits CTAs; the ownership enumeration above, stepping by the
+  cluster count + ``step_delta``, is that cluster index walk), and the ranks' k ranges
+  (:meth:`~argus_cutlass.dsl.ir.TileSchedule.cluster_k_range`) cover ``[0, k_tiles)`` exactly once
+  for every ``k_tiles`` in ``[1, 4 splits + 3]`` (enum; all ``k_tiles`` by the balanced Euclidean
+  division: contiguous ranges from 0 to ``k_tiles``).
+* ``scheduler.cluster_reduce`` (G4, ``clusterk`` only): the partial sums of a cluster meet in rank 0
+  exactly once each. The reduction is simulated for every ``k_tiles`` in ``[1, 2 splits + 1]``: rank
+  ``r``'s partial is the k-tiles of its range (undefined when it has none and does not write zeros),
+  ranks >= 1 write it to their ``reduce_buffer``, rank 0 adds the buffers of ranks ``reduce_from ..
+  splits - 1`` (its own buffer is never written: reading it is undefined data); rank 0's sum must hold
+  every rank's k-tiles exactly once and nothing undefined (with the exact division of
+  ``scheduler.bijection``: every k-tile of ``[0, k_tiles)`` once). The two cluster barriers are a
+  happens-before model: every buffer write precedes rank 0's remote read of it, and that read precedes
+  the owner's exit (``reduce_release``; else the owner may exit and release its shared memory first:
+  a race). The buffer is an smem fp32 tensor that holds the consumer threads' thread-major writes
+  (register ``i`` of consumer thread ``t`` at ``i * threads + t``).
 
 The accumulator layout is CuTe's ``CLayout_64xN`` (``layout.gmma.gmma_c_layout``, PTX ISA
 9.7.15.4). The scheduler is transcribed from CUTLASS 4.2 ``sm90_tile_scheduler.hpp`` and
@@ -43,7 +60,9 @@ modelled exactly and what is an input, e.g. the launch grid).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -59,14 +78,27 @@ from argus_cutlass.verify.decomposition import (
 )
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
-__all__ = ["accumulator_map", "check_epilogue", "check_schedule", "check_schedule_all_sizes", "check_source",
-           "check_tma_store", "check_uniformity", "grouped_walk_violation", "schedule_units"]
+__all__ = ["accumulator_map", "check_cluster_reduce", "check_epilogue", "check_schedule", "check_schedule_all_sizes",
+           "check_source", "check_tma_store", "check_uniformity", "cluster_k_cover", "grouped_walk_violation",
+           "schedule_units"]
 
 #: enumeration bounds of scheduler.bijection
 MAX_UNITS = 48
 MAX_TILES = 12
 #: the unit counts up to which the grouped roles' printed loops are enumerated (every grid and CTA)
 ROLE_LOOP_UNITS = 24
+
+
+def cluster_k_bound(splits: int) -> int:
+    """``scheduler.bijection``'s clusterk enumeration: every ``k_tiles`` in ``[1, 4 splits + 3]`` (fewer
+    k-tiles than ranks, every remainder 0..splits-1 at quotients 0..4)."""
+    return 4 * splits + 3
+
+
+def cluster_reduce_bound(splits: int) -> int:
+    """``scheduler.cluster_reduce``'s enumeration: every ``k_tiles`` in ``[1, 2 splits + 1]`` (ranks
+    without a k-tile, every remainder, whole quotients 1 and 2)."""
+    return 2 * splits + 1
 
 
 def accumulator_map(program: Program) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -208,6 +240,65 @@ def _division_violation(sch: TileSchedule, p: Problem) -> Violation:
                      str(sch.loc), cex)
 
 
+def cluster_k_cover(sch: TileSchedule) -> tuple[int, tuple[int, int, tuple[int, ...], tuple[tuple[int, int], ...]] | None]:
+    """The clusterk k split of ``sch`` (:meth:`TileSchedule.cluster_k_range`, honouring its
+    ``split_remainder``) on every ``k_tiles`` in ``[1, cluster_k_bound(splits)]``: ``(cases checked, first
+    problem)``; a problem is ``(k_tiles, k_tile, ranks that sum it, every rank's (k_start, k_count))`` for
+    the smallest ``k_tiles`` and then the smallest k-tile that no rank, several ranks, or a rank outside
+    ``[0, k_tiles)`` sums.
+
+    >>> from argus_cutlass.dsl.ir import SourceLoc
+    >>> s = TileSchedule("along_n", 1, 0, "clusterk", SourceLoc("x", 1), splits=4, reduce_buffer="sR")
+    >>> cluster_k_cover(s)
+    (19, None)
+    >>> cluster_k_cover(dataclasses.replace(s, split_remainder=False))[1][:3]
+    (1, 0, ())
+    """
+    cases = 0
+    for k_tiles in range(1, cluster_k_bound(sch.splits) + 1):
+        ranges = tuple(sch.cluster_k_range(r, k_tiles) for r in range(sch.splits))
+        takers: dict[int, list[int]] = {}
+        for r, (start, count) in enumerate(ranges):
+            for k in range(start, start + count):
+                takers.setdefault(k, []).append(r)
+        cases += 1
+        bad = sorted(k for k in set(range(k_tiles)) | set(takers)
+                     if len(takers.get(k, ())) != 1 or not 0 <= k < k_tiles)
+        if bad:
+            return cases, (k_tiles, bad[0], tuple(takers.get(bad[0], ())), ranges)
+    return cases, None
+
+
+def _cluster_k_violation(sch: TileSchedule, problem: tuple[int, int, tuple[int, ...],
+                                                             tuple[tuple[int, int], ...]]) -> Violation:
+    """The ``scheduler.bijection`` violation of a clusterk k split (:func:`cluster_k_cover`): the rank
+    as the CTA (the one that sums the k-tile twice or outside, or the one that should sum a dropped
+    k-tile under the balanced split), the k-tile, ``k_tiles`` and ``splits``."""
+    k_tiles, k, takers, ranges = problem
+    s = sch.splits
+    if not 0 <= k < k_tiles:
+        rank, actual = takers[0], f"k-tile {k} (outside [0, {k_tiles})) summed by rank(s) {list(takers)}"
+    elif takers:
+        rank, actual = takers[1], f"k-tile {k} summed by ranks {list(takers)}: added twice into D"
+    else:
+        right = dataclasses.replace(sch, split_remainder=True)
+        rank = next(r for r in range(s) if right.cluster_k_range(r, k_tiles)[0] <= k
+                    < sum(right.cluster_k_range(r, k_tiles)))
+        actual = f"k-tile {k} summed by no rank (rank {rank} should: D misses A(:, k) B(k, :) of that k-tile)"
+    spans = tuple(f"rank {r}: k-tiles [{a}, {a + n})" for r, (a, n) in enumerate(ranges))
+    cex = Counterexample(
+        "G4", "scheduler.bijection", "enum", "tile_scheduler", str(sch.loc), -1, -1, -1,
+        {"tile": 0, "cta": rank}, {"cta": rank, "rank": rank}, "", {},
+        f"every k-tile of [0, {k_tiles}) summed by exactly one rank of the {s}-CTA cluster", actual,
+        f"clusterk k split (Scheduler::current: k_tiles / {s} each, the first k_tiles % {s} ranks one more; "
+        f"split_remainder {sch.split_remainder})",
+        k_tile=k, element={"k_tile": k, "rank": rank}, params={"k_tiles": k_tiles, "splits": s}, chain=spans)
+    return Violation("scheduler.bijection", "G4",
+                     f"the clusterk k split is not exact: with k_tiles = {k_tiles} over {s} ranks, {actual}",
+                     "give rank r the k-tiles [r q + min(r, rem), + q + (r < rem)) with q, rem = divmod(k_tiles, "
+                     "splits): the remainder goes to the first ranks", str(sch.loc), cex)
+
+
 @functools.lru_cache(maxsize=8)
 def _first_ownership_problem(step_delta: int) -> tuple[int, int, int] | None:
     """The first ``(units, grid, unit)`` (smallest units, then grid) where CTAs stepping by
@@ -312,6 +403,19 @@ def check_schedule(program: Program) -> (tuple[list[Proof], list[Violation]]
         text += (f"; the {sch.decomposition} division computes every (tile, k-tile) once and stores each tile "
                  f"once after its fixup, in all {cases} cases ({bounds})")
         points += cases
+    if sch.decomposition == "clusterk":
+        cases, bad = cluster_k_cover(sch)
+        if bad is not None:
+            return [], [_cluster_k_violation(sch, bad)]
+        text += (f"; clusterk: cluster c = blockIdx.x / {sch.splits} takes unit c (grid = units x {sch.splits} CTAs, "
+                 "one unit per cluster; the ownership enumeration above, stepping by the cluster count + "
+                 f"step_delta {sch.step_delta}, is the cluster index walk) and its {sch.splits} ranks' k ranges "
+                 f"(cluster_k_range) cover [0, k_tiles) exactly once for every k_tiles in [1, "
+                 f"{cluster_k_bound(sch.splits)}] ({cases} cases; all k_tiles: the balanced Euclidean division "
+                 f"k_tiles = {sch.splits} q + rem, 0 <= rem < {sch.splits}, gives rank r the contiguous range "
+                 "starting at r q + min(r, rem) of q + (r < rem) k-tiles, so rank r + 1 starts where rank r ends, "
+                 f"rank 0 at 0, and rank {sch.splits - 1} ends at {sch.splits} q + rem = k_tiles)")
+        points += cases
     return [Proof("scheduler.bijection", "G4", "enum", text, points)], []
 
 
@@ -415,9 +519,241 @@ def check_schedule_all_sizes(program: Program) -> tuple[list[Proof], list[Violat
         return [Proof("scheduler.bijection", "G4", "arith",
                       "step == grid: unit w belongs to CTA w mod grid at round w div grid for every unit count and "
                       f"grid; {walk_text}", 0)], []
-    return [Proof("scheduler.bijection", "G4", "arith",
-                  "step == grid: unit w belongs to CTA w mod grid at round w div grid (Euclidean division: "
-                  "exists and unique) for every unit count and grid", 0)], []
+    text = ("step == grid: unit w belongs to CTA w mod grid at round w div grid (Euclidean division: "
+            "exists and unique) for every unit count and grid")
+    if sch.decomposition == "clusterk":
+        if not sch.split_remainder:
+            return [], []
+        text = ("step == clusters: unit w belongs to cluster w mod clusters at round w div clusters (Euclidean "
+                "division: exists and unique) for every unit count and cluster count (the host launches units x "
+                f"{sch.splits} CTAs: round 0 only)"
+                + f"; clusterk's k split for every k_tiles: with k_tiles = {sch.splits} q + rem (0 <= rem < "
+                f"{sch.splits}) rank r starts at r q + min(r, rem) and sums q + (r < rem) k-tiles, so rank r + 1 "
+                f"starts where rank r ends, rank 0 starts at 0 and rank {sch.splits - 1} ends at {sch.splits} q + "
+                "rem = k_tiles: the ranks' ranges are contiguous, disjoint and cover [0, k_tiles)")
+    return [Proof("scheduler.bijection", "G4", "arith", text, 0)], []
+
+
+#: the program point of the clusterk reduction (templates/gemm/work.j2 ``Scheduler::fixup_cluster``)
+REDUCE_POINT = "tile_scheduler.fixup_cluster"
+
+
+def _reduce_cex(sch: TileSchedule, rank: int, thread: dict[str, int], register: str, expected: str, actual: str,
+                k_tiles: int, *, k_tile: int = -1, element: dict | None = None, smem: dict | None = None,
+                trace: tuple[str, ...] = ()) -> Counterexample:
+    return Counterexample(
+        "G4", "scheduler.cluster_reduce", "enum", REDUCE_POINT, str(sch.loc), -1, -1, -1, {"rank": rank},
+        {**thread, "cta": rank, "rank": rank}, register, smem or {}, expected, actual,
+        f"clusterk reduction of a {sch.splits}-CTA cluster (ranks >= 1 write {sch.reduce_buffer!r}; barrier.cluster "
+        f"arrive.release / wait.acquire; rank 0 adds ranks {sch.reduce_from} .. {sch.splits - 1} through "
+        f"ld.shared::cluster; reduce_zero_empty {sch.reduce_zero_empty}, reduce_release {sch.reduce_release})",
+        k_tile=k_tile, element=element or {},
+        params={"splits": sch.splits, "k_tiles": k_tiles, "reduce_from": sch.reduce_from} if k_tiles else
+        {"splits": sch.splits, "reduce_from": sch.reduce_from},
+        trace=trace)
+
+
+def _reduce_buffer_problem(program: Program, sch: TileSchedule, threads: int,
+                           regs: int) -> tuple[str, str, Counterexample] | None:
+    """The reduce buffer against the writes of :func:`check_cluster_reduce` (register ``i`` of consumer
+    thread ``t`` at fp32 element ``i * threads + t``): ``(message, hint, counterexample)`` or None."""
+    name = sch.reduce_buffer
+    need = regs * threads
+    try:
+        t = program.tensor(name)
+    except KeyError:
+        t = None
+    numel = (math.prod(t.shape) if t is not None and all(isinstance(x, int) for x in t.shape) else -1)
+    if t is None or t.space != "smem" or t.dtype != "fp32":
+        what = ("no tensor of the program" if t is None else
+                f"a tensor in {t.space}, {t.dtype}, shape {t.shape}")
+        cex = _reduce_cex(sch, 1, consumer_thread(0, 0), "accum[0]",
+                          f"{name!r}: an smem fp32 tensor of >= {need} elements",
+                          f"{name!r} is {what}: rank 1's fp32 store of accum[0] (st.shared.f32 at element 0) has no "
+                          "fp32 shared-memory buffer to land in", 0,
+                          element={"tensor": name, "rank": 1, "index": 0},
+                          trace=(f"rank 1: red[0 * {threads} + 0] = acc[0] (threadIdx.x=128)",))
+        return (f"the clusterk reduce_buffer {name!r} is {what}; the ranks' partial sums are fp32 accumulators "
+                "written to shared memory", "name an smem fp32 tensor of tile_m x tile_n elements (sR)", cex)
+    if numel < need:
+        idx = max(numel, 0)
+        i, tt = divmod(idx, threads)
+        w, th = divmod(tt, 128)
+        cex = _reduce_cex(sch, 1, consumer_thread(w, th), f"accum[{i}]",
+                          f"every write at an element < {numel} of {name!r}",
+                          f"register {i} of consumer thread {tt} writes element {i} * {threads} + {tt} = {idx}, "
+                          f"past the {numel} elements of {name!r} (smem byte {t.base_bytes + 4 * idx}, beyond its "
+                          f"last byte {t.base_bytes + 4 * numel - 1}: another buffer or the mbarriers)", 0,
+                          element={"tensor": name, "rank": 1, "index": idx}, smem={name: idx},
+                          trace=(f"rank 1: red[{i} * {threads} + {tt}] = acc[{i}] (threadIdx.x={128 * (1 + w) + th})",))
+        return (f"the clusterk reduce_buffer {name!r} holds {numel} fp32 elements, but {threads} consumer threads "
+                f"write {regs} accumulator registers each ({need} = the {program.epilogue.tile_m}x"
+                f"{program.epilogue.tile_n} tile): register {i} of thread {tt} writes element {idx} outside it",
+                "size the reduce buffer to the whole tile (tile_m x tile_n fp32)", cex)
+    return None
+
+
+def _reduce_happens_before(splits: int, peers: tuple[int, ...], release: bool) -> list[tuple[str, int]]:
+    """The two cluster barriers as a happens-before graph: events ``W r`` (rank r >= 1 writes its buffer),
+    ``A b r`` / ``Q b r`` (rank r arrives at / returns from the wait of cluster barrier b), ``R p`` (rank 0
+    reads rank p's buffer), ``X r`` (rank r exits; its shared memory is released). Program order within a
+    rank; every arrive of a barrier phase before every wait of it. Returns the ordering problems
+    ``(kind, peer)``: ``write`` (rank 0 may read rank p's buffer before p wrote it) or ``exit`` (rank p
+    may exit before rank 0 read its buffer)."""
+    barriers = (1, 2) if release else (1,)
+    seq: dict[int, list[str]] = {}
+    for r in range(splits):
+        ev = [f"W {r}"] if r else []
+        ev += [f"A 1 {r}", f"Q 1 {r}"]
+        if r == 0:
+            ev += [f"R {p}" for p in peers]
+        if release:
+            ev += [f"A 2 {r}", f"Q 2 {r}"]
+        seq[r] = ev + [f"X {r}"]
+    succ: dict[str, set[str]] = {e: set() for ev in seq.values() for e in ev}
+    for ev in seq.values():
+        for a, b in zip(ev, ev[1:]):
+            succ[a].add(b)
+    for b in barriers:
+        for r in range(splits):
+            for q in range(splits):
+                succ[f"A {b} {r}"].add(f"Q {b} {q}")
+
+    @functools.cache
+    def after(e: str) -> frozenset[str]:
+        out: set[str] = set()
+        for n in succ[e]:
+            out |= {n} | after(n)
+        return frozenset(out)
+
+    bad: list[tuple[str, int]] = []
+    for p in peers:
+        if p == 0:
+            continue
+        if f"R {p}" not in after(f"W {p}"):
+            bad.append(("write", p))
+        if f"X {p}" not in after(f"R {p}"):
+            bad.append(("exit", p))
+    return bad
+
+
+def check_cluster_reduce(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """``scheduler.cluster_reduce`` (G4): the clusterk reduction (see the module docstring), for a
+    ``clusterk`` schedule only (nothing for the others): the reduce buffer, the reduction simulated for
+    every ``k_tiles`` in ``[1, cluster_reduce_bound(splits)]``, and the barriers' happens-before order."""
+    sch = program.schedule
+    if sch is None or sch.decomposition != "clusterk":
+        return [], []
+    where = str(sch.loc)
+    e = program.epilogue
+    threads = 128 * e.warpgroups
+    regs = -(-e.tile_m * e.tile_n // threads)
+    violations: list[Violation] = []
+    buf = _reduce_buffer_problem(program, sch, threads, regs)
+    if buf is not None:
+        message, hint, cex = buf
+        violations.append(Violation("scheduler.cluster_reduce", "G4", message, hint, where, cex))
+    # the reduction, simulated: a partial is a multiset of k-tiles, or None (undefined data)
+    s, peers = sch.splits, tuple(range(sch.reduce_from, sch.splits))
+    bound = cluster_reduce_bound(s)
+    cases = 0
+    for k_tiles in range(1, bound + 1):
+        cases += 1
+        ranges = [sch.cluster_k_range(r, k_tiles) for r in range(s)]
+        summed: dict[int, int] = {}
+        for start, count in ranges:
+            for k in range(start, start + count):
+                summed[k] = summed.get(k, 0) + 1
+        # rank r's partial: its k-tiles, or None where the mainloop never initialised its accumulators
+        partial = [None if count == 0 and not sch.reduce_zero_empty else {k: 1 for k in range(start, start + count)}
+                   for start, count in ranges]
+        final: dict[int, int] = dict(partial[0] or {})
+        undefined: list[tuple[int, str, str]] = []
+        if partial[0] is None:
+            undefined.append((0, "rank 0 has no k-tile and does not zero its accumulators: its own partial is "
+                                 "uninitialised registers", "rank 0: acc[0] never written by the mainloop"))
+        for r in peers:   # the printed peer loop: r = reduce_from .. splits - 1
+            if r == 0:
+                undefined.append((0, f"rank 0 reads its own {sch.reduce_buffer!r} (peer loop r = 0), which no rank "
+                                     "writes (only ranks >= 1 store their partial sums): uninitialised shared memory",
+                                  f"rank 0: acc[0] += ld.shared::cluster {sch.reduce_buffer}[0] of rank 0"))
+                continue
+            part = partial[r]
+            if part is None:
+                undefined.append((r, f"rank {r} has no k-tile (k_count 0) and writes its uninitialised accumulator "
+                                     f"registers to {sch.reduce_buffer!r} (reduce_zero_empty false); rank 0 adds them",
+                                  f"rank {r}: {sch.reduce_buffer}[0] = acc[0], never written by the mainloop"))
+                continue
+            for k, n in part.items():
+                final[k] = final.get(k, 0) + n
+        if undefined:
+            r, actual, step = undefined[0]
+            cex = _reduce_cex(sch, r, consumer_thread(0, 0), "accum[0]",
+                              f"rank 0's sum of the {s} ranks' partials, every value defined", actual, k_tiles,
+                              element={"tensor": sch.reduce_buffer, "rank": r, "index": 0},
+                              smem={sch.reduce_buffer: 0},
+                              trace=(step, "cluster barrier: arrive.release / wait.acquire",
+                                     "rank 0 adds the value into acc[0] and stores D"))
+            violations.append(Violation(
+                "scheduler.cluster_reduce", "G4",
+                f"the clusterk reduction adds undefined data: with k_tiles = {k_tiles} over {s} ranks, {actual}",
+                "rank 0 adds ranks 1 .. splits - 1 only, and a rank without k-tiles writes zeros", where, cex))
+            break
+        wrong = sorted(k for k in set(summed) | set(final) if final.get(k, 0) != summed.get(k, 0))
+        if wrong:
+            k = wrong[0]
+            owner = next(r for r, (a, n) in enumerate(ranges) if a <= k < a + n)
+            got = final.get(k, 0)
+            added = f"ranks {', '.join(map(str, peers))}" if peers else "no other rank"
+            actual = (f"k-tile {k} (rank {owner}'s partial) is {'missing from' if got == 0 else f'{got} times in'} "
+                      f"rank 0's sum: rank 0 adds {added} to its own")
+            cex = _reduce_cex(sch, owner, {}, "", f"k-tile {k} in rank 0's sum once (rank "
+                              f"{owner} summed it)", actual, k_tiles, k_tile=k,
+                              element={"k_tile": k, "rank": owner, "tensor": sch.reduce_buffer},
+                              trace=tuple(f"rank {r}: k-tiles [{a}, {a + n})" for r, (a, n) in enumerate(ranges))
+                              + (f"rank 0: peer loop r = {sch.reduce_from} .. {s - 1}",))
+            violations.append(Violation(
+                "scheduler.cluster_reduce", "G4",
+                f"the clusterk reduction does not add every rank's partial once: with k_tiles = {k_tiles} over {s} "
+                f"ranks, {actual}", "rank 0 adds the buffers of ranks 1 .. splits - 1 (peer loop from 1)",
+                where, cex))
+            break
+    for kind, p in _reduce_happens_before(s, peers, sch.reduce_release)[:1]:
+        if kind == "exit":
+            actual = (f"rank {p} passes the only cluster barrier, returns and exits (its shared memory is released) "
+                      f"while rank 0 may still read {sch.reduce_buffer}[0] of rank {p} through ld.shared::cluster: "
+                      "it reads released shared memory (a race)")
+            trace = (f"rank {p}: {sch.reduce_buffer}[0] = acc[0]; barrier.cluster.arrive.release; "
+                     "barrier.cluster.wait.acquire",
+                     f"rank {p}: returns from fixup_cluster, CTA exits (no second cluster barrier)",
+                     f"rank 0: peer loop r = {p}: ld.shared::cluster {sch.reduce_buffer}[0] of rank {p}")
+            hint = ("keep every rank resident until rank 0 read it: a second barrier.cluster arrive.release / "
+                    "wait.acquire after rank 0's reads (cluster.sync() before exit, CUDA Programming Guide, "
+                    "Distributed Shared Memory)")
+        else:
+            actual = (f"rank 0 may read {sch.reduce_buffer}[0] of rank {p} before rank {p} wrote it: no cluster "
+                      "barrier orders the write before the read")
+            trace = (f"rank 0: ld.shared::cluster {sch.reduce_buffer}[0] of rank {p}",
+                     f"rank {p}: {sch.reduce_buffer}[0] = acc[0]")
+            hint = "barrier.cluster.arrive.release / wait.acquire between the writes and rank 0's reads"
+        cex = _reduce_cex(sch, p, consumer_thread(0, 0), "accum[0]",
+                          f"rank 0's read of rank {p}'s {sch.reduce_buffer}[0] after rank {p}'s write and before "
+                          f"rank {p} exits", actual, 0,
+                          element={"tensor": sch.reduce_buffer, "rank": p, "index": 0},
+                          smem={sch.reduce_buffer: 0}, trace=trace)
+        violations.append(Violation("scheduler.cluster_reduce", "G4", f"the clusterk reduction races: {actual}",
+                                    hint, where, cex))
+    if violations:
+        return [], violations
+    text = (f"clusterk: the {s} ranks' partial sums meet in rank 0 once each: for every k_tiles in [1, {bound}] "
+            f"({cases} cases) rank 0's sum of its own partial and the {sch.reduce_buffer!r} buffers of ranks "
+            f"{sch.reduce_from} .. {s - 1} holds every k-tile a rank summed exactly once and no undefined value "
+            "(ranks without a k-tile write zeros; rank 0's own buffer is never read), so with scheduler.bijection's "
+            "exact k split every k-tile of [0, k_tiles) once; the cluster barriers order every rank's writes before "
+            "rank 0's remote reads (arrive.release / wait.acquire) and those reads before the rank exits (the "
+            f"second barrier); {sch.reduce_buffer!r} (smem fp32, {math.prod(program.tensor(sch.reduce_buffer).shape)}"
+            f" elements) holds the {threads} consumer threads' {regs} registers each, thread-major (i * {threads} + t)")
+    return [Proof("scheduler.cluster_reduce", "G4", "enum", text, cases + len(peers))], []
 
 
 def check_uniformity(program: Program) -> tuple[list[Proof], list[Violation]]:

@@ -548,14 +548,15 @@ def check_tile_scheduler(program: Program) -> Outcome:
     if sch.decomposition not in ("persistent", "grouped") and not coop:
         bad.append(f"scheduler {sch.decomposition!r} needs the cooperative schedule (consumer_stride 1), not "
                    f"ping-pong (consumer_stride {sch.consumer_stride})")
-    if sch.decomposition == "splitk" and sch.splits < 2:
-        bad.append(f"scheduler 'splitk' with splits={sch.splits}: split-K needs splits >= 2")
-    if sch.decomposition != "splitk" and sch.splits != 1:
-        bad.append(f"splits={sch.splits} only applies to scheduler 'splitk', not {sch.decomposition!r}")
+    if sch.decomposition in ("splitk", "clusterk") and sch.splits < 2:
+        bad.append(f"scheduler {sch.decomposition!r} with splits={sch.splits}: a K split needs splits >= 2")
+    if sch.decomposition not in ("splitk", "clusterk") and sch.splits != 1:
+        bad.append(f"splits={sch.splits} only applies to scheduler 'splitk' or 'clusterk', not {sch.decomposition!r}")
     if bad:
-        return _bad(rule, bad, "use schedule='cooperative' for stream-K/split-K, splits >= 2 only for split-K",
-                    str(sch.loc))
-    extra = f", {sch.splits} K splits" if sch.decomposition == "splitk" else ""
+        return _bad(rule, bad, "use schedule='cooperative' for stream-K/split-K/cluster-K, splits >= 2 only for "
+                    "split-K and cluster-K", str(sch.loc))
+    extra = (f", {sch.splits} K splits" if sch.decomposition == "splitk" else
+             f", a cluster of {sch.splits} CTAs splitting K" if sch.decomposition == "clusterk" else "")
     name = "cooperative" if coop else "ping-pong"
     return _ok(rule, f"{sch.decomposition} tile scheduler with the {name} schedule (consumer_stride "
                      f"{sch.consumer_stride} x {mma.atoms_m} warpgroups along M = {wgs}){extra}")

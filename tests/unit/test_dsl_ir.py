@@ -79,7 +79,8 @@ def test_catalogue_is_data_and_honest():
                                    "epilogue.stage_reuse"} <= set(invs["G6"].rules)
     assert invs["G2"].checked and {"epilogue.coordinate", "epilogue.stmatrix", "epilogue.tma_store",
                                    "epilogue.source", "epilogue.partition"} <= set(invs["G2"].rules)
-    assert invs["G4"].checked and set(invs["G4"].rules) == {"output.bijection", "scheduler.bijection"}
+    assert invs["G4"].checked and set(invs["G4"].rules) == {"output.bijection", "scheduler.bijection",
+                                                            "scheduler.cluster_reduce"}
     assert invs["G8"].checked and set(invs["G8"].rules) == {"residue.store", "residue.load", "residue.source"}
     assert invs["G7"].checked and invs["G7"].rules == ("warpgroup.uniform",)
     # every resource rule and every relation rule of the GEMM program has exactly one invariant

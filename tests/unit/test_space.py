@@ -81,14 +81,19 @@ def test_full_space_matches_issue_fragments():
     assert set(f["swizzle"].domain()) == {1, 2, 4, 8}
     assert set(f["schedule"].domain()) == {"cooperative", "pingpong"}
     assert set(f["raster"].domain()) == {"along_m", "along_n"}
-    assert {d[0] for d in f["decomposition"].domain()} == {"persistent", "streamk", "splitk"}
+    assert {d[0] for d in f["decomposition"].domain()} == {"persistent", "streamk", "splitk", "clusterk"}
     assert s.size == len(s.all)
 
 
 def test_decomposition_needs_the_cooperative_schedule():
     s = GemmSpace()
     assert all(c.schedule == "cooperative" for c in s.all if c.scheduler != "persistent")
-    assert all(c.splits == 1 for c in s.all if c.scheduler != "splitk")
+    assert all(c.splits == 1 for c in s.all if c.scheduler not in ("splitk", "clusterk"))
+    # cluster-K: its cluster is the k split, never beside a multicast cluster
+    assert all((c.cluster_m, c.cluster_n) == (1, 1) for c in s.all if c.scheduler == "clusterk")
+    ck = s.default().replace(cluster_m=1, scheduler="clusterk", splits=4)
+    assert s.contains(ck) and not s.contains(ck.replace(cluster_m=2))
+    assert not s.contains(ck.replace(splits=3))   # not a listed pair
     pp = s.config(schedule="pingpong", tile_m=64)
     assert s.contains(pp) and not s.contains(pp.replace(scheduler="streamk"))
     assert s.contains(s.default().replace(scheduler="splitk", splits=4))
@@ -190,7 +195,7 @@ def test_declared_decode_configurations_round_trip_their_knobs_and_are_feasible(
         assert {(c.tile_m, c.tile_n, c.tile_k, c.acc_sets) for c in decode} == {
             (64, 16, 128, 1), (64, 32, 128, 1), (64, 64, 128, 1), (128, 16, 128, 1), (64, 16, 64, 2), (64, 16, 128, 2),
             (64, 32, 128, 2)}   # the last: session 27 (gemm-k128b)
-        assert len(space) == 88 and len({structure_key(c) for c in space}) == 88   # the sets are part of the key
+        assert len(space) == 101 and len({structure_key(c) for c in space}) == 101   # the sets are part of the key
         for cfg in decode:
             assert feasible(cfg)[0], cfg
             assert GemmConfig(**{**derive(knob_values(cfg)), "dtype": cfg.dtype, "out_dtype": cfg.out_dtype,

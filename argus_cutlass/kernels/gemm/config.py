@@ -30,7 +30,7 @@ OutDType = Literal["bf16", "fp16", "fp32"]
 GemmLayout = Literal["tn", "nt", "nn", "tt"]
 Schedule = Literal["cooperative", "pingpong"]
 Raster = Literal["along_m", "along_n"]
-TileScheduler = Literal["persistent", "streamk", "splitk"]
+TileScheduler = Literal["persistent", "streamk", "splitk", "clusterk"]
 
 #: bytes per element of each dtype name
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -80,7 +80,11 @@ class GemmConfig(BaseModel):
             loop of the last wave's tiles is split across CTAs, partial sums reduced in a
             global workspace) or ``splitk`` (every tile's K loop split ``splits`` ways).
             Both need the cooperative schedule.
-        splits: K splits per tile for ``splitk`` (1 otherwise).
+            ``clusterk``: a cluster of ``splits`` CTAs shares each tile, each sums a contiguous part of
+            its k loop, and the partial sums are added through distributed shared memory (no global
+            workspace, no extra launch; cooperative, ``cluster_m = cluster_n = 1``; schedule node
+            ``clusterk``, rules ``scheduler.bijection`` and ``scheduler.cluster_reduce``).
+        splits: K splits per tile for ``splitk`` / ``clusterk`` (1 otherwise; ``clusterk``: 2..8 CTAs).
         reduction: how ``streamk`` / ``splitk`` add a tile's partial sums (CUTLASS ``ReductionMode``, schedule node
             ``reduction``): ``deterministic`` (the default; in k order, one partial after another) or
             ``nondeterministic`` (the middle partials add in any order once the first has stored: fewer serial

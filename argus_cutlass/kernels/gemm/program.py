@@ -58,7 +58,8 @@ def program_label(cfg: GemmConfig) -> str:
     'gemm_sm90_bf16_bf16_tn_128x256x64_c2x1_s4_coop_e128x32_rn1'
     """
     c = cfg
-    sched = {"streamk": "_streamk", "splitk": f"_splitk{c.splits}"}.get(c.scheduler, "")
+    sched = {"streamk": "_streamk", "splitk": f"_splitk{c.splits}", "clusterk": f"_clusterk{c.splits}"}.get(
+        c.scheduler, "")
     sched += "_nd" if c.reduction == "nondeterministic" else ""
     return (f"gemm_sm90_{c.dtype}_{c.out_dtype}_{c.layout}_{c.tile_m}x{c.tile_n}x{c.tile_k}_"
             f"c{c.cluster_m}x{c.cluster_n}_s{c.stages}_{_SCHEDULE[c.schedule]}_e{c.epi_m}x{c.epi_n}_"
@@ -173,11 +174,14 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     stages_d = max(1, min(STAGES_D, epi_tiles))
     offset = 0
     placed: dict[str, tuple[int, int]] = {}
-    for name, nbytes, align in (
+    regions = [
         ("sA", c.tile_m * c.tile_k * stages * bits // 8, _period(atom_a.swizzle_bytes)),
         ("sB", c.tile_n * c.tile_k * stages * bits // 8, _period(atom_b.swizzle_bytes)),
         ("sD", c.epi_m * c.epi_n * stages_d * out_bits // 8, _period(atom_d.swizzle_bytes)),
-    ):
+    ]
+    if c.scheduler == "clusterk":   # the ranks' partial sums (schedule node reduce_buffer): the tile in fp32
+        regions.append(("sR", c.tile_m * c.tile_n * 4, 16))
+    for name, nbytes, align in regions:
         offset = _align(offset, align)
         placed[name] = (offset, align)
         offset += nbytes
@@ -188,6 +192,8 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
                    align_bytes=placed["sB"][1])
     s_d = b.tensor("sD", "smem", (c.epi_m, c.epi_n, stages_d), c.out_dtype, base_bytes=placed["sD"][0],
                    align_bytes=placed["sD"][1])
+    if c.scheduler == "clusterk":
+        b.tensor("sR", "smem", (c.tile_m, c.tile_n), "fp32", base_bytes=placed["sR"][0], align_bytes=placed["sR"][1])
     acc = b.tensor("accum", "rmem", (64 * reps_m, c.tile_n), "fp32", tag=Tag("acc", ("m", "n")))
 
     # ---- TMA loads (A multicast along the cluster's N mode, B along M) -----------------------
@@ -253,7 +259,8 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     b.tma_store(s_d, g_d, TmaCopy("store", box_d, out_bits, atom_d.swizzle_bytes), major=atom_d.major,
                 tile_mn=c.epi_m, tile_k=c.epi_n)
     b.tile_schedule(raster=c.raster, swizzle=c.swizzle, decomposition=c.scheduler, cluster_m=c.cluster_m,
-                    cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2, reduction=c.reduction)
+                    cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2, reduction=c.reduction,
+                    reduce_buffer="sR" if c.scheduler == "clusterk" else "")
 
     # ---- aligned staging of the caller's operands (the any-alignment path) ----------------------
     storage = stage_copies(c.layout)
