@@ -169,7 +169,7 @@ def test_tile_scheduler():
     assert "scheduler 'streamk' needs the cooperative schedule (consumer_stride 1), not ping-pong" in msg
     _, msg = _reject(build_program(GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=1)),
                      "tile_scheduler")
-    assert "scheduler 'splitk' with splits=1: split-K needs splits >= 2" in msg
+    assert "scheduler 'splitk' with splits=1: a K split needs splits >= 2" in msg
     _, msg = _reject(build_program(C1).replace_node("schedule", consumer_stride=2), "tile_scheduler")
     assert "consumer_stride 2 x 2 warpgroups along M = 4 != 2 consumer warpgroups" in msg
 

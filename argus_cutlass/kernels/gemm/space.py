@@ -15,7 +15,7 @@ The single feasibility function is :func:`feasible`: it *is* the verifier
 
 >>> space = GemmSpace()
 >>> space.size
-218592
+256608
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]
