@@ -62,8 +62,11 @@ def _config_text(kernel: str, cfg: dict[str, Any]) -> str:
     if kernel == "gemm":
         text = (f"{cfg.get('tile_m')}x{cfg.get('tile_n')}x{cfg.get('tile_k')} cluster {cfg.get('cluster_m')}x"
                 f"{cfg.get('cluster_n')} {cfg.get('stages')} stages {cfg.get('schedule')}")
-        if cfg.get("scheduler", "persistent") != "persistent":
-            text += f" {cfg.get('scheduler')}"
+        scheduler = cfg.get("scheduler", "persistent")
+        if scheduler != "persistent":   # split-K / cluster-K: how many ways the k loop is split
+            text += f" {scheduler}" + (f" {cfg.get('splits')}" if scheduler in ("splitk", "clusterk") else "")
+            text += " nondeterministic" if cfg.get("reduction") == "nondeterministic" else ""
+        text += f" {cfg.get('acc_sets')} accumulator sets" if cfg.get("acc_sets", 1) != 1 else ""
         return text + (" swap-AB" if cfg.get("swap_ab") else "")
     if kernel == "moe":
         return (f"{cfg.get('tile_m')}-row tiles, gate+up {cfg.get('gu_tile_n')} x {cfg.get('gu_stages')} "
@@ -218,7 +221,9 @@ def format_entries(rows: list[dict[str, Any]], kernel: str | None) -> list[str]:
                 perf += f", {r['vendor']} {r['vendor_ms']:.4f} ms ({r['speedup']:.2f}x)"
             if r.get("timing") and r["ms"]:
                 perf += f", {'from CUDA graphs' if r['timing'] == 'graph' else 'per launch'}"
-            lines.append(f"  [{r['source']:<7}] {r['key']['gpu']} | {key}: {r['config_text']}; {perf}")
+            shape = r.get("measured_on") if fam == "gemm" else None   # a bucket holds several measured shapes
+            at = f" (measured at {'x'.join(map(str, shape))})" if isinstance(shape, (list, tuple)) and shape else ""
+            lines.append(f"  [{r['source']:<7}] {r['key']['gpu']} | {key}{at}: {r['config_text']}; {perf}")
     return lines
 
 

@@ -57,6 +57,8 @@
 #   bash bench/device_pending.sh OUTDIR gemm-small-ncu  # the same small GEMMs under ncu: GPU duration of ours vs cuBLAS
 #   bash bench/device_pending.sh OUTDIR gemm-kscale   # 8x8xK, K 512..32768 under ncu: fixed cost vs cost per k-block
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk # cluster-K (DSMEM split-K): GPU tests, then the small GEMMs from graphs
+#   bash bench/device_pending.sh OUTDIR gemm-clusterk-wide  # cluster-K on 128x64 / 128x128 tiles, mid-size rows (~6 min)
+#   bash bench/device_pending.sh OUTDIR mutants-clusterk  # the 5 cluster-K mutants built without the verifier, run (~2 min)
 #   bash bench/device_pending.sh OUTDIR clusterk-product  # the main job on shapes where it now picks cluster-K
 #   bash bench/device_pending.sh OUTDIR graph-product # the product's --timing graph: runtime GPU tests + the main job both ways
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
@@ -85,7 +87,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk clusterk-product compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -326,6 +328,24 @@ case "$STEP" in
         --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" $A 2>&1 \
         | tee -a "$OUT/gemm_clusterk.log" | grep -v "refused by the verifier\|^generated" | grep -A12 "^graph replay"
     done ;;
+  gemm-clusterk-wide)
+    # session 29 (queued, not run): the rows cuBLAS still wins by > 10 % from graphs after cluster-K on the 16 / 32
+    # wide tiles are mid-size (12-60 output tiles of 128 x 128, K 2048-8192: 100x1024x8192 0.63x, 256x768x2048
+    # 0.64x, 512x1024x5120 0.69x). Cluster-K copies of the declared 128x32 cluster-K 4 kernel on 128x64 and
+    # 128x128 tiles (2 and 4 ranks), built and verified on CPU, never timed; the table's best and cuBLAS, from graphs
+    for S in 100x1024x8192 256x1024x8192 256x1024x5120 100x3584x4096 256x768x2048 512x1024x5120 1024x768x2048 512x1536x2048; do
+      M=${S%%x*}; KS=128x32x64_c1x1_s8_coop_e128x32_rn1_clusterk4_swapab; [ "$M" -le 256 ] || KS=128x32x64_c1x1_s8_coop_e128x32_rn1_clusterk4+!swapab
+      timeout 70 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 3 --graph --kernels "$KS" \
+        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" --also tile_n=64,stages=7 \
+        --also tile_n=128,stages=4,splits=2 --also tile_n=128,stages=4 2>&1 | tee -a "$OUT/gemm_clusterk_wide.log" \
+        | grep -v "refused by the verifier\|^generated" | grep -A7 "^graph replay"
+    done ;;
+  mutants-clusterk)
+    # session 29 (queued, not run): the cluster-K planted mistakes of mutants.toml, built from the production
+    # template without the verifier and run on the runner's shapes (short_k: 2 k-tiles over 4 ranks)
+    timeout 400 python3 "$R/bench/mutants_gpu.py" --out "$OUT/clusterk" --timeout 10 --ids \
+      clusterk_split_drops_remainder,clusterk_reduce_from_0,clusterk_reduce_from_2,clusterk_empty_rank_not_zeroed,clusterk_no_release_barrier \
+      2>&1 | tee "$OUT/clusterk_mutants.log" | tail -15 ;;
   clusterk-product)
     # session 29: the product's own choice (shipped table, else the cost model) on small GEMMs where it now picks
     # cluster-K: one shape of the shipped table and three it has no entry for; checked and timed from CUDA graphs

@@ -967,6 +967,7 @@ class TileSchedule:
     read it; rank 0 alone stores D. A rank with no k-tile (``k_tiles < splits``) writes zeros
     (``reduce_zero_empty``). ``split_remainder`` (True), ``reduce_from`` (1), ``reduce_zero_empty`` (True) and
     ``reduce_release`` (True) state mistakes of that protocol; a correct kernel has the values in brackets.
+    Proved by rules ``scheduler.bijection`` (the k split) and ``scheduler.cluster_reduce`` (the reduction).
 
     ``lookahead`` (grouped only; 0 or 1): with 1 the producer reads the work of its next unit (the
     m-tile's expert, a load from device memory written by the routing kernel) before issuing the

@@ -66,10 +66,12 @@ __all__ = [
 
 #: (name, (M, N, K)) of the caller's problem. ``residue``: M, N and K residues for 128-wide tiles,
 #: 17 k-tiles of 64 (not a multiple of 2, 3, 4 or 5 stages), about one tile per CTA; ``multi_tile``:
-#: 17 x 17 tiles of 128 (289, more than the H200's 132 SMs), so the pipeline state crosses tiles.
+#: 17 x 17 tiles of 128 (289, more than the H200's 132 SMs), so the pipeline state crosses tiles; ``short_k``:
+#: 2 k-tiles (K = 72), fewer than a cluster-K cluster's ranks (session 29: ranks with no k-tile).
 SHAPES: tuple[tuple[str, tuple[int, int, int]], ...] = (
     ("residue", (1000, 1032, 1064)),
     ("multi_tile", (2056, 2072, 1064)),
+    ("short_k", (1000, 1032, 72)),
 )
 ALPHA = 1.0
 #: beta != 0, so the C source path matters

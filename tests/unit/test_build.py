@@ -442,6 +442,29 @@ def test_gemm_compiles_to_ptx_with_wgmma_and_tma(cfg_args):
 
 
 @pytest.mark.nvcc
+@pytest.mark.parametrize("release", [True, False], ids=["release-barrier", "mutant-no-release"])
+def test_cluster_k_compiles_with_its_reduction_as_the_program_states(release):
+    """Cluster-K (schedule node clusterk): the partial sums go through distributed shared memory (``mapa`` +
+    ``ld.shared::cluster``) between cluster barriers with release / acquire semantics; the node's
+    ``reduce_release`` decides whether the second barrier is in the kernel (the mutant without it compiles to
+    one barrier pair: the field reaches the .cu)."""
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.render.gemm import render_gemm
+
+    program = build_program(GemmConfig(swap_ab=True, tile_m=128, tile_n=16, cluster_m=1, stages=8, epi_m=128,
+                                       epi_n=16, scheduler="clusterk", splits=8))
+    if not release:
+        program = program.replace_node("schedule", reduce_release=False)
+    art = nvcc.compile_cu(render_gemm(program), program.kernel_name(), "ptx")
+    ptx = art.path.read_text()
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    assert "mapa.shared::cluster" in ptx and "ld.shared::cluster.f32" in ptx
+    assert ptx.count("barrier.cluster.arrive.release") == (2 if release else 1)
+    assert ptx.count("barrier.cluster.wait.acquire") == (2 if release else 1)
+
+
+@pytest.mark.nvcc
 def test_real_cache_hit_runs_no_nvcc(monkeypatch):
     first = nvcc.compile_cu(TINY_KERNEL, "tiny", "shared")
     assert not first.cached and first.registers is not None and first.spill_bytes == 0
