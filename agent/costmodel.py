@@ -22,7 +22,7 @@ Model (per kernel problem ``M x N x K``, i.e. ``N x M x K`` under swap-AB; tile 
   stream-K spreads the MAC iterations evenly over the SMs (no wave quantization); both
   pay a fp32 partial-tile reduction through global memory (``4 * tm * tn`` bytes written
   and read per extra unit); cluster-K (``clusterk``) runs one tile per cluster of ``splits`` CTAs
-  (clusters per wave: ``8 GPCs x floor(16 / splits)``) and adds the partials through distributed shared
+  (clusters per wave: ``CLUSTERS_PER_WAVE``, measured) and adds the partials through distributed shared
   memory (``4 * tm * tn`` bytes per extra rank read by rank 0, two cluster barriers).
 * time = max(compute, memory) + epilogue + reduction + 4 us launch/prologue.
 
@@ -61,9 +61,15 @@ PEAK_FLOPS = 750e12
 HBM_BYTES_PER_S = 4.3e12
 #: streaming multiprocessors
 SMS = 132
-#: graphics processing clusters of the H100 / H200 SXM (a thread-block cluster runs inside one; CUDA Programming
-#: Guide "Thread Block Clusters"; ~16 SMs each)
-GPCS = 8
+#: cluster-K clusters of ``splits`` CTAs resident at once on the H200 (one wave), by ``splits``: a cluster runs
+#: inside one GPC, and the GPCs' SM counts are unequal, so fewer than SMS / splits fit. Bounds measured from CUDA
+#: graphs (session 29, bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json, 128x16 swap-AB): 8 ranks run 12
+#: clusters in one wave and slow down 1.3-1.6x at 16; 4 ranks run 28 and slow down 1.2-1.3x at 32; 2 ranks are
+#: not bounded by the data (assumed 60)
+CLUSTERS_PER_WAVE = {2: 60, 4: 30, 8: 14}
+#: one cluster barrier (arrive.release + wait.acquire across the cluster), seconds: an estimate of a few hundred
+#: ns (a shared-memory-scope round trip through the GPC), not fitted
+CLUSTER_BARRIER_S = 5e-7
 #: L2 -> SMEM bandwidth per SM (bytes/s), so that ~75 FLOP/byte keeps the tensor cores fed
 L2_BYTES_PER_S_PER_SM = 76e9
 #: memory latency for Little's law (s)
@@ -246,8 +252,8 @@ def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = N
         waves = tiles / SMS if tiles > SMS else 1.0  # even share of MAC iterations
         active = SMS
     elif cfg.scheduler == "clusterk":
-        # one tile per cluster of `splits` CTAs, not persistent; a cluster lives in one GPC (8 GPCs of ~16 SMs)
-        per_wave = GPCS * max(1, SMS // GPCS // splits)
+        # one tile per cluster of `splits` CTAs, not persistent; clusters resident at once: CLUSTERS_PER_WAVE
+        per_wave = CLUSTERS_PER_WAVE.get(splits, max(1, SMS // splits))
         waves = math.ceil(tiles / per_wave)
         active = min(units, per_wave * splits)
     else:
@@ -287,9 +293,9 @@ def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = N
     if cfg.scheduler == "splitk" and splits > 1:
         reduce_s = 2 * 4 * tm * tn * (splits - 1) * tiles / c.hbm_bytes_per_s
     elif cfg.scheduler == "clusterk":
-        # rank 0 reads the other ranks' fp32 partials through the cluster's shared window, between two cluster
-        # barriers (a memory round trip each), once per wave
-        reduce_s = waves * (4 * tm * tn * (splits - 1) / c.sm_bytes_per_s + 2 * c.mem_latency_s)
+        # rank 0 reads the other ranks' fp32 partials through the cluster's shared window (at the SM's fitted
+        # bandwidth), between two cluster barriers, once per wave
+        reduce_s = waves * (4 * tm * tn * (splits - 1) / c.sm_bytes_per_s + 2 * CLUSTER_BARRIER_S)
     elif cfg.scheduler == "streamk":
         reduce_s = 2 * 4 * tm * tn * min(tiles, SMS) / c.hbm_bytes_per_s + c.reduce_fixed_s
     return (max(compute_s, memory_s) + epi_s) * locality + reduce_s + c.launch_s

@@ -64,7 +64,9 @@ def _config_text(kernel: str, cfg: dict[str, Any]) -> str:
                 f"{cfg.get('cluster_n')} {cfg.get('stages')} stages {cfg.get('schedule')}")
         scheduler = cfg.get("scheduler", "persistent")
         if scheduler != "persistent":   # split-K / cluster-K: how many ways the k loop is split
-            text += f" {scheduler}" + (f" {cfg.get('splits')}" if scheduler in ("splitk", "clusterk") else "")
+            text += (f" cluster-K {cfg.get('splits')} (a cluster of {cfg.get('splits')} CTAs splits K)"
+                     if scheduler == "clusterk" else
+                     f" {scheduler}" + (f" {cfg.get('splits')}" if scheduler == "splitk" else ""))
             text += " nondeterministic" if cfg.get("reduction") == "nondeterministic" else ""
         text += f" {cfg.get('acc_sets')} accumulator sets" if cfg.get("acc_sets", 1) != 1 else ""
         return text + (" swap-AB" if cfg.get("swap_ab") else "")

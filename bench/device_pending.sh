@@ -58,7 +58,7 @@
 #   bash bench/device_pending.sh OUTDIR gemm-kscale   # 8x8xK, K 512..32768 under ncu: fixed cost vs cost per k-block
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk # cluster-K (DSMEM split-K): GPU tests, then the small GEMMs from graphs
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk-wide  # cluster-K on 128x64 / 128x128 tiles, mid-size rows (~6 min)
-#   bash bench/device_pending.sh OUTDIR mutants-clusterk  # the 5 cluster-K mutants built without the verifier, run (~2 min)
+#   bash bench/device_pending.sh OUTDIR mutants-clusterk  # the 6 cluster-K mutants built without the verifier, run (~2 min)
 #   bash bench/device_pending.sh OUTDIR clusterk-product  # the main job on shapes where it now picks cluster-K
 #   bash bench/device_pending.sh OUTDIR graph-product # the product's --timing graph: runtime GPU tests + the main job both ways
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
@@ -342,9 +342,10 @@ case "$STEP" in
     done ;;
   mutants-clusterk)
     # session 29 (queued, not run): the cluster-K planted mistakes of mutants.toml, built from the production
-    # template without the verifier and run on the runner's shapes (short_k: 2 k-tiles over 4 ranks)
+    # template without the verifier and run on the runner's shapes (and the cluster-K base's short_k: 2 k-tiles
+    # over 4 ranks)
     timeout 400 python3 "$R/bench/mutants_gpu.py" --out "$OUT/clusterk" --timeout 10 --ids \
-      clusterk_split_drops_remainder,clusterk_reduce_from_0,clusterk_reduce_from_2,clusterk_empty_rank_not_zeroed,clusterk_no_release_barrier \
+      clusterk_split_drops_remainder,clusterk_reduce_from_0,clusterk_reduce_from_2,clusterk_empty_rank_not_zeroed,clusterk_no_release_barrier,clusterk_no_acquire_barrier \
       2>&1 | tee "$OUT/clusterk_mutants.log" | tail -15 ;;
   clusterk-product)
     # session 29: the product's own choice (shipped table, else the cost model) on small GEMMs where it now picks

@@ -965,7 +965,8 @@ class TileSchedule:
     (``ld.shared::cluster`` at ``mapa``), adding ranks ``reduce_from .. splits - 1`` in rank order
     (deterministic); a second cluster barrier (``reduce_release``) keeps every rank resident until rank 0 has
     read it; rank 0 alone stores D. A rank with no k-tile (``k_tiles < splits``) writes zeros
-    (``reduce_zero_empty``). ``split_remainder`` (True), ``reduce_from`` (1), ``reduce_zero_empty`` (True) and
+    (``reduce_zero_empty``). ``split_remainder`` (True), ``reduce_from`` (1), ``reduce_zero_empty`` (True),
+    ``reduce_acquire`` (True: the first cluster barrier, between the writes and rank 0's reads) and
     ``reduce_release`` (True) state mistakes of that protocol; a correct kernel has the values in brackets.
     Proved by rules ``scheduler.bijection`` (the k split) and ``scheduler.cluster_reduce`` (the reduction).
 
@@ -999,6 +1000,7 @@ class TileSchedule:
     reduce_from: int = field(default=1, metadata=_CANON_SKIP)
     reduce_zero_empty: bool = field(default=True, metadata=_CANON_SKIP)
     reduce_release: bool = field(default=True, metadata=_CANON_SKIP)
+    reduce_acquire: bool = field(default=True, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_schedule(self)
@@ -1022,7 +1024,8 @@ class TileSchedule:
 @dataclass(frozen=True)
 class Launch:
     """Threads per CTA and the cluster shape (``cluster_m x cluster_n`` CTAs, launched as a 1-D
-    cluster of ``cluster_m * cluster_n``; ``__launch_bounds__(threads, 1)``)."""
+    cluster of ``cluster_m * cluster_n``; ``__launch_bounds__(threads, 1)``). The GEMM decomposition ``clusterk`` launches clusters of
+    its schedule node's ``splits`` CTAs instead (the multicast cluster is then 1 x 1, rule ``tile_scheduler``)."""
 
     threads: int
     cluster_m: int
@@ -1679,7 +1682,7 @@ def _validate_cluster_k(node: TileSchedule) -> None:
     cluster (``cluster_m = cluster_n = 1``), the cooperative schedule (``consumer_stride`` 1), a named
     ``reduce_buffer``; the protocol fields typed, and left at their defaults on every other decomposition."""
     loc = node.loc
-    for f in ("split_remainder", "reduce_zero_empty", "reduce_release"):
+    for f in ("split_remainder", "reduce_zero_empty", "reduce_release", "reduce_acquire"):
         if not isinstance(getattr(node, f), bool):
             _dsl_error("dsl.operand", loc, f"{f} {getattr(node, f)!r} must be a bool")
     if not isinstance(node.reduce_from, int) or isinstance(node.reduce_from, bool) or node.reduce_from < 0:
@@ -1688,10 +1691,10 @@ def _validate_cluster_k(node: TileSchedule) -> None:
         _dsl_error("dsl.operand", loc, f"reduce_buffer {node.reduce_buffer!r} must be a tensor name")
     if node.decomposition != "clusterk":
         if (node.reduce_buffer or not node.split_remainder or node.reduce_from != 1 or not node.reduce_zero_empty
-                or not node.reduce_release):
+                or not node.reduce_release or not node.reduce_acquire):
             _dsl_error("dsl.operand", loc, "reduce_buffer / split_remainder / reduce_from / reduce_zero_empty / "
-                       f"reduce_release describe the clusterk reduction: decomposition {node.decomposition!r} "
-                       "has none")
+                       f"reduce_acquire / reduce_release describe the clusterk reduction: decomposition "
+                       f"{node.decomposition!r} has none")
         return
     if not 2 <= node.splits <= MAX_CLUSTER_K:
         _dsl_error("dsl.operand", loc, f"clusterk with splits={node.splits}: a cluster of 2..{MAX_CLUSTER_K} CTAs "

@@ -50,6 +50,7 @@ from argus_cutlass.testing.mutants import Mutant, baseline_program, load_catalog
 
 __all__ = [
     "ALPHA",
+    "BASE_SHAPES",
     "BETA",
     "SHAPES",
     "Build",
@@ -66,13 +67,16 @@ __all__ = [
 
 #: (name, (M, N, K)) of the caller's problem. ``residue``: M, N and K residues for 128-wide tiles,
 #: 17 k-tiles of 64 (not a multiple of 2, 3, 4 or 5 stages), about one tile per CTA; ``multi_tile``:
-#: 17 x 17 tiles of 128 (289, more than the H200's 132 SMs), so the pipeline state crosses tiles; ``short_k``:
-#: 2 k-tiles (K = 72), fewer than a cluster-K cluster's ranks (session 29: ranks with no k-tile).
+#: 17 x 17 tiles of 128 (289, more than the H200's 132 SMs), so the pipeline state crosses tiles.
 SHAPES: tuple[tuple[str, tuple[int, int, int]], ...] = (
     ("residue", (1000, 1032, 1064)),
     ("multi_tile", (2056, 2072, 1064)),
-    ("short_k", (1000, 1032, 72)),
 )
+#: shapes run only for the jobs of one base (session 29): ``short_k``, 2 k-tiles (K = 72), fewer than the
+#: ranks of the cluster-K base's 4-CTA cluster (ranks with no k-tile)
+BASE_SHAPES: dict[str, tuple[tuple[str, tuple[int, int, int]], ...]] = {
+    "clusterk": (("short_k", (1000, 1032, 72)),),
+}
 ALPHA = 1.0
 #: beta != 0, so the C source path matters
 BETA = 0.5
@@ -500,8 +504,8 @@ def run_suite(mutants: Sequence[Mutant] | None = None, *, work: str | Path = "/t
             rows: list[dict[str, Any]] = []
             outcome = "error" if b.error.startswith("render:") else "compile_fail"
         else:
-            rows = run_job(b.so_path, job.name, job.config, shapes, seed=seed, kernel_timeout_s=kernel_timeout_s,
-                           use_torch=use_torch)
+            rows = run_job(b.so_path, job.name, job.config, (*shapes, *BASE_SHAPES.get(job.base, ())), seed=seed,
+                           kernel_timeout_s=kernel_timeout_s, use_torch=use_torch)
             outcome = _overall(rows)
         res = Result(rid, m.cls if m else "baseline", m.rule if m else "-", job.base, outcome, rows, asdict(b),
                      m.story if m else "", m.benign_reason if m else "")

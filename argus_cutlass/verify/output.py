@@ -593,18 +593,21 @@ def _reduce_buffer_problem(program: Program, sch: TileSchedule, threads: int,
     return None
 
 
-def _reduce_happens_before(splits: int, peers: tuple[int, ...], release: bool) -> list[tuple[str, int]]:
+def _reduce_happens_before(splits: int, peers: tuple[int, ...], release: bool,
+                           acquire: bool = True) -> list[tuple[str, int]]:
     """The two cluster barriers as a happens-before graph: events ``W r`` (rank r >= 1 writes its buffer),
     ``A b r`` / ``Q b r`` (rank r arrives at / returns from the wait of cluster barrier b), ``R p`` (rank 0
     reads rank p's buffer), ``X r`` (rank r exits; its shared memory is released). Program order within a
     rank; every arrive of a barrier phase before every wait of it. Returns the ordering problems
     ``(kind, peer)``: ``write`` (rank 0 may read rank p's buffer before p wrote it) or ``exit`` (rank p
-    may exit before rank 0 read its buffer)."""
-    barriers = (1, 2) if release else (1,)
+    may exit before rank 0 read its buffer). ``acquire`` / ``release``: whether the first / second barrier is in
+    the kernel (schedule node ``reduce_acquire`` / ``reduce_release``)."""
+    barriers = ((1,) if acquire else ()) + ((2,) if release else ())
     seq: dict[int, list[str]] = {}
     for r in range(splits):
         ev = [f"W {r}"] if r else []
-        ev += [f"A 1 {r}", f"Q 1 {r}"]
+        if acquire:
+            ev += [f"A 1 {r}", f"Q 1 {r}"]
         if r == 0:
             ev += [f"R {p}" for p in peers]
         if release:
@@ -707,9 +710,12 @@ def check_cluster_reduce(program: Program) -> tuple[list[Proof], list[Violation]
             added = f"ranks {', '.join(map(str, peers))}" if peers else "no other rank"
             actual = (f"k-tile {k} (rank {owner}'s partial) is {'missing from' if got == 0 else f'{got} times in'} "
                       f"rank 0's sum: rank 0 adds {added} to its own")
-            cex = _reduce_cex(sch, owner, {}, "", f"k-tile {k} in rank 0's sum once (rank "
+            wg, th, reg, am, an = accumulator_map(program)   # consumer thread 0's accum[0]: its (m, n) of D
+            i0 = int(np.flatnonzero((wg == 0) & (th == 0) & (reg == 0))[0])
+            m0, n0 = int(am[i0]), int(an[i0])
+            cex = _reduce_cex(sch, 0, consumer_thread(0, 0), "accum[0]", f"k-tile {k} in rank 0's sum once (rank "
                               f"{owner} summed it)", actual, k_tiles, k_tile=k,
-                              element={"k_tile": k, "rank": owner, "tensor": sch.reduce_buffer},
+                              element={"tensor": "D", "m": m0, "n": n0, "k_tile": k, "rank": owner},
                               trace=tuple(f"rank {r}: k-tiles [{a}, {a + n})" for r, (a, n) in enumerate(ranges))
                               + (f"rank 0: peer loop r = {sch.reduce_from} .. {s - 1}",))
             violations.append(Violation(
@@ -718,7 +724,7 @@ def check_cluster_reduce(program: Program) -> tuple[list[Proof], list[Violation]
                 f"ranks, {actual}", "rank 0 adds the buffers of ranks 1 .. splits - 1 (peer loop from 1)",
                 where, cex))
             break
-    for kind, p in _reduce_happens_before(s, peers, sch.reduce_release)[:1]:
+    for kind, p in _reduce_happens_before(s, peers, sch.reduce_release, sch.reduce_acquire)[:1]:
         if kind == "exit":
             actual = (f"rank {p} passes the only cluster barrier, returns and exits (its shared memory is released) "
                       f"while rank 0 may still read {sch.reduce_buffer}[0] of rank {p} through ld.shared::cluster: "

@@ -552,6 +552,11 @@ def check_tile_scheduler(program: Program) -> Outcome:
         bad.append(f"scheduler {sch.decomposition!r} with splits={sch.splits}: a K split needs splits >= 2")
     if sch.decomposition not in ("splitk", "clusterk") and sch.splits != 1:
         bad.append(f"splits={sch.splits} only applies to scheduler 'splitk' or 'clusterk', not {sch.decomposition!r}")
+    if sch.decomposition == "clusterk" and (program.launch.cluster_m, program.launch.cluster_n) != (1, 1):
+        bad.append(f"clusterk launches clusters of its {sch.splits} k ranks; the launch node's multicast cluster "
+                   f"{program.launch.cluster_m}x{program.launch.cluster_n} cannot be beside it (a cluster of "
+                   f"{sch.splits * program.launch.cluster_m * program.launch.cluster_n} CTAs that the walk, the loads "
+                   "and the reduction would each read differently)")
     if bad:
         return _bad(rule, bad, "use schedule='cooperative' for stream-K/split-K/cluster-K, splits >= 2 only for "
                     "split-K and cluster-K", str(sch.loc))

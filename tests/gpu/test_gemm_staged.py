@@ -43,11 +43,20 @@ CASES = (
      ("A", "B", "D")),
     ("unaligned_a_pointer", GemmProblem(256, 256, 256, layout="tn", unaligned=("A",)), 0.0, ("A",)),
 )
-#: swap-AB kernels on staged problems (the kernel's A is the caller's B): (label, config, problem, beta)
+#: explicit configurations on staged problems -- swap-AB (the kernel's A is the caller's B), cluster-K: (label,
+#: config, problem, beta)
 SWAP_CASES = (
     ("swapab_m7_nn", GemmConfig(layout="nn", tile_m=64, tile_n=16, cluster_m=1, cluster_n=1, stages=8,
                                 schedule="pingpong", epi_m=64, epi_n=16, swap_ab=True),
      GemmProblem(7, 4096, 1000, layout="nn"), 0.5),
+    # session 29: cluster-K (the k loop split over a 4-CTA cluster, partial sums in distributed shared memory) on
+    # staged problems, without and with swap-AB (not on silicon yet: queued with the device step gemm-staged)
+    ("clusterk4_m300_colmajor_a", GemmConfig(layout="nt", tile_m=128, tile_n=16, cluster_m=1, cluster_n=1, stages=8,
+                                             epi_m=128, epi_n=16, scheduler="clusterk", splits=4),
+     GemmProblem(300, 8, 4096, layout="nt"), 0.5),
+    ("clusterk8_swapab_n33_rowmajor_d", GemmConfig(tile_m=128, tile_n=16, cluster_m=1, cluster_n=1, stages=8, epi_m=128,
+                                                   epi_n=16, scheduler="clusterk", splits=8, swap_ab=True),
+     GemmProblem(16, 33, 4096, layout="tn"), 0.0),
 )
 #: guard rows of D past M (they must keep the poison)
 GUARD_ROWS = 2

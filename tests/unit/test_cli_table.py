@@ -32,7 +32,7 @@ def test_table_lists_the_shipped_entries(capsys, empty_store):
     n_gemm = sum(e["kernel"] == "gemm" for e in shipped_entries())
     assert n_gemm > 13 and out.startswith(f"gemm: {n_gemm} entries; key = gpu | kernel | dtype | out_dtype | layout | bucket")
     assert "[shipped] NVIDIA H200 | bf16 | bf16 | tn | m4096_n4096_k4096 (measured at 4096x4096x4096): 128x256x64" in out
-    assert "cooperative clusterk " in out   # a cluster-K entry says how many ways its k loop is split
+    assert "cooperative cluster-K 8 (a cluster of 8 CTAs splits K)" in out   # how many ways its k loop is split
     assert "cuBLAS" in out and "attention" not in out
     assert main(["table", "--kernel", "moe"]) == 0
     out = capsys.readouterr().out

@@ -119,12 +119,14 @@ def test_other_schedules_have_no_cluster_reduce_obligation():
 @pytest.mark.parametrize("change,rule,rank,k_tile,register,k_tiles", [
     ({"split_remainder": False}, "scheduler.bijection", 0, 0, "", 1),
     ({"reduce_from": 0}, "scheduler.cluster_reduce", 0, -1, "accum[0]", 1),
-    ({"reduce_from": 2}, "scheduler.cluster_reduce", 1, 1, "", 2),
-    ({"reduce_from": 4}, "scheduler.cluster_reduce", 1, 1, "", 2),
+    # a partial never added: rank 0's consumer thread 0 stores D without k-tile 1 (rank 1's) in accum[0]
+    ({"reduce_from": 2}, "scheduler.cluster_reduce", 0, 1, "accum[0]", 2),
+    ({"reduce_from": 4}, "scheduler.cluster_reduce", 0, 1, "accum[0]", 2),
     ({"reduce_zero_empty": False}, "scheduler.cluster_reduce", 1, -1, "accum[0]", 1),
     ({"reduce_release": False}, "scheduler.cluster_reduce", 1, -1, "accum[0]", None),
+    ({"reduce_acquire": False}, "scheduler.cluster_reduce", 1, -1, "accum[0]", None),
 ], ids=["split_remainder", "reduce_from_0", "reduce_from_2", "reduce_from_4", "reduce_zero_empty",
-        "reduce_release"])
+        "reduce_release", "reduce_acquire"])
 def test_each_mistake_field_is_rejected_by_its_rule(program, change, rule, rank, k_tile, register, k_tiles):
     report = _report(program, **change)
     assert not report.ok
@@ -144,6 +146,17 @@ def test_reduce_release_race_names_the_exit_and_the_remote_read(program):
     assert "exits" in cex.actual and "ld.shared::cluster" in cex.actual
     assert cex.element == {"tensor": "sR", "rank": 1, "index": 0}
     assert any("no second cluster barrier" in step for step in cex.trace)
+
+
+def test_reduce_acquire_race_names_the_read_before_the_write(program):
+    cex = _report(program, reduce_acquire=False).violations[0].counterexample
+    assert "before rank 1 wrote it" in cex.actual and cex.element == {"tensor": "sR", "rank": 1, "index": 0}
+
+
+def test_a_partial_never_added_names_rank_0s_thread_and_its_element_of_d(program):
+    cex = _report(program, reduce_from=2).violations[0].counterexample
+    assert cex.thread["rank"] == 0 and cex.register == "accum[0]" and cex.k_tile == 1
+    assert cex.element["tensor"] == "D" and cex.element["m"] >= 0 and cex.element["n"] >= 0
 
 
 def test_reduce_from_0_reads_rank_0s_never_written_buffer(program):
@@ -202,3 +215,33 @@ def test_clusterk_fields_on_a_persistent_schedule_are_refused(change):
         persistent.replace_node("schedule", **change)
     with pytest.raises(DslError, match="describe the clusterk reduction"):
         dataclasses.replace(_node(decomposition="persistent", splits=1, reduce_buffer=""), **change)
+
+
+
+def test_the_launch_has_no_multicast_cluster_beside_the_k_split(program):
+    """clusterk launches clusters of its splits CTAs (clusterDim.x = kClusterK, from the schedule node): a launch
+    node with a multicast cluster beside it is refused by rule tile_scheduler."""
+    report = verify_gemm(program.replace_node("launch", cluster_m=2), smt=False)
+    assert "tile_scheduler" in report.rules_violated(), report.format()
+    assert any("cannot be beside it" in v.message for v in report.violations if v.rule == "tile_scheduler")
+
+
+@pytest.mark.parametrize("change,printed", [
+    ({}, ("constexpr int kClusterK = 4;", "kSplitRemainder = true;", "kReduceFrom = 1;", "kReduceZeroEmpty = true;",
+          "kReduceAcquire = true;", "kReduceRelease = true;")),
+    ({"split_remainder": False}, ("kSplitRemainder = false;",)),
+    ({"reduce_from": 2}, ("kReduceFrom = 2;",)),
+    ({"reduce_zero_empty": False}, ("kReduceZeroEmpty = false;",)),
+    ({"reduce_acquire": False}, ("kReduceAcquire = false;",)),
+    ({"reduce_release": False}, ("kReduceRelease = false;",)),
+], ids=["correct", "split_remainder", "reduce_from", "reduce_zero_empty", "reduce_acquire", "reduce_release"])
+def test_every_cluster_k_field_is_printed_into_the_kernel(program, change, printed):
+    """What the verifier reasons about is what the template prints: each schedule field, mutated, reaches the .cu
+    as the constant the kernel's fixup_cluster and Scheduler::current read."""
+    from argus_cutlass.render.gemm import render_gemm
+
+    source = render_gemm(program.replace_node("schedule", **change) if change else program)
+    for text in printed:
+        assert text in source, text
+    for const in ("kSplitRemainder", "kReduceFrom", "kReduceZeroEmpty", "kReduceAcquire", "kReduceRelease"):
+        assert f"({const}" in source or f" {const} " in source or f"{const} ?" in source or f"= {const}" in source, const

@@ -93,6 +93,7 @@ def test_decomposition_needs_the_cooperative_schedule():
     assert all((c.cluster_m, c.cluster_n) == (1, 1) for c in s.all if c.scheduler == "clusterk")
     ck = s.default().replace(cluster_m=1, scheduler="clusterk", splits=4)
     assert s.contains(ck) and not s.contains(ck.replace(cluster_m=2))
+    assert not s.contains(ck.replace(swizzle=4))   # one tile per cluster: padding units would be idle clusters
     assert not s.contains(ck.replace(splits=3))   # not a listed pair
     pp = s.config(schedule="pingpong", tile_m=64)
     assert s.contains(pp) and not s.contains(pp.replace(scheduler="streamk"))

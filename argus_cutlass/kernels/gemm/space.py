@@ -15,7 +15,7 @@ The single feasibility function is :func:`feasible`: it *is* the verifier
 
 >>> space = GemmSpace()
 >>> space.size
-256608
+228096
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]
@@ -95,8 +95,10 @@ def admissible(values: dict[str, Any]) -> bool:
     if values.get("acc_sets", 1) > 1 and not (values.get("swap_ab", False) and schedule == "pingpong"
                                                and values.get("tile_n", 256) <= 32):
         return False
-    if dec[0] == "clusterk" and tuple(values.get("cluster", (1, 1))) != (1, 1):
-        return False   # the cluster is the k split (no multicast cluster beside it: the DSL refuses one)
+    if dec[0] == "clusterk" and (tuple(values.get("cluster", (1, 1))) != (1, 1) or values.get("swizzle", 1) != 1):
+        # the cluster is the k split (no multicast cluster beside it: the DSL refuses one); one tile per cluster,
+        # so a swizzle's padding units would launch whole clusters of idle CTAs
+        return False
     return dec[0] == "persistent" or schedule == "cooperative"
 
 
@@ -170,7 +172,7 @@ class GemmSpace:
         """Number of configurations (before feasibility)."""
         if self.allowed is not None:
             return len(self.allowed)
-        coupled = ("schedule", "decomposition", "tile_m", "acc_sets", "swap_ab", "tile_n", "cluster")  # admissible() relates them
+        coupled = ("schedule", "decomposition", "tile_m", "acc_sets", "swap_ab", "tile_n", "cluster", "swizzle")  # admissible() relates them
         n = 1
         for name, frag in self.fragments.items():
             if name not in coupled:
