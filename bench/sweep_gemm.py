@@ -626,8 +626,9 @@ def cluster_k_ctas(cfg: Any, m: int, n: int, k: int) -> int:
     """
     if cfg.scheduler != "clusterk":
         return 0
-    km, kn, _ = cfg.kernel_problem(m, n, k)
-    return -(-km // cfg.tile_m) * -(-kn // cfg.tile_n) * cfg.splits
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
+
+    return GemmProblem(m, n, k, cfg.dtype, cfg.out_dtype, cfg.layout).launched_units(cfg)
 
 
 def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] | None, args: argparse.Namespace,

@@ -379,24 +379,33 @@ class GemmProblem:
                 "argus_cutlass.generate.generate(cfg, problem)): the proofs are then stated for its K",
             )
 
-    def check_walk(self, config: Any) -> None:
-        """Check that the work units the printed scheduler of ``config``'s kernel walks for this problem
-        (``make_walk`` of ``templates/gemm/scheduler.j2``, modelled by the verifier's
+    def launched_units(self, config: Any) -> int:
+        """The work units the printed scheduler of ``config``'s kernel walks for this problem (``make_walk`` of
+        ``templates/gemm/scheduler.j2``, modelled by the verifier's
         :func:`~argus_cutlass.verify.decomposition.walk_geometry`: output tiles padded to whole clusters and
-        swizzle blocks) fit its 32-bit ``int`` count. Requires a problem :meth:`validate_any` accepts.
-
-        Raises:
-            ProblemError: ``problem.size`` naming M, N, the tile and the count.
-        """
+        swizzle blocks), times the CTAs per unit a cluster-K kernel launches (``templates/gemm/host.j2``: one
+        unit per cluster of ``splits`` CTAs; 1 for the others)."""
         from argus_cutlass.verify.decomposition import walk_geometry
 
         km, kn = (self.n, self.m) if config.swap_ab else (self.m, self.n)
         units = walk_geometry(-(-km // config.tile_m), -(-kn // config.tile_n), config.cluster_m, config.cluster_n,
                               max_swizzle=config.swizzle).units
+        return units * (config.splits if config.scheduler == "clusterk" else 1)
+
+    def check_walk(self, config: Any) -> None:
+        """Check that the work units the printed scheduler of ``config``'s kernel walks for this problem
+        (:meth:`launched_units`; a cluster-K kernel's grid of units x splits CTAs) fit its 32-bit ``int``
+        count. Requires a problem :meth:`validate_any` accepts.
+
+        Raises:
+            ProblemError: ``problem.size`` naming M, N, the tile and the count.
+        """
+        units = self.launched_units(config)
         if units > MAX_WALK_UNITS:
             raise ProblemError(
                 "problem.size", f"M x N = {self.m} x {self.n}: the kernel's {config.tile_m} x {config.tile_n} tiles "
-                f"(cluster {config.cluster_m} x {config.cluster_n}, swizzle {config.swizzle}) make {units} work units, "
+                f"(cluster {config.cluster_m} x {config.cluster_n}, swizzle {config.swizzle}) make {units} work units"
+                + (f" (CTAs: a cluster of {config.splits} per unit)" if config.scheduler == "clusterk" else "") + ", "
                 "more than the scheduler's 32-bit count leaves room for (2**31 - 2**16: the persistent loop "
                 "steps past the last unit in int)",
                 "split M or N and run one GEMM per part, or use larger tiles")
