@@ -327,6 +327,19 @@ class EpisodeResult:
         return None
 
 
+def untuned_choice(problem: Problem, space: GemmSpace) -> list[GemmConfig]:
+    """The configuration ``argus-cutlass gemm`` runs for ``problem`` without a tuned entry (the calibrated cost
+    model's first choice of the declared sub-space, :func:`~argus_cutlass.agent.costmodel.costmodel_choice`,
+    ranked with its measured residuals), as a list of one when it is a feasible point of ``space``, else empty.
+    ``tune --shapes`` / ``--model`` (:func:`~argus_cutlass.agent.tune_many.plan_candidates`) measures it right
+    after the heuristic: the analytic order of the whole space lacks those
+    residuals (session 29: the cluster-K kernel that wins 8x8x4096 ranks ~1000th there)."""
+    from argus_cutlass.agent.costmodel import costmodel_choice
+
+    cfg = costmodel_choice(problem.m, problem.n, problem.k, problem.dtype, problem.out_dtype, problem.layout)
+    return [cfg] if cfg is not None and space.contains(cfg) and feasible(cfg)[0] else []
+
+
 def start_config(problem: Problem, space: GemmSpace) -> GemmConfig:
     """The heuristic's config when it is a feasible point of ``space``, else the best
     predicted feasible one."""

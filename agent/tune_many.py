@@ -132,13 +132,15 @@ def _space(dtype: str, out_dtype: str, layout: str) -> Any:
 def plan_candidates(problem: Problem, budget: int) -> list[GemmConfig]:
     """The first ``budget`` candidates of ``problem`` in the planner's order: the heuristic's
     configuration (when feasible; the tuning episode's ``baseline`` step), then
+    :func:`~argus_cutlass.agent.planner.untuned_choice` (what runs without a tuned entry), then
     :func:`~argus_cutlass.agent.planner.ranked_feasible` (cost model order, verifier-accepted)."""
-    from argus_cutlass.agent.planner import ranked_feasible, start_config
+    from argus_cutlass.agent.planner import ranked_feasible, start_config, untuned_choice
 
     space = _space(problem.dtype, problem.out_dtype, problem.layout)
-    first = start_config(problem, space)
-    rest = ranked_feasible(space, problem, {first}, limit=max(0, budget - 1))
-    return ([first] + rest)[:budget]
+    first = [start_config(problem, space)]
+    first += [c for c in untuned_choice(problem, space) if c not in first]
+    rest = ranked_feasible(space, problem, set(first), limit=max(0, budget - len(first)))
+    return (first + rest)[:budget]
 
 
 def _plan_task(plan: Callable[[Problem, int], list[GemmConfig]], problem: Problem, budget: int) -> list[dict]:
