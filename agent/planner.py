@@ -39,7 +39,7 @@ STATUSES = ("ok", "verify_failed", "compile_error", "check_failed", "launch_erro
 
 
 #: proposal ids that are not knowledge-base techniques (no action value is learnt for them)
-NON_TECHNIQUE_ACTIONS = frozenset({"baseline", "cost_model_rank", "random"})
+NON_TECHNIQUE_ACTIONS = frozenset({"baseline", "untuned", "cost_model_rank", "random"})
 
 
 @dataclass(frozen=True)
@@ -358,12 +358,18 @@ def start_config(problem: Problem, space: GemmSpace) -> GemmConfig:
 
 def run_episode(problem: Problem, space: GemmSpace, policy: Policy, evaluate: Evaluator,
                 budget: int, batch: int = 1, log: Callable[[Step], None] | None = None,
-                max_rejections: int | None = None) -> EpisodeResult:
+                max_rejections: int | None = None, seed_untuned: bool = False) -> EpisodeResult:
     """Tune ``problem`` over ``space`` with ``policy``: at most ``budget`` measured candidates.
+
+    The first round measures the heuristic's configuration (``baseline``) and, with ``seed_untuned``,
+    :func:`untuned_choice` (``untuned``: what ``argus-cutlass gemm`` runs without a tuned entry), then the
+    policy proposes.
 
     Args:
         evaluate: measures a batch of verified configs (``Measurement`` per config, in order).
         batch: proposals per round (compiled together).
+        seed_untuned: measure the untuned choice right after the baseline (`argus-cutlass tune gemm` does;
+            off for comparing policies, `bench/agent_eval.py`).
         log: called with every :class:`Step` as soon as it is known (incremental log).
         max_rejections: proposals the verifier may reject before the episode stops
             (default ``4 * budget``), so a policy stuck on infeasible configs terminates.
@@ -380,6 +386,10 @@ def run_episode(problem: Problem, space: GemmSpace, policy: Policy, evaluate: Ev
             log(step)
 
     pending = [Proposal(Action("baseline", (), "heuristic / best predicted start"), state.incumbent)]
+    if seed_untuned:   # what runs untuned is measured too: a tuned entry is then never slower than no entry
+        pending += [Proposal(Action("untuned", (), "the cost model's untuned choice (argus-cutlass gemm without "
+                                    "a tuned entry)"), c)
+                    for c in untuned_choice(problem, space) if c != state.incumbent]
     while state.measured < budget:
         if not pending:
             pending = policy.propose(state, min(batch, budget - state.measured))

@@ -124,11 +124,13 @@ def make_policy(args: Any, log: TuneLog | None = None, values: Any = None) -> Po
 
 def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budget: int,
          batch: int = 4, log: TuneLog | None = None, sources: dict | None = None,
-         quiet: bool = False) -> EpisodeResult:
+         quiet: bool = False, seed_untuned: bool = True) -> EpisodeResult:
     """Run one episode and write the log and the best ``.cu`` to ``out``.
 
     ``sources`` maps configs to their rendered source (the GPU evaluator's); the best one is
     rendered again when absent. ``quiet``: no progress bar or per-candidate lines on stderr.
+    ``seed_untuned``: the second candidate measured is what ``argus-cutlass gemm`` runs without a tuned entry
+    (:func:`~argus_cutlass.agent.planner.untuned_choice`), so the episode's best is never slower than it.
     """
     from argus_cutlass.generate import generate
 
@@ -144,7 +146,7 @@ def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budge
 
     try:
         result = run_episode(problem, GemmSpace(problem.dtype, problem.out_dtype, problem.layout),
-                             policy, evaluate, budget, batch=batch, log=on_step)
+                             policy, evaluate, budget, batch=batch, log=on_step, seed_untuned=seed_untuned)
     finally:
         progress.close()
     best_path = None

@@ -60,6 +60,10 @@
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk-wide  # cluster-K on 128x64 / 128x128 tiles, mid-size rows (~6 min)
 #   bash bench/device_pending.sh OUTDIR mutants-clusterk  # the 6 cluster-K mutants built without the verifier, run (~2 min)
 #   bash bench/device_pending.sh OUTDIR clusterk-product  # the main job on shapes where it now picks cluster-K
+#   bash bench/device_pending.sh OUTDIR explore-tiles PLAN  # bench/explore_tiles.py on a plan (bench/plans/*.json): copies
+#                                                     # outside the declared sub-space, one build, timed from graphs
+#   bash bench/device_pending.sh OUTDIR cublas-kernels [BELOW]  # the kernels cuBLAS runs (names: tile, cluster, split) on
+#                                                     # the graph table's rows where cuBLAS / ours < BELOW (0.95), ~1 min
 #   bash bench/device_pending.sh OUTDIR graph-product # the product's --timing graph: runtime GPU tests + the main job both ways
 #   bash bench/device_pending.sh OUTDIR compile-latency  # cold nvcc build per family (fresh cache) + in-process hit
 #   bash bench/device_pending.sh OUTDIR gemm-swap     # swap-AB GPU cases incl. the decode K splits (stream-K, split-K)
@@ -87,7 +91,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -356,6 +360,17 @@ case "$STEP" in
       timeout 120 argus-cutlass gemm --m $M --n $N --k $K --out "/tmp/cli_$M" 2>&1 | tee -a "$OUT/clusterk_product.log" \
         | grep -v "^wrote\|^compil\|^verified\|^path\|^why" | cut -c1-220
     done ;;
+  explore-tiles)
+    # session 30: cuBLAS (nvjet) runs the mid-size rows on tiles sized to the SM count (N tiles of 56, 80, 96, 104,
+    # 112, 144, 160, 168; 13-16 stages of 64x64): such copies, built in one batch, timed from graphs beside each row's
+    # best and cuBLAS
+    timeout 560 python3 "$R/bench/explore_tiles.py" --plan "$R/${3:?explore-tiles needs a plan}" \
+      --table "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" --out "$OUT/explore_tiles.json" 2>&1 \
+      | tee "$OUT/explore_tiles.log" | grep -v "^generated" | tail -150 ;;
+  cublas-kernels)
+    # session 30: which cuBLAS kernels win the mid-size rows (torch profiler: names and GPU durations)
+    timeout 300 python3 "$R/bench/cublas_kernels.py" --table "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" \
+      --below "${3:-0.95}" --out "$OUT/cublas_kernels.json" 2>&1 | tee "$OUT/cublas_kernels.log" | cut -c1-400 | tail -40 ;;
   graph-product)
     # session 28: the product's graph timing (runtime.cuda.Graph, runtime.check.time_graph, --timing graph), first
     # silicon: the GPU tests, then the main job timed both ways on a decode shape

@@ -57,6 +57,14 @@ SCHEDULER_CASES = (
     (GemmConfig(layout="nt", tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=3), 256, 1000, 5000),
     (GemmConfig(dtype="fp16", out_dtype="fp16", layout="tt", tile_m=64, tile_n=128, cluster_m=1,
                 stages=8, schedule="pingpong", epi_m=64), 1000, 5000, 72),
+    # session 30: tile widths between the powers of two (wgmma N 80 / 112 / 160 / 168, CuTe's extended shapes),
+    # residues in every mode (N not a multiple of the width), split-K, 2-CTA clusters, an 8-wide epilogue subtile
+    (GemmConfig(tile_n=112, cluster_m=1, stages=7, epi_n=16), 1000, 5000, 4104),
+    (GemmConfig(layout="nt", out_dtype="fp32", tile_n=80, cluster_m=1, stages=6, epi_n=16), 300, 1000, 520),
+    (GemmConfig(tile_n=168, cluster_m=2, stages=5, epi_n=8), 520, 5000, 2000),
+    (GemmConfig(dtype="fp16", out_dtype="fp16", layout="tt", tile_n=160, cluster_m=1, stages=5, scheduler="splitk",
+                splits=2), 256, 5000, 5000),
+    (GemmConfig(tile_m=256, tile_n=160, cluster_m=1, cluster_n=2, stages=4), 520, 10240, 1000),
 )
 
 _SWAP_PP16 = GemmConfig(tile_m=64, tile_n=16, cluster_m=1, cluster_n=1, stages=8, schedule="pingpong",
@@ -99,6 +107,10 @@ SWAP_CASES = (
     (_SWAP_SK16.replace(reduction="nondeterministic"), 7, 1000, 5000, 0.5),   # stream-K: units start mid-tile
     (_SWAP_SK16.replace(scheduler="splitk", splits=2, tile_k=128, stages=6, acc_sets=2,
                         reduction="nondeterministic"), 16, 4096, 14336, 0.0),
+    # session 30: swap-AB tiles of 56 and 104 rows of M (wgmma N 56 / 104, an 8-wide epilogue subtile)
+    (_SWAP_PP16.replace(tile_n=56, epi_n=8, stages=12), 100, 4096, 4096, 0.0),
+    (_SWAP_PP16.replace(tile_n=104, epi_n=8, stages=9, layout="nt", dtype="fp16", out_dtype="fp32"), 100, 1000, 520,
+     0.5),
 )
 
 
@@ -183,7 +195,8 @@ def test_gemm_matches_fp32_reference(case, kernels, gpu_device):
     assert result.passed, f"relative error {result.rel_error:.3e} > {result.tolerance:.1e}"
 
 
-@pytest.mark.parametrize("case", SCHEDULER_CASES, ids=lambda c: f"{c[0].scheduler}-{c[0].schedule}-{c[1]}x{c[2]}x{c[3]}")
+@pytest.mark.parametrize("case", SCHEDULER_CASES,
+                         ids=lambda c: f"{c[0].scheduler}-{c[0].schedule}-{c[0].tile_m}x{c[0].tile_n}-{c[1]}x{c[2]}x{c[3]}")
 def test_tile_schedulers_match_fp32_reference(case, kernels, gpu_device):
     cfg, m, n, k = case
     problem = GemmProblem(m, n, k, dtype=cfg.dtype, out_dtype=cfg.out_dtype, layout=cfg.layout)

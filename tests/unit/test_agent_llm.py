@@ -150,10 +150,28 @@ def test_server_error_midway_keeps_the_log(tmp_path):
         pol = LLMPolicy(srv.url, "m", "k", max_retries=0)
         log = TuneLog(tmp_path / log_name(PROBLEM))
         with pytest.raises(LLMError, match="HTTP 500"):
-            tune(PROBLEM, pol, evaluate, tmp_path, budget=4, batch=1, log=log)
+            tune(PROBLEM, pol, evaluate, tmp_path, budget=4, batch=1, log=log, seed_untuned=False)
         log.close()
     lines = [json.loads(x) for x in (tmp_path / log_name(PROBLEM)).read_text().splitlines()]
     assert [x["technique"] for x in lines if x["event"] == "candidate"] == ["baseline", "raster_order"]
+
+
+def test_tune_measures_the_untuned_choice_second(tmp_path):
+    """``tune`` (``argus-cutlass tune gemm``) measures the cost model's untuned choice right after the heuristic:
+    the episode's best is then never slower than what runs without a tuned entry."""
+    from argus_cutlass.agent.planner import untuned_choice
+    from argus_cutlass.agent.tune import tune
+    from argus_cutlass.kernels.gemm.space import GemmSpace
+
+    (choice,) = untuned_choice(PROBLEM, GemmSpace(PROBLEM.dtype, PROBLEM.out_dtype, PROBLEM.layout))
+    with ScriptedServer([GOOD, GOOD]) as srv:
+        res = tune(PROBLEM, LLMPolicy(srv.url, "m", "k", max_retries=0), evaluate, tmp_path, budget=2, batch=1)
+    assert [s.action.technique for s in res.steps] == ["baseline", "untuned"]
+    assert res.steps[1].config == choice and res.steps[1].measured
+    with ScriptedServer([GOOD, GOOD]) as srv:
+        res = tune(PROBLEM, LLMPolicy(srv.url, "m", "k", max_retries=0), evaluate, tmp_path / "off", budget=2,
+                   batch=1, seed_untuned=False)
+    assert [s.action.technique for s in res.steps] == ["baseline", "raster_order"]
 
 
 def test_parse_reply_schema():

@@ -73,7 +73,9 @@ def test_full_space_matches_issue_fragments():
     s = GemmSpace()
     f = s.fragments
     assert f["tile_m"].domain() == (64, 128, 256)
-    assert f["tile_n"].domain() == (16, 32, 64, 128, 192, 256)  # 16 and 32 for swap-AB
+    # 16 and 32 for swap-AB; the widths between the powers of two (session 30) fill whole waves of SMs
+    assert f["tile_n"].domain() == (16, 32, 56, 64, 80, 96, 104, 112, 128, 160, 168, 192, 256)
+    assert f["epi_n"].domain() == (8, 16, 32, 64)
     assert f["swap_ab"].domain() == (False, True)
     assert f["stages"].domain() == tuple(range(2, 13))
     assert f["tile_k"].domain() == (64, 128)
@@ -83,6 +85,19 @@ def test_full_space_matches_issue_fragments():
     assert set(f["raster"].domain()) == {"along_m", "along_n"}
     assert {d[0] for d in f["decomposition"].domain()} == {"persistent", "streamk", "splitk", "clusterk"}
     assert s.size == len(s.all)
+
+
+def test_epilogue_subtile_divides_the_tile_and_is_8_wide_only_on_odd_multiples_of_8():
+    """admissible: every point's epi_n divides its tile_n (the verifier's epilogue.tile), 8 exactly where tile_n is
+    an odd multiple of 8 (56, 104, 168); each such width has points, each verified one feasible."""
+    s = GemmSpace()
+    pairs = {(c.tile_n, c.epi_n) for c in s.all}
+    assert all(tn % en == 0 and (en == 8) == (tn % 16 != 0) for tn, en in pairs)
+    assert {tn for tn, en in pairs if en == 8} == {56, 104, 168}
+    assert {tn for tn, _ in pairs} == set(s.fragments["tile_n"].domain())
+    c = next(c for c in s.all if c.tile_n == 104 and c.swap_ab and c.schedule == "pingpong" and c.stages == 9
+             and c.tile_k == 64 and (c.cluster_m, c.cluster_n) == (1, 1))
+    assert feasible(c)[0]
 
 
 def test_decomposition_needs_the_cooperative_schedule():
@@ -196,7 +211,7 @@ def test_declared_decode_configurations_round_trip_their_knobs_and_are_feasible(
         assert {(c.tile_m, c.tile_n, c.tile_k, c.acc_sets) for c in decode} == {
             (64, 16, 128, 1), (64, 32, 128, 1), (64, 64, 128, 1), (128, 16, 128, 1), (64, 16, 64, 2), (64, 16, 128, 2),
             (64, 32, 128, 2)}   # the last: session 27 (gemm-k128b)
-        assert len(space) == 95 and len({structure_key(c) for c in space}) == 95   # the sets are part of the key
+        assert len(space) == 106 and len({structure_key(c) for c in space}) == 106   # the sets are part of the key
         for cfg in decode:
             assert feasible(cfg)[0], cfg
             assert GemmConfig(**{**derive(knob_values(cfg)), "dtype": cfg.dtype, "out_dtype": cfg.out_dtype,

@@ -15,7 +15,7 @@ The single feasibility function is :func:`feasible`: it *is* the verifier
 
 >>> space = GemmSpace()
 >>> space.size
-228096
+296208
 >>> space.default().tile
 (128, 256, 64)
 >>> feasible(space.default())[0]
@@ -59,14 +59,14 @@ def default_fragments() -> dict[str, Fragment]:
     take any divisor of ``tile_k / 16``, a configuration may set one outside the space)."""
     return {
         "tile_m": EnumFragment((64, 128, 256), 128),
-        "tile_n": EnumFragment((16, 32, 64, 128, 192, 256), 256),
+        "tile_n": EnumFragment((16, 32, 56, 64, 80, 96, 104, 112, 128, 160, 168, 192, 256), 256),
         "tile_k": EnumFragment((64, 128), 64),
         "cluster": EnumFragment(((1, 1), (2, 1), (1, 2)), (2, 1)),
         "stages": IntRangeFragment(2, 12, 4),
         "schedule": EnumFragment(("cooperative", "pingpong"), "cooperative"),
         "raster": EnumFragment(("along_n", "along_m"), "along_n"),
         "swizzle": EnumFragment((1, 2, 4, 8), 1),
-        "epi_n": EnumFragment((16, 32, 64), 32),
+        "epi_n": EnumFragment((8, 16, 32, 64), 32),
         "decomposition": EnumFragment((("persistent", 1), ("streamk", 1), ("splitk", 2), ("splitk", 4),
                                        ("clusterk", 2), ("clusterk", 4), ("clusterk", 8)), ("persistent", 1)),
         "swap_ab": EnumFragment((False, True), False),
@@ -83,6 +83,9 @@ def admissible(values: dict[str, Any]) -> bool:
     Without the second constraint the planner verifies thousands of such tiles for a small M
     before it reaches a feasible one.
 
+    The epilogue subtile's width ``epi_n`` divides ``tile_n`` (rule ``epilogue.tile``), and is 8 exactly on the
+    tile widths that are an odd multiple of 8.
+
     Accumulator sets (``acc_sets`` > 1) only where one warpgroup's chain of narrow wgmmas is the whole tile's
     k loop: swap-AB, ping-pong, ``tile_n <= 32`` (measured on the H200, session 26, device step gemm-k128: 9-11 %
     faster on the 64 x 16 swap-AB tile; no gain on the 128-row cooperative tile, whose two warpgroups already run
@@ -90,6 +93,11 @@ def admissible(values: dict[str, Any]) -> bool:
     be a twin with the same predicted time (the cost model does not model the chain)."""
     dec = values.get("decomposition", ("persistent", 1))
     schedule = values.get("schedule", "cooperative")
+    tile_n, epi_n = values.get("tile_n", 256), values.get("epi_n", 32)
+    if tile_n % epi_n or (epi_n == 8) != (tile_n % 16 != 0):
+        # the epilogue subtile divides the tile (the verifier's epilogue.tile); 8-wide subtiles only on the widths
+        # that are an odd multiple of 8 (56, 104, 168), where no wider one divides
+        return False
     if schedule == "cooperative" and values.get("tile_m", 128) % 128:
         return False
     if values.get("acc_sets", 1) > 1 and not (values.get("swap_ab", False) and schedule == "pingpong"
@@ -172,7 +180,8 @@ class GemmSpace:
         """Number of configurations (before feasibility)."""
         if self.allowed is not None:
             return len(self.allowed)
-        coupled = ("schedule", "decomposition", "tile_m", "acc_sets", "swap_ab", "tile_n", "cluster", "swizzle")  # admissible() relates them
+        coupled = ("schedule", "decomposition", "tile_m", "acc_sets", "swap_ab", "tile_n", "cluster", "swizzle",
+                   "epi_n")  # admissible() relates them
         n = 1
         for name, frag in self.fragments.items():
             if name not in coupled:
@@ -286,7 +295,7 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (95 configs, before the verifier; a new list of the memoised configurations,
+    """The declared sub-space (106 configs, before the verifier; a new list of the memoised configurations,
     whose stages :func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages` fits once per flavor): the
     candidate set of the sweeps
     (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
@@ -306,11 +315,16 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     per-stage cost, not by bytes in flight): 128-deep k-tiles (64x16, 64x32 ping-pong 8 stages, 64x64
     the 6 that fit, 128x16 cooperative 6) and 2 accumulator sets (64x16 ping-pong at k 64 x 12 stages and at k 128 x 8);
     64x32 ping-pong at k 128 x 8 with 2 sets (session 27, device step gemm-k128b: 6-9 % off M = 32 / 64 decode rows).
-    7 cluster-K kernels for few-tile GEMMs with a long k loop (session 29, device step gemm-clusterk: the k loop
+    8 cluster-K kernels for few-tile GEMMs with a long k loop (session 29, device step gemm-clusterk: the k loop
     split over a cluster of 2 / 4 / 8 CTAs, partial sums added through distributed shared memory): swap-AB
     128x16 cooperative with 2, 4 and 8 ranks and 128x32 with 4; without swap-AB 128x16 with 4 and 8, 128x32
-    with 4 (wider cluster-K tiles, 128x64 / 128x128, are built and verified but not timed yet: not declared).
-    95 in all. Stages are fitted to shared memory.
+    with 4; swap-AB 128x64 with 4 (session 30, device step gemm-clusterk-wide: the 128x64 tile wins two mid-size
+    rows from graphs, the 128x128 tile with 2 or 4 ranks none, not declared).
+    10 kernels with tile widths between the powers of two, so that a mid-size GEMM's tiles fill whole waves of 132
+    SMs (session 30, device steps cublas-kernels and explore-tiles: cuBLAS runs such widths on the rows it won):
+    cooperative 128x80, 128x96, 128x112, 128x168 (clusters 1x1 and 2x1), 128x160 split-K 2, 256x160 (clusters 1x1
+    and 1x2); swap-AB ping-pong 64x56 and 64x104 (M ~ 100 in 2 tiles of 56 or one of 104).
+    106 in all. Stages are fitted to shared memory.
     """
     return list(_declared_subspace(dtype, out_dtype, layout))
 
@@ -366,8 +380,32 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
     # 16.7 -> 8.8 us, 512x8x4096 12.6 -> 6.5 us, cuBLAS 5.7 / 9.7 / 7.2 us), swap-AB and not
     out += [swap(128, 16, "cooperative", 8, scheduler="clusterk", splits=s) for s in (2, 4, 8)]
     out += [swap(128, 32, "cooperative", 8, scheduler="clusterk", splits=4)]
+    # mid-size swap-AB GEMMs: cluster-K 4 on the 128x64 tile (session 30, device step gemm-clusterk-wide, from graphs:
+    # 100x1024x8192 17.0 -> 13.5 us, 256x768x2048 9.8 -> 8.5 us; the 128x128 tile with 2 / 4 ranks won no row)
+    out += [swap(128, 64, "cooperative", 7, scheduler="clusterk", splits=4)]
     out += [fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=128, tile_n=tn, tile_k=64,
                                   cluster_m=1, cluster_n=1, stages=8, schedule="cooperative", epi_m=128, epi_n=tn,
                                   scheduler="clusterk", splits=s))
             for tn, s in ((16, 4), (16, 8), (32, 4))]
+    # tile widths between the powers of two (wgmma N a multiple of 8; PTX ISA 9.7.15.5), so that a mid-size GEMM's
+    # tile count lands on a whole number of waves of 132 SMs (session 30, device steps cublas-kernels: cuBLAS runs
+    # 56 / 80 / 96 / 104 / 112 / 160 / 168-wide tiles on the rows it won; explore-tiles: the same widths here took
+    # e.g. 512x10240x8192 from 0.82x to 1.01x cuBLAS, 256x5120x25600 from 0.82x to 0.99x)
+    for (tm, tn, sch, epi_n), (cm, cn), (scheduler, splits) in (
+            ((128, 80, "cooperative", 16), (1, 1), ("persistent", 1)),
+            ((128, 96, "cooperative", 32), (1, 1), ("persistent", 1)),
+            ((128, 112, "cooperative", 16), (1, 1), ("persistent", 1)),
+            ((128, 168, "cooperative", 8), (1, 1), ("persistent", 1)),
+            ((128, 168, "cooperative", 8), (2, 1), ("persistent", 1)),
+            ((128, 160, "cooperative", 32), (1, 1), ("splitk", 2)),
+            ((256, 160, "cooperative", 32), (1, 1), ("persistent", 1)),
+            ((256, 160, "cooperative", 32), (1, 2), ("persistent", 1))):
+        out.append(fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn,
+                                         tile_k=64, cluster_m=cm, cluster_n=cn, stages=8, schedule=sch, epi_m=128,
+                                         epi_n=epi_n, scheduler=scheduler, splits=splits)))
+    # swap-AB at M ~ 100: 56 / 104 rows of M per tile (2 tiles of 56 or one of 104 cover 100; 64 / 128 waste 28 %)
+    out += [fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=64, tile_n=tn, tile_k=64,
+                                  cluster_m=1, cluster_n=1, stages=st, schedule="pingpong", epi_m=64, epi_n=8,
+                                  swap_ab=True))
+            for tn, st in ((56, 12), (104, 9))]
     return tuple(out)

@@ -1,0 +1,138 @@
+"""Configurations outside the declared GEMM sub-space tried on many shapes at once: one build batch for all of
+them (every core busy), then each shape timed from CUDA graphs beside its sweep-table best and cuBLAS.
+
+    python3 bench/explore_tiles.py --plan plan.json --table bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json \
+        --out explore.json
+
+``--plan``: a JSON object ``{"MxNxK": [SPEC, ...], ...}``; a SPEC is ``SELECTOR`` or ``SELECTOR:FIELD=VALUE,...``:
+a kernel of :func:`~argus_cutlass.kernels.gemm.space.declared_subspace` picked by a selector (substrings joined by
+``+``, as ``profile_gemm.py --kernels``; it must match exactly one kernel) or ``best`` (the row's fastest kernel in
+``--table``), with fields changed (``profile_gemm.py --also``; e.g. ``64x64x64_c1x1_s8_pp_e64x32_rn1:tile_n=56,
+epi_n=8,stages=12``). A copy the verifier refuses is printed with the rule and skipped. The kernels are built,
+checked against the fp32 reference (``bench/agent_eval.py``'s check shapes) and timed as the sweep times them
+(``agent_eval.measure_shape``, ``--graph``: back-to-back launches replayed from a CUDA graph, operands rotated,
+interleaved with cuBLAS in ``--rounds`` rounds, medians). Prints per shape each kernel's time and cuBLAS / ours;
+``--out`` keeps them as JSON (``{"MxNxK": {"cublas_ms": .., "kernels": {name: ms}, "configs": {name: config}}}``).
+Needs torch and a Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import agent_eval  # noqa: E402  (bench/agent_eval.py: the sweep's build and timing)
+from agent_eval import select  # noqa: E402
+from profile_gemm import table_best, table_config  # noqa: E402
+
+
+def resolve(spec: str, key: str, space: dict, table: str | None):
+    """The configuration a SPEC names for row ``key`` (module docstring).
+
+    Raises:
+        ValueError: the selector matches no kernel or more than one, ``best`` without a table row, or a field
+            assignment the configuration model refuses (the message names the spec).
+    """
+    from overrides import assignments
+
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    sel, _, change = spec.partition(":")
+    if sel == "best":
+        if not table:
+            raise ValueError(f"{spec!r}: 'best' needs --table")
+        name = table_best(table, key)
+        if name.startswith("error: "):
+            raise ValueError(f"{spec!r} on {key}: {name[7:]}")
+        hit = [nm for nm in space if nm.rpartition("_")[0] == name.rpartition("_")[0]]
+        rec = table_config(table, name)
+        if not hit and rec is None:
+            raise ValueError(f"{spec!r} on {key}: {name} is neither declared nor recorded in the table")
+        cfg = space[hit[0]] if hit else GemmConfig(**rec)
+    else:
+        names = select(list(space), sel)
+        if len(names) != 1:
+            raise ValueError(f"{spec!r}: selector {sel!r} matches {len(names)} kernels ({', '.join(names[:4])})")
+        cfg = space[names[0]]
+    return cfg.replace(**assignments(GemmConfig, change)) if change else cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plan", required=True, help="JSON: {MxNxK: [SPEC, ...]}")
+    ap.add_argument("--table", help="a sweep table: 'best' is its row's fastest kernel")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--layout", default="tn")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--no-graph", action="store_true", help="time per launch between CUDA events instead")
+    ap.add_argument("--out", help="write the timings as JSON here")
+    args = ap.parse_args(argv)
+    try:
+        plan = json.loads(Path(args.plan).read_text())
+        if not isinstance(plan, dict) or not all(isinstance(v, list) for v in plan.values()):
+            raise ValueError("expected an object of MxNxK -> list of specs")
+    except (OSError, ValueError) as exc:
+        ap.error(f"--plan {args.plan}: {exc}")
+    agent_eval._bootstrap()
+    from argus_cutlass.agent.shapes import GemmShape
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.program import program_label
+    from argus_cutlass.kernels.gemm.space import declared_subspace, feasible
+
+    out_dtype = args.out_dtype or args.dtype
+    space = {kernel_name(c): c for c in declared_subspace(args.dtype, out_dtype, args.layout)}
+    rows: dict[str, list] = {}
+    for key, specs in plan.items():
+        try:
+            m, n, k = (int(v) for v in key.lower().split("x"))
+        except ValueError:
+            ap.error(f"--plan: row {key!r} is not MxNxK")
+        rows[key] = []
+        for spec in specs:
+            try:
+                cfg = resolve(spec, key, space, args.table)
+            except ValueError as exc:
+                ap.error(f"--plan row {key}: {exc}")
+            ok, why = feasible(cfg)
+            if not ok:
+                print(f"-- {key} {spec}: argus_{program_label(cfg)} refused by the verifier: {'; '.join(why)[:300]}")
+                continue
+            rows[key].append(cfg)
+    configs = list(dict.fromkeys(c for cs in rows.values() for c in cs))
+    if not configs:
+        print("nothing to build")
+        return 1
+    log: list = []
+    libs = agent_eval._build(configs, None, log, [])
+    for entry in log:
+        print(f"-- {entry['kernel']}: {entry['phase']} failed: {entry['error'][:300]}")
+    by_cfg = {cfg: nm for nm, (cfg, _, _) in libs.items()}
+    result = {}
+    for key, cfgs in rows.items():
+        m, n, k = (int(v) for v in key.split("x"))
+        sub = {by_cfg[c]: libs[by_cfg[c]] for c in cfgs if c in by_cfg}
+        if not sub:
+            continue
+        shape = GemmShape(m, n, k, args.dtype, out_dtype, args.layout, name="explore")
+        row = agent_eval.measure_shape(sub, shape, args.warmup, args.iters, args.rounds, log, graph=not args.no_graph)
+        cub = row.get("cublas_ms")
+        print(f"{key}: cuBLAS {cub * 1e3:.1f} us" if cub else f"{key}: cuBLAS not timed", flush=True)
+        for nm, ms in sorted(row["kernels"].items(), key=lambda kv: (kv[1] is None, kv[1] or 0)):
+            print(f"  {nm[29:]}: " + (f"{ms * 1e3:.1f} us" + (f" (cuBLAS / ours {cub / ms:.3f})" if cub else "")
+                                      if ms else "not timed"), flush=True)
+        result[key] = {"cublas_ms": cub, "kernels": row["kernels"],
+                       "configs": {nm: libs[nm][0].model_dump() for nm in sub}}
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
