@@ -407,6 +407,29 @@ def test_incomplete_entry_is_not_a_hit(tmp_path):
 # ---- real nvcc ----------------------------------------------------------------------------
 
 
+def test_every_tile_width_of_the_space_prints_an_mma_type_its_includes_declare():
+    """Each tile_n of the search space (wgmma N) renders with an MMA type the printed headers declare: CuTe's alias
+    ``cute::SM90_64xNx16_...`` for N in its default set (cute/atom/mma_traits_sm90_gmma.hpp), else the arch struct
+    ``cute::SM90::GMMA::MMA_64xNx16_...`` with cute/arch/mma_sm90_gmma_ext.hpp included (session 30: the alias of an
+    extended N compiled nowhere, the verifier had accepted it). Render only; the nvcc checks below compile two."""
+    from argus_cutlass.dsl.atoms import GMMA_BASE_N
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.kernels.gemm.space import GemmSpace
+    from argus_cutlass.render.gemm import render_gemm
+
+    ext = '#include "cute/arch/mma_sm90_gmma_ext.hpp"'
+    widths = GemmSpace().fragments["tile_n"].domain()
+    assert any(n not in GMMA_BASE_N for n in widths)
+    for n in widths:
+        epi_n = max(e for e in (8, 16, 32) if n % e == 0)
+        src = render_gemm(build_program(GemmConfig(tile_n=n, cluster_m=1, stages=3, epi_n=epi_n)))
+        if n in GMMA_BASE_N:
+            assert f"using MmaOp = cute::SM90_64x{n}x16_F32BF16BF16_SS<" in src and ext not in src, n
+        else:
+            assert f"using MmaOp = cute::SM90::GMMA::MMA_64x{n}x16_F32BF16BF16_SS<" in src and ext in src, n
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize(
     "cfg_args",
