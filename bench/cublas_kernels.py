@@ -40,14 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", help="write the result as JSON here")
     args = ap.parse_args(argv)
+    try:
+        shapes = list(args.shape) + (shapes_below(args.table, args.below) if args.table else [])
+        for s in args.shape:
+            if len(s.split("x")) != 3 or min(int(v) for v in s.split("x")) < 1:
+                raise ValueError(f"--shape {s!r}: expected MxNxK of positive integers")
+    except (OSError, ValueError, KeyError) as exc:
+        ap.error(str(exc))
+    if not shapes:
+        ap.error("give --shape or --table (no row of the table is below --below)")
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from argus_cutlass.kernels.gemm.problem import GemmProblem, layout_views, storage_rows
 
-    shapes = list(args.shape) + (shapes_below(args.table, args.below) if args.table else [])
-    if not shapes:
-        ap.error("give --shape or --table")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     result: dict[str, dict[str, list[float]]] = {}
     for s in shapes:

@@ -3,6 +3,8 @@ them (every core busy), then each shape timed from CUDA graphs beside its sweep-
 
     python3 bench/explore_tiles.py --plan plan.json --table bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json \
         --out explore.json
+    python3 bench/explore_tiles.py --mirror-cublas bench/data/cublas_kernels_h200_s30.json \
+        --table bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json --below 0.9 --plan-out plan.json   # no GPU
 
 ``--plan``: a JSON object ``{"MxNxK": [SPEC, ...], ...}``; a SPEC is ``SELECTOR`` or ``SELECTOR:FIELD=VALUE,...``:
 a kernel of :func:`~argus_cutlass.kernels.gemm.space.declared_subspace` picked by a selector (substrings joined by
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -61,9 +64,91 @@ def resolve(spec: str, key: str, space: dict, table: str | None):
     return cfg.replace(**assignments(GemmConfig, change)) if change else cfg
 
 
+#: an nvjet kernel name (cuBLAS 12.x+ on sm_90): tile (over the output's rows of cuBLAS's column-major problem, i.e.
+#: torch's N, x over torch's M), k-tile x stages, cluster (same order), raster, optional cooperative and split-K
+NVJET = re.compile(r"nvjet_sm90_tst_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)_([hv])_bz(_coop[AB])?(_splitK)?_")
+
+#: declared kernels whose copies a mirrored configuration starts from (then every field that differs is set)
+MIRROR_BASES = {("cooperative", False): "128x128x64_c1x1_s6_coop_e128x32_rn1+!stream+!split",
+                ("pingpong", False): "64x64x64_c1x1_s8_pp_e64x32_rn1+!swapab",
+                ("pingpong", True): "64x64x64_c1x1_s8_pp_e64x32_rn1_swapab",
+                ("cooperative", True): "128x32x64_c1x1_s8_coop_e128x32_rn1_swapab+!stream+!split+!cluster"}
+
+
+def mirror_specs(kernel: str, m: int, swap_max_m: int = 256) -> list[str]:
+    """SPECs (module docstring) of our configurations closest to cuBLAS's nvjet ``kernel`` on an ``m``-row problem,
+    [] when none maps: tile ``a`` (over N) x ``b`` (over M) is our ``tile_m = b``, ``tile_n = a`` (``b`` 64:
+    ping-pong, 128 / 256: cooperative), else with ``m <= swap_max_m`` swap-AB (kernel ``tile_m = a`` in {64, 128},
+    ``tile_n = b``); the cluster likewise; stages as cuBLAS's, lowered to fit shared memory
+    (:func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages`); split-K as split-K 2 (cooperative only); the epilogue
+    subtile the widest of 32 / 16 / 8 that divides ``tile_n``.
+
+    >>> mirror_specs("nvjet_sm90_tst_64x56_64x14_4x2_h_bz_TNT", 100)
+    ['64x64x64_c1x1_s8_pp_e64x32_rn1_swapab:tile_m=64,tile_n=56,cluster_m=4,cluster_n=2,stages=12,epi_n=8']
+    >>> mirror_specs("nvjet_sm90_tst_96x64_64x10_1x2_h_bz_TNN", 1024)
+    ['64x64x64_c1x1_s8_pp_e64x32_rn1+!swapab:tile_m=64,tile_n=96,cluster_m=2,cluster_n=1,stages=10,epi_n=32']
+    """
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.heuristics import fit_stages
+
+    hit = NVJET.search(kernel)
+    if not hit:
+        return []
+    a, b, tk, st, ca, cb = (int(v) for v in hit.groups()[:6])
+    split = bool(hit.group(9))
+    if b in (64, 128, 256) and a % 8 == 0 and a <= 256:
+        swap, tm, tn, cm, cn = False, b, a, cb, ca
+    elif m <= swap_max_m and a in (64, 128) and b % 8 == 0 and b <= 256:
+        swap, tm, tn, cm, cn = True, a, b, ca, cb
+    else:
+        return []
+    schedule = "pingpong" if tm == 64 else "cooperative"
+    if split and schedule != "cooperative":
+        return []
+    epi_n = max(e for e in (8, 16, 32) if tn % e == 0)
+    try:
+        cfg = fit_stages(GemmConfig(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, stages=min(st, 12),
+                                    schedule=schedule, epi_m=64 if schedule == "pingpong" else 128, epi_n=epi_n,
+                                    swap_ab=swap, scheduler="splitk" if split else "persistent",
+                                    splits=2 if split else 1))
+    except ValueError:
+        return []
+    fields = [f"tile_m={tm}", f"tile_n={tn}", f"cluster_m={cm}", f"cluster_n={cn}", f"stages={cfg.stages}",
+              f"epi_n={epi_n}"] + ([f"tile_k={tk}"] if tk != 64 else []) + (["scheduler=splitk", "splits=2"] if split else [])
+    return [f"{MIRROR_BASES[(schedule, swap)]}:{','.join(fields)}"]
+
+
+def plan_from_cublas(kernels_json: str, table: str, below: float) -> dict[str, list[str]]:
+    """A plan (module docstring) for the rows of ``table`` where cuBLAS / ours is below ``below``: per row the
+    configurations mirroring the kernels cuBLAS ran there (``bench/cublas_kernels.py --out``: :func:`mirror_specs`)
+    and ``best``; rows with nothing to mirror are left out."""
+    from profile_gemm import table_best as _best
+
+    runs = json.loads(Path(kernels_json).read_text())
+    rows = json.loads(Path(table).read_text())["shapes"]
+    plan = {}
+    for key, kernels in runs.items():
+        row = rows.get(key, {})
+        name = _best(table, key)
+        if name.startswith("error: ") or not row.get("cublas_ms"):
+            continue
+        if row["cublas_ms"] / row["kernels"][name] >= below:
+            continue
+        m = int(key.split("x")[0])
+        specs = [sp for nm in kernels for sp in mirror_specs(nm, m)]
+        if specs:
+            plan[key] = list(dict.fromkeys(specs)) + ["best"]
+    return plan
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--plan", required=True, help="JSON: {MxNxK: [SPEC, ...]}")
+    ap.add_argument("--plan", help="JSON: {MxNxK: [SPEC, ...]}")
+    ap.add_argument("--mirror-cublas", metavar="KERNELS_JSON",
+                    help="write a plan mirroring cuBLAS's kernels (bench/cublas_kernels.py --out) on the --table rows "
+                         "below --below to --plan-out, then stop (no GPU needed)")
+    ap.add_argument("--below", type=float, default=0.9, help="--mirror-cublas: rows where cuBLAS / ours < this")
+    ap.add_argument("--plan-out", help="--mirror-cublas: the plan file to write")
     ap.add_argument("--table", help="a sweep table: 'best' is its row's fastest kernel")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--out-dtype", default=None, choices=("bf16", "fp16", "fp32"))
@@ -74,6 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-graph", action="store_true", help="time per launch between CUDA events instead")
     ap.add_argument("--out", help="write the timings as JSON here")
     args = ap.parse_args(argv)
+    if args.mirror_cublas:
+        if not (args.table and args.plan_out):
+            ap.error("--mirror-cublas needs --table and --plan-out")
+        try:
+            plan = plan_from_cublas(args.mirror_cublas, args.table, args.below)
+        except (OSError, ValueError, KeyError) as exc:
+            ap.error(f"--mirror-cublas {args.mirror_cublas}: {exc}")
+        Path(args.plan_out).write_text(json.dumps(plan, indent=1))
+        print(f"wrote {args.plan_out}: {len(plan)} rows, {sum(len(v) - 1 for v in plan.values())} mirrored configurations")
+        return 0
+    if not args.plan:
+        ap.error("give --plan (or --mirror-cublas to write one)")
     try:
         plan = json.loads(Path(args.plan).read_text())
         if not isinstance(plan, dict) or not all(isinstance(v, list) for v in plan.values()):
