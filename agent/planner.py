@@ -251,7 +251,8 @@ class DefaultPolicy:
     def propose(self, state: State, count: int) -> list[Proposal]:
         out: list[Proposal] = []
         taken = set(state.tried)
-        if state.measured <= 1:  # only the baseline so far: seed with the global ranking
+        if not any(s.measured and s.action.technique not in ("baseline", "untuned") for s in state.history):
+            # only the episode's seeds so far (the baseline, the untuned choice): seed with the global ranking
             for c in ranked_feasible(state.space, state.problem, taken, limit=min(count, self.first_round)):
                 out.append(Proposal(Action("cost_model_rank", _params(state.incumbent, c, ()),
                                            "best predicted time over the feasible space"), c))
@@ -386,7 +387,7 @@ def run_episode(problem: Problem, space: GemmSpace, policy: Policy, evaluate: Ev
             log(step)
 
     pending = [Proposal(Action("baseline", (), "heuristic / best predicted start"), state.incumbent)]
-    if seed_untuned:   # what runs untuned is measured too: a tuned entry is then never slower than no entry
+    if seed_untuned:   # what runs untuned is measured too (budget >= 2): the best found is then never slower than it
         pending += [Proposal(Action("untuned", (), "the cost model's untuned choice (argus-cutlass gemm without "
                                     "a tuned entry)"), c)
                     for c in untuned_choice(problem, space) if c != state.incumbent]

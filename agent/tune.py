@@ -130,7 +130,8 @@ def tune(problem: Problem, policy: Policy, evaluate: Evaluator, out: Path, budge
     ``sources`` maps configs to their rendered source (the GPU evaluator's); the best one is
     rendered again when absent. ``quiet``: no progress bar or per-candidate lines on stderr.
     ``seed_untuned``: the second candidate measured is what ``argus-cutlass gemm`` runs without a tuned entry
-    (:func:`~argus_cutlass.agent.planner.untuned_choice`), so the episode's best is never slower than it.
+    (:func:`~argus_cutlass.agent.planner.untuned_choice`), so with a budget of 2 or more the episode's best is never
+    slower than it (when that choice is a feasible point of the space; it is measured only then).
     """
     from argus_cutlass.generate import generate
 

@@ -364,7 +364,8 @@ case "$STEP" in
     # session 30: cuBLAS (nvjet) runs the mid-size rows on tiles sized to the SM count (N tiles of 56, 80, 96, 104,
     # 112, 144, 160, 168; 13-16 stages of 64x64): such copies, built in one batch, timed from graphs beside each row's
     # best and cuBLAS
-    timeout 560 python3 "$R/bench/explore_tiles.py" --plan "$R/${3:?explore-tiles needs a plan}" \
+    PLAN=${3:?explore-tiles needs a plan}; [ "${PLAN#/}" != "$PLAN" ] || PLAN="$R/$PLAN"
+    timeout 560 python3 "$R/bench/explore_tiles.py" --plan "$PLAN" \
       --table "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" --out "$OUT/explore_tiles.json" 2>&1 \
       | tee "$OUT/explore_tiles.log" | grep -v "^generated" | tail -150 ;;
   cublas-kernels)

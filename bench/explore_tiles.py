@@ -186,11 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     out_dtype = args.out_dtype or args.dtype
     space = {kernel_name(c): c for c in declared_subspace(args.dtype, out_dtype, args.layout)}
     rows: dict[str, list] = {}
-    for key, specs in plan.items():
+    for raw, specs in plan.items():
+        key = raw.lower()
         try:
-            m, n, k = (int(v) for v in key.lower().split("x"))
+            m, n, k = (int(v) for v in key.split("x"))
+            if min(m, n, k) < 1:
+                raise ValueError
         except ValueError:
-            ap.error(f"--plan: row {key!r} is not MxNxK")
+            ap.error(f"--plan: row {raw!r} is not MxNxK of positive integers")
         rows[key] = []
         for spec in specs:
             try:

@@ -268,3 +268,21 @@ def test_cost_model_reads_the_program():
     deeper = program.replace_node("pipeline", "mainloop", stages=2)
     assert shape_of(deeper).stages == 2
     assert predict_ms(deeper, 4096, 4096, 256) != predict_ms(program, 4096, 4096, 256)
+
+
+def test_seeding_the_untuned_choice_keeps_the_policys_first_round():
+    """run_episode(seed_untuned=True) measures the cost model's untuned choice right after the baseline; the
+    default policy's first round (the global ranking's cost_model_rank proposals) still follows (review, session
+    30: counting every measured step had switched that round off)."""
+    from argus_cutlass.agent.planner import untuned_choice
+
+    full = GemmSpace()
+    p = Problem(512, 10240, 8192)
+    (choice,) = untuned_choice(p, full)
+    off = run_episode(p, full, DefaultPolicy(seed=0), synthetic(p), 4, batch=2)
+    on = run_episode(p, full, DefaultPolicy(seed=0), synthetic(p), 5, batch=2, seed_untuned=True)
+    assert [s.action.technique for s in off.steps] == ["baseline", "cost_model_rank", "cost_model_rank", *(
+        s.action.technique for s in off.steps[3:])]
+    techniques = [s.action.technique for s in on.steps]
+    assert techniques[:4] == ["baseline", "untuned", "cost_model_rank", "cost_model_rank"], techniques
+    assert on.steps[1].config == choice and on.steps[1].measured

@@ -311,7 +311,7 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (106 configs, before the verifier; a new list of the memoised configurations,
+    """The declared sub-space (106 configs in layout ``tn``, 102-104 in the others, before the verifier; a new list of the memoised configurations,
     whose stages :func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages` fits once per flavor): the
     candidate set of the sweeps
     (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
@@ -339,8 +339,9 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     10 kernels with tile widths between the powers of two, so that a mid-size GEMM's tiles fill whole waves of 132
     SMs (session 30, device steps cublas-kernels and explore-tiles: cuBLAS runs such widths on the rows it won):
     cooperative 128x80, 128x96, 128x112, 128x168 (clusters 1x1 and 2x1), 128x160 split-K 2, 256x160 (clusters 1x1
-    and 1x2); swap-AB ping-pong 64x56 and 64x104 (M ~ 100 in 2 tiles of 56 or one of 104).
-    106 in all. Stages are fitted to shared memory.
+    and 1x2); swap-AB ping-pong 64x56 and 64x104 (M ~ 100 in 2 tiles of 56 or one of 104); the widths that are odd
+    multiples of 8 (168, 56, 104) only where the operand they span is K-major.
+    106 in all in layout ``tn``. Stages are fitted to shared memory.
     """
     return list(_declared_subspace(dtype, out_dtype, layout))
 
@@ -406,7 +407,8 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
     # tile widths between the powers of two (wgmma N a multiple of 8; PTX ISA 9.7.15.5), so that a mid-size GEMM's
     # tile count lands on a whole number of waves of 132 SMs (session 30, device steps cublas-kernels: cuBLAS runs
     # 56 / 80 / 96 / 104 / 112 / 160 / 168-wide tiles on the rows it won; explore-tiles: the same widths here took
-    # e.g. 512x10240x8192 from 0.82x to 1.01x cuBLAS, 256x5120x25600 from 0.82x to 0.99x)
+    # e.g. 512x10240x8192 0.82x -> 1.01x cuBLAS, 256x5120x25600 0.72x -> 0.99x, each pair timed in one process; the
+    # graph table's later re-time of those rows: 0.96x and 0.96x)
     for (tm, tn, sch, epi_n), (cm, cn), (scheduler, splits) in (
             ((128, 80, "cooperative", 16), (1, 1), ("persistent", 1)),
             ((128, 96, "cooperative", 32), (1, 1), ("persistent", 1)),
@@ -416,12 +418,18 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
             ((128, 160, "cooperative", 32), (1, 1), ("splitk", 2)),
             ((256, 160, "cooperative", 32), (1, 1), ("persistent", 1)),
             ((256, 160, "cooperative", 32), (1, 2), ("persistent", 1))):
+        if tn % 16 and layout[1] != "n":   # B MN-major: no swizzled smem atom spans an odd multiple of 8 (below)
+            continue
         out.append(fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn,
                                          tile_k=64, cluster_m=cm, cluster_n=cn, stages=8, schedule=sch, epi_m=128,
                                          epi_n=epi_n, scheduler=scheduler, splits=splits)))
-    # swap-AB at M ~ 100: 56 / 104 rows of M per tile (2 tiles of 56 or one of 104 cover 100; 64 / 128 waste 28 %)
-    out += [fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=64, tile_n=tn, tile_k=64,
-                                  cluster_m=1, cluster_n=1, stages=st, schedule="pingpong", epi_m=64, epi_n=8,
-                                  swap_ab=True))
-            for tn, st in ((56, 12), (104, 9))]
+    # swap-AB at M ~ 100: 56 / 104 rows of M per tile (2 tiles of 56 or one of 104 cover 100; 64 / 128 waste 28 %).
+    # A tile width that is an odd multiple of 8 only along a K-major operand (the kernel's B: the problem's B, or its
+    # A under swap-AB): along an MN-major one no swizzled GMMA smem atom divides it (CuTe's MN-major atoms span 16 /
+    # 32 / 64 elements), the program falls back to the unswizzled interleaved atom, which no sweep has timed
+    if layout[0] == "t":
+        out += [fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=64, tile_n=tn,
+                                      tile_k=64, cluster_m=1, cluster_n=1, stages=st, schedule="pingpong", epi_m=64,
+                                      epi_n=8, swap_ab=True))
+                for tn, st in ((56, 12), (104, 9))]
     return tuple(out)
