@@ -75,6 +75,8 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         "ix": {i.name: i for i in layer.indices},
         "ixp": lambda n, v: index_expr(layer, n, v),
         "gate_up_text": _gemm_text(layer, "gate_up", gu_ns), "down_text": _gemm_text(layer, "down", dn_ns),
+        # a wgmma N outside CuTe's default set in either GEMM: its arch struct's header (gemm/traits.j2 prints it)
+        "mma_extended": any(layer.program(part).mma.op.extended_shape for part in ("gate_up", "down")),
     }
 
 

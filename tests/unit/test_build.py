@@ -430,6 +430,22 @@ def test_every_tile_width_of_the_space_prints_an_mma_type_its_includes_declare()
             assert f"using MmaOp = cute::SM90::GMMA::MMA_64x{n}x16_F32BF16BF16_SS<" in src and ext in src, n
 
 
+def test_moe_layer_with_an_extended_wgmma_n_includes_its_header():
+    """The MoE layer prints its grouped GEMMs with gemm/traits.j2: an n-tile outside CuTe's default wgmma N set
+    (gu_tile_n 160) prints the arch struct, and the layer includes cute/arch/mma_sm90_gmma_ext.hpp (session 30: it
+    did not); the default tiles do not include it."""
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+    from argus_cutlass.kernels.moe.program import build_layer
+    from argus_cutlass.render.moe import render_moe
+
+    problem = MoEProblem(tokens=64, experts=8, topk=2, hidden=256, ffn=256)
+    ext = '#include "cute/arch/mma_sm90_gmma_ext.hpp"'
+    src = render_moe(build_layer(MoEConfig(gu_tile_n=160, dn_tile_n=160, epi_n=16, gu_stages=4, dn_stages=4), problem))
+    assert ext in src and "cute::SM90::GMMA::MMA_64x160x16_F32BF16BF16_SS<" in src
+    assert ext not in render_moe(build_layer(MoEConfig(), problem))
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize(
     "cfg_args",
