@@ -79,9 +79,12 @@ def mirror_specs(kernel: str, m: int, swap_max_m: int = 256) -> list[str]:
     """SPECs (module docstring) of our configurations closest to cuBLAS's nvjet ``kernel`` on an ``m``-row problem,
     [] when none maps: tile ``a`` (over N) x ``b`` (over M) is our ``tile_m = b``, ``tile_n = a`` (``b`` 64:
     ping-pong, 128 / 256: cooperative), else with ``m <= swap_max_m`` swap-AB (kernel ``tile_m = a`` in {64, 128},
-    ``tile_n = b``); the cluster likewise; stages as cuBLAS's, lowered to fit shared memory
-    (:func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages`); split-K as split-K 2 (cooperative only); the epilogue
-    subtile the widest of 32 / 16 / 8 that divides ``tile_n``.
+    ``tile_n = b``); the cluster likewise; stages as cuBLAS's, at most 12 (the space's range) and lowered to fit
+    shared memory (:func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages`); split-K as split-K 2 (cooperative
+    only); the epilogue subtile the widest of 32 / 16 / 8 that divides ``tile_n``. The operands' majors are not
+    looked at: the mapping is for layout ``tn`` (both K-major), the layout of the tables it is used on; in another
+    layout an odd multiple of 8 along an MN-major operand gets the unswizzled smem atom (declared_subspace keeps
+    such widths out).
 
     >>> mirror_specs("nvjet_sm90_tst_64x56_64x14_4x2_h_bz_TNT", 100)
     ['64x64x64_c1x1_s8_pp_e64x32_rn1_swapab:tile_m=64,tile_n=56,cluster_m=4,cluster_n=2,stages=12,epi_n=8']

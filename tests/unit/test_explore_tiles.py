@@ -91,7 +91,10 @@ def test_bad_arguments_are_named(argv, msg, capsys):
     assert exc.value.code == 2 and msg in capsys.readouterr().err
 
 
-def test_cublas_kernels_needs_shapes(capsys):
+@pytest.mark.parametrize("argv,msg", [([], "give --shape or --table"),
+                                      (["--shape", "8x8"], "expected MxNxK of positive integers"),
+                                      (["--shape", "8x0x8"], "expected MxNxK of positive integers")])
+def test_cublas_kernels_names_bad_arguments_before_needing_torch(argv, msg, capsys):
     with pytest.raises(SystemExit) as exc:
-        cublas_kernels.main([])
-    assert exc.value.code == 2
+        cublas_kernels.main(argv)
+    assert exc.value.code == 2 and msg in capsys.readouterr().err

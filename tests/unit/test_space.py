@@ -113,6 +113,30 @@ def test_epilogue_subtile_divides_the_tile_and_is_8_wide_only_on_odd_multiples_o
     assert feasible(c)[0]
 
 
+def test_enumeration_is_the_filtered_cartesian_product_and_admissible_reads_only_the_coupled_fragments():
+    """enumerate() caches admissible() per combination of COUPLED_FRAGMENTS: on a small space with every fragment
+    varied it yields exactly the filtered product, in its order; and admissible() gives the same verdict on the full
+    values as on their coupled part (a rule reading another fragment would break the cache)."""
+    import itertools
+
+    from argus_cutlass.kernels.gemm.space import COUPLED_FRAGMENTS, admissible, default_fragments
+
+    full = default_fragments()
+    small = {n: (EnumFragment(f.domain()[:3], f.domain()[0]) if isinstance(f, EnumFragment)
+                 else IntRangeFragment(4, 5, 4)) for n, f in full.items()}
+    small["tile_n"] = EnumFragment((32, 56, 64, 112), 64)
+    small["epi_n"] = EnumFragment((8, 16, 32), 32)
+    s = GemmSpace(fragments=small)
+    names = list(small)
+    plain = [s.config(**dict(zip(names, c))) for c in itertools.product(*(small[n].domain() for n in names))
+             if admissible(dict(zip(names, c)))]
+    assert list(s.enumerate()) == plain and len(plain) == s.size > 0
+    rng = random.Random(3)
+    for _ in range(2000):
+        values = {n: f.random(rng) for n, f in full.items()}
+        assert admissible(values) == admissible({n: values[n] for n in COUPLED_FRAGMENTS}), values
+
+
 def test_decomposition_needs_the_cooperative_schedule():
     s = GemmSpace()
     assert all(c.schedule == "cooperative" for c in s.all if c.scheduler != "persistent")

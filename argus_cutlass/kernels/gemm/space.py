@@ -212,25 +212,18 @@ class GemmSpace:
         if self.allowed is not None:
             yield from self.allowed
             return
-        # the admissible combinations of the coupled fragments first (admissible() reads only those), each crossed
-        # with the free fragments, then put back in the cartesian product's order (the whole product has 4.6 million
-        # combinations, 16 for each admissible one: testing each took longer than building the configurations)
+        # admissible() reads only the coupled fragments: its verdict is cached per combination of them (the product
+        # has 4.6 million points, 16 for each admissible one; testing each took longer than building the configs)
         names = list(self.fragments)
-        domains = {n: self.fragments[n].domain() for n in names}
-        coupled = [n for n in COUPLED_FRAGMENTS if n in domains]
-        free = [n for n in names if n not in coupled]
-        rank = {n: {v: i for i, v in enumerate(domains[n])} for n in names}
-        rows = []
-        for cv in itertools.product(*(domains[c] for c in coupled)):
-            values = dict(zip(coupled, cv))
-            if not admissible(values):
-                continue
-            for fv in itertools.product(*(domains[f] for f in free)):
-                values.update(zip(free, fv))
-                rows.append((tuple(rank[n][values[n]] for n in names), {n: values[n] for n in names}))
-        rows.sort(key=lambda row: row[0])
-        for _, values in rows:
-            yield self.config(**values)
+        coupled = [i for i, n in enumerate(names) if n in COUPLED_FRAGMENTS]
+        verdict: dict[tuple, bool] = {}
+        for combo in itertools.product(*(self.fragments[n].domain() for n in names)):
+            key = tuple(combo[i] for i in coupled)
+            ok = verdict.get(key)
+            if ok is None:
+                ok = verdict[key] = admissible({names[i]: combo[i] for i in coupled})
+            if ok:
+                yield self.config(**dict(zip(names, combo)))
 
     @functools.cached_property
     def all(self) -> tuple[GemmConfig, ...]:
