@@ -181,6 +181,18 @@ class GmmaOp:
         """
         return self.cpp().replace("cute::SM90_", "cute::SM90::GMMA::MMA_", 1)
 
+    def kernel_cpp(self) -> str:
+        """The type a kernel names the op by: CuTe's alias (:meth:`cpp`) where ``cute/atom/mma_traits_sm90_gmma.hpp``
+        declares it, else the arch struct (:meth:`arch_cpp`), declared by ``cute/arch/mma_sm90_gmma_ext.hpp``, which a
+        kernel with an :attr:`extended_shape` op includes (the alias of an extended N is in the traits ext header only).
+
+        >>> GmmaOp(64, 112, 16, "bf16", "K", "K").kernel_cpp().startswith("cute::SM90::GMMA::MMA_64x112x16")
+        True
+        >>> GmmaOp(64, 128, 16, "bf16", "K", "K").kernel_cpp().startswith("cute::SM90_64x128x16")
+        True
+        """
+        return self.arch_cpp() if self.extended_shape else self.cpp()
+
     @property
     def extended_shape(self) -> bool:
         """True when CuTe declares this N only with ``CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED``
