@@ -39,7 +39,7 @@ STATUSES = ("ok", "verify_failed", "compile_error", "check_failed", "launch_erro
 
 
 #: proposal ids that are not knowledge-base techniques (no action value is learnt for them)
-NON_TECHNIQUE_ACTIONS = frozenset({"baseline", "untuned", "cost_model_rank", "random"})
+NON_TECHNIQUE_ACTIONS = frozenset({"baseline", "untuned", "cost_model_rank", "random"})   # SEED_ACTIONS among them
 
 
 @dataclass(frozen=True)
@@ -251,7 +251,7 @@ class DefaultPolicy:
     def propose(self, state: State, count: int) -> list[Proposal]:
         out: list[Proposal] = []
         taken = set(state.tried)
-        if not any(s.measured and s.action.technique not in ("baseline", "untuned") for s in state.history):
+        if not any(s.measured and s.action.technique not in SEED_ACTIONS for s in state.history):
             # only the episode's seeds so far (the baseline, the untuned choice): seed with the global ranking
             for c in ranked_feasible(state.space, state.problem, taken, limit=min(count, self.first_round)):
                 out.append(Proposal(Action("cost_model_rank", _params(state.incumbent, c, ()),
@@ -357,6 +357,24 @@ def start_config(problem: Problem, space: GemmSpace) -> GemmConfig:
     return best[0]
 
 
+#: the actions of an episode's seeds (:func:`episode_seeds`), measured before the policy proposes
+SEED_ACTIONS = frozenset({"baseline", "untuned"})
+
+
+def episode_seeds(problem: Problem, space: GemmSpace, untuned: bool = True) -> list[Proposal]:
+    """The candidates an episode measures before its policy proposes: the heuristic's configuration
+    (:func:`start_config`, action ``baseline``), then with ``untuned`` :func:`untuned_choice` (action ``untuned``:
+    what runs without a tuned entry; measured too, with a budget >= 2 the best found is never slower than it).
+    :func:`run_episode` and ``tune --shapes`` (:func:`~argus_cutlass.agent.tune_many.plan_candidates`) both start
+    from these."""
+    first = start_config(problem, space)
+    seeds = [Proposal(Action("baseline", (), "heuristic / best predicted start"), first)]
+    if untuned:
+        seeds += [Proposal(Action("untuned", (), "the cost model's untuned choice (argus-cutlass gemm without a tuned "
+                                  "entry)"), c) for c in untuned_choice(problem, space) if c != first]
+    return seeds
+
+
 def run_episode(problem: Problem, space: GemmSpace, policy: Policy, evaluate: Evaluator,
                 budget: int, batch: int = 1, log: Callable[[Step], None] | None = None,
                 max_rejections: int | None = None, seed_untuned: bool = False) -> EpisodeResult:
@@ -376,7 +394,8 @@ def run_episode(problem: Problem, space: GemmSpace, policy: Policy, evaluate: Ev
             (default ``4 * budget``), so a policy stuck on infeasible configs terminates.
     """
     max_rejections = 4 * budget if max_rejections is None else max_rejections
-    state = State(problem, space, start_config(problem, space))
+    seeds = episode_seeds(problem, space, seed_untuned)
+    state = State(problem, space, seeds[0].config)   # the baseline seed
     steps = state.history
     rejected = 0
 
@@ -386,11 +405,7 @@ def run_episode(problem: Problem, space: GemmSpace, policy: Policy, evaluate: Ev
         if log is not None:
             log(step)
 
-    pending = [Proposal(Action("baseline", (), "heuristic / best predicted start"), state.incumbent)]
-    if seed_untuned:   # what runs untuned is measured too (budget >= 2): the best found is then never slower than it
-        pending += [Proposal(Action("untuned", (), "the cost model's untuned choice (argus-cutlass gemm without "
-                                    "a tuned entry)"), c)
-                    for c in untuned_choice(problem, space) if c != state.incumbent]
+    pending = seeds
     while state.measured < budget:
         if not pending:
             pending = policy.propose(state, min(batch, budget - state.measured))

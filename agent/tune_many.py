@@ -130,15 +130,13 @@ def _space(dtype: str, out_dtype: str, layout: str) -> Any:
 
 
 def plan_candidates(problem: Problem, budget: int) -> list[GemmConfig]:
-    """The first ``budget`` candidates of ``problem`` in the planner's order: the heuristic's
-    configuration (when feasible; the tuning episode's ``baseline`` step), then
-    :func:`~argus_cutlass.agent.planner.untuned_choice` (what runs without a tuned entry), then
+    """The first ``budget`` candidates of ``problem`` in the planner's order: the tuning episode's seeds
+    (:func:`~argus_cutlass.agent.planner.episode_seeds`: the heuristic's configuration, then the untuned choice), then
     :func:`~argus_cutlass.agent.planner.ranked_feasible` (cost model order, verifier-accepted)."""
-    from argus_cutlass.agent.planner import ranked_feasible, start_config, untuned_choice
+    from argus_cutlass.agent.planner import episode_seeds, ranked_feasible
 
     space = _space(problem.dtype, problem.out_dtype, problem.layout)
-    first = [start_config(problem, space)]
-    first += [c for c in untuned_choice(problem, space) if c not in first]
+    first = [p.config for p in episode_seeds(problem, space)]
     rest = ranked_feasible(space, problem, set(first), limit=max(0, budget - len(first)))
     return (first + rest)[:budget]
 
