@@ -81,7 +81,7 @@ def mirror_specs(kernel: str, m: int, swap_max_m: int = 256) -> list[str]:
     ping-pong, 128 / 256: cooperative), else with ``m <= swap_max_m`` swap-AB (kernel ``tile_m = a`` in {64, 128},
     ``tile_n = b``); the cluster likewise; stages as cuBLAS's, at most 12 (the space's range) and lowered to fit
     shared memory (:func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages`); split-K as split-K 2 (cooperative
-    only); the epilogue subtile the widest of 32 / 16 / 8 that divides ``tile_n``. The operands' majors are not
+    only); the epilogue subtile :func:`~argus_cutlass.kernels.gemm.space.epilogue_width`. The operands' majors are not
     looked at: the mapping is for layout ``tn`` (both K-major), the layout of the tables it is used on; in another
     layout an odd multiple of 8 along an MN-major operand gets the unswizzled smem atom (declared_subspace keeps
     such widths out).
@@ -93,6 +93,7 @@ def mirror_specs(kernel: str, m: int, swap_max_m: int = 256) -> list[str]:
     """
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.heuristics import fit_stages
+    from argus_cutlass.kernels.gemm.space import epilogue_width
 
     hit = NVJET.search(kernel)
     if not hit:
@@ -108,7 +109,7 @@ def mirror_specs(kernel: str, m: int, swap_max_m: int = 256) -> list[str]:
     schedule = "pingpong" if tm == 64 else "cooperative"
     if split and schedule != "cooperative":
         return []
-    epi_n = max(e for e in (8, 16, 32) if tn % e == 0)
+    epi_n = epilogue_width(tn)
     try:
         cfg = fit_stages(GemmConfig(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, stages=min(st, 12),
                                     schedule=schedule, epi_m=64 if schedule == "pingpong" else 128, epi_n=epi_n,

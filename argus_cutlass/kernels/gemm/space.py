@@ -39,7 +39,7 @@ from argus_cutlass.plan.fragments import EnumFragment, Fragment, IntRangeFragmen
 
 __all__ = [
     "DERIVED_FIELDS", "EnumFragment", "Fragment", "GemmSpace", "IntRangeFragment", "admissible",
-    "declared_subspace", "derive", "feasible", "knob_values", "UNSEARCHED_FIELDS",
+    "declared_subspace", "derive", "epilogue_width", "feasible", "knob_values", "UNSEARCHED_FIELDS",
 ]
 
 #: the fragments :func:`admissible` relates (it reads no other); the rest combine freely
@@ -339,6 +339,16 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     return list(_declared_subspace(dtype, out_dtype, layout))
 
 
+def epilogue_width(tile_n: int) -> int:
+    """The epilogue subtile width ``epi_n`` the declared kernels use for ``tile_n``: the widest of 32, 16 and 8 that
+    divides it (rule ``epilogue.tile``), so 8 exactly on the odd multiples of 8, as :func:`admissible` requires.
+
+    >>> [epilogue_width(n) for n in (16, 56, 80, 96, 168, 256)]
+    [16, 8, 16, 32, 8, 32]
+    """
+    return max(e for e in (32, 16, 8) if tile_n % e == 0)
+
+
 @functools.lru_cache(maxsize=None)
 def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmConfig, ...]:
     from argus_cutlass.kernels.gemm.heuristics import fit_stages
@@ -354,21 +364,24 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
                       ((128, 128, "cooperative", 64), ("splitk", 4)), ((128, 256, "cooperative", 64), ("streamk", 1)),
                       ((128, 64, "cooperative", 64), ("streamk", 1)), ((64, 128, "pingpong", 128), ("persistent", 1))):
         combos.append((tile, (1, 1), ("along_n", 1), dec))
-    out = []
-    for (tm, tn, sch, tk), (cm, cn), (raster, swz), (scheduler, splits) in combos:
-        cfg = GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk,
-                         cluster_m=cm, cluster_n=cn, stages=8, schedule=sch,
-                         epi_m=128 if sch == "cooperative" else 64, epi_n=32, raster=raster, swizzle=swz,
-                         scheduler=scheduler, splits=splits)
-        out.append(fit_stages(cfg))
+
+    def plain(tile: tuple[int, int, str, int], cluster: tuple[int, int], walk: tuple[str, int],
+              dec: tuple[str, int]) -> GemmConfig:
+        (tm, tn, sch, tk), (cm, cn), (raster, swz), (scheduler, splits) = tile, cluster, walk, dec
+        return fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk,
+                                     cluster_m=cm, cluster_n=cn, stages=8, schedule=sch,
+                                     epi_m=128 if sch == "cooperative" else 64, epi_n=epilogue_width(tn),
+                                     raster=raster, swizzle=swz, scheduler=scheduler, splits=splits))
+
+    out = [plain(*combo) for combo in combos]
     # swap-AB (D^T = B A^T; tiles in the kernel's modes: tile_n tiles the problem's M)
 
     def swap(tm: int, tn: int, sch: str, stages: int, cluster: tuple[int, int] = (1, 1), tile_k: int = 64,
              acc_sets: int = 1, scheduler: str = "persistent", splits: int = 1) -> GemmConfig:
         return fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn,
                                      tile_k=tile_k, cluster_m=cluster[0], cluster_n=cluster[1], stages=stages,
-                                     schedule=sch, epi_m=128 if sch == "cooperative" else 64, epi_n=min(32, tn),
-                                     swap_ab=True, acc_sets=acc_sets, scheduler=scheduler, splits=splits))
+                                     schedule=sch, epi_m=128 if sch == "cooperative" else 64,
+                                     epi_n=epilogue_width(tn), swap_ab=True, acc_sets=acc_sets, scheduler=scheduler, splits=splits))
 
     out += [swap(tm, tn, sch, 8, c) for tm, tn, sch in ((64, 16, "pingpong"), (64, 32, "pingpong"),
                                                          (64, 64, "pingpong"), (128, 16, "cooperative"),
@@ -402,27 +415,16 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
     # 56 / 80 / 96 / 104 / 112 / 160 / 168-wide tiles on the rows it won; explore-tiles: the same widths here took
     # e.g. 512x10240x8192 0.82x -> 1.01x cuBLAS, 256x5120x25600 0.72x -> 0.99x, each pair timed in one process; the
     # graph table's later re-time of those rows: 0.96x and 0.96x)
-    for (tm, tn, sch, epi_n), (cm, cn), (scheduler, splits) in (
-            ((128, 80, "cooperative", 16), (1, 1), ("persistent", 1)),
-            ((128, 96, "cooperative", 32), (1, 1), ("persistent", 1)),
-            ((128, 112, "cooperative", 16), (1, 1), ("persistent", 1)),
-            ((128, 168, "cooperative", 8), (1, 1), ("persistent", 1)),
-            ((128, 168, "cooperative", 8), (2, 1), ("persistent", 1)),
-            ((128, 160, "cooperative", 32), (1, 1), ("splitk", 2)),
-            ((256, 160, "cooperative", 32), (1, 1), ("persistent", 1)),
-            ((256, 160, "cooperative", 32), (1, 2), ("persistent", 1))):
-        if tn % 16 and layout[1] != "n":   # B MN-major: no swizzled smem atom spans an odd multiple of 8 (below)
-            continue
-        out.append(fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=tm, tile_n=tn,
-                                         tile_k=64, cluster_m=cm, cluster_n=cn, stages=8, schedule=sch, epi_m=128,
-                                         epi_n=epi_n, scheduler=scheduler, splits=splits)))
-    # swap-AB at M ~ 100: 56 / 104 rows of M per tile (2 tiles of 56 or one of 104 cover 100; 64 / 128 waste 28 %).
-    # A tile width that is an odd multiple of 8 only along a K-major operand (the kernel's B: the problem's B, or its
-    # A under swap-AB): along an MN-major one no swizzled GMMA smem atom divides it (CuTe's MN-major atoms span 16 /
-    # 32 / 64 elements), the program falls back to the unswizzled interleaved atom, which no sweep has timed
+    # (only along a K-major operand, the kernel's B: the problem's B, or its A under swap-AB, can a tile width be an
+    # odd multiple of 8: along an MN-major one no swizzled GMMA smem atom divides it -- CuTe's MN-major atoms span 16 /
+    # 32 / 64 elements -- and the program falls back to the unswizzled interleaved atom, which no sweep has timed)
+    for (tm, tn), cluster, dec in (((128, 80), (1, 1), ("persistent", 1)), ((128, 96), (1, 1), ("persistent", 1)),
+                                   ((128, 112), (1, 1), ("persistent", 1)), ((128, 168), (1, 1), ("persistent", 1)),
+                                   ((128, 168), (2, 1), ("persistent", 1)), ((128, 160), (1, 1), ("splitk", 2)),
+                                   ((256, 160), (1, 1), ("persistent", 1)), ((256, 160), (1, 2), ("persistent", 1))):
+        if tn % 16 == 0 or layout[1] == "n":
+            out.append(plain((tm, tn, "cooperative", 64), cluster, ("along_n", 1), dec))
+    # swap-AB at M ~ 100: 56 / 104 rows of M per tile (2 tiles of 56 or one of 104 cover 100; 64 / 128 waste 28 %)
     if layout[0] == "t":
-        out += [fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=64, tile_n=tn,
-                                      tile_k=64, cluster_m=1, cluster_n=1, stages=st, schedule="pingpong", epi_m=64,
-                                      epi_n=8, swap_ab=True))
-                for tn, st in ((56, 12), (104, 9))]
+        out += [swap(64, 56, "pingpong", 12), swap(64, 104, "pingpong", 9)]
     return tuple(out)
