@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import agent_eval  # noqa: E402  (bench/agent_eval.py: the sweep's build and timing)
 from agent_eval import select  # noqa: E402
-from profile_gemm import table_best, table_config  # noqa: E402
+from profile_gemm import table_best_config  # noqa: E402
 
 
 def resolve(spec: str, key: str, space: dict, table: str | None):
@@ -48,14 +48,10 @@ def resolve(spec: str, key: str, space: dict, table: str | None):
     if sel == "best":
         if not table:
             raise ValueError(f"{spec!r}: 'best' needs --table")
-        name = table_best(table, key)
-        if name.startswith("error: "):
-            raise ValueError(f"{spec!r} on {key}: {name[7:]}")
-        hit = [nm for nm in space if nm.rpartition("_")[0] == name.rpartition("_")[0]]
-        rec = table_config(table, name)
-        if not hit and rec is None:
-            raise ValueError(f"{spec!r} on {key}: {name} is neither declared nor recorded in the table")
-        cfg = space[hit[0]] if hit else GemmConfig(**rec)
+        try:
+            _, cfg, _ = table_best_config(table, key, space)
+        except ValueError as exc:
+            raise ValueError(f"{spec!r} on {key}: {exc}") from None
     else:
         names = select(list(space), sel)
         if len(names) != 1:
@@ -125,19 +121,13 @@ def mirror_specs(kernel: str, m: int, swap_max_m: int = 256) -> list[str]:
 def plan_from_cublas(kernels_json: str, table: str, below: float) -> dict[str, list[str]]:
     """A plan (module docstring) for the rows of ``table`` where cuBLAS / ours is below ``below``: per row the
     configurations mirroring the kernels cuBLAS ran there (``bench/cublas_kernels.py --out``: :func:`mirror_specs`)
-    and ``best``; rows with nothing to mirror are left out."""
-    from profile_gemm import table_best as _best
+    and ``best``; rows with nothing to mirror are left out (the rows: ``cublas_kernels.shapes_below``)."""
+    from cublas_kernels import shapes_below
 
     runs = json.loads(Path(kernels_json).read_text())
-    rows = json.loads(Path(table).read_text())["shapes"]
     plan = {}
-    for key, kernels in runs.items():
-        row = rows.get(key, {})
-        name = _best(table, key)
-        if name.startswith("error: ") or not row.get("cublas_ms"):
-            continue
-        if row["cublas_ms"] / row["kernels"][name] >= below:
-            continue
+    for key in shapes_below(table, below):
+        kernels = runs.get(key, {})
         m = int(key.split("x")[0])
         specs = [sp for nm in kernels for sp in mirror_specs(nm, m)]
         if specs:

@@ -26,6 +26,7 @@ too: a kernel shorter than it is timed partly by the host one launch between eve
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import sys
 from pathlib import Path
 
@@ -71,6 +72,30 @@ def table_config(path: str, name: str) -> dict | None:
         return json.loads(Path(path).read_text()).get("kernel_configs", {}).get(name)
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def table_best_config(path: str, key: str, space: dict) -> tuple[str, Any, bool]:
+    """The fastest kernel of row ``key`` of a sweep table as ``(name, configuration, declared)``: the kernel of
+    ``space`` (name -> configuration of the declared sub-space) with that name less its fingerprint when there is one
+    (``declared``), else the configuration the table recorded (``kernel_configs``; a kernel of an older sweep).
+
+    Raises:
+        ValueError: no readable table, row or timed kernel (:func:`table_best`'s reason), or a best kernel neither
+            declared nor recorded.
+    """
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    best = table_best(path, key)
+    if best.startswith("error: "):
+        raise ValueError(best[7:])
+    hit = [nm for nm in space if _unhashed(nm) == _unhashed(best)]
+    if hit:
+        return hit[0], space[hit[0]], True
+    recorded = table_config(path, best)
+    if recorded is None:
+        raise ValueError(f"its best kernel {best} is neither in the declared sub-space of this flavor nor configured "
+                         "in the table's kernel_configs")
+    return best, GemmConfig(**recorded), False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,25 +146,25 @@ def main(argv: list[str] | None = None) -> int:
         names = select(list(space), args.kernels) if args.kernels else []
     except ValueError as exc:
         ap.error(f"--kernels {args.kernels!r}: {exc}")
+    best_cfg = None   # the table's best when it is not a kernel of today's declared sub-space (older sweeps)
     if args.best_of:
-        best = table_best(args.best_of, f"{m}x{n}x{k}")
-        if isinstance(best, str) and best.startswith("error: "):
-            ap.error(f"--best-of {args.best_of}: {best[7:]}")
-        hit = [nm for nm in space if _unhashed(nm) == _unhashed(best)]
-        recorded = table_config(args.best_of, best) if not hit else None
-        if not hit and recorded is None:
-            ap.error(f"--best-of {args.best_of}: its best kernel {best} is neither in the declared sub-space of this "
-                     "flavor nor configured in the table's kernel_configs")
-        names += [nm for nm in hit if nm not in names]
+        try:
+            best, cfg, declared = table_best_config(args.best_of, f"{m}x{n}x{k}", space)
+        except ValueError as exc:
+            ap.error(f"--best-of {args.best_of}: {exc}")
+        if declared:
+            names += [best] if best not in names else []
+        else:
+            best_cfg = cfg
     from overrides import assignments
 
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.space import feasible
 
     configs = [space[nm] for nm in names]
-    if args.best_of and not hit:   # a kernel the table measured outside today's declared sub-space (older sweeps)
+    if best_cfg is not None:
         print(f"-- {best}: the table's best, not in the declared sub-space: rebuilt from its kernel_configs")
-        configs.append(GemmConfig(**recorded))
+        configs.append(best_cfg)
     base = len(configs)
     for spec in args.also:
         try:   # values typed by GemmConfig's fields; its cross-field rules run in replace
