@@ -48,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError) as exc:
         ap.error(str(exc))
     if not shapes:
-        ap.error("give --shape or --table (no row of the table is below --below)")
-    import torch
+        ap.error("give --shape or --table" + (f" (no row of {args.table} is below --below {args.below})"
+                                              if args.table else ""))
+    try:
+        import torch
+    except ImportError:
+        ap.error("needs torch (a CUDA build) and a GPU: cuBLAS is reached through torch.mm")
     from torch.profiler import ProfilerActivity, profile
 
     from argus_cutlass.kernels.gemm.problem import GemmProblem, layout_views, storage_rows
