@@ -4,6 +4,7 @@
 #
 #   bash bench/device_pending.sh OUTDIR attn-quad16   # quad16 epilogue correctness (GPU tests, ~4 min)
 #   bash bench/device_pending.sh OUTDIR attn-mutants16 # the 6 output16_* mutants of the quad16 store map (~2 min)
+#   bash bench/device_pending.sh OUTDIR gemm-gpu [K]  # the GEMM GPU tests (tests/gpu/test_gemm.py), pytest -k K if given
 #   bash bench/device_pending.sh OUTDIR gemm-staged   # the aligned staging path (M=300 col-major A, N=33, K=33, ...)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
 #   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather (~6 min)
@@ -91,7 +92,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -128,6 +129,9 @@ case "$STEP" in
     timeout 500 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT" --timeout 10 --ids \
       output16_shuffle_same_bit,output16_shuffle_xor3,output16_single_stage,output16_lane_cols4,output16_group_cols16,output16_rows_unmasked \
       2>&1 | tee "$OUT/attn_mutants16.log" | tail -25 ;;
+  gemm-gpu)
+    # no xdist: the file's session fixture builds every kernel (build_many, 16 cores) in each worker
+    $PYT -m gpu "$R/tests/gpu/test_gemm.py" ${3:+-k "$3"} -rf --durations=8 2>&1 | tee "$OUT/gemm_gpu_tests.log" | tail -30 ;;
   gemm-staged)
     $PYT -m gpu "$R/tests/gpu/test_gemm_staged.py" -rf 2>&1 | tee "$OUT/gemm_staged_gpu.log" | tail -30 ;;
   torch-ops)

@@ -60,7 +60,7 @@ SCHEDULER_CASES = (
     # session 30: tile widths between the powers of two (wgmma N 80 / 112 / 160 / 168, CuTe's extended shapes),
     # residues in every mode (N not a multiple of the width), split-K, 2-CTA clusters, an 8-wide epilogue subtile
     (GemmConfig(tile_n=112, cluster_m=1, stages=7, epi_n=16), 1000, 5000, 4104),
-    (GemmConfig(layout="nt", out_dtype="fp32", tile_n=80, cluster_m=1, stages=6, epi_n=16), 300, 1000, 520),
+    (GemmConfig(layout="nt", out_dtype="fp32", tile_n=80, cluster_m=1, stages=6, epi_n=16), 296, 1000, 520),
     (GemmConfig(tile_n=168, cluster_m=2, stages=5, epi_n=8), 520, 5000, 2000),
     (GemmConfig(dtype="fp16", out_dtype="fp16", layout="tt", tile_n=160, cluster_m=1, stages=5, scheduler="splitk",
                 splits=2), 256, 5000, 5000),
@@ -109,7 +109,7 @@ SWAP_CASES = (
                         reduction="nondeterministic"), 16, 4096, 14336, 0.0),
     # session 30: swap-AB tiles of 56 and 104 rows of M (wgmma N 56 / 104, an 8-wide epilogue subtile)
     (_SWAP_PP16.replace(tile_n=56, epi_n=8, stages=12), 100, 4096, 4096, 0.0),
-    (_SWAP_PP16.replace(tile_n=104, epi_n=8, stages=9, layout="nt", dtype="fp16", out_dtype="fp32"), 100, 1000, 520,
+    (_SWAP_PP16.replace(tile_n=104, epi_n=8, stages=9, layout="tt", dtype="fp16", out_dtype="fp32"), 100, 1000, 520,
      0.5),
 )
 
