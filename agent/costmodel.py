@@ -327,6 +327,162 @@ def structure_key(cfg: GemmConfig, stages: bool = True) -> str:
     return f"{key}_s{cfg.stages}" if stages else key
 
 
+#: the configuration-dependent features of :class:`Trend` (per kernel problem; the names it stores)
+TREND_FEATURES = ("log2_tiles", "log2_units", "waves", "wave_fill", "log2_k_blocks", "m_fill", "n_fill", "log_predicted")
+
+
+def trend_features(kernel: Any, m: int, n: int, k: int, params: CostParams | None = None,
+                   predicted_ms: float | None = None) -> list[float]:
+    """The :data:`TREND_FEATURES` of ``kernel`` on problem (m, n, k): log2 of its tiles (clusters rounded up as in
+    :func:`predict_s`) and of its work units (tiles x K splits), waves of 132 SMs and the last wave's fill
+    (units / (waves * 132)), log2 of the k-blocks per unit, how much of the last tile row / column is inside the
+    problem (``m_fill``, ``n_fill``, in (0, 1]), and the analytic log prediction (``predicted_ms``: the caller's
+    :func:`predict_ms`, else computed). Kernel modes: under swap-AB the kernel's M is the problem's N."""
+    shape = _shape(kernel)
+    km, kn, kk = shape.kernel_problem(m, n, k)
+    tiles = (math.ceil(math.ceil(km / shape.tile_m) / shape.cluster_m) * shape.cluster_m
+             * math.ceil(math.ceil(kn / shape.tile_n) / shape.cluster_n) * shape.cluster_n)
+    splits = shape.splits if shape.scheduler in ("splitk", "clusterk") else 1
+    units = tiles * splits
+    waves = math.ceil(units / SMS)
+    t = predicted_ms if predicted_ms is not None else predict_ms(shape, m, n, k, params)
+    return [math.log2(tiles), math.log2(units), float(waves), units / (waves * SMS),
+            math.log2(math.ceil(kk / splits / shape.tile_k)), km / (math.ceil(km / shape.tile_m) * shape.tile_m),
+            kn / (math.ceil(kn / shape.tile_n) * shape.tile_n), math.log(t)]
+
+
+def _trend_shape_terms(m: int, n: int, k: int) -> list[float]:
+    """The problem's own terms of :class:`Trend`: log2 M, N, K, their squares and pairwise products."""
+    a, b, c = math.log2(m), math.log2(n), math.log2(k)
+    return [a, b, c, a * a, b * b, c * c, a * b, a * c, b * c]
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A global linear model of the residual ``log(measured / predict_ms)``, fitted by ridge regression on every
+    measured (calibration shape, structure) pair: per structure (:func:`structure_key`) an intercept and slopes on
+    log2 M, N, K of the problem; shared slopes on the kernel's :func:`trend_features` (waves, the last wave's fill,
+    tile fill, k-blocks, the analytic prediction) and on those features times log2 M; shared slopes on the
+    problem's quadratic terms. Where :class:`Residuals`' nearest-shape mean is local (three shapes, noisy where the
+    wave count changes between them), this trend is fitted on all shapes; :func:`ranked` blends the two in log
+    space, ``weight`` of the trend (session 31, grouped cross-validation on the 341-shape graph-timed bf16 tn sweep
+    with the trend refitted without each held-out group: 213 -> 226 of 341 within 3 % of the best, geomean regret of
+    the choice 3.2 % -> 2.7 %; ridge strength 1-30 and weights 0.3-0.5 all scored 224-227).
+
+    Attributes:
+        keys: structure keys with a fitted intercept and slopes (rows of ``per_key``).
+        per_key: ``(len(keys), 4)``: intercept, slopes on log2 M, N, K.
+        shared: slopes on :data:`TREND_FEATURES`; shared_m: on those features times log2 M.
+        shape_terms: slopes on :func:`_trend_shape_terms`; bias: the constant.
+        alpha: the ridge strength it was fitted with (on standardized columns); weight: its share in the blend
+            from ``full_at`` (distance in the :class:`Residuals` metric) away from the nearest calibration shape.
+    """
+
+    keys: tuple[str, ...]
+    per_key: Any
+    shared: Any
+    shared_m: Any
+    shape_terms: Any
+    bias: float
+    alpha: float = 10.0
+    weight: float = 0.5
+    full_at: float = 0.5
+
+    def weight_at(self, distance: float) -> float:
+        """The trend's share at a problem whose nearest calibration shape is ``distance`` away (the
+        :class:`Residuals` metric): ``weight`` from ``full_at`` on, scaled down linearly to 0 at a measured shape
+        (where the measurement itself is the better estimate)."""
+        return self.weight * min(1.0, max(0.0, distance) / self.full_at) if self.full_at > 0 else self.weight
+
+    def predict(self, key: str, features: list[float], m: int, n: int, k: int) -> float | None:
+        """The modelled residual of structure ``key`` with ``features`` (:func:`trend_features`) on problem
+        (m, n, k), natural log; None for a structure the fit had no measurement of."""
+        try:
+            row = self.per_key[self.keys.index(key)]
+        except ValueError:
+            return None
+        lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
+        value = self.bias + row[0] + row[1] * lm + row[2] * ln + row[3] * lk
+        value += sum(w * f for w, f in zip(self.shared, features))
+        value += lm * sum(w * f for w, f in zip(self.shared_m, features))
+        value += sum(w * t for w, t in zip(self.shape_terms, _trend_shape_terms(m, n, k)))
+        return float(value)
+
+    @classmethod
+    def fit(cls, residuals: Residuals, configs: Any, params: CostParams | None = None, alpha: float = 10.0,
+            weight: float = 0.5) -> Trend:
+        """Ridge regression (``alpha`` on standardized columns) of ``residuals``' finite values.
+
+        Args:
+            residuals: the measured corrections (computed under ``params``); configs: one
+                :class:`~argus_cutlass.kernels.gemm.config.GemmConfig` per column of ``residuals.configs``
+                (the features need the kernel).
+        Raises:
+            ValueError: ``configs`` does not match the columns, or nothing is measured.
+        """
+        import numpy as np
+
+        configs = list(configs)
+        if [structure_key(c) for c in configs] != list(residuals.configs):
+            raise ValueError("Trend.fit: configs do not match the residuals' columns (structure_key per column)")
+        cols = np.flatnonzero(np.isfinite(residuals.values).any(0))
+        if not len(cols):
+            raise ValueError("Trend.fit: no measured residual")
+        where = {int(c): i for i, c in enumerate(cols)}
+        nc, nf = len(cols), len(TREND_FEATURES)
+        rows, y = [], []
+        for p, vals in zip(residuals.points, residuals.values):
+            m, n, k = (int(x) for x in p)
+            lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
+            terms = _trend_shape_terms(m, n, k)
+            for j in np.flatnonzero(np.isfinite(vals)):
+                f = trend_features(configs[j], m, n, k, params)
+                x = np.zeros(4 * nc + 2 * nf + len(terms))
+                i = where[int(j)]
+                x[[i, nc + i, 2 * nc + i, 3 * nc + i]] = (1.0, lm, ln, lk)
+                x[4 * nc:4 * nc + nf] = f
+                x[4 * nc + nf:4 * nc + 2 * nf] = [lm * v for v in f]
+                x[4 * nc + 2 * nf:] = terms
+                rows.append(x)
+                y.append(vals[j])
+        X, Y = np.array(rows), np.array(y)
+        mu, sd = X.mean(0), X.std(0)
+        sd = np.where(sd > 1e-12, sd, 1.0)
+        Xs = (X - mu) / sd
+        w = np.linalg.solve(Xs.T @ Xs + alpha * np.eye(X.shape[1]), Xs.T @ (Y - Y.mean())) / sd
+        bias = float(Y.mean() - mu @ w)
+        per_key = np.stack([w[:nc], w[nc:2 * nc], w[2 * nc:3 * nc], w[3 * nc:4 * nc]], axis=1)
+        return cls(tuple(residuals.configs[int(c)] for c in cols), per_key, w[4 * nc:4 * nc + nf],
+                   w[4 * nc + nf:4 * nc + 2 * nf], w[4 * nc + 2 * nf:], bias, float(alpha), float(weight))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trend:
+        """From the ``trend`` section of the calibration file's residuals.
+
+        Raises:
+            ValueError: the section's sizes disagree with :data:`TREND_FEATURES`.
+        """
+        import numpy as np
+
+        keys = tuple(data["keys"])
+        per_key = np.array(data["per_key"], dtype=float).reshape(len(keys), 4)
+        shared, shared_m = np.array(data["shared"], dtype=float), np.array(data["shared_m"], dtype=float)
+        terms = np.array(data["shape_terms"], dtype=float)
+        if len(shared) != len(TREND_FEATURES) or len(shared_m) != len(TREND_FEATURES) or len(terms) != 9:
+            raise ValueError(f"trend: {len(shared)} / {len(shared_m)} feature slopes and {len(terms)} shape terms "
+                             f"(expected {len(TREND_FEATURES)}, {len(TREND_FEATURES)}, 9)")
+        return cls(keys, per_key, shared, shared_m, terms, float(data["bias"]), float(data.get("alpha", 10.0)),
+                   float(data.get("weight", 0.5)), float(data.get("full_at", 0.5)))
+
+    def to_json(self) -> dict[str, Any]:
+        def r(xs: Any) -> list[float]:
+            return [round(float(x), 6) for x in xs]
+
+        return {"alpha": self.alpha, "weight": self.weight, "full_at": self.full_at, "features": list(TREND_FEATURES), "bias": round(self.bias, 6),
+                "shared": r(self.shared), "shared_m": r(self.shared_m), "shape_terms": r(self.shape_terms),
+                "keys": list(self.keys), "per_key": [r(row) for row in self.per_key]}
+
+
 @dataclass(frozen=True)
 class Residuals:
     """Measured corrections of the analytic model: at each calibration shape, per configuration structure
@@ -357,12 +513,18 @@ class Residuals:
     calibration keeps (3, 2, 1).
     Files without ``analytic_weight`` (older calibrations) keep ``a = 1``.
 
+    ``trend`` (session 31): a :class:`Trend` fitted on the same values; :func:`ranked` blends its modelled residual
+    with the nearest-shape correction (:meth:`Trend.weight_at`: ``weight`` of it from ``full_at`` away from every
+    calibration shape, none at a measured one) for the structures both know. Files without one
+    rank by the nearest-shape correction alone.
+
     Attributes:
         flavor: the calibration's (dtype, out_dtype, layout).
         configs: the structure keys (columns of ``values``).
         points: calibration shapes, ``(P, 3)`` int (M, N, K).
         values: ``(P, C)`` float residuals (natural log), NaN where not measured.
         neighbours, m_weight, radius, analytic_weight: the interpolation's hyper-parameters (above).
+        trend: the global linear model of the same residuals, or None.
     """
 
     flavor: tuple[str, str, str]
@@ -373,6 +535,7 @@ class Residuals:
     m_weight: float = 2.0
     radius: float = 3.0
     analytic_weight: float = 1.0
+    trend: Trend | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Residuals:
@@ -393,23 +556,25 @@ class Residuals:
         return cls(tuple(data["flavor"]), configs, np.array([r["mnk"] for r in rows], dtype=np.int64).reshape(-1, 3),
                    vals.reshape(len(rows), len(configs)), int(data.get("neighbours", 3)),
                    float(data.get("m_weight", 2.0)), math.inf if radius is None else float(radius),
-                   float(data.get("analytic_weight", 1.0)))
+                   float(data.get("analytic_weight", 1.0)), Trend.from_json(data["trend"]) if data.get("trend") else None)
 
     def to_json(self) -> dict[str, Any]:
         return {"flavor": list(self.flavor), "neighbours": self.neighbours, "m_weight": self.m_weight,
                 "radius": self.radius if math.isfinite(self.radius) else None,
-                "analytic_weight": self.analytic_weight, "configs": list(self.configs),
+                "analytic_weight": self.analytic_weight, **({"trend": self.trend.to_json()} if self.trend else {}),
+                "configs": list(self.configs),
                 "points": [{"mnk": [int(x) for x in p],
                             "res": [None if v != v else round(float(v), 4) for v in row]}
                            for p, row in zip(self.points, self.values)]}
 
     def without(self, shapes: Any) -> Residuals:
-        """The same calibration without the given (M, N, K) shapes (cross-validation)."""
+        """The same calibration without the given (M, N, K) shapes (cross-validation), and without its
+        :class:`Trend` (fitted on those shapes too: refit it on the rest, :meth:`Trend.fit`)."""
         import numpy as np
 
         drop = {tuple(int(x) for x in s) for s in shapes}
         keep = np.array([tuple(int(x) for x in p) not in drop for p in self.points], dtype=bool)
-        return dataclasses.replace(self, points=self.points[keep], values=self.values[keep])
+        return dataclasses.replace(self, points=self.points[keep], values=self.values[keep], trend=None)
 
     def applies_to(self, dtype: str) -> bool:
         return _RESIDUAL_DTYPES.get(dtype, dtype) == _RESIDUAL_DTYPES.get(self.flavor[0], self.flavor[0])
@@ -490,7 +655,8 @@ def ranked(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
     ``m <= SWAP_AB_MAX_M``) ranked for problem (m, n, k): ``[(predicted ms, config)]``, fastest first.
 
     The prediction is :func:`predict_ms` times the measured correction of the configuration's structure
-    near this shape (:class:`Residuals`, with its ``analytic_weight`` shift) when a calibration for the dtype's width exists; structures it
+    near this shape (:class:`Residuals`, with its ``analytic_weight`` shift, blended with its :class:`Trend` when
+    the calibration has one) when a calibration for the dtype's width exists; structures it
     has no measurement for near the shape are left out. Without one (``residuals=None``, or no
     calibration of this width) the analytic prediction alone ranks every configuration.
 
@@ -512,12 +678,19 @@ def ranked(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
         column = {key: key for key in corr}
         column.update({b: ks[0] for b, ks in bases.items() if len(ks) == 1})  # one column: any depth of it
         corrected = []
-        near = res.nearest(m, n, k) if res.analytic_weight != 1.0 else None
+        near = res.nearest(m, n, k) if res.analytic_weight != 1.0 or res.trend is not None else None
+        # the trend's share: none at a measured shape, its full weight from `full_at` away
+        blend = res.trend.weight_at(1.0 / float(near[1].max()) - 0.5) if res.trend is not None and len(near[0]) else 0.0
         for t, c in space:
             col = column.get(structure_key(c), column.get(structure_key(c, stages=False)))
             if col is not None:
                 shift = res.scaling_shift(c, col, m, n, k, params, near)
-                corrected.append((t * math.exp(corr[col] - shift), c))
+                log_corr = corr[col] - shift
+                if blend > 0:
+                    modelled = res.trend.predict(col, trend_features(c, m, n, k, params, t), m, n, k)
+                    if modelled is not None:
+                        log_corr = (1.0 - blend) * log_corr + blend * modelled
+                corrected.append((t * math.exp(log_corr), c))
         space = corrected or space  # no structure of this flavor measured near the shape: the analytic rank
     return sorted(space, key=lambda tc: tc[0])
 

@@ -63,6 +63,9 @@ BOUNDS = {"peak_flops": (5e14, 9.9e14), "l2_bytes_per_s_per_sm": (3e10, 3e11), "
           "swizzle_bonus": (0.9, 1.05), "reduce_fixed_s": (0.0, 1e-5)}
 #: a pick within this of the best measured time counts as right (issue 13's 3%)
 TIE = 0.03
+#: the shipped blend of the Trend (session 31: grouped cross-validation, see agent/costmodel.py's Trend)
+TREND_WEIGHT = 0.5
+TREND_ALPHA = 10.0
 #: temperature of the smoothed pick (log-time units): the loss is the regret of a softmin pick
 SOFTMIN = 0.02
 
@@ -157,10 +160,13 @@ def fit(data: list, start, maxiter: int):  # noqa: ANN001
     return params(best)
 
 
-def residuals_of(path: str | list[str], params, **hyper: Any) -> Any:  # noqa: ANN001
+def residuals_of(path: str | list[str], params, trend_weight: float | None = TREND_WEIGHT,  # noqa: ANN001
+                 trend_alpha: float | None = TREND_ALPHA, **hyper: Any) -> Any:
     """The :class:`~argus_cutlass.agent.costmodel.Residuals` of a sweep table (``bench/sweep_gemm.py``'s
     format) under ``params``: per shape and declared configuration, ``log(measured / predict_ms)``;
-    ``hyper`` (``neighbours``, ``m_weight``, ``radius``, ``analytic_weight``) replaces the class defaults.
+    ``hyper`` (``neighbours``, ``m_weight``, ``radius``, ``analytic_weight``) replaces the class defaults; a
+    :class:`~argus_cutlass.agent.costmodel.Trend` is fitted on the same values (ridge ``trend_alpha``) and blended
+    with ``trend_weight`` (0 or None: none).
     Several tables of one flavor (``path`` a list): each shape's row from the last table that timed it, e.g. the
     per-launch sweep then its graph-timed table (session 28: repeatable labels where it has them, the per-launch
     rows of M = 8192, where a launch costs ~1 ms and the host nothing, elsewhere).
@@ -199,9 +205,26 @@ def residuals_of(path: str | list[str], params, **hyper: Any) -> Any:  # noqa: A
             vals.append(math.log(t / predict_ms(cfg, m, n, k, params)) if t else float("nan"))
         points.append((m, n, k))
         values.append(vals)
-    return Residuals(flavor, tuple(structure_key(c) for c in space), np.array(points, dtype=np.int64).reshape(-1, 3),
-                     np.array(values, dtype=float).reshape(len(points), len(space)),
-                     **{key: v for key, v in hyper.items() if v is not None})
+    res = Residuals(flavor, tuple(structure_key(c) for c in space), np.array(points, dtype=np.int64).reshape(-1, 3),
+                    np.array(values, dtype=float).reshape(len(points), len(space)),
+                    **{key: v for key, v in hyper.items() if v is not None})
+    return with_trend(res, params, trend_weight, trend_alpha)
+
+
+
+def with_trend(res, params, weight: float | None = TREND_WEIGHT, alpha: float | None = TREND_ALPHA):  # noqa: ANN001, ANN201
+    """``res`` with a :class:`~argus_cutlass.agent.costmodel.Trend` fitted on its values (none for a weight of 0
+    or None, or when nothing is measured)."""
+    import dataclasses
+
+    from argus_cutlass.agent.costmodel import Trend
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    if not weight or not np.isfinite(res.values).any():
+        return dataclasses.replace(res, trend=None)
+    trend = Trend.fit(res, declared_subspace(*res.flavor), params, alpha=alpha if alpha is not None else TREND_ALPHA,
+                      weight=weight)
+    return dataclasses.replace(res, trend=trend)
 
 
 #: projections (N, K) closer than this in log2 space are held out together by :func:`cross_validate`
@@ -256,6 +279,8 @@ def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS) -> d
     picks: dict[str, dict[str, str | None]] = {}
     for shapes in groups:
         rest = residuals.without(shapes)
+        if residuals.trend is not None:  # refitted without the held-out group (without() drops it)
+            rest = with_trend(rest, params, residuals.trend.weight, residuals.trend.alpha)
         for m, n, k in shapes:
             key = f"{m}x{n}x{k}"
             kernels = table["shapes"][key].get("kernels", {})
@@ -293,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--m-weight", type=float, default=None, help="--cv / --residuals: Residuals.m_weight (default 2)")
     ap.add_argument("--analytic-weight", type=float, default=None,
                     help="--cv / --residuals: Residuals.analytic_weight (default 1: the plain residual mean; 0: the neighbours' measured times alone)")
+    ap.add_argument("--trend-weight", type=float, default=None,
+                    help=f"--cv / --residuals: the Trend's share of the correction (default {TREND_WEIGHT}; 0: none)")
+    ap.add_argument("--trend-alpha", type=float, default=None,
+                    help=f"--cv / --residuals: the Trend's ridge strength (default {TREND_ALPHA})")
     args = ap.parse_args(argv)
     hyper = _hyper(args)
     if args.cv:
@@ -365,7 +394,9 @@ def dump_calibration(doc: dict[str, Any]) -> str:
 
 def _hyper(args) -> dict[str, Any]:  # noqa: ANN001 - the parsed options
     """The Residuals hyper-parameters the command line sets (None: the class default)."""
-    return {"neighbours": args.neighbours, "m_weight": args.m_weight, "analytic_weight": args.analytic_weight}
+    return {"neighbours": args.neighbours, "m_weight": args.m_weight, "analytic_weight": args.analytic_weight,
+            "trend_weight": TREND_WEIGHT if args.trend_weight is None else args.trend_weight,
+            "trend_alpha": args.trend_alpha}
 
 
 def _residuals_doc(tables: list[str], params, **hyper: Any) -> tuple[str, dict[str, Any]]:  # noqa: ANN001

@@ -43,7 +43,10 @@ def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout, ana
     """The shipped residuals (and the same with analytic_weight a = 0.75 / 0): the choice minimises the weighted
     mean, over the nearest calibration shapes p within the radius that measured its structure (weights
     1 / (0.5 + d)), of log measured(p) + a * (log predict(shape) - log predict(p)), computed here independently
-    of Residuals."""
+    of Residuals, blended with the shipped Trend's modelled residual (its weight scaled by the nearest calibration
+    shape's distance over ``full_at``)."""
+    from argus_cutlass.agent.costmodel import trend_features
+
     res = calibrated_residuals()
     assert res is not None and res.flavor == ("bf16", "bf16", "tn") and res.radius == 3.0
     # the shipped hyper-parameters (session 20; session 24's search did not beat them held out: Residuals)
@@ -70,6 +73,10 @@ def test_corrected_choice_is_the_least_corrected_prediction(m, n, k, layout, ana
             logp = [math.log(predict_ms(c, *map(int, res.points[i]), params)) for i, _ in seen]
             here = math.log(predict_ms(c, m, n, k, params))
             pred = sum(w * (t + a * (here - q)) for (_, w), t, q in zip(seen, logt, logp)) / sum(w for _, w in seen)
+            blend = res.trend.weight * min(1.0, d[near[0]] / res.trend.full_at)
+            modelled = res.trend.predict(structure_key(c), trend_features(c, m, n, k, params), m, n, k)
+            if blend > 0 and modelled is not None:
+                pred = (1 - blend) * pred + blend * (here + modelled)
             scored.append((pred, c))
     assert scored
     assert costmodel_choice(m, n, k, "bf16", "bf16", layout, residuals=res) == min(scored, key=lambda t: t[0])[1]
@@ -196,6 +203,8 @@ def test_cross_validation_holds_each_projection_out(tmp_path):
     for row in out["held_out"]["rows"]:
         m, n, k = map(int, row["shape"].split("x"))
         other = res.without([p for p in res.points.tolist() if p[1:] == [n, k]])
+        assert other.trend is None  # refitted on the rest, as cross_validate does
+        other = calibrate_costmodel.with_trend(other, params, res.trend.weight, res.trend.alpha)
         expect = costmodel_choice(m, n, k, params=params, residuals=other)
         assert row["choice"] == table_key(expect, small["shapes"][row["shape"]]["kernels"])
     # poison the 4096 x 4096 projection's own rows: its held-out choices must not move
@@ -203,7 +212,7 @@ def test_cross_validation_holds_each_projection_out(tmp_path):
     vals = res.values.copy()
     own = [i for i, p in enumerate(res.points.tolist()) if p[1:] == [4096, 4096]]
     vals[own, target] = math.log(1e-3)
-    poisoned = Residuals(res.flavor, res.configs, res.points, vals)
+    poisoned = calibrate_costmodel.with_trend(Residuals(res.flavor, res.configs, res.points, vals), params)
     out2 = calibrate_costmodel.cross_validate(str(path), params, poisoned, radius=0.0)
     before = {r["shape"]: r["choice"] for r in out["held_out"]["rows"]}
     after = {r["shape"]: r["choice"] for r in out2["held_out"]["rows"]}
@@ -314,3 +323,88 @@ def test_residuals_of_several_tables_take_each_shapes_row_from_the_last_that_tim
     other.write_text(json.dumps({**a, "flavor": {"dtype": "fp16", "out_dtype": "fp16", "layout": "tn"}}))
     with pytest.raises(SystemExit, match="fp16.json: a fp16_fp16_tn table"):
         calibrate_costmodel.residuals_of([str(pa), str(other)], params)
+
+
+def _planted_trend_residuals(space, points):
+    """Residuals whose values follow a known linear trend: per structure an intercept, a shared slope on log2 M,
+    and a shared slope on the last wave's fill (a Trend feature)."""
+    from argus_cutlass.agent.costmodel import trend_features
+
+    keys = tuple(structure_key(c) for c in space)
+    params = calibrated()
+    vals = np.zeros((len(points), len(space)))
+    for i, (m, n, k) in enumerate(points):
+        for j, c in enumerate(space):
+            fill = trend_features(c, m, n, k, params)[3]
+            vals[i, j] = 0.01 * (j % 7) + 0.03 * math.log2(m) - 0.2 * fill
+    return Residuals(("bf16", "bf16", "tn"), keys, np.array(points, dtype=np.int64), vals)
+
+
+def test_trend_fit_recovers_a_planted_linear_residual_and_round_trips():
+    from argus_cutlass.agent.costmodel import Trend, trend_features
+
+    space = [c for c in declared_subspace() if not c.swap_ab][:12]
+    pts = [(m, n, k) for m in (64, 256, 1024, 4096) for n in (1024, 4096, 14336) for k in (2048, 8192)]
+    res = _planted_trend_residuals(space, pts)
+    trend = Trend.fit(res, space, calibrated(), alpha=1e-6)
+    params = calibrated()
+    for m, n, k in [(512, 2048, 4096), (2048, 8192, 3000)]:  # not calibration shapes
+        for j, c in enumerate(space):
+            want = 0.01 * (j % 7) + 0.03 * math.log2(m) - 0.2 * trend_features(c, m, n, k, params)[3]
+            got = trend.predict(structure_key(c), trend_features(c, m, n, k, params), m, n, k)
+            assert got == pytest.approx(want, abs=0.02)
+    again = Trend.from_json(json.loads(json.dumps(trend.to_json())))
+    f = trend_features(space[3], 700, 3000, 5000, params)
+    assert again.predict(structure_key(space[3]), f, 700, 3000, 5000) == pytest.approx(
+        trend.predict(structure_key(space[3]), f, 700, 3000, 5000), abs=1e-4)
+    assert trend.predict("no_such_structure", f, 700, 3000, 5000) is None
+    with pytest.raises(ValueError, match="configs do not match"):
+        Trend.fit(res, space[::-1], calibrated())
+    with pytest.raises(ValueError, match="feature slopes"):
+        Trend.from_json({**trend.to_json(), "shared": [0.0]})
+
+
+def test_trend_weighs_nothing_at_a_measured_shape_and_its_weight_away_from_them():
+    from argus_cutlass.agent.costmodel import Trend
+
+    space = declared_subspace()
+    keys = tuple(structure_key(c) for c in space)
+    target = next(c for c in space if c.tile_m == 64 and c.tile_n == 64 and not c.swap_ab and c.cluster_m == 1)
+    vals = np.zeros((1, len(keys)))
+    res = Residuals(("bf16", "bf16", "tn"), keys, np.array([[1024, 4096, 4096]]), vals)
+    # a trend that makes the target 100x faster everywhere
+    per_key = np.zeros((len(keys), 4))
+    per_key[keys.index(structure_key(target)), 0] = math.log(0.01)
+    trend = Trend(keys, per_key, np.zeros(8), np.zeros(8), np.zeros(9), 0.0, weight=0.5, full_at=0.5)
+    with_trend = dataclasses.replace(res, trend=trend)
+    assert trend.weight_at(0.0) == 0.0 and trend.weight_at(0.25) == pytest.approx(0.25) and trend.weight_at(3) == 0.5
+    # at the measured shape the measurement alone ranks; 1.4 away (K x 2.6) the trend moves the choice
+    assert costmodel_choice(1024, 4096, 4096, residuals=with_trend) == costmodel_choice(1024, 4096, 4096, residuals=res)
+    assert costmodel_choice(1024, 4096, 4096, residuals=res) != target
+    assert costmodel_choice(1024, 4096, 10752, residuals=with_trend) == target
+    assert costmodel_choice(1024, 4096, 10752, residuals=res) != target
+    # the file format keeps it; cross-validation's without() drops it (fitted on the dropped shapes too)
+    assert Residuals.from_json(with_trend.to_json()).trend.weight_at(3) == 0.5
+    assert with_trend.without([(1024, 4096, 4096)]).trend is None
+
+
+def test_shipped_calibration_has_a_trend_and_cross_validation_refits_it(monkeypatch):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import calibrate_costmodel
+    from argus_cutlass.agent.costmodel import Trend
+
+    shipped = calibrated_residuals()
+    assert shipped.trend is not None and 0 < shipped.trend.weight <= 1
+    assert set(shipped.trend.keys) <= set(shipped.configs)
+    fits = []
+    real = Trend.fit.__func__
+
+    def counting(cls, res, *a, **kw):
+        fits.append(len(res.points))
+        return real(cls, res, *a, **kw)
+
+    monkeypatch.setattr(Trend, "fit", classmethod(counting))
+    small = shipped.without([tuple(p) for p in shipped.points.tolist()[40:]])
+    small = calibrate_costmodel.with_trend(small, calibrated())
+    assert small.trend is not None and fits == [40]
+    assert calibrate_costmodel.with_trend(small, calibrated(), weight=0).trend is None
