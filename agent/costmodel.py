@@ -366,7 +366,7 @@ class Trend:
     problem's quadratic terms. Where :class:`Residuals`' nearest-shape mean is local (three shapes, noisy where the
     wave count changes between them), this trend is fitted on all shapes; :func:`ranked` blends the two in log
     space, ``weight`` of the trend (session 31, grouped cross-validation on the 341-shape graph-timed bf16 tn sweep
-    with the trend refitted without each held-out group: 213 -> 226 of 341 within 3 % of the best, geomean regret of
+    with the trend refitted without each held-out group: 215 -> 226 of 341 within 3 % of the best, geomean regret of
     the choice 3.2 % -> 2.7 %; ridge strength 1-30 and weights 0.3-0.5 all scored 224-227).
 
     Attributes:
@@ -375,7 +375,14 @@ class Trend:
         shared: slopes on :data:`TREND_FEATURES`; shared_m: on those features times log2 M.
         shape_terms: slopes on :func:`_trend_shape_terms`; bias: the constant.
         alpha: the ridge strength it was fitted with (on standardized columns); weight: its share in the blend
-            from ``full_at`` (distance in the :class:`Residuals` metric) away from the nearest calibration shape.
+            (0-1) from ``full_at`` (> 0; distance in the :class:`Residuals` metric: log2 units, M weighted by
+            ``m_weight``) away from the nearest calibration shape.
+        clip: the range of the residuals it was fitted on; a prediction outside it is clamped to it (a linear model
+            far from its data can run away: -4.6 for a cluster-K kernel at 20000 x 131072 x 4096 unclamped).
+
+    A structure's column may be the stage-less key of another flavor's configuration (:func:`ranked`: an fp32
+    output takes fewer stages); the trend then applies that column's slopes to this flavor's own features and
+    analytic prediction, as the nearest-shape correction applies that column's residuals.
     """
 
     keys: tuple[str, ...]
@@ -387,12 +394,24 @@ class Trend:
     alpha: float = 10.0
     weight: float = 0.5
     full_at: float = 0.5
+    clip: tuple[float, float] = (-math.inf, math.inf)
+
+    def __post_init__(self) -> None:
+        import numpy as np
+
+        if not 0.0 <= self.weight <= 1.0:
+            raise ValueError(f"Trend.weight must be in [0, 1], got {self.weight}")
+        if not self.full_at > 0.0:
+            raise ValueError(f"Trend.full_at must be > 0, got {self.full_at}")
+        numbers = [self.per_key, self.shared, self.shared_m, self.shape_terms, [self.bias]]
+        if not all(np.all(np.isfinite(np.asarray(x, dtype=float))) for x in numbers):
+            raise ValueError("Trend: a coefficient is not a finite number (null or NaN in the calibration file?)")
 
     def weight_at(self, distance: float) -> float:
         """The trend's share at a problem whose nearest calibration shape is ``distance`` away (the
         :class:`Residuals` metric): ``weight`` from ``full_at`` on, scaled down linearly to 0 at a measured shape
         (where the measurement itself is the better estimate)."""
-        return self.weight * min(1.0, max(0.0, distance) / self.full_at) if self.full_at > 0 else self.weight
+        return self.weight * min(1.0, max(0.0, distance) / self.full_at)
 
     def predict(self, key: str, features: list[float], m: int, n: int, k: int) -> float | None:
         """The modelled residual of structure ``key`` with ``features`` (:func:`trend_features`) on problem
@@ -406,11 +425,11 @@ class Trend:
         value += sum(w * f for w, f in zip(self.shared, features))
         value += lm * sum(w * f for w, f in zip(self.shared_m, features))
         value += sum(w * t for w, t in zip(self.shape_terms, _trend_shape_terms(m, n, k)))
-        return float(value)
+        return float(min(max(value, self.clip[0]), self.clip[1]))
 
     @classmethod
     def fit(cls, residuals: Residuals, configs: Any, params: CostParams | None = None, alpha: float = 10.0,
-            weight: float = 0.5) -> Trend:
+            weight: float = 0.5, full_at: float = 0.5) -> Trend:
         """Ridge regression (``alpha`` on standardized columns) of ``residuals``' finite values.
 
         Args:
@@ -453,17 +472,23 @@ class Trend:
         bias = float(Y.mean() - mu @ w)
         per_key = np.stack([w[:nc], w[nc:2 * nc], w[2 * nc:3 * nc], w[3 * nc:4 * nc]], axis=1)
         return cls(tuple(residuals.configs[int(c)] for c in cols), per_key, w[4 * nc:4 * nc + nf],
-                   w[4 * nc + nf:4 * nc + 2 * nf], w[4 * nc + 2 * nf:], bias, float(alpha), float(weight))
+                   w[4 * nc + nf:4 * nc + 2 * nf], w[4 * nc + 2 * nf:], bias, float(alpha), float(weight),
+                   float(full_at), (float(Y.min()), float(Y.max())))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Trend:
         """From the ``trend`` section of the calibration file's residuals.
 
         Raises:
-            ValueError: the section's sizes disagree with :data:`TREND_FEATURES`.
+            ValueError: the section's sizes or feature names disagree with :data:`TREND_FEATURES`, a coefficient is
+                null / NaN, or the weight / full_at is out of range; KeyError / TypeError: a missing or mistyped
+                entry (:func:`calibrated_residuals` reports all of these with the file's name).
         """
         import numpy as np
 
+        if list(data.get("features", TREND_FEATURES)) != list(TREND_FEATURES):
+            raise ValueError(f"trend: fitted on features {data.get('features')}, this model computes "
+                             f"{list(TREND_FEATURES)}: refit it (bench/calibrate_costmodel.py --residuals)")
         keys = tuple(data["keys"])
         per_key = np.array(data["per_key"], dtype=float).reshape(len(keys), 4)
         shared, shared_m = np.array(data["shared"], dtype=float), np.array(data["shared_m"], dtype=float)
@@ -471,14 +496,18 @@ class Trend:
         if len(shared) != len(TREND_FEATURES) or len(shared_m) != len(TREND_FEATURES) or len(terms) != 9:
             raise ValueError(f"trend: {len(shared)} / {len(shared_m)} feature slopes and {len(terms)} shape terms "
                              f"(expected {len(TREND_FEATURES)}, {len(TREND_FEATURES)}, 9)")
+        clip = data.get("clip")
         return cls(keys, per_key, shared, shared_m, terms, float(data["bias"]), float(data.get("alpha", 10.0)),
-                   float(data.get("weight", 0.5)), float(data.get("full_at", 0.5)))
+                   float(data.get("weight", 0.5)), float(data.get("full_at", 0.5)),
+                   (float(clip[0]), float(clip[1])) if clip else (-math.inf, math.inf))
 
     def to_json(self) -> dict[str, Any]:
+        """The ``trend`` section of the calibration file (coefficients rounded to 6 decimals)."""
         def r(xs: Any) -> list[float]:
             return [round(float(x), 6) for x in xs]
 
-        return {"alpha": self.alpha, "weight": self.weight, "full_at": self.full_at, "features": list(TREND_FEATURES), "bias": round(self.bias, 6),
+        clip = [round(x, 6) for x in self.clip] if all(map(math.isfinite, self.clip)) else None
+        return {"alpha": self.alpha, "weight": self.weight, "full_at": self.full_at, "clip": clip, "features": list(TREND_FEATURES), "bias": round(self.bias, 6),
                 "shared": r(self.shared), "shared_m": r(self.shared_m), "shape_terms": r(self.shape_terms),
                 "keys": list(self.keys), "per_key": [r(row) for row in self.per_key]}
 

@@ -212,7 +212,8 @@ def residuals_of(path: str | list[str], params, trend_weight: float | None = TRE
 
 
 
-def with_trend(res, params, weight: float | None = TREND_WEIGHT, alpha: float | None = TREND_ALPHA):  # noqa: ANN001, ANN201
+def with_trend(res, params, weight: float | None = TREND_WEIGHT, alpha: float | None = TREND_ALPHA,  # noqa: ANN001, ANN201
+               full_at: float = 0.5):
     """``res`` with a :class:`~argus_cutlass.agent.costmodel.Trend` fitted on its values (none for a weight of 0
     or None, or when nothing is measured)."""
     import dataclasses
@@ -223,7 +224,7 @@ def with_trend(res, params, weight: float | None = TREND_WEIGHT, alpha: float | 
     if not weight or not np.isfinite(res.values).any():
         return dataclasses.replace(res, trend=None)
     trend = Trend.fit(res, declared_subspace(*res.flavor), params, alpha=alpha if alpha is not None else TREND_ALPHA,
-                      weight=weight)
+                      weight=weight, full_at=full_at)
     return dataclasses.replace(res, trend=trend)
 
 
@@ -278,9 +279,12 @@ def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS) -> d
     groups = projection_groups([tuple(int(x) for x in key.split("x")) for key in table["shapes"]], radius)
     picks: dict[str, dict[str, str | None]] = {}
     for shapes in groups:
-        rest = residuals.without(shapes)
+        # every calibration shape of the group's projections, also those only the residuals' other tables hold (the
+        # per-launch rows of M = 8192: review, session 31)
+        projections = {(n, k) for _, n, k in shapes}
+        rest = residuals.without([p for p in residuals.points.tolist() if (p[1], p[2]) in projections])
         if residuals.trend is not None:  # refitted without the held-out group (without() drops it)
-            rest = with_trend(rest, params, residuals.trend.weight, residuals.trend.alpha)
+            rest = with_trend(rest, params, residuals.trend.weight, residuals.trend.alpha, residuals.trend.full_at)
         for m, n, k in shapes:
             key = f"{m}x{n}x{k}"
             kernels = table["shapes"][key].get("kernels", {})
@@ -323,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trend-alpha", type=float, default=None,
                     help=f"--cv / --residuals: the Trend's ridge strength (default {TREND_ALPHA})")
     args = ap.parse_args(argv)
+    if args.trend_weight is not None and not 0.0 <= args.trend_weight <= 1.0:
+        ap.error(f"--trend-weight {args.trend_weight}: must be in [0, 1]")
+    if args.trend_alpha is not None and not args.trend_alpha > 0.0:
+        ap.error(f"--trend-alpha {args.trend_alpha}: must be > 0")
     hyper = _hyper(args)
     if args.cv:
         from argus_cutlass.agent.costmodel import calibrated

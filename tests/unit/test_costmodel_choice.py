@@ -408,3 +408,35 @@ def test_shipped_calibration_has_a_trend_and_cross_validation_refits_it(monkeypa
     small = calibrate_costmodel.with_trend(small, calibrated())
     assert small.trend is not None and fits == [40]
     assert calibrate_costmodel.with_trend(small, calibrated(), weight=0).trend is None
+
+
+def test_a_malformed_trend_section_is_refused_with_the_rule_it_breaks():
+    from argus_cutlass.agent.costmodel import Trend
+
+    good = calibrated_residuals().trend.to_json()
+    Trend.from_json(json.loads(json.dumps(good)))
+    for bad, rule in [({"shared": [None] + good["shared"][1:]}, "not a finite number"),
+                      ({"bias": float("nan")}, "not a finite number"),
+                      ({"features": good["features"][::-1]}, "refit it"),
+                      ({"weight": 5.0}, r"weight must be in \[0, 1\]"),
+                      ({"full_at": 0.0}, "full_at must be > 0")]:
+        with pytest.raises(ValueError, match=rule):
+            Trend.from_json({**good, **bad})
+
+
+def test_trend_predictions_stay_inside_the_fitted_residual_range():
+    from argus_cutlass.agent.costmodel import trend_features
+
+    trend = calibrated_residuals().trend
+    lo, hi = trend.clip
+    assert math.isfinite(lo) and math.isfinite(hi) and lo < 0 < hi
+    params = calibrated()
+    seen = []
+    for c in declared_subspace():
+        key = structure_key(c)
+        for m, n, k in [(20000, 131072, 4096), (1, 64, 1 << 17), (8192, 8192, 8192)]:
+            v = trend.predict(key, trend_features(c, m, n, k, params), m, n, k)
+            if v is not None:
+                seen.append(v)
+    assert seen and all(lo <= v <= hi for v in seen)
+    assert min(seen) == lo or max(seen) == hi  # the far shapes do reach the clamp (the test can fail)
