@@ -56,6 +56,8 @@
 #                                                     # ARGUS_MIN_WEIGHT_MB=0 ... gemm-graph bf16_bf16_tn 1,8,32,64,100,256)
 #   bash bench/device_pending.sh OUTDIR gemm-small    # small GEMMs cuBLAS wins from graphs: K split 8 / 16 copies (~8 min)
 #   bash bench/device_pending.sh OUTDIR gemm-small-ncu  # the same small GEMMs under ncu: GPU duration of ours vs cuBLAS
+#   bash bench/device_pending.sh OUTDIR gemm-mid-ncu [MxNxK ...]  # ncu sections (speed of light, memory, warp states)
+#                                                     # of the table's best beside cuBLAS on the worst mid-size rows
 #   bash bench/device_pending.sh OUTDIR gemm-kscale   # 8x8xK, K 512..32768 under ncu: fixed cost vs cost per k-block
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk # cluster-K (DSMEM split-K): GPU tests, then the small GEMMs from graphs
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk-wide  # cluster-K on 128x64 / 128x128 tiles, mid-size rows (~6 min)
@@ -92,7 +94,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -283,6 +285,21 @@ case "$STEP" in
       timeout 70 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 3 --graph \
         --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" $A 2>&1 \
         | tee -a "$OUT/gemm_small.log" | grep -v "refused by the verifier\|^generated" | tail -14
+    done ;;
+  gemm-mid-ncu)
+    # session 31 (written, not yet run): copies of cuBLAS's own tile / cluster / depth lose on the 5-20 us rows it
+    # wins by 1.3-1.45x, so the gap is inside the kernel: ncu's speed-of-light, memory-workload and warp-state
+    # sections of the graph table's best and of cuBLAS's kernels, one launch each (clocks and caches as they run)
+    shift 2; SHAPES=${*:-1024x768x2048 256x1024x8192 512x1536x2048 1024x512x2048}
+    for S in $SHAPES; do
+      echo "== $S"
+      timeout 150 ncu --profile-from-start off --cache-control none --clock-control none \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
+        python3 "$R/bench/profile_gemm.py" --shape $S --ncu --ncu-cublas \
+        --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" 2>&1 | grep -v "refused by the verifier\|^generated" \
+        > "$OUT/gemm_mid_ncu_$S.txt"
+      grep -E "^  [a-z_]|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Grid Size|Stall|Warp Cycles Per Issued" \
+        "$OUT/gemm_mid_ncu_$S.txt" | cut -c1-200
     done ;;
   gemm-small-ncu)
     # session 29: gemm-small refuted wider K splits (split 8 / 16 slower everywhere, from graphs too). ncu with the
