@@ -367,7 +367,8 @@ class Trend:
     wave count changes between them), this trend is fitted on all shapes; :func:`ranked` blends the two in log
     space, ``weight`` of the trend (session 31, grouped cross-validation on the 341-shape graph-timed bf16 tn sweep
     with the trend refitted without each held-out group: 215 -> 226 of 341 within 3 % of the best, geomean regret of
-    the choice 3.2 % -> 2.7 %; ridge strength 1-30 and weights 0.3-0.5 all scored 224-227).
+    the choice 3.2 % -> 2.7 %; ridge strength 1-30 and weights 0.3-0.5 all scored 224-227; a nested cross-validation
+    choosing both per held-out group from the other groups: 222, the honest gain).
 
     Attributes:
         keys: structure keys with a fitted intercept and slopes (rows of ``per_key``).
