@@ -226,6 +226,18 @@ def _shape(kernel: Any) -> KernelShape:
     return shape_of(kernel)
 
 
+def _grid(shape: KernelShape, km: int, kn: int) -> tuple[int, int]:
+    """Tiles of kernel problem ``km x kn`` along M and N, each rounded up to whole clusters (the launched grid)."""
+    return (math.ceil(math.ceil(km / shape.tile_m) / shape.cluster_m) * shape.cluster_m,
+            math.ceil(math.ceil(kn / shape.tile_n) / shape.cluster_n) * shape.cluster_n)
+
+
+def _k_splits(shape: KernelShape) -> int:
+    """Work units per tile along K: the splits of split-K and cluster-K, else 1 (stream-K's units are not whole
+    tiles)."""
+    return shape.splits if shape.scheduler in ("splitk", "clusterk") else 1
+
+
 def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = None) -> float:
     """Predicted run time of ``kernel`` on the problem ``M x N x K`` (seconds).
 
@@ -241,12 +253,9 @@ def predict_s(kernel: Any, m: int, n: int, k: int, params: CostParams | None = N
     in_b = DTYPE_BYTES[cfg.dtype]
     out_b = DTYPE_BYTES[cfg.out_dtype]
     tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k
-    tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
-    # a cluster rounds the grid up to whole clusters
-    tiles_m = math.ceil(tiles_m / cfg.cluster_m) * cfg.cluster_m
-    tiles_n = math.ceil(tiles_n / cfg.cluster_n) * cfg.cluster_n
+    tiles_m, tiles_n = _grid(cfg, m, n)
     tiles = tiles_m * tiles_n
-    splits = cfg.splits if cfg.scheduler in ("splitk", "clusterk") else 1
+    splits = _k_splits(cfg)
     units = tiles * splits
     if cfg.scheduler == "streamk":
         waves = tiles / SMS if tiles > SMS else 1.0  # even share of MAC iterations
@@ -340,9 +349,9 @@ def trend_features(kernel: Any, m: int, n: int, k: int, params: CostParams | Non
     :func:`predict_ms`, else computed). Kernel modes: under swap-AB the kernel's M is the problem's N."""
     shape = _shape(kernel)
     km, kn, kk = shape.kernel_problem(m, n, k)
-    tiles = (math.ceil(math.ceil(km / shape.tile_m) / shape.cluster_m) * shape.cluster_m
-             * math.ceil(math.ceil(kn / shape.tile_n) / shape.cluster_n) * shape.cluster_n)
-    splits = shape.splits if shape.scheduler in ("splitk", "clusterk") else 1
+    tiles_m, tiles_n = _grid(shape, km, kn)
+    tiles = tiles_m * tiles_n
+    splits = _k_splits(shape)
     units = tiles * splits
     waves = math.ceil(units / SMS)
     t = predicted_ms if predicted_ms is not None else predict_ms(shape, m, n, k, params)
@@ -355,6 +364,13 @@ def _trend_shape_terms(m: int, n: int, k: int) -> list[float]:
     """The problem's own terms of :class:`Trend`: log2 M, N, K, their squares and pairwise products."""
     a, b, c = math.log2(m), math.log2(n), math.log2(k)
     return [a, b, c, a * a, b * b, c * c, a * b, a * c, b * c]
+
+
+@functools.lru_cache(maxsize=None)
+def _fit_features(cfg: GemmConfig, m: int, n: int, k: int, params: CostParams | None) -> tuple[float, ...]:
+    """:func:`trend_features` of a calibration (configuration, shape), kept: cross-validation refits the trend once
+    per held-out group on nearly the same pairs."""
+    return tuple(trend_features(cfg, m, n, k, params))
 
 
 @dataclass(frozen=True)
@@ -408,6 +424,10 @@ class Trend:
         if not all(np.all(np.isfinite(np.asarray(x, dtype=float))) for x in numbers):
             raise ValueError("Trend: a coefficient is not a finite number (null or NaN in the calibration file?)")
 
+    @functools.cached_property
+    def _row(self) -> dict[str, int]:
+        return {key: i for i, key in enumerate(self.keys)}
+
     def weight_at(self, distance: float) -> float:
         """The trend's share at a problem whose nearest calibration shape is ``distance`` away (the
         :class:`Residuals` metric): ``weight`` from ``full_at`` on, scaled down linearly to 0 at a measured shape
@@ -417,10 +437,10 @@ class Trend:
     def predict(self, key: str, features: list[float], m: int, n: int, k: int) -> float | None:
         """The modelled residual of structure ``key`` with ``features`` (:func:`trend_features`) on problem
         (m, n, k), natural log; None for a structure the fit had no measurement of."""
-        try:
-            row = self.per_key[self.keys.index(key)]
-        except ValueError:
+        i = self._row.get(key)
+        if i is None:
             return None
+        row = self.per_key[i]
         lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
         value = self.bias + row[0] + row[1] * lm + row[2] * ln + row[3] * lk
         value += sum(w * f for w, f in zip(self.shared, features))
@@ -456,7 +476,7 @@ class Trend:
             lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
             terms = _trend_shape_terms(m, n, k)
             for j in np.flatnonzero(np.isfinite(vals)):
-                f = trend_features(configs[j], m, n, k, params)
+                f = _fit_features(configs[j], m, n, k, params)
                 x = np.zeros(4 * nc + 2 * nf + len(terms))
                 i = where[int(j)]
                 x[[i, nc + i, 2 * nc + i, 3 * nc + i]] = (1.0, lm, ln, lk)

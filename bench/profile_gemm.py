@@ -26,9 +26,9 @@ too: a kernel shorter than it is timed partly by the host one launch between eve
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
