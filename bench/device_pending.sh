@@ -58,6 +58,10 @@
 #   bash bench/device_pending.sh OUTDIR gemm-small-ncu  # the same small GEMMs under ncu: GPU duration of ours vs cuBLAS
 #   bash bench/device_pending.sh OUTDIR gemm-mid-ncu [MxNxK ...]  # ncu sections (speed of light, memory, warp states)
 #                                                     # of the table's best beside cuBLAS on the worst mid-size rows
+#   bash bench/device_pending.sh OUTDIR gemm-pipes [MxNxK [SELECTOR]]  # ncu instruction / pipe / warp-state / scheduler
+#                                                     # sections (--print-details all) of one kernel (+ tile_k 128) beside cuBLAS
+#   bash bench/device_pending.sh OUTDIR gemm-sass [MxNxK [SELECTOR]]  # per-SASS-instruction warp stall samples and
+#                                                     # executed counts of one kernel and cuBLAS (ncu source page, CSV)
 #   bash bench/device_pending.sh OUTDIR gemm-kscale   # 8x8xK, K 512..32768 under ncu: fixed cost vs cost per k-block
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk # cluster-K (DSMEM split-K): GPU tests, then the small GEMMs from graphs
 #   bash bench/device_pending.sh OUTDIR gemm-clusterk-wide  # cluster-K on 128x64 / 128x128 tiles, mid-size rows (~6 min)
@@ -94,7 +98,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -287,7 +291,7 @@ case "$STEP" in
         | tee -a "$OUT/gemm_small.log" | grep -v "refused by the verifier\|^generated" | tail -14
     done ;;
   gemm-mid-ncu)
-    # session 31 (written, not yet run): copies of cuBLAS's own tile / cluster / depth lose on the 5-20 us rows it
+    # session 31 (run in session 32, bench/data/gemm_mid_ncu_h200_s32.txt): copies of cuBLAS's own tile / cluster / depth lose on the 5-20 us rows it
     # wins by 1.3-1.45x, so the gap is inside the kernel: ncu's speed-of-light, memory-workload and warp-state
     # sections of the graph table's best and of cuBLAS's kernels, one launch each (clocks and caches as they run)
     shift 2; SHAPES=${*:-1024x768x2048 256x1024x8192 512x1536x2048 1024x512x2048}
@@ -301,6 +305,23 @@ case "$STEP" in
       grep -E "^  [a-z_]|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Grid Size|Stall|Warp Cycles Per Issued" \
         "$OUT/gemm_mid_ncu_$S.txt" | cut -c1-200
     done ;;
+  gemm-pipes)
+    # session 32: the same 64x64 tile and grid as cuBLAS's kernel ran 1.4x longer per CTA; pipe utilization and
+    # instruction counts showed twice cuBLAS's instructions, ALU 19 % / FMA 10 % against 5 % / 0.1 %
+    S=${3:-1024x512x2048}; K=${4:-64x64x64_c1x1_s8_pp_e64x32_rn1+!swapab}
+    timeout 300 ncu --profile-from-start off --cache-control none --clock-control none --print-details all \
+      --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis --section SchedulerStats \
+      python3 "$R/bench/profile_gemm.py" --shape $S --kernels "$K" --also tile_k=128,stages=6 --ncu --ncu-cublas 2>&1 \
+      | grep -v "refused by the verifier\|^generated" > "$OUT/gemm_pipes_$S.txt"
+    grep -E "^  [a-z]|Issued Instructions  |Stall (Wait|Long)|Tensor \(All\)|ALU  |FMA  |Uniform  " "$OUT/gemm_pipes_$S.txt" | cut -c1-160 ;;
+  gemm-sass)
+    # session 32: where the consumer's cycles go, instruction by instruction (the SASS between two wgmmas)
+    S=${3:-1024x512x2048}; K=${4:-64x64x64_c1x1_s8_pp_e64x32_rn1+!swapab}
+    timeout 300 ncu --profile-from-start off --cache-control none --clock-control none \
+      --section SourceCounters --section WarpStateStats -o /tmp/gemm_sass \
+      python3 "$R/bench/profile_gemm.py" --shape $S --kernels "$K" --ncu --ncu-cublas > "$OUT/gemm_sass_$S.log" 2>&1
+    ncu -i /tmp/gemm_sass.ncu-rep --page source --csv --print-source sass > "$OUT/gemm_sass_$S.csv" 2>>"$OUT/gemm_sass_$S.log"
+    grep -c "HGMMA" "$OUT/gemm_sass_$S.csv"; tail -3 "$OUT/gemm_sass_$S.log" ;;
   gemm-small-ncu)
     # session 29: gemm-small refuted wider K splits (split 8 / 16 slower everywhere, from graphs too). ncu with the
     # clocks and caches as they run (no lock, no flush): each kernel's GPU duration, SM-active cycles, DRAM bytes

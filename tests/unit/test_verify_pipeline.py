@@ -229,3 +229,47 @@ def test_no_smt_keeps_enumeration_and_says_so():
     report = verify_gemm(_pipe(build_program(S4), consumer={"start_phase": 1}), smt=False)
     assert report.rules_violated() == ["pipeline.protocol"]
     assert any("SMT tier off" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+def test_mma_in_flight_reaches_the_pipeline_node_and_the_source(depth):
+    """GemmConfig.mma_in_flight (CUTLASS K_PIPE_MMAS) is the pipeline node's wait depth and release lag, proved
+    by the verifier and printed as the consumer's warpgroup_wait<kMmaInFlight>; the default keeps the program (and
+    so the kernel name of every measured table) unchanged, other depths name themselves (_mf<N>)."""
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.generate import proof_lines
+    from argus_cutlass.render.gemm import render_gemm
+
+    cfg = GemmConfig(tile_n=128, cluster_m=1, stages=5, mma_in_flight=depth)
+    program = build_program(cfg)
+    pipe = next(p for p in program.pipelines if p.name == "mainloop")
+    assert (pipe.mma_in_flight, pipe.release_lag) == (depth, depth)
+    report = verify_gemm(program, smt=False)
+    assert report.ok, report.format()
+    src = render_gemm(program, proof_lines(report))
+    assert f"constexpr int kMmaInFlight = {depth};" in src and f"constexpr int kReleaseLag = {depth};" in src
+    assert "cute::warpgroup_wait<kMmaInFlight>();" in src
+    name = kernel_name(cfg)
+    assert ("_mf" in name) == (depth != 1)
+    if depth == 1:
+        assert program.fingerprint() == build_program(GemmConfig(tile_n=128, cluster_m=1, stages=5)).fingerprint()
+
+
+def test_mma_in_flight_past_the_stages_is_a_deadlock_with_a_counterexample():
+    """The consumer holds mma_in_flight + 1 stages; with all of them held the producer never gets one back."""
+    report = verify_gemm(build_program(GemmConfig(cluster_m=1, stages=4, mma_in_flight=4)), smt=False)
+    assert not report.ok
+    v = next(v for v in report.violations if v.rule == "pipeline.protocol")
+    assert "deadlock" in v.message and v.counterexample is not None
+
+
+def test_mma_in_flight_is_not_searched():
+    """Measured on the H200 (session 32, bench/data/explore_tiles_mma_in_flight_h200_s32.json): 2 or 3 batches in
+    flight were no faster on any of 10 rows and up to 1.6x slower (a stage fewer for the producer), so the knob is
+    built and verified but outside the space: a config with another depth is not a point of it."""
+    from argus_cutlass.kernels.gemm.space import UNSEARCHED_FIELDS, GemmSpace
+
+    assert "mma_in_flight" in UNSEARCHED_FIELDS
+    space = GemmSpace()
+    base = space.default()
+    assert space.contains(base) and not space.contains(base.replace(mma_in_flight=2))

@@ -103,6 +103,13 @@ class GemmConfig(BaseModel):
             tiles (N = 16 / 32) may be bound by that chain's latency rather than by memory. Costs
             ``acc_sets - 1`` extra accumulator fragments of registers (rule ``registers`` counts them: 4 sets
             of a 128x256 cooperative tile do not fit).
+        mma_in_flight: wgmma batches (one per k-tile) a consumer warpgroup leaves outstanding after issuing a
+            k-tile's batch (``warpgroup_wait<mma_in_flight>``; CUTLASS ``K_PIPE_MMAS``, 1 there); the stage of
+            k-tile ``i`` is released after k-tile ``i + mma_in_flight`` was issued (pipeline node
+            ``release_lag`` = ``mma_in_flight``, rule ``pipeline.release``: a stage may be overwritten only
+            after the wgmmas that read it retired, PTX ISA 9.7.15.7). More batches in flight keep the tensor
+            cores fed across the consumer's per-k-tile barrier round; each holds one more stage out of the
+            producer's reach.
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation
@@ -130,6 +137,7 @@ class GemmConfig(BaseModel):
     reduction: Literal["deterministic", "nondeterministic"] = "deterministic"
     swap_ab: bool = False
     acc_sets: int = Field(1, gt=0)
+    mma_in_flight: int = Field(1, ge=0)
 
     @property
     def tile(self) -> tuple[int, int, int]:
