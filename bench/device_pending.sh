@@ -315,12 +315,26 @@ case "$STEP" in
       | grep -v "refused by the verifier\|^generated" > "$OUT/gemm_pipes_$S.txt"
     grep -E "^  [a-z]|Issued Instructions  |Stall (Wait|Long)|Tensor \(All\)|ALU  |FMA  |Uniform  " "$OUT/gemm_pipes_$S.txt" | cut -c1-160 ;;
   gemm-sass)
-    # session 32: where the consumer's cycles go, instruction by instruction (the SASS between two wgmmas)
+    # session 32: where the consumer's cycles go, instruction by instruction (the SASS between two wgmmas); the CSV
+    # keeps address, SASS, stall samples (all / not issued) and executed count per instruction, one block per kernel
     S=${3:-1024x512x2048}; K=${4:-64x64x64_c1x1_s8_pp_e64x32_rn1+!swapab}
-    timeout 300 ncu --profile-from-start off --cache-control none --clock-control none \
-      --section SourceCounters --section WarpStateStats -o /tmp/gemm_sass \
-      python3 "$R/bench/profile_gemm.py" --shape $S --kernels "$K" --ncu --ncu-cublas > "$OUT/gemm_sass_$S.log" 2>&1
-    ncu -i /tmp/gemm_sass.ncu-rep --page source --csv --print-source sass > "$OUT/gemm_sass_$S.csv" 2>>"$OUT/gemm_sass_$S.log"
+    timeout 300 ncu --profile-from-start off --cache-control none --clock-control none -f \
+      --section SourceCounters --section WarpStateStats -o "/tmp/gemm_sass_$S" \
+      python3 "$R/bench/profile_gemm.py" --shape $S --kernels "$K" --ncu --ncu-cublas > "$OUT/gemm_sass_$S.log" 2>&1 \
+      && ncu -i "/tmp/gemm_sass_$S.ncu-rep" --page source --csv --print-source sass 2>>"$OUT/gemm_sass_$S.log" \
+      | python3 -c '
+import csv, sys
+w = csv.writer(sys.stdout); keep = None
+for r in csv.reader(sys.stdin):
+    if r and r[0] == "Kernel Name":
+        w.writerow(r[:2]); keep = None
+    elif r and r[0] == "Address":
+        keep = [r.index(c) for c in ("Address", "Source", "Warp Stall Sampling (All Samples)",
+                                     "Warp Stall Sampling (Not-issued Samples)", "Instructions Executed")]
+        w.writerow([r[i] for i in keep])
+    elif keep:
+        w.writerow([r[i] for i in keep])
+' > "$OUT/gemm_sass_$S.csv"
     grep -c "HGMMA" "$OUT/gemm_sass_$S.csv"; tail -3 "$OUT/gemm_sass_$S.log" ;;
   gemm-small-ncu)
     # session 29: gemm-small refuted wider K splits (split 8 / 16 slower everywhere, from graphs too). ncu with the

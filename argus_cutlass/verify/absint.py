@@ -43,7 +43,7 @@ from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
 __all__ = ["OUT_OF_BUFFER", "UNWRITTEN", "TagImage", "accumulator_partition", "accumulator_thread",
-           "check_acc_sets", "check_assertion", "check_descriptors", "check_k_agreement", "check_k_coverage",
+           "check_acc_sets", "check_assertion", "check_descriptors", "check_k_agreement", "check_k_coverage", "desc_add",
            "check_residue_load",
            "check_tma_image", "consumer_thread", "read_tags", "tag_image", "view_layout"]
 
@@ -864,12 +864,24 @@ class _DescMismatch:
     desc: str = ""
 
 
+def desc_add(desc: int, off: int) -> int:
+    """The GEMM template's ``desc_add`` (``templates/gemm/mainloop.j2``): ``off`` added to the 64-bit descriptor's
+    low 32-bit word only, the high word kept, a carry out of bit 31 dropped.
+
+    >>> hex(desc_add(0x4000004000000010, 0x20)), hex(desc_add(0x00000001FFFFFFFF, 1))
+    ('0x4000004000000030', '0x100000000')
+    """
+    return (desc & ~0xFFFFFFFF) | ((desc + off) & 0xFFFFFFFF)
+
+
 def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
-                     k_blocks: int, mma_op: Any) -> tuple[int, set, _DescMismatch | None]:
+                     k_blocks: int, mma_op: Any, *, low_word_add: bool = True
+                     ) -> tuple[int, set, _DescMismatch | None]:
     """Decode every descriptor the kernel forms for ``read`` (plan from the read, as the template
     prints it) at the slots the MMA ``mma_op`` really reads: ``(count, {(type, LBO, SBO)}, first
-    mismatch or None)``. Raises ``DescriptorError`` / ``LayoutError`` for a view no descriptor
-    expresses."""
+    mismatch or None)``. ``low_word_add``: the template advances the base descriptor in its low 32-bit
+    word only (the GEMM's ``desc_add``), else by a 64-bit add (the attention templates). Raises
+    ``DescriptorError`` / ``LayoutError`` for a view no descriptor expresses."""
     from argus_cutlass.layout.gmma_desc import GmmaDescriptor, decode_bytes, descriptor_plan
 
     t = program.tensor(read.src)
@@ -895,8 +907,10 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
         for w in range(wgs):
             for r in range(reps):
                 for kb in range(k_blocks):
-                    add = (s * plan.stage_bytes + w * plan.wg_bytes + r * plan.rep_bytes + plan.kb_offsets[kb]) >> 4
-                    value = plan.bits + base_field + add
+                    add = ((s * plan.stage_bytes + w * plan.wg_bytes + r * plan.rep_bytes + plan.kb_offsets[kb])
+                           & 0xFFFFFFFF) >> 4
+                    d0 = plan.bits + base_field  # desc_a0 / desc_b0
+                    value = desc_add(d0, add) if low_word_add else d0 + add
                     desc = GmmaDescriptor.from_bits(value)
                     row0 = op.m * (r * atoms_m + w) if read.operand == "A" else 0
                     if (value >> 14) & 0x3 or (desc.lbo, desc.sbo, desc.layout_type) != (plan.lbo, plan.sbo,
@@ -929,8 +943,9 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
 
 
 def check_descriptors(program: Program) -> Outcome:
-    """gmma.descriptor: every wgmma descriptor the kernel forms, ``kDesc + ((smem + base) >> 4 &
-    0x3FFF) + ((s * stage + w * wg + r * rep + kb_offset[kb]) >> 4)`` with the plan the template
+    """gmma.descriptor: every wgmma descriptor the kernel forms, ``desc_add(kDesc + ((smem + base) >> 4 &
+    0x3FFF), uint32_t(s * stage + w * wg + r * rep + kb_offset[kb]) >> 4)`` (the offset added to the
+    descriptor's low 32-bit word only, as the template's ``desc_add``) with the plan the template
     prints (:func:`~argus_cutlass.layout.gmma_desc.descriptor_plan` of the read), decodes to the
     read view's byte address at every (stage, warpgroup, repetition, k-block, slot) the MMA's
     instruction reads. The 14-bit start-address field is modelled as the kernel masks it (in a
