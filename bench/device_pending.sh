@@ -291,8 +291,8 @@ case "$STEP" in
         | tee -a "$OUT/gemm_small.log" | grep -v "refused by the verifier\|^generated" | tail -14
     done ;;
   gemm-mid-ncu)
-    # session 31 (run in session 32, bench/data/gemm_mid_ncu_h200_s32.txt): copies of cuBLAS's own tile / cluster / depth lose on the 5-20 us rows it
-    # wins by 1.3-1.45x, so the gap is inside the kernel: ncu's speed-of-light, memory-workload and warp-state
+    # session 31 (run in session 32: bench/data/gemm_mid_ncu_h200_s32.txt): copies of cuBLAS's own tile / cluster /
+    # depth lose on the 5-20 us rows it wins by 1.3-1.45x, so the gap is inside the kernel: ncu's speed-of-light, memory-workload and warp-state
     # sections of the graph table's best and of cuBLAS's kernels, one launch each (clocks and caches as they run)
     shift 2; SHAPES=${*:-1024x768x2048 256x1024x8192 512x1536x2048 1024x512x2048}
     for S in $SHAPES; do

@@ -43,8 +43,8 @@ from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
 __all__ = ["OUT_OF_BUFFER", "UNWRITTEN", "TagImage", "accumulator_partition", "accumulator_thread",
-           "check_acc_sets", "check_assertion", "check_descriptors", "check_k_agreement", "check_k_coverage", "desc_add",
-           "check_residue_load",
+           "check_acc_sets", "check_assertion", "check_descriptors", "check_k_agreement", "check_k_coverage",
+           "check_residue_load", "desc_add",
            "check_tma_image", "consumer_thread", "read_tags", "tag_image", "view_layout"]
 
 #: tag value of an smem element no TMA wrote

@@ -64,7 +64,8 @@ def program_label(cfg: GemmConfig) -> str:
     return (f"gemm_sm90_{c.dtype}_{c.out_dtype}_{c.layout}_{c.tile_m}x{c.tile_n}x{c.tile_k}_"
             f"c{c.cluster_m}x{c.cluster_n}_s{c.stages}_{_SCHEDULE[c.schedule]}_e{c.epi_m}x{c.epi_n}_"
             f"r{_RASTER[c.raster]}{c.swizzle}{sched}{'_swapab' if c.swap_ab else ''}"
-            f"{f'_as{c.acc_sets}' if c.acc_sets != 1 else ''}{f'_mf{c.mma_in_flight}' if c.mma_in_flight != 1 else ''}")
+            f"{f'_as{c.acc_sets}' if c.acc_sets != 1 else ''}"
+            f"{f'_mf{c.mma_in_flight}' if c.mma_in_flight != 1 else ''}")
 
 
 def _align(x: int, a: int) -> int:

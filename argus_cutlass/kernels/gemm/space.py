@@ -53,8 +53,8 @@ DERIVED_FIELDS = ("epi_m",)
 #: ``reduction`` (stream-K / split-K partial sums added nondeterministically, session 26): not measured yet (device
 #: step gemm-k128b times it on the decode K splits); ``mma_in_flight`` (wgmma batches left outstanding, CUTLASS
 #: K_PIPE_MMAS; session 32, ``bench/data/explore_tiles_mma_in_flight_h200_s32.log``, on the template before the
-#: uniform descriptors: 2 within -3 .. +5 % of 1 on 12 kernels of 10 rows, decode to 3000x14336x4096, 3 up to 1.6x slower,
-#: the producer a stage short; not re-timed on the current template)
+#: uniform descriptors: 2 within -3 .. +5 % of 1 on 12 kernels of 10 rows, decode to 3000x14336x4096, 3 up to 1.6x
+#: slower, the producer a stage short; not re-timed on the current template)
 UNSEARCHED_FIELDS: tuple[str, ...] = ("reduction", "mma_in_flight")
 
 
