@@ -336,6 +336,12 @@ def structure_key(cfg: GemmConfig, stages: bool = True) -> str:
     return f"{key}_s{cfg.stages}" if stages else key
 
 
+#: :class:`Trend`'s shipped settings (session 31, grouped cross-validation; its docstring): ridge strength on
+#: standardized columns, share in the blend, distance from the nearest calibration shape at which that share is full
+TREND_ALPHA = 10.0
+TREND_WEIGHT = 0.5
+TREND_FULL_AT = 0.5
+
 #: the configuration-dependent features of :class:`Trend` (per kernel problem; the names it stores)
 TREND_FEATURES = ("log2_tiles", "log2_units", "waves", "wave_fill", "log2_k_blocks", "m_fill", "n_fill", "log_predicted")
 
@@ -408,9 +414,9 @@ class Trend:
     shared_m: Any
     shape_terms: Any
     bias: float
-    alpha: float = 10.0
-    weight: float = 0.5
-    full_at: float = 0.5
+    alpha: float = TREND_ALPHA
+    weight: float = TREND_WEIGHT
+    full_at: float = TREND_FULL_AT
     clip: tuple[float, float] = (-math.inf, math.inf)
 
     def __post_init__(self) -> None:
@@ -449,8 +455,8 @@ class Trend:
         return float(min(max(value, self.clip[0]), self.clip[1]))
 
     @classmethod
-    def fit(cls, residuals: Residuals, configs: Any, params: CostParams | None = None, alpha: float = 10.0,
-            weight: float = 0.5, full_at: float = 0.5) -> Trend:
+    def fit(cls, residuals: Residuals, configs: Any, params: CostParams | None = None,
+            alpha: float = TREND_ALPHA, weight: float = TREND_WEIGHT, full_at: float = TREND_FULL_AT) -> Trend:
         """Ridge regression (``alpha`` on standardized columns) of ``residuals``' finite values.
 
         Args:
@@ -518,8 +524,9 @@ class Trend:
             raise ValueError(f"trend: {len(shared)} / {len(shared_m)} feature slopes and {len(terms)} shape terms "
                              f"(expected {len(TREND_FEATURES)}, {len(TREND_FEATURES)}, 9)")
         clip = data.get("clip")
-        return cls(keys, per_key, shared, shared_m, terms, float(data["bias"]), float(data.get("alpha", 10.0)),
-                   float(data.get("weight", 0.5)), float(data.get("full_at", 0.5)),
+        return cls(keys, per_key, shared, shared_m, terms, float(data["bias"]),
+                   float(data.get("alpha", TREND_ALPHA)), float(data.get("weight", TREND_WEIGHT)),
+                   float(data.get("full_at", TREND_FULL_AT)),
                    (float(clip[0]), float(clip[1])) if clip else (-math.inf, math.inf))
 
     def to_json(self) -> dict[str, Any]:
@@ -528,7 +535,8 @@ class Trend:
             return [round(float(x), 6) for x in xs]
 
         clip = [round(x, 6) for x in self.clip] if all(map(math.isfinite, self.clip)) else None
-        return {"alpha": self.alpha, "weight": self.weight, "full_at": self.full_at, "clip": clip, "features": list(TREND_FEATURES), "bias": round(self.bias, 6),
+        return {"alpha": self.alpha, "weight": self.weight, "full_at": self.full_at, "clip": clip,
+                "features": list(TREND_FEATURES), "bias": round(self.bias, 6),
                 "shared": r(self.shared), "shared_m": r(self.shared_m), "shape_terms": r(self.shape_terms),
                 "keys": list(self.keys), "per_key": [r(row) for row in self.per_key]}
 
@@ -642,6 +650,12 @@ class Residuals:
         near = near[d[near] <= self.radius]
         return near, 1.0 / (0.5 + d[near])
 
+    @staticmethod
+    def nearest_distance(weights: Any) -> float:
+        """The distance of the nearest calibration shape, from :meth:`nearest`'s weights ``1 / (0.5 + d)`` (at
+        least one)."""
+        return 1.0 / float(weights.max()) - 0.5
+
     def corrections(self, m: int, n: int, k: int) -> dict[str, float]:
         """``{structure key: log correction}`` at problem (m, n, k), for the structures measured at one or
         more of its nearest calibration shapes (:meth:`nearest`): the weighted mean residual (``a = 1``)."""
@@ -730,7 +744,8 @@ def ranked(m: int, n: int, k: int, dtype: str = "bf16", out_dtype: str = "bf16",
         corrected = []
         near = res.nearest(m, n, k) if res.analytic_weight != 1.0 or res.trend is not None else None
         # the trend's share: none at a measured shape, its full weight from `full_at` away
-        blend = res.trend.weight_at(1.0 / float(near[1].max()) - 0.5) if res.trend is not None and len(near[0]) else 0.0
+        blend = (res.trend.weight_at(res.nearest_distance(near[1])) if res.trend is not None and len(near[0])
+                 else 0.0)
         for t, c in space:
             col = column.get(structure_key(c), column.get(structure_key(c, stages=False)))
             if col is not None:

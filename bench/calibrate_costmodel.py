@@ -53,6 +53,8 @@ import numpy as np
 # agent_eval would put the checkout first, and a second import cannot switch copies)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from argus_cutlass.agent.costmodel import TREND_ALPHA, TREND_FULL_AT, TREND_WEIGHT  # noqa: E402  (the shipped blend)
+
 #: CostParams fields the fit moves (the HBM bandwidth stays the datasheet's)
 FREE = ("peak_flops", "l2_bytes_per_s_per_sm", "mem_latency_s", "launch_s", "epilogue_bytes_per_s_per_sm",
         "gmma_wg64", "gmma_wg128", "gmma_smem", "sm_bytes_per_s", "pingpong_big_tile", "stage_penalty", "swizzle_bonus", "reduce_fixed_s")
@@ -63,9 +65,6 @@ BOUNDS = {"peak_flops": (5e14, 9.9e14), "l2_bytes_per_s_per_sm": (3e10, 3e11), "
           "swizzle_bonus": (0.9, 1.05), "reduce_fixed_s": (0.0, 1e-5)}
 #: a pick within this of the best measured time counts as right (issue 13's 3%)
 TIE = 0.03
-#: the shipped blend of the Trend (session 31: grouped cross-validation, see agent/costmodel.py's Trend)
-TREND_WEIGHT = 0.5
-TREND_ALPHA = 10.0
 #: temperature of the smoothed pick (log-time units): the loss is the regret of a softmin pick
 SOFTMIN = 0.02
 
@@ -211,9 +210,8 @@ def residuals_of(path: str | list[str], params, trend_weight: float | None = TRE
     return with_trend(res, params, trend_weight, trend_alpha)
 
 
-
 def with_trend(res, params, weight: float | None = TREND_WEIGHT, alpha: float | None = TREND_ALPHA,  # noqa: ANN001, ANN201
-               full_at: float = 0.5):
+               full_at: float = TREND_FULL_AT):
     """``res`` with a :class:`~argus_cutlass.agent.costmodel.Trend` fitted on its values (none for a weight of 0
     or None, or when nothing is measured)."""
     import dataclasses
