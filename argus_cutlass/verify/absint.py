@@ -875,12 +875,11 @@ def desc_add(desc: int, off: int) -> int:
 
 
 def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
-                     k_blocks: int, mma_op: Any, *, low_word_add: bool = True
-                     ) -> tuple[int, set, _DescMismatch | None]:
+                     k_blocks: int, mma_op: Any) -> tuple[int, set, _DescMismatch | None]:
     """Decode every descriptor the kernel forms for ``read`` (plan from the read, as the template
     prints it) at the slots the MMA ``mma_op`` really reads: ``(count, {(type, LBO, SBO)}, first
-    mismatch or None)``. ``low_word_add``: the template advances the base descriptor in its low 32-bit
-    word only (the GEMM's ``desc_add``), else by a 64-bit add (the attention templates). Raises
+    mismatch or None)``. The templates (GEMM and attention ``mainloop.j2``) advance the base descriptor in its
+    low 32-bit word only (``desc_add``), modelled here by :func:`desc_add`. Raises
     ``DescriptorError`` / ``LayoutError`` for a view no descriptor expresses."""
     from argus_cutlass.layout.gmma_desc import GmmaDescriptor, decode_bytes, descriptor_plan
 
@@ -910,7 +909,7 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
                     add = ((s * plan.stage_bytes + w * plan.wg_bytes + r * plan.rep_bytes + plan.kb_offsets[kb])
                            & 0xFFFFFFFF) >> 4
                     d0 = plan.bits + base_field  # desc_a0 / desc_b0
-                    value = desc_add(d0, add) if low_word_add else d0 + add
+                    value = desc_add(d0, add)
                     desc = GmmaDescriptor.from_bits(value)
                     row0 = op.m * (r * atoms_m + w) if read.operand == "A" else 0
                     if (value >> 14) & 0x3 or (desc.lbo, desc.sbo, desc.layout_type) != (plan.lbo, plan.sbo,

@@ -584,8 +584,7 @@ def check_descriptors(program: Program) -> Outcome:
     for read, mma, kblocks in ((x.rd_q, x.qk, x.D // 16), (x.rd_k, x.qk, x.D // 16),
                                (x.rd_v, x.pv, x.tile_n // 16)):
         try:
-            count, seen, mm = _descriptor_walk(program, read, mma.atoms_m, mma.reps_m, kblocks, mma.op,
-                                               low_word_add=False)  # templates/attention: a 64-bit add
+            count, seen, mm = _descriptor_walk(program, read, mma.atoms_m, mma.reps_m, kblocks, mma.op)
         except (DescriptorError, LayoutError) as exc:
             bad.append(Violation(rule, "G1", f"read {read.name!r}: no GMMA descriptor expresses the view: {exc}",
                                  "the MMA-side view must be a GMMA canonical layout", str(read.loc)))
