@@ -91,6 +91,9 @@
 #   bash bench/device_pending.sh OUTDIR gemm-refine [bf16_bf16_tn]  # re-time each swept shape's finalists (within
 #                                                     # 10 % of its best + the untuned choices; 5 rounds, ~25 ms of
 #                                                     # launches each), resumable like gemm-sweep, writes OUTDIR/sweep/
+#   ARGUS_SWEEP_TAG=graph ARGUS_REDO=s33 ARGUS_REFINE_WITHIN=0.05 bash bench/device_pending.sh OUTDIR gemm-refine bf16_bf16_tn 1,8
+#                                                     # after a template change: the graph table's rows at those M
+#                                                     # re-timed (finalists within 5 %), each marked redo: s33
 #
 # Wheels in .whl/ (pydantic, z3-solver, nvidia-cutlass: the device has no package index) are
 # installed to /tmp/site with the package; runs from /tmp so the installed copy is imported.
@@ -570,7 +573,8 @@ for r in csv.reader(sys.stdin):
     # this flavor (issue 13 item 4's fp16 / nt / fp32-output tables in one or two calls each)
     MODE="--dtype $DT --out-dtype $OD --layout $LY --shapes ${ARGUS_SWEEP_SHAPES:-models} ${4:+--m $4}"
     MODE="$MODE${ARGUS_SWEEP_FROM:+ --from-table $R/$ARGUS_SWEEP_FROM}"
-    [ "$STEP" = gemm-refine ] && MODE="--refine"
+    # ARGUS_REDO=LABEL: re-time rows already refined (after a template change), marked redo: LABEL; $4 keeps some M
+    [ "$STEP" = gemm-refine ] && MODE="--refine$([ "$ARGUS_SWEEP_TAG" = graph ] && echo " --graph")${ARGUS_REDO:+ --redo $ARGUS_REDO}${4:+ --m $4} --refine-within ${ARGUS_REFINE_WITHIN:-0.10}"
     [ "$STEP" = gemm-extend ] && MODE="--extend ${ARGUS_EXTEND:?gemm-extend needs ARGUS_EXTEND=SELECTORS} ${4:+--m $4}${ARGUS_MAX_CTAS:+ --max-ctas $ARGUS_MAX_CTAS}"
     timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" $MODE --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \
       | tee "$OUT/${STEP}_$FL.log" | tail -40 ;;

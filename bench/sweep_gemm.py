@@ -572,8 +572,15 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     if configs is None:
         return 2
     picks = choices(table)
-    done = (lambda row: row.get("timing") == "graph") if graph else (lambda row: row.get("refined"))
-    todo = sorted((key for key, row in table["shapes"].items() if row.get("kernels") and not done(row)),
+    redo = getattr(args, "redo", "")
+    if redo:   # a template change: every row again, once per label (resumable like the first pass)
+        def done(row: dict) -> bool:
+            return row.get("redo") == redo
+    else:
+        done = (lambda row: row.get("timing") == "graph") if graph else (lambda row: row.get("refined"))
+    keep_m = {int(x) for x in getattr(args, "m", "").split(",") if x.strip()} if redo else set()
+    todo = sorted((key for key, row in table["shapes"].items() if row.get("kernels") and not done(row)
+                   and (not keep_m or int(key.split("x")[0]) in keep_m)),
                   key=lambda key: tuple(map(int, key.split("x"))))
     plan = {key: [nm for nm in finalists(table["shapes"][key], args.refine_within,
                                          tuple(picks.get(key, {}).values())) if nm in configs] for key in todo}
@@ -595,6 +602,8 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
         row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters,
                           "kernels": len(plan[key]) - len(failed), "failed": failed,
                           **({"graph_calls": new["graph_calls"]} if graph and "graph_calls" in new else {})}
+        if redo:
+            row["redo"] = redo
         _save(path, table)
         print(f"{key:>18} refined {len(sub)} kernels x {args.rounds} rounds x {iters} launches "
               f"({time.perf_counter() - t1:.1f} s)", flush=True)
@@ -612,6 +621,23 @@ def _extended_note(table: dict) -> str:
     return (f"; {len(rows)} rows extended (bench/sweep_gemm.py --extend) with {len(added)} "
             f"configuration{'s' if len(added) != 1 else ''} added to the declared sub-space later, timed beside each "
             "row's finalists")
+
+
+def _redo_note(table: dict) -> str:
+    """The merge note's clause for rows re-timed by ``--refine --redo LABEL`` ('' when none was)."""
+    labels: dict[str, int] = {}
+    for row in table["shapes"].values():
+        if row.get("redo"):
+            labels[row["redo"]] = labels.get(row["redo"], 0) + 1
+    return "".join(f"; {n} rows' finalists re-timed after a template change (bench/sweep_gemm.py --refine --redo "
+                   f"{label}, within {_redo_within(table, label):.0%} of each row's best; the rows' other kernels keep "
+                   "their earlier times)" for label, n in sorted(labels.items()))
+
+
+def _redo_within(table: dict, label: str) -> float:
+    """The ``--refine-within`` the rows redone under ``label`` were re-timed with (the largest recorded)."""
+    return max((row.get("refined", {}).get("within", 0.0) for row in table["shapes"].values()
+                if row.get("redo") == label), default=0.0)
 
 
 def cluster_k_ctas(cfg: Any, m: int, n: int, k: int) -> int:
@@ -737,6 +763,10 @@ def main(argv: list[str] | None = None) -> int:
                          "the rows of that table at --m with weights (B) of at least --min-weight-mb that --table "
                          "lacks are added first (--table made when absent), each row's per-launch times kept as "
                          "kernels_events once re-timed")
+    ap.add_argument("--redo", default="", metavar="LABEL",
+                    help="--refine: re-time the finalists of rows already refined (after a template change), each "
+                         "row marked redo: LABEL once done (resumable; --m keeps some M); the rows' first times stay "
+                         "in kernels_sweep / kernels_graph_first, their other kernels keep their times")
     ap.add_argument("--min-weight-mb", type=float, default=0.0,
                     help="--refine --graph: a new table takes the rows whose B (N x K) has at least this many MiB")
     ap.add_argument("--refine-within", type=float, default=0.10,
@@ -752,6 +782,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     path = Path(args.table)
     agent_eval._bootstrap()
+    if args.redo and not args.refine:
+        ap.error("--redo goes with --refine")
     if args.refine:
         if args.graph and args.from_table:
             try:
@@ -868,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
                 "takes its bucket's entry measured nearest the problem"
                 + (f"; swept over the configurations within {restricted['within']:.0%} of each shape's best in "
                    f"{Path(restricted['from']).name} (--from-table)" if restricted else "")
-                + _extended_note(table))
+                + _extended_note(table) + _redo_note(table))
             shipped.write_text(json.dumps(merged, indent=1) + "\n")
             print(f"merged {len(new)} GEMM entries into {shipped}")
             return 0

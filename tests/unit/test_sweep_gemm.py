@@ -219,6 +219,55 @@ def test_refine_retimes_the_finalists_and_resumes(sweep, tmp_path, monkeypatch):
     assert sweep.main(["--table", str(bare), "--refine"]) == 2
 
 
+def test_refine_redo_retimes_refined_rows_once_per_label(sweep, tmp_path, monkeypatch, capsys):
+    """--refine --redo LABEL (session 33: after a template change): rows already refined are re-timed, only
+    at --m, each marked with the label and not re-timed again for it; the first times stay; --redo without
+    --refine is refused."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    space = [c for c in declared_subspace() if not c.swap_ab][:3]
+    names = [kernel_name(c) for c in space]
+    refined = {"within": 0.1, "rounds": 5, "iters": 20, "kernels": 2, "failed": []}
+    table = {"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"},
+             "kernel_configs": {nm: c.model_dump() for nm, c in zip(names, space)},
+             "shapes": {f"{m}x4096x4096": {"kernels": dict(zip(names, (1.0, 1.02, 1.5))), "cublas_ms": 1.0,
+                                           "kernels_sweep": {names[0]: 1.1}, "cublas_ms_sweep": 1.1,
+                                           "heuristic": names[0], "refined": dict(refined)} for m in (64, 512, 1024)}}
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(table))
+    timed = []
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
+        timed.append((shape.m, sorted(libs)))
+        return {"kernels": {nm: 0.9 for nm in libs}, "cublas_ms": 0.95, "names": []}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", lambda cands, w, log, notes: {kernel_name(c): (c, None, None)
+                                                                                  for c in cands})
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {k: {"heuristic": r.get("heuristic")} for k, r in tb["shapes"].items()})
+    assert sweep.main(["--table", str(t), "--refine"]) == 0 and timed == []   # all refined: nothing without --redo
+    assert sweep.main(["--table", str(t), "--refine", "--redo", "tpl2", "--m", "64,512", "--refine-within", "0.05"]) == 0
+    assert timed == [(64, sorted(names[:2])), (512, sorted(names[:2]))]   # within 5 %; M 1024 kept out by --m
+    out = json.loads(t.read_text())["shapes"]
+    row = out["512x4096x4096"]
+    assert row["redo"] == "tpl2" and row["kernels"][names[0]] == 0.9 and row["kernels"][names[2]] == 1.5
+    assert row["kernels_sweep"][names[0]] == 1.1 and row["cublas_ms_sweep"] == 1.1 and row["cublas_ms"] == 0.95
+    assert "redo" not in out["1024x4096x4096"]
+    assert sweep._redo_note(json.loads(t.read_text())).startswith("; 2 rows' finalists re-timed after a template "
+                                                                   "change (bench/sweep_gemm.py --refine --redo tpl2, within 5%")
+    assert sweep._redo_note(table) == ""
+    assert sweep.main(["--table", str(t), "--refine", "--redo", "tpl2"]) == 0   # only the row not yet redone
+    assert [m for m, _ in timed] == [64, 512, 1024]
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--table", str(t), "--redo", "tpl3"])
+    assert exc.value.code == 2 and "--redo goes with --refine" in capsys.readouterr().err
+
+
 def test_extend_times_added_configurations_beside_the_finalists_and_resumes(sweep, tmp_path, monkeypatch, capsys):
     """--extend (after the declared sub-space grew): on each row that lacks them, the selected declared
     configurations are timed in the same rounds as the row's finalists; swap-AB ones only where M <=
