@@ -8,6 +8,8 @@ cuBLAS in the same process, resumable across device calls.
     python3 bench/sweep_gemm.py --table TABLE --merge-shipped --keep-existing   # only shapes the file lacks
     python3 bench/sweep_gemm.py --table TABLE --extend SELECTORS [--m 1,8,32,64]   # configurations added to the sub-space
     python3 bench/sweep_gemm.py --table GRAPH_TABLE --refine --graph --from-table TABLE --m 1,8,32,64 --min-weight-mb 60
+    python3 bench/sweep_gemm.py --table GRAPH_TABLE --refine --graph --redo LABEL [--m 1,8]
+                                [--refine-within 0.05]   # after a template change: every row's finalists again
 
 What it measures, per shape (``--shapes models``: :func:`argus_cutlass.agent.shapes.model_shape_set`, every
 projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 64, 100, 256, 512, 1024,
@@ -560,7 +562,11 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     20 launches per kernel leave a kernel under 50 us a 90th-percentile spread of 4-13 %, more than the 3 %
     the untuned choice is scored by. With ``args.graph`` the table must be graph-timed (``timing: graph``, from
     :func:`graph_table`) and the re-timing is from CUDA graphs (:func:`_retime`); a row is done once its
-    ``timing`` is ``graph``. Returns 2, saying why, when the table's timing and ``args.graph`` disagree, when
+    ``timing`` is ``graph``. ``args.redo`` (a label; after a template change): every row with times is
+    re-timed once more, done once marked ``redo: label`` (its first ``refined`` record kept as
+    ``refined_first``; a row none of whose finalists builds any more has their times moved to the kept first
+    times and set to None, the names in ``redo_failed``). ``args.m`` (comma-separated) keeps the rows of those
+    M. Returns 2, saying why, when the table's timing and ``args.graph`` disagree, when
     there is no Hopper GPU, or when the table has no ``kernel_configs``."""
     graph = bool(getattr(args, "graph", False))
     if graph != (table.get("timing") == "graph"):
@@ -578,7 +584,7 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
             return row.get("redo") == redo
     else:
         done = (lambda row: row.get("timing") == "graph") if graph else (lambda row: row.get("refined"))
-    keep_m = {int(x) for x in getattr(args, "m", "").split(",") if x.strip()} if redo else set()
+    keep_m = {int(x) for x in getattr(args, "m", "").split(",") if x.strip()}   # main() refused a bad --m
     todo = sorted((key for key, row in table["shapes"].items() if row.get("kernels") and not done(row)
                    and (not keep_m or int(key.split("x")[0]) in keep_m)),
                   key=lambda key: tuple(map(int, key.split("x"))))
@@ -587,6 +593,15 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
     print(f"refining {len(todo)} shapes: {sum(map(len, plan.values()))} timings of "
           f"{len({nm for nms in plan.values() for nm in nms})} kernels", flush=True)
     for key, row, sub in _rows_to_time(table, plan, configs, args, t0, "refine"):
+        if not sub and redo:   # none builds on the changed template: their earlier times no longer stand
+            first = "kernels_graph_first" if row.get("timing") == "graph" else "kernels_sweep"
+            kept = row.setdefault(first, {})
+            for nm in plan[key]:
+                kept.setdefault(nm, row["kernels"].get(nm))
+                row["kernels"][nm] = None
+            row["redo"], row["redo_failed"] = redo, plan[key]
+            _save(path, table)
+            continue
         if not sub:   # no finalist built: marked, so a resumed run does not rebuild for it again
             row["refined"] = {"within": args.refine_within, "kernels": 0, "failed": plan[key]}
             if graph:   # nothing graph-timed: the row holds no time rather than per-launch ones
@@ -599,6 +614,8 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
         # every finalist gets its refined time or none: a finalist that did not build or time keeps no one-pass
         # time (it could be the sweep's lucky best, compared against 5-round medians); the old ones stay apart
         failed = [nm for nm in plan[key] if not new["kernels"].get(nm)]
+        if redo and "refined" in row:
+            row.setdefault("refined_first", row["refined"])
         row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters,
                           "kernels": len(plan[key]) - len(failed), "failed": failed,
                           **({"graph_calls": new["graph_calls"]} if graph and "graph_calls" in new else {})}
@@ -629,9 +646,9 @@ def _redo_note(table: dict) -> str:
     for row in table["shapes"].values():
         if row.get("redo"):
             labels[row["redo"]] = labels.get(row["redo"], 0) + 1
-    return "".join(f"; {n} rows' finalists re-timed after a template change (bench/sweep_gemm.py --refine --redo "
-                   f"{label}, within {_redo_within(table, label):.0%} of each row's best; the rows' other kernels keep "
-                   "their earlier times)" for label, n in sorted(labels.items()))
+    return "".join(f"; {n} rows' finalists re-timed after a template change (bench/sweep_gemm.py --refine "
+                   f"--redo {label}, within {_redo_within(table, label):.0%} of each row's best; the rows' other "
+                   "kernels keep their earlier times)" for label, n in sorted(labels.items()))
 
 
 def _redo_within(table: dict, label: str) -> float:
@@ -764,9 +781,10 @@ def main(argv: list[str] | None = None) -> int:
                          "lacks are added first (--table made when absent), each row's per-launch times kept as "
                          "kernels_events once re-timed")
     ap.add_argument("--redo", default="", metavar="LABEL",
-                    help="--refine: re-time the finalists of rows already refined (after a template change), each "
-                         "row marked redo: LABEL once done (resumable; --m keeps some M); the rows' first times stay "
-                         "in kernels_sweep / kernels_graph_first, their other kernels keep their times")
+                    help="--refine: re-time the finalists of every row again, refined before or not (after "
+                         "a template change), each row marked redo: LABEL once done (resumable; --m keeps "
+                         "some M); the rows' first times stay in kernels_sweep / kernels_graph_first, their "
+                         "other kernels keep their times")
     ap.add_argument("--min-weight-mb", type=float, default=0.0,
                     help="--refine --graph: a new table takes the rows whose B (N x K) has at least this many MiB")
     ap.add_argument("--refine-within", type=float, default=0.10,
@@ -784,6 +802,11 @@ def main(argv: list[str] | None = None) -> int:
     agent_eval._bootstrap()
     if args.redo and not args.refine:
         ap.error("--redo goes with --refine")
+    if args.refine:
+        try:
+            [int(x) for x in args.m.split(",") if x.strip()]
+        except ValueError:
+            ap.error(f"--m {args.m!r}: expected comma-separated integers")
     if args.refine:
         if args.graph and args.from_table:
             try:

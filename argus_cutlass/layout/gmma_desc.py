@@ -180,9 +180,10 @@ class DescriptorPlan:
     """How a kernel forms every wgmma descriptor of one SS operand read: one base descriptor
     (layout type, LBO, SBO; start address 0) plus a start-address advance in bytes per stage,
     per warpgroup along MN and per 64-row repetition, and one start offset per k-block (a K-major
-    tile wider than its swizzle atom jumps to the next atom column). The generated mainloop adds
-    ``(smem_base + buffer_base + s * stage + w * wg + r * rep + kb_offsets[kb]) >> 4`` to the base
-    (PTX ISA 9.7.15.5.1: the start address field holds bits 4..17 of the smem address).
+    tile wider than its swizzle atom jumps to the next atom column). The generated mainloop (GEMM and
+    attention) forms the base with start address ``((smem_base + buffer_base) >> 4) & 0x3FFF`` and adds
+    ``uint32(s * stage + w * wg + r * rep + kb_offsets[kb]) >> 4`` to its low 32-bit word (``desc_add``;
+    PTX ISA 9.7.15.5.1: the start address field holds bits 4..17 of the smem address).
 
     :func:`descriptor_plan` derives it from the read's view; :func:`plan_descriptor` rebuilds
     the descriptor of one (stage, warpgroup, repetition, k-block), which the verifier decodes

@@ -865,8 +865,8 @@ class _DescMismatch:
 
 
 def desc_add(desc: int, off: int) -> int:
-    """The GEMM template's ``desc_add`` (``templates/gemm/mainloop.j2``): ``off`` added to the 64-bit descriptor's
-    low 32-bit word only, the high word kept, a carry out of bit 31 dropped.
+    """The templates' ``desc_add`` (GEMM and attention ``mainloop.j2``): ``off`` added to the 64-bit
+    descriptor's low 32-bit word only, the high word kept, a carry out of bit 31 dropped.
 
     >>> hex(desc_add(0x4000004000000010, 0x20)), hex(desc_add(0x00000001FFFFFFFF, 1))
     ('0x4000004000000030', '0x100000000')

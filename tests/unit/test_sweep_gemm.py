@@ -268,6 +268,67 @@ def test_refine_redo_retimes_refined_rows_once_per_label(sweep, tmp_path, monkey
     assert exc.value.code == 2 and "--redo goes with --refine" in capsys.readouterr().err
 
 
+def test_refine_redo_on_a_graph_table_and_finalists_that_no_longer_build(sweep, tmp_path, monkeypatch, capsys):
+    """Review of session 33: --redo on a graph-timed table keeps each row graph-timed (its per-launch
+    kernels_events untouched), the first graph times in kernels_graph_first and the first refined record in
+    refined_first; a row none of whose finalists builds on the changed template loses their times (kept apart,
+    named in redo_failed) and is marked done; --m filters --refine without --redo too; a bad --m is refused."""
+    import types
+
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.space import declared_subspace
+
+    space = [c for c in declared_subspace() if not c.swap_ab][:3]
+    names = [kernel_name(c) for c in space]
+    first = {"within": 0.2, "rounds": 5, "iters": 200, "kernels": 3, "failed": []}
+
+    def row(times):
+        return {"kernels": dict(zip(names, times)), "cublas_ms": 0.03, "timing": "graph", "heuristic": names[0],
+                "kernels_events": {names[0]: 0.05}, "cublas_ms_events": 0.06, "refined": dict(first)}
+
+    table = {"flavor": {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"}, "timing": "graph",
+             "kernel_configs": {nm: c.model_dump() for nm, c in zip(names, space)},
+             "shapes": {"1x4096x4096": row((0.030, 0.031, 0.05)), "8x4096x4096": row((0.040, 0.041, 0.05))}}
+    t = tmp_path / "g.json"
+    t.write_text(json.dumps(table))
+    timed = []
+
+    def fake_build(cands, workers, log, notes):   # names[1] (the M = 8 row's only finalist) no longer builds
+        return {kernel_name(c): (c, None, None) for c in cands if kernel_name(c) != names[1]}
+
+    def fake_measure(libs, shape, warmup, iters, rounds, log, graph=False):
+        assert graph
+        timed.append((shape.m, sorted(libs)))
+        return {"kernels": {nm: 0.025 for nm in libs}, "cublas_ms": 0.029, "names": []}
+
+    monkeypatch.setattr(sweep.agent_eval, "_build", fake_build)
+    monkeypatch.setattr(sweep, "measure_shape", fake_measure)
+    monkeypatch.setattr(cuda, "require_sm90", lambda: types.SimpleNamespace(name="NVIDIA H200"))
+    monkeypatch.setattr(sweep, "choices", lambda tb: {k: {"heuristic": r.get("heuristic")} for k, r in tb["shapes"].items()})
+    monkeypatch.setattr(sweep, "finalists", lambda r, within, extra: [names[0], names[1]] if r["kernels"][names[0]] < 0.035
+                        else [names[1]])
+    assert sweep.main(["--table", str(t), "--refine", "--graph", "--redo", "s", "--m", "1"]) == 0
+    assert timed == [(1, [names[0]])]   # --m 1: the M = 8 row waits; names[1] did not build
+    out = json.loads(t.read_text())["shapes"]
+    r1 = out["1x4096x4096"]
+    assert r1["redo"] == "s" and r1["timing"] == "graph" and r1["kernels_events"] == {names[0]: 0.05}
+    assert r1["kernels"][names[0]] == 0.025 and r1["kernels_graph_first"][names[0]] == 0.030
+    assert r1["cublas_ms"] == 0.029 and r1["cublas_ms_graph_first"] == 0.03 and r1["cublas_ms_events"] == 0.06
+    assert r1["refined_first"] == first and r1["refined"]["within"] == 0.1 and r1["refined"]["failed"] == [names[1]]
+    assert r1["kernels"][names[1]] is None and r1["kernels_graph_first"][names[1]] == 0.031
+    assert sweep.main(["--table", str(t), "--refine", "--graph", "--redo", "s"]) == 0
+    assert len(timed) == 1   # the M = 8 row's only finalist did not build: nothing timed
+    r8 = json.loads(t.read_text())["shapes"]["8x4096x4096"]
+    assert r8["redo"] == "s" and r8["redo_failed"] == [names[1]] and r8["kernels"][names[1]] is None
+    assert r8["kernels_graph_first"][names[1]] == 0.041 and r8["kernels"][names[0]] == 0.040
+    assert r8["timing"] == "graph" and r8["kernels_events"] == {names[0]: 0.05} and r8["refined"] == first
+    assert sweep.main(["--table", str(t), "--refine", "--graph", "--redo", "s"]) == 0 and len(timed) == 1   # done
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--table", str(t), "--refine", "--graph", "--m", "1,x"])
+    assert exc.value.code == 2 and "--m '1,x': expected comma-separated integers" in capsys.readouterr().err
+
+
 def test_extend_times_added_configurations_beside_the_finalists_and_resumes(sweep, tmp_path, monkeypatch, capsys):
     """--extend (after the declared sub-space grew): on each row that lacks them, the selected declared
     configurations are timed in the same rounds as the row's finalists; swap-AB ones only where M <=

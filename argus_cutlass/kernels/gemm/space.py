@@ -307,7 +307,8 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (110 configs in layout ``tn``, 106-108 in the others, before the verifier; a new list of the memoised configurations,
+    """The declared sub-space (110 configs in layout ``tn``, 106-108 in the others, before the verifier; a
+    new list of the memoised configurations,
     whose stages :func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages` fits once per flavor): the
     candidate set of the sweeps
     (``bench/agent_eval.py``, ``bench/sweep_gemm.py``) and of the cost model's untuned choice
@@ -337,7 +338,8 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     cooperative 128x80, 128x96, 128x112, 128x168 (clusters 1x1 and 2x1), 128x160 split-K 2, 256x160 (clusters 1x1
     and 1x2); swap-AB ping-pong 64x56 and 64x104 (M ~ 100 in 2 tiles of 56 or one of 104); the widths that are odd
     multiples of 8 (168, 56, 104) only where the operand they span is K-major.
-    4 one-warpgroup ping-pong kernels for mid-size GEMMs (session 33): 64x80, 64x96, 64x112 and 64x64 at k 128.
+    4 one-warpgroup ping-pong kernels for mid-size GEMMs (session 33): 64x80, 64x96, 64x112 and 64x64 at
+    k 128.
     110 in all in layout ``tn``. Stages are fitted to shared memory.
     """
     return list(_declared_subspace(dtype, out_dtype, layout))
@@ -431,10 +433,13 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
     # swap-AB at M ~ 100: 56 / 104 rows of M per tile (2 tiles of 56 or one of 104 cover 100; 64 / 128 waste 28 %)
     if layout[0] == "t":
         out += [swap(64, 56, "pingpong", 12), swap(64, 104, "pingpong", 9)]
-    # mid-size GEMMs on one-warpgroup ping-pong tiles sized to a wave (session 33, after session 32's uniform
-    # descriptors made the 64-row consumer cheap: explore-tiles from graphs, 1024x768x2048 on 64x96 x 10 stages
-    # 0.84x cuBLAS against the table's 0.71x, 1024x512x2048 on 64x64x128 0.89x against 0.82x): 64x80, 64x96, 64x112
-    # (128 tiles on 1024 x 640 / 768 / 896) and the 64x64 tile at k 128
-    out += [plain((64, tn, "pingpong", 64), (1, 1), ("along_n", 1), ("persistent", 1)) for tn in (80, 96, 112)]
+    # mid-size GEMMs on one-warpgroup ping-pong tiles sized to a wave (session 33, after session 32's
+    # uniform descriptors made the 64-row consumer cheap: explore-tiles from graphs, 1024x768x2048 on
+    # 64x96 x 10 stages 0.84x cuBLAS against the table's 0.71x, 1024x512x2048 on 64x64x128 0.89x against
+    # 0.82x): 64x80, 64x96, 64x112 (128 tiles on 1024 x 640 / 768 / 896) and the 64x64 tile at k 128,
+    # stages fitted as every declared kernel's (8 for 64x96; session 33's gemm-extend timed these on 90
+    # rows: bench/RESULTS.md)
+    out += [plain((64, tn, "pingpong", 64), (1, 1), ("along_n", 1), ("persistent", 1))
+            for tn in (80, 96, 112)]
     out += [plain((64, 64, "pingpong", 128), (1, 1), ("along_n", 1), ("persistent", 1))]
     return tuple(out)
