@@ -865,8 +865,9 @@ class _DescMismatch:
 
 
 def desc_add(desc: int, off: int) -> int:
-    """The templates' ``desc_add`` (GEMM and attention ``mainloop.j2``): ``off`` added to the 64-bit
-    descriptor's low 32-bit word only, the high word kept, a carry out of bit 31 dropped.
+    """The templates' ``desc_add`` (``templates/common/sm90.j2``, used by the GEMM, MoE and attention
+    mainloops): ``off`` added to the 64-bit descriptor's low 32-bit word only, the high word kept, a carry
+    out of bit 31 dropped.
 
     >>> hex(desc_add(0x4000004000000010, 0x20)), hex(desc_add(0x00000001FFFFFFFF, 1))
     ('0x4000004000000030', '0x100000000')
@@ -878,7 +879,7 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
                      k_blocks: int, mma_op: Any) -> tuple[int, set, _DescMismatch | None]:
     """Decode every descriptor the kernel forms for ``read`` (plan from the read, as the template
     prints it) at the slots the MMA ``mma_op`` really reads: ``(count, {(type, LBO, SBO)}, first
-    mismatch or None)``. The templates (GEMM and attention ``mainloop.j2``) advance the base descriptor in its
+    mismatch or None)``. The templates (``desc_add`` of ``common/sm90.j2``) advance the base descriptor in its
     low 32-bit word only (``desc_add``), modelled here by :func:`desc_add`. Raises
     ``DescriptorError`` / ``LayoutError`` for a view no descriptor expresses."""
     from argus_cutlass.layout.gmma_desc import GmmaDescriptor, decode_bytes, descriptor_plan
@@ -901,14 +902,14 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
     seen: set = set()
     count = 0
     window = WINDOW_RANK_BITS + WINDOW_LOCAL_BASE
-    base_field = ((window + t.base_bytes) >> 4) & 0x3FFF  # the kernel's desc_a0 / desc_b0
+    base_field = ((window + t.base_bytes) >> 4) & 0x3FFF
+    d0 = plan.bits + base_field  # the kernel's desc_a0 / desc_b0
     for s in range(_stages(program, read.src)):
         for w in range(wgs):
             for r in range(reps):
                 for kb in range(k_blocks):
                     add = ((s * plan.stage_bytes + w * plan.wg_bytes + r * plan.rep_bytes + plan.kb_offsets[kb])
                            & 0xFFFFFFFF) >> 4
-                    d0 = plan.bits + base_field  # desc_a0 / desc_b0
                     value = desc_add(d0, add)
                     desc = GmmaDescriptor.from_bits(value)
                     row0 = op.m * (r * atoms_m + w) if read.operand == "A" else 0
