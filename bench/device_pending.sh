@@ -573,7 +573,7 @@ for r in csv.reader(sys.stdin):
     # this flavor (issue 13 item 4's fp16 / nt / fp32-output tables in one or two calls each)
     MODE="--dtype $DT --out-dtype $OD --layout $LY --shapes ${ARGUS_SWEEP_SHAPES:-models} ${4:+--m $4}"
     MODE="$MODE${ARGUS_SWEEP_FROM:+ --from-table $R/$ARGUS_SWEEP_FROM}"
-    # ARGUS_REDO=LABEL: re-time rows already refined (after a template change), marked redo: LABEL; $4 keeps some M
+    # ARGUS_REDO=LABEL: every row's finalists again (after a template change), marked redo: LABEL; $4 keeps some M
     [ "$STEP" = gemm-refine ] && MODE="--refine$([ "$ARGUS_SWEEP_TAG" = graph ] && echo " --graph")${ARGUS_REDO:+ --redo $ARGUS_REDO}${4:+ --m $4} --refine-within ${ARGUS_REFINE_WITHIN:-0.10}"
     [ "$STEP" = gemm-extend ] && MODE="--extend ${ARGUS_EXTEND:?gemm-extend needs ARGUS_EXTEND=SELECTORS} ${4:+--m $4}${ARGUS_MAX_CTAS:+ --max-ctas $ARGUS_MAX_CTAS}"
     timeout 575 python3 "$R/bench/sweep_gemm.py" --table "$T" $MODE --max-seconds "${ARGUS_SWEEP_SECONDS:-420}" 2>&1 \

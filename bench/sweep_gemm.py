@@ -513,11 +513,11 @@ def _retime(table: dict, key: str, libs: dict[str, Any], names: list[str], args:
     got = measure_shape(libs, GemmShape(m, n, k, *table_flavor(table), name=f"{tag}.{key}"), args.warmup, iters,
                         args.rounds, table.setdefault("failures", []), graph=graph)
     regraph = graph and row.get("timing") == "graph"
+    kept = _first_times(row, graph)   # before a first graph timing moves the row's times to kernels_events
     if graph and not regraph:
         row["kernels_events"], row["kernels"] = row["kernels"], {}
         row["cublas_ms_events"], row["cublas_ms"] = row.get("cublas_ms"), None
         row["timing"] = "graph"
-    kept = row.setdefault("kernels_graph_first" if regraph else "kernels_sweep", {}) if regraph or not graph else {}
     for nm in names:
         if nm in row["kernels"]:
             kept.setdefault(nm, row["kernels"][nm])
@@ -529,6 +529,15 @@ def _retime(table: dict, key: str, libs: dict[str, Any], names: list[str], args:
             row.setdefault("cublas_ms_sweep", row.get("cublas_ms"))
         row["cublas_ms"] = got["cublas_ms"]
     return iters, got
+
+
+def _first_times(row: dict, graph: bool) -> dict:
+    """Where a re-timed row keeps each kernel's first time: ``kernels_graph_first`` on a graph-timed row,
+    ``kernels_sweep`` on a per-launch one re-timed per launch; none (a new dict) on a row about to get its first
+    graph timing (its per-launch times move to ``kernels_events`` whole)."""
+    if row.get("timing") == "graph":
+        return row.setdefault("kernels_graph_first", {})
+    return {} if graph else row.setdefault("kernels_sweep", {})
 
 
 def graph_table(src: dict, m_values: list[int], min_weight_mb: float) -> dict:
@@ -594,8 +603,7 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
           f"{len({nm for nms in plan.values() for nm in nms})} kernels", flush=True)
     for key, row, sub in _rows_to_time(table, plan, configs, args, t0, "refine"):
         if not sub and redo:   # none builds on the changed template: their earlier times no longer stand
-            first = "kernels_graph_first" if row.get("timing") == "graph" else "kernels_sweep"
-            kept = row.setdefault(first, {})
+            kept = _first_times(row, graph)
             for nm in plan[key]:
                 kept.setdefault(nm, row["kernels"].get(nm))
                 row["kernels"][nm] = None
@@ -642,19 +650,14 @@ def _extended_note(table: dict) -> str:
 
 def _redo_note(table: dict) -> str:
     """The merge note's clause for rows re-timed by ``--refine --redo LABEL`` ('' when none was)."""
-    labels: dict[str, int] = {}
+    labels: dict[str, tuple[int, float]] = {}   # label -> (rows, the largest --refine-within recorded)
     for row in table["shapes"].values():
         if row.get("redo"):
-            labels[row["redo"]] = labels.get(row["redo"], 0) + 1
+            n, within = labels.get(row["redo"], (0, 0.0))
+            labels[row["redo"]] = (n + 1, max(within, row.get("refined", {}).get("within", 0.0)))
     return "".join(f"; {n} rows' finalists re-timed after a template change (bench/sweep_gemm.py --refine "
-                   f"--redo {label}, within {_redo_within(table, label):.0%} of each row's best; the rows' other "
-                   "kernels keep their earlier times)" for label, n in sorted(labels.items()))
-
-
-def _redo_within(table: dict, label: str) -> float:
-    """The ``--refine-within`` the rows redone under ``label`` were re-timed with (the largest recorded)."""
-    return max((row.get("refined", {}).get("within", 0.0) for row in table["shapes"].values()
-                if row.get("redo") == label), default=0.0)
+                   f"--redo {label}, within {within:.0%} of each row's best; the rows' other kernels keep their "
+                   "earlier times)" for label, (n, within) in sorted(labels.items()))
 
 
 def cluster_k_ctas(cfg: Any, m: int, n: int, k: int) -> int:
@@ -804,15 +807,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--redo goes with --refine")
     if args.refine:
         try:
-            [int(x) for x in args.m.split(",") if x.strip()]
+            m_values = [int(x) for x in args.m.split(",") if x.strip()]
         except ValueError:
             ap.error(f"--m {args.m!r}: expected comma-separated integers")
-    if args.refine:
         if args.graph and args.from_table:
-            try:
-                m_values = [int(x) for x in args.m.split(",") if x.strip()]
-            except ValueError:
-                ap.error(f"--m {args.m!r}: expected comma-separated integers")
             try:
                 src = json.loads(Path(args.from_table).read_text())
                 if not isinstance(src, dict) or not isinstance(src.get("shapes"), dict) or not src.get("kernel_configs"):
