@@ -79,6 +79,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -436,9 +437,8 @@ def _file_format(path: Path, text: str) -> str:
 def _int_field(value: Any, field: str, where: str, from_text: bool) -> int:
     if from_text and isinstance(value, str):
         text = value.strip()
-        if text.lstrip("+").isdigit():
-            return int(text)
-        if text.startswith("-") and text[1:].isdigit():   # an integer, but not a size: the size rule names it
+        # ASCII decimal digits after at most one sign ("++128" and "²" pass str.isdigit but not int())
+        if re.fullmatch(r"[+-]?[0-9]+", text):   # a negative one is an integer, not a size: the size rule names it
             return int(text)
         raise ProblemError("shapes.field", f"{where}: field {field!r} is {value!r}, not an integer")
     if isinstance(value, bool) or not isinstance(value, int):

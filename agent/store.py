@@ -37,6 +37,8 @@ import math
 import os
 import re
 import tempfile
+import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from argus_cutlass.agent.planner import ActionValues, Problem
+from argus_cutlass.errors import ArgusError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.runtime.timing import DEFAULT_TIMING, LEGACY_TIMING
 
@@ -78,21 +81,44 @@ class ExperienceStore:
 
     # ---- low level ------------------------------------------------------------------------
 
-    def read(self) -> dict[str, Any]:
-        """The current contents (an empty store when the file is missing or unreadable)."""
+    def _load(self) -> tuple[dict[str, Any], str | None]:
+        """``(contents, None)``, an empty store and None when the file is missing, or an empty store and why the
+        file that is there cannot be used (not UTF-8 / JSON, another format version, ``entries`` or
+        ``action_values`` not objects)."""
         try:
             data = json.loads(self.path.read_text("utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
-            return _empty()
+        except (FileNotFoundError, NotADirectoryError):  # no store yet (or no folder for one: _locked says so)
+            return _empty(), None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _empty(), f"not a JSON store ({type(exc).__name__}: {exc})"
+        except OSError as exc:
+            return _empty(), f"cannot be read ({type(exc).__name__}: {exc.strerror or exc})"
         if not isinstance(data, dict) or data.get("version") != VERSION:
-            return _empty()
+            found = data.get("version") if isinstance(data, dict) else type(data).__name__
+            return _empty(), f"format version {found!r}, this argus_cutlass reads version {VERSION}"
         data.setdefault("entries", {})
         data.setdefault("action_values", {})
+        for field in ("entries", "action_values"):
+            if not isinstance(data[field], dict):
+                return _empty(), f"'{field}' is a {type(data[field]).__name__}, not an object"
+        return data, None
+
+    def read(self) -> dict[str, Any]:
+        """The current contents: an empty store when the file is missing, or when it cannot be used (then a
+        ``UserWarning`` names the file and why; the file is left as it is, and :meth:`update` moves it aside
+        before writing, so no tuned entry is lost)."""
+        data, problem = self._load()
+        if problem:
+            warnings.warn(f"experience store {self.path}: {problem}; ignored", stacklevel=2)
         return data
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ArgusError("store.path", f"experience store {self.path}: cannot create its folder {self.path.parent} "
+                             f"({exc.strerror or exc})", hint="set ARGUS_CACHE_DIR to a writable folder") from None
         with open(self.lock_path, "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
@@ -103,7 +129,18 @@ class ExperienceStore:
     def update(self, fn: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """Apply ``fn`` to the contents in place, under the lock, and write atomically."""
         with self._locked():
-            data = self.read()
+            data, problem = self._load()
+            if problem:
+                # never write over a store this version cannot read (another version's, a damaged one): keep it
+                kept = self.path.with_name(f"{self.path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+                try:
+                    os.replace(self.path, kept)
+                except OSError as exc:
+                    raise ArgusError("store.unreadable", f"experience store {self.path}: {problem}, and it cannot be "
+                                     f"moved aside to {kept} ({exc.strerror or exc}); nothing written",
+                                     hint="move or repair the file, or set ARGUS_CACHE_DIR to another folder") from None
+                warnings.warn(f"experience store {self.path}: {problem}; moved to {kept}, a new store started",
+                              stacklevel=2)
             fn(data)
             fd, tmp = tempfile.mkstemp(prefix=self.path.name, suffix=".tmp", dir=self.path.parent)
             try:

@@ -861,13 +861,19 @@ def _tune(problems: dict[str, Problem], budget: int, be: Any, journal: Journal, 
 
     # ---- stage 0: plan (reused from the journal when the budget is the same)
     plans: dict[str, list[GemmConfig]] = {}
-    to_plan = []
+    to_plan, unreadable = [], []
     for key, p in problems.items():
         line = journal.plans.get(key)
         if line is not None and line.get("budget") == budget and isinstance(line.get("candidates"), list):
-            plans[key] = [GemmConfig(**c) for c in line["candidates"]]
-        else:
-            to_plan.append(key)
+            try:
+                plans[key] = [GemmConfig(**c) for c in line["candidates"]]
+                continue
+            except (TypeError, ValueError):   # another version's fields (pydantic's ValidationError is a ValueError)
+                unreadable.append(key)
+        to_plan.append(key)
+    if unreadable:
+        say(f"journal   {len(unreadable)} plan line(s) this version cannot read ({', '.join(unreadable[:3])}"
+            f"{', ...' if len(unreadable) > 3 else ''}): planned again; measurements of the same kernels are kept")
     if to_plan:
         progress = _Progress(len(to_plan), "plan", say, quiet)
         for i, cfgs in be.map_cpu(functools.partial(_plan_task, plan_fn),

@@ -171,7 +171,39 @@ def test_default_path_under_cache_dir(tmp_path, monkeypatch):
     assert (tmp_path / "agent" / "experience.json").exists()
 
 
-def test_corrupt_file_reads_as_empty(tmp_path):
+def _store_with_one_entry(path: Path) -> dict:
+    st = ExperienceStore(path)
+    assert st.record_best(GPU, "gemm", Problem(8, 1024, 4096), GemmConfig(), 1.0)
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("damage", ["trailing_byte", "not_utf8", "other_version", "entries_list"])
+def test_unusable_store_is_ignored_with_a_warning_and_moved_aside_not_overwritten(tmp_path, damage):
+    """A store this version cannot use (damaged, not UTF-8, another format version, a list of entries) reads as empty
+    with a warning naming the file, and the next write keeps it under ``<name>.unreadable-<time>`` instead of writing
+    over its tuned entries (red team, session 34: it was silently replaced)."""
     p = tmp_path / "e.json"
-    p.write_text("{not json")
-    assert ExperienceStore(p).read()["entries"] == {}
+    good = _store_with_one_entry(p)
+    raw = p.read_bytes()
+    broken = {"trailing_byte": raw + b"x", "not_utf8": raw.replace(b'"entries"', b'"entr\xffies"'),
+              "other_version": json.dumps({**good, "version": 99}).encode(),
+              "entries_list": json.dumps({**good, "entries": list(good["entries"].values())}).encode()}[damage]
+    p.write_bytes(broken)
+    st = ExperienceStore(p)
+    with pytest.warns(UserWarning, match=str(p)):
+        assert st.read()["entries"] == {}
+    with pytest.warns(UserWarning, match="moved to"):
+        assert st.record_best(GPU, "gemm", Problem(1, 4096, 4096), GemmConfig(), 1.0)
+    kept = list(tmp_path.glob("e.json.unreadable-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == broken   # the old file, byte for byte
+    assert len(json.loads(p.read_text())["entries"]) == 1       # the new store holds the new entry only
+
+
+def test_store_folder_that_is_a_file_is_a_clear_error(tmp_path):
+    from argus_cutlass.errors import ArgusError
+
+    (tmp_path / "f").write_text("")
+    st = ExperienceStore(tmp_path / "f" / "agent" / "e.json")
+    assert st.read()["entries"] == {}   # nothing stored yet: lookups fall back to the shipped table
+    with pytest.raises(ArgusError, match=r"\[store.path\].*cannot create its folder"):
+        st.record_best(GPU, "gemm", Problem(1, 4096, 4096), GemmConfig(), 1.0)

@@ -313,6 +313,9 @@ def test_misaligned_shapes_are_tuned_through_staging(tmp_path):
     ("m,n\n1,16\n", "shapes.field", "'k'"),                         # missing column
     ("m,n,k\n1,16,\n", "shapes.field", "'k'"),                      # empty required cell
     ("m,n,k\n1,16,1.5\n", "shapes.field", "'k'"),                   # not an integer
+    ("m,n,k\n++128,16,16\n", "shapes.field", "'m'"),                # two signs (a traceback before session 34)
+    ("m,n,k\n1,16,\u00b2\n", "shapes.field", "'k'"),               # a digit str.isdigit knows, int() does not
+    ("m,n,k\n1,-+5,16\n", "shapes.field", "'n'"),
     ("m,n,k,dtype\n1,16,16,fp8\n", "problem.dtype", ":2:"),        # GemmProblem rule, with the line
     ("m,n,k\n1,16,2147483648\n", "problem.size", ":2:"),            # K past the entry's int
     ("m,n,k\n0,16,16\n", "problem.size", ":2:"),

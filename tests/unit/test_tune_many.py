@@ -188,6 +188,23 @@ def test_a_journal_timed_another_way_is_measured_again_not_mixed(tmp_path):
         == {tune_many.DEFAULT_TIMING}
 
 
+@pytest.mark.parametrize("candidates", [[{"tile_m": 128, "old_field": 1}], [7], [{"tile_n": "abc"}]])
+def test_a_plan_line_this_version_cannot_read_is_planned_again_on_resume(tmp_path, candidates):
+    """A plan line written by another version (an extra field, a number, a string where an int goes) is planned
+    again, said so, and the measurements already journaled are reused (red team, session 34: a pydantic
+    traceback)."""
+    run(tmp_path)
+    journal = tmp_path / "out" / JOURNAL
+    lines = journal_lines(journal)
+    plan = next(i for i, line in enumerate(lines) if line["stage"] == "plan")
+    lines[plan] = {**lines[plan], "candidates": candidates}
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    again, said = Recorder(), []
+    result = run(tmp_path, measure=again, lines=said)
+    assert any("1 plan line(s) this version cannot read" in line and lines[plan]["shape"] in line for line in said)
+    assert len(again.calls) == 0 and result.reused == len(SHAPES) * BUDGET
+
+
 def test_no_resume_moves_the_old_journal_aside_and_measures_again(tmp_path):
     run(tmp_path)
     second = Recorder()
