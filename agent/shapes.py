@@ -351,7 +351,7 @@ def projection_shapes(
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")   # "-sig": a byte-order mark (a CSV Excel saved) is dropped
     except FileNotFoundError:
         raise ProblemError("shapes.file", f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -929,7 +929,7 @@ def _tune(problems: dict[str, Problem], budget: int, be: Any, journal: Journal, 
     # ---- stage 2: measure
     compile_only = n_gpus == 0 or nvcc_reason is not None
     if nvcc_reason is not None:
-        result.reason = f"nvcc not found ({nvcc_reason}): stopped after rendering"
+        result.reason = f"{nvcc_reason}: stopped after rendering"
     elif n_gpus == 0:
         result.reason = f"no GPU ({no_gpu_reason}): compiled only"
     result.compile_only = compile_only

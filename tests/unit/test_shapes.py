@@ -307,6 +307,15 @@ def test_misaligned_shapes_are_tuned_through_staging(tmp_path):
     assert [s.name for s in shape.problem().staging()] == ["A", "B", "D"]  # N = 4100: 8200-byte rows of D too
 
 
+def test_a_csv_with_a_byte_order_mark_reads(tmp_path):
+    """Excel's "CSV UTF-8" starts with a byte-order mark; its first column is still ``m`` (red team, session 34:
+    refused as the unknown column '\\ufeffm')."""
+    p = tmp_path / "s.csv"
+    p.write_bytes(b"\xef\xbb\xbfm,n,k\n8,4096,4096\n")
+    (shape,) = load_shapes(p)
+    assert (shape.m, shape.n, shape.k) == (8, 4096, 4096)
+
+
 @pytest.mark.parametrize("text, rule, needle", [
     ("m,n,k\n1,4096\n", "shapes.syntax", ":2:"),                   # too few cells
     ("m,n,k,dtpye\n1,16,16,bf16\n", "shapes.field", "'dtpye'"),     # unknown column
