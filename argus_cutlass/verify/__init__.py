@@ -153,7 +153,8 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
             failed.add(rule)
     shapes_ok = not failed.intersection(SHAPE_RULES)
     _mainloop(run, program, obligations, notes, shapes_ok)
-    _protocol(run, program, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms)
+    _protocol(run, program, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms,
+              fits="smem.capacity" not in failed)
     if shapes_ok:
         _output(run, program, obligations)
     else:
@@ -202,8 +203,10 @@ def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes:
 
 
 def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], *, smt: bool,
-              shapes_ok: bool, timeout_ms: int | None) -> None:
-    """G3, G8 (load side) and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5."""
+              shapes_ok: bool, timeout_ms: int | None, fits: bool = True) -> None:
+    """G3, G8 (load side) and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5. ``fits``: rule
+    ``smem.capacity`` held; when it did not, the kernel cannot launch and ``pipeline.protocol``'s enumeration
+    (its states grow with the cube of the stage count: minutes at 500 stages) is not run, said in a note."""
     from argus_cutlass.verify.absint import check_residue_load
     from argus_cutlass.verify.pipeline import check_arrivals, check_protocol, check_release, check_tx_bytes
 
@@ -215,7 +218,11 @@ def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes:
     run.add("arith", "pipeline.tx_bytes", check_tx_bytes, program)
     run.add("arith", "pipeline.arrivals", check_arrivals, program)
     run.add("arith", "pipeline.release", check_release, program)
-    run.add("enum", "pipeline.protocol", check_protocol, program)
+    if fits:
+        run.add("enum", "pipeline.protocol", check_protocol, program)
+    else:
+        notes.append(f"pipeline.protocol not enumerated: the {program.pipeline.stages}-stage program does not fit "
+                     "shared memory (smem.capacity), so it cannot launch")
     if not smt:
         notes.append("SMT tier off: k.coverage checked for K <= 2 tile_k + 1 only; pipeline for small bounds only")
         return

@@ -49,6 +49,19 @@ def test_smem_capacity():
     assert v.hint == "at most 4 stages fit this tile; lower stages or tile_k"
 
 
+def test_a_program_that_cannot_fit_is_not_enumerated_by_the_pipeline_protocol():
+    """pipeline.protocol enumerates k_tiles up to 2S + 1 (states ~ S^3): a 500-stage configuration kept the verifier
+    busy for minutes (red team, session 34). When smem.capacity fails the kernel cannot launch: the enumeration is
+    skipped and a note says so; a program that fits is enumerated as before."""
+    report = verify_gemm(build_program(GemmConfig(stages=40)), smt=False)
+    assert "smem.capacity" in report.rules_violated()
+    assert not any(p.rule == "pipeline.protocol" for p in report.proofs)
+    assert any("pipeline.protocol not enumerated: the 40-stage program does not fit" in n for n in report.notes)
+    fits = verify_gemm(build_program(C1.replace(stages=4)), smt=False)
+    assert any(p.rule == "pipeline.protocol" for p in fits.proofs)
+    assert not any("not enumerated" in n for n in fits.notes)
+
+
 def test_smem_buffer_outside_the_allocation():
     p = build_program(C1)
     end = p.pipeline.barrier_bytes
