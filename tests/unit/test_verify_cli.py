@@ -78,6 +78,14 @@ def test_verify_missing_file(tmp_path, capsys):
     assert rc == 2 and "[config.read]" in err and "nope.json: cannot read (No such file or directory)" in err
 
 
+@pytest.mark.parametrize("ms", [0, -5])
+def test_verify_refuses_a_timeout_that_is_not_positive(tmp_path, capsys, ms):
+    """Red team, session 34: --smt-timeout-ms -5 and 0 were accepted and handed to z3."""
+    path = _write(tmp_path, "c.json", "{}")
+    rc, out, err = _run(capsys, path, "--smt-timeout-ms", ms)
+    assert rc == 2 and out == "" and "[config.smt_timeout]" in err and f"--smt-timeout-ms {ms}" in err
+
+
 def test_verify_json_bad_input_still_prints_json(tmp_path, capsys):
     path = _write(tmp_path, "bad.json", '{"swizzle": 3}')
     rc, out, err = _run(capsys, path, "--json")
