@@ -417,10 +417,6 @@ def _verify(args: argparse.Namespace) -> int:
     from argus_cutlass.generate import build, verify
     from argus_cutlass.kernels.gemm.config import GemmConfig
 
-    if args.smt_timeout_ms is not None and args.smt_timeout_ms < 1:
-        raise ConfigError("config.smt_timeout", f"--smt-timeout-ms {args.smt_timeout_ms}: a z3 timeout is a positive "
-                          "number of milliseconds", hint="e.g. --smt-timeout-ms 5000 (the default); --no-smt turns "
-                          "the SMT tier off")
     src = args.config
     try:
         text = Path(src).read_text() if src != "-" else sys.stdin.read()

@@ -253,7 +253,13 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
 
     Raises:
         ToolchainError: ``toolchain.z3`` when ``smt`` is True and z3-solver is missing.
+        ConfigError: ``config.smt_timeout`` when ``smt_timeout_ms`` is given and below 1 (the environment's
+            value is checked by :func:`argus_cutlass.settings.settings`).
     """
+    if smt_timeout_ms is not None and not (isinstance(smt_timeout_ms, int) and smt_timeout_ms >= 1):
+        raise ConfigError("config.smt_timeout", f"smt_timeout_ms {smt_timeout_ms!r} (--smt-timeout-ms "
+                          f"{smt_timeout_ms} on the command line): a z3 timeout is a positive number of milliseconds",
+                          hint="e.g. 5000 (the default); smt=False (--no-smt) turns the SMT tier off")
     if family_of(program) == "attention":
         from argus_cutlass.verify.attention import verify_attention as verify_family
     elif family_of(program) == "moe":

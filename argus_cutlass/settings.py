@@ -67,7 +67,7 @@ def settings() -> Settings:
 
     Raises:
         argus_cutlass.errors.ProblemError: ``settings.gemm_untuned`` when ``ARGUS_GEMM_UNTUNED`` is not one
-            of :data:`GEMM_UNTUNED`.
+            of :data:`GEMM_UNTUNED`; ``settings.smt_timeout`` when ``ARGUS_SMT_TIMEOUT_MS`` is not a positive integer.
     """
     env = os.environ
     untuned = env.get("ARGUS_GEMM_UNTUNED") or GEMM_UNTUNED[0]
@@ -76,13 +76,19 @@ def settings() -> Settings:
 
         raise ProblemError("settings.gemm_untuned", f"ARGUS_GEMM_UNTUNED={untuned!r} is not one of {GEMM_UNTUNED}",
                            "unset it (the default, costmodel) or use costmodel / heuristic")
+    smt_ms = env.get("ARGUS_SMT_TIMEOUT_MS") or "5000"
+    if not (smt_ms.strip().isascii() and smt_ms.strip().isdigit() and int(smt_ms) >= 1):
+        from argus_cutlass.errors import ProblemError
+
+        raise ProblemError("settings.smt_timeout", f"ARGUS_SMT_TIMEOUT_MS={smt_ms!r} is not a positive number of "
+                           "milliseconds", "unset it (the default, 5000) or give e.g. 20000")
     cache_root = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Settings(
         cutlass_path=Path(env["CUTLASS_PATH"]) if env.get("CUTLASS_PATH") else None,
         nvcc=env.get("ARGUS_NVCC") or None,
         cache_dir=Path(env.get("ARGUS_CACHE_DIR") or Path(cache_root) / "argus_cutlass"),
         nvcc_timeout_s=float(env.get("ARGUS_NVCC_TIMEOUT", "600")),
-        smt_timeout_ms=int(env.get("ARGUS_SMT_TIMEOUT_MS", "5000")),
+        smt_timeout_ms=int(smt_ms),
         update_golden=env.get("ARGUS_UPDATE_GOLDEN", "") == "1",
         report_cache=env.get("ARGUS_REPORT_CACHE", "1") != "0",
         mutant_timeout_s=float(env.get("ARGUS_MUTANT_TIMEOUT", "30")),

@@ -203,7 +203,7 @@ def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes:
 
 
 def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], *, smt: bool,
-              shapes_ok: bool, timeout_ms: int | None, fits: bool = True) -> None:
+              shapes_ok: bool, timeout_ms: int | None, fits: bool) -> None:
     """G3, G8 (load side) and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5. ``fits``: rule
     ``smem.capacity`` held; when it did not, the kernel cannot launch and ``pipeline.protocol``'s enumeration
     (its states grow with the cube of the stage count: minutes at 500 stages) is not run, said in a note."""

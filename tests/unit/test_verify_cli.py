@@ -86,6 +86,15 @@ def test_verify_refuses_a_timeout_that_is_not_positive(tmp_path, capsys, ms):
     assert rc == 2 and out == "" and "[config.smt_timeout]" in err and f"--smt-timeout-ms {ms}" in err
 
 
+@pytest.mark.parametrize("value", ["0", "-5", "abc"])
+def test_a_bad_smt_timeout_in_the_environment_is_named(tmp_path, capsys, monkeypatch, value):
+    """ARGUS_SMT_TIMEOUT_MS is read in one place (settings()): a value that is not a positive integer is named there
+    (int('abc') was a ValueError traceback; 0 / -5 were handed to z3)."""
+    monkeypatch.setenv("ARGUS_SMT_TIMEOUT_MS", value)
+    rc, out, err = _run(capsys, _write(tmp_path, "c.json", "{}"))
+    assert rc == 2 and "[settings.smt_timeout]" in err and f"ARGUS_SMT_TIMEOUT_MS={value!r}" in err
+
+
 def test_verify_json_bad_input_still_prints_json(tmp_path, capsys):
     path = _write(tmp_path, "bad.json", '{"swizzle": 3}')
     rc, out, err = _run(capsys, path, "--json")
