@@ -7,7 +7,7 @@ numpy, pydantic, jinja2, and torch for the cuBLAS baseline)::
 
 Phases:
 
-1. **Sub-space**: :func:`subspace` declares 110 configurations (75 in the run of issue 4, 88 until session 29, 95 in it, 106 since session 30, 110 since session 33), stages fitted to shared
+1. **Sub-space**: :func:`subspace` declares 113 configurations (75 in the run of issue 4, 88 until session 29, 95 in it, 106 since session 30, 110 since session 33, 113 since session 35), stages fitted to shared
    memory; the verifier prunes it first (count reported).
 2. **Compile** the feasible ones in parallel and **check** each kernel's numerics on two small
    problems with residues, in one orchestrator batch (``argus_cutlass.generate.run_many``: one

@@ -249,7 +249,7 @@ def test_declared_decode_configurations_round_trip_their_knobs_and_are_feasible(
             (64, 16, 128, 1), (64, 32, 128, 1), (64, 64, 128, 1), (128, 16, 128, 1), (64, 16, 64, 2), (64, 16, 128, 2),
             (64, 32, 128, 2)}   # the last: session 27 (gemm-k128b)
         # the sets are part of the key; nt lacks the odd multiples of 8 along its MN-major operands (168; 56, 104)
-        n = {"tn": 110, "nt": 106}[flavor[2]]
+        n = {"tn": 113, "nt": 109}[flavor[2]]
         assert len(space) == n and len({structure_key(c) for c in space}) == n
         for cfg in decode:
             assert feasible(cfg)[0], cfg

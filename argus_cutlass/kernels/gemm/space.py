@@ -307,7 +307,7 @@ def feasible(cfg: GemmConfig, *, smt: bool = False) -> tuple[bool, tuple[str, ..
 
 
 def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str = "tn") -> list[GemmConfig]:
-    """The declared sub-space (110 configs in layout ``tn``, 106-108 in the others, before the verifier; a
+    """The declared sub-space (113 configs in layout ``tn``, 109-111 in the others, before the verifier; a
     new list of the memoised configurations,
     whose stages :func:`~argus_cutlass.kernels.gemm.heuristics.fit_stages` fits once per flavor): the
     candidate set of the sweeps
@@ -340,7 +340,8 @@ def declared_subspace(dtype: str = "bf16", out_dtype: str = "bf16", layout: str 
     multiples of 8 (168, 56, 104) only where the operand they span is K-major.
     4 one-warpgroup ping-pong kernels for mid-size GEMMs (session 33): 64x80, 64x96, 64x112 and 64x64 at
     k 128.
-    110 in all in layout ``tn``. Stages are fitted to shared memory.
+    128x80 and 128x96 cooperative also rastered along M, and the 64x64 ping-pong tile at 13 stages (session 35).
+    113 in all in layout ``tn``. Stages are fitted to shared memory.
     """
     return list(_declared_subspace(dtype, out_dtype, layout))
 
@@ -442,4 +443,14 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
     out += [plain((64, tn, "pingpong", 64), (1, 1), ("along_n", 1), ("persistent", 1))
             for tn in (80, 96, 112)]
     out += [plain((64, 64, "pingpong", 128), (1, 1), ("along_n", 1), ("persistent", 1))]
+    # the wave-sized cooperative tiles 128x80 and 128x96 also rastered along M (session 35, explore-tiles
+    # bench/plans/walks_s35{a,b}.json, from graphs: at M = 256 every walk but along N swizzle 1 took 256x6144x4096 on
+    # 128x96 0.84x -> 0.97x cuBLAS and 256x5120x2048 on 128x80 0.87x -> 0.93x; along N swizzle 1 the two CTAs reading
+    # one B tile are a row of tiles apart in launch order, and the L2 coalesces reads of CTAs launched together only)
+    out += [plain((128, tn, "cooperative", 64), (1, 1), ("along_m", 1), ("persistent", 1)) for tn in (80, 96)]
+    # the 64x64 ping-pong tile at 13 stages, cuBLAS's depth on the rows it wins with 64x64 (session 35, same plans:
+    # 3000x128x2048 0.81x -> 0.88x cuBLAS; session 34 timed it on 67 rows of M 512 / 1024, where it won none)
+    out += [fit_stages(GemmConfig(dtype=dtype, out_dtype=out_dtype, layout=layout, tile_m=64, tile_n=64, tile_k=64,
+                                  cluster_m=1, cluster_n=1, stages=13, schedule="pingpong", epi_m=64,
+                                  epi_n=epilogue_width(64)))]
     return tuple(out)
