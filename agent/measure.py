@@ -30,7 +30,8 @@ _STATUS = {"rejected": "verify_failed", "unproved": "verify_failed", "render_err
 
 def check_shape(problem: Problem) -> tuple[int, int, int]:
     """A bounded problem for the numerics check: each size clipped to :data:`CHECK_MAX`
-    (multiples of 8, so the TMA alignment of a valid problem is kept)."""
+    (multiples of 8, so the TMA alignment of a valid problem is kept, and clipping never adds an operand
+    to stage: a kernel of the aligned-staging path stages its operands whatever their alignment)."""
     return tuple(min(x, cap) for x, cap in zip((problem.m, problem.n, problem.k), CHECK_MAX))  # type: ignore[return-value]
 
 

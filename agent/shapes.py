@@ -62,10 +62,14 @@ Shape files
 JSON: a list of objects, or ``{"shapes": [...]}``; CSV: a header row, then one shape a row
 (blank lines and lines starting with ``#`` are skipped). Fields :data:`FIELDS`: ``m``, ``n``,
 ``k`` (required integers), ``dtype`` (default ``bf16``), ``out_dtype`` (default: ``dtype``),
-``layout`` (default ``tn``), ``name``. Every shape is checked with
-:meth:`~argus_cutlass.kernels.gemm.problem.GemmProblem.validate`; a bad entry raises
-:class:`~argus_cutlass.errors.ProblemError` naming ``file:line`` and the field or rule.
-:func:`write_shapes` writes either format.
+``layout`` (default ``tn``), ``name``. ``dtype``, ``out_dtype`` and ``layout`` take exactly the
+spellings the command line takes (``bfloat16``, ``float16``, ``half``, ``float32``, ``TN``, any case:
+:mod:`argus_cutlass.kernels.spellings`). Every shape is checked with
+:meth:`~argus_cutlass.kernels.gemm.problem.GemmProblem.validate_any` (what ``gemm`` runs: the direct
+path or aligned staging); a bad entry raises :class:`~argus_cutlass.errors.ProblemError` naming
+``file:line`` and the field or rule. Rows that list the same GEMM (same M, N, K, dtypes and layout,
+whatever the spelling or name) are kept, and a :class:`DuplicateShapesWarning` names them (rule
+``shapes.duplicate``; a tuner tunes such a GEMM once). :func:`write_shapes` writes either format.
 
 Errors (the ``rule`` of the :class:`~argus_cutlass.errors.ProblemError`): ``shapes.file``
 (missing or unreadable file, unknown format), ``shapes.syntax`` (invalid JSON or CSV
@@ -87,7 +91,8 @@ from pathlib import Path
 from typing import Any
 
 from argus_cutlass.errors import ProblemError
-from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.kernels.gemm.problem import INPUT_DTYPES, GemmProblem
+from argus_cutlass.kernels.spellings import normalize_dtype, normalize_layout
 
 #: the token counts (GEMM M) of the evaluation shape set: decode (1, 8), small and odd
 #: batches (32, 64, 100), prefill chunks (256 ... 8192) and a ragged large one (3000)
@@ -115,7 +120,12 @@ class GemmShape:
         layout: ``tn`` (the default: ``y = x W^T``), ``nt``, ``nn`` or ``tt``.
         name: what the shape stands for, e.g. ``"llama3-8b.q_proj+llama3-8b.o_proj"``.
 
-    Construction checks nothing; :meth:`problem` ``.validate()`` does.
+    The element types and the layout take every spelling the command line takes (``bfloat16``,
+    ``half``, ``float32``, ``TN`` ...: :mod:`argus_cutlass.kernels.spellings`) and hold the canonical
+    name. Construction checks nothing else; :meth:`problem` ``.validate()`` does.
+
+    >>> GemmShape(8, 1024, 4096, "BFloat16", "float32", "NT").label
+    '8x1024x4096_bf16_fp32_nt'
 
     >>> s = GemmShape(8, 1024, 4096, name="llama3-8b.k_proj")
     >>> s.out_dtype, s.label, s.names
@@ -133,6 +143,11 @@ class GemmShape:
     name: str = ""
 
     def __post_init__(self) -> None:
+        # the spellings the command line accepts (bfloat16, half, TN ...) -> canonical names
+        for f, norm in (("dtype", normalize_dtype), ("out_dtype", normalize_dtype), ("layout", normalize_layout)):
+            value = getattr(self, f)
+            if isinstance(value, str):
+                object.__setattr__(self, f, norm(value))
         if self.out_dtype is None:
             object.__setattr__(self, "out_dtype", self.dtype)
 
@@ -468,8 +483,12 @@ def _shape_from_fields(fields: Mapping[str, Any], where: str, from_text: bool) -
     shape = GemmShape(
         m, n, k, opt.get("dtype") or "bf16", opt.get("out_dtype"), opt.get("layout") or "tn",
         opt.get("name") or "")
+    problem = shape.problem()
+    if "out_dtype" not in opt and shape.dtype not in INPUT_DTYPES:
+        # out_dtype defaults to dtype: an unsupported dtype is reported once, for dtype (as the CLI does)
+        problem = GemmProblem(shape.m, shape.n, shape.k, shape.dtype, INPUT_DTYPES[0], shape.layout)
     try:
-        shape.problem().validate_any()  # the direct path or aligned staging, as `gemm` runs it
+        problem.validate_any()  # the direct path or aligned staging, as `gemm` runs it
     except ProblemError as e:
         raise ProblemError(e.rule, f"{where}: {e.message}", e.hint) from None
     return shape
@@ -512,7 +531,7 @@ def _json_array_offsets(text: str, data: Any) -> list[int]:
     return found
 
 
-def _load_json(path: Path, text: str) -> list[GemmShape]:
+def _load_json(path: Path, text: str) -> list[tuple[GemmShape, str]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -536,11 +555,11 @@ def _load_json(path: Path, text: str) -> list[GemmShape]:
         if not isinstance(entry, dict):
             raise ProblemError(
                 "shapes.syntax", f"{where}: a shape must be a JSON object with m, n, k, not {entry!r}")
-        shapes.append(_shape_from_fields(entry, where, from_text=False))
+        shapes.append((_shape_from_fields(entry, where, from_text=False), f"line {line}" if line else f"shapes[{i}]"))
     return shapes
 
 
-def _load_csv(path: Path, text: str) -> list[GemmShape]:
+def _load_csv(path: Path, text: str) -> list[tuple[GemmShape, str]]:
     reader = csv.reader(io.StringIO(text, newline=""))
     header: list[str] | None = None
     shapes = []
@@ -567,28 +586,86 @@ def _load_csv(path: Path, text: str) -> list[GemmShape]:
         if len(row) != len(header):
             raise ProblemError(
                 "shapes.syntax", f"{path}:{line}: {len(row)} cells, but the header has {len(header)} columns")
-        shapes.append(_shape_from_fields(dict(zip(header, row)), f"{path}:{line}", from_text=True))
+        shapes.append((_shape_from_fields(dict(zip(header, row)), f"{path}:{line}", from_text=True), f"line {line}"))
     if header is None:
         raise ProblemError("shapes.syntax", f"{path}: no header row (expected e.g. 'm,n,k,dtype,layout')")
     return shapes
 
 
+class DuplicateShapesWarning(UserWarning):
+    """A shape file lists the same GEMM (same M, N, K, dtypes and layout, whatever the spelling or the
+    name) on several rows: it is kept (a tuner merges the rows and tunes it once), and the warning
+    names the rows. ``rows`` maps each repeated :attr:`GemmShape.label` to its rows (``"line 4"``, or
+    ``"shapes[3]"`` where a JSON line is unknown). The CLI prints it as
+    ``argus-cutlass: warning: [shapes.duplicate] ...``."""
+
+    rule = "shapes.duplicate"
+
+    def __init__(self, message: str, rows: dict[str, list[str]]) -> None:
+        super().__init__(message)
+        self.rows = rows
+
+
+#: the most repeated GEMMs one :class:`DuplicateShapesWarning` lists (the rest are counted)
+_MAX_DUPLICATES_LISTED = 10
+
+
+def _rows_text(rows: list[str]) -> str:
+    """``["line 2", "line 4", "line 7"]`` -> ``"lines 2, 4 and 7"``."""
+    if all(r.startswith("line ") for r in rows):
+        nums = [r.removeprefix("line ") for r in rows]
+        return "lines " + (", ".join(nums[:-1]) + " and " + nums[-1])
+    return ", ".join(rows[:-1]) + " and " + rows[-1]
+
+
+def duplicate_rows(path: str | Path, rows: Sequence[tuple[GemmShape, str]]) -> DuplicateShapesWarning | None:
+    """The :class:`DuplicateShapesWarning` of a file's ``(shape, row)`` pairs, or None when every GEMM
+    is listed once.
+
+    >>> w = duplicate_rows("s.csv", [(GemmShape(8, 64, 64), "line 2"), (GemmShape(1, 64, 64), "line 3"),
+    ...                              (GemmShape(8, 64, 64, "bfloat16", layout="TN"), "line 4")])
+    >>> str(w)
+    's.csv: lines 2 and 4 list the same GEMM 8x64x64_bf16_bf16_tn; it is tuned once'
+    """
+    seen: dict[tuple, list[str]] = {}
+    labels: dict[tuple, str] = {}
+    for shape, row in rows:
+        seen.setdefault(shape.key, []).append(row)
+        labels.setdefault(shape.key, shape.label)
+    repeated = {labels[key]: r for key, r in seen.items() if len(r) > 1}
+    if not repeated:
+        return None
+    parts = [f"{_rows_text(r)} list the same GEMM {label}" for label, r in repeated.items()]
+    more = len(parts) - _MAX_DUPLICATES_LISTED
+    text = "; ".join(parts[:_MAX_DUPLICATES_LISTED]) + (f"; and {more} more repeated GEMMs" if more > 0 else "")
+    each = "it is" if len(parts) == 1 else "each is"
+    return DuplicateShapesWarning(f"{path}: {text}; {each} tuned once", repeated)
+
+
 def load_shapes(path: str | Path) -> list[GemmShape]:
     """The shapes of a JSON or CSV shape file (module docstring), in file order.
 
-    The format follows the suffix (``.json``, ``.csv``), else the first character.
+    The format follows the suffix (``.json``, ``.csv``), else the first character. Element types and
+    layouts take the command line's spellings (``bfloat16``, ``half``, ``float32``, ``TN`` ...). Rows
+    that list the same GEMM are all returned (a tuner tunes it once) and a
+    :class:`DuplicateShapesWarning` names them.
 
     Raises:
         ProblemError: ``shapes.file``, ``shapes.syntax``, ``shapes.field`` naming ``file:line``
             and the field; a ``GemmProblem.validate`` rule naming ``file:line``.
     """
+    import warnings
+
     path = Path(path)
     text = _read_text(path)
     fmt = _file_format(path, text)
-    shapes = _load_json(path, text) if fmt == "json" else _load_csv(path, text)
-    if not shapes:
+    rows = _load_json(path, text) if fmt == "json" else _load_csv(path, text)
+    if not rows:
         raise ProblemError("shapes.syntax", f"{path}: the file lists no shapes")
-    return shapes
+    dup = duplicate_rows(path, rows)
+    if dup is not None:
+        warnings.warn(dup, stacklevel=2)
+    return [shape for shape, _ in rows]
 
 
 def write_shapes(shapes: Sequence[GemmShape], path: str | Path) -> Path:

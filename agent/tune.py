@@ -90,18 +90,27 @@ class _Progress:
 def validate_inputs(args: Any) -> Problem:
     """The problem of ``args`` after every input check.
 
+    A problem that breaks only TMA's alignment rules (``tma.*``: e.g. M=300 with a column-major A, N=33)
+    is tuned as ``argus-cutlass gemm`` runs it, through aligned staging (``GemmProblem.validate_any``):
+    every candidate is built, verified, checked and timed with the staging copies.
+
     Raises:
-        ProblemError: sizes, dtypes, layout or alignment (``argus_cutlass.kernels.gemm.problem`` rules);
-            ``tune.budget`` / ``tune.policy`` for the tuning flags.
+        ProblemError: sizes, dtypes, layout or leading dimensions (``argus_cutlass.kernels.gemm.problem`` rules);
+            ``tune.budget`` / ``tune.policy`` / ``tune.workers`` / ``cli.seed`` / ``cli.out`` for the tuning flags.
         LLMError: ``llm.settings`` when the llm policy lacks its endpoint, model or key.
     """
+    from argus_cutlass.settings import check_output_path, check_seed, check_workers
+
     out_dtype = args.out_dtype or args.dtype
     problem = Problem(args.m, args.n, args.k, args.dtype, out_dtype, args.layout)
-    problem.validate()
+    problem.validate_any()  # the direct path or aligned staging, as `gemm` runs it
     if args.budget < 1:
         raise ProblemError("tune.budget", f"--budget {args.budget}: need at least 1 candidate")
     if args.policy not in POLICIES:
         raise ProblemError("tune.policy", f"--policy {args.policy!r}: use one of {POLICIES}")
+    check_seed(args.seed)
+    check_workers(getattr(args, "workers", None))
+    check_output_path(args.out)   # an empty --out, or a file: refused before the GPU is looked for
     if args.policy == "llm":
         from argus_cutlass.agent.llm import resolve_settings
 
@@ -187,6 +196,7 @@ def run_tune(args: Any) -> int:
     from argus_cutlass.agent.store import ExperienceStore
 
     from argus_cutlass.runtime.cuda import gpu_available, require_sm90
+    from argus_cutlass.settings import output_dir
 
     problem = validate_inputs(args)
     ok, why = gpu_available()
@@ -196,8 +206,7 @@ def run_tune(args: Any) -> int:
               "`argus-cutlass gemm` generates the heuristic kernel without a GPU", file=sys.stderr)
         return 2
     info = require_sm90()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(args.out)
     log = TuneLog(out / log_name(problem))
     store = ExperienceStore()
     values = store.action_values(info.name, "gemm", problem)

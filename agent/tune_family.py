@@ -20,19 +20,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from argus_cutlass.errors import ProblemError
-from argus_cutlass.settings import output_dir
+from argus_cutlass.settings import check_output_path, check_seed, check_workers, output_dir
 
 
 def check_options(args: Any) -> None:
-    """Refuse a budget or a worker count below 1.
+    """Refuse a budget or a worker count below 1, a seed outside 0 .. 2**64-1 and an ``--out`` that is
+    empty or a file, before any candidate is built.
 
     Raises:
-        ProblemError: ``tune.budget`` / ``tune.workers``.
+        ProblemError: ``tune.budget`` / ``tune.workers`` / ``cli.seed`` / ``cli.out``.
     """
     if args.budget < 1:
         raise ProblemError("tune.budget", f"--budget {args.budget}: need at least 1 candidate")
-    if getattr(args, "workers", None) is not None and args.workers < 1:
-        raise ProblemError("tune.workers", f"--workers {args.workers}: need at least 1 compile process")
+    check_workers(getattr(args, "workers", None))
+    check_seed(getattr(args, "seed", 0))
+    check_output_path(args.out)
 
 
 @dataclasses.dataclass(frozen=True)

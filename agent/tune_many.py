@@ -78,7 +78,7 @@ from argus_cutlass.agent.planner import Measurement, Problem
 from argus_cutlass.errors import ArgusError, ProblemError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.runtime.timing import DEFAULT_TIMING, LEGACY_TIMING
-from argus_cutlass.settings import output_dir
+from argus_cutlass.settings import check_output_path, check_workers, output_dir
 
 __all__ = [
     "JOURNAL", "Built", "Journal", "ShapeResult", "TuneManyResult", "compile_candidate", "config_key",
@@ -797,7 +797,8 @@ def tune_shapes(shapes: Iterable[Any], *, budget: int, out_dir: str | Path, addr
         a :class:`TuneManyResult`.
 
     Raises:
-        ProblemError: a bad shape or budget, or Ray asked for and missing.
+        ProblemError: a bad shape, budget or worker count, an ``out_dir`` that is empty or a file (``cli.out``),
+            or Ray asked for and missing.
         ToolchainError: nvcc present but the CUTLASS headers missing.
         DeviceError: the GPU is not a Hopper.
         anything the measure function raises other than a launch/device/problem error: the run
@@ -806,10 +807,10 @@ def tune_shapes(shapes: Iterable[Any], *, budget: int, out_dir: str | Path, addr
     t0 = time.perf_counter()
     if budget < 1:
         raise ProblemError("tune.budget", f"--budget {budget}: need at least 1 candidate per shape")
-    if workers is not None and workers < 1:
-        raise ProblemError("tune.workers", f"--workers {workers}: need at least 1 compile worker")
+    check_workers(workers)
     if gpus is not None and gpus < 0:
         raise ProblemError("tune.gpus", f"--gpus {gpus}: need 0 (compile only) or more")
+    check_output_path(out_dir, "out_dir")   # "" would silently mean the current folder
     problems: dict[str, Problem] = {}
     for s in shapes:
         p = _as_problem(s)
@@ -1071,13 +1072,26 @@ def run_tune_shapes(args: Any, say: Say = print) -> int:
     budget = args.budget
     if budget < 1:
         raise ProblemError("tune.budget", f"--budget {budget}: need at least 1 candidate per shape")
-    if args.workers is not None and args.workers < 1:
-        raise ProblemError("tune.workers", f"--workers {args.workers}: need at least 1 compile worker")
+    check_workers(args.workers)
     if args.gpus is not None and args.gpus < 0:
         raise ProblemError("tune.gpus", f"--gpus {args.gpus}: need 0 (compile only) or more")
-    shapes = shapes_of(args)
+    check_output_path(args.out)   # before the shapes are read: an empty --out, or a file, is refused first
+    import warnings
+
+    from argus_cutlass.agent.shapes import DuplicateShapesWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DuplicateShapesWarning)
+        shapes = shapes_of(args)
+    for w in caught:
+        if issubclass(w.category, DuplicateShapesWarning):
+            print(f"argus-cutlass: warning: [{DuplicateShapesWarning.rule}] {w.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     out = output_dir(args.out)
-    say(f"shapes    {len(shapes)} from {args.shapes or args.model_config}; {budget} candidates each")
+    distinct = len({shape_key(_as_problem(s)) for s in shapes})
+    say(f"shapes    {len(shapes)} from {args.shapes or args.model_config}"
+        + (f" ({distinct} distinct GEMMs)" if distinct != len(shapes) else "") + f"; {budget} candidates each")
     r = tune_shapes(shapes, budget=budget, out_dir=out, address=args.address, workers=args.workers, gpus=args.gpus,
                     resume=not args.no_resume, quiet=args.quiet, say=say)
     failed = 0

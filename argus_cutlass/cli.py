@@ -69,32 +69,30 @@ def _print(msg: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-#: spellings of the element types accepted on the command line (case-insensitive) -> the canonical name
-DTYPE_ALIASES = {
-    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16", "torch.float16": "fp16",
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32", "torch.float32": "fp32",
-}
+#: spellings of the element types accepted on the command line (case-insensitive) -> the canonical name; shared
+#: with the shape files of ``tune --shapes`` (:mod:`argus_cutlass.kernels.spellings`)
+from argus_cutlass.kernels.spellings import DTYPE_ALIASES, normalize_dtype, normalize_layout  # noqa: E402, F401
 
 
 def dtype_arg(text: str) -> str:
     """``--dtype``/``--out-dtype``: a known alias (``float16``, ``half``, ``bfloat16``, ``float32``, any
     case) becomes its canonical name; anything else passes through for the problem's own check
-    (``problem.dtype``), which names the supported types.
+    (``problem.dtype``), which names the supported types (:func:`~argus_cutlass.kernels.spellings.normalize_dtype`,
+    as the shape files read it).
 
     >>> dtype_arg("BFloat16"), dtype_arg("half"), dtype_arg("float32"), dtype_arg("int8")
     ('bf16', 'fp16', 'fp32', 'int8')
     """
-    return DTYPE_ALIASES.get(text.strip().lower(), text)
+    return normalize_dtype(text)
 
 
 def layout_arg(text: str) -> str:
-    """``--layout``: BLAS letters in any case (``TN`` = ``tn``).
+    """``--layout``: BLAS letters in any case (``TN`` = ``tn``; :func:`~argus_cutlass.kernels.spellings.normalize_layout`).
 
     >>> layout_arg("TN")
     'tn'
     """
-    return text.strip().lower()
+    return normalize_layout(text)
 
 
 #: what the command is doing now (named when Ctrl-C stops it)
@@ -395,7 +393,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     Prints the report (violations with counterexamples first, then proofs) and one line per
     tier (algebraic / enumeration / SMT: proofs, median time per obligation, total), or the
     JSON report with ``--json``. Exit 1 on a violation; bad input raises ConfigError (exit 2)
-    naming the file and the line. With ``--json`` a bad input also prints
+    naming the file and the line: not JSON, an unknown field, a value of the wrong type or below 1
+    (``config.schema``), or fields no program can be built from (``smem.atom``, ``config.<field>``:
+    :func:`~argus_cutlass.kernels.gemm.program.check_buildable`, naming the field, its value and the
+    rule). With ``--json`` a bad input also prints
     ``{"ok": false, "error": {"rule": ..., "message": ...}}`` on stdout, so a program reading
     the output always gets JSON.
     """
@@ -444,10 +445,19 @@ def _verify(args: argparse.Namespace) -> int:
         for e in exc.errors():
             key = str(e["loc"][0]) if e["loc"] else ""
             what = (f"unknown field '{key}' (known: {', '.join(GemmConfig.model_fields)})"
-                    if e["type"] == "extra_forbidden" else f"field '{key}': {e['msg']}")
+                    if e["type"] == "extra_forbidden" else f"field '{key}': {e['msg'].removeprefix('Value error, ')}")
             problems.append(f"{src}:{line_of(key)}: {what}")
         raise ConfigError("config.schema", "; ".join(problems)) from None
-    report = verify(build(cfg), smt=not args.no_smt, smt_timeout_ms=args.smt_timeout_ms)
+    try:
+        program = build(cfg)
+    except ConfigError as exc:
+        if not exc.fields:
+            raise
+        # the line of the first named field the file sets (the others took GemmConfig's defaults)
+        key = next((k for k in exc.fields if k in data), next(iter(exc.fields)))
+        raise ConfigError(exc.rule, f"{src}:{line_of(key)}: {exc.message}", exc.hint, fields=exc.fields,
+                          model=exc.model, text=exc.text) from None
+    report = verify(program, smt=not args.no_smt, smt_timeout_ms=args.smt_timeout_ms)
     if args.json:
         _print(report.to_json())
     else:
@@ -764,6 +774,10 @@ def main(argv: list[str] | None = None) -> int:
         # D defaults to the input type; an unsupported --dtype is reported once, for --dtype
         args.out_dtype = args.dtype if args.dtype in ("bf16", "fp16") else "bf16"
     try:
+        if getattr(args, "seed", None) is not None:  # every command's --seed, named as typed, before any build
+            from argus_cutlass.settings import check_seed
+
+            check_seed(args.seed)
         return args.func(args)
     except ArgusError as exc:
         print(f"argus-cutlass: error: {exc}", file=sys.stderr)

@@ -24,7 +24,36 @@ class ArgusError(Exception):
 
 
 class ConfigError(ArgusError):
-    """A kernel configuration cannot be instantiated (bad tile, cluster, stages...)."""
+    """A kernel configuration cannot be instantiated (bad tile, cluster, stages...).
+
+    ``fields`` maps the configuration fields the error is about to their values, the field at
+    fault first (empty when it is about no one field, e.g. a problem that disagrees with the
+    configuration); ``model`` is the configuration class's name and ``text`` the rule broken,
+    without the field prefix (both ``""`` without fields). Build one with :meth:`of_fields`.
+    """
+
+    def __init__(self, rule: str, message: str, hint: str | None = None, *,
+                 fields: dict[str, object] | None = None, model: str = "", text: str = "") -> None:
+        self.fields = dict(fields or {})
+        self.model = model
+        self.text = text
+        super().__init__(rule, message, hint)
+
+    @classmethod
+    def of_fields(cls, rule: str, model: str, fields: dict[str, object], text: str,
+                  hint: str | None = None) -> ConfigError:
+        """The error of configuration fields no program can be built from: the message is
+        ``"<model> <field>=<value> (with <other>=<value>, ...): <text>"``, the first of ``fields``
+        being the one at fault and the others what the rule reads beside it.
+
+        >>> str(ConfigError.of_fields("config.tile_n", "GemmConfig", {"tile_n": 1, "cluster_m": 2}, "too narrow"))
+        '[config.tile_n] GemmConfig tile_n=1 (with cluster_m=2): too narrow'
+        """
+        items = [f"{k}={v!r}" for k, v in fields.items()]
+        head = f"{model} {items[0]}" if items else model
+        if len(items) > 1:
+            head += f" (with {', '.join(items[1:])})"
+        return cls(rule, f"{head}: {text}", hint, fields=fields, model=model, text=text)
 
 
 class DslError(ArgusError):

@@ -653,7 +653,8 @@ class Options:
         heuristic: :func:`configure` uses the fixed heuristic, not a tuned configuration.
         compile: compile (else stop after rendering); run: check and time on the GPU when there is one.
         time, baseline: time our kernel / cuBLAS after a passing check.
-        alpha, beta, seed: the check's epilogue scalars and input seed (timing uses them too).
+        alpha, beta, seed: the check's epilogue scalars and input seed (timing uses them too); the seed is an
+            integer from 0 to 2**64-1 (``cli.seed``, :func:`argus_cutlass.settings.check_seed`).
         check_shapes: ``(m, n, k)`` sizes to check numerics on (the problem's dtypes and layout),
             e.g. a bounded copy of a large problem; default: the problem itself.
         warmup, iters: timing launches (ms): per launch the median of ``iters`` CUDA-event intervals; from a
@@ -661,7 +662,7 @@ class Options:
         timing: how a GEMM and cuBLAS are timed (:func:`argus_cutlass.kernels.gemm.check.time_gemm`): ``"graph"``
             (the default, :data:`DEFAULT_TIMING`: operands rotated over 3x the L2, calls replayed from a CUDA graph,
             as a serving engine runs them) or ``"launch"`` (one operand set, each launch between CUDA events).
-        workers: parallel nvcc processes (:func:`run_many`; default: CPU count).
+        workers: parallel nvcc processes (:func:`run_many`; default: CPU count; at least 1, ``tune.workers``).
     """
 
     smt: bool | None = True
@@ -684,8 +685,12 @@ class Options:
     def __post_init__(self) -> None:
         from argus_cutlass.errors import ProblemError
 
+        from argus_cutlass.settings import check_seed, check_workers
+
         if self.timing not in TIMINGS:
             raise ProblemError("problem.timing", f"Options.timing={self.timing!r}: expected one of {', '.join(TIMINGS)}")
+        check_seed(self.seed, "Options.seed")   # before any build: numpy refuses a negative seed only in the check
+        check_workers(self.workers, "Options.workers")
 
 
 #: outcomes of a run, in stage order (``pending``: still running; ``ok``: checked and timed)
@@ -1006,13 +1011,18 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
 
     Raises:
         ProblemError: the problem is invalid for every path (checked first; a GEMM problem that breaks
-            only TMA's alignment rules runs through aligned staging: ``GemmProblem.staging``).
+            only TMA's alignment rules runs through aligned staging: ``GemmProblem.staging``);
+            ``cli.out`` for an ``out_dir`` that is empty or a file (:func:`argus_cutlass.settings.check_output_path`).
         ConfigError: the configuration has no program (e.g. ``smem.atom``) or the template cannot
             print it (``render.program``).
         ToolchainError: the CUTLASS headers are missing (with nvcc present), or z3 (``smt=True``).
         CompileError, LaunchError, DeviceError: a build or a launch failed, or the GPU is not a Hopper.
     """
     _validate(problem)
+    if out_dir is not None:
+        from argus_cutlass.settings import check_output_path
+
+        check_output_path(out_dir, "out_dir")  # "" would silently mean the current folder
     result = RunResult(problem)
     clock = _Clock(result, on_stage)
     if config is None:

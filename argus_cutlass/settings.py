@@ -101,22 +101,100 @@ def settings() -> Settings:
     )
 
 
-def output_dir(path: str | Path) -> Path:
-    """Create the output folder ``path`` (an ``--out`` option) and check that it is writable.
+def check_output_path(path: str | Path, option: str = "--out") -> Path:
+    """Check, without creating anything, that ``path`` (the value of ``option``) can become the output
+    folder: not empty (an empty path would silently mean the current folder), not an existing file, and
+    its nearest existing ancestor a writable folder. :func:`output_dir` runs this first; a command that
+    must refuse bad input before a slow or GPU stage (``tune gemm``) runs it up front.
 
     Raises:
-        argus_cutlass.errors.ProblemError: ``cli.out`` when it cannot be a writable folder.
+        argus_cutlass.errors.ProblemError: ``cli.out`` naming ``option``, the path and why.
+
+    >>> check_output_path("out").name
+    'out'
+    """
+    import os
+
+    from argus_cutlass.errors import ProblemError
+
+    if path is None or (isinstance(path, str) and not path.strip()):
+        raise ProblemError("cli.out", f"{option} {path!r}: an empty or blank path cannot be used as "
+                           "the output folder (it would silently mean the current folder)",
+                           f"name a folder, e.g. {option} out (or {option} . for the current folder)")
+    out = Path(path)
+    for folder in (out, *out.parents):
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            what = "is a file" if folder == out else f"lies under {str(folder)!r}, which is a file"
+            raise ProblemError("cli.out", f"{option} {str(path)!r} cannot be used as the output folder: it {what}, "
+                               "not a folder", "pass a folder path (it is created when missing)")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ProblemError("cli.out", f"{option} {str(path)!r} cannot be used as the output folder: "
+                               f"{str(folder)!r} is not writable", "pass a writable folder path")
+        break
+    return out
+
+
+def output_dir(path: str | Path, option: str = "--out") -> Path:
+    """Create the output folder ``path`` (the value of ``option``) and check that it is writable.
+
+    Raises:
+        argus_cutlass.errors.ProblemError: ``cli.out`` when it cannot be a writable folder, or it is
+            empty (:func:`check_output_path`).
     """
     import tempfile
 
     from argus_cutlass.errors import ProblemError
 
-    out = Path(path)
+    out = check_output_path(path, option)
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):  # writable (an existing read-only folder fails here, not later)
             pass
     except OSError as exc:
-        raise ProblemError("cli.out", f"--out {str(path)!r} cannot be used as the output folder: {exc.strerror}",
+        raise ProblemError("cli.out", f"{option} {str(path)!r} cannot be used as the output folder: {exc.strerror}",
                            "pass a writable folder path") from None
     return out
+
+
+#: the largest seed of the check inputs: numpy's and torch's generators take an unsigned 64-bit seed
+MAX_SEED = 2**64 - 1
+
+
+def check_seed(seed: int, option: str = "--seed") -> int:
+    """Check a seed of the random check inputs (the value of ``option``): an integer from 0 to
+    :data:`MAX_SEED` (numpy's ``default_rng`` refuses a negative seed, torch's generators one above
+    2**64 - 1, and both only after the kernel was built, on the GPU). Returns it.
+
+    Raises:
+        argus_cutlass.errors.ProblemError: ``cli.seed`` naming ``option`` and the value.
+
+    >>> check_seed(0), check_seed(2**64 - 1) == MAX_SEED
+    (0, True)
+    """
+    from argus_cutlass.errors import ProblemError
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ProblemError("cli.seed", f"{option} {seed!r}: a seed must be an integer from 0 to 2**64-1 "
+                           "(numpy's and torch's random generators take unsigned 64-bit seeds)",
+                           f"pass e.g. {option} 0 (the default) or {option} 1234")
+    return seed
+
+
+def check_workers(workers: int | None, option: str = "--workers") -> int | None:
+    """Check a count of parallel compile processes (the value of ``option``): None (the CPU count) or
+    an integer >= 1. Returns it.
+
+    Raises:
+        argus_cutlass.errors.ProblemError: ``tune.workers`` naming ``option`` and the value.
+
+    >>> check_workers(None), check_workers(4)
+    (None, 4)
+    """
+    from argus_cutlass.errors import ProblemError
+
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ProblemError("tune.workers", f"{option} {workers!r}: need at least 1 compile process",
+                           f"leave {option} out for one per CPU core")
+    return workers

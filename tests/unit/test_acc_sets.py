@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from argus_cutlass.errors import DslError
+from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program
 from argus_cutlass.render.gemm import render_gemm
@@ -33,9 +33,11 @@ def test_sets_verify_and_keep_the_one_set_kernel_unchanged(sets):
 
 
 def test_sets_must_divide_the_k_blocks():
-    with pytest.raises(DslError) as exc:
+    """Refused when the program is built, naming the field (config.acc_sets), not a line of program.py."""
+    with pytest.raises(ConfigError) as exc:
         build_program(DECODE.replace(acc_sets=3))
-    assert "acc_sets 3 does not divide k_blocks 4" in str(exc.value)
+    assert exc.value.rule == "config.acc_sets" and exc.value.fields == {"acc_sets": 3, "tile_k": DECODE.tile_k}
+    assert "GemmConfig acc_sets=3" in str(exc.value) and "acc_sets must divide" in str(exc.value)
 
 
 @pytest.mark.parametrize("change,needle", [

@@ -225,8 +225,8 @@ def test_run_tune_validates_inputs_first(tmp_path):
     from argus_cutlass.errors import ProblemError
 
     with pytest.raises(ProblemError) as e:
-        run_tune(_args(n=255, out=str(tmp_path)))
-    assert "multiple of 8" in str(e.value)
+        run_tune(_args(n=0, out=str(tmp_path)))  # N=255 breaks only TMA's rules: tuned through aligned staging
+    assert e.value.rule == "problem.size" and "N=0" in str(e.value)
     with pytest.raises(ProblemError, match="tune.budget"):
         run_tune(_args(budget=0, out=str(tmp_path)))
     with pytest.raises(ProblemError, match="tune.policy"):

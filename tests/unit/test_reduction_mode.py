@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from argus_cutlass.agent.costmodel import structure_key
-from argus_cutlass.errors import DslError
+from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program
 from argus_cutlass.kernels.gemm.space import feasible, knob_values
@@ -57,9 +57,10 @@ def test_the_verifier_simulates_the_fixup_in_the_nodes_mode(monkeypatch):
 
 
 def test_nothing_to_reduce_is_refused_naming_the_rule():
-    with pytest.raises(DslError) as exc:
+    with pytest.raises(ConfigError) as exc:
         build_program(GemmConfig(reduction="nondeterministic"))
-    assert "reduction 'nondeterministic' with decomposition 'persistent'" in str(exc.value)
+    assert exc.value.rule == "config.reduction"
+    assert "GemmConfig reduction='nondeterministic' (with scheduler='persistent')" in str(exc.value)
     ok, why = feasible(GemmConfig(reduction="nondeterministic"))
     assert not ok and any("only stream-K and split-K reduce partial tiles" in w for w in why)
 

@@ -377,3 +377,78 @@ def test_missing_file_and_bad_suffix(tmp_path):
         write_shapes(SAMPLE, tmp_path / "s.txt")
     assert info.value.rule == "shapes.file"
     assert FIELDS[:3] == ("m", "n", "k")
+
+
+# ---- spellings and duplicate rows (red team, session 35) -----------------------------------------
+
+
+def test_a_shape_file_takes_exactly_the_command_lines_spellings(tmp_path):
+    """dtype / out_dtype / layout go through the CLI's own normalisation (argus_cutlass.kernels.spellings): every
+    alias --dtype/--out-dtype/--layout take is taken by a CSV and a JSON file too, and read as the CLI reads it."""
+    from argus_cutlass.cli import DTYPE_ALIASES, dtype_arg, layout_arg
+    from argus_cutlass.kernels.gemm.problem import INPUT_DTYPES
+
+    inputs = [a for a, canon in DTYPE_ALIASES.items() if canon in INPUT_DTYPES]
+    outputs = list(DTYPE_ALIASES)
+    rows = [(a.upper() if i % 2 else a, o, lay) for i, (a, o, lay) in
+            enumerate(zip(inputs * 3, outputs * 2, ["TN", "nt", " Nn ", "tT"] * 4))]
+    want = [GemmShape(128, 256, 512, dtype_arg(a), dtype_arg(o), layout_arg(lay)) for a, o, lay in rows]
+    csv = tmp_path / "s.csv"
+    csv.write_text("m,n,k,dtype,out_dtype,layout\n" + "".join(f"128,256,512,{a},{o},{lay}\n" for a, o, lay in rows))
+    js = tmp_path / "s.json"
+    js.write_text(json.dumps([{"m": 128, "n": 256, "k": 512, "dtype": a, "out_dtype": o, "layout": lay}
+                              for a, o, lay in rows]))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the rows repeat GEMMs on purpose
+        for path in (csv, js):
+            got = load_shapes(path)
+            assert got == want
+            assert {(s.dtype, s.layout) for s in got} <= {(d, lay) for d in INPUT_DTYPES
+                                                          for lay in ("tn", "nt", "nn", "tt")}
+
+
+@pytest.mark.parametrize("text, rule, needles", [
+    ("m,n,k,dtype\n1,16,16,bf16\n1,16,16,int8\n", "problem.dtype", [":3:", "dtype='int8'"]),
+    ("m,n,k,out_dtype\n1,16,16,double\n", "problem.dtype", [":2:", "out_dtype='double'"]),
+    ("m,n,k,layout\n1,16,16,TX\n", "problem.layout", [":2:", "layout='tx'"]),
+])
+def test_an_unknown_spelling_names_the_row_and_the_field(tmp_path, text, rule, needles):
+    p = tmp_path / "s.csv"
+    p.write_text(text)
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == rule and all(n in str(info.value) for n in needles), str(info.value)
+    # out_dtype defaults to dtype: an unknown dtype is reported once, for dtype (as the CLI does)
+    assert "out_dtype='int8'" not in str(info.value)
+
+
+def test_duplicate_rows_are_kept_with_a_warning_naming_them(tmp_path):
+    from argus_cutlass.agent.shapes import DuplicateShapesWarning
+
+    p = tmp_path / "s.csv"
+    p.write_text("m,n,k,dtype,layout,name\n128,256,512,bf16,tn,a\n64,64,64,bf16,tn,b\n"
+                 "128,256,512,bfloat16,TN,c\n64,64,64,fp16,tn,d\n128,256,512,,,e\n")
+    with pytest.warns(DuplicateShapesWarning) as caught:
+        shapes = load_shapes(p)
+    assert len(shapes) == 5 and len(caught) == 1  # all the rows, in file order; one warning
+    w = caught[0].message
+    assert str(w) == f"{p}: lines 2, 4 and 6 list the same GEMM 128x256x512_bf16_bf16_tn; it is tuned once"
+    assert w.rows == {"128x256x512_bf16_bf16_tn": ["line 2", "line 4", "line 6"]}
+    j = tmp_path / "s.json"
+    j.write_text('{"shapes": [\n {"m": 8, "n": 64, "k": 64},\n {"m": 8, "n": 64, "k": 64, "layout": "TN"},\n'
+                 ' {"m": 1, "n": 64, "k": 64},\n {"m": 1, "n": 64, "k": 64}\n]}\n')
+    with pytest.warns(DuplicateShapesWarning, match=r"lines 2 and 3 list the same GEMM 8x64x64_bf16_bf16_tn; "
+                                                      r"lines 4 and 5 list the same GEMM 1x64x64_bf16_bf16_tn; each"):
+        assert len(load_shapes(j)) == 4
+
+
+def test_distinct_rows_give_no_warning(tmp_path):
+    import warnings
+
+    p = tmp_path / "s.csv"
+    p.write_text("m,n,k,dtype,out_dtype\n128,256,512,bf16,bf16\n128,256,512,bf16,fp32\n128,256,512,fp16,\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_shapes(p)) == 3

@@ -390,6 +390,21 @@ def test_cli_tunes_a_shapes_file(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "o" / JOURNAL).is_file() and (tmp_path / "o" / tune_many.SUMMARY).is_file()
 
 
+def test_cli_warns_of_duplicate_rows_and_tunes_them_once(tmp_path, monkeypatch, capsys):
+    """Rows of a shapes file listing the same GEMM (whatever the spelling) are merged, with a warning on stderr
+    naming the rows (red team, session 35: merged silently)."""
+    seen = _patched(tmp_path, monkeypatch)
+    path = tmp_path / "shapes.csv"
+    path.write_text("m,n,k,dtype,layout\n128,256,512,bf16,tn\n8,4096,4096,bf16,tn\n128,256,512,bfloat16,TN\n")
+    rc = main(["tune", "--shapes", str(path), "--budget", "2", "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    assert (f"argus-cutlass: warning: [shapes.duplicate] {path}: lines 2 and 4 list the same GEMM "
+            "128x256x512_bf16_bf16_tn; it is tuned once") in err
+    assert f"shapes    3 from {path} (2 distinct GEMMs)" in out and out.count("best      ") == 2
+    assert len(seen["shapes"]) == 3
+
+
 def test_cli_tunes_a_model_config(tmp_path, monkeypatch, capsys):
     seen = _patched(tmp_path, monkeypatch)
     cfg = tmp_path / "config.json"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from argus_cutlass.kernels.fields import not_a_bool
 
 DType = Literal["bf16", "fp16"]
 #: head dims the family builds (FlashAttention-3's set; others get ``attention.head_dim``)
@@ -54,7 +56,12 @@ class AttentionConfig(BaseModel):
             causal scheduler). ``None``: dynamic for causal kernels.
 
     Constraints (smem, registers, GMMA shapes) are checked by the verifier, not here, so a wrong
-    configuration reaches it and gets every violation reported at once.
+    configuration reaches it and gets every violation reported at once. Here: field types (an
+    integer field refuses a bool) and sizes >= 1; what no program can be built from (a head dim
+    outside :data:`HEAD_DIMS`, ``tile_m`` not a multiple of 64 or with more consumer warpgroups than
+    named barriers, ``tile_n`` not a multiple of 16 up to 256) is refused when the program is built
+    (:func:`argus_cutlass.kernels.attention.program.build_program`: ``attention.head_dim`` /
+    ``attention.tile``, naming the field and its value).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -72,6 +79,8 @@ class AttentionConfig(BaseModel):
     longest_first: bool | None = None
     scheduler: Literal["static", "dynamic"] | None = None
     epilogue: Literal["direct", "quad16"] = "direct"
+
+    _integers = field_validator("head_dim", "tile_m", "tile_n", "stages", "q_stages", mode="before")(not_a_bool)
 
     def __repr_args__(self) -> Any:
         # the default epilogue is left out, so configurations written before the knob print as they did

@@ -34,7 +34,7 @@ from typing import Any
 from argus_cutlass.dsl.atoms import GmmaOp, TmaCopy, select_smem_atom
 from argus_cutlass.dsl.builder import ProgramBuilder
 from argus_cutlass.dsl.ir import DTYPE_BYTES, PipelineSide, Program, Tag
-from argus_cutlass.errors import ConfigError
+from argus_cutlass.errors import ConfigError, DslError
 from argus_cutlass.kernels.attention.config import HEAD_DIMS, AttentionConfig
 # the proofs over the symbolic lengths hold for lengths < 2**LENGTH_BOUND_BITS (the problem's rule
 # problem.length_range and the entry's code 7 use the same bound)
@@ -89,19 +89,26 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
 
     Raises:
         argus_cutlass.errors.ConfigError: ``attention.head_dim`` (not one of 64, 96, 128, 192, 256),
-            ``attention.tile`` (``tile_m`` not a multiple of 64, ``tile_n`` not a multiple of 16),
-            ``attention.problem`` (the problem disagrees with the configuration).
+            ``attention.tile`` (``tile_m`` not a multiple of 64, or more consumer warpgroups than the named
+            barriers 8..15 hold: at most 4 with ``pingpong``, 8 without, PTX ISA 9.7.13.1; ``tile_n`` not a
+            multiple of 16 up to 256), each naming the field and its value; ``attention.problem`` (the
+            problem disagrees with the configuration).
         argus_cutlass.errors.DslError: a node is malformed.
     """
     c = cfg
     D = c.head_dim
     if D not in HEAD_DIMS:
-        raise ConfigError("attention.head_dim", f"head_dim={D}: the attention kernels are built for head dims "
-                          f"{list(HEAD_DIMS)}", "pad the head dim to the next supported one")
-    if c.tile_m % 64 or c.tile_n % 16 or c.tile_n > 256:
-        raise ConfigError("attention.tile", f"tile {c.tile_m}x{c.tile_n}: tile_m is 64 query rows per consumer "
-                          "warpgroup (a multiple of 64) and tile_n a multiple of 16 keys (the RS-mode wgmma's K) "
-                          "up to 256 (the wgmma N of S = Q K^T)")
+        raise ConfigError.of_fields("attention.head_dim", "AttentionConfig", {"head_dim": D},
+                                    f"the attention kernels are built for head dims {list(HEAD_DIMS)}",
+                                    "pad the head dim to the next supported one")
+    if c.tile_m % 64:
+        raise ConfigError.of_fields("attention.tile", "AttentionConfig", {"tile_m": c.tile_m},
+                                    "tile_m is 64 query rows per consumer warpgroup (the wgmma M, PTX ISA 9.7.15.5): "
+                                    "a multiple of 64")
+    if c.tile_n % 16 or c.tile_n > 256:
+        raise ConfigError.of_fields("attention.tile", "AttentionConfig", {"tile_n": c.tile_n},
+                                    "tile_n is the keys of a kv block: a multiple of 16 (the K of the RS-mode wgmma "
+                                    "O += P V) up to 256 (the wgmma N of S = Q K^T; PTX ISA 9.7.15.5)")
     if problem is not None:
         want = (problem.head_dim, problem.dtype, problem.causal, problem.varlen)
         have = (D, c.dtype, c.causal, c.varlen)
@@ -207,15 +214,25 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
     # ---- the consumer warpgroups take turns issuing their GEMMs (FA3's warp-scheduler barriers);
     # one more barrier per warpgroup for its own syncs (zeroing V rows past seqused_k)
     next_id = FIRST_BARRIER_ID
-    if c.pingpong and wgs > 1:
-        names = tuple(f"turn.{g}" for g in range(wgs))
-        for name in names:
-            b.named_barrier(name, id=next_id, threads=2 * 128)
+    turns = c.pingpong and wgs > 1
+    try:
+        if turns:
+            names = tuple(f"turn.{g}" for g in range(wgs))
+            for name in names:
+                b.named_barrier(name, id=next_id, threads=2 * 128)
+                next_id += 1
+            b.turn_order("mma_turns", groups=wgs, points=("gemm",), barriers=(names,))
+        for g in range(wgs):
+            b.named_barrier(f"wg.{g}", id=next_id, threads=128)
             next_id += 1
-        b.turn_order("mma_turns", groups=wgs, points=("gemm",), barriers=(names,))
-    for g in range(wgs):
-        b.named_barrier(f"wg.{g}", id=next_id, threads=128)
-        next_id += 1
+    except DslError:
+        need = wgs * (2 if turns else 1)
+        raise ConfigError.of_fields(
+            "attention.tile", "AttentionConfig", {"tile_m": c.tile_m, "pingpong": c.pingpong},
+            f"tile_m / 64 = {wgs} consumer warpgroups need {need} named barriers "
+            f"({'a turn barrier and ' if turns else ''}a barrier of their own each), but ids {FIRST_BARRIER_ID}..15 "
+            f"leave {16 - FIRST_BARRIER_ID} (a CTA has 16 named barriers, PTX ISA 9.7.13.1; 0 is __syncthreads, "
+            "CUTLASS reserves 1-7)") from None
     # the dynamic scheduler's unit slots (one int32 per Q stage) follow the mbarriers
     slot_bytes = _align(bar_offset, 16) if c.dynamic_scheduler else -1
     b.tile_schedule(raster="along_m", swizzle=1, decomposition="dynamic" if c.dynamic_scheduler else "persistent",

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from argus_cutlass.kernels.fields import not_a_bool
 
 DType = Literal["bf16", "fp16"]
 OutDType = Literal["bf16", "fp16", "fp32"]
@@ -113,7 +115,12 @@ class GemmConfig(BaseModel):
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation
-    reported at once.
+    reported at once. Here: the type of each field (an integer field refuses a bool) and
+    sizes >= 1 (``mma_in_flight`` >= 0), as a pydantic ``ValidationError`` naming the field.
+    What no program can be built from (e.g. a ``tile_k`` of 8, an ``epi_n`` that is not 16
+    bytes wide, ``splits`` > 1 on the persistent scheduler) is refused when the program is
+    built, by :func:`argus_cutlass.kernels.gemm.program.check_buildable`, with a
+    :class:`~argus_cutlass.errors.ConfigError` naming the field, its value and the rule.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -138,6 +145,9 @@ class GemmConfig(BaseModel):
     swap_ab: bool = False
     acc_sets: int = Field(1, gt=0)
     mma_in_flight: int = Field(1, ge=0)
+
+    _integers = field_validator("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n", "stages", "epi_m", "epi_n",
+                                "swizzle", "splits", "acc_sets", "mma_in_flight", mode="before")(not_a_bool)
 
     @property
     def tile(self) -> tuple[int, int, int]:

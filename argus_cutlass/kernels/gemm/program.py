@@ -25,13 +25,17 @@ the caller's B, its D the caller's D read column-major).
 
 from __future__ import annotations
 
-from argus_cutlass.dsl.atoms import GmmaOp, TmaCopy, select_smem_atom
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from argus_cutlass.dsl.atoms import GmmaOp, GmmaSmemAtom, TmaCopy, select_smem_atom
 from argus_cutlass.dsl.builder import ProgramBuilder
-from argus_cutlass.dsl.ir import DTYPE_BYTES, PipelineSide, Program, Tag
-from argus_cutlass.errors import ConfigError
+from argus_cutlass.dsl.ir import DTYPE_BYTES, MAX_CLUSTER_K, MAX_MULTICAST_CLUSTER, PipelineSide, Program, Tag
+from argus_cutlass.errors import ConfigError, DslError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 
-__all__ = ["K_BOUND_BITS", "PRODUCER_REGS", "CONSUMER_REGS", "build_program", "program_label", "stage_copies"]
+__all__ = ["K_BOUND_BITS", "PRODUCER_REGS", "CONSUMER_REGS", "build_program", "check_buildable", "program_label",
+           "stage_copies"]
 
 #: registers per thread after ``setmaxnreg`` (CUTLASS's sm90 warp-specialized kernels:
 #: LoadRegisterRequirement 40, MmaRegisterRequirement 232; 128 x 40 + 256 x 232 <= 65536)
@@ -89,6 +93,131 @@ def _operand_box(major: str, tile_mn: int, tile_k: int, contiguous: int, multica
     return (inner, outer)
 
 
+def _field_error(rule: str, cfg: GemmConfig, names: tuple[str, ...], text: str,
+                 hint: str | None = None) -> ConfigError:
+    """A :class:`ConfigError` naming ``cfg``'s fields ``names`` (the one at fault first) and their values."""
+    return ConfigError.of_fields(rule, "GemmConfig", {n: getattr(cfg, n) for n in names}, text, hint)
+
+
+@contextmanager
+def _built_from(cfg: GemmConfig, *names: str) -> Iterator[None]:
+    """Re-raise a :class:`DslError` of the nodes built inside as a ConfigError ``config.<names[0]>`` naming the
+    fields ``names`` they are built from: a refusal :func:`check_buildable` does not state yet still names the
+    configuration's fields, not only a line of this file."""
+    try:
+        yield
+    except DslError as exc:
+        raise _field_error(f"config.{names[0]}", cfg, names, f"the DSL refuses the node these fields build "
+                           f"({exc})") from None
+
+
+def _operand_atom(cfg: GemmConfig, operand: str) -> GmmaSmemAtom:
+    """The GMMA shared-memory atom of the kernel's ``A``, ``B`` or ``D`` (epilogue staging) tile.
+
+    Raises:
+        ConfigError: ``smem.atom`` naming the field that is the tile's contiguous extent when it is not a
+            multiple of 16 bytes (CuTe's narrowest atom, ``GMMA::Layout_*_INTER_Atom``, is 16 bytes wide;
+            PTX ISA 9.7.15.5.1: a core matrix row is 16 bytes).
+    """
+    c = cfg
+    a_k, b_k = c.kernel_k_majors
+    if operand == "D":
+        major, bits, mn, k = "MN" if c.swap_ab else "K", DTYPE_BYTES[c.out_dtype] * 8, c.epi_m, c.epi_n
+        names, dtype = ("epi_m", "epi_n"), c.out_dtype
+        what = ("the epilogue's staging tile (epi_m x epi_n) is M-major under swap-AB (D^T written column-major)"
+                if c.swap_ab else "the epilogue's staging tile (epi_m x epi_n) is N-major (D row-major)")
+    else:
+        k_major = a_k if operand == "A" else b_k
+        major, bits, dtype = "K" if k_major else "MN", DTYPE_BYTES[c.dtype] * 8, c.dtype
+        mn, k = (c.tile_m if operand == "A" else c.tile_n), c.tile_k
+        names = ("tile_m" if operand == "A" else "tile_n", "tile_k")
+        what = (f"the kernel's {operand} tile is {'K' if k_major else {'A': 'M', 'B': 'N'}[operand]}-major in "
+                "shared memory" + (f" (swap-AB: the problem's {'B' if operand == 'A' else 'A'})" if c.swap_ab else ""))
+    try:
+        return select_smem_atom(major, bits, mn, k)
+    except ValueError:
+        field = names[1] if major == "K" else names[0]
+        extent = getattr(c, field)
+        context = ("layout" if operand != "D" else "out_dtype",) + (("swap_ab",) if c.swap_ab else ())
+        raise _field_error("smem.atom", c, (field, *context),
+                           f"{what}, so {field} is its contiguous extent: {extent} {dtype} elements = "
+                           f"{extent * bits // 8} bytes, not a multiple of 16, which no GMMA shared-memory layout "
+                           "atom tiles (CuTe GMMA::Layout_{K,MN}_{INTER,SW32,SW64,SW128}_Atom, 16 to 128 bytes "
+                           "wide; PTX ISA 9.7.15.5.1)",
+                           f"make {field} a multiple of {128 // bits} {dtype} elements (16 bytes)") from None
+
+
+def check_buildable(cfg: GemmConfig) -> None:
+    """Refuse a configuration no program can be built from, naming the field, its value and the rule.
+
+    Only what the DSL construction itself refuses is checked here (every other rule, e.g. the wgmma N of
+    ``tile_n``, shared-memory capacity or the epilogue tiling, is the verifier's, which reports every
+    violation at once): the GMMA smem atom of each tile's contiguous extent (``smem.atom``), the cluster's
+    CTA count, the k-blocks of a k-tile and their accumulator sets, each CTA's share of a multicast box, and
+    the fields of the work decomposition. :func:`build_program` runs it first.
+
+    Raises:
+        ConfigError: ``smem.atom`` (a contiguous extent not a multiple of 16 bytes: ``tile_k`` of a
+            K-major operand, ``tile_m`` / ``tile_n`` of an MN-major one, ``epi_n``, or ``epi_m`` under
+            swap-AB); ``config.cluster_m`` / ``config.cluster_n`` (more than 16 CTAs: a TMA ctaMask has 16
+            bits, PTX ISA 9.7.9.25; ``clusterk`` needs 1 x 1); ``config.tile_k`` (below 16, the wgmma K of
+            16-bit inputs, PTX ISA 9.7.15.5); ``config.acc_sets`` (not a divisor of ``tile_k / 16``);
+            ``config.tile_m`` / ``config.tile_n`` (fewer rows than the CTAs a multicast splits them among);
+            ``config.splits``, ``config.schedule``, ``config.reduction`` (a field the scheduler does not take).
+    """
+    c = cfg
+    atom_a, atom_b = _operand_atom(c, "A"), _operand_atom(c, "B")
+    _operand_atom(c, "D")
+    ctas = c.cluster_m * c.cluster_n
+    if ctas > MAX_MULTICAST_CLUSTER:
+        names = ("cluster_m", "cluster_n") if c.cluster_m >= c.cluster_n else ("cluster_n", "cluster_m")
+        raise _field_error(f"config.{names[0]}", c, names,
+                           f"a {c.cluster_m}x{c.cluster_n} cluster has {ctas} CTAs, more than the "
+                           f"{MAX_MULTICAST_CLUSTER} the 16-bit ctaMask of its TMA loads can name (PTX ISA 9.7.9.25)")
+    if c.tile_k < 16:
+        raise _field_error("config.tile_k", c, ("tile_k",),
+                           "a k-tile is tile_k / 16 wgmma k-blocks (wgmma K is 16 for 16-bit inputs, PTX ISA "
+                           "9.7.15.5): tile_k must be at least 16")
+    k_blocks = c.tile_k // 16
+    if k_blocks % c.acc_sets:
+        raise _field_error("config.acc_sets", c, ("acc_sets", "tile_k"),
+                           f"k-block b of a k-tile accumulates into set b % acc_sets, so acc_sets must divide the "
+                           f"k-tile's tile_k // 16 = {k_blocks} k-blocks (else a set's index varies across k-tiles: "
+                           "dynamically indexed registers)")
+    for operand, atom, tile, mc, cl in (("A", atom_a, "tile_m", c.cluster_n, "cluster_n"),
+                                        ("B", atom_b, "tile_n", c.cluster_m, "cluster_m")):
+        box = _operand_box(atom.major, getattr(c, tile), c.tile_k, atom.contiguous_elems, mc)
+        if box[1] < 1:
+            names = (tile, cl) if atom.major == "K" else ("tile_k", cl, tile)
+            raise _field_error(f"config.{names[0]}", c, names,
+                               f"the {mc} CTAs along the cluster's {'N' if operand == 'A' else 'M'} mode share the "
+                               f"{operand} tile through a TMA multicast, each loading {names[0]} / {cl} = 0 "
+                               f"{'rows' if atom.major == 'K' else 'k columns'} of it: {names[0]} must be at least "
+                               f"{cl}")
+    if c.splits > 1 and c.scheduler not in ("splitk", "clusterk"):
+        raise _field_error("config.splits", c, ("splits", "scheduler"),
+                           "splits is the k split of scheduler 'splitk' or 'clusterk' (1 for the others)")
+    if c.scheduler == "clusterk":
+        if not 2 <= c.splits <= MAX_CLUSTER_K:
+            raise _field_error("config.splits", c, ("splits", "scheduler"),
+                               f"clusterk splits the k loop over a cluster of splits CTAs: 2..{MAX_CLUSTER_K} (the "
+                               "portable cluster size, CUDA C++ Programming Guide, Thread Block Clusters)")
+        if (c.cluster_m, c.cluster_n) != (1, 1):
+            names = ("cluster_m", "cluster_n") if c.cluster_m > 1 else ("cluster_n", "cluster_m")
+            names += ("scheduler",)
+            raise _field_error(f"config.{names[0]}", c, names,
+                               "clusterk's cluster is its k split (splits CTAs sharing one output tile): no "
+                               "multicast cluster beside it, cluster_m = cluster_n = 1")
+        if c.schedule != "cooperative":
+            raise _field_error("config.schedule", c, ("schedule", "scheduler"),
+                               "clusterk's reduction runs in the cooperative kernel (both consumer warpgroups on "
+                               "one tile)")
+    if c.reduction != "deterministic" and c.scheduler not in ("streamk", "splitk"):
+        raise _field_error("config.reduction", c, ("reduction", "scheduler"),
+                           "only stream-K and split-K reduce partial tiles (CUTLASS ReductionMode): every other "
+                           "scheduler takes reduction 'deterministic'")
+
+
 def stage_copies(layout: str) -> dict[str, tuple[str, str]]:
     """``operand -> (rows, cols)``: the caller's storage of A, B and D by size name (``cols`` is
     the contiguous mode), as the BLAS layout letters state it.
@@ -116,10 +245,12 @@ def build_program(cfg: GemmConfig, problem: object | None = None, *,
         staged: the caller operands to stage (``A``, ``B``, ``D``), overriding the problem's plan.
 
     Raises:
-        ConfigError: ``smem.atom`` when an operand or staging tile has no GMMA smem atom
-            (a contiguous extent that is not a multiple of 16 bytes).
-        argus_cutlass.errors.DslError: a node is malformed (e.g. a multicast that the cluster
-            cannot hold).
+        ConfigError: ``cfg`` has fields no program can be built from (:func:`check_buildable`: ``smem.atom``
+            for a contiguous extent that is not a multiple of 16 bytes, ``config.<field>`` for the others),
+            naming the field, its value and the rule; ``config.<field>`` too for any other node the DSL
+            refuses, naming the fields the node is built from.
+        argus_cutlass.errors.DslError: a node that no configuration field sets is malformed (a staged
+            operand's copy, the relations).
     """
     return _program(cfg, problem, staged, relations=True)
 
@@ -145,13 +276,9 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     if isinstance(k, int) and k >= 1:
         # one bit of headroom where the IR allows it; K < 2^30 (problem.k_range) always fits in 30
         k_bits = max(k_bits, min(int(k).bit_length() + 1, MAX_K_BOUND_BITS))
-    try:
-        atom_a = select_smem_atom("K" if a_k else "MN", bits, c.tile_m, c.tile_k)
-        atom_b = select_smem_atom("K" if b_k else "MN", bits, c.tile_n, c.tile_k)
-        d_major = "M" if c.swap_ab else "N"
-        atom_d = select_smem_atom("MN" if c.swap_ab else "K", out_bits, c.epi_m, c.epi_n)
-    except ValueError as exc:
-        raise ConfigError("smem.atom", str(exc)) from None
+    check_buildable(c)
+    atom_a, atom_b, atom_d = _operand_atom(c, "A"), _operand_atom(c, "B"), _operand_atom(c, "D")
+    d_major = "M" if c.swap_ab else "N"
 
     if staged is None:
         plan = getattr(problem, "staging", None)
@@ -187,15 +314,17 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
         placed[name] = (offset, align)
         offset += nbytes
     barrier_bytes = _align(offset, 8)
-    s_a = b.tensor("sA", "smem", (c.tile_m, c.tile_k, stages), c.dtype, base_bytes=placed["sA"][0],
-                   align_bytes=placed["sA"][1])
-    s_b = b.tensor("sB", "smem", (c.tile_n, c.tile_k, stages), c.dtype, base_bytes=placed["sB"][0],
-                   align_bytes=placed["sB"][1])
-    s_d = b.tensor("sD", "smem", (c.epi_m, c.epi_n, stages_d), c.out_dtype, base_bytes=placed["sD"][0],
-                   align_bytes=placed["sD"][1])
-    if c.scheduler == "clusterk":
-        b.tensor("sR", "smem", (c.tile_m, c.tile_n), "fp32", base_bytes=placed["sR"][0], align_bytes=placed["sR"][1])
-    acc = b.tensor("accum", "rmem", (64 * reps_m, c.tile_n), "fp32", tag=Tag("acc", ("m", "n")))
+    with _built_from(c, "tile_m", "tile_n", "tile_k", "stages", "epi_m", "epi_n"):
+        s_a = b.tensor("sA", "smem", (c.tile_m, c.tile_k, stages), c.dtype, base_bytes=placed["sA"][0],
+                       align_bytes=placed["sA"][1])
+        s_b = b.tensor("sB", "smem", (c.tile_n, c.tile_k, stages), c.dtype, base_bytes=placed["sB"][0],
+                       align_bytes=placed["sB"][1])
+        s_d = b.tensor("sD", "smem", (c.epi_m, c.epi_n, stages_d), c.out_dtype, base_bytes=placed["sD"][0],
+                       align_bytes=placed["sD"][1])
+        if c.scheduler == "clusterk":
+            b.tensor("sR", "smem", (c.tile_m, c.tile_n), "fp32", base_bytes=placed["sR"][0],
+                     align_bytes=placed["sR"][1])
+        acc = b.tensor("accum", "rmem", (64 * reps_m, c.tile_n), "fp32", tag=Tag("acc", ("m", "n")))
 
     # ---- TMA loads (A multicast along the cluster's N mode, B along M) -----------------------
     cluster = (c.cluster_m, c.cluster_n)
@@ -207,22 +336,23 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     # the CTA at cluster rank r: the persistent walk places it by raster; stream-K / split-K launch
     # CUTLASS's 2-D cluster, x (M) fastest
     rank_order = "col" if c.raster == "along_n" or c.scheduler != "persistent" else "row"
-    load_a = b.tma_load(g_a, s_a, tma_a, major=atom_a.major, tile_mn=c.tile_m, tile_k=c.tile_k, stage_tag=stage_tag,
-                        block_mode="m", cluster=cluster, share_axis="n" if mc_a > 1 else "",
-                        rank_order=rank_order if mc_a > 1 else "col")
-    load_b = b.tma_load(g_b, s_b, tma_b, major=atom_b.major, tile_mn=c.tile_n, tile_k=c.tile_k, stage_tag=stage_tag,
-                        block_mode="n", cluster=cluster, share_axis="m" if mc_b > 1 else "",
-                        rank_order=rank_order if mc_b > 1 else "col")
+    with _built_from(c, "tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n", "layout"):
+        load_a = b.tma_load(g_a, s_a, tma_a, major=atom_a.major, tile_mn=c.tile_m, tile_k=c.tile_k,
+                            stage_tag=stage_tag, block_mode="m", cluster=cluster, share_axis="n" if mc_a > 1 else "",
+                            rank_order=rank_order if mc_a > 1 else "col")
+        load_b = b.tma_load(g_b, s_b, tma_b, major=atom_b.major, tile_mn=c.tile_n, tile_k=c.tile_k,
+                            stage_tag=stage_tag, block_mode="n", cluster=cluster, share_axis="m" if mc_b > 1 else "",
+                            rank_order=rank_order if mc_b > 1 else "col")
 
     # ---- pipeline: full = 1 producer arrival + tx bytes; empty = readers x consumer WGs ------
     readers = c.cluster_m + c.cluster_n - 1
     consumers_per_stage = atoms_m
     tx = (c.tile_m + c.tile_n) * c.tile_k * bits // 8
-    b.pipeline("mainloop", (load_a, load_b), stages=stages, tx_bytes=tx, producer_arrivals=1,
-               consumer_arrivals=consumers_per_stage * readers, consumer_arrivers=consumers_per_stage * readers,
-               producer=PipelineSide(1, stages), consumer=PipelineSide(0, stages), mma_in_flight=c.mma_in_flight,
-               release_lag=c.mma_in_flight,
-               barrier_bytes=barrier_bytes)
+    with _built_from(c, "stages", "mma_in_flight", "cluster_m", "cluster_n"):
+        b.pipeline("mainloop", (load_a, load_b), stages=stages, tx_bytes=tx, producer_arrivals=1,
+                   consumer_arrivals=consumers_per_stage * readers, consumer_arrivers=consumers_per_stage * readers,
+                   producer=PipelineSide(1, stages), consumer=PipelineSide(0, stages),
+                   mma_in_flight=c.mma_in_flight, release_lag=c.mma_in_flight, barrier_bytes=barrier_bytes)
 
     # ---- roles, launch ------------------------------------------------------------------------
     b.role("producer", "producer", warpgroups=(0,), issue_warps=(0,), regs=PRODUCER_REGS)
@@ -230,13 +360,15 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     b.launch(threads=384, cluster_m=c.cluster_m, cluster_n=c.cluster_n)
 
     # ---- MMA ----------------------------------------------------------------------------------
-    op = GmmaOp(64, c.tile_n, 16, c.dtype, atom_a.major, atom_b.major)
-    read_a = b.mma_read("A", s_a, b.smem_view(atom_a, s_a.shape), op, tile_mn=c.tile_m, tile_k=c.tile_k,
-                        warpgroups=atoms_m)
-    read_b = b.mma_read("B", s_b, b.smem_view(atom_b, s_b.shape), op, tile_mn=c.tile_n, tile_k=c.tile_k,
-                        warpgroups=1)
-    b.mma("mainloop", op, read_a, read_b, acc, atoms_m=atoms_m, reps_m=reps_m)
-    b.k_loop(tile_k=c.tile_k, block_k=op.k, k_blocks=c.tile_k // op.k, bound_bits=k_bits, acc_sets=c.acc_sets)
+    with _built_from(c, "tile_n", "tile_m", "tile_k", "acc_sets", "schedule"):
+        op = GmmaOp(64, c.tile_n, 16, c.dtype, atom_a.major, atom_b.major)
+        read_a = b.mma_read("A", s_a, b.smem_view(atom_a, s_a.shape), op, tile_mn=c.tile_m, tile_k=c.tile_k,
+                            warpgroups=atoms_m)
+        read_b = b.mma_read("B", s_b, b.smem_view(atom_b, s_b.shape), op, tile_mn=c.tile_n, tile_k=c.tile_k,
+                            warpgroups=1)
+        b.mma("mainloop", op, read_a, read_b, acc, atoms_m=atoms_m, reps_m=reps_m)
+        b.k_loop(tile_k=c.tile_k, block_k=op.k, k_blocks=c.tile_k // op.k, bound_bits=k_bits,
+                 acc_sets=c.acc_sets)
 
     # ---- epilogue -----------------------------------------------------------------------------
     b.named_barrier("epilogue", id=FIRST_BARRIER_ID, threads=128 * atoms_m)
@@ -247,22 +379,25 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
             for j, name in enumerate(row):
                 b.named_barrier(name, id=FIRST_BARRIER_ID + 2 + 2 * i + j, threads=256)
         b.turn_order("pingpong", groups=2, points=("mainloop", "epilogue"), barriers=names)
-    b.epilogue_store(tile_m=c.tile_m, tile_n=c.tile_n, op=op, warpgroups=atoms_m, epi_m=c.epi_m, epi_n=c.epi_n,
-                     d_major=d_major)
-    b.epilogue_source(g_c, path="gmem")
-    if out_bits == 16:
-        b.smem_stage("accum", s_d, op="stmatrix", num=4 if c.epi_n % 16 == 0 else 2, trans=c.swap_ab,
-                     view=b.smem_view(atom_d, s_d.shape), store_wait=stages_d - 1)
-    else:
-        b.smem_stage("accum", s_d, op="st.shared", num=1, view=b.smem_view(atom_d, s_d.shape),
-                     store_wait=stages_d - 1)
-    inner = min(atom_d.contiguous_elems, c.epi_m if c.swap_ab else c.epi_n)
-    box_d = (inner, c.epi_n) if c.swap_ab else (inner, c.epi_m)
-    b.tma_store(s_d, g_d, TmaCopy("store", box_d, out_bits, atom_d.swizzle_bytes), major=atom_d.major,
-                tile_mn=c.epi_m, tile_k=c.epi_n)
-    b.tile_schedule(raster=c.raster, swizzle=c.swizzle, decomposition=c.scheduler, cluster_m=c.cluster_m,
-                    cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2, reduction=c.reduction,
-                    reduce_buffer="sR" if c.scheduler == "clusterk" else "")
+    with _built_from(c, "epi_m", "epi_n", "tile_m", "tile_n", "out_dtype", "swap_ab"):
+        b.epilogue_store(tile_m=c.tile_m, tile_n=c.tile_n, op=op, warpgroups=atoms_m, epi_m=c.epi_m,
+                         epi_n=c.epi_n, d_major=d_major)
+        b.epilogue_source(g_c, path="gmem")
+        if out_bits == 16:
+            b.smem_stage("accum", s_d, op="stmatrix", num=4 if c.epi_n % 16 == 0 else 2, trans=c.swap_ab,
+                         view=b.smem_view(atom_d, s_d.shape), store_wait=stages_d - 1)
+        else:
+            b.smem_stage("accum", s_d, op="st.shared", num=1, view=b.smem_view(atom_d, s_d.shape),
+                         store_wait=stages_d - 1)
+        inner = min(atom_d.contiguous_elems, c.epi_m if c.swap_ab else c.epi_n)
+        box_d = (inner, c.epi_n) if c.swap_ab else (inner, c.epi_m)
+        b.tma_store(s_d, g_d, TmaCopy("store", box_d, out_bits, atom_d.swizzle_bytes), major=atom_d.major,
+                    tile_mn=c.epi_m, tile_k=c.epi_n)
+    with _built_from(c, "scheduler", "splits", "reduction", "schedule", "cluster_m", "cluster_n", "raster",
+                     "swizzle"):
+        b.tile_schedule(raster=c.raster, swizzle=c.swizzle, decomposition=c.scheduler, cluster_m=c.cluster_m,
+                        cluster_n=c.cluster_n, splits=c.splits, consumer_stride=1 if coop else 2,
+                        reduction=c.reduction, reduce_buffer="sR" if c.scheduler == "clusterk" else "")
 
     # ---- aligned staging of the caller's operands (the any-alignment path) ----------------------
     storage = stage_copies(c.layout)

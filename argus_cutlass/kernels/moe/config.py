@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from argus_cutlass.dsl.ir import MAX_BAND_M
+from argus_cutlass.kernels.fields import not_a_bool
 
 __all__ = ["MAX_GATHER_SLICES", "MoEConfig"]
 
@@ -114,6 +115,10 @@ class MoEConfig(BaseModel):
     pdl: bool = False
     weight_prefetch: Literal[0, 4, 8, 16] = 0
     weights_evict_first: bool = False
+
+    _integers = field_validator("tile_m", "gu_tile_n", "dn_tile_n", "tile_k", "gu_stages", "dn_stages", "epi_n",
+                                "route_chunk", "combine_threads", "gu_band_m", "dn_band_m", "gather_slices",
+                                "gather_unroll", "work_lookahead", "weight_prefetch", mode="before")(not_a_bool)
 
     @model_validator(mode="after")
     def _prefetch_needs_pdl(self) -> MoEConfig:

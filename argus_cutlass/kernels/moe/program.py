@@ -23,6 +23,7 @@ The routing and combine kernels are :class:`~argus_cutlass.dsl.moe_ir.Routing` a
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from argus_cutlass.dsl.ir import Program, SourceLoc, caller_loc
 from argus_cutlass.dsl.moe_ir import INDEX_SITES, Combine, IndexWidth, MoELayer, Routing
@@ -136,11 +137,28 @@ def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: Ge
     gcfg = gemm_cfg if gemm_cfg is not None else gemm_configs(c)[i]
     label = layer_label(c, p) + ("_gu", "_dn")[i]
     hint = "evict_first" if c.weights_evict_first else "evict_normal"
+    try:
+        program = build_gemm_program(gcfg, None)
+    except ConfigError as exc:
+        raise (exc if gemm_cfg is not None else _moe_field_error(exc, part)) from None
     if part == "gate_up":
-        return _grouped(build_gemm_program(gcfg, None), label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(),
-                        c.work_lookahead, hint)
-    return _grouped(build_gemm_program(gcfg, None), label, p.hidden, 0, c.dn_band_m, loc or caller_loc(),
-                    c.work_lookahead, hint)
+        return _grouped(program, label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(), c.work_lookahead, hint)
+    return _grouped(program, label, p.hidden, 0, c.dn_band_m, loc or caller_loc(), c.work_lookahead, hint)
+
+
+def _moe_field_error(exc: ConfigError, part: str) -> ConfigError:
+    """``exc``, a GEMM configuration error of the ``part`` grouped GEMM that :func:`gemm_configs` derives, told
+    in :class:`MoEConfig`'s fields (``tile_n`` -> ``gu_tile_n`` / ``dn_tile_n``, ``stages`` -> ``gu_stages`` /
+    ``dn_stages``; ``tile_m``, ``tile_k``, ``epi_n`` and ``dtype`` keep their names); unchanged when it names a
+    field the MoE configuration does not have."""
+    pre = "gu" if part == "gate_up" else "dn"
+    names = {"tile_n": f"{pre}_tile_n", "stages": f"{pre}_stages"}
+    fields = {names.get(k, k): v for k, v in exc.fields.items() if k not in ("layout", "out_dtype", "swap_ab")}
+    if not fields or not all(k in MoEConfig.model_fields for k in fields):
+        return exc
+    text = re.sub(r"\b(tile_n|stages)\b", lambda m: names[m.group(1)], exc.text)
+    rule = f"config.{next(iter(fields))}" if exc.rule.startswith("config.") else exc.rule
+    return ConfigError.of_fields(rule, "MoEConfig", fields, f"{text} (the {part} grouped GEMM)", exc.hint)
 
 
 def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
@@ -150,16 +168,26 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     Raises:
         ProblemError: the problem breaks a rule of :meth:`MoEProblem.validate`.
         ConfigError: ``moe.config``: the config does not fit the problem (dtype disagrees,
-            ``gu_tile_n`` odd, ``epi_n`` does not divide an output tile).
+            ``gu_tile_n`` not a multiple of 32, ``epi_n`` does not divide an output tile); a grouped
+            GEMM's refusal (``smem.atom``, ``config.tile_k``, ...:
+            :func:`~argus_cutlass.kernels.gemm.program.check_buildable`), each naming the MoEConfig fields
+            and their values.
     """
     problem.validate()
     c, p = cfg, problem
     if c.dtype != p.dtype:
-        raise ConfigError("moe.config", f"config dtype {c.dtype} != problem dtype {p.dtype}")
-    if c.gu_tile_n % 32 or (c.gu_tile_n // 2) % c.epi_n or c.dn_tile_n % c.epi_n:
-        raise ConfigError("moe.config", f"gu_tile_n={c.gu_tile_n} (a multiple of 32) and dn_tile_n={c.dn_tile_n} "
-                          f"must split into epilogue subtiles of epi_n={c.epi_n} (gate+up's output tile is "
-                          f"gu_tile_n/2 = {c.gu_tile_n // 2})")
+        raise ConfigError.of_fields("moe.config", "MoEConfig", {"dtype": c.dtype},
+                                    f"the configuration's dtype must be the problem's ({p.dtype})")
+    if c.gu_tile_n % 32:
+        raise ConfigError.of_fields("moe.config", "MoEConfig", {"gu_tile_n": c.gu_tile_n},
+                                    "gate+up's tile pairs gu_tile_n / 2 gate columns with the same up columns of one "
+                                    "expert: gu_tile_n must be a multiple of 32")
+    for tile, out in (("gu_tile_n", c.gu_tile_n // 2), ("dn_tile_n", c.dn_tile_n)):
+        if out % c.epi_n:
+            what = f"gate+up's output tile (gu_tile_n / 2 = {out}" if tile == "gu_tile_n" else f"the down tile ({out}"
+            raise ConfigError.of_fields("moe.config", "MoEConfig", {"epi_n": c.epi_n, tile: getattr(c, tile)},
+                                        f"the epilogue stores {what} columns) in subtiles of epi_n columns: epi_n "
+                                        "must divide it")
     loc = caller_loc()
     label = layer_label(c, p)
     gate_up = grouped_program(c, p, "gate_up", loc=loc)

@@ -1,0 +1,167 @@
+"""Options every command shares, checked where they are parsed (CPU only, before any build or GPU stage):
+``--out`` (an empty path is not the current folder; a file is not a folder), ``--seed`` (0 .. 2**64-1)
+and ``tune gemm``'s ``--workers`` (at least 1); and ``tune gemm`` on a shape ``gemm`` runs through
+aligned staging. Each error names the option and the rule, exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from argus_cutlass.cli import main
+from argus_cutlass.errors import ProblemError
+
+GEMM = ["gemm", "--m", "128", "--n", "128", "--k", "128"]
+ATTENTION = ["attention", "--batch", "1", "--heads", "1", "--seqlen-q", "128", "--head-dim", "64"]
+MOE = ["moe", "--tokens", "16", "--experts", "4", "--topk", "2", "--hidden", "256", "--ffn", "256"]
+TUNE_GEMM = ["tune", "gemm", "--m", "128", "--n", "128", "--k", "128"]
+TUNE_ATTENTION = ["tune", "attention", "--batch", "1", "--heads", "1", "--seqlen-q", "128", "--head-dim", "64"]
+TUNE_MOE = ["tune", "moe", "--tokens", "16", "--experts", "4", "--topk", "2", "--hidden", "256", "--ffn", "256"]
+TUNE_SHAPES = ["tune", "--shapes", "s.csv"]
+WITH_OUT = [GEMM, ATTENTION, MOE, TUNE_GEMM, TUNE_ATTENTION, TUNE_MOE, TUNE_SHAPES]
+WITH_SEED = [GEMM, ATTENTION, MOE, TUNE_GEMM, TUNE_ATTENTION, TUNE_MOE]
+
+
+@pytest.fixture
+def no_gpu_lookup(monkeypatch):
+    """Fail the test if a command looks for a GPU: the input checks must come first."""
+    import argus_cutlass.runtime.cuda as cuda
+
+    def boom():
+        raise AssertionError("the GPU was looked for before the input was checked")
+
+    monkeypatch.setattr(cuda, "gpu_available", boom)
+
+
+def _main(argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.csv").write_text("m,n,k\n128,256,512\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "a refused command wrote into the folder"
+    return rc, err
+
+
+# ---- --out ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+@pytest.mark.parametrize("argv", WITH_OUT, ids=lambda a: " ".join(a[:2]))
+def test_an_empty_out_is_refused_not_taken_as_the_current_folder(argv, blank, tmp_path, monkeypatch, capsys,
+                                                                 no_gpu_lookup):
+    rc, err = _main([*argv, "--out", blank], tmp_path, monkeypatch, capsys)
+    assert rc == 2
+    assert err.startswith("argus-cutlass: error: [cli.out] --out") and "empty or blank path" in err, err
+    assert "hint: name a folder, e.g. --out out" in err
+
+
+@pytest.mark.parametrize("argv", WITH_OUT, ids=lambda a: " ".join(a[:2]))
+def test_an_out_that_is_a_file_is_refused_before_any_work(argv, tmp_path, monkeypatch, capsys, no_gpu_lookup):
+    (tmp_path / "afile").write_text("not a folder")
+    rc, err = _main([*argv, "--out", "afile"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and "[cli.out] --out 'afile' cannot be used as the output folder: it is a file" in err, err
+    rc, err = _main([*argv, "--out", "afile/sub"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and "lies under 'afile', which is a file" in err, err
+
+
+def test_the_python_api_refuses_an_empty_out_dir(tmp_path, monkeypatch):
+    """The same rule where the API takes the folder: generate.run, tune_shapes, settings.output_dir."""
+    from argus_cutlass.agent.shapes import GemmShape
+    from argus_cutlass.agent.tune_many import tune_shapes
+    from argus_cutlass.generate import Options, run
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
+    from argus_cutlass.settings import output_dir
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProblemError, match=r"\[cli.out\] out_dir '': an empty or blank path"):
+        run(GemmProblem(128, 128, 128), options=Options(compile=False), out_dir="")
+    with pytest.raises(ProblemError, match=r"\[cli.out\] out_dir '': an empty or blank path"):
+        tune_shapes([GemmShape(128, 256, 512)], budget=1, out_dir="", backend="local", measure=lambda *a: 1.0)
+    with pytest.raises(ProblemError, match=r"\[cli.out\] --out ''"):
+        output_dir("")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- --seed --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+@pytest.mark.parametrize("argv", WITH_SEED, ids=lambda a: " ".join(a[:2]))
+def test_a_seed_outside_0_to_2_64_is_refused_before_any_build(argv, seed, tmp_path, monkeypatch, capsys,
+                                                            no_gpu_lookup):
+    rc, err = _main([*argv, "--seed", seed, "--out", "o"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and err.startswith(f"argus-cutlass: error: [cli.seed] --seed {seed}: a seed must be"), err
+
+
+def test_options_check_the_seed_and_the_workers():
+    from argus_cutlass.generate import Options
+
+    assert Options(seed=2**64 - 1).seed == 2**64 - 1 and Options(workers=1).workers == 1
+    for seed in (-1, 2**64, 1.5, True):
+        with pytest.raises(ProblemError, match=r"\[cli.seed\] Options.seed"):
+            Options(seed=seed)
+    for workers in (0, -3):
+        with pytest.raises(ProblemError, match=r"\[tune.workers\] Options.workers"):
+            Options(workers=workers)
+
+
+# ---- tune gemm ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", ["0", "-2"])
+def test_tune_gemm_refuses_fewer_than_one_worker_before_the_gpu(workers, tmp_path, monkeypatch, capsys,
+                                                                no_gpu_lookup):
+    rc, err = _main([*TUNE_GEMM, "--workers", workers, "--out", "o"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and f"[tune.workers] --workers {workers}: need at least 1 compile process" in err, err
+
+
+def _tune_args(**kw):
+    base = dict(m=128, n=128, k=128, dtype="bf16", out_dtype=None, layout="tn", budget=4, policy="default",
+                seed=0, base_url=None, model=None, api_key=None, workers=None, out="out")
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+@pytest.mark.parametrize("m,n,k,layout,staged", [(300, 4096, 4096, "nt", "A"), (4096, 33, 4096, "tn", "D")])
+def test_tune_gemm_takes_what_gemm_runs_through_aligned_staging(m, n, k, layout, staged, tmp_path, monkeypatch,
+                                                                capsys):
+    """A shape that breaks only TMA's 16-byte rules is tuned through aligned staging, as `gemm` runs it: the
+    input checks pass and the command goes on to look for the GPU (none here: device.none, exit 2)."""
+    import argus_cutlass.runtime.cuda as cuda
+    from argus_cutlass.agent.tune import run_tune, validate_inputs
+
+    problem = validate_inputs(_tune_args(m=m, n=n, k=k, layout=layout, out=str(tmp_path / "o")))
+    assert [s.name for s in problem.staging()] == [staged]
+    monkeypatch.setattr(cuda, "gpu_available", lambda: cuda.GpuAvailability(False, "no driver (test)"))
+    assert run_tune(_tune_args(m=m, n=n, k=k, layout=layout, out=str(tmp_path / "o"))) == 2
+    assert "[device.none]" in capsys.readouterr().err
+
+
+def test_a_tuning_episode_on_a_staged_shape_writes_a_staged_kernel(tmp_path):
+    """The episode (policy, verifier, best .cu) runs on a staged problem; measurements simulated."""
+    from argus_cutlass.agent.costmodel import predict_ms
+    from argus_cutlass.agent.planner import DefaultPolicy, Measurement, Problem
+    from argus_cutlass.agent.tune import tune
+
+    p = Problem(300, 512, 512, layout="nt")
+
+    def evaluate(cfgs):
+        return [Measurement("ok", predict_ms(c, p.m, p.n, p.k)) for c in cfgs]
+
+    res = tune(p, DefaultPolicy(seed=0), evaluate, tmp_path, budget=2, batch=2, quiet=True)
+    assert res.best is not None
+    cus = [x.name for x in tmp_path.glob("*.cu")]
+    assert len(cus) == 1 and "_stgA_" in cus[0], cus
+
+
+def test_tune_gemm_still_refuses_what_no_path_runs(tmp_path):
+    from argus_cutlass.agent.tune import validate_inputs
+
+    with pytest.raises(ProblemError, match=r"\[problem.size\]"):
+        validate_inputs(_tune_args(n=0, out=str(tmp_path)))
+    with pytest.raises(ProblemError, match=r"\[problem.layout\]"):
+        validate_inputs(_tune_args(layout="xx", out=str(tmp_path)))
