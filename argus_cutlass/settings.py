@@ -32,6 +32,8 @@ variable                   meaning
 
 from __future__ import annotations
 
+import operator
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,11 +177,23 @@ def check_seed(seed: int, option: str = "--seed") -> int:
     """
     from argus_cutlass.errors import ProblemError
 
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+    value = _index(seed)
+    if value is None or not 0 <= value <= MAX_SEED:
         raise ProblemError("cli.seed", f"{option} {seed!r}: a seed must be an integer from 0 to 2**64-1 "
                            "(numpy's and torch's random generators take unsigned 64-bit seeds)",
-                           f"pass e.g. {option} 0 (the default) or {option} 1234")
-    return seed
+                           f"{option} 0 (the default) or 1234, for example")
+    return value
+
+
+def _index(value: object) -> int | None:
+    """``value`` as a Python int when it is an integer (``int``, ``numpy.int64``, anything with ``__index__``)
+    other than a bool, else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def check_workers(workers: int | None, option: str = "--workers") -> int | None:
@@ -194,7 +208,10 @@ def check_workers(workers: int | None, option: str = "--workers") -> int | None:
     """
     from argus_cutlass.errors import ProblemError
 
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+    if workers is None:
+        return None
+    value = _index(workers)
+    if value is None or value < 1:
         raise ProblemError("tune.workers", f"{option} {workers!r}: need at least 1 compile process",
-                           f"leave {option} out for one per CPU core")
-    return workers
+                           f"leave {option} out (None) for one per CPU core")
+    return value

@@ -158,6 +158,19 @@ def test_a_tuning_episode_on_a_staged_shape_writes_a_staged_kernel(tmp_path):
     assert len(cus) == 1 and "_stgA_" in cus[0], cus
 
 
+def test_a_staged_shape_has_no_cost_model_candidate_because_gemm_runs_the_heuristic_there():
+    """``gemm`` without a tuned entry runs the heuristic's configuration on the aligned-staging path (the cost
+    model's calibration measured direct TMA kernels only), so ``tune`` measures no 'untuned' candidate there: its
+    baseline already is what runs (review, session 35: the episode labelled the cost model's pick as gemm's)."""
+    from argus_cutlass.agent.planner import Problem, untuned_choice
+    from argus_cutlass.kernels.gemm.space import GemmSpace
+
+    staged, direct = Problem(300, 4096, 4096, layout="nt"), Problem(304, 4096, 4096, layout="nt")
+    assert staged.validate_any().staging() and not direct.validate_any().staging()
+    assert untuned_choice(staged, GemmSpace("bf16", "bf16", "nt")) == []
+    assert len(untuned_choice(direct, GemmSpace("bf16", "bf16", "nt"))) == 1
+
+
 def test_tune_gemm_still_refuses_what_no_path_runs(tmp_path):
     from argus_cutlass.agent.tune import validate_inputs
 
@@ -165,3 +178,20 @@ def test_tune_gemm_still_refuses_what_no_path_runs(tmp_path):
         validate_inputs(_tune_args(n=0, out=str(tmp_path)))
     with pytest.raises(ProblemError, match=r"\[problem.layout\]"):
         validate_inputs(_tune_args(layout="xx", out=str(tmp_path)))
+
+
+def test_seed_and_workers_take_any_integer_type_but_a_bool():
+    """``Options.seed`` / ``workers`` take numpy integers as before the range checks (review, session 35:
+    ``isinstance(x, int)`` had refused ``numpy.int64``); a bool, a float or a string is refused."""
+    import numpy as np
+
+    from argus_cutlass.settings import check_seed, check_workers
+
+    assert check_seed(np.int64(3)) == 3 and type(check_seed(np.uint64(2**64 - 1))) is int
+    assert check_workers(np.int32(2)) == 2 and check_workers(None) is None
+    for bad in (True, 1.5, "3", -1):
+        with pytest.raises(ProblemError, match=r"\[cli.seed\]"):
+            check_seed(bad)
+    for bad in (False, 2.0, 0, np.int64(-2)):
+        with pytest.raises(ProblemError, match=r"\[tune.workers\]"):
+            check_workers(bad)

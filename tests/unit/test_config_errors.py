@@ -148,8 +148,9 @@ def test_a_refusal_the_checks_do_not_state_still_names_the_fields(monkeypatch):
     with pytest.raises(ConfigError) as info:
         build_program(GemmConfig(splits=2))
     err = info.value
-    assert err.rule == "config.scheduler" and err.fields["splits"] == 2 and err.fields["scheduler"] == "persistent"
-    assert "the DSL refuses the node these fields build" in str(err) and "splits=2 needs decomposition" in str(err)
+    assert err.rule == "config.node" and err.fields["splits"] == 2 and err.fields["scheduler"] == "persistent"
+    assert "the DSL refuses a node these fields build: [dsl.operand]" in str(err)
+    assert "splits=2 needs decomposition" in str(err) and "program.py:" not in str(err)  # no line of our file
 
 
 # ---- attention -----------------------------------------------------------------------------------------

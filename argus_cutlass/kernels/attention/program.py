@@ -34,7 +34,7 @@ from typing import Any
 from argus_cutlass.dsl.atoms import GmmaOp, TmaCopy, select_smem_atom
 from argus_cutlass.dsl.builder import ProgramBuilder
 from argus_cutlass.dsl.ir import DTYPE_BYTES, PipelineSide, Program, Tag
-from argus_cutlass.errors import ConfigError, DslError
+from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.attention.config import HEAD_DIMS, AttentionConfig
 # the proofs over the symbolic lengths hold for lengths < 2**LENGTH_BOUND_BITS (the problem's rule
 # problem.length_range and the entry's code 7 use the same bound)
@@ -215,24 +215,23 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
     # one more barrier per warpgroup for its own syncs (zeroing V rows past seqused_k)
     next_id = FIRST_BARRIER_ID
     turns = c.pingpong and wgs > 1
-    try:
-        if turns:
-            names = tuple(f"turn.{g}" for g in range(wgs))
-            for name in names:
-                b.named_barrier(name, id=next_id, threads=2 * 128)
-                next_id += 1
-            b.turn_order("mma_turns", groups=wgs, points=("gemm",), barriers=(names,))
-        for g in range(wgs):
-            b.named_barrier(f"wg.{g}", id=next_id, threads=128)
-            next_id += 1
-    except DslError:
-        need = wgs * (2 if turns else 1)
+    need = wgs * (2 if turns else 1)
+    if FIRST_BARRIER_ID + need > 16:
         raise ConfigError.of_fields(
             "attention.tile", "AttentionConfig", {"tile_m": c.tile_m, "pingpong": c.pingpong},
             f"tile_m / 64 = {wgs} consumer warpgroups need {need} named barriers "
             f"({'a turn barrier and ' if turns else ''}a barrier of their own each), but ids {FIRST_BARRIER_ID}..15 "
             f"leave {16 - FIRST_BARRIER_ID} (a CTA has 16 named barriers, PTX ISA 9.7.13.1; 0 is __syncthreads, "
-            "CUTLASS reserves 1-7)") from None
+            "CUTLASS reserves 1-7)")
+    if turns:
+        names = tuple(f"turn.{g}" for g in range(wgs))
+        for name in names:
+            b.named_barrier(name, id=next_id, threads=2 * 128)
+            next_id += 1
+        b.turn_order("mma_turns", groups=wgs, points=("gemm",), barriers=(names,))
+    for g in range(wgs):
+        b.named_barrier(f"wg.{g}", id=next_id, threads=128)
+        next_id += 1
     # the dynamic scheduler's unit slots (one int32 per Q stage) follow the mbarriers
     slot_bytes = _align(bar_offset, 16) if c.dynamic_scheduler else -1
     b.tile_schedule(raster="along_m", swizzle=1, decomposition="dynamic" if c.dynamic_scheduler else "persistent",

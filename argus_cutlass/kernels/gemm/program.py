@@ -25,6 +25,7 @@ the caller's B, its D the caller's D read column-major).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -101,14 +102,18 @@ def _field_error(rule: str, cfg: GemmConfig, names: tuple[str, ...], text: str,
 
 @contextmanager
 def _built_from(cfg: GemmConfig, *names: str) -> Iterator[None]:
-    """Re-raise a :class:`DslError` of the nodes built inside as a ConfigError ``config.<names[0]>`` naming the
-    fields ``names`` they are built from: a refusal :func:`check_buildable` does not state yet still names the
-    configuration's fields, not only a line of this file."""
+    """Re-raise a :class:`DslError` of the nodes built inside as a ConfigError ``config.node`` naming the fields
+    ``names`` they are built from (none of them singled out: which one is at fault is the DSL rule's to say) and
+    the DSL's rule and text without its ``file:line`` (a line of this file tells a user nothing): a refusal
+    :func:`check_buildable` does not state yet still names the configuration's fields."""
     try:
         yield
     except DslError as exc:
-        raise _field_error(f"config.{names[0]}", cfg, names, f"the DSL refuses the node these fields build "
-                           f"({exc})") from None
+        fields = {n: getattr(cfg, n) for n in names}
+        text = re.sub(r"^\S+\.py:\d+: ", "", exc.message)
+        raise ConfigError("config.node", f"GemmConfig ({', '.join(f'{k}={v!r}' for k, v in fields.items())}): the "
+                          f"DSL refuses a node these fields build: [{exc.rule}] {text}", exc.hint, fields=fields,
+                          model="GemmConfig", text=text) from None
 
 
 def _operand_atom(cfg: GemmConfig, operand: str) -> GmmaSmemAtom:
@@ -247,8 +252,8 @@ def build_program(cfg: GemmConfig, problem: object | None = None, *,
     Raises:
         ConfigError: ``cfg`` has fields no program can be built from (:func:`check_buildable`: ``smem.atom``
             for a contiguous extent that is not a multiple of 16 bytes, ``config.<field>`` for the others),
-            naming the field, its value and the rule; ``config.<field>`` too for any other node the DSL
-            refuses, naming the fields the node is built from.
+            naming the field, its value and the rule; ``config.node`` for any other node the DSL refuses,
+            naming the fields the node is built from and the DSL's rule.
         argus_cutlass.errors.DslError: a node that no configuration field sets is malformed (a staged
             operand's copy, the relations).
     """

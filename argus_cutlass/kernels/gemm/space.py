@@ -445,8 +445,9 @@ def _declared_subspace(dtype: str, out_dtype: str, layout: str) -> tuple[GemmCon
     out += [plain((64, 64, "pingpong", 128), (1, 1), ("along_n", 1), ("persistent", 1))]
     # the wave-sized cooperative tiles 128x80 and 128x96 also rastered along M (session 35, explore-tiles
     # bench/plans/walks_s35{a,b}.json, from graphs: at M = 256 every walk but along N swizzle 1 took 256x6144x4096 on
-    # 128x96 0.84x -> 0.97x cuBLAS and 256x5120x2048 on 128x80 0.87x -> 0.93x; along N swizzle 1 the two CTAs reading
-    # one B tile are a row of tiles apart in launch order, and the L2 coalesces reads of CTAs launched together only)
+    # 128x96 0.84x -> 0.97x cuBLAS and 256x5120x2048 on 128x80 0.87x -> 0.93x, not every such row; along N swizzle 1
+    # the two CTAs reading one B tile are a row of tiles apart in launch order, and on 1024x512x2048 reads of CTAs
+    # launched together put up to 31 % less traffic on the L2 slices: bench/RESULTS.md, session 35)
     out += [plain((128, tn, "cooperative", 64), (1, 1), ("along_m", 1), ("persistent", 1)) for tn in (80, 96)]
     # the 64x64 ping-pong tile at 13 stages, cuBLAS's depth on the rows it wins with 64x64 (session 35, same plans:
     # 3000x128x2048 0.81x -> 0.88x cuBLAS; session 34 timed it on 67 rows of M 512 / 1024, where it won none)
