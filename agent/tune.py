@@ -99,18 +99,14 @@ def validate_inputs(args: Any) -> Problem:
             ``tune.budget`` / ``tune.policy`` / ``tune.workers`` / ``cli.seed`` / ``cli.out`` for the tuning flags.
         LLMError: ``llm.settings`` when the llm policy lacks its endpoint, model or key.
     """
-    from argus_cutlass.settings import check_output_path, check_seed, check_workers
+    from argus_cutlass.agent.tune_family import check_options
 
     out_dtype = args.out_dtype or args.dtype
     problem = Problem(args.m, args.n, args.k, args.dtype, out_dtype, args.layout)
     problem.validate_any()  # the direct path or aligned staging, as `gemm` runs it
-    if args.budget < 1:
-        raise ProblemError("tune.budget", f"--budget {args.budget}: need at least 1 candidate")
+    check_options(args)  # budget, workers, seed, --out: the tune commands' one check, before the GPU is looked for
     if args.policy not in POLICIES:
         raise ProblemError("tune.policy", f"--policy {args.policy!r}: use one of {POLICIES}")
-    check_seed(args.seed)
-    check_workers(getattr(args, "workers", None))
-    check_output_path(args.out)   # an empty --out, or a file: refused before the GPU is looked for
     if args.policy == "llm":
         from argus_cutlass.agent.llm import resolve_settings
 

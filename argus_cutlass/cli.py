@@ -50,6 +50,9 @@ import sys
 from pathlib import Path
 
 from argus_cutlass.errors import ArgusError
+# the element-type and layout spellings the command line takes, shared with the shape files of ``tune --shapes``
+# (DTYPE_ALIASES is re-exported for the callers that read it here)
+from argus_cutlass.kernels.spellings import DTYPE_ALIASES, normalize_dtype, normalize_layout  # noqa: F401
 
 
 _STDOUT_CLOSED = False
@@ -67,11 +70,6 @@ def _print(msg: str) -> None:
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-#: spellings of the element types accepted on the command line (case-insensitive) -> the canonical name; shared
-#: with the shape files of ``tune --shapes`` (:mod:`argus_cutlass.kernels.spellings`)
-from argus_cutlass.kernels.spellings import DTYPE_ALIASES, normalize_dtype, normalize_layout  # noqa: E402, F401
 
 
 def dtype_arg(text: str) -> str:

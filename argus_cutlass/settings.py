@@ -33,7 +33,6 @@ variable                   meaning
 from __future__ import annotations
 
 import operator
-
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,8 +114,6 @@ def check_output_path(path: str | Path, option: str = "--out") -> Path:
     >>> check_output_path("out").name
     'out'
     """
-    import os
-
     from argus_cutlass.errors import ProblemError
 
     if path is None or (isinstance(path, str) and not path.strip()):
