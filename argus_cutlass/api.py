@@ -19,6 +19,7 @@ from typing import Any
 from argus_cutlass.generate import GeneratedKernel, build_many as _build_many, compile_kernel, generate, load
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import GemmProblem
+from argus_cutlass.settings import check_workers
 
 __all__ = ["GeneratedKernel", "attention", "attention_kernel", "build_gemm", "build_many", "gemm_config", "gemm_kernel",
            "gemm_kernel_key", "generate_gemm", "moe", "moe_kernel"]
@@ -62,7 +63,14 @@ def build_gemm(kernel: GeneratedKernel | GemmConfig) -> Any:
 
 def build_many(configs: Iterable[GemmConfig], max_workers: int | None = None) -> dict[str, Any]:
     """Compile several configurations in parallel; returns ``{kernel name: library}``
-    (:func:`argus_cutlass.generate.build_many`)."""
+    (:func:`argus_cutlass.generate.build_many`). ``max_workers``: parallel nvcc processes, None for
+    the CPU count, else an integer >= 1.
+
+    Raises:
+        ProblemError: ``build.workers`` naming ``max_workers`` when it is 0, negative or not an integer;
+            the errors of :func:`argus_cutlass.generate.build_many`.
+    """
+    check_workers(max_workers, "max_workers", "build.workers")
     return _build_many(configs, workers=max_workers)
 
 

@@ -68,6 +68,7 @@ from argus_cutlass.kernels.attention.problem import AttentionProblem
 from argus_cutlass.kernels.gemm.baseline import torch_graph_ms
 from argus_cutlass.kernels.gemm.check import GRAPH_CALLS, MAX_SETS, ROTATE_BYTES, graph_calls
 from argus_cutlass.runtime.timing import DEFAULT_TIMING, TIMINGS
+from argus_cutlass.settings import as_index, check_workers
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.problem import STAGEABLE, GemmProblem
 
@@ -256,7 +257,8 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
         ConfigError: ``config.smt_timeout`` when ``smt_timeout_ms`` is given and below 1 (the environment's
             value is checked by :func:`argus_cutlass.settings.settings`).
     """
-    if smt_timeout_ms is not None and not (isinstance(smt_timeout_ms, int) and smt_timeout_ms >= 1):
+    timeout = None if smt_timeout_ms is None else as_index(smt_timeout_ms)
+    if smt_timeout_ms is not None and not (timeout is not None and timeout >= 1):
         raise ConfigError("config.smt_timeout", f"smt_timeout_ms {smt_timeout_ms!r} (--smt-timeout-ms "
                           f"{smt_timeout_ms} on the command line): a z3 timeout is a positive number of milliseconds",
                           hint="e.g. 5000 (the default); smt=False (--no-smt) turns the SMT tier off")
@@ -271,6 +273,7 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
         if not smt and notes is not None:
             notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration "
                          "tiers ran")
+    smt_timeout_ms = timeout
     kwargs = {"smt": smt} if smt_timeout_ms is None else {"smt": smt, "smt_timeout_ms": smt_timeout_ms}
     from argus_cutlass.settings import settings
 
@@ -625,8 +628,10 @@ def build_jobs(jobs: Iterable[tuple[Config, Problem | None]], *, workers: int | 
     :func:`argus_cutlass.torch.precompile` builds through this.
 
     Raises:
-        the first error of :func:`generate` or of a build (``CompileError``).
+        ProblemError: ``build.workers`` when ``workers`` is not None and not an integer >= 1 (before
+            any verification); the first error of :func:`generate` or of a build (``CompileError``).
     """
+    check_workers(workers, "workers", "build.workers")
     kernels: dict[str, GeneratedKernel] = {}
     for cfg, problem in dict.fromkeys(jobs):
         kernel = generate(cfg, problem, smt=smt)

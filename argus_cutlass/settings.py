@@ -174,7 +174,7 @@ def check_seed(seed: int, option: str = "--seed") -> int:
     """
     from argus_cutlass.errors import ProblemError
 
-    value = _index(seed)
+    value = as_index(seed)
     if value is None or not 0 <= value <= MAX_SEED:
         raise ProblemError("cli.seed", f"{option} {seed!r}: a seed must be an integer from 0 to 2**64-1 "
                            "(numpy's and torch's random generators take unsigned 64-bit seeds)",
@@ -182,7 +182,7 @@ def check_seed(seed: int, option: str = "--seed") -> int:
     return value
 
 
-def _index(value: object) -> int | None:
+def as_index(value: object) -> int | None:
     """``value`` as a Python int when it is an integer (``int``, ``numpy.int64``, anything with ``__index__``)
     other than a bool, else None."""
     if isinstance(value, bool):
@@ -193,12 +193,12 @@ def _index(value: object) -> int | None:
         return None
 
 
-def check_workers(workers: int | None, option: str = "--workers") -> int | None:
+def check_workers(workers: int | None, option: str = "--workers", code: str = "tune.workers") -> int | None:
     """Check a count of parallel compile processes (the value of ``option``): None (the CPU count) or
-    an integer >= 1. Returns it.
+    an integer >= 1 (0 is refused, not read as "the default"). Returns it.
 
     Raises:
-        argus_cutlass.errors.ProblemError: ``tune.workers`` naming ``option`` and the value.
+        argus_cutlass.errors.ProblemError: ``code`` (default ``tune.workers``) naming ``option`` and the value.
 
     >>> check_workers(None), check_workers(4)
     (None, 4)
@@ -207,8 +207,8 @@ def check_workers(workers: int | None, option: str = "--workers") -> int | None:
 
     if workers is None:
         return None
-    value = _index(workers)
+    value = as_index(workers)
     if value is None or value < 1:
-        raise ProblemError("tune.workers", f"{option} {workers!r}: need at least 1 compile process",
+        raise ProblemError(code, f"{option} {workers!r}: need at least 1 compile process",
                            f"leave {option} out (None) for one per CPU core")
     return value

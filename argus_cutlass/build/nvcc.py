@@ -28,7 +28,7 @@ from typing import Iterable, Literal, Sequence
 from argus_cutlass.build import cache
 from argus_cutlass.build.toolchain import Toolchain, find_toolchain
 from argus_cutlass.errors import CompileError
-from argus_cutlass.settings import settings
+from argus_cutlass.settings import check_workers, settings
 
 Kind = Literal["shared", "ptx", "cubin"]
 
@@ -424,7 +424,7 @@ def compile_many(
     Args:
         jobs: :class:`CompileJob` objects, or tuples ``(source, name, kind[, extra_flags[, key_parts]])``
             or dicts with those keys.
-        max_workers: parallel nvcc processes (default: CPU count, at least 1).
+        max_workers: parallel nvcc processes: None for the CPU count, else an integer >= 1.
         return_exceptions: when True a failed build's :class:`CompileError` takes its place
             in the result (expected failures such as ptxas C7510 do not hide the others);
             when False (default) every build still finishes, then the first error is raised.
@@ -433,14 +433,16 @@ def compile_many(
         one :class:`Artifact` (or CompileError) per job, in order.
 
     Raises:
+        ProblemError: ``build.workers`` when ``max_workers`` is not None and not an integer >= 1.
         ToolchainError: nvcc or the headers are missing (raised once, before any build).
         CompileError: the first failed build, unless ``return_exceptions``.
     """
+    max_workers = check_workers(max_workers, "max_workers", "build.workers")
     job_list = [_as_job(j) for j in jobs]
     if not job_list:
         return []
     tc = find_toolchain()
-    workers = max(1, min(len(job_list), max_workers or os.cpu_count() or 1))
+    workers = max(1, min(len(job_list), max_workers if max_workers is not None else os.cpu_count() or 1))
 
     def one(job: CompileJob) -> Artifact | CompileError:
         try:

@@ -12,6 +12,7 @@ import pytest
 
 from argus_cutlass.cli import main
 from argus_cutlass.errors import ProblemError
+from argus_cutlass.kernels.gemm.config import GemmConfig
 
 GEMM = ["gemm", "--m", "128", "--n", "128", "--k", "128"]
 ATTENTION = ["attention", "--batch", "1", "--heads", "1", "--seqlen-q", "128", "--head-dim", "64"]
@@ -195,3 +196,23 @@ def test_seed_and_workers_take_any_integer_type_but_a_bool():
     for bad in (False, 2.0, 0, np.int64(-2)):
         with pytest.raises(ProblemError, match=r"\[tune.workers\]"):
             check_workers(bad)
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_build_entry_points_refuse_fewer_than_one_worker_before_any_work(workers, monkeypatch):
+    """``workers=0`` is refused (it once meant the CPU count, silently) by every build entry point, naming
+    the argument, before a program is verified or nvcc is looked for."""
+    from argus_cutlass import api, generate
+    from argus_cutlass.build import nvcc
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before the workers check")
+
+    monkeypatch.setattr(generate, "generate", no_work)
+    monkeypatch.setattr(nvcc, "find_toolchain", no_work)
+    with pytest.raises(ProblemError, match=r"\[build.workers\] max_workers .*need at least 1 compile process"):
+        api.build_many([GemmConfig()], max_workers=workers)
+    with pytest.raises(ProblemError, match=r"\[build.workers\] workers .*need at least 1 compile process"):
+        generate.build_jobs([(GemmConfig(), None)], workers=workers)
+    with pytest.raises(ProblemError, match=r"\[build.workers\] max_workers .*need at least 1 compile process"):
+        nvcc.compile_many([("x", "k", "gemm")], max_workers=workers)

@@ -228,3 +228,18 @@ def test_smt_timeout_setting_reaches_the_queries(monkeypatch):
 
     monkeypatch.setenv("ARGUS_SMT_TIMEOUT_MS", "1234")
     assert settings().smt_timeout_ms == 1234
+
+
+def test_smt_timeout_takes_numpy_integers_and_refuses_bools():
+    """``generate.verify``'s ``smt_timeout_ms`` is any integer >= 1 (``numpy.int64`` included, as the
+    seed and workers checks take); a bool or a float is refused with ``config.smt_timeout``."""
+    import numpy as np
+
+    from argus_cutlass.errors import ConfigError
+    from argus_cutlass.generate import verify
+
+    program = build_program(GemmConfig())
+    assert verify(program, smt=False, smt_timeout_ms=np.int64(50)).ok
+    for bad in (True, 2.5, np.int32(0)):
+        with pytest.raises(ConfigError, match=r"\[config.smt_timeout\]"):
+            verify(program, smt=False, smt_timeout_ms=bad)
