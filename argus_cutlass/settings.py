@@ -27,6 +27,8 @@ variable                   meaning
 ``ARGUS_BENCH_CONFIG``     ``heuristic`` (default) or ``tuned``: configs of the GEMM benchmark
 ``ARGUS_BENCH_TABLE``      file for the GEMM benchmark's markdown table
 ``ARGUS_VERIFY_BENCH_TABLE`` file for the verifier benchmark's markdown table
+``ARGUS_FUZZ_SEED``        seed of the GPU fuzz test's draws (``tests/gpu/test_fuzz_gpu.py``; an
+                           integer from 0 to 2**64-1, default 2026; read by that test module)
 =========================  ==========================================================
 """
 

@@ -6,6 +6,10 @@
 #   bash bench/device_pending.sh OUTDIR attn-mutants16 # the 6 output16_* mutants of the quad16 store map (~2 min)
 #   bash bench/device_pending.sh OUTDIR gemm-gpu [K]  # the GEMM GPU tests (tests/gpu/test_gemm.py), pytest -k K if given
 #   bash bench/device_pending.sh OUTDIR gemm-staged   # the aligned staging path (M=300 col-major A, N=33, K=33, ...)
+#   bash bench/device_pending.sh OUTDIR fuzz [FAMILY] # seeded random GEMM / MoE / attention problems through the API's
+#                                                     # own kernel choice vs fp32 (tests/gpu/test_fuzz_gpu.py; FAMILY
+#                                                     # gemm, moe or attention: pytest -k; ARGUS_FUZZ_SEED: the seed)
+#   bash bench/device_pending.sh OUTDIR sanitize      # bench/sanitize_gpu.py: edge problems of the three families under compute-sanitizer memcheck + synccheck (~3 min)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
 #   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather (~6 min)
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
@@ -101,7 +105,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -143,6 +147,21 @@ case "$STEP" in
     $PYT -m gpu "$R/tests/gpu/test_gemm.py" ${3:+-k "$3"} -rf --durations=8 2>&1 | tee "$OUT/gemm_gpu_tests.log" | tail -30 ;;
   gemm-staged)
     $PYT -m gpu "$R/tests/gpu/test_gemm_staged.py" -rf 2>&1 | tee "$OUT/gemm_staged_gpu.log" | tail -30 ;;
+  sanitize)
+    # session 36: bench/sanitize_gpu.py built and checked without the sanitizer, then memcheck (every case) and
+    # synccheck under compute-sanitizer; torch's caching allocator off so an access past a tensor leaves its
+    # allocation. racecheck / initcheck misread TMA and mbarrier kernels (cuBLAS's too): not in this step
+    timeout 200 python3 "$R/bench/sanitize_gpu.py" --build > "$OUT/sanitize_build.log" 2>&1; tail -3 "$OUT/sanitize_build.log"
+    export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+    for tool in memcheck synccheck; do
+      timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 30 python3 "$R/bench/sanitize_gpu.py" \
+        > "$OUT/sanitize_$tool.log" 2>&1; echo "$tool rc=$?"; grep -E "^case .*(FAIL|ERROR)|SUMMARY" "$OUT/sanitize_$tool.log"
+    done ;;
+  fuzz)
+    # no -x, no xdist: the module fixture builds every selected case's kernel in one parallel batch (api.precompile,
+    # 16 cores), then every case runs; -rA lists each case (its id carries the seed) with its outcome
+    $PYT -m gpu "$R/tests/gpu/test_fuzz_gpu.py" ${3:+-k "$3"} -rA --durations=10 2>&1 \
+      | tee "$OUT/fuzz_$(echo "${3:-all}" | tr -c 'A-Za-z0-9_\n' _).log" | tail -80 ;;
   torch-ops)
     # -n 8 (pytest-xdist, when its wheel is carried): the tests' kernels compile in parallel
     XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
