@@ -420,12 +420,13 @@ class ProgramBuilder:
     def tile_schedule(self, *, raster: str, swizzle: int, decomposition: str = "persistent", step_delta: int = 0,
                       cluster_m: int = 1, cluster_n: int = 1, splits: int = 1,
                       consumer_stride: int = 1, longest_first: bool = False, slot_bytes: int = -1,
-                      reduction: str = "deterministic", reduce_buffer: str = "") -> TileSchedule:
+                      reduction: str = "deterministic", reduce_buffer: str = "", slot_sync: str = "") -> TileSchedule:
         """The persistent tile scheduler (see :class:`TileSchedule`; ``reduce_buffer``: the smem tensor of a
-        ``clusterk`` decomposition's partial sums)."""
+        ``clusterk`` decomposition's partial sums; ``slot_sync``: the dynamic scheduler's per-warpgroup
+        barriers between the unit-slot read and the stage's release)."""
         node = TileSchedule(raster, swizzle, step_delta, decomposition, caller_loc(), cluster_m, cluster_n, splits,
                             consumer_stride, longest_first, slot_bytes, reduction=reduction,
-                            reduce_buffer=reduce_buffer)
+                            reduce_buffer=reduce_buffer, slot_sync=slot_sync)
         self._single["schedule"] = node
         return node
 

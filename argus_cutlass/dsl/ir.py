@@ -939,7 +939,12 @@ class TileSchedule:
     ``grid + atomicAdd(counter, 1 + step_delta)`` (the counter is zeroed by the host before each
     launch), FA3's dynamic persistent scheduler; the producer publishes each unit to the consumers
     in an int32 slot per Q stage at smem byte ``slot_bytes`` (-1: no slots), written before the Q
-    stage's full barrier is signalled (a unit < 0 ends the walk).
+    stage's full barrier is signalled (a unit < 0 ends the walk). Every consumer thread reads the
+    slot, one thread per warpgroup releases the stage; ``slot_sync`` names the per-warpgroup named
+    barriers (``<slot_sync>.<g>``, 128 threads each) the consumer warpgroups sync on between the read and
+    any release of that stage ("" = none: a lagging warp, or a lane of the releasing warp, may read the
+    slot after the producer overwrote it with the next unit: CUDA memory model, no order between the
+    threads of a warpgroup without a barrier; rule ``scheduler.slot_release``).
 
     ``decomposition`` ``grouped`` (family ``moe``): ``tiles_m`` m-tiles (data: written by the
     routing kernel) by ``tiles_n`` n-blocks, ``units = tiles_m * tiles_n``. ``band_m`` 0 (the
@@ -989,6 +994,7 @@ class TileSchedule:
     consumer_stride: int = 1
     longest_first: bool = False
     slot_bytes: int = -1
+    slot_sync: str = field(default="", metadata=_CANON_SKIP)
     band_m: int = field(default=0, metadata=_CANON_SKIP)
     band_start_delta: int = field(default=0, metadata=_CANON_SKIP)
     band_full_rows: bool = field(default=False, metadata=_CANON_SKIP)
@@ -1651,6 +1657,11 @@ def validate_schedule(node: TileSchedule) -> None:
     if (node.decomposition == "dynamic") != (node.slot_bytes >= 0):
         _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r} with slot_bytes {node.slot_bytes}: a "
                    "dynamic scheduler publishes its units through smem slots (slot_bytes >= 0), a static one has none")
+    if not isinstance(node.slot_sync, str):
+        _dsl_error("dsl.operand", loc, f"slot_sync {node.slot_sync!r} must be a barrier name prefix (a str)")
+    if node.slot_sync and node.decomposition != "dynamic":
+        _dsl_error("dsl.operand", loc, f"slot_sync {node.slot_sync!r} on decomposition {node.decomposition!r}: only a "
+                   "dynamic scheduler has unit slots to sync on")
     if node.swizzle not in (1, 2, 4, 8):
         _dsl_error("dsl.operand", loc, f"swizzle {node.swizzle}: CUTLASS's max_swizzle_size is 1, 2, 4 or 8")
     if not all(_positive_int(x) for x in (node.cluster_m, node.cluster_n, node.splits, node.consumer_stride)):

@@ -187,6 +187,9 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             raise KeyError(f"schedule {sched.decomposition}/{sched.raster}/swizzle {sched.swizzle}: the attention "
                            "walk is persistent (static or dynamic) over (m_block, head, batch), m_block fastest")
         dynamic = sched.decomposition == "dynamic"
+        # the dynamic scheduler's per-warpgroup syncs between the unit-slot read and the stage's release
+        # (TileSchedule.slot_sync, rule scheduler.slot_release); none printed when the node has none
+        slot_bars = [p.barrier(f"{sched.slot_sync}.{g}") for g in range(wgs)] if dynamic and sched.slot_sync else []
         if dynamic and (sched.slot_bytes % 4 or sched.slot_bytes < 0):
             raise KeyError(f"unit slots at smem byte {sched.slot_bytes}: int32 slots need 4-byte alignment")
         if (sched.cluster_m, sched.cluster_n, sched.splits, sched.consumer_stride) != (1, 1, 1, 1):
@@ -218,7 +221,7 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             "rd_v": rd_v, "conv": conv, "conv_pairing": pairing, "red_max": red_max, "red_sum": red_sum,
             "smax": smax, "mask": mask, "out": out, "g_lse": g_lse, "lq": lq, "lk": lk, "lv": lv,
             "coords": ctx_loads, "pq": pipes["q"], "pk": pipes["k"], "pv": pipes["v"], "kv_loop": loop,
-            "producer": producer, "consumer": consumer, "order": order, "wg_bars": wg_bars,
+            "producer": producer, "consumer": consumer, "order": order, "wg_bars": wg_bars, "slot_bars": slot_bars,
             "sched": sched, "launch": launch, "smem_end": smem_end, "dynamic": dynamic,
             "turn_bars": [p.barrier(b) for b in order.barriers[0]] if order is not None else [],
         }

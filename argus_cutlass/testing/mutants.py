@@ -119,7 +119,7 @@ DATA_FLOW_RULES = (
     "pipeline.tx_bytes", "pipeline.arrivals", "pipeline.release", "pipeline.protocol", "pipeline.state",
     "pipeline.stage", "pipeline.parity", "pipeline.carry", "tma.image", "tma.multicast", "epilogue.coordinate",
     "epilogue.stmatrix", "epilogue.tma_store", "epilogue.source", "epilogue.stage_reuse", "output.bijection",
-    "scheduler.bijection", "scheduler.cluster_reduce", "warpgroup.uniform", "barrier.named", "turn.order",
+    "scheduler.bijection", "scheduler.cluster_reduce", "scheduler.slot_release", "warpgroup.uniform", "barrier.named", "turn.order",
     # the any-alignment path's staging copies (G9)
     "stage.cover", "stage.zero", "stage.writeback",
     # attention (invariants/attention.toml)

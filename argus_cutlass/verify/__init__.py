@@ -128,7 +128,14 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
     Resource rules and relations all run and report every violation; the data-flow enumeration
     and the SMT operand cross-check run when the shape rules (``gmma.n``, ``gmma.m_tile``,
     ``stages``) hold. ``k.coverage``'s enumeration violation is replaced by the SMT one (which
-    carries a counterexample record) when the SMT tier runs.
+    carries a counterexample record) when the SMT tier runs. A program that breaks
+    ``smem.capacity`` cannot launch: its ``pipeline.protocol`` interleavings are not enumerated, and
+    its TMA images, tag assertions and descriptors are enumerated over the first
+    ``max(2, stages that fit 227 KiB)`` stages only
+    (:func:`argus_cutlass.verify.absint.enumerated_stages`), each said in a note; a program that
+    fits is enumerated over every stage. Domains no buildable tile has are not enumerated (a note
+    each): the operand tile when one stage alone exceeds 227 KiB (:func:`_stage_holds`), every
+    accumulator when the tile's exceed an SM's 65536 registers (:func:`_tile_holds`).
 
     Raises:
         argus_cutlass.errors.ToolchainError: ``smt`` is asked for and z3 is not installed.
@@ -152,11 +159,16 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
         if v:
             failed.add(rule)
     shapes_ok = not failed.intersection(SHAPE_RULES)
-    _mainloop(run, program, obligations, notes, shapes_ok)
+    cap, operands_ok = None, True
+    if "smem.capacity" in failed:
+        operands_ok = _stage_holds(program, notes)
+        cap = _stage_cap(program, notes) if operands_ok else None
+    accumulators_ok = "registers" not in failed or _tile_holds(program, notes)
+    _mainloop(run, program, obligations, notes, shapes_ok, cap, operands_ok)
     _protocol(run, program, obligations, notes, smt=smt, shapes_ok=shapes_ok, timeout_ms=smt_timeout_ms,
-              fits="smem.capacity" not in failed)
+              fits="smem.capacity" not in failed, operands_ok=operands_ok)
     if shapes_ok:
-        _output(run, program, obligations)
+        _output(run, program, obligations, accumulators_ok)
     else:
         notes.append(f"output checks (G2, G4, G8) not run: shape rules failed ({sorted(failed & set(SHAPE_RULES))})")
     _family_checks(run, program, obligations, notes)
@@ -174,13 +186,78 @@ def verify_gemm(program: Program, *, smt: bool = True, smt_timeout_ms: int | Non
     return _report(name, obligations, run, notes, t0)
 
 
-def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], shapes_ok: bool) -> None:
-    """G5 (TMA image, multicast), G1 (tag assertions, descriptors)."""
+def _stage_cap(program: Program, notes: list[str]) -> int | None:
+    """The stage cap of the data-flow enumeration of a program that breaks ``smem.capacity``
+    (:func:`argus_cutlass.verify.absint.enumerated_stages`: the deepest pipeline of its buffers that
+    fits, at least 2), with a note naming it; None (every stage) when that is all of them or the
+    program's buffers cannot be measured (the rule's own violation says why)."""
+    from argus_cutlass.verify.absint import enumerated_stages, stage_note
+    from argus_cutlass.verify.rules import stages_that_fit
+
+    try:
+        stages, fit = int(program.pipeline.stages), stages_that_fit(program)
+    except Exception:  # noqa: BLE001 - a malformed program: smem.capacity already reports it
+        return None
+    cap = enumerated_stages(stages, fit)
+    if cap is not None:
+        notes.append(stage_note(stages, cap, fit, "tma.image, the tag assertions and gmma.descriptor"))
+    return cap
+
+
+def _stage_holds(program: Program, notes: list[str]) -> bool:
+    """Whether one stage of the mainloop pipeline's buffers fits the 227 KiB of dynamic shared memory
+    of an sm_90 CTA (CUDA C++ Programming Guide, compute capability 9.0; rule ``smem.capacity``).
+    When it does not, no pipeline depth of this tile can launch, and the enumerations whose domain is
+    the operand tile (TMA images, tag assertions, descriptors, k coverage for K <= 2 tile_k + 1: time
+    and memory grow with tile x tile_k, over a minute for tile_k = 65536) are not run; a note says so. Any stage that fits bounds those domains by the shared memory itself."""
+    from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, smem_breakdown
+
+    try:
+        sb = smem_breakdown(program)
+    except Exception:  # noqa: BLE001 - a malformed program: smem.capacity already reports it
+        return True
+    if sb.per_stage <= SMEM_LIMIT_BYTES:
+        return True
+    parts = " + ".join(f"{k} {v}" for k, v in sb.stage_bytes.items())
+    notes.append(f"tma.image, the tag assertions, gmma.descriptor and k.coverage (enumeration) not run: one stage "
+                 f"of the pipeline's buffers ({parts} = {sb.per_stage} bytes) exceeds the {SMEM_LIMIT_BYTES} bytes "
+                 "of shared memory a CTA can have (smem.capacity), so no pipeline of this tile can launch")
+    return False
+
+
+def _tile_holds(program: Program, notes: list[str]) -> bool:
+    """Whether the CTA tile's fp32 accumulators (``tile_m x tile_n``, one 32-bit register each, PTX ISA
+    9.7.15.4) fit the 65536 registers of an SM, the most one CTA can hold (CUDA C++ Programming Guide,
+    compute capability 9.0; rule ``registers``). When they do not, no kernel of this tile can hold its
+    accumulators, and the output checks that enumerate every accumulator (G2, G4, G8: its register,
+    staging and store; time linear in the tile, 20 s for a 65536-row tile) are not run; a note says so."""
+    from argus_cutlass.plan.resources import REGISTERS_PER_SM
+
+    try:
+        acc = int(program.mma.tile_m) * int(program.mma.op.n)
+    except Exception:  # noqa: BLE001 - a malformed program: the rules report it
+        return True
+    if acc <= REGISTERS_PER_SM:
+        return True
+    notes.append(f"epilogue.coordinate, epilogue.source, epilogue.tma_store, epilogue.stmatrix and "
+                 f"scheduler.cluster_reduce not run: the {program.mma.tile_m} x {program.mma.op.n} tile's {acc} fp32 "
+                 f"accumulators exceed the {REGISTERS_PER_SM} registers of an SM (registers), so no kernel of this "
+                 "tile can hold them")
+    return False
+
+
+def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], shapes_ok: bool,
+              cap: int | None = None, operands_ok: bool = True) -> None:
+    """G5 (TMA image, multicast), G1 (tag assertions, descriptors); ``cap``: the stages the data-flow
+    enumeration covers (:func:`_stage_cap`; None: all); ``operands_ok``: False when one stage of the
+    buffers cannot fit (:func:`_stage_holds`): the TMA images, tag assertions and descriptors are
+    not enumerated."""
     from argus_cutlass.verify.absint import check_descriptors
     from argus_cutlass.verify.multicast import check_multicast, needs_multicast_check
 
     obligations.append(Obligation("tma.image", "G5", "TMA images are bijective onto their stages"))
-    run.add("enum", "tma.image", check_tma_image, program)
+    if operands_ok:
+        run.add("enum", "tma.image", check_tma_image, program, cap)
     if needs_multicast_check(program):
         obligations.append(Obligation("tma.multicast", "G5", "every CTA of the cluster receives each box of its "
                                       "stage once, from its own block; TMA op kind matches the multicast"))
@@ -195,24 +272,28 @@ def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes:
         if not shapes_ok:
             notes.append(f"{a.rule} ({a}) not checked: shape rules failed")
             continue
-        run.add("enum", a.rule, check_assertion, program, a)
+        if operands_ok:
+            run.add("enum", a.rule, check_assertion, program, a, cap)
     if shapes_ok:
         obligations.append(Obligation("gmma.descriptor", "G1",
                                       "every wgmma descriptor the kernel forms decodes to its operand's read view"))
-        run.add("enum", "gmma.descriptor", check_descriptors, program)
+        if operands_ok:
+            run.add("enum", "gmma.descriptor", check_descriptors, program, cap)
 
 
 def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], *, smt: bool,
-              shapes_ok: bool, timeout_ms: int | None, fits: bool) -> None:
+              shapes_ok: bool, timeout_ms: int | None, fits: bool, operands_ok: bool = True) -> None:
     """G3, G8 (load side) and G6 (enumeration, then SMT), and the SMT cross-check of G1/G5. ``fits``: rule
     ``smem.capacity`` held; when it did not, the kernel cannot launch and ``pipeline.protocol``'s enumeration
-    (its states grow with the cube of the stage count: minutes at 500 stages) is not run, said in a note."""
+    (its states grow with the cube of the stage count: minutes at 500 stages) is not run, said in a note.
+    ``operands_ok``: False when one stage cannot fit (:func:`_stage_holds`, its note): ``k.coverage``'s
+    enumeration (K up to 2 tile_k + 1) is not run either."""
     from argus_cutlass.verify.absint import check_residue_load
     from argus_cutlass.verify.pipeline import check_arrivals, check_protocol, check_release, check_tx_bytes
 
     for rule, (inv, text) in _PROTOCOL_OBLIGATIONS.items():
         obligations.append(Obligation(rule, inv, text))
-    _, enum_k_bad = run.add("enum", "k.coverage", check_k_coverage, program)
+    _, enum_k_bad = run.add("enum", "k.coverage", check_k_coverage, program) if operands_ok else ([], [])
     run.add("enum", "k.acc_sets", check_acc_sets, program)
     run.add("arith", "residue.load", check_residue_load, program)
     run.add("arith", "pipeline.tx_bytes", check_tx_bytes, program)
@@ -242,9 +323,11 @@ def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes:
             run.add("smt", "mma.k_agreement", smt_tier.check_operands_smt, program, timeout)
 
 
-def _output(run: _Run, program: Program, obligations: list[Obligation]) -> None:
+def _output(run: _Run, program: Program, obligations: list[Obligation], accumulators_ok: bool = True) -> None:
     """G7 on the MMA reads, G2/G4/G8 on the epilogue, G4 on the persistent tile scheduler (and the
-    clusterk reduction)."""
+    clusterk reduction). ``accumulators_ok``: False when the tile's accumulators exceed the register
+    file (:func:`_tile_holds`, its note): the checks that enumerate every accumulator (the epilogue's
+    coordinate, source, staging and stores, the clusterk reduction) are not run."""
     from argus_cutlass.verify.output import (
         check_cluster_reduce,
         check_epilogue,
@@ -262,23 +345,27 @@ def _output(run: _Run, program: Program, obligations: list[Obligation]) -> None:
     e = program.epilogue
     for rule, (inv, text) in _OUTPUT_OBLIGATIONS.items():
         obligations.append(Obligation(rule, inv, text, str(e.loc)))
-    run.add("enum", "epilogue.coordinate", check_epilogue, program)
+    if accumulators_ok:
+        run.add("enum", "epilogue.coordinate", check_epilogue, program)
     src = program.source
     obligations.append(Obligation("epilogue.source", "G2", "beta * C reads C(m, n) at each accumulator's (m, n)",
                                   str(src.loc)))
     obligations.append(Obligation("residue.source", "G8", "C loads are masked to M x N", str(src.loc)))
-    run.add("enum", "epilogue.source", check_source, program)
+    if accumulators_ok:
+        run.add("enum", "epilogue.source", check_source, program)
     obligations.append(Obligation("epilogue.tma_store", "G2",
                                   "the TMA store sends each staged accumulator to its own (m, n)",
                                   str(program.stores[0].loc)))
-    run.add("enum", "epilogue.tma_store", check_tma_store, program)
+    if accumulators_ok:
+        run.add("enum", "epilogue.tma_store", check_tma_store, program)
     where = str(program.staging.loc)
     obligations.append(Obligation("epilogue.stmatrix", "G2",
                                   "each accumulator register is staged at sD(m, n, stage) by the epilogue's "
                                   "stmatrix / st.shared", where))
     obligations.append(Obligation("epilogue.stage_reuse", "G6",
                                   "a staging stage is rewritten only after its TMA store finished reading it", where))
-    run.add("enum", "epilogue.stmatrix", check_staging, program)
+    if accumulators_ok:
+        run.add("enum", "epilogue.stmatrix", check_staging, program)
     run.add("arith", "epilogue.stage_reuse", check_stage_reuse, program)
     obligations.append(Obligation("scheduler.bijection", "G4",
                                   "every work unit has one CTA and one output tile (enum: units <= 48; "
@@ -291,7 +378,8 @@ def _output(run: _Run, program: Program, obligations: list[Obligation]) -> None:
                                       "rank 0 adds every other rank's partial sum once, none undefined, each read "
                                       "after its write and before its owner exits; the reduce buffer holds the "
                                       "tile", str(program.schedule.loc)))
-        run.add("enum", "scheduler.cluster_reduce", check_cluster_reduce, program)
+        if accumulators_ok:
+            run.add("enum", "scheduler.cluster_reduce", check_cluster_reduce, program)
 
 
 def _family_checks(run: _Run, program: Program, obligations: list[Obligation], notes: list[str]) -> None:

@@ -17,6 +17,11 @@
   the kernel masks it) decode to the view's read address at every slot.
 * :func:`check_k_coverage` (``k.coverage``, G3) for small K and :func:`check_residue_load`
   (``residue.load``, G8).
+
+The stage-dependent checks (:func:`tag_image`, :func:`check_tma_image`, :func:`check_assertion`,
+:func:`check_descriptors`) take a ``stage_cap``: enumerate only stages ``0..stage_cap-1`` of each
+buffer. The verifiers pass one (:func:`enumerated_stages`) only for a program that breaks rule
+``smem.capacity`` (it cannot launch); a program that fits shared memory is enumerated over every stage.
 """
 
 from __future__ import annotations
@@ -42,10 +47,10 @@ from argus_cutlass.layout.algebra import LayoutError, layout_image
 from argus_cutlass.layout.gmma import gmma_c_layout
 from argus_cutlass.verify.report import Counterexample, Proof, Unknown, Violation
 
-__all__ = ["OUT_OF_BUFFER", "UNWRITTEN", "TagImage", "accumulator_partition", "accumulator_thread",
-           "check_acc_sets", "check_assertion", "check_descriptors", "check_k_agreement", "check_k_coverage",
-           "check_residue_load", "desc_add",
-           "check_tma_image", "consumer_thread", "read_tags", "tag_image", "view_layout"]
+__all__ = ["MIN_ENUMERATED_STAGES", "OUT_OF_BUFFER", "UNWRITTEN", "TagImage", "accumulator_partition",
+           "accumulator_thread", "check_acc_sets", "check_assertion", "check_descriptors", "check_k_agreement",
+           "check_k_coverage", "check_residue_load", "desc_add", "check_tma_image", "consumer_thread",
+           "enumerated_stages", "read_tags", "stage_note", "tag_image", "view_layout"]
 
 #: tag value of an smem element no TMA wrote
 UNWRITTEN = -1
@@ -68,9 +73,45 @@ def view_layout(view: Any) -> Any:
     return view.layout
 
 
-def _stages(program: Program, buffer: str) -> int:
+#: the fewest stages a bounded enumeration covers: two consecutive stages exhibit the stage stride
+#: (stage ``s`` at ``s * stage_bytes``), the only way a stage's image differs from stage 0's
+MIN_ENUMERATED_STAGES = 2
+
+
+def _stages(program: Program, buffer: str, stage_cap: int | None = None) -> int:
+    """The stages of ``buffer`` the enumeration covers: all of them (its shape's third mode), or the
+    first ``stage_cap``."""
     t = program.tensor(buffer)
-    return int(t.shape[2]) if len(t.shape) >= 3 else 1
+    n = int(t.shape[2]) if len(t.shape) >= 3 else 1
+    return n if stage_cap is None else max(1, min(n, int(stage_cap)))
+
+
+def enumerated_stages(stages: int, fit: int) -> int | None:
+    """The stage cap of the data-flow enumeration of a program that breaks rule ``smem.capacity``:
+    ``max(MIN_ENUMERATED_STAGES, fit)``, or ``None`` (every stage) when that is not below ``stages``.
+
+    ``fit`` is the deepest pipeline of the program's buffers that fits the 227 KiB of dynamic shared
+    memory of an sm_90 CTA (CUDA C++ Programming Guide, compute capability 9.0; the hint of rule
+    ``smem.capacity``). Rule: a program whose buffers do not fit cannot launch, so its data flow is
+    refused by ``smem.capacity`` whatever the enumeration finds; enumerating its first ``fit`` stages
+    checks every stage a buildable pipeline of the same buffers has (the same work as the deepest
+    buildable one), and at least two stages show the stage stride. Every violation that does not
+    depend on the stage (tile layout, swizzle, descriptors of stage 0, bindings) is still reported.
+    The enumeration of ``stages`` stages costs time and memory linear in ``stages`` (tag images of
+    every stage, every slot of every stage): 21 s for a 1024-stage GEMM before this cap.
+
+    >>> [enumerated_stages(s, fit) for s, fit in ((1024, 4), (1024, 0), (4, 4), (1, 0))]
+    [4, 2, None, None]
+    """
+    cap = max(MIN_ENUMERATED_STAGES, int(fit))
+    return cap if cap < stages else None
+
+
+def stage_note(stages: int, cap: int, fit: int, checks: str) -> str:
+    """The report's note on a bounded enumeration (:func:`enumerated_stages`)."""
+    return (f"{checks} enumerated stages 0..{cap - 1} of {stages}: the program does not fit shared memory "
+            f"(smem.capacity), so it cannot launch; {fit} stage(s) of these buffers fit 227 KiB (at least "
+            f"{MIN_ENUMERATED_STAGES} are enumerated, to show the stage stride)")
 
 
 # --------------------------------------------------------------------------------- tag images
@@ -105,17 +146,18 @@ def _box_grid(load: TmaLoad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return b.ravel(), i.ravel(), j.ravel()
 
 
-def tag_image(program: Program, load: TmaLoad) -> TagImage:
+def tag_image(program: Program, load: TmaLoad, stage_cap: int | None = None) -> TagImage:
     """Run ``load``'s boxes over stages ``0..S-1`` (k-tile ``s`` into stage ``s``) into its buffer.
 
     Byte address of box element ``(i, j)`` of box ``b`` at stage ``s``: ``base + s * stage_bytes +
     (b * inner * outer + j * inner + i) * elem_bytes``, then the tensor map's swizzle on the
     absolute address (PTX ISA 9.7.9.25, 5.5.7); ``stage_bytes`` is the buffer's stage size, as
-    the kernel computes it (``kStageBytes``).
+    the kernel computes it (``kStageBytes``). ``stage_cap``: run only stages ``0..stage_cap-1``
+    (the image then covers those stages; :func:`enumerated_stages` says when a verifier does).
     """
     t = program.tensor(load.dst)
     data_tag = program.tensor(load.src).tag
-    S = _stages(program, load.dst)
+    S = _stages(program, load.dst, stage_cap)
     stage_elems = int(t.shape[0]) * int(t.shape[1])
     cells = stage_elems * S
     eb = t.elem_bytes
@@ -158,10 +200,11 @@ def tag_image(program: Program, load: TmaLoad) -> TagImage:
                     int((~in_tile).sum()), unwritten, first_bad)
 
 
-def check_tma_image(program: Program) -> Outcome:
+def check_tma_image(program: Program, stage_cap: int | None = None) -> Outcome:
     """tma.image: every TMA load's boxes, issued as the kernel issues them, write inside their
     stage, carry only the tile's own elements, and fill each element of every stage exactly once
-    (the TMA image is a bijection onto the stage buffer; VERIFIER.md G5).
+    (the TMA image is a bijection onto the stage buffer; VERIFIER.md G5). ``stage_cap``: the
+    first ``stage_cap`` stages of each buffer only (:func:`enumerated_stages`; the proof says so).
 
     Source: PTX ISA 9.7.9.25 (``cp.async.bulk.tensor`` box placement and swizzle modes).
     """
@@ -175,13 +218,15 @@ def check_tma_image(program: Program) -> Outcome:
                                      "smem buffer of the same dtype, boxes along the tensor's contiguous mode",
                                      str(load.loc)) for w in wrong]
             continue
-        img = tag_image(program, load)
+        img = tag_image(program, load, stage_cap)
         cells = next(iter(img.fields.values())).shape[0]
-        S = _stages(program, load.dst)
+        S = _stages(program, load.dst, stage_cap)
+        S_all = _stages(program, load.dst)
+        which = f"{load.dst}'s {S} stages" if S == S_all else f"the first {S} of {load.dst}'s {S_all} stages"
         if not (img.outside or img.collisions or img.unwritten or img.foreign):
             proofs.append(Proof(rule, "G5", "enum",
                                 f"TMA {load.name}: {load.boxes} boxes {load.copy.box} SW{load.copy.swizzle_bytes} fill "
-                                f"all {cells} elements of {load.dst}'s {S} stages exactly once with the "
+                                f"all {cells} elements of {which} exactly once with the "
                                 f"{load.tile_mn}x{load.tile_k} tile", cells))
             continue
         fb = img.first_bad
@@ -359,6 +404,7 @@ class _Ctx:
     S: int
     dims: tuple[int, int, int, int, int]
     images: dict[str, tuple[TmaLoad, TagImage, np.ndarray, dict[str, np.ndarray], np.ndarray]]
+    stage_cap: int | None = None
 
 
 def _mma_of(program: Program, at: str) -> Mma:
@@ -385,15 +431,18 @@ def _reads_of(program: Program, mma: Mma) -> dict[str, MmaRead]:
     return out
 
 
-def _context(program: Program, assertion: TagAssertion) -> _Ctx:
+def _context(program: Program, assertion: TagAssertion, stage_cap: int | None = None) -> _Ctx:
     """The slot domain is what the kernel executes: the MMA's rows (``atoms_m x reps_m x 64``) and
-    columns (``op.n``), the k loop's ``k_blocks x op.k`` columns of a k-tile, ``stages`` k-tiles."""
+    columns (``op.n``), the k loop's ``k_blocks x op.k`` columns of a k-tile, ``stages`` k-tiles
+    (the first ``stage_cap`` of them when one is given)."""
     mma = _mma_of(program, assertion.at)
     reads = _reads_of(program, mma)
     S = program.stages or 1
+    if stage_cap is not None:
+        S = max(1, min(S, int(stage_cap)))
     kl = program.kloop
     tile_k = kl.k_blocks * mma.op.k if kl is not None else mma.op.k
-    return _Ctx(program, mma, reads, S, (len(TILE_POINTS), mma.tile_m, mma.op.n, tile_k, S), {})
+    return _Ctx(program, mma, reads, S, (len(TILE_POINTS), mma.tile_m, mma.op.n, tile_k, S), {}, stage_cap)
 
 
 def _shape(ctx: _Ctx, axes: str) -> tuple[int, ...]:
@@ -418,7 +467,7 @@ def _operand_data(ctx: _Ctx, operand: str):
         load = ctx.program.load_into(read.src)
     except KeyError:
         raise _Broken(f"operand {operand} reads {read.src!r}, which no TMA load fills") from None
-    img = tag_image(ctx.program, load)
+    img = tag_image(ctx.program, load, ctx.stage_cap)
     T, M, N, K, S = ctx.dims
     try:
         off, tags, valid = read_tags(ctx.program, read, img, ctx.S, (M if operand == "A" else N, K))
@@ -658,14 +707,16 @@ def _chain(ctx: _Ctx, op: str, p: dict[str, int]) -> tuple[str, ...]:
             f"stage {p['s']}")
 
 
-def check_assertion(program: Program, assertion: TagAssertion) -> tuple[list[Proof], list[Violation], list[Unknown]]:
+def check_assertion(program: Program, assertion: TagAssertion,
+                    stage_cap: int | None = None) -> tuple[list[Proof], list[Violation], list[Unknown]]:
     """Check one tag assertion at every slot of its MMA by enumeration (see the module docstring).
 
     Domain: tile coordinates :data:`TILE_POINTS`, every row ``m`` of A's tile and column ``n`` of
     B's, ``k`` in the k-tile (k-block ``k // op.k``), and the first ``S`` k-tiles (k-tile ``s`` in
-    stage ``s``). An operand value is the tag of the element its slot reads through the MMA's
-    smem view (G1); a slot that reads an unwritten element, or reads data whose tag is not the
-    operand's (``sA`` filled from ``gB``), fails. The first failing slot, in (stage, k, m, n) order,
+    stage ``s``; ``S`` is the pipeline's stages, or ``stage_cap`` when given and smaller:
+    :func:`enumerated_stages`, the proof then names both). An operand value is the tag of the
+    element its slot reads through the MMA's smem view (G1); a slot that reads an unwritten
+    element, or reads data whose tag is not the operand's (``sA`` filled from ``gB``), fails. The first failing slot, in (stage, k, m, n) order,
     is reported as a counterexample (thread and register through the accumulator it feeds).
     """
     rule, inv = assertion.rule, assertion.invariant
@@ -676,7 +727,7 @@ def check_assertion(program: Program, assertion: TagAssertion) -> tuple[list[Pro
                                   f"{side!r} is not a (value, field) pair", "write sides as ('A', 'k'), ('slot', 'm'), "
                                   "('const', '0')", str(assertion.loc))], []
     try:
-        ctx = _context(program, assertion)
+        ctx = _context(program, assertion, stage_cap)
     except KeyError as exc:
         return [], [Violation(rule, inv, f"{assertion}: {exc.args[0] if exc.args else exc}", None,
                               str(assertion.loc))], []
@@ -716,8 +767,10 @@ def check_assertion(program: Program, assertion: TagAssertion) -> tuple[list[Pro
     T, M, N, K, S = ctx.dims
     op = ctx.mma.op
     if bad_point is None:
+        all_s = program.stages or 1
+        which = f"all {S} stages" if S == all_s else f"the first {S} of {all_s} stages"
         summary = (f"{assertion.lhs[0]}.{assertion.lhs[1]} {assertion.relation} {assertion.rhs[0]}.{assertion.rhs[1]} "
-                   f"at all {S} stages x {K // max(1, op.k)} k-blocks x {op.k} k x {M} m x {N} n MMA slots "
+                   f"at {which} x {K // max(1, op.k)} k-blocks x {op.k} k x {M} m x {N} n MMA slots "
                    f"({points} slot values; tiles (0,0), (1,0), (0,1): affine in the tile, so every tile)")
         return [Proof(rule, inv, "enum", summary, points, elapsed)], [], []
     return [], [_assertion_violation(ctx, assertion, values, bad_point, q)], []
@@ -875,12 +928,13 @@ def desc_add(desc: int, off: int) -> int:
     return (desc & ~0xFFFFFFFF) | ((desc + off) & 0xFFFFFFFF)
 
 
-def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
-                     k_blocks: int, mma_op: Any) -> tuple[int, set, _DescMismatch | None]:
+def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int, k_blocks: int, mma_op: Any,
+                     stage_cap: int | None = None) -> tuple[int, set, _DescMismatch | None]:
     """Decode every descriptor the kernel forms for ``read`` (plan from the read, as the template
-    prints it) at the slots the MMA ``mma_op`` really reads: ``(count, {(type, LBO, SBO)}, first
-    mismatch or None)``. The templates (``desc_add`` of ``common/sm90.j2``) advance the base descriptor in its
-    low 32-bit word only (``desc_add``), modelled here by :func:`desc_add`. Raises
+    prints it) at the slots the MMA ``mma_op`` really reads (the first ``stage_cap`` stages when
+    given): ``(count, {(type, LBO, SBO)}, first mismatch or None)``. The templates (``desc_add`` of
+    ``common/sm90.j2``) advance the base descriptor in its low 32-bit word only (``desc_add``),
+    modelled here by :func:`desc_add`. Raises
     ``DescriptorError`` / ``LayoutError`` for a view no descriptor expresses."""
     from argus_cutlass.layout.gmma_desc import GmmaDescriptor, decode_bytes, descriptor_plan
 
@@ -904,7 +958,7 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
     window = WINDOW_RANK_BITS + WINDOW_LOCAL_BASE
     base_field = ((window + t.base_bytes) >> 4) & 0x3FFF
     d0 = plan.bits + base_field  # the kernel's desc_a0 / desc_b0
-    for s in range(_stages(program, read.src)):
+    for s in range(_stages(program, read.src, stage_cap)):
         for w in range(wgs):
             for r in range(reps):
                 for kb in range(k_blocks):
@@ -927,9 +981,14 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
                     if bad.size:
                         i, j = (int(x) for x in bad[0])
                         text = f"start {desc.start:#x}, LBO {desc.lbo}, SBO {desc.sbo}, type {desc.layout_type}"
-                        why = (f"the read's GMMA op {read.op.m}x{read.op.n}x{read.op.k} is not the MMA's "
-                               f"{op.m}x{op.n}x{op.k}" if read.op != op else
-                               "buffer not aligned to the swizzle period?")
+                        if read.op != op:
+                            why = (f"the read's GMMA op {read.op.m}x{read.op.n}x{read.op.k} is not the MMA's "
+                                   f"{op.m}x{op.n}x{op.k}")
+                        elif WINDOW_LOCAL_BASE + t.base_bytes >= 1 << 18:
+                            why = (f"{t.name} starts at smem byte {t.base_bytes}, past the 2^18 bytes the 14-bit "
+                                   "start address field holds (1 KiB reserved): the kernel's start address wraps")
+                        else:
+                            why = "buffer not aligned to the swizzle period?"
                         return count, seen, _DescMismatch(
                             f"operand {read.operand} stage {s} warpgroup {w} rep {r} k_block {kb}: the kernel's "
                             f"descriptor ({text}) reads byte {int(hw[i, j]) - WINDOW_LOCAL_BASE} for slot "
@@ -942,7 +1001,7 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
     return count, seen, None
 
 
-def check_descriptors(program: Program) -> Outcome:
+def check_descriptors(program: Program, stage_cap: int | None = None) -> Outcome:
     """gmma.descriptor: every wgmma descriptor the kernel forms, ``desc_add(kDesc + ((smem + base) >> 4 &
     0x3FFF), uint32_t(s * stage + w * wg + r * rep + kb_offset[kb]) >> 4)`` (the offset added to the
     descriptor's low 32-bit word only, as the template's ``desc_add``) with the plan the template
@@ -951,7 +1010,8 @@ def check_descriptors(program: Program) -> Outcome:
     instruction reads. The 14-bit start-address field is modelled as the kernel masks it (in a
     cluster launch the shared window address holds the CTA rank above bit 18; the model's window
     has one there). A view that no descriptor can express (not a GMMA canonical layout) is a
-    violation. PTX ISA 9.7.15.5.1."""
+    violation. ``stage_cap``: the first ``stage_cap`` stages only (:func:`enumerated_stages`).
+    PTX ISA 9.7.15.5.1."""
     from argus_cutlass.layout.gmma_desc import DescriptorError
 
     rule = "gmma.descriptor"
@@ -964,7 +1024,8 @@ def check_descriptors(program: Program) -> Outcome:
             if read.view is None:
                 continue
             try:
-                count, seen, mismatch = _descriptor_walk(program, read, mma.atoms_m, mma.reps_m, k_blocks, mma.op)
+                count, seen, mismatch = _descriptor_walk(program, read, mma.atoms_m, mma.reps_m, k_blocks, mma.op,
+                                                         stage_cap)
             except (DescriptorError, LayoutError) as exc:
                 mismatch = _DescMismatch(f"operand {read.operand}: no GMMA descriptor expresses the view "
                                          f"{read.view.atom.name} {read.view.shape}: {exc}")
@@ -994,9 +1055,11 @@ def check_descriptors(program: Program) -> Outcome:
             slots = count * (mma.op.m if read.operand == "A" else mma.op.n) * mma.op.k
             names = ("INTER", "SW128", "SW64", "SW32")
             fields = ", ".join(f"{names[lt]} LBO={lbo} SBO={sbo}" for lt, lbo, sbo in sorted(seen))
+            n_s, all_s = _stages(program, read.src, stage_cap), _stages(program, read.src)
+            which = "" if n_s == all_s else f" of the first {n_s} of {all_s} stages"
             proofs.append(Proof(rule, "G1", "enum",
                                 f"operand {read.operand}: the kernel's {count} descriptors ({fields}; 14-bit start "
-                                f"address masked) decode to the view's address at all {slots} slots", slots))
+                                f"address masked) decode to the view's address at all {slots} slots{which}", slots))
     return proofs, violations
 
 

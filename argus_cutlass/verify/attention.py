@@ -143,6 +143,41 @@ def parts(program: Program) -> SimpleNamespace:
 # ------------------------------------------------------------------------------------ resources
 
 
+def _smem_regions(program: Program, x: SimpleNamespace) -> tuple[list[Any], list[tuple[str, int, int]], int]:
+    """The smem tensors, the ``(name, start, end)`` regions of the pipelines' mbarriers (a full and an
+    empty one per stage) and of the dynamic scheduler's unit slots, and the byte where they all end."""
+    smem = [t for t in program.tensors if t.space == "smem"]
+    ends = [t.base_bytes + t.size_bytes for t in smem]
+    bar_regions = [(pp.name, pp.barrier_bytes, pp.barrier_bytes + 16 * pp.stages) for pp in program.pipelines]
+    sched = program.schedule
+    if sched is not None and sched.decomposition == "dynamic":
+        # the dynamic scheduler's int32 unit slots, one per Q stage (checked with the barriers)
+        bar_regions.append(("unit slots", sched.slot_bytes, sched.slot_bytes + 4 * x.pq.stages))
+    return smem, bar_regions, max(ends + [hi for _, _, hi in bar_regions])
+
+
+def stages_that_fit(program: Program) -> int:
+    """The deepest K / V pipeline of ``program``'s buffers that fits rule ``smem.capacity`` (227 KiB of
+    dynamic shared memory per CTA, CUDA C++ Programming Guide, compute capability 9.0): one more K / V
+    stage costs a stage of sK and of sV and their two pairs of 8-byte mbarriers, the rest (Q, the unit
+    slots, the 1 KiB base alignment) stays (``kernels/attention/program.py`` lays them out in that
+    order). 0 when not even one stage fits. The stage cap of the data-flow enumeration of a program that
+    does not fit (:func:`argus_cutlass.verify.absint.enumerated_stages`).
+
+    Raises:
+        KeyError: a node it reads is missing (:func:`parts`).
+    """
+    x = parts(program)
+    _, _, end = _smem_regions(program, x)
+    step = 0
+    for ld in (x.lk, x.lv):
+        t = program.tensor(ld.dst)
+        step += t.size_bytes // max(1, int(t.shape[-1])) + 16
+    stages = max(x.pk.stages, x.pv_pipe.stages)
+    fixed = end + SMEM_ALIGN_SLACK - stages * step
+    return max(0, (SMEM_LIMIT_BYTES - fixed) // step)
+
+
 def check_resources(program: Program) -> Outcome:
     """smem.capacity, smem.alignment, smem.disjoint, registers, roles.registers, gmma.n,
     gmma.m_tile, mma.major, mma.dtype, tma.box_extent, tma.box_inner_bytes, stages: closed-form
@@ -159,14 +194,7 @@ def check_resources(program: Program) -> Outcome:
         else:
             proofs.append(Proof(name, _inv(name), "arith", summary))
 
-    smem = [t for t in p.tensors if t.space == "smem"]
-    ends = [t.base_bytes + t.size_bytes for t in smem]
-    bar_regions = [(pp.name, pp.barrier_bytes, pp.barrier_bytes + 16 * pp.stages) for pp in p.pipelines]
-    sched = p.schedule
-    if sched is not None and sched.decomposition == "dynamic":
-        # the dynamic scheduler's int32 unit slots, one per Q stage (checked with the barriers)
-        bar_regions.append(("unit slots", sched.slot_bytes, sched.slot_bytes + 4 * x.pq.stages))
-    end = max(ends + [hi for _, _, hi in bar_regions])
+    smem, bar_regions, end = _smem_regions(program, x)
     total = end + SMEM_ALIGN_SLACK
     rule("smem.capacity", [f"the kernel asks for {total} bytes of dynamic shared memory (buffers and barriers end at "
                            f"{end}, + {SMEM_ALIGN_SLACK} to align the base) > {SMEM_LIMIT_BYTES} (227 KiB, sm_90)"]
@@ -307,12 +335,13 @@ def _touching(program: Program, name: str) -> list[tuple[str, int]]:
 # ------------------------------------------------------------------------------- data flow: tags
 
 
-def _local_image(program: Program, load: Any) -> dict[str, np.ndarray]:
+def _local_image(program: Program, load: Any, stage_cap: int | None = None) -> dict[str, np.ndarray]:
     """The buffer's per-element tile-local coordinates ``mn``, ``k`` (and ``stage``) as the load's
-    boxes write them (``advance`` left out: the engine adds the walk's blocks itself)."""
+    boxes write them (``advance`` left out: the engine adds the walk's blocks itself); the first
+    ``stage_cap`` stages when given."""
     from argus_cutlass.verify.absint import tag_image
 
-    img = tag_image(program, dataclasses.replace(load, advance="none"))
+    img = tag_image(program, dataclasses.replace(load, advance="none"), stage_cap)
     tag = program.tensor(load.src).tag
     f_mn, f_k = tag.fields[0], tag.fields[1]
     return {"mn": img.fields[f_mn], "k": img.fields[f_k], "stage": img.fields[load.stage_tag.fields[0]
@@ -349,7 +378,7 @@ def _tag_field(program: Program, load: Any, which: str) -> str:
     return fields[0] if which == "mn" else fields[1]
 
 
-def check_tags(program: Program) -> Outcome:
+def check_tags(program: Program, stage_cap: int | None = None) -> Outcome:
     """mma.k_agreement, mma.operand_identity (G1, FA3): every tag assertion at ``qk.gemm`` /
     ``pv.gemm``, evaluated at every slot of every consumer warpgroup, every stage, query blocks
     0 and 1 and kv blocks 0 and 1 (the tags are affine in the block indices, so two values of each
@@ -357,12 +386,19 @@ def check_tags(program: Program) -> Outcome:
     loads' ``block_mode``, ``advance`` and ``block_shift``; P carries S's (row, key) through the
     conversion's pairing (S's key is the key of the K element its slot read); ``slot.m`` is the
     query row the kernel computes (``m_block * tile_m + 64 w + row``), ``slot.n`` of ``qk`` the key
-    the kernel masks as that column (``n_block * tile_n + col``) and of ``pv`` the head-dim column."""
+    the kernel masks as that column (``n_block * tile_n + col``) and of ``pv`` the head-dim column.
+    ``stage_cap``: the first ``stage_cap`` stages of each pipeline only
+    (:func:`argus_cutlass.verify.absint.enumerated_stages`; the proof says so)."""
     x = parts(program)
     proofs: list[Proof] = []
     bad: list[Violation] = []
-    img = {n: _local_image(program, ld) for n, ld in (("q", x.lq), ("k", x.lk), ("v", x.lv))}
-    S = {"k": x.pk.stages, "v": x.pv_pipe.stages}
+    img = {n: _local_image(program, ld, stage_cap) for n, ld in (("q", x.lq), ("k", x.lk), ("v", x.lv))}
+
+    def upto(n: int) -> int:
+        return n if stage_cap is None else max(1, min(n, stage_cap))
+
+    S = {"k": upto(x.pk.stages), "v": upto(x.pv_pipe.stages), "q": upto(x.pq.stages)}
+    capped = (S["k"], S["v"], S["q"]) != (x.pk.stages, x.pv_pipe.stages, x.pq.stages)
     for a in program.assertions:
         if a.at not in ("qk.gemm", "pv.gemm"):
             bad.append(Violation(a.rule, a.invariant, f"tag assertion {a}: the attention engine evaluates assertions "
@@ -371,7 +407,7 @@ def check_tags(program: Program) -> Outcome:
         points = 0
         first = None
         for m_block, n_block in itertools.product((0, 1), (0, 1)):
-            stages = itertools.product(range(S["k"] if a.at == "qk.gemm" else S["v"]), range(x.pq.stages))
+            stages = itertools.product(range(S["k"] if a.at == "qk.gemm" else S["v"]), range(S["q"]))
             for s, sq in stages:  # the K (qk) or V (pv) stage, and the Q stage the tile's QK^T read
                 vals, shape = _values(program, x, img, a.at, m_block, n_block, s, sq)
                 lhs, rhs = _side(vals, a.lhs, shape), _side(vals, a.rhs, shape)
@@ -390,8 +426,10 @@ def check_tags(program: Program) -> Outcome:
             if first is not None:
                 break
         if first is None:
+            which = (f"the first {S['k']} K / {S['v']} V / {S['q']} Q stages of {x.pk.stages} / "
+                     f"{x.pv_pipe.stages} / {x.pq.stages}" if capped else "stages")
             proofs.append(Proof(a.rule, a.invariant, "enum", f"{a}: all {points} (warpgroup, row, column, k) slots "
-                                f"x stages x query blocks 0-1 x kv blocks 0-1", points))
+                                f"x {which} x query blocks 0-1 x kv blocks 0-1", points))
             continue
         kind, info = first
         if kind != "fail":
@@ -569,10 +607,11 @@ def check_bindings(program: Program) -> Outcome:
 # ---------------------------------------------------------------------------------------- descriptors
 
 
-def check_descriptors(program: Program) -> Outcome:
+def check_descriptors(program: Program, stage_cap: int | None = None) -> Outcome:
     """gmma.descriptor (G1): every wgmma descriptor the kernel forms for Q, K and V (the plan the
     template prints) decodes to the read view's byte address at every (stage, warpgroup, k-block,
-    slot) (:func:`argus_cutlass.verify.absint._descriptor_walk`)."""
+    slot) (:func:`argus_cutlass.verify.absint._descriptor_walk`); the first ``stage_cap`` stages
+    when given (:func:`argus_cutlass.verify.absint.enumerated_stages`)."""
     from argus_cutlass.layout.algebra import LayoutError
     from argus_cutlass.layout.gmma_desc import DescriptorError
     from argus_cutlass.verify.absint import _descriptor_walk
@@ -584,7 +623,7 @@ def check_descriptors(program: Program) -> Outcome:
     for read, mma, kblocks in ((x.rd_q, x.qk, x.D // 16), (x.rd_k, x.qk, x.D // 16),
                                (x.rd_v, x.pv, x.tile_n // 16)):
         try:
-            count, seen, mm = _descriptor_walk(program, read, mma.atoms_m, mma.reps_m, kblocks, mma.op)
+            count, seen, mm = _descriptor_walk(program, read, mma.atoms_m, mma.reps_m, kblocks, mma.op, stage_cap)
         except (DescriptorError, LayoutError) as exc:
             bad.append(Violation(rule, "G1", f"read {read.name!r}: no GMMA descriptor expresses the view: {exc}",
                                  "the MMA-side view must be a GMMA canonical layout", str(read.loc)))
@@ -596,8 +635,11 @@ def check_descriptors(program: Program) -> Outcome:
                                       f"byte {mm.hw} ({mm.desc})", stage=mm.stage, k_block=mm.k_block,
                                       slot={"mn": mm.mn, "k": mm.k}, params={"warpgroup": mm.wg})))
             continue
-        proofs.append(Proof(rule, "G1", "enum", f"{read.name}: {count} descriptors decode to the view at every slot",
-                            count))
+        t = program.tensor(read.src)
+        n_all = int(t.shape[2]) if len(t.shape) >= 3 else 1
+        which = "" if stage_cap is None or stage_cap >= n_all else f" of the first {stage_cap} of {n_all} stages"
+        proofs.append(Proof(rule, "G1", "enum", f"{read.name}: {count} descriptors decode to the view at every "
+                            f"slot{which}", count))
     return proofs, bad
 
 
@@ -1311,8 +1353,32 @@ OBLIGATIONS = {
                   "quad16 lane exchange), the LSE at its row, rows >= Lq masked",
     "pipeline.protocol": "Q, K, V pipelines: every read sees its own complete fill, no deadlock",
     "scheduler.bijection": "every (m_block, head, batch) tile computed once",
+    "scheduler.slot_release": "the dynamic scheduler's unit slot is read by every consumer thread before its stage's "
+                          "release (a per-warpgroup barrier between)",
     "tma.prefetch": "an L2 prefetch (if any) warms the walk's next Q through the Q load, writing nothing",
 }
+
+
+def _kv_stages(program: Program) -> int:
+    """The K / V pipelines' stage count (the deeper of the two)."""
+    x = parts(program)
+    return max(x.pk.stages, x.pv_pipe.stages)
+
+
+def _stage_cap(program: Program, notes: list[str]) -> int | None:
+    """The stage cap of the data-flow enumeration of a program that breaks ``smem.capacity``
+    (:func:`argus_cutlass.verify.absint.enumerated_stages` of :func:`stages_that_fit`), with a note
+    naming it; None (every stage) when that is all of them or the buffers cannot be measured."""
+    from argus_cutlass.verify.absint import enumerated_stages, stage_note
+
+    try:
+        stages, fit = _kv_stages(program), stages_that_fit(program)
+    except Exception:  # noqa: BLE001 - a malformed program: check_resources already reports it
+        return None
+    cap = enumerated_stages(stages, fit)
+    if cap is not None:
+        notes.append(stage_note(stages, cap, fit, "tma.image, the tag assertions and gmma.descriptor"))
+    return cap
 
 
 def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int | None = None) -> VerificationReport:
@@ -1323,11 +1389,18 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
         smt: run the SMT tier (mask and coverage for all lengths, pipeline states).
         smt_timeout_ms: per-query z3 timeout (default ``settings().smt_timeout_ms``).
 
+    A program that breaks ``smem.capacity`` cannot launch: its ``pipeline.protocol`` interleavings
+    (their states grow faster than the cube of the stage count: 14 s at 16 stages) are not
+    enumerated, and its TMA images, tag assertions and descriptors cover the first
+    ``max(2, stages that fit 227 KiB)`` stages (:func:`stages_that_fit`,
+    :func:`argus_cutlass.verify.absint.enumerated_stages`), each said in a note; a program that fits
+    is enumerated over every stage.
+
     Raises:
         argus_cutlass.errors.ToolchainError: ``smt`` is asked for and z3 is not installed.
     """
     from argus_cutlass.verify.absint import check_tma_image
-    from argus_cutlass.verify.barriers import check_named_barriers, check_turn_orders
+    from argus_cutlass.verify.barriers import check_named_barriers, check_slot_release, check_turn_orders
     from argus_cutlass.verify.fragments import check_fragments
     from argus_cutlass.verify.run import start
 
@@ -1348,11 +1421,13 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
     _, res_bad = run.add("arith", "smem.capacity", check_resources, program)
     shapes_ok = not any(v.rule in ("gmma.n", "gmma.m_tile", "mma.major", "tma.box_extent", "smem.alignment")
                         for v in res_bad)
-    run.add("enum", "tma.image", check_tma_image, program)
+    fits = not any(v.rule == "smem.capacity" for v in res_bad)
+    cap = None if fits else _stage_cap(program, notes)
+    run.add("enum", "tma.image", check_tma_image, program, cap)
     run.add("arith", "mma.operand_identity", check_bindings, program)
     if shapes_ok:
-        run.add("enum", "gmma.descriptor", check_descriptors, program)
-        run.add("enum", "mma.k_agreement", check_tags, program)
+        run.add("enum", "gmma.descriptor", check_descriptors, program, cap)
+        run.add("enum", "mma.k_agreement", check_tags, program, cap)
         run.add("enum", "fragment.convert", check_fragments, program)
     else:
         notes.append("descriptor, tag and fragment checks not run: shape rules failed")
@@ -1361,8 +1436,13 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
     run.add("enum", "softmax.online", check_softmax, program)
     run.add("enum", "output.row", check_output, program)
     run.add("arith", "pipeline.arrivals", check_pipelines, program)
-    run.add("enum", "pipeline.protocol", check_protocol, program)
+    if fits:
+        run.add("enum", "pipeline.protocol", check_protocol, program)
+    else:
+        notes.append(f"pipeline.protocol not enumerated: the program's {_kv_stages(program)}-stage K / V pipelines do "
+                     "not fit shared memory (smem.capacity), so it cannot launch")
     run.add("enum", "scheduler.bijection", check_schedule, program)
+    run.add("arith", "scheduler.slot_release", check_slot_release, program)
     run.add("arith", "tma.prefetch", check_prefetch, program)
     run.add("arith", "barrier.named", check_named_barriers, program)
     run.add("arith", "barrier.named", check_barrier_extras, program)

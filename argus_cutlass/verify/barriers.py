@@ -484,3 +484,65 @@ def _explore(program: Any, order: Any, points: tuple, rows: tuple, have: dict, t
                 parent[nxt] = (st, step)
                 queue.append(nxt)
     return len(parent), None
+
+
+# ------------------------------------------------------------------------------ unit-slot handoff
+
+RULE_SLOT = "scheduler.slot_release"
+
+
+def check_slot_release(program: Any) -> Outcome:
+    """``scheduler.slot_release`` (attention FA8): the dynamic scheduler's unit slot is read by every
+    consumer thread and the Q stage holding it is released by one thread per warpgroup; the producer
+    writes the next unit into the slot once every warpgroup released. So every thread of a warpgroup
+    must have read the slot before its warpgroup's release: the schedule's ``slot_sync`` names a
+    128-thread named barrier per consumer warpgroup (``<slot_sync>.<g>``, ``bar.sync``) between the read
+    and the release. Without it nothing orders the other warps' reads (nor the other lanes of the
+    releasing warp: CUDA C++ Programming Guide, independent thread scheduling; PTX ISA 8.5 memory
+    consistency model: ``mbarrier.arrive`` releases only its own thread's prior accesses) before the
+    release, and a lagging warp can read the next unit: it computes, or stores, another tile.
+    compute-sanitizer racecheck reported exactly that WAR hazard on the kernel without the sync
+    (bench/RESULTS.md session 36). A static schedule has no slot: proved trivially."""
+    return _safe(RULE_SLOT, "FA8", _check_slot_release, program)
+
+
+def _check_slot_release(program: Any) -> Outcome:
+    sch = program.schedule
+    if sch is None or sch.decomposition != "dynamic":
+        return [Proof(RULE_SLOT, "FA8", "arith", "no unit slots (static schedule)", 0)], []
+    consumers = [r for r in program.roles if r.kind == "consumer"]
+    wgs = len(tuple(consumers[0].warpgroups)) if consumers else 0
+    have = {b.name: b for b in program.barriers}
+    msgs = []
+    if not sch.slot_sync:
+        msgs.append((0, "no barrier between the consumers' read of the unit slot and the stage's one-thread release "
+                        "(slot_sync empty)"))
+    else:
+        for g in range(wgs):
+            b = have.get(f"{sch.slot_sync}.{g}")
+            if b is None:
+                msgs.append((g, f"slot_sync {sch.slot_sync!r}: consumer warpgroup {g} has no barrier "
+                                f"'{sch.slot_sync}.{g}'"))
+            elif b.threads != GROUP_THREADS:
+                msgs.append((g, f"slot_sync barrier '{b.name}' counts {b.threads} threads, not warpgroup {g}'s "
+                                f"{GROUP_THREADS}: {'its bar.sync never completes' if b.threads > GROUP_THREADS else 'the sync does not wait for every warp of the warpgroup'}"))
+    if not msgs:
+        return [Proof(RULE_SLOT, "FA8", "arith", f"unit slot read by all {GROUP_THREADS} threads of each of {wgs} "
+                      f"consumer warpgroups before its release (bar.sync on '{sch.slot_sync}.<g>')", wgs)], []
+    out = []
+    for g, m in msgs:
+        first = _group_thread(program, g)
+        late = dict(first, threadIdx=first["threadIdx"] + GROUP_THREADS - 1, warp=first["warp"] + 3, lane=31)
+        trace = (f"thread {first['threadIdx']} (warpgroup {g}, warp {first['warp']}, lane 0) reads unit slot 0 = u",
+                 f"thread {first['threadIdx']} arrives on Q's empty barrier of stage 0 (the warpgroup's release)",
+                 "the other warpgroups release; the producer's wait on stage 0's empty barrier completes",
+                 "producer thread 0 writes unit slot 0 = u' (the next unit, or -1) and signals stage 0 full",
+                 f"thread {late['threadIdx']} (warp {late['warp']}, lane 31) reads unit slot 0 = u': it works on unit "
+                 "u' while its warpgroup works on u")
+        cex = _cex("FA8", RULE_SLOT, "arith", "consumer: unit_slot[stage] read -> release(q_empty[stage])",
+                   str(sch.loc), "every consumer thread reads unit u before its warpgroup releases the stage",
+                   f"thread {late['threadIdx']} may read the producer's next unit u' (no barrier orders its read "
+                   "before the release)", thread=late, params={"stage": 0, "slot_bytes": sch.slot_bytes}, trace=trace)
+        out.append(Violation(RULE_SLOT, "FA8", m, "tile_schedule(slot_sync='wg'): each consumer warpgroup bar.syncs "
+                             "on its own 128-thread barrier after reading the slot", str(sch.loc), cex))
+    return [], out

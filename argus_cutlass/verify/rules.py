@@ -87,10 +87,27 @@ def check_smem_capacity(program: Program) -> Outcome:
     if total <= SMEM_LIMIT_BYTES:
         return _ok(rule, f"{total} <= {SMEM_LIMIT_BYTES} bytes ({stages} stages; kSmemBytes = barrier_bytes "
                          f"{program.pipeline.barrier_bytes} + {sb.barriers} + {sb.align})")
-    fixed = total - stages * (per_stage + 16)
-    fit = max(0, (SMEM_LIMIT_BYTES - fixed) // (per_stage + 16)) if per_stage else 0
+    fit = stages_that_fit(program)
     return _bad(rule, [f"{text} > {SMEM_LIMIT_BYTES} bytes (sm_90 limit)"],
-                f"at most {fit} stages fit this tile; lower stages or tile_k", str(program.pipeline.loc))
+                f"at most {fit} stages fit this tile; lower stages or tile_k" if fit else
+                "not one stage of this tile fits; a smaller tile (tile_m, tile_n, tile_k) or epilogue tile",
+                str(program.pipeline.loc))
+
+
+def stages_that_fit(program: Program) -> int:
+    """The deepest mainloop pipeline of ``program``'s buffers that fits rule ``smem.capacity``:
+    the largest ``n`` with ``kSmemBytes(n) <= 232448``, where one more stage costs its buffers'
+    stage bytes and its two 8-byte mbarriers and everything else (the epilogue's staging, the
+    padding, the 1 KiB base alignment) stays (``templates/gemm/traits.j2``; CUDA C++ Programming
+    Guide, compute capability 9.0: 227 KiB per block). 0 when not even one stage fits (or the
+    pipeline names no buffer). The hint of ``smem.capacity``, and the stage cap of the data-flow
+    enumeration of a program that does not fit (:func:`argus_cutlass.verify.absint.enumerated_stages`)."""
+    sb = smem_breakdown(program)
+    if not sb.per_stage:
+        return 0
+    step = sb.per_stage + 2 * 8
+    fixed = smem_total_bytes(program) - sb.stages * step
+    return max(0, (SMEM_LIMIT_BYTES - fixed) // step)
 
 
 def _touching(program: Program, name: str) -> list[tuple[str, int]]:

@@ -234,8 +234,11 @@ def build_program(cfg: AttentionConfig, problem: Any = None) -> Program:
         next_id += 1
     # the dynamic scheduler's unit slots (one int32 per Q stage) follow the mbarriers
     slot_bytes = _align(bar_offset, 16) if c.dynamic_scheduler else -1
+    # each consumer warpgroup syncs on its own barrier ("wg.<g>") after reading a unit slot, before the stage's
+    # one-thread release lets the producer write the next unit there (rule scheduler.slot_release)
     b.tile_schedule(raster="along_m", swizzle=1, decomposition="dynamic" if c.dynamic_scheduler else "persistent",
-                    longest_first=c.walk_longest_first, slot_bytes=slot_bytes)
+                    longest_first=c.walk_longest_first, slot_bytes=slot_bytes,
+                    slot_sync="wg" if c.dynamic_scheduler else "")
 
     # ---- tag assertions at the MMA slots
     b.assert_tags_of("attention")   # QK: d agrees, rows q, columns key; PV: key agrees, rows q, columns d
