@@ -21,8 +21,10 @@ way; a default-timed entry (from CUDA graphs) replaces one timed otherwise (:met
 Lookups (:func:`lookup_config`, :func:`lookup_attention_config`, :func:`lookup_moe_config`) try:
 user store -> entries shipped in ``agent/tuned_h200.json`` for the exact GPU name, then the same two
 for another GPU of the same architecture (:func:`gpu_arch`: an H100 uses an H200 entry, and says so),
-then the family's untuned rule (GEMM: the cost model's first choice unless ``ARGUS_GEMM_UNTUNED=heuristic``
-or the problem needs aligned staging; attention and MoE: the heuristic). A stored config is re-checked by the family's feasibility function
+then, for a bf16 / fp16 problem, the same for the problem's key in the other 2-byte type (its configuration
+run in the problem's type, :class:`_Sibling`), then the family's untuned rule (GEMM: the cost model's first
+choice unless ``ARGUS_GEMM_UNTUNED=heuristic`` or the problem needs aligned staging; attention and MoE: the
+heuristic). A stored config is re-checked by the family's feasibility function
 before it is returned; one that no longer parses, has other dtypes or is refused is skipped. The
 result is a :class:`Lookup`: ``(config, source)`` plus a line saying which key was found or missed.
 """
@@ -372,10 +374,11 @@ class Lookup:
         detail: one line for people: the key found; or the key that missed and why (no entry, with
             the shipped table's coverage and the nearest entry; an entry refused by the verifier's
             rules; a stale entry; a dtype/layout mismatch); and an entry of another GPU of the same
-            architecture, when that is what was used.
+            architecture, or of the other 2-byte type (bf16 / fp16), when that is what was used.
         key: the problem's key on this GPU (None for ``forced``).
         entry_key: the key of the entry used (None for ``heuristic`` / ``forced``); its GPU field
-            differs from ``key``'s when the same-architecture rule applied.
+            differs from ``key``'s when the same-architecture rule applied, its dtype when the sibling-dtype
+            rule did (:class:`_Sibling`).
         entry_shape: the (M, N, K) the GEMM entry used was measured at (a bucket may hold several; None
             for other families and without an entry).
     """
@@ -494,20 +497,14 @@ def _miss_text(key: str, tables: list[tuple[str, list[tuple[str, dict[str, Any]]
     return f"no entry for key {key!r} ({'; '.join(parts)})"
 
 
-def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any, str]], fallback: Any,
-            store: ExperienceStore, nearness: Callable[[dict[str, Any]], float] | None = None,
-            found_note: Callable[[dict[str, Any]], str] | None = None) -> Lookup:
-    """The first usable entry for ``key``: exact GPU (user store, then shipped), then another GPU of the
-    same architecture (:func:`gpu_arch`; user store, then shipped; GPU names in sorted order), else
-    ``fallback`` (source ``heuristic``; a callable is called only then and returns ``(config, source,
-    note)``). ``usable(entry)`` is ``(config, "")`` or ``(None, why)``. Several entries of one key (GEMM:
-    measured at several shapes of the bucket, in either table) are tried nearest first by
-    ``nearness(entry)``, the user's store first among equally near ones: an entry measured at the
-    problem's own shape wins over one measured elsewhere in the bucket, whichever table holds it.
-    ``found_note(entry)`` is added to the detail of the entry taken."""
+def _find(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any, str]],
+          tables: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
+          nearness: Callable[[dict[str, Any]], float] | None = None,
+          found_note: Callable[[dict[str, Any]], str] | None = None) -> tuple[Lookup | None, list[str]]:
+    """:func:`_lookup`'s search of one key in ``tables`` (:func:`_tables`): ``(lookup, notes)``, the lookup
+    None when no entry of ``key`` is usable, ``notes`` the entries skipped on the way (each with why)."""
     gpu, _, rest = key.partition("|")
     arch = gpu_arch(gpu)
-    tables = _tables(store)
     notes: list[str] = []
     passes: list[tuple[str, Callable[[str], bool]]] = [("exact", lambda g: g == gpu)]
     if arch is not None:
@@ -533,9 +530,107 @@ def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any,
                         f"{_WHERE[source]}{found_note(e) if found_note else ''}: tuned on {g}, "
                         f"used on {gpu} (same {arch}); re-tune for this GPU with {_RETUNE[family]}")
             return Lookup(cfg, source, "; ".join([*notes, text]), key, k,
-                          measured_shape(e) if family == "gemm" else None)
+                          measured_shape(e) if family == "gemm" else None), notes
+    return None, notes
+
+
+#: the other 2-byte input type of the lookups' sibling-dtype rule (:class:`_Sibling`)
+_SIBLING_DTYPE = {"bf16": "fp16", "fp16": "bf16"}
+
+
+@dataclass(frozen=True)
+class _Sibling:
+    """The same problem in the other 2-byte input type (bf16 <-> fp16), whose entry a problem without a
+    usable one of its own runs (:func:`_lookup`, all three families): Hopper's wgmma has the same rate and
+    the same shared-memory layouts for both (PTX ISA 9.7.15, wgmma.mma_async: .f16 and .bf16 share every
+    shape), so only the element type printed differs. The entry's configuration is checked by the family's
+    own check for the problem, its types replaced by the problem's (the verifier runs in the type the kernel
+    is built in).
+
+    Attributes:
+        key: the sibling problem's key (the problem's key, its type fields the sibling's).
+        types: config field -> (the sibling's type, the problem's): ``dtype``, and GEMM's ``out_dtype``.
+        tune: the end of the detail, after ``not measured in <dtype>: ``: how to measure the problem itself.
+        explain: name the entries skipped on the way (the problem's own key's, the sibling's: refused in
+            the problem's type, stale) in the detail. False: GEMM's wording of the rule, as it was before
+            the rule covered attention and MoE (a hit says only "no entry for key"; a miss does not name
+            the sibling's entries).
+    """
+
+    key: str
+    types: dict[str, tuple[str, str]]
+    tune: str
+    explain: bool = True
+
+    @classmethod
+    def of(cls, key: str, dtype: str, tune: str) -> _Sibling | None:
+        """The sibling of an attention or MoE problem of ``key`` and element type ``dtype`` (its key's
+        ``dtype`` field swapped, :data:`KEY_FIELDS`), or None for a type without one."""
+        other = _SIBLING_DTYPE.get(dtype)
+        if other is None:
+            return None
+        parts = key.split("|")
+        parts[KEY_FIELDS[parts[1]].index("dtype")] = other
+        return cls("|".join(parts), {"dtype": (other, dtype)}, tune)
+
+    def usable_as(self, usable: Callable[[dict[str, Any]], tuple[Any, str]]
+                  ) -> Callable[[dict[str, Any]], tuple[Any, str]]:
+        """``usable`` (the family's check for the problem) of a sibling entry, its configuration's types
+        replaced by the problem's: verified once, in those types."""
+        theirs = "->".join(t for t, _ in self.types.values())
+        mine = "->".join(t for _, t in self.types.values())
+
+        def check(e: dict[str, Any]) -> tuple[Any, str]:
+            c = e.get("config")
+            if not isinstance(c, dict) or any(c.get(f) != t for f, (t, _) in self.types.items()):
+                return None, f"its config is not {theirs}"
+            cfg, why = usable({**e, "config": {**c, **{f: t for f, (_, t) in self.types.items()}}})
+            return cfg, (f"run as {mine}, {why}" if cfg is None else "")
+
+        return check
+
+    def taken(self, key: str, other: Lookup, skipped: list[str],
+              found_note: Callable[[dict[str, Any]], str] | None) -> Lookup:
+        """The lookup of a problem of ``key`` that runs the sibling's entry ``other`` found (``skipped``: the
+        entries skipped before it, named when :attr:`explain`)."""
+        sib, mine = self.types["dtype"]
+        gpu, entry_gpu = key.partition("|")[0], str(other.entry_key).partition("|")[0]
+        shape = found_note({"shape": list(other.entry_shape)}) if found_note and other.entry_shape else ""
+        where = _WHERE[other.source] + shape + (f", tuned on {entry_gpu}" if entry_gpu != gpu else "")
+        notes = skipped if self.explain else []
+        text = (f"{'no usable' if notes else 'no'} entry for key {key!r}; using the {sib} entry "
+                f"{other.entry_key!r} of {where}: {sib} and {mine} are both 2-byte types with the same "
+                f"tensor-core rate, so its configuration runs as {mine}; not measured in {mine}: {self.tune}")
+        return Lookup(other.config, other.source, "; ".join([*notes, text]), key, other.entry_key,
+                      other.entry_shape)
+
+
+def _lookup(key: str, family: str, usable: Callable[[dict[str, Any]], tuple[Any, str]], fallback: Any,
+            store: ExperienceStore, nearness: Callable[[dict[str, Any]], float] | None = None,
+            found_note: Callable[[dict[str, Any]], str] | None = None,
+            sibling: _Sibling | None = None) -> Lookup:
+    """The first usable entry for ``key``: exact GPU (user store, then shipped), then another GPU of the
+    same architecture (:func:`gpu_arch`; user store, then shipped; GPU names in sorted order); then the
+    same for the ``sibling`` key (the problem in the other 2-byte type, :class:`_Sibling`), its
+    configuration run in the problem's type; else ``fallback`` (source ``heuristic``; a callable is called
+    only then and returns ``(config, source, note)``). ``usable(entry)`` is ``(config, "")`` or ``(None,
+    why)``. Several entries of one key (GEMM: measured at several shapes of the bucket, in either table) are
+    tried nearest first by ``nearness(entry)``, the user's store first among equally near ones: an entry
+    measured at the problem's own shape wins over one measured elsewhere in the bucket, whichever table
+    holds it. ``found_note(entry)`` is added to the detail of the entry taken."""
+    tables = _tables(store)
+    found, notes = _find(key, family, usable, tables, nearness, found_note)
+    if found is not None:
+        return found
+    later: list[str] = []
+    if sibling is not None:
+        other, skipped = _find(sibling.key, family, sibling.usable_as(usable), tables, nearness, found_note)
+        if other is not None:
+            return sibling.taken(key, other, notes + skipped, found_note)
+        later = skipped if sibling.explain else []
     if not notes:
         notes.append(_miss_text(key, tables))
+    notes += later
     source = "heuristic"
     if callable(fallback):
         fallback, source, note = fallback()
@@ -650,34 +745,14 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
             return ""
         return f" (measured at {'x'.join(str(x) for x in shape)}, the nearest shape of the bucket)"
 
-    store = store or ExperienceStore()
-    key = entry_key(gpu, kernel, problem)
-    found = _lookup(key, kernel, lambda e: _usable(e, problem), None, store, nearness, found_note)
-    if found.config is not None:
-        return found
     sib = _sibling_problem(problem)
-    if sib is not None:
-        def usable_as(e: dict[str, Any]) -> tuple[GemmConfig | None, str]:
-            """The sibling entry's configuration in the problem's types, verified once, in those types."""
-            c = e.get("config")
-            if not isinstance(c, dict) or (c.get("dtype"), c.get("out_dtype")) != (sib.dtype, sib.out_dtype):
-                return None, f"its config is not {sib.dtype}->{sib.out_dtype}"
-            return _usable({**e, "config": {**c, "dtype": dtype, "out_dtype": out_dtype}}, problem)
-
-        other = _lookup(entry_key(gpu, kernel, sib), kernel, usable_as, None, store, nearness, found_note)
-        if other.config is not None:
-            entry_gpu = other.entry_key.partition("|")[0]
-            where = (_WHERE[other.source] + (found_note({"shape": list(other.entry_shape)}) if other.entry_shape else "")
-                     + (f", tuned on {entry_gpu}" if entry_gpu != gpu else ""))
-            tune = (f"argus-cutlass tune gemm --m {m} --n {n} --k {k} --dtype {dtype}"
-                    + (f" --out-dtype {out_dtype}" if out_dtype != dtype else "") + f" --layout {layout}")
-            return Lookup(other.config, other.source,
-                          f"no entry for key {key!r}; using the {sib.dtype} entry {other.entry_key!r} of {where}: "
-                          f"{sib.dtype} and {dtype} are both 2-byte types with the same tensor-core rate, so its "
-                          f"configuration runs as {dtype}; not measured in {dtype}: tune with `{tune}`",
-                          key, other.entry_key, other.entry_shape)
-    cfg, source, note = fallback()
-    return Lookup(cfg, source, "; ".join(x for x in (found.detail, note) if x), key, None)
+    tune = (f"argus-cutlass tune gemm --m {m} --n {n} --k {k} --dtype {dtype}"
+            + (f" --out-dtype {out_dtype}" if out_dtype != dtype else "") + f" --layout {layout}")
+    sibling = None if sib is None else _Sibling(
+        entry_key(gpu, kernel, sib), {"dtype": (sib.dtype, dtype), "out_dtype": (sib.out_dtype, out_dtype)},
+        f"tune with `{tune}`", explain=False)
+    return _lookup(entry_key(gpu, kernel, problem), kernel, lambda e: _usable(e, problem), fallback,
+                   store or ExperienceStore(), nearness, found_note, sibling)
 
 
 def measured_shape(entry: dict[str, Any]) -> tuple[int, int, int] | None:
@@ -697,11 +772,10 @@ def measured_shape(entry: dict[str, Any]) -> tuple[int, int, int] | None:
 
 
 def _sibling_problem(problem: Problem) -> Problem | None:
-    """The same problem in the other 2-byte input type (bf16 <-> fp16; a 2-byte output follows the input,
-    an fp32 output stays), whose tuned entry a GEMM without one of its own may run: Hopper's wgmma has the
-    same rate and the same shared-memory layouts for both (PTX ISA 9.7.15, wgmma.mma_async: .f16 and .bf16
-    share every shape), so only the element type printed differs. None for other types."""
-    other = {"bf16": "fp16", "fp16": "bf16"}.get(problem.dtype)
+    """The same GEMM problem in the other 2-byte input type (bf16 <-> fp16; a 2-byte output follows the input,
+    an fp32 output stays), whose tuned entry a GEMM without one of its own may run (:class:`_Sibling`, which
+    says why). None for other types."""
+    other = _SIBLING_DTYPE.get(problem.dtype)
     if other is None:
         return None
     out = other if problem.out_dtype == problem.dtype else problem.out_dtype
@@ -757,7 +831,23 @@ def lookup_attention_config(problem: Any, *, heuristic: bool = False, gpu: str |
     ``"shipped"`` (``agent/tuned_h200.json``), ``"heuristic"``
     (:func:`argus_cutlass.kernels.attention.heuristics.default_config`: FA3's tile per head dim) or
     ``"forced"`` (``heuristic=True``), and the detail of which key was found or missed. An exact GPU
-    first, then another GPU of the same architecture (:func:`gpu_arch`).
+    first, then another GPU of the same architecture (:func:`gpu_arch`). No usable entry of its own for a
+    bf16 / fp16 problem: the entry of the same key in the other 2-byte type (:class:`_Sibling`), its
+    configuration run (and checked by the verifier's resource rules) in the problem's type, the detail naming
+    both keys; the shipped table holds bf16 entries only, so an fp16 problem of a shipped bucket runs one.
+
+    >>> from argus_cutlass.kernels.attention.problem import AttentionProblem
+    >>> none = ExperienceStore("/nonexistent/x.json")
+    >>> lk = lookup_attention_config(AttentionProblem(8, 16, 16, 2048, 2048, 128, "fp16", causal=True),
+    ...                              gpu="NVIDIA H200", store=none)
+    >>> lk.source, lk.config.dtype, lk.entry_key
+    ('shipped', 'fp16', 'NVIDIA H200|attention|bf16|d128|causal|fixed|s2048')
+    >>> print(lk.detail)  # doctest: +NORMALIZE_WHITESPACE
+    no entry for key 'NVIDIA H200|attention|fp16|d128|causal|fixed|s2048'; using the bf16 entry
+    'NVIDIA H200|attention|bf16|d128|causal|fixed|s2048' of the shipped table (agent/tuned_h200.json):
+    bf16 and fp16 are both 2-byte types with the same tensor-core rate, so its configuration runs as fp16;
+    not measured in fp16: tune with `argus-cutlass tune attention --batch 8 --heads 16 --seqlen-q 2048
+    --head-dim 128 --causal --dtype fp16`
 
     Raises:
         ConfigError: ``attention.head_dim`` for a head dim the family does not build.
@@ -769,8 +859,29 @@ def lookup_attention_config(problem: Any, *, heuristic: bool = False, gpu: str |
     if heuristic:
         return Lookup.forced(fallback)
     gpu = gpu or gpu_name() or DEFAULT_GPU
-    return _lookup(attention_key(gpu, p), "attention", lambda e: _usable_attention(e, p), fallback,
-                   store or ExperienceStore())
+    key = attention_key(gpu, p)
+    return _lookup(key, "attention", lambda e: _usable_attention(e, p), fallback, store or ExperienceStore(),
+                   sibling=_Sibling.of(key, p.dtype, _attention_tune(p)))
+
+
+def _attention_tune(p: Any) -> str:
+    """How to measure the attention problem ``p`` in its own type (the end of a sibling entry's detail,
+    :class:`_Sibling`): the ``tune attention`` command of its sizes, or for a varlen problem (the command
+    measures fixed lengths) the API's record.
+
+    >>> from argus_cutlass.kernels.attention.problem import AttentionProblem
+    >>> print(_attention_tune(AttentionProblem(2, 16, 4, 1, 3000, 128, "fp16", causal=True)))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    tune with `argus-cutlass tune attention --batch 2 --heads 16 --kv-heads 4 --seqlen-q 1 --seqlen-k 3000
+    --head-dim 128 --causal --dtype fp16`
+    """
+    if p.varlen:
+        return ("`argus-cutlass tune attention` measures fixed lengths only; record a varlen measurement "
+                "with argus_cutlass.agent.store.record_attention_best")
+    return (f"tune with `argus-cutlass tune attention --batch {p.batch} --heads {p.heads}"
+            + (f" --kv-heads {p.kv_heads}" if p.kv_heads != p.heads else "") + f" --seqlen-q {p.seqlen_q}"
+            + (f" --seqlen-k {p.seqlen_k}" if p.seqlen_k != p.seqlen_q else "")
+            + f" --head-dim {p.head_dim}{' --causal' if p.causal else ''} --dtype {p.dtype}`")
 
 
 def record_attention_best(problem: Any, cfg: Any, ms: float, cudnn_ms: float | None = None, *,
@@ -860,7 +971,9 @@ def lookup_moe_config(problem: Any, *, heuristic: bool = False, gpu: str | None 
     (``heuristic=True``). The order is GEMM's: user store, then shipped, an exact GPU first, then
     another GPU of the same architecture. An entry is used only when its configuration parses (a stale
     one is skipped, said in the detail), has the problem's dtype and its layer verifies for the problem
-    (:func:`argus_cutlass.kernels.moe.space.feasible`).
+    (:func:`argus_cutlass.kernels.moe.space.feasible`). No usable entry of its own for a bf16 / fp16 layer:
+    the entry of the same key in the other 2-byte type (:class:`_Sibling`), its configuration run as the
+    problem's type, used when that layer verifies, the detail naming both keys.
 
     >>> from argus_cutlass.kernels.moe.problem import MoEProblem
     >>> none = ExperienceStore("/nonexistent/x.json")
@@ -869,6 +982,15 @@ def lookup_moe_config(problem: Any, *, heuristic: bool = False, gpu: str | None 
     ('heuristic', 64)
     >>> lookup_moe_config(MoEProblem.for_model("mixtral", 16), gpu="NVIDIA H200", store=none).source   # a bench cell
     'shipped'
+    >>> fp16 = MoEProblem.for_model("mixtral", 16, dtype="fp16")
+    >>> lk = lookup_moe_config(fp16, gpu="NVIDIA H200", store=none)
+    >>> lk.source, lk.config.dtype, lk.entry_key   # the bf16 cell's entry, run as fp16
+    ('shipped', 'fp16', 'NVIDIA H200|moe|bf16|e8k2h4096i14336|t16')
+    >>> print(lk.detail)  # doctest: +NORMALIZE_WHITESPACE
+    no entry for key 'NVIDIA H200|moe|fp16|e8k2h4096i14336|t16'; using the bf16 entry
+    'NVIDIA H200|moe|bf16|e8k2h4096i14336|t16' of the shipped table (agent/tuned_h200.json): bf16 and fp16 are
+    both 2-byte types with the same tensor-core rate, so its configuration runs as fp16; not measured in fp16:
+    tune with `argus-cutlass tune moe --tokens 16 --experts 8 --topk 2 --hidden 4096 --ffn 14336 --dtype fp16`
     """
     from argus_cutlass.kernels.moe.heuristics import default_config
 
@@ -876,8 +998,12 @@ def lookup_moe_config(problem: Any, *, heuristic: bool = False, gpu: str | None 
     if heuristic:
         return Lookup.forced(fallback)
     gpu = gpu or gpu_name() or DEFAULT_GPU
-    return _lookup(moe_key(gpu, problem), "moe", lambda e: _usable_moe(e, problem), fallback,
-                   store or ExperienceStore())
+    p = problem
+    key = moe_key(gpu, p)
+    tune = (f"tune with `argus-cutlass tune moe --tokens {p.tokens} --experts {p.experts} --topk {p.topk} "
+            f"--hidden {p.hidden} --ffn {p.ffn} --dtype {p.dtype}`")
+    return _lookup(key, "moe", lambda e: _usable_moe(e, p), fallback, store or ExperienceStore(),
+                   sibling=_Sibling.of(key, p.dtype, tune))
 
 
 def record_moe_best(problem: Any, cfg: Any, ms: float, grouped_mm_ms: float | None = None, *,

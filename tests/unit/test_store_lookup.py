@@ -237,8 +237,8 @@ def test_moe_entry_recorded_is_used_for_its_bucket(st):
     assert (lk.config, lk.source) == (tuned, "store")
     assert lk.detail == "key 'NVIDIA H200|moe|bf16|e128k8h2048i768|t128' found in your experience store"
     assert lookup_moe_config(MoEProblem(129, 128, 8, 2048, 768), gpu=H200, store=st).source == "heuristic"
-    fp16 = MoEProblem(100, 128, 8, 2048, 768, "fp16")
-    assert lookup_moe_config(fp16, gpu=H200, store=st).source == "heuristic"
+    fp16 = MoEProblem(100, 128, 8, 2048, 768, "fp16")   # no fp16 entry: the bf16 one, run as fp16 (below)
+    assert lookup_moe_config(fp16, gpu=H200, store=st)[:2] == (tuned.replace(dtype="fp16"), "store")
     lk = lookup_moe_config(MOE, gpu=H100, store=st)  # an H200 entry on an H100
     assert lk.source == "store"
     assert "tuned on NVIDIA H200, used on NVIDIA H100 80GB HBM3 (same sm_90)" in lk.detail
@@ -399,3 +399,191 @@ def test_the_entry_measured_nearest_wins_whichever_table_holds_it(st, monkeypatc
     assert (pick[4096].source, pick[4096].config) == ("store", mine)
     assert pick[3100].config == ship_3000 and "measured at 3000x4096x4096" in pick[3100].detail
     assert (pick[3900].source, pick[3900].config) == ("store", mine)
+
+
+# ---- the sibling dtype rule for MoE and attention ---------------------------------------------------
+#
+# bf16 and fp16 share wgmma's rate and shared-memory layouts: a problem with no usable entry of its own
+# runs the entry of its key in the other 2-byte type, its configuration's dtype replaced and checked for
+# the problem in the problem's dtype (as GEMM's test above).
+
+#: an attention bucket of the shipped table (bf16 d128 causal s2048), in fp16
+ATTN16 = dict(batch=8, heads=16, kv_heads=16, seqlen_q=2048, seqlen_k=2048, head_dim=128, dtype="fp16",
+              causal=True)
+SIBLING_TEXT = ("bf16 and fp16 are both 2-byte types with the same tensor-core rate, so its configuration "
+                "runs as fp16; not measured in fp16: tune with `")
+SHIPPED_TABLE = "the shipped table (agent/tuned_h200.json)"
+
+
+def _attn(**changes):
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+
+    return AttentionProblem(**{**ATTN16, **changes})
+
+
+def test_an_fp16_moe_bench_cell_runs_the_bf16_shipped_entry(tmp_path):
+    none = ExperienceStore(tmp_path / "none.json")
+    bf = lookup_moe_config(MoEProblem.for_model("mixtral", 16), gpu=H200, store=none)
+    fp = lookup_moe_config(MoEProblem.for_model("mixtral", 16, dtype="fp16"), gpu=H200, store=none)
+    assert bf.source == fp.source == "shipped" and bf.config.dtype == "bf16"   # bf16 unchanged
+    assert bf.detail == f"key 'NVIDIA H200|moe|bf16|e8k2h4096i14336|t16' found in {SHIPPED_TABLE}"
+    assert fp.config == bf.config.replace(dtype="fp16") and fp.entry_key == bf.entry_key == bf.key
+    assert fp.key == "NVIDIA H200|moe|fp16|e8k2h4096i14336|t16"
+    assert fp.detail == (
+        "no entry for key 'NVIDIA H200|moe|fp16|e8k2h4096i14336|t16'; using the bf16 entry "
+        f"'NVIDIA H200|moe|bf16|e8k2h4096i14336|t16' of {SHIPPED_TABLE}: {SIBLING_TEXT}"
+        "argus-cutlass tune moe --tokens 16 --experts 8 --topk 2 --hidden 4096 --ffn 14336 --dtype fp16`")
+
+
+def test_an_fp16_attention_problem_runs_the_bf16_shipped_entry_of_its_bucket(tmp_path):
+    from argus_cutlass.agent.store import attention_key, lookup_attention_config
+
+    none = ExperienceStore(tmp_path / "none.json")
+    bf = lookup_attention_config(_attn(dtype="bf16"), gpu=H200, store=none)
+    fp = lookup_attention_config(_attn(), gpu=H200, store=none)
+    assert bf.source == fp.source == "shipped" and bf.config.dtype == "bf16" and bf.detail.startswith("key ")
+    assert fp.config == bf.config.replace(dtype="fp16") and fp.entry_key == bf.key
+    assert fp.detail == (
+        f"no entry for key {attention_key(H200, _attn())!r}; using the bf16 entry {bf.key!r} of "
+        f"{SHIPPED_TABLE}: {SIBLING_TEXT}argus-cutlass tune attention --batch 8 --heads 16 --seqlen-q 2048 "
+        "--head-dim 128 --causal --dtype fp16`")
+    h100 = lookup_attention_config(_attn(), gpu=H100, store=none)   # the same-arch pass, then the sibling
+    assert h100.source == "shipped" and h100.entry_key == bf.key
+    assert f"of {SHIPPED_TABLE}, tuned on NVIDIA H200: bf16 and fp16" in h100.detail
+    # a bucket no bf16 entry covers (head dim 96): the heuristic, today's detail
+    d96 = lookup_attention_config(_attn(head_dim=96), gpu=H200, store=none)
+    assert d96.source == "heuristic" and d96.entry_key is None
+    assert d96.detail == (
+        "no entry for key 'NVIDIA H200|attention|fp16|d96|causal|fixed|s2048' (shipped table has dtype bf16, "
+        "head_dim d64/d128/d256 only; nearest: 'NVIDIA H200|attention|bf16|d128|causal|fixed|s2048', differs "
+        "in dtype, head_dim)")
+
+
+def test_an_own_entry_wins_over_the_siblings_in_either_table(st, monkeypatch):
+    """The problem's own key first, in both tables and on both GPU passes: a user-store fp16 entry wins over a
+    shipped bf16 one, a shipped fp16 entry over a user-store bf16 one."""
+    from argus_cutlass.agent.store import attention_entry, lookup_attention_config, record_attention_best
+    from argus_cutlass.kernels.attention.space import candidates
+
+    fp16 = MoEProblem(100, 128, 8, 2048, 768, "fp16")
+    shipped, mine = small_t_config().replace(**MOE_GOOD), small_t_config().replace(gu_stages=4, dtype="fp16")
+    _ship(monkeypatch, moe_entry(H200, MOE, shipped, 0.05))
+    assert lookup_moe_config(fp16, gpu=H200, store=st)[:2] == (shipped.replace(dtype="fp16"), "shipped")
+    record_moe_best(fp16, mine, 0.06, gpu=H200, store=st)
+    lk = lookup_moe_config(fp16, gpu=H200, store=st)
+    assert lk[:2] == (mine, "store")
+    assert lk.detail == f"key {moe_key(H200, fp16)!r} found in your experience store"
+
+    bf, fp = candidates(_attn(dtype="bf16"), limit=2), candidates(_attn(), limit=2)
+    _ship(monkeypatch, attention_entry(H200, _attn(), fp[1], 1.0))
+    record_attention_best(_attn(dtype="bf16"), bf[0], 1.0, gpu=H200, store=st)
+    lk = lookup_attention_config(_attn(), gpu=H200, store=st)
+    assert lk[:2] == (fp[1], "shipped") and lk.detail.startswith("key 'NVIDIA H200|attention|fp16|")
+    _ship(monkeypatch)   # no shipped fp16 entry: the user's bf16 one, as fp16
+    lk = lookup_attention_config(_attn(), gpu=H200, store=st)
+    assert lk[:2] == (bf[0].replace(dtype="fp16"), "store")
+    assert "of your experience store: bf16 and fp16" in lk.detail
+
+
+def test_an_entry_refused_in_the_problems_dtype_leaves_the_heuristic_and_says_why(st, monkeypatch):
+    """The sibling's configuration is checked as the problem's type: a check refusing fp16 only refuses the
+    entry for the fp16 problem (still used for bf16); the detail is the miss of the problem's own key, then
+    the sibling entry skipped and why."""
+    from argus_cutlass.kernels.moe import space as moe_space
+
+    tuned = small_t_config().replace(**MOE_GOOD)
+    _ship(monkeypatch, moe_entry(H200, MOE, tuned, 0.05))
+    real = moe_space.feasible
+    monkeypatch.setattr(moe_space, "feasible", lambda cfg, p: cfg.dtype != "fp16" and real(cfg, p))
+    fp16 = MoEProblem(100, 128, 8, 2048, 768, "fp16")
+    assert lookup_moe_config(MOE, gpu=H200, store=st)[:2] == (tuned, "shipped")
+    lk = lookup_moe_config(fp16, gpu=H200, store=st)
+    assert lk[:2] == (moe_default(fp16), "heuristic") and lk.entry_key is None
+    assert lk.detail == (
+        "no entry for key 'NVIDIA H200|moe|fp16|e128k8h2048i768|t128' (shipped table has dtype bf16 only; "
+        "nearest: 'NVIDIA H200|moe|bf16|e128k8h2048i768|t128', differs in dtype); entry "
+        f"'NVIDIA H200|moe|bf16|e128k8h2048i768|t128' of {SHIPPED_TABLE} skipped: run as fp16, refused by "
+        "the verifier (the layer does not verify for this problem)")
+    # refused by the real rules in both types (gu_stages 12: shared memory), and a stale entry: named likewise
+    monkeypatch.setattr(moe_space, "feasible", real)
+    bad = {**tuned.model_dump(), **MOE_BAD}
+    st.keep_faster(moe_key(H200, MOE), {**moe_entry(H200, MOE, tuned, 0.04), "config": bad})
+    _ship(monkeypatch, {**moe_entry(H200, MOE, tuned, 0.05), "config": {"tile_m": 96, "dtype": "bf16"}})
+    lk = lookup_moe_config(fp16, gpu=H200, store=st)
+    assert lk.source == "heuristic"
+    sib = "entry 'NVIDIA H200|moe|bf16|e128k8h2048i768|t128' of"
+    assert f"{sib} your experience store skipped: run as fp16, refused by the verifier" in lk.detail
+    assert f"{sib} {SHIPPED_TABLE} skipped: run as fp16, stale (its config no longer parses: tile_m: " \
+        in lk.detail
+
+
+def test_an_attention_entry_refused_as_fp16_and_a_refused_own_entry(st, monkeypatch):
+    from argus_cutlass.agent.store import attention_entry, attention_key, lookup_attention_config
+    from argus_cutlass.kernels.attention import space as attn_space
+    from argus_cutlass.kernels.attention.heuristics import default_config as attn_default
+
+    base = attn_default(128, "bf16", True, False)
+    _ship(monkeypatch, attention_entry(H200, _attn(dtype="bf16"), base, 1.0))
+    real = attn_space.feasible
+    monkeypatch.setattr(attn_space, "feasible",
+                        lambda cfg: (False, ("R0 fp16 refused",)) if cfg.dtype == "fp16" else real(cfg))
+    lk = lookup_attention_config(_attn(), gpu=H200, store=st)
+    assert lk[:2] == (attn_default(128, "fp16", True, False), "heuristic")
+    sib = attention_key(H200, _attn(dtype="bf16"))
+    assert lk.detail.endswith(f"entry {sib!r} of {SHIPPED_TABLE} skipped: run as fp16, refused by the "
+                              "verifier (R0 fp16 refused)")
+    assert lk.detail.startswith(f"no entry for key {attention_key(H200, _attn())!r} (")
+    # the problem's own entry refused (a hand-edited head dim), the sibling used: both said
+    monkeypatch.setattr(attn_space, "feasible", real)
+    own = attention_key(H200, _attn())
+    st.keep_faster(own, {**attention_entry(H200, _attn(), base, 1.0),
+                         "config": {**base.model_dump(), "dtype": "fp16", "head_dim": 64}})
+    lk = lookup_attention_config(_attn(), gpu=H200, store=st)
+    assert lk[:2] == (base.replace(dtype="fp16"), "shipped")
+    assert lk.detail.startswith(
+        f"entry {own!r} of your experience store skipped: its config is (head_dim, dtype, causal, varlen) "
+        f"(64, 'fp16', True, False), the problem (128, 'fp16', True, False); no usable entry for key "
+        f"{own!r}; using the bf16 entry {sib!r} of {SHIPPED_TABLE}: {SIBLING_TEXT}")
+
+
+def test_a_varlen_problem_says_how_its_own_entry_is_recorded(st):
+    from argus_cutlass.agent.store import lookup_attention_config, record_attention_best
+    from argus_cutlass.kernels.attention.heuristics import default_config as attn_default
+    from argus_cutlass.kernels.attention.problem import AttentionProblem
+
+    def varlen(dtype):
+        return AttentionProblem.varlen_problem([100, 2000], [100, 2000], 8, 8, 128, dtype, True)
+
+    cfg = attn_default(128, "bf16", True, True)
+    record_attention_best(varlen("bf16"), cfg, 1.0, gpu=H200, store=st)
+    lk = lookup_attention_config(varlen("fp16"), gpu=H200, store=st)
+    assert lk[:2] == (cfg.replace(dtype="fp16"), "store")
+    assert lk.detail.endswith(
+        "not measured in fp16: `argus-cutlass tune attention` measures fixed lengths only; record a varlen "
+        "measurement with argus_cutlass.agent.store.record_attention_best")
+
+
+def test_gemm_keeps_its_sibling_wording(st, monkeypatch):
+    """GEMM's detail of the rule is as before the rule covered attention and MoE: a refused fp16 entry of its
+    own is not named when the bf16 one is used (``_Sibling.explain``)."""
+    bf = default_config(*SHAPE).replace(swizzle=2)
+    fp = Problem(*SHAPE, "fp16", "fp16")
+    stale = {**make_entry(H200, "gemm", fp, bf.replace(dtype="fp16", out_dtype="fp16"), 0.1),
+             "config": {"tile_m": 96}}
+    _ship(monkeypatch, _gemm_entry(H200, bf), stale)
+    lk = lookup_config("gemm", *SHAPE, "fp16", "fp16", gpu=H200, store=st)
+    assert lk[:2] == (bf.replace(dtype="fp16", out_dtype="fp16"), "shipped")
+    assert lk.detail.startswith(f"no entry for key {entry_key(H200, 'gemm', fp)!r}; using the bf16 entry ")
+
+
+def test_the_run_report_and_the_cli_explain_an_fp16_moe_layer(tmp_path, monkeypatch):
+    from argus_cutlass.generate import Options, run
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(store_mod, "gpu_name", lambda: None)
+    p = MoEProblem.for_model("mixtral", 16, dtype="fp16")
+    rec = run(p, options=Options(smt=False, compile=False)).record()
+    assert rec["config_source"] == "shipped" and rec["config"]["dtype"] == "fp16"
+    assert rec["config_source_detail"].startswith(
+        "no entry for key 'NVIDIA H200|moe|fp16|e8k2h4096i14336|t16'; using the bf16 entry "
+        "'NVIDIA H200|moe|bf16|e8k2h4096i14336|t16' of the shipped table")
