@@ -210,8 +210,8 @@ def format_entries(rows: list[dict[str, Any]], kernel: str | None) -> list[str]:
         fam_rows = [r for r in rows if r["kernel"] == fam]
         if fam == "moe" and not fam_rows:
             lines.append("moe: no tuned entries (the layer's configuration is the heuristic "
-                         "kernels.moe.heuristics.default_config: 64-row tiles for T <= 256 (small_t_config), "
-                         "128-row tiles above; `argus-cutlass tune moe` records entries by power-of-two T bucket)")
+                         "kernels.moe.heuristics.default_config: 64-row tiles for T <= 256 (small_t_config; 128-row "
+                         "where an expert's group outgrows 64 rows, small_t_tile_m), 128-row tiles above; `argus-cutlass tune moe` records entries by power-of-two T bucket)")
             continue
         fields = KEY_FIELDS[fam]
         lines.append(f"{fam}: {len(fam_rows)} entries; key = {' | '.join(fields)} (used when every field "

@@ -128,6 +128,9 @@ def _prebuilt():
             q = MoEProblem.for_model(m, t)
             k = generate(default_config(q), q, smt=False)
             kernels[k.name] = k
+    for q in (_SMALL_T_128, MoEProblem(200, 8, 2, 1024, 512)):
+        k = generate(default_config(q), q, smt=False)
+        kernels[k.name] = k
     for q, cfg in _TILE_K128 + _NARROW + _EVICT_FIRST:
         k = generate(cfg, q, smt=False)
         kernels[k.name] = k
@@ -171,10 +174,36 @@ def test_small_t_heuristic_picks_the_small_path():
 
     from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_PDL
 
-    assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == _small().replace(
-        gu_band_m=4, dn_band_m=4, gather_slices=16,   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band)
-        gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
+    from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
+
+    assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T)) == _small().replace(
+        gu_band_m=4, dn_band_m=4, gather_slices=8,   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band)
+        gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, gu_tile_n=SINGLE_TILE_GU_N)
+    # Mixtral at T = 256: 64 rows per expert on average -> the 128-row small-T tiles (heuristics.small_t_tile_m)
+    assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
+        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
+
+
+#: the small-T bucket's 128-row tiles (heuristics.small_t_tile_m: E 8, k 2, T 129-256), with pdl
+_SMALL_T_128 = MoEProblem(256, 8, 2, 1024, 512)
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed", "zero_experts", "all_to_one"])
+def test_small_t_128_row_tiles(routing):
+    cfg = _default(_SMALL_T_128)
+    assert cfg.tile_m == 128 and cfg.pdl and cfg.gu_band_m == 2
+    chk = run_and_check(_lib(_SMALL_T_128, cfg), _SMALL_T_128, routing=routing)
+    assert chk.ok, chk
+
+
+def test_small_t_128_row_tiles_group_sizes():
+    """Groups across the 128-row padding: one and two m-tiles per expert, empty experts."""
+    p = MoEProblem(200, 8, 2, 1024, 512)
+    cfg = _default(p)
+    assert cfg.tile_m == 128
+    chk = run_and_check(_lib(p, cfg), p, routing="sizes", sizes=[128, 129, 65, 1, 0, 0, 77, 0])
+    assert chk.ok, chk
 
 
 def test_small_t_group_sizes_at_the_64_row_padding():

@@ -37,7 +37,7 @@ def test_table_lists_the_shipped_entries(capsys, empty_store):
     assert main(["table", "--kernel", "moe"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("moe: 12 entries; key = gpu | kernel | dtype | shape | tokens")
-    assert "[shipped] NVIDIA H200 | bf16 | e8k2h4096i14336 | t256: 64-row tiles" in out and "_grouped_mm" in out
+    assert "[shipped] NVIDIA H200 | bf16 | e8k2h4096i14336 | t256: 128-row tiles" in out and "_grouped_mm" in out
 
 
 def test_table_takes_what_gemm_runs_and_lists_the_nearest_first(capsys, empty_store):

@@ -24,7 +24,7 @@ def test_loads_as_the_moe_family():
     assert FAMILIES["moe"][0] is MoEConfig
     assert MKB.family == "moe"
     assert {t.id for t in MKB.techniques} == {
-        "small_t_weight_bound", "tile_m_padding", "t_bucket", "band_walk", "swap_ab", "stages",
+        "small_t_weight_bound", "tile_m_padding", "tile_m_spill", "t_bucket", "band_walk", "swap_ab", "stages",
         "gather_slices", "gather_unroll", "work_lookahead", "pdl", "weight_prefetch", "grouped_stream_k",
         "weights_evict_first"}
     swap = MKB.get("swap_ab")
@@ -93,6 +93,19 @@ def test_applicable_on_small_and_large_t():
     assert not ({"tile_m_padding", "gather_slices", "band_walk"} & done)
 
 
+def test_tile_m_techniques_follow_the_rows_per_expert():
+    """64-row tiles are proposed for few rows per expert, 128-row ones where a group outgrows 64 rows
+    (heuristics.small_t_tile_m); never both for one incumbent, neither at large T."""
+    def ids(p, tile_m):
+        return {t.id for t in MKB.applicable(moe_env(p, MoEConfig(tile_m=tile_m)))}
+
+    few, many = MoEProblem.for_model("qwen3-30b-a3b", 256), MoEProblem.for_model("mixtral", 256)   # 16 / 64 rows
+    assert "tile_m_padding" in ids(few, 128) and "tile_m_spill" not in ids(few, 64)
+    assert "tile_m_spill" in ids(many, 64) and "tile_m_padding" not in ids(many, 128)
+    assert not ({"tile_m_padding", "tile_m_spill"} & (ids(MoEProblem.for_model("mixtral", 8192), 64)
+                                                        | ids(MoEProblem.for_model("mixtral", 8192), 128)))
+
+
 def test_unknown_knob_or_variable_is_refused():
     row = {"id": "x", "title": "x", "knobs": ["tile_n"], "effect": "e", "risks": ["stages"], "source": "s"}
     with pytest.raises(ValidationError, match="not MoEConfig fields"):
@@ -112,10 +125,12 @@ def test_candidates_start_from_the_heuristic_and_stay_feasible_and_distinct():
         cs = candidates(p, 8)
         assert cs[0] == default_config(p) and len(cs) == len(set(cs)) == 8
         assert all(feasible(c, p) for c in cs)
-        if p.tokens <= 256:   # small T: the weight stream first, the other n-tile at the same depth, then with
-            # its stages scaled to about the same shared memory
-            assert [(c.gu_tile_n, c.gu_stages) for c in cs[1:3]] == [(128, 5), (128, 8)]
-            assert (cs[2].tile_m + cs[2].gu_tile_n) * cs[2].gu_stages <= (cs[0].tile_m + cs[0].gu_tile_n) * cs[0].gu_stages
+        if p.tokens <= 256:   # small T (here 128-row tiles, heuristics.small_t_tile_m): the weight stream first,
+            # the other gate+up n-tile at the same depth (refused here: it does not fit), then with its stages
+            # scaled to about the same shared memory
+            assert cs[0].tile_m == 128 and cs[1].gu_tile_n != cs[0].gu_tile_n
+            assert {k for k, v in cs[1].model_dump().items() if v != getattr(cs[0], k)} <= {"gu_tile_n", "gu_stages"}
+            assert (cs[1].tile_m + cs[1].gu_tile_n) * cs[1].gu_stages <= (cs[0].tile_m + cs[0].gu_tile_n) * cs[0].gu_stages
         else:   # the measured movers first: joint bands half / double, then unbanded (RESULTS.md issue 11)
             assert cs[1].gu_band_m == cs[1].dn_band_m != cs[0].gu_band_m
             assert (0, 0) in [(c.gu_band_m, c.dn_band_m) for c in cs[1:4]]

@@ -247,12 +247,15 @@ def test_heuristic_bands_from_the_wave_traffic():
             p = MoEProblem.for_model(model, t)
             chunks = -(-t * p.topk // 256)
             if t <= SMALL_T:
-                # small T: bands of the most 64-row m-tiles one expert can fill (T / 64 rounded up,
-                # T a power of two here) and the gather in H * 2 B / 512 B column slices
-                band = max(1, t // 64)
-                want_cfg = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[model],
-                                                    gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
-                if band == 1:   # one m-tile per expert: the narrower gate+up unit (heuristics.SINGLE_TILE_GU_N)
+                # small T: bands of the most m-tiles one expert can fill (T / tile_m rounded up,
+                # T a power of two here) and the gather in H * 2 B / 512 B column slices; 128-row tiles
+                # only for Mixtral at T = 256 (64 rows per expert on average: heuristics.small_t_tile_m)
+                tile_m = 128 if (model, t) == ("mixtral", 256) else 64
+                band = max(1, t // tile_m)
+                want_cfg = small_t_config(tile_m=tile_m).replace(
+                    gu_band_m=band, dn_band_m=band, gather_slices=slices[model], gather_unroll=GATHER_UNROLL,
+                    pdl=SMALL_T_PDL)
+                if tile_m == 64:   # the narrower gate+up unit (heuristics.SINGLE_TILE_GU_N)
                     want_cfg = want_cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
                 assert cfg == want_cfg, (model, t)
             else:

@@ -49,15 +49,18 @@ def test_heuristic_picks_by_t_bucket():
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
     # bands: the most 64-row m-tiles one expert can fill in the T bucket (T' / 64, T' the power of two);
-    # with one m-tile per expert (band 1) the narrower gate+up unit (a shorter tail, session 25)
+    # the narrower gate+up unit (a shorter tail, sessions 25 and 37)
     assert SINGLE_TILE_GU_N < small_t_config().gu_tile_n and SINGLE_TILE_GU_N in KNOBS["gu_tile_n"]
     for t, band in ((1, 1), (16, 1), (64, 1), (65, 2), (128, 2), (129, 4), (SMALL_T, 4)):
         want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=8,   # H = 2048: 4 KB / 512 B
-                                         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
-        if band == 1:
-            want = want.replace(gu_tile_n=SINGLE_TILE_GU_N)
+                                         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, gu_tile_n=SINGLE_TILE_GU_N)
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
+    # Mixtral (E 8, k 2) at T 129-256: 64 rows per expert on average, the 64-row tile would re-stream
+    # about half the experts' weights -> 128-row tiles, bands of ceil(256 / 128) m-tiles
+    assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
+        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
+    assert default_config(MoEProblem.for_model("mixtral", 128)).tile_m == 64   # 32 rows per expert
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as
     # many gather slices as fill one wave: Qwen3 T = 257 has ceil(2056 / 256) = 9 chunks -> 8 slices
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == \
@@ -66,8 +69,8 @@ def test_heuristic_picks_by_t_bucket():
         MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=16, gather_unroll=GATHER_UNROLL)
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", 8192)).gather_slices == 1  # 256 chunks
     assert SMALL_T_PDL and not default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).pdl   # pdl: small T only
-    small = small_t_config()
-    assert all(getattr(small, k) in v for k, v in KNOBS.items())
+    for small in (small_t_config(), small_t_config(tile_m=128)):
+        assert all(getattr(small, k) in v for k, v in KNOBS.items())
 
 
 def test_gpu_mutant_problems_reach_the_failing_case():

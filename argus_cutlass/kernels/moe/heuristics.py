@@ -28,9 +28,12 @@ Buckets (``SMALL_T``):
   (one m-tile per expert) bands of 1 beat the unbanded walk in all three anchor models (bench:
   Mixtral 0.745 vs 0.769 ms, Qwen3 0.254 vs 0.281, DeepSeek 0.296 vs 0.321).
   The permute kernel's gather is cut into :func:`gather_slices_for` column slices per routing
-  chunk (``MoEConfig.gather_slices``). Where one m-tile holds an expert's whole group (bands of 1,
-  T <= 64) the gate+up unit is ``SINGLE_TILE_GU_N`` = 128 W13 rows, not 256: half the unit, half the
-  tail of the last units (measured, see the constant).
+  chunk (``MoEConfig.gather_slices``). The 64-row tiles' gate+up unit is ``SINGLE_TILE_GU_N`` = 128
+  W13 rows, not 256: half the unit, half the tail of the last units (measured, see the constant).
+  Where the typical group outgrows 64 rows (:func:`small_t_tile_m`: the 64-row tile's expected weight
+  passes, :func:`expected_m_tiles`, ``SPILL_RATIO`` times the 128-row tile's; Mixtral at T = 256, 64 rows
+  per expert on average) the bucket takes 128-row cooperative tiles instead (``small_t_config(tile_m=128)``):
+  each further m-tile of a group re-streams the expert's weights.
 * ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for` (the
   bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T.
 
@@ -70,14 +73,15 @@ traffic, the smaller on a tie (no more than needed), near ``sqrt(132 b_rows / ti
 
 from __future__ import annotations
 
+import math
+
 from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_PDL", "WAVE_CTAS",
-           "band_for",
-           "default_bands", "default_config", "gather_slices_for", "small_t_band", "small_t_config", "tokens_bucket",
-           "wave_rows"]
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_PDL", "SPILL_RATIO",
+           "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
+           "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
 #: the largest T of the small-T bucket
 SMALL_T = 256
@@ -95,18 +99,26 @@ GATHER_UNROLL = 4
 #: The 8-k-tile weight prefetch before the wait moved no cell beyond run-to-run noise (<= 0.7 %), so it
 #: stays 0. Logs bench/data/moe_pdl_h200_s23.log, bench/data/moe_bench_h200_s23.md
 SMALL_T_PDL = True
-#: gate+up n-tile (W13 rows per unit: half gate, half up) when one m-tile holds an expert's whole group
-#: (T bucket <= 64, bands of 1). A grouped GEMM of short units pays about one unit's time at its fair
-#: share of HBM as a tail (the last units finish unevenly): ~34 us for a 256-row unit of H = 2048
-#: (1 MB), half that at 128 rows. Measured (H200, session 25, ``bench/profile_moe.py --vary
-#: gu_tile_n=64,128,256 --vary gu_stages=5,8,12``, device step moe-narrow, T = 16, pdl off, one pass):
-#: 128 x 5 stages against 256 x 5, gate+up kernel 157.2 -> 147.4 us (Qwen3), 176.0 -> 162.9
-#: (DeepSeek-V2-Lite), 475.2 -> 464.6 (Mixtral; the same 256 x 5 kernel timed 471.8-475.2 us in this
-#: session's runs, so 7-11 us there); 64 columns at their best depth 149.1 / 164.4 / 472.3. Measured at
-#: T = 16 only (pdl off), applied to the T buckets up to 64 (one m-tile per expert as at T = 16); the
-#: buckets 128 / 256 (bands of 2 / 4, where A is shared by more n-blocks) keep 256. Log
-#: bench/data/moe_narrow_h200_s25.log
+#: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
+#: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
+#: ~34 us for a 256-row unit of H = 2048 (1 MB), half that at 128 rows. Measured (H200, session 25,
+#: ``bench/profile_moe.py --vary gu_tile_n=64,128,256 --vary gu_stages=5,8,12``, device step moe-narrow, T = 16,
+#: pdl off, one pass): 128 x 5 stages against 256 x 5, gate+up kernel 157.2 -> 147.4 us (Qwen3), 176.0 -> 162.9
+#: (DeepSeek-V2-Lite), 475.2 -> 464.6 (Mixtral; the same 256 x 5 kernel timed 471.8-475.2 us in this session's
+#: runs, so 7-11 us there); 64 columns at their best depth 149.1 / 164.4 / 472.3. At T = 256 (bands of 4 / 2,
+#: session 37, ``--vary gu_tile_n=128,256`` on the shipped entries, pdl off, 10 runs): gate+up 219.6 -> 213.2 us
+#: (Qwen3), 199.4 -> 190.7 (DeepSeek), layers 362.3 -> 353.9 / 328.7 -> 318.1 us; Mixtral's 64-row layer the
+#: other way (560.8 vs 568.1 us), which the 128-row rule below takes out of this bucket (``small_t_tile_m``).
+#: Logs bench/data/moe_narrow_h200_s25.log, bench/data/moe_small_t_tiles_h200_s37.log
 SINGLE_TILE_GU_N = 128
+#: the 128-row small-T tile is taken when the 64-row tile's expected m-tiles per expert (the passes over an
+#: expert's weights) are at least this many times the 128-row tile's (:func:`small_t_tile_m`). Measured (H200,
+#: session 37, ``bench/profile_moe.py --heuristic --pdl 0 --vary tile_m=64,128 ...``, the best down GEMM of each
+#: tile, 10 runs): ratio 1.47 (Mixtral T = 256; E16 k4 H4096 I4096 T = 256) -> the 128-row layer 10 % / 7.5 % faster
+#: (868 -> 779 us, 508 -> 470 us), 1.68 (E8 k4 H2048 I4096 T = 256) -> 21 % faster (216 -> 171 us), 1.00 (Qwen3
+#: T = 256, 16 rows per expert) -> 10 % slower (352 -> 390 us: twice the padded rows and tile work, the same weight
+#: passes). 1.25 is midway between the measured sides (interpolated, not measured near it).
+SPILL_RATIO = 1.25
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
@@ -115,15 +127,61 @@ BANDS = (1, 2, 4, 8, 16, 32)
 GATHER_SLICE_BYTES = 512
 
 
-def small_t_config(dtype: str = "bf16") -> MoEConfig:
-    """The small-T configuration: 64-row ping-pong tiles, gate+up 256 columns (128 of h) x 5 stages
-    (40 KiB each), down 128 columns x 8 stages (24 KiB each), unbanded walks (:func:`default_config` gives
-    both walks bands of :func:`small_t_band`).
+def small_t_config(dtype: str = "bf16", tile_m: int = 64) -> MoEConfig:
+    """The small-T configuration of ``tile_m``-row tiles. 64 (default): ping-pong tiles, gate+up 256 columns
+    (128 of h) x 5 stages (40 KiB each), down 128 columns x 8 stages (24 KiB each). 128 (where an expert's group
+    outgrows 64 rows, :func:`small_t_tile_m`): cooperative tiles, gate+up 128 columns x 5 stages (32 KiB each),
+    down 256 columns x 4 stages (48 KiB each; measured, H200 session 37: the fastest down GEMM of 128 / 256
+    columns x 4 / 6 stages on all three shapes the rule picks 128 rows for, 247 / 149 / 49 us against 251 / 152 /
+    58 us at 128 x 6). Unbanded walks (:func:`default_config` gives both walks bands of :func:`small_t_band`).
 
-    >>> small_t_config().schedule
-    'pingpong'
+    Raises:
+        ValueError: ``tile_m`` is not 64 or 128.
+
+    >>> small_t_config().schedule, small_t_config(tile_m=128).schedule
+    ('pingpong', 'cooperative')
     """
-    return MoEConfig(dtype=dtype, tile_m=64, gu_tile_n=256, dn_tile_n=128, gu_stages=5, dn_stages=8)
+    if tile_m == 64:
+        return MoEConfig(dtype=dtype, tile_m=64, gu_tile_n=256, dn_tile_n=128, gu_stages=5, dn_stages=8)
+    if tile_m == 128:
+        return MoEConfig(dtype=dtype, tile_m=128, gu_tile_n=128, dn_tile_n=256, gu_stages=5, dn_stages=4)
+    raise ValueError(f"tile_m={tile_m!r}: the small-T configurations have 64- or 128-row tiles")
+
+
+def expected_m_tiles(problem: MoEProblem, tile_m: int) -> float:
+    """Expected ``tile_m``-row m-tiles per expert, summed over the E experts, under uniform routing at the T
+    bucket's power of two ``T'`` (:func:`tokens_bucket`): an expert's group is Binomial(``T'``, k / E) rows (a
+    token routes to an expert at most once), and each m-tile of a group streams the expert's whole weights, so
+    this counts the weight passes of a grouped GEMM.
+
+    >>> p = MoEProblem.for_model("mixtral", 256)   # 64 rows per expert on average
+    >>> round(expected_m_tiles(p, 64) / expected_m_tiles(p, 128), 2)
+    1.47
+    """
+    n, q = tokens_bucket(problem.tokens), min(1.0, problem.topk / problem.experts)
+    if q >= 1.0:
+        return problem.experts * float(-(-n // tile_m))
+    # log-space pmf over mean +- 12 standard deviations (the rest holds < 1e-30 of the mass)
+    mean, sd = n * q, math.sqrt(n * q * (1.0 - q))
+    lo, hi = max(1, int(mean - 12 * sd) - 1), min(n, int(mean + 12 * sd) + 2)
+    log_norm = math.lgamma(n + 1)
+    total = sum(math.exp(log_norm - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(q)
+                         + (n - x) * math.log1p(-q)) * -(-x // tile_m) for x in range(lo, hi + 1))
+    return problem.experts * total
+
+
+def small_t_tile_m(problem: MoEProblem) -> int:
+    """64, or 128 when the 64-row tile would stream the experts' weights ``SPILL_RATIO`` times as often as the
+    128-row tile (:func:`expected_m_tiles`): the typical group outgrows one 64-row m-tile, and each further m-tile
+    re-reads the expert's weights (L2 serves part of it: Mixtral T = 256's 64-row gate+up GEMM moved its
+    activated weights at 3.3 TB/s, the 128-row one at 3.75).
+
+    >>> [small_t_tile_m(MoEProblem.for_model(m, 256)) for m in ("mixtral", "qwen3-30b-a3b", "deepseek-v2-lite")]
+    [128, 64, 64]
+    >>> small_t_tile_m(MoEProblem.for_model("mixtral", 128))   # 32 rows per expert on average
+    64
+    """
+    return 128 if expected_m_tiles(problem, 64) >= SPILL_RATIO * expected_m_tiles(problem, 128) else 64
 
 
 def wave_rows(band_m: int, tile_m: int, b_rows: int, tiles_n: int, ctas: int = WAVE_CTAS) -> int:
@@ -207,19 +265,22 @@ def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
 
 
 def default_config(problem: MoEProblem) -> MoEConfig:
-    """The configuration of ``problem``'s T bucket: :func:`small_t_config` with bands of
-    :func:`small_t_band` for ``T <= SMALL_T`` (and gate+up ``SINGLE_TILE_GU_N`` columns where that band
-    is 1: T <= 64), else 128-row cooperative tiles, gate+up 256 columns
+    """The configuration of ``problem``'s T bucket: for ``T <= SMALL_T`` :func:`small_t_config` of
+    :func:`small_t_tile_m` rows (64-row tiles with a gate+up unit of ``SINGLE_TILE_GU_N`` columns; 128-row
+    tiles where an expert's group outgrows 64 rows) with bands of :func:`small_t_band`, else 128-row
+    cooperative tiles, gate+up 256 columns
     (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
     (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
     and ``GATHER_UNROLL`` vectors in flight per gather thread; programmatic dependent launch
     (``SMALL_T_PDL``) in the small-T bucket only.
     """
     if problem.tokens <= SMALL_T:
-        cfg = small_t_config(problem.dtype)
-        band = small_t_band(problem, cfg.tile_m)
-        gu_n = SINGLE_TILE_GU_N if band == 1 else cfg.gu_tile_n
-        return cfg.replace(gu_tile_n=gu_n, gu_band_m=band, dn_band_m=band,
+        tile_m = small_t_tile_m(problem)
+        cfg = small_t_config(problem.dtype, tile_m)
+        band = small_t_band(problem, tile_m)
+        if tile_m == 64:
+            cfg = cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
+        return cfg.replace(gu_band_m=band, dn_band_m=band,
                            gather_slices=gather_slices_for(problem, cfg.route_chunk), gather_unroll=GATHER_UNROLL,
                            pdl=SMALL_T_PDL)
     cfg = MoEConfig(dtype=problem.dtype)

@@ -145,7 +145,7 @@ def with_tile_n(cfg: MoEConfig, gemm: str, tile_n: int) -> MoEConfig:
     return cfg.replace(**{f"{gemm}_tile_n": tile_n, f"{gemm}_stages": scaled})
 
 
-def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
+def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig]:
     """One-knob moves from ``cfg``, the knobs ``bench/RESULTS.md`` issue 11 measured moving the layer
     most first: both walks' bands (unbanded, half, double), the gather slices (half, double), the gather
     unroll (4 from 1, 1 from any other), the grouped GEMMs' work lookahead and programmatic dependent
@@ -160,13 +160,18 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
     after every other move; the n-tile sets the number of units, hence the last wave's fill over
     the ~E(1 - (1 - k/E)^T) activated experts, and the bytes in flight), the other k extent, then the
     moves above (session 18's profile: Qwen3 / DeepSeek T = 16 GEMMs at 78-82 % of HBM bandwidth,
-    Mixtral's 94-98 %; the bands and slices moved the small-T layer by at most ~10 %)."""
+    Mixtral's 94-98 %; the bands and slices moved the small-T layer by at most ~10 %).
+
+    ``small``: ``cfg`` is for the small-T bucket (T <= ``heuristics.SMALL_T``; its tile may have 64 or 128 rows,
+    ``heuristics.small_t_tile_m``); None reads it from the tile (64 rows: small T)."""
+    if small is None:
+        small = cfg.tile_m == 64
     def near(knob: str) -> list:
         values = KNOBS[knob]
         v = getattr(cfg, knob)
         if knob in ("gu_band_m", "dn_band_m"):   # unbanded, half, double (from unbanded: 1 and 2); at
             # large T half and double first (the unbanded walk lost in all 8 large-T cells measured, s18-19)
-            moves = (([x for x in (v // 2, v * 2) if x] + [0]) if cfg.tile_m == 128 else (0, v // 2, v * 2)) if v else (1, 2)
+            moves = (([x for x in (v // 2, v * 2) if x] + [0]) if not small else (0, v // 2, v * 2)) if v else (1, 2)
         elif knob == "gather_slices":
             moves = (v // 2, v * 2)
         elif knob == "gather_unroll":   # one move: 4 from the plain loop, back to 1 from any other
@@ -175,7 +180,7 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
             moves = sorted(values, key=lambda x: (abs(x - v), x))
         return list(dict.fromkeys(x for x in moves if x in values and x != v))
 
-    if cfg.tile_m == 64:   # small T: the weight stream first (docstring)
+    if small:   # small T: the weight stream first (docstring)
         for gemm in ("gu", "dn"):
             for v in near(f"{gemm}_tile_n"):
                 if v not in UNMEASURED_TILE_N:   # the same depth first (refused where it does not fit), then
@@ -200,13 +205,16 @@ def _neighbours(cfg: MoEConfig) -> Iterator[MoEConfig]:
             yield cfg.replace(weight_prefetch=v)
     from argus_cutlass.kernels.moe.heuristics import small_t_config
 
-    other = MoEConfig(dtype=cfg.dtype) if cfg.tile_m == 64 else small_t_config(cfg.dtype)
-    yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices,
-                        gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
-                        weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first)
+    # the other small-T tile (64 <-> 128 rows, heuristics.small_t_tile_m: session 37 measured either 7-21 % faster
+    # depending on the rows per expert) with its own n-tiles and depths, then the large-T default
+    others = [small_t_config(cfg.dtype, 128 if cfg.tile_m == 64 else 64)] + ([MoEConfig(dtype=cfg.dtype)] if small else [])
+    for other in others:
+        yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices,
+            gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
+            weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
-    if cfg.tile_m == 64:   # the moves no measurement backs yet, after every move one does (small budgets)
+    if small:   # the moves no measurement backs yet, after every move one does (small budgets)
         for gemm in ("gu", "dn"):
             for v in near(f"{gemm}_tile_n"):
                 if v in UNMEASURED_TILE_N:
@@ -231,16 +239,17 @@ def candidates(problem: object, budget: int) -> list[MoEConfig]:
     >>> cs[0].gu_band_m, cs[1].gu_band_m, cs[1].dn_band_m   # large T: the bands first (half, double, none)
     (1, 2, 2)
     """
-    from argus_cutlass.kernels.moe.heuristics import default_config
+    from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
     first = default_config(problem)
+    small = problem.tokens <= SMALL_T
     out: list[MoEConfig] = []
     seen: set[MoEConfig] = set()
     frontier = [first]
     while frontier and len(out) < budget:
         nxt: list[MoEConfig] = []
         for cfg in frontier:
-            for c in ([cfg] if cfg is first and not out else []) + list(_neighbours(cfg)):
+            for c in ([cfg] if cfg is first and not out else []) + list(_neighbours(cfg, small)):
                 if c in seen:
                     continue
                 seen.add(c)
