@@ -248,6 +248,8 @@ class VerificationReport:
             why = f"{u.reason}, timeout {u.timeout_ms} ms" if u.timeout_ms else u.reason
             query = u.query.removeprefix(f"{u.invariant} {u.rule}: ")
             lines.append(f"  UNKNOWN {u.invariant} {u.rule}: {query}: not proved ({why})")
+        for n in self.notes:   # what was not checked, or checked on a bounded range, and why
+            lines.append(f"  note: {n}")
         for p in self.proofs:
             lines.append(f"  ok {p.invariant} {p.rule} [{p.engine}]: {p.summary}")
         return "\n".join(lines)

@@ -98,6 +98,10 @@ def test_gemm_huge_stages_enumerates_the_stages_that_fit():
     assert any(f"enumerated stages 0..3 of {HUGE}: the program does not fit shared memory (smem.capacity)" in n
                for n in report.notes), report.notes
     assert any("pipeline.protocol not enumerated" in n for n in report.notes)
+    # the printed report (CLI `verify`, a rejected `gemm` run) says it too
+    text = report.format()
+    assert f"  note: tma.image, the tag assertions and gmma.descriptor enumerated stages 0..3 of {HUGE}" in text
+    assert "  note: pipeline.protocol not enumerated" in text
     # the verifier's own work: the TMA images of 4 stages, the tag assertions at 4 stages
     assert 0 < _image_points(report) == _bound_of_image(program, cap)
     stamped = [p for p in report.proofs if p.rule in ("mma.k_agreement", "mma.operand_identity")
