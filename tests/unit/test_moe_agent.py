@@ -104,6 +104,16 @@ def test_tile_m_techniques_follow_the_rows_per_expert():
     assert "tile_m_spill" in ids(many, 64) and "tile_m_padding" not in ids(many, 128)
     assert not ({"tile_m_padding", "tile_m_spill"} & (ids(MoEProblem.for_model("mixtral", 8192), 64)
                                                         | ids(MoEProblem.for_model("mixtral", 8192), 128)))
+    # the same rule as the heuristic's (heuristics.small_t_tile_m) at every small T of a sweep: the technique
+    # that would move away from the heuristic's tile never applies to it
+    from argus_cutlass.kernels.moe.heuristics import small_t_tile_m
+
+    for e, k in ((8, 1), (8, 2), (8, 8), (16, 4), (64, 6), (128, 8), (256, 8)):
+        for t in (1, 16, 64, 65, 100, 128, 129, 200, 256):
+            p = MoEProblem(t, e, k, 1024, 512)
+            tm = small_t_tile_m(p)
+            assert not ({"tile_m_padding", "tile_m_spill"} & ids(p, tm)), (e, k, t, tm)
+            assert ({"tile_m_padding", "tile_m_spill"} & ids(p, 192 - tm)), (e, k, t, tm)
 
 
 def test_unknown_knob_or_variable_is_refused():
@@ -236,3 +246,22 @@ def test_tune_keeps_the_heuristic_unless_another_candidate_is_clearly_faster():
     assert pick_best([0.9, 1.0], True) == 0
     with pytest.raises(ValueError, match="no measured candidate"):
         pick_best([], True)
+
+
+def test_small_t_tile_move_builds_the_other_tile_as_the_heuristic_would():
+    """The tuner's move between the small-T tiles (64 <-> 128 rows) gives the other tile's heuristic layer:
+    its n-tiles and depths, the 64-row tile's 128-column gate+up unit, bands over the same rows."""
+    from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_band, small_t_config
+    from argus_cutlass.kernels.moe.space import _neighbours
+
+    for model, other_m in (("mixtral", 64), ("qwen3-30b-a3b", 128)):
+        p = MoEProblem.for_model(model, 256)
+        cfg = default_config(p)
+        moved = [c for c in _neighbours(cfg, True) if c.tile_m == other_m and c.gu_tile_n <= 128]
+        band = small_t_band(p, other_m)
+        want = small_t_config(cfg.dtype, other_m).replace(
+            gu_band_m=band, dn_band_m=band, gather_slices=cfg.gather_slices, gather_unroll=cfg.gather_unroll,
+            pdl=cfg.pdl)
+        if other_m == 64:
+            want = want.replace(gu_tile_n=SINGLE_TILE_GU_N)
+        assert moved and moved[0] == want, (model, moved[:1], want)

@@ -20,8 +20,9 @@
 ``heuristics`` / ``space``  the default configuration (by T bucket; the large-T GEMMs walk their tiles
                           in bands of m-tiles derived from L2 traffic) and the knob grid
 
-On the H200 (``bench/RESULTS.md``, issue 11): the 128-row layer passed its GPU tests and was
-benchmarked; the 64-row small-T configuration (``heuristics.small_t_config``, T <= 256) is verified
-and compiles but has not run on silicon yet. Not built: a swap-AB / split-K small-T path; tuned
-configurations.
+On the H200 (``bench/RESULTS.md``, issue 11): both T buckets pass their GPU tests and are benchmarked
+against torch's ``_grouped_mm`` layer; the small-T bucket (``heuristics.small_t_config``, T <= 256) runs
+64-row ping-pong tiles, or 128-row ones where an expert's group outgrows 64 rows
+(``heuristics.small_t_tile_m``); tuned entries of the bench cells are shipped in ``agent/tuned_h200.json``.
+Not built: a swap-AB / split-K small-T path.
 """

@@ -161,7 +161,8 @@ def expected_m_tiles(problem: MoEProblem, tile_m: int) -> float:
     n, q = tokens_bucket(problem.tokens), min(1.0, problem.topk / problem.experts)
     if q >= 1.0:
         return problem.experts * float(-(-n // tile_m))
-    # log-space pmf over mean +- 12 standard deviations (the rest holds < 1e-30 of the mass)
+    # log-space pmf over mean +- 12 standard deviations (+ 2 rows; the rest holds < 1e-12 of the mass even at a
+    # mean of one row)
     mean, sd = n * q, math.sqrt(n * q * (1.0 - q))
     lo, hi = max(1, int(mean - 12 * sd) - 1), min(n, int(mean + 12 * sd) + 2)
     log_norm = math.lgamma(n + 1)

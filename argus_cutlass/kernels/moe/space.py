@@ -35,8 +35,9 @@ def bucket_of(tokens: int) -> str:
             return name
     raise ValueError(f"T={tokens} is outside every bucket {T_BUCKETS}")
 
-#: knob -> allowed values (the default first). ``tile_m`` 64 is the small-T path (ping-pong, groups
-#: padded to 64 rows; :func:`argus_cutlass.kernels.moe.heuristics.small_t_config`), 128 the large-T one.
+#: knob -> allowed values (the default first). ``tile_m`` 64: ping-pong tiles, groups padded to 64 rows (the small-T
+#: path, :func:`argus_cutlass.kernels.moe.heuristics.small_t_config`); 128: cooperative tiles (the large-T path, and
+#: the small-T one where an expert's group outgrows 64 rows, ``heuristics.small_t_tile_m``).
 #: ``gu_band_m`` / ``dn_band_m``: 0 the unbanded walk, else m-tiles per band of the grouped walk
 #: (powers of two; the large-T heuristic derives them per shape: ``heuristics.band_for``).
 #: ``tile_k``: k extent of a pipeline stage (both GEMMs); 128 doubles each TMA row segment to 256
@@ -154,7 +155,7 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     the same shared memory), then the pipeline depths, the n-tiles, the epilogue width and each
     walk's band alone.
 
-    On the small-T path (``tile_m`` 64) the weights are most of the traffic, and the moves that change
+    On the small-T path (``small``: T <= 256, 64- or 128-row tiles) the weights are most of the traffic, and the moves that change
     how they stream come first: each GEMM's other measured n-tile(s) at the same depth (where it fits) and
     with its stages scaled to the same shared memory (:func:`with_tile_n`; the n-tiles of :data:`UNMEASURED_TILE_N` and the weights' evict-first hint come
     after every other move; the n-tile sets the number of units, hence the last wave's fill over
@@ -203,13 +204,24 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     if cfg.pdl:
         for v in near("weight_prefetch"):
             yield cfg.replace(weight_prefetch=v)
-    from argus_cutlass.kernels.moe.heuristics import small_t_config
+    from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
 
     # the other small-T tile (64 <-> 128 rows, heuristics.small_t_tile_m: session 37 measured either 7-21 % faster
-    # depending on the rows per expert) with its own n-tiles and depths, then the large-T default
-    others = [small_t_config(cfg.dtype, 128 if cfg.tile_m == 64 else 64)] + ([MoEConfig(dtype=cfg.dtype)] if small else [])
-    for other in others:
-        yield other.replace(gu_band_m=cfg.gu_band_m, dn_band_m=cfg.dn_band_m, gather_slices=cfg.gather_slices,
+    # depending on the rows per expert) as the heuristic builds it (its n-tiles and depths, the 64-row tile's
+    # 128-column gate+up unit, bands covering the same rows), then the large-T default; at large T the small-T tile
+    if small:
+        def rows_band(b: int) -> int:   # the band of the other tile over the same rows (0: unbanded stays)
+            return 0 if not b else max(1, min(max(KNOBS["gu_band_m"]), b * 2 if cfg.tile_m == 128 else b // 2))
+
+        other = small_t_config(cfg.dtype, 128 if cfg.tile_m == 64 else 64)
+        if other.tile_m == 64:
+            other = other.replace(gu_tile_n=SINGLE_TILE_GU_N)
+        others = [(other, rows_band(cfg.gu_band_m), rows_band(cfg.dn_band_m)), (MoEConfig(dtype=cfg.dtype),
+                                                                               cfg.gu_band_m, cfg.dn_band_m)]
+    else:
+        others = [(small_t_config(cfg.dtype), cfg.gu_band_m, cfg.dn_band_m)]
+    for other, gu_band, dn_band in others:
+        yield other.replace(gu_band_m=gu_band, dn_band_m=dn_band, gather_slices=cfg.gather_slices,
             gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
             weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first)
     for k in near("tile_k"):
