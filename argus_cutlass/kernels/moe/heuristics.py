@@ -107,9 +107,9 @@ SMALL_T_PDL = True
 #: (DeepSeek-V2-Lite), 475.2 -> 464.6 (Mixtral; the same 256 x 5 kernel timed 471.8-475.2 us in this session's
 #: runs, so 7-11 us there); 64 columns at their best depth 149.1 / 164.4 / 472.3. At T = 256 (bands of 4 / 2,
 #: session 37, ``--vary gu_tile_n=128,256`` on the shipped entries, pdl off, 10 runs): gate+up 219.6 -> 213.2 us
-#: (Qwen3), 199.4 -> 190.7 (DeepSeek), layers 362.3 -> 353.9 / 328.7 -> 318.1 us; Mixtral's 64-row layer the
+#: (Qwen3), 199.4 -> 190.7 (DeepSeek), layers 362.3 -> 353.9 / 328.7 -> 318.1 us; Mixtral's 64-row gate+up the
 #: other way (560.8 vs 568.1 us), which the 128-row rule below takes out of this bucket (``small_t_tile_m``).
-#: Logs bench/data/moe_narrow_h200_s25.log, bench/data/moe_small_t_tiles_h200_s37.log
+#: Logs bench/data/moe_narrow_h200_s25.log, bench/data/moe_t256_variants_h200_s37.log
 SINGLE_TILE_GU_N = 128
 #: the 128-row small-T tile is taken when the 64-row tile's expected m-tiles per expert (the passes over an
 #: expert's weights) are at least this many times the 128-row tile's (:func:`small_t_tile_m`). Measured (H200,
@@ -117,7 +117,8 @@ SINGLE_TILE_GU_N = 128
 #: tile, 10 runs): ratio 1.47 (Mixtral T = 256; E16 k4 H4096 I4096 T = 256) -> the 128-row layer 10 % / 7.5 % faster
 #: (868 -> 779 us, 508 -> 470 us), 1.68 (E8 k4 H2048 I4096 T = 256) -> 21 % faster (216 -> 171 us), 1.00 (Qwen3
 #: T = 256, 16 rows per expert) -> 10 % slower (352 -> 390 us: twice the padded rows and tile work, the same weight
-#: passes). 1.25 is midway between the measured sides (interpolated, not measured near it).
+#: passes). 1.25 is midway between the measured sides (interpolated, not measured near it). Log
+#: bench/data/moe_small_t_tiles_h200_s37.log
 SPILL_RATIO = 1.25
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
