@@ -11,7 +11,7 @@
 #                                                     # gemm, moe or attention: pytest -k; ARGUS_FUZZ_SEED: the seed)
 #   bash bench/device_pending.sh OUTDIR sanitize      # bench/sanitize_gpu.py: edge problems of the three families under compute-sanitizer memcheck + synccheck (~3 min)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
-#   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather (~6 min)
+#   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather, the handoff (~7 min)
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-gather    # route_permute with gather_unroll 1 vs 4, every bench cell (~5 min)
 #   bash bench/device_pending.sh OUTDIR moe-lookahead # grouped GEMMs with work_lookahead 0 vs 1, per kernel, 8 cells (~4 min)
@@ -34,6 +34,7 @@
 #   bash bench/device_pending.sh OUTDIR moe-bench pdl        # the same, interleaved with pdl flipped
 #   bash bench/device_pending.sh OUTDIR moe-bench pdlw8      # ... with pdl + an 8-k-tile weight prefetch flipped
 #   bash bench/device_pending.sh OUTDIR moe-bench evict      # ... with the weights loaded evict-first flipped
+#   bash bench/device_pending.sh OUTDIR moe-bench handoff    # ... with the gate+up -> down handoff flipped
 #   bash bench/device_pending.sh OUTDIR moe-tune [BUDGET [CELLS]]  # tune moe on the bench cells (6 candidates
 #                                                     # each; CELLS e.g. mixtral:256,qwen3-30b-a3b:16) -> tuned_moe.json
 #   bash bench/device_pending.sh OUTDIR mutants18     # the GEMM and attention mutants added in session 18 (red team), ~4 min
@@ -137,7 +138,9 @@ case "$STEP" in
     $PYT -m gpu "$R/tests/gpu/test_moe_gpu.py" -k test_small_t_heuristic_picks_the_small_path 2>&1 \
       | tee "$OUT/moe_gpu_prebuild.log" | tail -3
     XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
-    $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30 ;;
+    $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30
+    # the gate+up -> down handoff (its own module: one prebuild batch)
+    $PYT -m gpu "$R/tests/gpu/test_moe_handoff_gpu.py" -rf 2>&1 | tee "$OUT/moe_handoff_gpu_tests.log" | tail -5 ;;
   attn-mutants16)
     timeout 500 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT" --timeout 10 --ids \
       output16_shuffle_same_bit,output16_shuffle_xor3,output16_single_stage,output16_lane_cols4,output16_group_cols16,output16_rows_unmasked \
@@ -268,7 +271,7 @@ case "$STEP" in
     timeout 560 python3 "$R/bench/mutants_moe_gpu.py" --out "$OUT" --timeout 60 ${3:+--ids "$3"} 2>&1 | tee "$OUT/moe_mutants.log" | tail -45 ;;
   moe-bench)
     gpu_state
-    # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead / pdl / pdlw8 / evict: that knob flipped)
+    # $3: ARGUS_MOE_BENCH_COMPARE (1: also m128 and unbanded, the default; lookahead / pdl / pdlw8 / evict / handoff: that knob flipped)
     ARGUS_MOE_BENCH_COMPARE=${3:-1} ARGUS_BENCH_TABLE="$OUT/moe_table.md" timeout 560 python3 -m pytest -q -s -p no:cacheprovider \
       "$R/bench/test_moe_bench.py" > "$OUT/moe_bench.log" 2>&1; cat "$OUT/moe_table.md" 2>/dev/null || tail -20 "$OUT/moe_bench.log" ;;
   mutants18)

@@ -21,7 +21,7 @@ layer before bands: column ``unbanded ms``), so a GPU session measures what the 
 ``work_lookahead`` (the grouped GEMMs' producers reading their next unit's expert ahead, or not) or ``pdl``
 (programmatic dependent launch) flipped, interleaved: column ``flipped ms``; ``pdlw8`` flips pdl together
 with an 8-k-tile weight prefetch before the wait; ``evict`` flips ``weights_evict_first`` (the expert weights'
-L2 cache hint). Any other value is refused.
+L2 cache hint), ``handoff`` the gate+up -> down handoff per m-tile. Any other value is refused.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ VLLM_RATIO = {("mixtral", 16): 1.91, ("mixtral", 256): 1.73, ("mixtral", 2048): 
 ROWS: list[str] = []
 #: ARGUS_MOE_BENCH_COMPARE: "" (ours and _grouped_mm only), "1" (also m128 and unbanded), "lookahead" / "pdl"
 #: (also the same configuration with that knob flipped: column ``flipped ms``), "pdlw8" (pdl with 8 k-tiles of
-#: weights prefetched before the wait, or neither), "evict" (the weights loaded evict-first, or not)
-COMPARE_MODES = ("", "1", "lookahead", "pdl", "pdlw8", "evict")
+#: weights prefetched before the wait, or neither), "evict" (the weights loaded evict-first, or not), "handoff"
+#: (the gate+up -> down handoff per m-tile flipped)
+COMPARE_MODES = ("", "1", "lookahead", "pdl", "pdlw8", "evict", "handoff")
 
 
 @pytest.mark.parametrize("tokens", TOKENS)
@@ -95,6 +96,8 @@ def test_moe_cell(model, tokens):
                                                                                                  weight_prefetch=8)
     if compare == "evict":   # the same configuration with the weights' L2 cache hint flipped
         alts["flipped"] = cfg.replace(weights_evict_first=not cfg.weights_evict_first)
+    if compare == "handoff":   # the same configuration with the gate+up -> down handoff flipped
+        alts["flipped"] = cfg.replace(handoff=not cfg.handoff)
     runs = {}
     for key, alt_cfg in alts.items():
         alt = moe_kernel(p, alt_cfg, smt=False)
@@ -115,7 +118,7 @@ def test_moe_cell(model, tokens):
     label = (f"m{cfg.tile_m} gu{cfg.gu_tile_n}x{cfg.gu_stages} dn{cfg.dn_tile_n}x{cfg.dn_stages} k{cfg.tile_k} "
              f"b{cfg.gu_band_m}x{cfg.dn_band_m} g{cfg.gather_slices}u{cfg.gather_unroll}"
              f"{' la' if cfg.work_lookahead else ''}{' pdl' if cfg.pdl else ''}"
-             f"{f' w{cfg.weight_prefetch}' if cfg.weight_prefetch else ''} ({source})")
+             f"{f' w{cfg.weight_prefetch}' if cfg.weight_prefetch else ''}{' ho' if cfg.handoff else ''} ({source})")
     floor = timed_floor_ms(p)   # the activated experts of timed_inputs' routing, at the anchors' 4.3 TB/s
     v = VLLM_MS.get((model, tokens))
     need = VLLM_RATIO.get((model, tokens))

@@ -35,7 +35,7 @@ from typing import Any
 
 from argus_cutlass.dsl.ir import _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit, check_c_remainder_operand
 
-__all__ = ["Combine", "FACTOR_CPP", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing", "CTYPES",
+__all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing", "CTYPES",
            "MAX_EXPERTS", "MAX_CTA_THREADS"]
 
 #: index C types and their largest value
@@ -206,6 +206,9 @@ class IndexWidth:
                        f"{sorted(CTYPES)}")
 
 
+#: the layer fields of the gate+up -> down handoff (``MoELayer.handoff``)
+HANDOFF_FIELDS = ("handoff", "handoff_target_delta", "handoff_signal", "handoff_fence", "handoff_zero")
+
 #: the most k-tiles a grouped GEMM's producer prefetches into L2 before its wait (``MoELayer.weight_prefetch``)
 MAX_WEIGHT_PREFETCH = 64
 
@@ -234,6 +237,24 @@ class MoELayer:
             producer thread prefetches into L2 (``cp.async.bulk.prefetch.tensor``) before its wait,
             reading the m-tile count and the expert id that route_scan wrote two launches before
             (0: none; at most ``MAX_WEIGHT_PREFETCH``; needs ``pdl``).
+        handoff: the down GEMM starts an m-tile as soon as gate+up has stored that m-tile's h rows, not
+            after the whole gate+up kernel (rule ``moe.handoff``). Each gate+up unit ``(tm, tn)``, once its
+            TMA stores of h are complete (``cp.async.bulk.wait_group 0``, PTX ISA 9.7.9.25.4.3: the writes
+            performed, not only the shared-memory source read) and ordered for the generic proxy
+            (``fence.proxy.async.global``, PTX ISA 9.7.13.4.2), adds 1 to ``tile_ready[tm]`` with
+            ``red.release.gpu``; route_scan zeroes ``tile_ready[tm]`` where it writes ``tile_expert[tm]``.
+            The down producer, before the loads of a unit of m-tile ``tm``, spins on ``ld.acquire.gpu``
+            of ``tile_ready[tm]`` until it reaches the gate+up n-blocks per m-tile (``kHandoffTarget``),
+            then fences the async proxy before its TMA loads read h. With ``pdl`` the down kernel then
+            executes ``griddepcontrol.launch_dependents`` first and ``griddepcontrol.wait`` last (its
+            completion still follows gate+up's, so every later kernel's order is unchanged). No deadlock:
+            a programmatic down CTA launches only after every gate+up CTA is resident (each executed
+            ``launch_dependents``), and a plain one after gate+up completed.
+        handoff_target_delta, handoff_signal, handoff_fence, handoff_zero: the handoff's printed choices;
+            a correct layer has 0 (the down producer waits for exactly the gate+up n-blocks of an m-tile),
+            ``"complete"`` (``"read"``: the signal follows ``wait_group.read``, the writes may not have
+            landed), True (the proxy fences printed) and True (route_scan zeroes the counters every call).
+            Each needs ``handoff``.
     """
 
     name: str
@@ -250,6 +271,11 @@ class MoELayer:
     indices: tuple[IndexWidth, ...]
     pdl: bool = field(default=False, metadata=_CANON_SKIP)
     weight_prefetch: int = field(default=0, metadata=_CANON_SKIP)
+    handoff: bool = field(default=False, metadata=_CANON_SKIP)
+    handoff_target_delta: int = field(default=0, metadata=_CANON_SKIP)
+    handoff_signal: str = field(default="complete", metadata=_CANON_SKIP)
+    handoff_fence: bool = field(default=True, metadata=_CANON_SKIP)
+    handoff_zero: bool = field(default=True, metadata=_CANON_SKIP)
 
     family = "moe"
 
@@ -264,6 +290,28 @@ class MoELayer:
         if wp and not self.pdl:
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: weight_prefetch={wp} needs pdl (without a "
                        "programmatic launch a kernel starts after its predecessor completed: nothing to overlap)")
+        for f in ("handoff", "handoff_fence", "handoff_zero"):
+            if not isinstance(getattr(self, f), bool):
+                _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {f} {getattr(self, f)!r} must be a bool")
+        d = self.handoff_target_delta
+        if not isinstance(d, int) or isinstance(d, bool) or abs(d) >= 1 << 20:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_target_delta {d!r} must be an int in "
+                       "(-2^20, 2^20)")
+        if self.handoff_signal not in ("complete", "read"):
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_signal {self.handoff_signal!r}: expected "
+                       "'complete' or 'read'")
+        if not self.handoff:
+            changed = [f for f, d in (("handoff_target_delta", 0), ("handoff_signal", "complete"),
+                                      ("handoff_fence", True), ("handoff_zero", True)) if getattr(self, f) != d]
+            if changed:
+                _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {', '.join(changed)} set without handoff "
+                           "(nothing prints them)")
+
+    def handoff_target(self) -> int:
+        """The count the down producer waits for in ``tile_ready[tm]`` (printed ``kHandoffTarget``):
+        gate+up's n-blocks per m-tile, ``ceil(I / tile_n)`` of its epilogue (its walk's ``tiles_n``), plus
+        ``handoff_target_delta`` (0 in a correct layer; rule ``moe.handoff`` counts the signals)."""
+        return -(-self.ffn // self.gate_up.epilogue.tile_n) + self.handoff_target_delta
 
     def fingerprint(self) -> str:
         """sha256 of every node field (source locations aside)."""
@@ -300,7 +348,8 @@ class MoELayer:
                                                            for i in self.indices))
         if part == "layer":
             for k in changes:
-                if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch"):
+                if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch",
+                             *HANDOFF_FIELDS):
                     raise KeyError(f"MoELayer has no scalar field {k!r}")
             return dataclasses.replace(self, **changes)
         prog = self.program(part)

@@ -30,7 +30,9 @@ def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
     try:
         ctx.update(ns=ns, ix_tile_unit=layer.index("tile_unit"), units_expr=index_expr(layer, "tile_unit", "tiles_m"),
                    ix_b_row=layer.index("w13_row" if part == "gate_up" else "w2_row"), pdl=layer.pdl,
-                   weight_prefetch=layer.weight_prefetch)
+                   weight_prefetch=layer.weight_prefetch,
+                   handoff_role=("signal" if part == "gate_up" else "wait") if layer.handoff else "",
+                   handoff_target=layer.handoff_target(), L=layer)
     except KeyError as exc:
         raise ConfigError("render.program", f"MoE layer {layer.name!r}: {exc.args[0]}") from None
     return render_template(GEMM_PART_TEMPLATE, ctx, "MoE", program.name)

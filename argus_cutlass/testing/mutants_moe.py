@@ -122,6 +122,13 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
     "small_banded_sizes": GpuProblem(
         "small_banded", 300, "sizes", (128, 256, 0, 130, 65, 21, 0, 0),
         why="three empty experts and groups of 128 / 256 / 130 rows: 7 m-tiles, bands 3 + 3 + 1"),
+    "small64_handoff_uniform300": GpuProblem(
+        "small64_handoff", 300, why="the handoff's default: 600 routed rows, 16 m-tiles of 64 rows, the down CTAs "
+                                    "start while gate+up's last units still run"),
+    "small64_handoff_many_units": GpuProblem(
+        "small64_handoff", 4096, "skewed",
+        why="8192 routed rows, one hot expert: ~130 m-tiles, more units than CTAs in both GEMMs, so down's producers "
+            "reach m-tiles gate+up has not finished"),
     "small_sliced_uniform300": GpuProblem(
         "small_sliced", 300, why="the sliced gather's default: 600 routed rows (3 chunks) x 3 column slices of "
                                  "H = 256 (11 + 11 + 10 vectors)"),

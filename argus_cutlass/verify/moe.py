@@ -74,6 +74,8 @@ MOE_RULES = {
     "moe.launch": ("M9", "launch shapes: CTAs of 32..1024 threads in whole warps; E within the scan's one CTA"),
     "moe.pdl": ("M10", "launch order: every access of one kernel that conflicts with an earlier kernel's (this call's "
                 "or the previous call's) happens after that kernel completed"),
+    "moe.handoff": ("M11", "gate+up -> down per m-tile: down reads an m-tile's h after every gate+up unit of it "
+                    "stored its rows (complete, fenced, released); the counters start at 0 every call"),
 }
 #: GEMM rules the gate+up program's fused activation replaces (they model a plain store)
 _REPLACED_BY_SWIGLU = ("epilogue.coordinate", "output.bijection")
@@ -983,6 +985,33 @@ PDL_CHAIN = (
 )
 
 
+#: the handoff's counters (layer node ``handoff``): route_scan zeroes them, gate+up adds, down reads
+HANDOFF_ACCESSES = {"route_scan": ((), ("tile_ready",)), "gate_up": ((), ("tile_ready",)), "down": (("tile_ready",), ())}
+#: with ``handoff`` and ``pdl`` the down kernel has no wait before its accesses (it waits last): every access
+HANDOFF_DOWN_PRE_WAIT = ("h", "w2", "tile_expert", "tiles_m", "tile_ready", "xs")
+#: the gate+up -> down conflicts a sound handoff orders per m-tile (rule moe.handoff): h (gate+up writes, down
+#: reads), xs (gate+up reads an m-tile's rows, down overwrites them with its output) and the counters
+HANDOFF_ORDERED = ("h", "xs", "tile_ready")
+
+
+def pdl_chain(layer: MoELayer) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """:data:`PDL_CHAIN` of ``layer``: with ``handoff`` the counters' accesses added (:data:`HANDOFF_ACCESSES`)."""
+    if not layer.handoff:
+        return PDL_CHAIN
+    out = []
+    for name, r, w in PDL_CHAIN:
+        hr, hw = HANDOFF_ACCESSES.get(name, ((), ()))
+        out.append((name, r + hr, w + hw))
+    return tuple(out)
+
+
+def handoff_sound(layer: MoELayer) -> bool:
+    """The handoff's printed choices are the correct ones (complete stores, fences, zeroed counters, the exact
+    target); the counts per m-tile are rule ``moe.handoff``'s enumeration."""
+    return (layer.handoff and layer.handoff_signal == "complete" and layer.handoff_fence and layer.handoff_zero
+            and layer.handoff_target_delta == 0)
+
+
 def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
     """Which kernels of :data:`PDL_CHAIN` the host launches programmatically: with ``layer.pdl`` every
     one after ``route_count`` (printed: ``launch_programmatic`` / run_grouped's attribute), else none."""
@@ -1001,9 +1030,10 @@ PDL_PREFETCH_READS = {"gate_up": ("tiles_m", "tile_expert", "w13"), "down": ("ti
 def pdl_pre_wait(layer: MoELayer) -> dict[str, tuple[str, ...]]:
     """The printed pre-wait accesses of ``layer``'s kernels: :data:`PDL_PRE_WAIT`, plus
     :data:`PDL_PREFETCH_READS` when the layer prefetches weights."""
-    if not layer.weight_prefetch:
-        return dict(PDL_PRE_WAIT)
-    return {**PDL_PRE_WAIT, **PDL_PREFETCH_READS}
+    pre = dict(PDL_PRE_WAIT) if not layer.weight_prefetch else {**PDL_PRE_WAIT, **PDL_PREFETCH_READS}
+    if layer.handoff and layer.pdl:
+        pre["down"] = HANDOFF_DOWN_PRE_WAIT
+    return pre
 
 
 def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = None) -> tuple[list[Proof], list[Violation]]:
@@ -1020,7 +1050,9 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
     printed kernels) names the buffers a kernel touches before its wait."""
     pre = pdl_pre_wait(layer) if pre_wait is None else pre_wait
     prog = pdl_launches(layer)
-    seq = [(c, i, name, set(r), set(w)) for c in (0, 1) for i, (name, r, w) in enumerate(PDL_CHAIN)]
+    chain = pdl_chain(layer)
+    ordered = set(HANDOFF_ORDERED) if handoff_sound(layer) else set()
+    seq = [(c, i, name, set(r), set(w)) for c in (0, 1) for i, (name, r, w) in enumerate(chain)]
     pairs = 0
     for a in range(len(seq)):
         for b in range(a + 1, len(seq)):
@@ -1028,7 +1060,10 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
             cb, ib, nb, rb, wb = seq[b]
             for buf in sorted((wa & (rb | wb)) | (ra & wb)):
                 pairs += 1
-                # a pre-wait access of a programmatic kernel is ordered after every kernel but the one before it
+                # a pre-wait access of a programmatic kernel is ordered after every kernel but the one before it;
+                # gate+up -> down on h / xs / tile_ready is ordered per m-tile by a sound handoff (moe.handoff)
+                if (na, nb) == ("gate_up", "down") and ca == cb and buf in ordered:
+                    continue
                 if prog[ib] and buf in pre.get(nb, ()) and b - a == 1:
                     kind = "writes" if buf in wb else "reads"
                     msg = (f"{nb} (call {cb}) {kind} {buf} before its griddepcontrol.wait, but it is launched "
@@ -1039,17 +1074,111 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
                         f"{nb}'s access to {buf} after {na} completed", f"{nb} touches {buf} before its wait",
                         "a programmatic kernel touches global data only after griddepcontrol.wait",
                         element={"buffer": buf}, chain=(f"{na} (call {ca})", f"{nb} (call {cb})")))]
-    early = sorted({f"{k}: {', '.join(v)}" for k, v in pre.items() if v and prog[[n for n, _r, _w in PDL_CHAIN].index(k)]})
+    early = sorted({f"{k}: {', '.join(v)}" for k, v in pre.items() if v and prog[[n for n, _r, _w in chain].index(k)]})
     mode = ("programmatic dependent launch: route_count in stream order, the 5 later kernels wait "
             "(griddepcontrol.wait) before their first global access" if layer.pdl else "plain stream order")
     if early:
         what = (f"the grouped GEMMs' L2 prefetch of their first unit's first {layer.weight_prefetch} weight k-tiles: "
                 if layer.weight_prefetch else "")
-        mode += (f" except the reads before the wait ({what}{'; '.join(early)}), none of a buffer the kernel "
-                 "before writes")
+        mode += (f" except the {'accesses' if ordered and layer.pdl else 'reads'} before the wait ({what}{'; '.join(early)}), none of a buffer the kernel "
+                 "before writes" + ("; down's accesses of h, xs and tile_ready follow gate+up's per m-tile "
+                                    "(moe.handoff), its wait is its last statement" if ordered and layer.pdl else ""))
     return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "
-                  f"WAW on {len({b for _n, r, w in PDL_CHAIN for b in (*r, *w)})} buffers, out = xs) all ordered by "
+                  f"WAW on {len({b for _n, r, w in chain for b in (*r, *w)})} buffers, out = xs) all ordered by "
                   "completion", points=pairs)], []
+
+
+def _store_thread(layer: MoELayer, unit: int) -> dict[str, int]:
+    """The gate+up thread that stores a unit's h tile and signals it: thread 0 of the consumer warpgroup that
+    runs the unit (ping-pong: every second unit of a CTA, starting with warpgroup 0; cooperative: warpgroup 0)."""
+    p = layer.gate_up
+    pingpong = p.epilogue.tile_m == 64
+    return {"cta": unit % SIM_CTAS, "warpgroup": 1 + ((unit // SIM_CTAS) % 2 if pingpong else 0),
+            "thread_in_warpgroup": 0, "role": "consumer (store thread)"}
+
+
+def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
+    """``moe.handoff`` (M11), the gate+up -> down handoff per m-tile (layer node ``handoff``). The down producer
+    loads m-tile ``tm``'s h rows (its A) only after ``tile_ready[tm]`` reached ``kHandoffTarget``; it is sound
+    when (a) each gate+up unit signals once, after its stores of h are complete and fenced for the async proxy,
+    with a release the down producer's acquire reads (then fences, before its TMA loads), (b) the signals of
+    m-tile ``tm`` number exactly ``kHandoffTarget`` (fewer: down may read h before the last unit stored it;
+    more is the same under a smaller target; a larger target: down waits forever), counted here over the
+    printed gate+up walk (grid of up to 132 CTAs, step) on every routing case, and (c) route_scan zeroes the
+    counters of every m-tile each call (else the second call's counts start at the first call's). Down also
+    overwrites xs (its output) rows of m-tile ``tm``, which only gate+up units of ``tm`` read (moe.group_tiles),
+    all before their signal. No deadlock: gate+up is persistent (at most one CTA per SM) and a programmatic down
+    CTA launches only after every gate+up CTA executed ``launch_dependents`` (it is resident), a plain one after
+    gate+up completed."""
+    from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk, grouped_tile_of_unit
+
+    if not layer.handoff:
+        return [Proof("moe.handoff", "M11", "enum", "no handoff: the down GEMM reads h after gate+up completed "
+                      "(moe.pdl)", points=0)], []
+    target = layer.handoff_target()
+    if layer.handoff_signal != "complete":
+        return [], [_viol("moe.handoff", "gate+up signals tile_ready[tm] after cp.async.bulk.wait_group.read: the "
+                          "TMA stores have read shared memory but their writes of h may not be performed, so down "
+                          "can load m-tile 0's rows before they land",
+                          _cex("moe.handoff", "gate+up handoff_signal (moe/gemm.j2)", "cp.async.bulk.wait_group 0 "
+                               "(stores complete) before the release", "cp.async.bulk.wait_group.read 0",
+                               element={"m_tile": 0, "tensor": "h"}, thread=_store_thread(layer, 0)))]
+    if not layer.handoff_fence:
+        return [], [_viol("moe.handoff", "no fence.proxy.async.global between the TMA (async proxy) stores / loads of "
+                          "h and the generic release / acquire of tile_ready: the flag orders nothing for the async "
+                          "proxy (PTX ISA 9.7.13.4.2, proxy fences)",
+                          _cex("moe.handoff", "handoff_signal / handoff_wait (moe/gemm.j2)", "fence.proxy.async.global "
+                               "after the stores' completion and after the acquire", "no proxy fence",
+                               element={"m_tile": 0, "tensor": "h"}, thread=_store_thread(layer, 0)))]
+    if not layer.handoff_zero:
+        return [], [_viol("moe.handoff", "route_scan does not zero tile_ready: on the second call every m-tile's "
+                          f"counter already holds {target} from the first, so down loads m-tile 0's h before this "
+                          "call's gate+up stored it",
+                          _cex("moe.handoff", "route_scan (layer.cu.j2)", "tile_ready[tm] = 0 for every m-tile, each "
+                               "call", "counters kept from the previous call", element={"m_tile": 0, "call": 1},
+                               thread=_scan_thread(0)))]
+    p = layer.gate_up
+    walk = GroupedWalk.of(p.schedule)
+    tiles_n = -(-layer.ffn // p.epilogue.tile_n)
+    points = 0
+    for label, ids in cases:
+        sim = simulate_routing(layer, ids)
+        tiles_m = sim["tiles_m"]
+        units = tiles_m * tiles_n
+        if units == 0 or check_grouped_walk(tiles_m, tiles_n, walk) is not None:
+            continue   # no work, or a walk moe.group_tiles refuses
+        max_units = (sim["padded_rows"] // layer.routing.pad) * tiles_n
+        grid = min(max_units, SIM_CTAS)
+        step = grid + p.schedule.step_delta
+        signals = np.zeros(tiles_m, dtype=np.int64)
+        last = np.full(tiles_m, -1, dtype=np.int64)
+        tms, _tns, _ = grouped_tile_of_unit(np.arange(units), tiles_m, tiles_n, walk)
+        if step >= 1:
+            for c in range(grid):
+                for u in range(c, units, step):
+                    signals[int(tms[u])] += 1
+                    last[int(tms[u])] = max(last[int(tms[u])], u)
+        points += tiles_m
+        bad_tm = np.flatnonzero(signals != target)
+        if bad_tm.size:
+            tm = int(bad_tm[0])
+            got = int(signals[tm])
+            if got > target:
+                msg = (f"{label}: m-tile {tm} gets {got} gate+up signals but down waits for {target}: down loads its "
+                       f"h rows after {target} units stored theirs, while unit {int(last[tm])} may still be storing")
+                thread = _store_thread(layer, int(last[tm]))
+            else:
+                msg = (f"{label}: m-tile {tm} gets {got} gate+up signals but down waits for {target}: the down "
+                       "producer waits forever (deadlock)")
+                thread = {"cta": 0, "role": "down producer"}
+            return [], [_viol("moe.handoff", msg, _cex(
+                "moe.handoff", "kHandoffTarget (moe/gemm.j2) vs the gate+up walk", f"{got} (the units of m-tile {tm})",
+                str(target), element={"m_tile": tm, "tensor": "h"}, thread=thread,
+                params={"T": int(ids.shape[0]), "tiles_m": tiles_m, "tiles_n": tiles_n, "grid": grid}))]
+    return [Proof("moe.handoff", "M11", "enum", f"every m-tile gets exactly kHandoffTarget = {target} gate+up signals "
+                  "(one per unit, after its h stores complete, fenced, red.release.gpu) before down's producer "
+                  f"(ld.acquire.gpu, fenced) loads its h rows; counters zeroed by route_scan each call; "
+                  f"{len(cases)} routings, {points} m-tiles", points=points)], []
 
 
 def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
@@ -1405,6 +1534,7 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     run.add("enum", "moe.dtype", _check_dtype, layer)
     run.add("arith", "moe.launch", _check_launch, layer)
     run.add("enum", "moe.pdl", _check_pdl, layer)
+    run.add("enum", "moe.handoff", _check_handoff, layer, cases)
     if smt:
         from argus_cutlass.settings import settings
 

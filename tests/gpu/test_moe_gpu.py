@@ -172,16 +172,16 @@ def test_small_t_path(model, tokens, routing):
 def test_small_t_heuristic_picks_the_small_path():
     from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
-    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_PDL
+    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_HANDOFF, SMALL_T_PDL
 
     from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
 
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T)) == _small().replace(
         gu_band_m=4, dn_band_m=4, gather_slices=8,   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band)
-        gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, gu_tile_n=SINGLE_TILE_GU_N)
+        gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N)
     # Mixtral at T = 256: 64 rows per expert on average -> the 128-row small-T tiles (heuristics.small_t_tile_m)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
-        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
+        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
 
 

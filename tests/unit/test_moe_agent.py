@@ -26,7 +26,7 @@ def test_loads_as_the_moe_family():
     assert {t.id for t in MKB.techniques} == {
         "small_t_weight_bound", "tile_m_padding", "tile_m_spill", "t_bucket", "band_walk", "swap_ab", "stages",
         "gather_slices", "gather_unroll", "work_lookahead", "pdl", "weight_prefetch", "grouped_stream_k",
-        "weights_evict_first"}
+        "weights_evict_first", "handoff"}
     swap = MKB.get("swap_ab")
     assert not swap.available and swap.missing_knobs == ("swap_ab",) and "not built" in swap.why
     assert swap not in MKB.available
@@ -261,7 +261,7 @@ def test_small_t_tile_move_builds_the_other_tile_as_the_heuristic_would():
         band = small_t_band(p, other_m)
         want = small_t_config(cfg.dtype, other_m).replace(
             gu_band_m=band, dn_band_m=band, gather_slices=cfg.gather_slices, gather_unroll=cfg.gather_unroll,
-            pdl=cfg.pdl)
+            pdl=cfg.pdl, handoff=cfg.handoff)
         if other_m == 64:
             want = want.replace(gu_tile_n=SINGLE_TILE_GU_N)
         assert moved and moved[0] == want, (model, moved[:1], want)

@@ -19,6 +19,7 @@ from argus_cutlass.kernels.moe.heuristics import (
     GATHER_UNROLL,
     SINGLE_TILE_GU_N,
     SMALL_T,
+    SMALL_T_HANDOFF,
     SMALL_T_PDL,
     band_for,
     default_bands,
@@ -254,7 +255,7 @@ def test_heuristic_bands_from_the_wave_traffic():
                 band = max(1, t // tile_m)
                 want_cfg = small_t_config(tile_m=tile_m).replace(
                     gu_band_m=band, dn_band_m=band, gather_slices=slices[model], gather_unroll=GATHER_UNROLL,
-                    pdl=SMALL_T_PDL)
+                    pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
                 if tile_m == 64:   # the narrower gate+up unit (heuristics.SINGLE_TILE_GU_N)
                     want_cfg = want_cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
                 assert cfg == want_cfg, (model, t)

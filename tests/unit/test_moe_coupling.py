@@ -5,7 +5,8 @@ E=128, k=8 layer under the small-T configuration, the small layer with banded wa
 m-tiles, the small layer with its gather in 3 column slices, and the small layer with programmatic
 launches and a weight prefetch) and **every field** of the MoE nodes -- the
 routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` node, the layer's
-own scalar fields, ``pdl`` and ``weight_prefetch`` -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
+own scalar fields, ``pdl``, ``weight_prefetch`` and the handoff's fields (two more bases: the handoff on
+both tile paths) -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
 ``expert_shift``, ``pair_offset``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
 ``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
 ``band_start_delta``, ``band_full_rows``, ``band_swap``, and ``lookahead``), a type-appropriate mutation
@@ -32,7 +33,7 @@ from typing import Any, Callable
 
 import pytest
 
-from argus_cutlass.dsl.moe_ir import CTYPES, MoELayer
+from argus_cutlass.dsl.moe_ir import CTYPES, HANDOFF_FIELDS, MoELayer
 from argus_cutlass.errors import ConfigError, DslError, ProblemError
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
@@ -43,7 +44,7 @@ from argus_cutlass.verify.moe import verify_moe
 DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "invalid": ("skip", "clamp"),
            "row_map": ("permuted_row", "identity"), "acc_dtype": ("fp32", "bf16", "fp16"), "dtype": ("bf16", "fp16"),
            "ctype": tuple(CTYPES), "act": ("", "swiglu", "swiglu_swapped"),
-           "decomposition": ("persistent", "streamk", "splitk", "grouped")}
+           "decomposition": ("persistent", "streamk", "splitk", "grouped"), "handoff_signal": ("complete", "read")}
 #: the schedule node's fields of the banded grouped walk
 BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap", "lookahead")
 #: MoE fields of the grouped GEMM programs: (part, replace_node kind, key getter, fields)
@@ -69,6 +70,10 @@ def base(which: str) -> MoELayer:
         return build_layer(MoEConfig(gather_slices=3), MoEProblem(64, 8, 2, 256, 512))
     if which == "small_pdl":   # programmatic launches, 4 k-tiles of weights prefetched before the wait
         return build_layer(MoEConfig(pdl=True, weight_prefetch=4), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small_handoff":   # the gate+up -> down handoff per m-tile, programmatic launches
+        return build_layer(MoEConfig(pdl=True, handoff=True), MoEProblem(64, 8, 2, 256, 512))
+    if which == "qwen_small_t_handoff":   # the same on the 64-row ping-pong tiles
+        return build_layer(small_t_config().replace(pdl=True, handoff=True), MoEProblem(64, 128, 8, 2048, 768))
     return build_layer(small_t_config(), MoEProblem(64, 128, 8, 2048, 768))
 
 
@@ -99,7 +104,7 @@ def mutations(layer: MoELayer) -> list[tuple[str, Callable[[], MoELayer]]]:
             for a in _alts(f, getattr(ix, f)):
                 out.append((f"index[{ix.name}].{f} -> {a!r}",
                             lambda k=ix.name, f=f, a=a: layer.replace_node("index", None, k, **{f: a})))
-    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch"):
+    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch", *HANDOFF_FIELDS):
         for a in _alts(f, getattr(layer, f)):
             out.append((f"layer.{f} -> {a!r}", lambda f=f, a=a: layer.replace_node("layer", **{f: a})))
     out.append(("layer.name -> 'renamed'", lambda: dataclasses.replace(layer, name="renamed")))
@@ -154,7 +159,8 @@ def classify(layer: MoELayer, make: Callable[[], MoELayer]) -> tuple[str, str]:
     return "unprinted", "compiled text unchanged and the verifier accepts"
 
 
-@pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced", "small_pdl"])
+@pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced", "small_pdl", "small_handoff",
+                                   "qwen_small_t_handoff"])
 def test_every_moe_field_is_coupled(which):
     layer = base(which)
     muts = mutations(layer)

@@ -44,7 +44,7 @@ def test_small_t_layers_verify(model):
 
 
 def test_heuristic_picks_by_t_bucket():
-    from argus_cutlass.kernels.moe.heuristics import (GATHER_UNROLL, SINGLE_TILE_GU_N, SMALL_T, SMALL_T_PDL,
+    from argus_cutlass.kernels.moe.heuristics import (GATHER_UNROLL, SINGLE_TILE_GU_N, SMALL_T, SMALL_T_HANDOFF, SMALL_T_PDL,
                                                       default_config, small_t_config)
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
@@ -53,13 +53,13 @@ def test_heuristic_picks_by_t_bucket():
     assert SINGLE_TILE_GU_N < small_t_config().gu_tile_n and SINGLE_TILE_GU_N in KNOBS["gu_tile_n"]
     for t, band in ((1, 1), (16, 1), (64, 1), (65, 2), (128, 2), (129, 4), (SMALL_T, 4)):
         want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=8,   # H = 2048: 4 KB / 512 B
-                                         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, gu_tile_n=SINGLE_TILE_GU_N)
+                                         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N)
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # Mixtral (E 8, k 2) at T 129-256: 64 rows per expert on average, the 64-row tile would re-stream
     # about half the experts' weights -> 128-row tiles, bands of ceil(256 / 128) m-tiles
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
-        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL)
+        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
     assert default_config(MoEProblem.for_model("mixtral", 128)).tile_m == 64   # 32 rows per expert
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as
     # many gather slices as fill one wave: Qwen3 T = 257 has ceil(2056 / 256) = 9 chunks -> 8 slices
@@ -632,3 +632,104 @@ def test_weights_evict_first_reaches_only_the_weight_loads():
         assert src.count("kCacheHintB, dst") == 2 and src.count("kCacheHintA, dst") == 2   # used by each load
     assert hints[False] == [("A", "EVICT_NORMAL"), ("B", "EVICT_NORMAL")] * 2
     assert hints[True] == [("A", "EVICT_NORMAL"), ("B", "EVICT_FIRST")] * 2
+
+
+# ---- the gate+up -> down handoff per m-tile (layer node handoff, rule moe.handoff) -----------------------
+
+
+@pytest.mark.parametrize("small_t", [False, True])
+@pytest.mark.parametrize("pdl", [False, True])
+def test_handoff_prints_the_release_acquire_pair(small_t, pdl):
+    """handoff: gate+up's store thread signals each unit after its h stores are complete (wait_group 0, not
+    .read), fenced, with red.release.gpu on tile_ready[tm]; down's producer spins on ld.acquire.gpu of
+    tile_ready[tm] up to kHandoffTarget = the gate+up n-blocks per m-tile, fences, then loads; route_scan
+    zeroes the counters it owns; with pdl down lets the next kernel launch first and waits for gate+up last.
+    The layer verifies with the moe.handoff proof; without handoff nothing of it is printed."""
+    import re
+
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    p = MoEProblem(300, 16, 4, 256, 512)
+    base = (small_t_config() if small_t else MoEConfig()).replace(pdl=pdl)
+    plain, ho = build_layer(base, p), build_layer(base.replace(handoff=True), p)
+    assert ho.handoff and ho.name == plain.name + "_ho"
+    src, old = render_moe(ho), render_moe(plain)
+    assert "tile_ready" not in old and "handoff" not in old
+    code = "\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith("//")) + "\n"
+    gu, dn = code.index("namespace " + ho.kernel_name() + "_gu"), code.index("namespace " + ho.kernel_name() + "_dn")
+    gu_text, dn_text = code[gu:dn], code[dn:code.index(ho.kernel_name() + "_ns")]
+    signal = re.search(r"handoff_signal\(Params const& p, int tm\) \{\n(.*?)\n\}", gu_text, re.S).group(1)
+    assert signal.split("\n") == ['  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");',
+                                  '  asm volatile("fence.proxy.async.global;" ::: "memory");',
+                                  '  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(p.tile_ready + tm) : "memory");']
+    assert gu_text.count("if (store_thread) handoff_signal(p, w.tm);") == 1 and "handoff_wait" not in gu_text
+    target = -(-p.ffn // ho.gate_up.epilogue.tile_n)
+    assert f"constexpr int kHandoffTarget = {target};" in dn_text and ho.handoff_target() == target
+    assert 'ld.acquire.gpu.global.b32' in dn_text and "handoff_wait(p, w.tm);" in dn_text
+    assert dn_text.index("handoff_wait(p, w.tm);") < dn_text.index("load_A(&p.tma_a")
+    assert "handoff_signal" not in dn_text
+    assert "tile_ready[base + i] = 0;" in code and "tile_expert[base + i] = e;" in code
+    if pdl:
+        body = dn_text[dn_text.index("gemm_kernel(CUTE_GRID_CONSTANT"):]
+        assert body.count("griddepcontrol.launch_dependents") == 1 and body.count("griddepcontrol.wait") == 1
+        assert body.index("griddepcontrol.launch_dependents") < body.index("producer_mainloop(") < body.index(
+            "griddepcontrol.wait")
+    else:
+        assert "griddepcontrol" not in code
+    rep = verify_moe(ho)
+    assert rep.ok, [v.format() for v in rep.violations]
+    pr = next(pr for pr in rep.proofs if pr.rule == "moe.handoff")
+    assert f"kHandoffTarget = {target}" in pr.summary and pr.points > 0
+
+
+@pytest.mark.parametrize("change,expect", [
+    ({"handoff_target_delta": -1}, "may still be storing"),
+    ({"handoff_target_delta": 1}, "waits forever"),
+    ({"handoff_signal": "read"}, "wait_group.read"),
+    ({"handoff_fence": False}, "fence.proxy.async"),
+    ({"handoff_zero": False}, "does not zero tile_ready"),
+])
+def test_handoff_rule_catches_each_planted_mistake(change, expect):
+    """Each wrong choice of the handoff is refused by moe.handoff with a counterexample (the m-tile, and the
+    thread: the store thread of the unit, the scan thread, or the down producer); the early-read ones also
+    by moe.pdl (down's pre-wait accesses of h are then unordered)."""
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    layer = build_layer(small_t_config().replace(pdl=True, handoff=True), MoEProblem(64, 8, 2, 256, 512))
+    rep = verify_moe(dataclasses.replace(layer, **change), smt=False)
+    assert not rep.ok
+    v = next(v for v in rep.violations if v.rule == "moe.handoff")
+    assert expect in v.message, v.message
+    assert v.counterexample is not None and "m_tile" in v.counterexample.element and v.counterexample.thread
+    if change.get("handoff_target_delta", 0) >= 0:
+        assert "moe.pdl" in {x.rule for x in rep.violations}
+
+
+def test_handoff_fields_need_the_handoff():
+    """The handoff's choices without handoff print nothing: the DSL refuses them, naming the field."""
+    from argus_cutlass.errors import DslError
+
+    layer = build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
+    for change in ({"handoff_fence": False}, {"handoff_zero": False}, {"handoff_signal": "read"},
+                   {"handoff_target_delta": 1}):
+        with pytest.raises(DslError, match=next(iter(change))):
+            dataclasses.replace(layer, **change)
+
+
+def test_pdl_chain_with_the_handoff_matches_the_printed_kernels():
+    """moe.pdl's table with the handoff: route_scan also writes tile_ready (its pointer parameter), both
+    grouped GEMMs get tile_ready from run() (gate+up adds, down reads)."""
+    import re
+
+    from argus_cutlass.verify.moe import pdl_chain
+
+    layer = build_layer(MoEConfig(pdl=True, handoff=True), MoEProblem(64, 8, 2, 256, 512))
+    src = render_moe(layer)
+    chain = {n: (set(r), set(w)) for n, r, w in pdl_chain(layer)}
+    m = re.search(r"__global__ void __launch_bounds__\([^)]*\) route_scan\(([^)]*)\)", src)
+    assert "int32_t* tile_ready" in m.group(1) and "tile_ready" in chain["route_scan"][1]
+    run = src[src.index("inline int run("):]
+    for part, ns in (("gate_up", "_gu"), ("down", "_dn")):
+        args = [a.strip() for a in re.search(ns + r"::run_grouped\(([^;]*)\);", run).group(1).split(",")]
+        assert args[-2] == "tile_ready", (part, args)
+    assert "tile_ready" in chain["gate_up"][1] and "tile_ready" in chain["down"][0]

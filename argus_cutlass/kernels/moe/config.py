@@ -93,6 +93,12 @@ class MoEConfig(BaseModel):
             ``evict_normal`` (same ``.cu``). Measured on the H200 (session 25, device step moe-flush, T = 16):
             no gain under the benchmark's written L2 flush (gate+up -2 to +10 us, mixed), 1-17 us faster
             under a read flush; default off (bench/RESULTS.md session 25).
+        handoff: the down GEMM starts each m-tile once gate+up has stored that m-tile's h rows (per-m-tile
+            counters, release / acquire at GPU scope; layer node ``handoff``, rule ``moe.handoff``), instead
+            of waiting for the whole gate+up kernel: with ``pdl`` the down CTAs, placed on the SMs gate+up's
+            CTAs leave, stream W2 during gate+up's last units (H200, session 38: at T = 16 gate+up's CTAs
+            leave over ~39 us (Qwen3) to ~143 us (Mixtral) before the last one). False (the default): the
+            kernels of earlier layers (same ``.cu``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -115,6 +121,7 @@ class MoEConfig(BaseModel):
     pdl: bool = False
     weight_prefetch: Literal[0, 4, 8, 16] = 0
     weights_evict_first: bool = False
+    handoff: bool = False
 
     _integers = field_validator("tile_m", "gu_tile_n", "dn_tile_n", "tile_k", "gu_stages", "dn_stages", "epi_n",
                                 "route_chunk", "combine_threads", "gu_band_m", "dn_band_m", "gather_slices",

@@ -79,7 +79,7 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_PDL", "SPILL_RATIO",
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_HANDOFF", "SMALL_T_PDL", "SPILL_RATIO",
            "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
@@ -99,6 +99,15 @@ GATHER_UNROLL = 4
 #: The 8-k-tile weight prefetch before the wait moved no cell beyond run-to-run noise (<= 0.7 %), so it
 #: stays 0. Logs bench/data/moe_pdl_h200_s23.log, bench/data/moe_bench_h200_s23.md
 SMALL_T_PDL = True
+#: the gate+up -> down handoff per m-tile (``MoEConfig.handoff``) in the small-T bucket only. Measured (H200,
+#: session 38, an ad-hoc script (not kept): the shipped entries with handoff off / on, 10 interleaved rounds of 20-call
+#: medians by ``kernels.moe.check.time_fn``, L2 flushed before each call, pdl on): Qwen3 T = 16 239.2 -> 236.6 us,
+#: DeepSeek-V2-Lite T = 16 260.9 -> 258.6, Mixtral T = 16 701.2 -> 697.1, Qwen3 T = 256 349.4 -> 346.2, DeepSeek
+#: T = 256 316.1 -> 313.2 (each round's spread <= 0.6 us), Mixtral T = 256 (128-row tiles) 788.2 vs 787.8 (equal).
+#: The timelines show why the gain is small: gate+up's CTAs leave over its last ~39 us (Qwen3) and the down CTAs
+#: placed on the freed SMs stream W2 then, but gate+up's last units slow by about as much (its end 157.2 -> 160.6
+#: us): HBM is mostly busy in that tail. Not measured at T > 256 (off there). Log bench/data/moe_handoff_h200_s38.log
+SMALL_T_HANDOFF = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
 #: ~34 us for a 256-row unit of H = 2048 (1 MB), half that at 128 rows. Measured (H200, session 25,
@@ -274,7 +283,8 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
     (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
     and ``GATHER_UNROLL`` vectors in flight per gather thread; programmatic dependent launch
-    (``SMALL_T_PDL``) in the small-T bucket only.
+    (``SMALL_T_PDL``) and the gate+up -> down handoff per m-tile (``SMALL_T_HANDOFF``) in the small-T bucket
+    only.
     """
     if problem.tokens <= SMALL_T:
         tile_m = small_t_tile_m(problem)
@@ -284,7 +294,7 @@ def default_config(problem: MoEProblem) -> MoEConfig:
             cfg = cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
         return cfg.replace(gu_band_m=band, dn_band_m=band,
                            gather_slices=gather_slices_for(problem, cfg.route_chunk), gather_unroll=GATHER_UNROLL,
-                           pdl=SMALL_T_PDL)
+                           pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),

@@ -60,7 +60,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1, ``_u<unroll>``
     with one slice; ``_la`` for the grouped GEMMs' work lookahead, ``_pdl`` for programmatic dependent
     launch, ``w<k-tiles>`` after it for the weights prefetched before the wait, ``_ef`` for weights loaded
-    evict-first), so earlier layers keep
+    evict-first, ``_ho`` for the gate+up -> down handoff), so earlier layers keep
     their names (the fingerprint in the
     kernel name changes with every field either way).
     """
@@ -71,6 +71,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather += "_la" if c.work_lookahead else ""
     gather += ("_pdl" + (f"w{c.weight_prefetch}" if c.weight_prefetch else "")) if c.pdl else ""
     gather += "_ef" if c.weights_evict_first else ""
+    gather += "_ho" if c.handoff else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -202,4 +203,4 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
     return MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
-                    combine, indices, pdl=c.pdl, weight_prefetch=c.weight_prefetch)
+                    combine, indices, pdl=c.pdl, weight_prefetch=c.weight_prefetch, handoff=c.handoff)

@@ -1,0 +1,121 @@
+"""The gate+up -> down handoff per m-tile (``MoEConfig.handoff``, rule ``moe.handoff``) on the H200 against the
+fp32 reference, output poisoned. Marked ``gpu``.
+
+    pytest -q -m gpu tests/gpu/test_moe_handoff_gpu.py
+
+The down GEMM loads an m-tile's h rows once every gate+up unit of that m-tile has stored its rows and
+released a per-m-tile counter; with pdl the down CTAs run while gate+up's last units still run. Cases: the
+walks and routings of the lookahead cases (partial bands, empty experts, groups of 65 / 1 rows, all tokens to
+one expert, Qwen3's small-T layer; both tile paths), each with pdl on and off; the anchors' small-T layers
+(shipped / heuristic configuration + handoff); five calls back to back on one workspace (route_scan re-zeroes
+the counters each call: a stale count would let a call's down read the previous call's h).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from argus_cutlass.kernels.moe.check import fp32_layer, make_inputs, run_and_check  # noqa: E402
+from argus_cutlass.kernels.moe.problem import MoEProblem  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+#: (T, E, k, H, I, routing, sizes, small_t, bands): more units than CTAs in both GEMMs (the down CTAs meet
+#: m-tiles gate+up has not finished), partial last bands, empty experts and odd groups, one expert owning
+#: most m-tiles
+_CASES = (
+    (777, 16, 2, 2048, 2048, "skewed", None, False, (3, 5)),
+    (678, 8, 2, 2048, 2048, "sizes", [640, 650, 65, 1, 0, 0, 0, 0], True, (4, 3)),
+    (4000, 8, 2, 1024, 1024, "skewed", None, False, (0, 0)),
+    (16, 128, 8, 2048, 768, "uniform", None, True, (1, 1)),
+    (1200, 8, 2, 2048, 2048, "all_to_one", None, False, (1, 1)),
+)
+#: the anchors' small-T cells (the bench's T = 16 / 256)
+_ANCHORS = (("qwen3-30b-a3b", 16), ("deepseek-v2-lite", 16), ("mixtral", 16), ("mixtral", 256))
+
+
+def _cfg(small_t: bool, bands: tuple[int, int], pdl: bool):
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    base = small_t_config() if small_t else MoEConfig()
+    return base.replace(gu_band_m=bands[0], dn_band_m=bands[1], pdl=pdl, handoff=True)
+
+
+def _anchor_cfg(model: str, t: int):
+    from argus_cutlass.generate import configure
+
+    p = MoEProblem.for_model(model, t)
+    return p, configure(p)[0].replace(handoff=True)
+
+
+def _lib(problem, config):
+    from argus_cutlass.api import moe_kernel
+
+    return moe_kernel(problem, config, smt=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt():
+    """Every layer of the module in one parallel nvcc batch."""
+    from argus_cutlass.generate import compile_many, generate
+
+    kernels = {}
+    for t, e, k_, h, i, _r, _s, small_t, bands in _CASES:
+        for pdl in (False, True):
+            kn = generate(_cfg(small_t, bands, pdl), MoEProblem(t, e, k_, h, i), smt=False)
+            kernels[kn.name] = kn
+    for model, t in _ANCHORS:
+        p, cfg = _anchor_cfg(model, t)
+        kn = generate(cfg, p, smt=False)
+        kernels[kn.name] = kn
+    q = MoEProblem(16, 16, 2, 1024, 512)
+    kn = generate(_cfg(True, (1, 1), True), q, smt=False)
+    kernels[kn.name] = kn
+    failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
+    assert not failed, failed[0]
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("case", range(len(_CASES)))
+def test_handoff(case, pdl):
+    t, e, k, h, i, routing, sizes, small_t, bands = _CASES[case]
+    p = MoEProblem(t, e, k, h, i)
+    lib = _lib(p, _cfg(small_t, bands, pdl))
+    assert lib.layer.handoff and lib.layer.pdl == pdl
+    for seed in range(3):
+        chk = run_and_check(lib, p, routing=routing, sizes=sizes, seed=100 * case + seed)
+        assert chk.ok, (case, seed, chk)
+
+
+@pytest.mark.parametrize("model,t", _ANCHORS)
+def test_handoff_anchor_layers(model, t):
+    p, cfg = _anchor_cfg(model, t)
+    lib = _lib(p, cfg)
+    for routing in ("uniform", "skewed"):
+        chk = run_and_check(lib, p, routing=routing, seed=7)
+        assert chk.ok, (model, t, routing, chk)
+
+
+def test_handoff_back_to_back():
+    """Five calls enqueued back to back on one stream and one workspace, no host synchronisation between
+    them: each call's route_scan zeroes the counters its gate+up then fills; each output against its own
+    fp32 reference (outputs poisoned)."""
+    p = MoEProblem(16, 16, 2, 1024, 512)
+    lib = _lib(p, _cfg(True, (1, 1), True))
+    inputs = [make_inputs(p, seed=60 + j) for j in range(5)]
+    ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
+    outs = [torch.full_like(x, float("nan")) for x, *_ in inputs]
+    prepared = [(x, ids.int().contiguous(), w.float().contiguous(), w13, w2) for x, ids, w, w13, w2 in inputs]
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream().cuda_stream
+    for (x, ids32, w32, w13, w2), y in zip(prepared, outs):
+        lib(x, ids32, w32, w13, w2, y, ws, p.tokens, stream)
+    torch.cuda.synchronize()
+    for j, ((x, ids, w, w13, w2), y) in enumerate(zip(inputs, outs)):
+        ref = fp32_layer(x, ids, w, w13, w2)
+        assert torch.isfinite(y.float()).all(), j
+        rel = float((y.float() - ref).norm() / ref.norm())
+        assert rel < 2e-2, (j, rel)
