@@ -54,7 +54,7 @@ from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Verif
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["MOE_RULES", "PDL_CHAIN", "PDL_PREFETCH_READS", "PDL_PRE_WAIT", "pdl_launches", "pdl_pre_wait",
+__all__ = ["MOE_RULES", "pdl_early_trigger", "PDL_CHAIN", "PDL_PREFETCH_READS", "PDL_PRE_WAIT", "pdl_launches", "pdl_pre_wait",
            "routing_cases", "simulate_gather", "simulate_routing", "verify_moe"]
 
 #: rule -> (invariant id, description)
@@ -1012,6 +1012,13 @@ def handoff_sound(layer: MoELayer) -> bool:
             and layer.handoff_target_delta == 0)
 
 
+def pdl_early_trigger(layer: MoELayer) -> tuple[bool, ...]:
+    """Which kernels of :func:`pdl_chain` execute ``griddepcontrol.launch_dependents`` before their wait (printed
+    in gemm/kernel_body.j2): the down GEMM with ``handoff`` and ``pdl`` (it waits last); every other programmatic
+    kernel triggers right after its wait."""
+    return tuple(bool(layer.pdl and layer.handoff) and name == "down" for name, _r, _w in pdl_chain(layer))
+
+
 def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
     """Which kernels of :data:`PDL_CHAIN` the host launches programmatically: with ``layer.pdl`` every
     one after ``route_count`` (printed: ``launch_programmatic`` / run_grouped's attribute), else none."""
@@ -1020,7 +1027,8 @@ def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
 
 #: global buffers each kernel touches before its ``griddepcontrol.wait`` (printed: the wait is the first
 #: statement of route_scan / route_permute / combine and follows only the shared-memory barrier init and
-#: the tensor-map prefetch in the grouped GEMMs; tests/unit/test_moe_layer.py pins those places)
+#: the tensor-map prefetch in the grouped GEMMs -- except the down GEMM with the handoff, which waits last:
+#: :data:`HANDOFF_DOWN_PRE_WAIT`; tests/unit/test_moe_layer.py pins those places)
 PDL_PRE_WAIT: dict[str, tuple[str, ...]] = {name: () for name, _r, _w in PDL_CHAIN}
 #: what the grouped GEMMs read before their wait with ``weight_prefetch`` (``prefetch_first_weights``:
 #: the m-tile count and the first unit's expert, then that expert's weight boxes into L2)
@@ -1036,7 +1044,8 @@ def pdl_pre_wait(layer: MoELayer) -> dict[str, tuple[str, ...]]:
     return pre
 
 
-def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = None) -> tuple[list[Proof], list[Violation]]:
+def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = None,
+               early: tuple[bool, ...] | None = None) -> tuple[list[Proof], list[Violation]]:
     """``moe.pdl`` (M10): over two consecutive calls of the layer (12 launches), every pair of accesses
     to one buffer where one writes (RAW, WAR, WAW) is ordered: the later kernel's access happens after
     the earlier kernel completed. A kernel launched in plain stream order starts after everything
@@ -1046,13 +1055,26 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
     the completion of the kernel two launches back only -- it cannot launch before every CTA of the
     previous kernel executed ``griddepcontrol.launch_dependents``, printed after that kernel's own
     wait (or, for the plain route_count, before that kernel could start at all). So a pre-wait access
-    may conflict with nothing the previous kernel does. ``pre_wait`` (default :func:`pdl_pre_wait`, the
-    printed kernels) names the buffers a kernel touches before its wait."""
+    may conflict with nothing the previous kernel does. A kernel that executes ``launch_dependents`` before
+    its wait (:func:`pdl_early_trigger`: the down GEMM with the handoff) lets the next one launch while the
+    kernel before it still runs, so the next kernel's pre-wait accesses may conflict with neither of them: in
+    general they are ordered only after the kernels before the nearest earlier kernel that triggers after its
+    wait. ``pre_wait`` (default :func:`pdl_pre_wait`, the printed kernels) names the buffers a kernel touches
+    before its wait; ``early`` (default :func:`pdl_early_trigger`) which kernels trigger first."""
     pre = pdl_pre_wait(layer) if pre_wait is None else pre_wait
     prog = pdl_launches(layer)
     chain = pdl_chain(layer)
+    early_of = dict(zip([n for n, _r, _w in chain], pdl_early_trigger(layer) if early is None else early))
     ordered = set(HANDOFF_ORDERED) if handoff_sound(layer) else set()
     seq = [(c, i, name, set(r), set(w)) for c in (0, 1) for i, (name, r, w) in enumerate(chain)]
+    # unordered_from[b]: the first launch whose completion a pre-wait access of launch b may not follow (the
+    # nearest earlier launch that triggers after its own wait; launches from it to b - 1 may still run)
+    unordered_from = []
+    for b in range(len(seq)):
+        j = b - 1
+        while j > 0 and early_of.get(seq[j][2], False):
+            j -= 1
+        unordered_from.append(max(j, 0))
     pairs = 0
     for a in range(len(seq)):
         for b in range(a + 1, len(seq)):
@@ -1064,7 +1086,7 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
                 # gate+up -> down on h / xs / tile_ready is ordered per m-tile by a sound handoff (moe.handoff)
                 if (na, nb) == ("gate_up", "down") and ca == cb and buf in ordered:
                     continue
-                if prog[ib] and buf in pre.get(nb, ()) and b - a == 1:
+                if prog[ib] and buf in pre.get(nb, ()) and a >= unordered_from[b]:
                     kind = "writes" if buf in wb else "reads"
                     msg = (f"{nb} (call {cb}) {kind} {buf} before its griddepcontrol.wait, but it is launched "
                            f"programmatically and may run before {na} (call {ca}), which "
@@ -1088,12 +1110,13 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
                   "completion", points=pairs)], []
 
 
-def _store_thread(layer: MoELayer, unit: int) -> dict[str, int]:
+def _store_thread(layer: MoELayer, unit: int, grid: int = SIM_CTAS) -> dict[str, int]:
     """The gate+up thread that stores a unit's h tile and signals it: thread 0 of the consumer warpgroup that
-    runs the unit (ping-pong: every second unit of a CTA, starting with warpgroup 0; cooperative: warpgroup 0)."""
+    runs the unit (ping-pong: every second unit of a CTA, starting with warpgroup 0; cooperative: warpgroup 0),
+    CTA ``unit % grid``."""
     p = layer.gate_up
-    pingpong = p.epilogue.tile_m == 64
-    return {"cta": unit % SIM_CTAS, "warpgroup": 1 + ((unit // SIM_CTAS) % 2 if pingpong else 0),
+    pingpong = p.schedule.consumer_stride == 2
+    return {"cta": unit % grid, "warpgroup": 1 + ((unit // grid) % 2 if pingpong else 0),
             "thread_in_warpgroup": 0, "role": "consumer (store thread)"}
 
 
@@ -1105,11 +1128,14 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     m-tile ``tm`` number exactly ``kHandoffTarget`` (fewer: down may read h before the last unit stored it;
     more is the same under a smaller target; a larger target: down waits forever), counted here over the
     printed gate+up walk (grid of up to 132 CTAs, step) on every routing case, and (c) route_scan zeroes the
-    counters of every m-tile each call (else the second call's counts start at the first call's). Down also
-    overwrites xs (its output) rows of m-tile ``tm``, which only gate+up units of ``tm`` read (moe.group_tiles),
-    all before their signal. No deadlock: gate+up is persistent (at most one CTA per SM) and a programmatic down
-    CTA launches only after every gate+up CTA executed ``launch_dependents`` (it is resident), a plain one after
-    gate+up completed."""
+    counters of every m-tile each call (else a call's counts start at whatever the workspace held). The count
+    alone would be ``handoff_target_delta == 0`` (the target and the walk's ``tiles_n`` are one expression), so
+    the rule also checks what makes one m-tile's signals mean its h rows: gate+up stores rows ``[tm pad, (tm + 1)
+    pad)`` (its epilogue's ``tile_m``) and down loads the same rows (its A tile's rows, the routing's ``pad``), and
+    gate+up's n-blocks cover all I columns down reads as K. Down also overwrites xs (its output) rows of m-tile
+    ``tm``, which only gate+up units of ``tm`` read (moe.group_tiles), all before their signal. No deadlock:
+    gate+up never waits for down, and a programmatic down CTA launches only after every gate+up CTA executed
+    ``launch_dependents`` (each has started, so each runs to its end), a plain one after gate+up completed."""
     from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk, grouped_tile_of_unit
 
     if not layer.handoff:
@@ -1131,15 +1157,22 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                                "after the stores' completion and after the acquire", "no proxy fence",
                                element={"m_tile": 0, "tensor": "h"}, thread=_store_thread(layer, 0)))]
     if not layer.handoff_zero:
-        return [], [_viol("moe.handoff", "route_scan does not zero tile_ready: on the second call every m-tile's "
-                          f"counter already holds {target} from the first, so down loads m-tile 0's h before this "
-                          "call's gate+up stored it",
+        return [], [_viol("moe.handoff", "route_scan does not zero tile_ready: a call's counters start at whatever "
+                          f"the workspace holds (the previous call's {target} per m-tile, or garbage), so down loads "
+                          "m-tile 0's h before this call's gate+up stored it, or waits forever",
                           _cex("moe.handoff", "route_scan (layer.cu.j2)", "tile_ready[tm] = 0 for every m-tile, each "
                                "call", "counters kept from the previous call", element={"m_tile": 0, "call": 1},
                                thread=_scan_thread(0)))]
     p = layer.gate_up
     walk = GroupedWalk.of(p.schedule)
     tiles_n = -(-layer.ffn // p.epilogue.tile_n)
+    pad, gu_rows, dn_rows = layer.routing.pad, p.epilogue.tile_m, layer.down.load_into("sA").tile_mn
+    if not gu_rows == dn_rows == pad:
+        return [], [_viol("moe.handoff", f"gate+up signals m-tiles of {gu_rows} h rows, down loads m-tiles of {dn_rows} "
+                          f"rows and the groups are padded to {pad}: tile_ready[tm] does not count the rows down reads",
+                          _cex("moe.handoff", "gate+up epilogue tile_m / down A tile / routing pad",
+                               f"one m-tile of {pad} rows", f"{gu_rows} / {dn_rows}", element={"m_tile": 0, "tensor": "h"},
+                               thread=_store_thread(layer, 0)))]
     points = 0
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
@@ -1166,7 +1199,7 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
             if got > target:
                 msg = (f"{label}: m-tile {tm} gets {got} gate+up signals but down waits for {target}: down loads its "
                        f"h rows after {target} units stored theirs, while unit {int(last[tm])} may still be storing")
-                thread = _store_thread(layer, int(last[tm]))
+                thread = _store_thread(layer, int(last[tm]), grid)
             else:
                 msg = (f"{label}: m-tile {tm} gets {got} gate+up signals but down waits for {target}: the down "
                        "producer waits forever (deadlock)")

@@ -662,7 +662,11 @@ def test_handoff_prints_the_release_acquire_pair(small_t, pdl):
     assert signal.split("\n") == ['  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");',
                                   '  asm volatile("fence.proxy.async.global;" ::: "memory");',
                                   '  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(p.tile_ready + tm) : "memory");']
-    assert gu_text.count("if (store_thread) handoff_signal(p, w.tm);") == 1 and "handoff_wait" not in gu_text
+    assert gu_text.count("handoff_signal(p, w.tm);") == 1 and "handoff_wait" not in gu_text
+    if small_t:   # ping-pong: signalled after the epilogue turn is handed on (the other group does not wait for it)
+        assert gu_text.index("bar_arrive(order_barrier(1, (cwg + 1) % 2)") < gu_text.index("handoff_signal(p, w.tm);")
+    else:   # cooperative: only a unit that stored its tile signals
+        assert "if (w.stores && store_thread) handoff_signal(p, w.tm);" in gu_text
     target = -(-p.ffn // ho.gate_up.epilogue.tile_n)
     assert f"constexpr int kHandoffTarget = {target};" in dn_text and ho.handoff_target() == target
     assert 'ld.acquire.gpu.global.b32' in dn_text and "handoff_wait(p, w.tm);" in dn_text
@@ -733,3 +737,22 @@ def test_pdl_chain_with_the_handoff_matches_the_printed_kernels():
         args = [a.strip() for a in re.search(ns + r"::run_grouped\(([^;]*)\);", run).group(1).split(",")]
         assert args[-2] == "tile_ready", (part, args)
     assert "tile_ready" in chain["gate_up"][1] and "tile_ready" in chain["down"][0]
+
+
+def test_pdl_rule_follows_an_early_trigger():
+    """moe.pdl with a kernel that triggers launch_dependents before its wait (the down GEMM with the handoff):
+    the next kernel may then launch while the one before the early kernel still runs, so its pre-wait accesses
+    are checked against both. Made visible on real chain buffers: with gate+up also triggering early, the handoff
+    layer's down (whose accesses all come before its wait) reading xs, which route_permute writes two launches
+    back, is no longer ordered."""
+    from argus_cutlass.verify.moe import _check_pdl, pdl_chain, pdl_early_trigger
+
+    layer = build_layer(MoEConfig(pdl=True, handoff=True), MoEProblem(64, 8, 2, 256, 512))
+    names = [n for n, _r, _w in pdl_chain(layer)]
+    assert pdl_early_trigger(layer) == tuple(n == "down" for n in names)
+    proofs, bad = _check_pdl(layer)
+    assert proofs and not bad
+    early = tuple(n in ("gate_up", "down") for n in names)
+    proofs, bad = _check_pdl(layer, early=early)
+    assert not proofs and "down (call 0) writes xs before its griddepcontrol.wait" in bad[0].message
+    assert "route_permute (call 0)" in bad[0].message

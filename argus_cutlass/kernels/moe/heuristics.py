@@ -105,7 +105,7 @@ SMALL_T_PDL = True
 #: DeepSeek-V2-Lite T = 16 260.9 -> 258.6, Mixtral T = 16 701.2 -> 697.1, Qwen3 T = 256 349.4 -> 346.2, DeepSeek
 #: T = 256 316.1 -> 313.2 (each round's spread <= 0.6 us), Mixtral T = 256 (128-row tiles) 788.2 vs 787.8 (equal).
 #: The timelines show why the gain is small: gate+up's CTAs leave over its last ~39 us (Qwen3) and the down CTAs
-#: placed on the freed SMs stream W2 then, but gate+up's last units slow by about as much (its end 157.2 -> 160.6
+#: placed on the freed SMs run the units of finished m-tiles then (h and W2 loads), but gate+up's last units slow by about as much (its end 157.2 -> 160.6
 #: us): HBM is mostly busy in that tail. Not measured at T > 256 (off there). Log bench/data/moe_handoff_h200_s38.log
 SMALL_T_HANDOFF = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
