@@ -27,6 +27,7 @@
 #   bash bench/device_pending.sh OUTDIR moe-balance   # ncu per-SM active cycles (min/avg/max) of the small-T GEMMs: load imbalance?
 #   bash bench/device_pending.sh OUTDIR moe-flush     # the small-T layers with L2 flushed by writing vs reading 256 MB (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-narrow    # small-T GEMMs with 64 / 128 / 256-column n-tiles x stages (profile_moe --vary), ~8 min
+#   bash bench/device_pending.sh OUTDIR moe-tilek256  # small-T layers with 256-deep k-tiles (512-byte row segments) vs 64 / 128 (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -106,7 +107,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -235,6 +236,19 @@ case "$STEP" in
         --vary weights_evict_first=0,1 --cells \
         e128k8h2048i768:16,e128k8h2048i3072:16,e8k2h4096i1536:16,e8k2h4096i14336:16 2>&1 \
         | tee "$OUT/moe_flush_$FM.log" | grep -E "^==|gemm_kernel|elementwise|reduce" | head -40
+    done ;;
+  moe-tilek256)
+    # session 38 (planned, not run): 256-deep k-tiles at the same weight bytes in flight (2 stages x 64 KB against
+    # 8 x 16 KB): each W row read in 512-byte segments (vLLM's H200 config for E=128, N=768 at M = 16 takes
+    # BLOCK_K 256), against the shipped 64-deep ones; the verifier admits gu128 / dn128 at 2 stages. Shipped entries,
+    # pdl (and the handoff) as shipped, so the layer times are the comparison (per-kernel times include the waits)
+    # (three runs of one configuration each: 64 x 8 / 8 stages as shipped at T = 16, 128 x 4 / 4, 256 x 2 / 2)
+    C=qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:256,deepseek-v2-lite:256
+    for KS in 64:8:8 128:4:4 256:2:2; do
+      IFS=: read -r K G D <<< "$KS"
+      timeout 160 python3 "$R/bench/profile_moe.py" --out "$OUT/tilek$K" --cells $C \
+        --vary tile_k=$K --vary gu_stages=$G --vary dn_stages=$D 2>&1 | tee -a "$OUT/moe_tilek256.log" \
+        | grep -E "^==|^--" | sed -e 's/bands.*argus_moe_sm90_bf16_//'
     done ;;
   moe-narrow)
     # session 24: the finest small-T units (n-tile 64, space.KNOBS) against 128 / 256, each with 5 / 8 / 12 stages

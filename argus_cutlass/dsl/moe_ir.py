@@ -239,9 +239,9 @@ class MoELayer:
             (0: none; at most ``MAX_WEIGHT_PREFETCH``; needs ``pdl``).
         handoff: the down GEMM starts an m-tile as soon as gate+up has stored that m-tile's h rows, not
             after the whole gate+up kernel (rule ``moe.handoff``). Each gate+up unit ``(tm, tn)``, once its
-            TMA stores of h are complete (``cp.async.bulk.wait_group 0``, PTX ISA 9.7.9.25.4.3: the writes
-            performed, not only the shared-memory source read) and ordered for the generic proxy
-            (``fence.proxy.async.global``, PTX ISA 9.7.13.4.2), adds 1 to ``tile_ready[tm]`` with
+            TMA stores of h are complete (``cp.async.bulk.wait_group 0``, PTX ISA "cp.async.bulk.wait_group": the
+            writes performed, not only the shared-memory source read) and fenced between the async and generic
+            proxies (``fence.proxy.async.global``, PTX ISA "membar / fence"), adds 1 to ``tile_ready[tm]`` with
             ``red.release.gpu``; route_scan zeroes ``tile_ready[tm]`` where it writes ``tile_expert[tm]``.
             The down producer, before the loads of a unit of m-tile ``tm``, spins on ``ld.acquire.gpu``
             of ``tile_ready[tm]`` until it reaches the gate+up n-blocks per m-tile (``kHandoffTarget``),
