@@ -51,6 +51,7 @@
 #   bash bench/device_pending.sh OUTDIR gemm-k128b    # decode misses: the declared 128-deep kernels deeper / with 4 sets /
 #                                                     # split with 128-deep k-tiles / nondeterministic reduction, on
 #                                                     # the 8 worst decode rows (~8 min)
+#   bash bench/device_pending.sh OUTDIR gemm-k256     # decode misses: the declared k-128 swap-AB kernels copied at k 256 (512-byte weight row segments), ~8 min
 #   bash bench/device_pending.sh OUTDIR read-floor    # decode: a plain streaming-read kernel on each weight size > L2 (the
 #                                                     # attainable floor, launch included) beside the sweep's best (~2 min)
 #   bash bench/device_pending.sh OUTDIR decode-graph  # decode: the read kernels and the sweep's best GEMM vs cuBLAS on 12
@@ -107,7 +108,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -535,6 +536,18 @@ for r in csv.reader(sys.stdin):
         --also tile_k=128,stages=11 --also tile_k=128,stages=8 --also tile_k=128,stages=6 --also tile_k=128,stages=5 \
         --also acc_sets=2 --also acc_sets=4 --also tile_k=128,stages=5,acc_sets=4 2>&1 \
         | tee -a "$OUT/gemm_k128.log" | grep -v "refused by the verifier" | tail -16
+    done ;;
+  gemm-k256)
+    # session 38 (planned, not run): 256-deep k-tiles on the decode rows still past 1.15x the weight-read floor --
+    # each weight row read in 512-byte segments instead of 256 (k 128, the declared decode kernels) or 128 (k 64),
+    # the same weight bytes per stage as twice the k-128 stages (vLLM's H200 MoE configs at M <= 16 take BLOCK_K 256);
+    # copies of the declared 64- / 128-row swap-AB kernels at the depths that fit (the rest refused and named), the
+    # declared kernels and cuBLAS in the same rounds
+    for S in 1x3584x14336 1x4096x12288 1x5120x8192 1x8192x5120 1x10240x5120 32x4096x14336 64x3584x14336; do
+      KS=64x16x128,128x16x128,64x32x128
+      timeout 150 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --kernels "$KS" \
+        --also tile_k=256,stages=5 --also tile_k=256,stages=4 --also tile_k=256,stages=3 --also tile_k=256,stages=2 \
+        --also tile_k=256,stages=4,acc_sets=2 2>&1 | tee -a "$OUT/gemm_k256.log" | grep -v "refused by the verifier" | tail -20
     done ;;
   gemm-k128b)
     # session 26: 128-deep k-tiles and 2 accumulator sets took ~10 % off few-tile decode shapes; the rows still past
