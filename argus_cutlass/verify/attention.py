@@ -1038,83 +1038,114 @@ def _producer_ops(nbs: tuple[int, ...], stages: dict[str, int]) -> list[tuple[st
 
 def _explore(pipes: dict[str, Any], real: dict[str, int], arrivers: int, nbs: tuple[int, ...]) -> tuple[int, Any]:
     """BFS over the interleavings of the producer and the consumers (as one: they run the same
-    order) over the three pipelines. Violation: ``(kind, pipe, detail, trace)``."""
+    order) over the three pipelines. Violation: ``(kind, pipe, detail, trace)``.
+
+    A state is packed into one ``bytes`` of int32 fields (the producer / consumer program counters; per
+    pipeline the producer state count (fills and drains), the consumer waits and releases; per pipeline and
+    stage the full / empty phases completed, the pending empty arrivals and the fill the stage holds: -1 none,
+    else ``2 * fill + complete``), so the visited set hashes each state once, at C speed. The barrier
+    semantics are :func:`~argus_cutlass.hw.semantics.pipeline_state` / ``wait_passes`` (memoised: pure)."""
+    from array import array
+
     from argus_cutlass.hw.semantics import INT_OPS, pipeline_state, wait_passes
 
     names = ("q", "k", "v")
     stages = {n: pipes[n].stages for n in names}
-    prod = _producer_ops(nbs, stages)
-    cons = _consumer_ops(nbs)
-    # producer / consumer program counters; per pipeline: producer state count (fills and drains),
-    # consumer waits, consumer releases; per pipeline and stage: full / empty phases completed, pending
-    # empty arrivals, and the fill the stage holds
-    init = (0, 0, (0, 0, 0), (0, 0, 0), (0, 0, 0),
-            tuple((0,) * stages[n] for n in names), tuple((0,) * stages[n] for n in names),
-            tuple((0,) * stages[n] for n in names), tuple((None,) * stages[n] for n in names))
-    parent: dict[tuple, Any] = {init: None}
+    prod = [(kind, n, names.index(n)) for kind, n in _producer_ops(nbs, stages)]
+    cons = [(kind, n, names.index(n)) for kind, n in _consumer_ops(nbs)]
+    # field offsets: pc 0, cc 1, fills 2 + i, waits 5 + i, rels 8 + i; per-stage rows from 11
+    fills0, waits0, rels0 = 2, 5, 8
+    total = sum(stages[n] for n in names)
+    base = [11 + sum(stages[m] for m in names[:i]) for i in range(3)]
+    full0, empty0, pend0, buf0 = 0, total, 2 * total, 3 * total
+    state_memo: dict[tuple, tuple] = {}
+    pass_memo: dict[tuple, Any] = {}
+
+    def state_of(cnt: int, wrap: int, phase0: int) -> tuple:
+        key = (cnt, wrap, phase0)
+        got = state_memo.get(key)
+        if got is None:
+            got = state_memo[key] = pipeline_state(INT_OPS, cnt, wrap, phase0)
+        return got
+
+    def passes(completions: int, parity: int) -> Any:
+        key = (completions, parity)
+        got = pass_memo.get(key)
+        if got is None:
+            got = pass_memo[key] = wait_passes(INT_OPS, completions, parity)
+        return got
+
+    def held(code: int) -> tuple[int, str] | None:
+        return None if code < 0 else (code >> 1, "complete" if code & 1 else "partial")
+
+    def edit(st: bytes, changes: tuple[tuple[int, int], ...]) -> bytes:
+        out = bytearray(st)
+        view = memoryview(out).cast("i")
+        for at, value in changes:
+            view[at] = value
+        view.release()
+        return bytes(out)
+
+    init_fields = array("i", [0] * (11 + 3 * total) + [-1] * total)
+    init = init_fields.tobytes()
+    parent: dict[bytes, Any] = {init: None}
     queue = deque([init])
     while queue:
         st = queue.popleft()
-        pc, cc, fills, waits, rels, full, empty, pend, buf = st
+        f = memoryview(st).cast("i")
+        pc, cc = f[0], f[1]
         moves = []
         if pc < len(prod):
-            kind, n = prod[pc]
-            i = names.index(n)
+            kind, n, i = prod[pc]
             pp = pipes[n]
-            cnt = fills[i]
-            s, ph = pipeline_state(INT_OPS, cnt, pp.producer.wrap, pp.producer.start_phase)
+            cnt = f[fills0 + i]
+            s, ph = state_of(cnt, pp.producer.wrap, pp.producer.start_phase)
             if not 0 <= s < stages[n]:
                 return len(parent), ("range", n, f"producer stage index {s} of pipeline {n} outside its {stages[n]} "
                                      "stages", path_to(parent, st))
-            if wait_passes(INT_OPS, empty[i][s], ph):
-                nf = list(fills)
-                nf[i] += 1
-                nfull, nbuf = [list(r) for r in full], [list(r) for r in buf]
+            row = base[i] + s
+            if passes(f[empty0 + row], ph):
+                ch = [(0, pc + 1), (fills0 + i, cnt + 1)]
                 if kind == "fill":
                     if pp.tx_bytes <= real[n]:
-                        nfull[i][s] += 1
-                    nbuf[i][s] = (cnt, "complete" if pp.tx_bytes >= real[n] else "partial")
+                        ch.append((full0 + row, f[full0 + row] + 1))
+                    ch.append((buf0 + row, 2 * cnt + (1 if pp.tx_bytes >= real[n] else 0)))
                 elif kind == "publish":  # arrive without bytes: the phase completes, the slot holds the unit
-                    nfull[i][s] += 1
-                    nbuf[i][s] = (cnt, "complete")
-                nxt = (pc + 1, cc, tuple(nf), waits, rels, tuple(map(tuple, nfull)), empty, pend,
-                       tuple(map(tuple, nbuf)))
-                moves.append((nxt, f"P:{kind} {n} #{cnt} stage {s} (wait empty parity {ph})"))
+                    ch += [(full0 + row, f[full0 + row] + 1), (buf0 + row, 2 * cnt + 1)]
+                moves.append((edit(st, tuple(ch)), f"P:{kind} {n} #{cnt} stage {s} (wait empty parity {ph})"))
         if cc < len(cons):
-            kind, n = cons[cc]
-            i = names.index(n)
+            kind, n, i = cons[cc]
             pp = pipes[n]
             if kind == "wait":
-                cnt = waits[i]
-                s, ph = pipeline_state(INT_OPS, cnt, pp.consumer.wrap, pp.consumer.start_phase)
+                cnt = f[waits0 + i]
+                s, ph = state_of(cnt, pp.consumer.wrap, pp.consumer.start_phase)
                 if not 0 <= s < stages[n]:
                     return len(parent), ("range", n, f"consumer stage index {s} of pipeline {n} outside its "
                                          f"{stages[n]} stages", path_to(parent, st))
-                if wait_passes(INT_OPS, full[i][s], ph):
-                    if buf[i][s] != (cnt, "complete"):
-                        got = "never written" if buf[i][s] is None else f"fill #{buf[i][s][0]} ({buf[i][s][1]})"
+                row = base[i] + s
+                if passes(f[full0 + row], ph):
+                    have = held(f[buf0 + row])
+                    if have != (cnt, "complete"):
+                        got = "never written" if have is None else f"fill #{have[0]} ({have[1]})"
                         return len(parent), ("read", n, f"consumer read #{cnt} of pipeline {n} waits stage {s} "
                                              f"(parity {ph}) and finds {got}", path_to(parent, st)
                                              + (f"C:wait {n} #{cnt} stage {s}",))
-                    nw = list(waits)
-                    nw[i] += 1
-                    moves.append(((pc, cc + 1, fills, tuple(nw), rels, full, empty, pend, buf),
+                    moves.append((edit(st, ((1, cc + 1), (waits0 + i, cnt + 1))),
                                   f"C:wait {n} #{cnt} stage {s} parity {ph}"))
             else:
-                cnt = rels[i]
-                s, _ = pipeline_state(INT_OPS, cnt, pp.consumer.wrap, pp.consumer.start_phase)
+                cnt = f[rels0 + i]
+                s, _ = state_of(cnt, pp.consumer.wrap, pp.consumer.start_phase)
                 if not 0 <= s < stages[n]:
                     return len(parent), ("range", n, f"consumer releases stage index {s} of pipeline {n}",
                                          path_to(parent, st))
-                nr = list(rels)
-                nr[i] += 1
-                np_, ne = [list(r) for r in pend], [list(r) for r in empty]
-                np_[i][s] += arrivers
-                while np_[i][s] >= pp.consumer_arrivals > 0:
-                    np_[i][s] -= pp.consumer_arrivals
-                    ne[i][s] += 1
-                moves.append(((pc, cc + 1, fills, waits, tuple(nr), full, tuple(map(tuple, ne)),
-                               tuple(map(tuple, np_)), buf), f"C:release {n} #{cnt} stage {s}"))
+                row = base[i] + s
+                p_s, e_s = f[pend0 + row] + arrivers, f[empty0 + row]
+                while p_s >= pp.consumer_arrivals > 0:
+                    p_s -= pp.consumer_arrivals
+                    e_s += 1
+                moves.append((edit(st, ((1, cc + 1), (rels0 + i, cnt + 1), (empty0 + row, e_s), (pend0 + row, p_s))),
+                              f"C:release {n} #{cnt} stage {s}"))
+        f.release()
         if not moves:
             if pc < len(prod) or cc < len(cons):
                 who = (f"producer at {prod[pc][0]} {prod[pc][1]}" if pc < len(prod) else "producer done")
