@@ -639,6 +639,21 @@ def _walk_cex(part: str, label: str, prob: Any, params: dict, engine: str = "enu
     return _viol("moe.group_tiles", f"{part}, {label}: the grouped walk is not a bijection: {prob.message}", cex)
 
 
+def walk_visits(layer: MoELayer, sim: dict[str, Any], tiles_n: int, step_delta: int) -> tuple[int, np.ndarray]:
+    """``(grid, visits)`` of a grouped GEMM's printed persistent walk on the routing ``sim``
+    (:func:`simulate_routing`): the launch grid ``min(padded m-tiles x tiles_n, SIM_CTAS)`` and how often each of
+    the ``tiles_m x tiles_n`` units is taken when CTA ``c`` takes ``c, c + step, ...`` (``step = grid +
+    step_delta``; none when the step does not advance)."""
+    units = sim["tiles_m"] * tiles_n
+    grid = min((sim["padded_rows"] // layer.routing.pad) * tiles_n, SIM_CTAS)
+    step = grid + step_delta
+    visits = np.zeros(units, dtype=np.int64)
+    if step >= 1:
+        for c in range(grid):
+            visits[c:units:step] += 1
+    return grid, visits
+
+
 def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
     from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk, grouped_tile_of_unit
 
@@ -671,14 +686,8 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
             sim = simulate_routing(layer, ids)
             off, cnt, te, tiles_m = sim["offsets"], sim["counts"], sim["tile_expert"], sim["tiles_m"]
             units = tiles_m * tiles_n
-            max_units = (sim["padded_rows"] // layer.routing.pad) * tiles_n
-            grid = min(max_units, SIM_CTAS)
+            grid, visits = walk_visits(layer, sim, tiles_n, sched.step_delta)
             step = grid + sched.step_delta
-            visits = np.zeros(units, dtype=np.int64)
-            if step >= 1:
-                for c in range(grid):
-                    for u in range(c, units, step):
-                        visits[u] += 1
             params = {"T": int(ids.shape[0]), "tiles_m": tiles_m, "tiles_n": tiles_n, "grid": grid}
             walk_problem = check_grouped_walk(tiles_m, tiles_n, walk)
             if walk_problem is not None:
@@ -1131,8 +1140,8 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     counters of every m-tile each call (else a call's counts start at whatever the workspace held). The count
     alone would be ``handoff_target_delta == 0`` (the target and the walk's ``tiles_n`` are one expression), so
     the rule also checks what makes one m-tile's signals mean its h rows: gate+up stores rows ``[tm pad, (tm + 1)
-    pad)`` (its epilogue's ``tile_m``) and down loads the same rows (its A tile's rows, the routing's ``pad``), and
-    gate+up's n-blocks cover all I columns down reads as K. Down also overwrites xs (its output) rows of m-tile
+    pad)`` (its epilogue's ``tile_m``) and down loads the same rows (its A tile's rows, the routing's ``pad``); both GEMMs take I from
+    the one printed ``kFfn`` (gate+up's N, down's K). Down also overwrites xs (its output) rows of m-tile
     ``tm``, which only gate+up units of ``tm`` read (moe.group_tiles), all before their signal. No deadlock:
     gate+up never waits for down, and a programmatic down CTA launches only after every gate+up CTA executed
     ``launch_dependents`` (each has started, so each runs to its end), a plain one after gate+up completed."""
@@ -1142,37 +1151,39 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
         return [Proof("moe.handoff", "M11", "enum", "no handoff: the down GEMM reads h after gate+up completed "
                       "(moe.pdl)", points=0)], []
     target = layer.handoff_target()
-    if layer.handoff_signal != "complete":
-        return [], [_viol("moe.handoff", "gate+up signals tile_ready[tm] after cp.async.bulk.wait_group.read: the "
-                          "TMA stores have read shared memory but their writes of h may not be performed, so down "
-                          "can load m-tile 0's rows before they land",
-                          _cex("moe.handoff", "gate+up handoff_signal (moe/gemm.j2)", "cp.async.bulk.wait_group 0 "
-                               "(stores complete) before the release", "cp.async.bulk.wait_group.read 0",
-                               element={"m_tile": 0, "tensor": "h"}, thread=_store_thread(layer, 0)))]
-    if not layer.handoff_fence:
-        return [], [_viol("moe.handoff", "no fence.proxy.async.global between the TMA (async proxy) stores / loads of "
-                          "h and the generic release / acquire of tile_ready: the flag orders nothing for the async "
-                          "proxy (PTX ISA 9.7.13.4.2, proxy fences)",
-                          _cex("moe.handoff", "handoff_signal / handoff_wait (moe/gemm.j2)", "fence.proxy.async.global "
-                               "after the stores' completion and after the acquire", "no proxy fence",
-                               element={"m_tile": 0, "tensor": "h"}, thread=_store_thread(layer, 0)))]
-    if not layer.handoff_zero:
-        return [], [_viol("moe.handoff", "route_scan does not zero tile_ready: a call's counters start at whatever "
-                          f"the workspace holds (the previous call's {target} per m-tile, or garbage), so down loads "
-                          "m-tile 0's h before this call's gate+up stored it, or waits forever",
-                          _cex("moe.handoff", "route_scan (layer.cu.j2)", "tile_ready[tm] = 0 for every m-tile, each "
-                               "call", "counters kept from the previous call", element={"m_tile": 0, "call": 1},
-                               thread=_scan_thread(0)))]
     p = layer.gate_up
+    pad, gu_rows, dn_rows = layer.routing.pad, p.epilogue.tile_m, layer.down.load_into("sA").tile_mn
+    h0 = {"m_tile": 0, "tensor": "h"}
+    # the printed choices: (wrong?, message, where, expected, actual, element, thread)
+    choices = (
+        (layer.handoff_signal != "complete",
+         "gate+up signals tile_ready[tm] after cp.async.bulk.wait_group.read: the TMA stores have read shared memory "
+         "but their writes of h may not be performed, so down can load m-tile 0's rows before they land",
+         "gate+up handoff_signal (moe/gemm.j2)", "cp.async.bulk.wait_group 0 (stores complete) before the release",
+         "cp.async.bulk.wait_group.read 0", h0, _store_thread(layer, 0)),
+        (not layer.handoff_fence,
+         "no fence.proxy.async.global between the TMA (async proxy) stores / loads of h and the generic release / "
+         "acquire of tile_ready: the flag orders nothing for the async proxy (PTX ISA, memory consistency model: "
+         "proxies)",
+         "handoff_signal / handoff_wait (moe/gemm.j2)", "fence.proxy.async.global after the stores' completion and "
+         "after the acquire", "no proxy fence", h0, _store_thread(layer, 0)),
+        (not layer.handoff_zero,
+         "route_scan does not zero tile_ready: a call's counters start at whatever the workspace holds (the previous "
+         f"call's {target} per m-tile, or garbage), so down loads m-tile 0's h before this call's gate+up stored it, "
+         "or waits forever",
+         "route_scan (layer.cu.j2)", "tile_ready[tm] = 0 for every m-tile, each call",
+         "counters kept from the previous call", {"m_tile": 0, "call": 1}, _scan_thread(0)),
+        (not gu_rows == dn_rows == pad,
+         f"gate+up signals m-tiles of {gu_rows} h rows, down loads m-tiles of {dn_rows} rows and the groups are padded "
+         f"to {pad}: tile_ready[tm] does not count the rows down reads",
+         "gate+up epilogue tile_m / down A tile / routing pad", f"one m-tile of {pad} rows", f"{gu_rows} / {dn_rows}",
+         h0, _store_thread(layer, 0)),
+    )
+    for wrong, msg, where, want, got, element, thread in choices:
+        if wrong:
+            return [], [_viol("moe.handoff", msg, _cex("moe.handoff", where, want, got, element=element, thread=thread))]
     walk = GroupedWalk.of(p.schedule)
     tiles_n = -(-layer.ffn // p.epilogue.tile_n)
-    pad, gu_rows, dn_rows = layer.routing.pad, p.epilogue.tile_m, layer.down.load_into("sA").tile_mn
-    if not gu_rows == dn_rows == pad:
-        return [], [_viol("moe.handoff", f"gate+up signals m-tiles of {gu_rows} h rows, down loads m-tiles of {dn_rows} "
-                          f"rows and the groups are padded to {pad}: tile_ready[tm] does not count the rows down reads",
-                          _cex("moe.handoff", "gate+up epilogue tile_m / down A tile / routing pad",
-                               f"one m-tile of {pad} rows", f"{gu_rows} / {dn_rows}", element={"m_tile": 0, "tensor": "h"},
-                               thread=_store_thread(layer, 0)))]
     points = 0
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
@@ -1180,17 +1191,11 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
         units = tiles_m * tiles_n
         if units == 0 or check_grouped_walk(tiles_m, tiles_n, walk) is not None:
             continue   # no work, or a walk moe.group_tiles refuses
-        max_units = (sim["padded_rows"] // layer.routing.pad) * tiles_n
-        grid = min(max_units, SIM_CTAS)
-        step = grid + p.schedule.step_delta
-        signals = np.zeros(tiles_m, dtype=np.int64)
-        last = np.full(tiles_m, -1, dtype=np.int64)
+        grid, visits = walk_visits(layer, sim, tiles_n, p.schedule.step_delta)
         tms, _tns, _ = grouped_tile_of_unit(np.arange(units), tiles_m, tiles_n, walk)
-        if step >= 1:
-            for c in range(grid):
-                for u in range(c, units, step):
-                    signals[int(tms[u])] += 1
-                    last[int(tms[u])] = max(last[int(tms[u])], u)
+        signals = np.bincount(tms, weights=visits, minlength=tiles_m).astype(np.int64)   # one signal per visit
+        last = np.full(tiles_m, -1, dtype=np.int64)
+        np.maximum.at(last, tms[visits > 0], np.flatnonzero(visits > 0))
         points += tiles_m
         bad_tm = np.flatnonzero(signals != target)
         if bad_tm.size:
