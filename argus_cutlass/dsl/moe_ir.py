@@ -35,7 +35,8 @@ from typing import Any
 
 from argus_cutlass.dsl.ir import _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit, check_c_remainder_operand
 
-__all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing", "CTYPES",
+__all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing",
+           "CTYPES",
            "MAX_EXPERTS", "MAX_CTA_THREADS"]
 
 #: index C types and their largest value

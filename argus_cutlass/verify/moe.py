@@ -54,8 +54,9 @@ from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Verif
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["MOE_RULES", "pdl_early_trigger", "PDL_CHAIN", "PDL_PREFETCH_READS", "PDL_PRE_WAIT", "pdl_launches", "pdl_pre_wait",
-           "routing_cases", "simulate_gather", "simulate_routing", "verify_moe"]
+__all__ = ["HANDOFF_ACCESSES", "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
+           "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
+           "routing_cases", "simulate_gather", "simulate_routing", "verify_moe", "walk_visits"]
 
 #: rule -> (invariant id, description)
 MOE_RULES = {
@@ -1111,7 +1112,8 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
     if early:
         what = (f"the grouped GEMMs' L2 prefetch of their first unit's first {layer.weight_prefetch} weight k-tiles: "
                 if layer.weight_prefetch else "")
-        mode += (f" except the {'accesses' if ordered and layer.pdl else 'reads'} before the wait ({what}{'; '.join(early)}), none of a buffer the kernel "
+        kind = "accesses" if ordered and layer.pdl else "reads"
+        mode += (f" except the {kind} before the wait ({what}{'; '.join(early)}), none of a buffer the kernel "
                  "before writes" + ("; down's accesses of h, xs and tile_ready follow gate+up's per m-tile "
                                     "(moe.handoff), its wait is its last statement" if ordered and layer.pdl else ""))
     return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "
@@ -1140,8 +1142,8 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     counters of every m-tile each call (else a call's counts start at whatever the workspace held). The count
     alone would be ``handoff_target_delta == 0`` (the target and the walk's ``tiles_n`` are one expression), so
     the rule also checks what makes one m-tile's signals mean its h rows: gate+up stores rows ``[tm pad, (tm + 1)
-    pad)`` (its epilogue's ``tile_m``) and down loads the same rows (its A tile's rows, the routing's ``pad``); both GEMMs take I from
-    the one printed ``kFfn`` (gate+up's N, down's K). Down also overwrites xs (its output) rows of m-tile
+    pad)`` (its epilogue's ``tile_m``) and down loads the same rows (its A tile's rows, the routing's ``pad``);
+    both GEMMs take I from the one printed ``kFfn`` (gate+up's N, down's K). Down also overwrites xs (its output) rows of m-tile
     ``tm``, which only gate+up units of ``tm`` read (moe.group_tiles), all before their signal. No deadlock:
     gate+up never waits for down, and a programmatic down CTA launches only after every gate+up CTA executed
     ``launch_dependents`` (each has started, so each runs to its end), a plain one after gate+up completed."""
@@ -1181,7 +1183,8 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     )
     for wrong, msg, where, want, got, element, thread in choices:
         if wrong:
-            return [], [_viol("moe.handoff", msg, _cex("moe.handoff", where, want, got, element=element, thread=thread))]
+            cex = _cex("moe.handoff", where, want, got, element=element, thread=thread)
+            return [], [_viol("moe.handoff", msg, cex)]
     walk = GroupedWalk.of(p.schedule)
     tiles_n = -(-layer.ffn // p.epilogue.tile_n)
     points = 0

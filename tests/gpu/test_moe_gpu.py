@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from argus_cutlass.kernels.moe.check import fp32_layer, make_inputs, run_and_check  # noqa: E402
+from argus_cutlass.kernels.moe.check import fp32_layer, make_inputs, run_and_check, run_back_to_back  # noqa: E402
 from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -181,7 +181,8 @@ def test_small_t_heuristic_picks_the_small_path():
         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N)
     # Mixtral at T = 256: 64 rows per expert on average -> the 128-row small-T tiles (heuristics.small_t_tile_m)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
-        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
+        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL,
+        handoff=SMALL_T_HANDOFF)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
 
 
@@ -528,17 +529,7 @@ def test_pdl_back_to_back(small_t, prefetch):
 
     p = MoEProblem(16 if small_t else 700, 16, 2, 1024, 512)
     lib = _lib(p, default_config(p).replace(pdl=True, weight_prefetch=prefetch))
-    inputs = [make_inputs(p, seed=40 + j) for j in range(5)]
-    ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
-    outs = [torch.full_like(x, float("nan")) for x, *_ in inputs]
-    prepared = [(x, ids.int().contiguous(), w.float().contiguous(), w13, w2) for x, ids, w, w13, w2 in inputs]
-    torch.cuda.synchronize()
-    stream = torch.cuda.current_stream().cuda_stream
-    for (x, ids32, w32, w13, w2), y in zip(prepared, outs):
-        lib(x, ids32, w32, w13, w2, y, ws, p.tokens, stream)
-    torch.cuda.synchronize()
-    for j, ((x, ids, w, w13, w2), y) in enumerate(zip(inputs, outs)):
-        ref = fp32_layer(x, ids, w, w13, w2)
+    for j, (y, ref) in enumerate(run_back_to_back(lib, p, range(40, 45))):
         assert torch.isfinite(y.float()).all(), j
         rel = float((y.float() - ref).norm() / ref.norm())
         assert rel < 2e-2, (j, rel)   # bf16 operands: 1e-3 .. 1e-2 (METHOD.md)

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from argus_cutlass.kernels.moe.check import fp32_layer, make_inputs, run_and_check  # noqa: E402
+from argus_cutlass.kernels.moe.check import run_and_check, run_back_to_back  # noqa: E402
 from argus_cutlass.kernels.moe.problem import MoEProblem  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -105,17 +105,7 @@ def test_handoff_back_to_back():
     fp32 reference (outputs poisoned)."""
     p = MoEProblem(16, 16, 2, 1024, 512)
     lib = _lib(p, _cfg(True, (1, 1), True))
-    inputs = [make_inputs(p, seed=60 + j) for j in range(5)]
-    ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
-    outs = [torch.full_like(x, float("nan")) for x, *_ in inputs]
-    prepared = [(x, ids.int().contiguous(), w.float().contiguous(), w13, w2) for x, ids, w, w13, w2 in inputs]
-    torch.cuda.synchronize()
-    stream = torch.cuda.current_stream().cuda_stream
-    for (x, ids32, w32, w13, w2), y in zip(prepared, outs):
-        lib(x, ids32, w32, w13, w2, y, ws, p.tokens, stream)
-    torch.cuda.synchronize()
-    for j, ((x, ids, w, w13, w2), y) in enumerate(zip(inputs, outs)):
-        ref = fp32_layer(x, ids, w, w13, w2)
+    for j, (y, ref) in enumerate(run_back_to_back(lib, p, range(60, 65))):
         assert torch.isfinite(y.float()).all(), j
         rel = float((y.float() - ref).norm() / ref.norm())
         assert rel < 2e-2, (j, rel)

@@ -16,7 +16,7 @@ from typing import Any
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "fp32_layer", "make_inputs",
-           "run_and_check", "time_baseline", "time_fn", "time_layer", "timed_counts", "timed_floor_ms", "timed_inputs"]
+           "run_and_check", "run_back_to_back", "time_baseline", "time_fn", "time_layer", "timed_counts", "timed_floor_ms", "timed_inputs"]
 
 #: the seed of the timed inputs (:func:`time_layer`, :func:`time_baseline`, :func:`timed_counts`)
 TIMING_SEED = 1
@@ -125,6 +125,24 @@ def run_and_check(lib: Any, problem: MoEProblem, *, routing: str = "uniform", se
         berr = float(ref.abs().max()) * 2 ** -7
     bound = 3.0 * berr + atol
     return MoECheck(problem, routing, err, berr, bound, err <= bound)
+
+
+def run_back_to_back(lib: Any, problem: MoEProblem, seeds: Any) -> list[tuple[Any, Any]]:
+    """``(y, fp32 reference)`` of one call per seed, enqueued back to back on the current stream and one
+    workspace with no host synchronisation between them (each on fresh inputs, its output poisoned with NaN
+    first): what a later call's kernels may not see of an earlier call's (routing tables, counters, xs)."""
+    import torch
+
+    inputs = [make_inputs(problem, seed=s) for s in seeds]
+    ws = torch.empty(lib.workspace_bytes(problem.tokens), dtype=torch.uint8, device="cuda")
+    outs = [torch.full_like(x, float("nan")) for x, *_ in inputs]
+    prepared = [(x, ids.int().contiguous(), w.float().contiguous(), w13, w2) for x, ids, w, w13, w2 in inputs]
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream().cuda_stream
+    for (x, ids32, w32, w13, w2), y in zip(prepared, outs):
+        lib(x, ids32, w32, w13, w2, y, ws, problem.tokens, stream)
+    torch.cuda.synchronize()
+    return [(y, fp32_layer(x, ids, w, w13, w2)) for (x, ids, w, w13, w2), y in zip(inputs, outs)]
 
 
 def time_fn(fn: Any, *, warmup: int = 10, iters: int = 50, flush_l2: bool = True) -> float:

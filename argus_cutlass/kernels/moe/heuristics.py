@@ -79,8 +79,8 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_HANDOFF", "SMALL_T_PDL", "SPILL_RATIO",
-           "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_HANDOFF",
+           "SMALL_T_PDL", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
 #: the largest T of the small-T bucket
@@ -100,13 +100,13 @@ GATHER_UNROLL = 4
 #: stays 0. Logs bench/data/moe_pdl_h200_s23.log, bench/data/moe_bench_h200_s23.md
 SMALL_T_PDL = True
 #: the gate+up -> down handoff per m-tile (``MoEConfig.handoff``) in the small-T bucket only. Measured (H200,
-#: session 38, an ad-hoc script (not kept): the shipped entries with handoff off / on, 10 interleaved rounds of 20-call
-#: medians by ``kernels.moe.check.time_fn``, L2 flushed before each call, pdl on): Qwen3 T = 16 239.2 -> 236.6 us,
+#: session 38, an ad-hoc script (not kept): the shipped entries with handoff off / on, 10 interleaved rounds of
+#: 20-call medians by ``kernels.moe.check.time_fn``, L2 flushed before each call, pdl on): Qwen3 T = 16 239.2 -> 236.6 us,
 #: DeepSeek-V2-Lite T = 16 260.9 -> 258.6, Mixtral T = 16 701.2 -> 697.1, Qwen3 T = 256 349.4 -> 346.2, DeepSeek
 #: T = 256 316.1 -> 313.2 (each round's spread <= 0.6 us), Mixtral T = 256 (128-row tiles) 788.2 vs 787.8 (equal).
 #: The timelines show why the gain is small: gate+up's CTAs leave over its last ~39 us (Qwen3) and the down CTAs
-#: placed on the freed SMs run the units of finished m-tiles then (h and W2 loads), but gate+up's last units slow by about as much (its end 157.2 -> 160.6
-#: us): HBM is mostly busy in that tail. Not measured at T > 256 (off there). Log bench/data/moe_handoff_h200_s38.log
+#: placed on the freed SMs run the units of finished m-tiles then (h and W2 loads), but gate+up's last units slow by
+#: about as much (its end 157.2 -> 160.6 us): HBM is mostly busy in that tail. Not measured at T > 256 (off there). Log bench/data/moe_handoff_h200_s38.log
 SMALL_T_HANDOFF = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
