@@ -239,7 +239,7 @@ case "$STEP" in
         | tee "$OUT/moe_flush_$FM.log" | grep -E "^==|gemm_kernel|elementwise|reduce" | head -40
     done ;;
   moe-tilek256)
-    # session 38 (planned, not run): 256-deep k-tiles at the same weight bytes in flight (2 stages x 64 KB against
+    # session 38 (run in session 39: k 256 2-7 % slower, RESULTS.md): 256-deep k-tiles at the same weight bytes in flight (2 stages x 64 KB against
     # 8 x 16 KB): each W row read in 512-byte segments (vLLM's H200 config for E=128, N=768 at M = 16 takes
     # BLOCK_K 256), against the shipped 64-deep ones; the verifier admits gu128 / dn128 at 2 stages. Shipped entries,
     # pdl (and the handoff) as shipped, so the layer times are the comparison (per-kernel times include the waits)
@@ -538,7 +538,7 @@ for r in csv.reader(sys.stdin):
         | tee -a "$OUT/gemm_k128.log" | grep -v "refused by the verifier" | tail -16
     done ;;
   gemm-k256)
-    # session 38 (planned, not run): 256-deep k-tiles on the decode rows still past 1.15x the weight-read floor --
+    # session 38 (run in session 39: no gain, RESULTS.md): 256-deep k-tiles on the decode rows still past 1.15x the weight-read floor --
     # each weight row read in 512-byte segments instead of 256 (k 128, the declared decode kernels) or 128 (k 64),
     # the same weight bytes per stage as twice the k-128 stages (vLLM's H200 MoE configs at M <= 16 take BLOCK_K 256);
     # copies of the declared 64- / 128-row swap-AB kernels at the depths that fit (the rest refused and named), the

@@ -1758,21 +1758,28 @@ def _validate_band(node: TileSchedule) -> None:
 
 #: exclusive upper end of a field printed as a C ``constexpr int``
 C_INT_END = 2**31
+#: the bound of a field added to an index inside C's ``%`` (:func:`check_c_remainder_operand`): the index
+#: (a stage, slot, lane or tile row) is below 2^30, so their sum stays below 2^31
+C_REMAINDER_OPERAND_END = 1 << 30
 
 
 def check_c_remainder_operand(value: Any, what: str, loc: SourceLoc) -> None:
-    """Refuse ``value`` unless it is an int in ``[0, 2^31)``: a field the kernel adds into C's ``%``
-    and prints as a ``constexpr int``. C's remainder keeps the dividend's sign (C11 6.5.5: ``-4 % 4``
-    is 0 but ``(1 - 4) % 4`` is -3, a negative index), while the verifier's model uses Python's
-    floor remainder; on ``[0, 2^31)`` the two agree and the value fits the printed ``int``.
+    """Refuse ``value`` unless it is an int in ``[0, 2^30)``: a field the kernel adds to an index inside C's ``%``
+    (``(index + value) % period``) and prints as a ``constexpr int``. C's remainder keeps the dividend's sign
+    (C11 6.5.5: ``-4 % 4`` is 0 but ``(1 - 4) % 4`` is -3, a negative index), and the sum overflows ``int``
+    (undefined; in practice a wrap to a negative dividend) once it passes ``2^31 - 1``, while the verifier's model
+    uses Python's floor remainder of the exact sum. Every index these fields are added to (a pipeline stage, a
+    top-k slot, a lane or a row of a tile) is below ``2^30``, so on ``[0, 2^30)`` the sum fits ``int`` and the
+    two remainders agree (e.g. a stage skew of ``2^31 - 3`` is 0 mod 5 in Python, but ``(3 + 2^31 - 3) % 5`` is
+    computed on a wrapped ``int``: -3).
 
     Raises:
         DslError: rule ``dsl.operand``, naming ``what`` and the value.
     """
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < C_INT_END:
-        _dsl_error("dsl.operand", loc, f"{what} {value!r}: expected an int in [0, 2^31) (the kernel takes it in C's "
-                   "%, which keeps a negative sign, and prints it as a constexpr int)",
-                   "a shift by -s is the shift by (period - s)")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < C_REMAINDER_OPERAND_END:
+        _dsl_error("dsl.operand", loc, f"{what} {value!r}: expected an int in [0, 2^30) (the kernel adds it to an "
+                   "index below 2^30 inside C's %, which keeps a negative sign, in a 32-bit int that must not "
+                   "overflow)", "a shift by -s is the shift by (period - s); a shift by s is the shift by s % period")
 
 
 def _dsl_error(rule: str, loc: SourceLoc, message: str, hint: str | None = None) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,9 @@ SIGNED_CTYPES = ("int32_t", "int64_t")
 MAX_EXPERTS = 1024
 #: CUDA's limit on the threads of one CTA
 MAX_CTA_THREADS = 1024
+#: the layer's proofs must cover T up to 2^MAX_TOKENS_BITS tokens (issue 11: T up to 2^20; the problem's MAX_TOKENS):
+#: ``MoELayer.tokens_bits`` below it makes the host entry refuse token counts the family promises (rule moe.launch)
+MAX_TOKENS_BITS = 20
 
 #: how the constant factors of an index product are printed (the first factor is the site's variable)
 FACTOR_CPP = {"k": "kTopk", "H": "kHidden", "I": "kFfn", "2I": "(2 * kFfn)", "E": "kExperts", "N_blocks": "tiles_n"}
@@ -208,7 +212,20 @@ class IndexWidth:
 
 
 #: the layer fields of the gate+up -> down handoff (``MoELayer.handoff``)
-HANDOFF_FIELDS = ("handoff", "handoff_target_delta", "handoff_signal", "handoff_fence", "handoff_zero")
+HANDOFF_FIELDS = ("handoff", "handoff_target_delta", "handoff_signal", "handoff_fence", "handoff_zero",
+                  "handoff_backoff_ns", "handoff_timeout_ms")
+
+#: the longest ``__nanosleep`` (PTX ISA "nanosleep": the sleep duration is at most 1 millisecond)
+MAX_HANDOFF_BACKOFF_NS = 1_000_000
+#: the slowest rates a correct gate+up kernel is assumed to run at when bounding how long the down producer can wait
+#: for an m-tile (:meth:`MoELayer.handoff_wait_bound_ms`): ~1/10 of the H200's dense bf16 tensor peak (989 TFLOP/s)
+#: and ~1/5 of its HBM bandwidth (4.8 TB/s)
+HANDOFF_MIN_FLOPS = 1e14
+HANDOFF_MIN_BYTES_PER_S = 1e12
+#: a handoff time-out must be at least this many times :meth:`MoELayer.handoff_wait_bound_ms` (and at least
+#: :data:`MIN_HANDOFF_TIMEOUT_MS`): headroom for a GPU time-sliced with other work
+HANDOFF_TIMEOUT_MARGIN = 10
+MIN_HANDOFF_TIMEOUT_MS = 10_000
 
 #: the most k-tiles a grouped GEMM's producer prefetches into L2 before its wait (``MoELayer.weight_prefetch``)
 MAX_WEIGHT_PREFETCH = 64
@@ -256,6 +273,15 @@ class MoELayer:
             ``"complete"`` (``"read"``: the signal follows ``wait_group.read``, the writes may not have
             landed), True (the proxy fences printed) and True (route_scan zeroes the counters every call).
             Each needs ``handoff``.
+        handoff_backoff_ns: the down producer's back-off between two reads of ``tile_ready[tm]``
+            (``__nanosleep``; 0: none; at most 1 ms, PTX ISA "nanosleep"); a scheduling hint, no data-flow meaning.
+        handoff_timeout_ms: 0 (the spin is unbounded) or the longest the down producer spins on one m-tile
+            (``%globaltimer``, ns) before it executes ``trap``: the layer's launch then fails with
+            ``cudaErrorLaunchFailure`` ("unspecified launch failure", sticky: the process's CUDA context is
+            lost) instead of hanging the GPU. A verified layer never reaches it -- rule ``moe.handoff`` proves
+            the count and requires at least :data:`HANDOFF_TIMEOUT_MARGIN` x :meth:`handoff_wait_bound_ms`
+            (and :data:`MIN_HANDOFF_TIMEOUT_MS`) -- so it fires only on what the proof does not model, e.g. one
+            workspace shared by two concurrent calls on different streams (their counters mix).
     """
 
     name: str
@@ -277,6 +303,8 @@ class MoELayer:
     handoff_signal: str = field(default="complete", metadata=_CANON_SKIP)
     handoff_fence: bool = field(default=True, metadata=_CANON_SKIP)
     handoff_zero: bool = field(default=True, metadata=_CANON_SKIP)
+    handoff_backoff_ns: int = field(default=128, metadata=_CANON_SKIP)
+    handoff_timeout_ms: int = field(default=0, metadata=_CANON_SKIP)
 
     family = "moe"
 
@@ -301,9 +329,18 @@ class MoELayer:
         if self.handoff_signal not in ("complete", "read"):
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_signal {self.handoff_signal!r}: expected "
                        "'complete' or 'read'")
+        b = self.handoff_backoff_ns
+        if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= MAX_HANDOFF_BACKOFF_NS:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_backoff_ns {b!r} must be an int in "
+                       f"[0, {MAX_HANDOFF_BACKOFF_NS}] (PTX ISA nanosleep: at most 1 ms)")
+        t = self.handoff_timeout_ms
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < 1 << 31:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_timeout_ms {t!r} must be an int in "
+                       "[0, 2^31) (0: no time-out)")
         if not self.handoff:
             changed = [f for f, d in (("handoff_target_delta", 0), ("handoff_signal", "complete"),
-                                      ("handoff_fence", True), ("handoff_zero", True)) if getattr(self, f) != d]
+                                      ("handoff_fence", True), ("handoff_zero", True), ("handoff_backoff_ns", 128),
+                                      ("handoff_timeout_ms", 0)) if getattr(self, f) != d]
             if changed:
                 _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {', '.join(changed)} set without handoff "
                            "(nothing prints them)")
@@ -313,6 +350,28 @@ class MoELayer:
         gate+up's n-blocks per m-tile, ``ceil(I / tile_n)`` of its epilogue (its walk's ``tiles_n``), plus
         ``handoff_target_delta`` (0 in a correct layer; rule ``moe.handoff`` counts the signals)."""
         return -(-self.ffn // self.gate_up.epilogue.tile_n) + self.handoff_target_delta
+
+    def handoff_wait_bound_ms(self) -> int:
+        """An upper bound (ms, rounded up) of how long a correct down producer can wait for one m-tile: the whole
+        gate+up GEMM at ``T = 2^tokens_bits`` run at :data:`HANDOFF_MIN_FLOPS` (its ``2 T k 2I H`` flops) plus
+        :data:`HANDOFF_MIN_BYTES_PER_S` (every expert's W13, the permuted x read once per n-block of 128
+        columns, h written). An m-tile's signals arrive before gate+up ends, which the down producer cannot
+        outwait: it starts only after every gate+up CTA is resident (rule ``moe.pdl``). E.g. Mixtral (E 8, k 2,
+        H 4096, I 14336) at T = 2^20: 4.9e14 flops (4.9 s) and 3.9 TB of operand traffic, nearly all the permuted x
+        re-read per n-block (3.9 s): 8.8 s, so its time-out is at least 88 s.
+        """
+        elem = 2   # bf16 / fp16
+        rows = (1 << self.tokens_bits) * self.topk
+        flops = 2.0 * rows * 2 * self.ffn * self.hidden
+        n_blocks = -(-2 * self.ffn // 128)
+        nbytes = elem * (self.experts * 2.0 * self.ffn * self.hidden + rows * self.hidden * n_blocks
+                         + rows * self.ffn)
+        return math.ceil(1000.0 * (flops / HANDOFF_MIN_FLOPS + nbytes / HANDOFF_MIN_BYTES_PER_S))
+
+    def handoff_min_timeout_ms(self) -> int:
+        """The shortest ``handoff_timeout_ms`` rule ``moe.handoff`` accepts (other than 0):
+        ``max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN x handoff_wait_bound_ms())``."""
+        return max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN * self.handoff_wait_bound_ms())
 
     def fingerprint(self) -> str:
         """sha256 of every node field (source locations aside)."""

@@ -32,8 +32,9 @@ def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
                    ix_b_row=layer.index("w13_row" if part == "gate_up" else "w2_row"), pdl=layer.pdl,
                    weight_prefetch=layer.weight_prefetch,
                    handoff_role=("signal" if part == "gate_up" else "wait") if layer.handoff else "",
-                   handoff_target=layer.handoff_target(), L=layer)
-    except KeyError as exc:
+                   handoff_target=layer.handoff_target(), L=layer,
+                   epi_alpha=float(program.param("alpha")), epi_beta=float(program.param("beta")))
+    except (KeyError, TypeError) as exc:   # TypeError: no alpha / beta param (float(None))
         raise ConfigError("render.program", f"MoE layer {layer.name!r}: {exc.args[0]}") from None
     return render_template(GEMM_PART_TEMPLATE, ctx, "MoE", program.name)
 

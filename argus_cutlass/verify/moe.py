@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from argus_cutlass.dsl.ir import DTYPE_BYTES
-from argus_cutlass.dsl.moe_ir import CTYPES, INDEX_SITES, MAX_CTA_THREADS, MAX_EXPERTS, SIGNED_CTYPES, MoELayer
+from argus_cutlass.dsl.moe_ir import (CTYPES, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS, MAX_EXPERTS,
+                                      MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS, SIGNED_CTYPES, MoELayer)
 from argus_cutlass.verify.report import Counterexample, Obligation, Proof, VerificationReport, Violation
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
@@ -1180,6 +1181,16 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
          f"to {pad}: tile_ready[tm] does not count the rows down reads",
          "gate+up epilogue tile_m / down A tile / routing pad", f"one m-tile of {pad} rows", f"{gu_rows} / {dn_rows}",
          h0, _store_thread(layer, 0)),
+        (0 < layer.handoff_timeout_ms < layer.handoff_min_timeout_ms(),
+         f"the down producer traps after spinning {layer.handoff_timeout_ms} ms on an m-tile, below the "
+         f"{layer.handoff_min_timeout_ms()} ms a correct run needs: {HANDOFF_TIMEOUT_MARGIN}x its longest wait "
+         f"(~{layer.handoff_wait_bound_ms()} ms: the whole gate+up GEMM at T = 2^{layer.tokens_bits} at a tenth of the "
+         f"tensor peak and a fifth of HBM), at least {MIN_HANDOFF_TIMEOUT_MS} ms for a GPU time-sliced with other "
+         "work: a slow but correct call can fail with cudaErrorLaunchFailure",
+         "handoff_wait kHandoffTimeoutNs (moe/gemm.j2)",
+         f">= {layer.handoff_min_timeout_ms()} ms ({HANDOFF_TIMEOUT_MARGIN} x the bound, at least "
+         f"{MIN_HANDOFF_TIMEOUT_MS} ms), or 0 (no time-out)", f"{layer.handoff_timeout_ms} ms", h0,
+         {"cta": 0, "role": "down producer"}),
     )
     for wrong, msg, where, want, got, element, thread in choices:
         if wrong:
@@ -1219,7 +1230,9 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     return [Proof("moe.handoff", "M11", "enum", f"every m-tile gets exactly kHandoffTarget = {target} gate+up signals "
                   "(one per unit, after its h stores complete, fenced, red.release.gpu) before down's producer "
                   f"(ld.acquire.gpu, fenced) loads its h rows; counters zeroed by route_scan each call; "
-                  f"{len(cases)} routings, {points} m-tiles", points=points)], []
+                  + (f"the spin's time-out {layer.handoff_timeout_ms} ms >= {layer.handoff_min_timeout_ms()} ms "
+                     f"(10x a correct run's longest wait); " if layer.handoff_timeout_ms else "an unbounded spin; ")
+                  + f"{len(cases)} routings, {points} m-tiles", points=points)], []
 
 
 def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
@@ -1245,6 +1258,18 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                                         "routing.slices", -1, -1, -1, {}, {"cta": 0}, "", {},
                                         f"gridDim.y in 1..{MAX_GRID_Y}", f"gridDim.y = {v}", "invalid configuration",
                                         params={"routing.slices": v})))
+    tb = layer.tokens_bits
+    if not (isinstance(tb, int) and not isinstance(tb, bool) and MAX_TOKENS_BITS <= tb <= 31):
+        why = (f"the host entry refuses T > 2^{tb} (kErrTokens), token counts the family promises up to "
+               f"2^{MAX_TOKENS_BITS}" if isinstance(tb, int) and tb < MAX_TOKENS_BITS else
+               "T is a 32-bit int: proofs past 2^31 describe no call")
+        bad.append(_viol("moe.launch", f"tokens_bits = {tb!r}: the layer's proofs and its printed T check must cover "
+                         f"T up to 2^{MAX_TOKENS_BITS} and no more than a 32-bit int holds ({why})",
+                         Counterexample("M9", "moe.launch", "arith", "host entry: if (T > 1 << kTokensBits)",
+                                        "tokens_bits", -1, -1, -1, {}, {}, "", {},
+                                        f"kTokensBits in [{MAX_TOKENS_BITS}, 31]", f"kTokensBits = {tb!r}", why,
+                                        params={"tokens_bits": tb if isinstance(tb, int) else -1,
+                                                "T": 1 << MAX_TOKENS_BITS})))
     if layer.experts > MAX_EXPERTS or layer.experts < 1:
         e = layer.experts
         bad.append(_viol("moe.launch", f"E = {e} experts: route_scan gives expert e to thread e of one "

@@ -931,6 +931,39 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
     return proofs, violations
 
 
+def _check_grouped_source(program: Program) -> tuple[list[Proof], list[Violation]]:
+    """``epilogue.source`` for an MoE grouped GEMM (family ``moe``): the layer's rules (``moe.swiglu``,
+    ``moe.combine``) take each GEMM's output as exactly its accumulator, ``out = acc``: the printed
+    ``p.alpha`` / ``p.beta`` (program params ``alpha`` / ``beta``, ``templates/moe/gemm.j2``) are 1 and 0 and
+    the source node reads no C (``path == "none"``: ``kReadC = false``; the host passes no C)."""
+    src = program.source
+    alpha, beta = program.param("alpha"), program.param("beta")
+    bad = []
+    if alpha != 1.0:
+        bad.append((f"the grouped epilogue scales its output by alpha = {alpha!r}: every out(m, n) is alpha * acc, "
+                    "so the combine sums scaled expert outputs", "out(0,0) = acc(0,0)", f"out(0,0) = {alpha!r} * acc(0,0)"))
+    if beta != 0.0:
+        bad.append((f"the grouped epilogue adds beta = {beta!r} times C, and the host passes no C (nullptr)",
+                    "out(0,0) = acc(0,0)", f"out(0,0) = acc(0,0) + {beta!r} * C(0,0), C = nullptr"))
+    if src is None or src.path != "none":
+        bad.append((f"the grouped epilogue's source path is {getattr(src, 'path', None)!r}: it would read C, which "
+                    "the MoE host never passes (C = nullptr); a proof of beta * C would describe a path that never "
+                    "runs", "C never read (source path none)", f"C source path {getattr(src, 'path', None)!r}"))
+    if bad:
+        where = str(src.loc) if src is not None else ""
+        out = []
+        for msg, expected, actual in bad:
+            cex = Counterexample("G2", "epilogue.source", "enum", "epilogue.source", where, -1, -1, -1,
+                                 {"m": 0, "n": 0}, {}, "", {}, expected, actual,
+                                 f"program params alpha {alpha!r}, beta {beta!r}; source path "
+                                 f"{getattr(src, 'path', None)!r}", element={"tensor": "out", "m": 0, "n": 0})
+            out.append(Violation("epilogue.source", "G2", msg, "out = acc: alpha 1, beta 0, source path none",
+                                 where, cex))
+        return [], out
+    return [Proof("epilogue.source", "G2", "arith", "grouped epilogue: out = acc (alpha 1, beta 0 printed from the "
+                  "program's params; C never read: source path none)", 1)], []
+
+
 def check_source(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``epilogue.source`` (G2) and ``residue.source`` (G8): the epilogue reads ``C`` for
     ``beta * C`` from gmem at each accumulator's own coordinate (``path == "gmem"``, ``row_offset
@@ -940,6 +973,8 @@ def check_source(program: Program) -> tuple[list[Proof], list[Violation]]:
     src = program.source
     e = program.epilogue
     where = str(src.loc)
+    if program.family == "moe":
+        return _check_grouped_source(program)
     bad = []
     try:
         c = program.tensor(src.src)

@@ -109,3 +109,49 @@ def test_handoff_back_to_back():
         assert torch.isfinite(y.float()).all(), j
         rel = float((y.float() - ref).norm() / ref.norm())
         assert rel < 2e-2, (j, rel)
+
+
+#: the child of test_a_miscounted_handoff_traps_instead_of_hanging: a layer whose down producer waits for one
+#: gate+up signal more than an m-tile gets (handoff_target_delta = +1, what moe.handoff refuses as a deadlock),
+#: printed with a 2 s time-out (below the rule's minimum: this layer is never verified), built and run once
+_TRAP_CHILD = r"""
+import dataclasses, time, torch
+from argus_cutlass.build.nvcc import CompileJob, compile_many
+from argus_cutlass.kernels.moe.check import make_inputs
+from argus_cutlass.kernels.moe.config import MoEConfig
+from argus_cutlass.kernels.moe.library import MoEKernelLibrary
+from argus_cutlass.kernels.moe.problem import MoEProblem
+from argus_cutlass.kernels.moe.program import build_layer
+from argus_cutlass.render.moe import render_moe
+p = MoEProblem(300, 8, 2, 256, 512)
+layer = build_layer(MoEConfig(tile_m=64, gu_tile_n=256, dn_tile_n=128, gu_stages=5, dn_stages=8, pdl=True,
+                              handoff=True), p)
+layer = dataclasses.replace(layer, handoff_target_delta=1, handoff_timeout_ms=2000)
+art = compile_many([CompileJob.for_program(render_moe(layer), layer.kernel_name(), layer.fingerprint())])[0]
+lib = MoEKernelLibrary(str(art.path), layer.kernel_name(), layer)
+x, ids, w, w13, w2 = make_inputs(p, "uniform", 0)
+print("RUNNING", flush=True)
+t0 = time.perf_counter()
+try:
+    y = lib.forward(x, ids, w, w13, w2)
+    torch.cuda.synchronize()
+    print("RESULT finished", flush=True)
+except Exception as exc:
+    print(f"RESULT {type(exc).__name__} after {time.perf_counter() - t0:.1f} s: {exc}", flush=True)
+"""
+
+
+def test_a_miscounted_handoff_traps_instead_of_hanging():
+    """handoff_timeout_ms on silicon: a down producer whose count never arrives (a miscount the verifier
+    refuses) traps after its time-out, so the call fails with a CUDA launch failure instead of hanging the GPU.
+    Run in a child process (the trap loses its CUDA context)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _TRAP_CHILD], capture_output=True, text=True, timeout=400)
+    out = proc.stdout + proc.stderr
+    assert "RUNNING" in out, out[-3000:]
+    line = next((ln for ln in out.splitlines() if ln.startswith("RESULT")), "")
+    assert line and "finished" not in line, out[-3000:]
+    assert "launch failure" in line.lower(), line
+    assert float(line.split(" after ")[1].split(" s:")[0]) < 60, line

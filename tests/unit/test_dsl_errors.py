@@ -115,13 +115,17 @@ def test_a_program_without_gemm_nodes_is_refused_once():
     ("staging", None, "row_lane_skew", -4),
     ("read", "gmma_A", "warp_stage_skew", (-4, -4, -4, -4)),
     ("source", None, "row_offset", -1),
+    # red team, session 39: 2^31 - 3 is 0 mod 5 in the model, but (stage + 2^31 - 3) % kStages overflows int in C
+    ("read", "gmma_A", "warp_stage_skew", (2**31 - 3, 0, 0, 0)),
+    ("epilogue", None, "row_offset", 2**30),
 ])
 def test_fields_in_c_remainders_are_non_negative_ints(kind, key, field, value):
-    """A field the kernel adds into C's ``%`` (which keeps a negative sign, C11 6.5.5) and prints as a
-    ``constexpr int`` must lie in [0, 2^31): there the verifier's Python ``%`` is C's (red team, session 18:
-    row_offset -64 was accepted by the model and wrote staging rows -64..-1 in C)."""
+    """A field the kernel adds to an index inside C's ``%`` (which keeps a negative sign, C11 6.5.5) and prints as
+    a ``constexpr int`` must lie in [0, 2^30): there the sum fits ``int`` and the verifier's Python ``%`` is C's
+    (red team, session 18: row_offset -64 was accepted by the model and wrote staging rows -64..-1 in C; session
+    39: a stage skew of 2^31 - 3 overflowed the sum)."""
     prog = build_program(GemmConfig())
-    with pytest.raises(DslError, match=r"expected an int in \[0, 2\^31\)"):
+    with pytest.raises(DslError, match=r"expected an int in \[0, 2\^30\)"):
         prog.replace_node(kind, key, **{field: value}) if key else prog.replace_node(kind, **{field: value})
 
 
@@ -137,9 +141,10 @@ def test_moe_combine_weight_shift_is_non_negative():
     from argus_cutlass.kernels.moe.program import build_layer
 
     layer = build_layer(MoEConfig(), MoEProblem(300, 8, 2, 512, 256))
-    with pytest.raises(DslError, match=r"weight_slot_shift -2: expected an int in \[0, 2\^31\)"):
-        layer.replace_part("combine", weight_slot_shift=-2) if hasattr(layer, "replace_part") else \
-            dataclasses.replace(layer.combine, weight_slot_shift=-2)
+    for shift in (-2, 2**31 - 2):   # (j + 2^31 - 2) % 6 overflows int in C for j >= 2 (red team, session 39)
+        with pytest.raises(DslError, match=rf"weight_slot_shift {shift}: expected an int in \[0, 2\^30\)"):
+            layer.replace_part("combine", weight_slot_shift=shift) if hasattr(layer, "replace_part") else \
+                dataclasses.replace(layer.combine, weight_slot_shift=shift)
 
 
 @pytest.mark.parametrize("major,swizzle,bits", [("M", 128, 16), ("N", 128, 16), ("K", 256, 16), ("MN", 128, 4)])

@@ -486,7 +486,7 @@ def test_swiglu_store_coordinate_identity():
     # a negative offset is refused by the DSL: C's % keeps the sign, the model's Python % does not
     from argus_cutlass.errors import DslError
 
-    with pytest.raises(DslError, match=r"row_offset -1: expected an int in \[0, 2\^31\)"):
+    with pytest.raises(DslError, match=r"row_offset -1: expected an int in \[0, 2\^30\)"):
         layer.replace_node("gate_up", "epilogue", row_offset=-1)
 
 
@@ -715,9 +715,49 @@ def test_handoff_fields_need_the_handoff():
 
     layer = build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
     for change in ({"handoff_fence": False}, {"handoff_zero": False}, {"handoff_signal": "read"},
-                   {"handoff_target_delta": 1}):
+                   {"handoff_target_delta": 1}, {"handoff_backoff_ns": 64}, {"handoff_timeout_ms": 60_000}):
         with pytest.raises(DslError, match=next(iter(change))):
             dataclasses.replace(layer, **change)
+
+
+def test_handoff_spin_times_out_instead_of_hanging():
+    """handoff_timeout_ms: the builder prints the shortest time-out moe.handoff accepts (10x the longest wait of a
+    correct run, at least 10 s); past it the down producer traps (%globaltimer, __trap) instead of hanging the GPU.
+    A shorter one is refused with a counterexample; 0 (no time-out) and the back-off are printed as chosen."""
+    import re
+
+    from argus_cutlass.dsl.moe_ir import MIN_HANDOFF_TIMEOUT_MS
+    from argus_cutlass.errors import DslError
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    layer = build_layer(small_t_config().replace(pdl=True, handoff=True), MoEProblem(64, 8, 2, 256, 512))
+    want = layer.handoff_min_timeout_ms()
+    assert layer.handoff_timeout_ms == want >= max(MIN_HANDOFF_TIMEOUT_MS, 10 * layer.handoff_wait_bound_ms())
+    src = render_moe(layer)
+    wait = re.search(r"handoff_wait\(Params const& p, int tm\) \{\n(.*?)\n\}", src, re.S).group(1)
+    assert f"kHandoffTimeoutNs = {want}ull * 1000000ull;" in src and "kHandoffBackoffNs = 128;" in src
+    assert wait.count("%%globaltimer") == 2 and "if (now - start > kHandoffTimeoutNs) __trap();" in wait
+    assert wait.index("if (v >= kHandoffTarget) break;") < wait.index("__trap()")
+    pr = next(pr for pr in verify_moe(layer, smt=False).proofs if pr.rule == "moe.handoff")
+    assert f"time-out {want} ms" in pr.summary
+    # a time-out a slow but correct call can reach: refused, naming the bound
+    rep = verify_moe(dataclasses.replace(layer, handoff_timeout_ms=100), smt=False)
+    v = next(v for v in rep.violations if v.rule == "moe.handoff")
+    assert "traps after spinning 100 ms" in v.message and v.counterexample.thread["role"] == "down producer"
+    assert f">= {want} ms" in v.counterexample.expected
+    # no time-out, no back-off: nothing of them printed, the layer verifies
+    bare = dataclasses.replace(layer, handoff_timeout_ms=0, handoff_backoff_ns=0)
+    text = render_moe(bare)
+    assert "__trap" not in text and "globaltimer" not in text and "__nanosleep" not in text
+    rep = verify_moe(bare, smt=False)
+    assert rep.ok and "unbounded spin" in next(p.summary for p in rep.proofs if p.rule == "moe.handoff")
+    for change in ({"handoff_backoff_ns": 2_000_000}, {"handoff_backoff_ns": -1}, {"handoff_timeout_ms": -5},
+                   {"handoff_timeout_ms": 1 << 31}, {"handoff_timeout_ms": True}):
+        with pytest.raises(DslError, match=next(iter(change))):
+            dataclasses.replace(layer, **change)
+    # the bound grows with the layer: Mixtral at T = 2^20 runs gate+up for seconds
+    mix = build_layer(MoEConfig(handoff=True), MoEProblem.for_model("mixtral", 16))
+    assert mix.handoff_wait_bound_ms() > 5_000 and mix.handoff_timeout_ms >= 50_000
 
 
 def test_pdl_chain_with_the_handoff_matches_the_printed_kernels():
@@ -756,3 +796,27 @@ def test_pdl_rule_follows_an_early_trigger():
     proofs, bad = _check_pdl(layer, early=early)
     assert not proofs and "down (call 0) writes xs before its griddepcontrol.wait" in bad[0].message
     assert "route_permute (call 0)" in bad[0].message
+
+
+def test_grouped_epilogue_prints_out_equals_acc():
+    """The grouped GEMMs' epilogue contract, printed from the programs and proved by epilogue.source: out = acc
+    (params alpha 1 / beta 0 printed as p.alpha / p.beta), C never read (source path none: kReadC false, the
+    host passes C = nullptr). A scaled output, a beta, or a C path are refused with a counterexample."""
+    import re
+
+    layer = build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
+    src = render_moe(layer)
+    assert re.findall(r"p\.alpha = ([^;]*);", src) == ["1.0f", "1.0f"]
+    assert re.findall(r"p\.beta = ([^;]*);", src) == ["0.0f", "0.0f"]
+    assert src.count("constexpr bool kReadC = false;") == 2 and "kReadC = true" not in src
+    rep = verify_moe(layer, smt=False)
+    proofs = [p.summary for p in rep.proofs if p.rule == "epilogue.source"]
+    assert len(proofs) == 2 and all("out = acc" in s for s in proofs)
+    for part, kind, change, words in (("down", "params", {"alpha": 0.5}, "alpha = 0.5"),
+                                      ("gate_up", "params", {"beta": 1.0}, "beta = 1.0"),
+                                      ("down", "source", {"path": "gmem"}, "source path is 'gmem'")):
+        bad = layer.replace_node(part, kind, None, **change)
+        text = render_moe(bad)
+        assert text != src   # the edit reaches the printed code
+        v = next(v for v in verify_moe(bad, smt=False).violations if v.rule == "epilogue.source")
+        assert words in v.message and f"[{part}]" in v.message and v.counterexample is not None

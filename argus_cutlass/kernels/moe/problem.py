@@ -44,12 +44,13 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
+from argus_cutlass.dsl.moe_ir import MAX_TOKENS_BITS
 from argus_cutlass.errors import ProblemError
 
 DTYPES = ("bf16", "fp16")
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
 #: the largest token count the family is specified for (issue 11: T up to 2^20)
-MAX_TOKENS = 2**20
+MAX_TOKENS = 2**MAX_TOKENS_BITS
 #: the most experts one layer may have: route_scan gives each expert a thread of one 1024-thread CTA
 #: (the verifier's rule moe.launch states the same bound on the layer)
 MAX_EXPERTS = 1024

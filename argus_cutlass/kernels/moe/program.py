@@ -110,6 +110,8 @@ def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, b
     m-tiles, 0 for none; ``lookahead`` the schedule node's: the roles read their next unit's work
     ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``)."""
     p = dataclasses.replace(program, family="moe", name=label)
+    # the grouped epilogue writes out = acc: alpha 1, beta 0 (printed from these params), C never read
+    p = p.replace_node("source", path="none").replace_node("params", alpha=1.0, beta=0.0)
     lb = p.load_into("sB")
     changes: dict = {"expert_rows": expert_rows, "cache_hint": weight_hint}
     if pair_offset:
@@ -202,5 +204,8 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
               "block_count": "int32_t", "w13_row": "int32_t", "w2_row": "int32_t", "tile_unit": "int32_t"}
     ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
-    return MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
-                    combine, indices, pdl=c.pdl, weight_prefetch=c.weight_prefetch, handoff=c.handoff)
+    layer = MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
+                     combine, indices, pdl=c.pdl, weight_prefetch=c.weight_prefetch, handoff=c.handoff)
+    if c.handoff:   # the spin traps instead of hanging after the shortest time-out rule moe.handoff accepts
+        layer = dataclasses.replace(layer, handoff_timeout_ms=layer.handoff_min_timeout_ms())
+    return layer
