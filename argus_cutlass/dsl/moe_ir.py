@@ -54,6 +54,10 @@ MAX_TOKENS_BITS = 20
 
 #: how the constant factors of an index product are printed (the first factor is the site's variable)
 FACTOR_CPP = {"k": "kTopk", "H": "kHidden", "I": "kFfn", "2I": "(2 * kFfn)", "E": "kExperts", "N_blocks": "tiles_n"}
+#: each grouped GEMM's (N, K) as layer sizes (keys of FACTOR_CPP): gate+up writes h, I columns (the SwiGLU of its
+#: 2I weight rows), over K = H; down writes out, H columns, over K = I. The programs carry them as params
+#: ``n_size`` / ``k_size``; the host prints them in run_grouped's call (rule moe.launch checks them)
+GROUPED_EXTENTS = {"gate_up": ("I", "H"), "down": ("H", "I")}
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,15 @@ class MoELayer:
         gate+up's n-blocks per m-tile, ``ceil(I / tile_n)`` of its epilogue (its walk's ``tiles_n``), plus
         ``handoff_target_delta`` (0 in a correct layer; rule ``moe.handoff`` counts the signals)."""
         return -(-self.ffn // self.gate_up.epilogue.tile_n) + self.handoff_target_delta
+
+    def size(self, name: str) -> int:
+        """The layer size a :data:`FACTOR_CPP` key names (``"H"``: hidden, ``"I"``: ffn, ``"2I"``, ``"k"``, ``"E"``).
+
+        Raises:
+            KeyError: not a layer size.
+        """
+        sizes = {"H": self.hidden, "I": self.ffn, "2I": 2 * self.ffn, "k": self.topk, "E": self.experts}
+        return sizes[name]
 
     def handoff_wait_bound_ms(self) -> int:
         """An upper bound (ms, rounded up) of how long a correct down producer can wait for one m-tile: the whole

@@ -39,6 +39,21 @@ def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
     return render_template(GEMM_PART_TEMPLATE, ctx, "MoE", program.name)
 
 
+def _extents(layer: MoELayer, part: str) -> str:
+    """``N, K`` of grouped GEMM ``part`` as printed in ``run_grouped``'s call: the program's params ``n_size`` /
+    ``k_size`` (layer sizes, :data:`FACTOR_CPP`'s constants).
+
+    Raises:
+        ConfigError: ``render.program`` when a param is missing or names no printed size.
+    """
+    prog = layer.program(part)
+    names = (prog.param("n_size"), prog.param("k_size"))
+    if any(n not in FACTOR_CPP for n in names):
+        raise ConfigError("render.program", f"MoE part {part!r}: extents (n_size, k_size) {names} are not layer sizes "
+                          f"({sorted(FACTOR_CPP)})")
+    return ", ".join(FACTOR_CPP[n] for n in names)
+
+
 def index_expr(layer: MoELayer, name: str, var: str) -> str:
     """The C++ text of index ``name`` with ``var`` its variable, printed from the node:
     ``ctype(var) * constant ...`` (the constants named by ``factors[1:]``, :data:`FACTOR_CPP`).
@@ -76,6 +91,7 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         "name": name, "version": __version__, "verified": list(verified), "L": layer, "cpp": CPP_TYPE,
         "fingerprint": layer.fingerprint()[:16], "gu_ns": gu_ns, "dn_ns": dn_ns,
         "ix": {i.name: i for i in layer.indices},
+        "extents": {part: _extents(layer, part) for part in ("gate_up", "down")},
         "ixp": lambda n, v: index_expr(layer, n, v),
         "gate_up_text": _gemm_text(layer, "gate_up", gu_ns), "down_text": _gemm_text(layer, "down", dn_ns),
         # a wgmma N outside CuTe's default set in either GEMM: its arch struct's header (gemm/traits.j2 prints it)

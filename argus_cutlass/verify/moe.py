@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from argus_cutlass.dsl.ir import DTYPE_BYTES
-from argus_cutlass.dsl.moe_ir import (CTYPES, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS, MAX_EXPERTS,
+from argus_cutlass.dsl.moe_ir import (CTYPES, GROUPED_EXTENTS, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS, MAX_EXPERTS,
                                       MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS, SIGNED_CTYPES, MoELayer)
 from argus_cutlass.verify.report import Counterexample, Obligation, Proof, VerificationReport, Violation
 from argus_cutlass.verify.run import Run
@@ -317,6 +317,15 @@ def _check_gather(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viola
     k = layer.topk
     vec_el = 16 // DTYPE_BYTES[layer.dtype]
     row_vecs = layer.hidden // vec_el
+    if layer.hidden % vec_el:   # the printed gather copies kHidden / kVec whole vectors per row (auditor, s39)
+        col = row_vecs * vec_el
+        return [], [_viol("moe.gather", f"H = {layer.hidden} is not a multiple of the gather's {vec_el}-element "
+                          f"(16-byte) vector: each permuted row gets H / {vec_el} = {row_vecs} vectors, so its columns "
+                          f"[{col}, {layer.hidden}) are never written (gate+up reads whatever xs held)",
+                          _cex("moe.gather", "route_permute (kRowVecs = kHidden / kVec)",
+                               f"columns [0, {layer.hidden}) of every permuted row written",
+                               f"columns [0, {col}) written", element={"tensor": "xs", "row": 0, "col": col},
+                               params={"H": layer.hidden, "vec": vec_el}))]
     # the printed gather indexes in C int: v0 = y * stride_vecs, v0 + slice_vecs, and the loop bound
     # n * width (n <= chunk rows, width <= the slice's or the row's vectors) must fit 31 bits for every
     # y < slices (the simulation below computes in Python ints and would not see a wrap)
@@ -673,7 +682,7 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
         la, lb = p.load_into("sA"), p.load_into("sB")
         epi, sched = p.epilogue, p.schedule
         walk = GroupedWalk.of(sched)
-        n_out = layer.ffn if part == "gate_up" else layer.hidden
+        n_out = printed_extent(layer, part, "n")   # the N run_grouped is called with
         per_expert = 2 * layer.ffn if part == "gate_up" else layer.hidden
         tile_m, tile_n = la.tile_mn, lb.tile_mn
         tiles_n = -(-n_out // epi.tile_n)
@@ -1132,6 +1141,17 @@ def _store_thread(layer: MoELayer, unit: int, grid: int = SIM_CTAS) -> dict[str,
             "thread_in_warpgroup": 0, "role": "consumer (store thread)"}
 
 
+def printed_extent(layer: MoELayer, part: str, axis: str) -> int:
+    """The N (``axis="n"``) or K (``"k"``) grouped GEMM ``part`` is launched with: the layer size its program's
+    param ``n_size`` / ``k_size`` names (what ``run_grouped``'s call prints), or the specified one
+    (:data:`GROUPED_EXTENTS`) when the param names no layer size (rule ``moe.launch`` reports that)."""
+    name = layer.program(part).param(f"{axis}_size")
+    try:
+        return layer.size(name)
+    except (KeyError, TypeError):
+        return layer.size(GROUPED_EXTENTS[part][axis == "k"])
+
+
 def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
     """``moe.handoff`` (M11), the gate+up -> down handoff per m-tile (layer node ``handoff``). The down producer
     loads m-tile ``tm``'s h rows (its A) only after ``tile_ready[tm]`` reached ``kHandoffTarget``; it is sound
@@ -1197,7 +1217,7 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
             cex = _cex("moe.handoff", where, want, got, element=element, thread=thread)
             return [], [_viol("moe.handoff", msg, cex)]
     walk = GroupedWalk.of(p.schedule)
-    tiles_n = -(-layer.ffn // p.epilogue.tile_n)
+    tiles_n = -(-printed_extent(layer, "gate_up", "n") // p.epilogue.tile_n)   # the printed walk's n-blocks
     points = 0
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
@@ -1281,6 +1301,20 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                                         element={"expert": MAX_EXPERTS}, params={"E": e})))
     from argus_cutlass.verify.smt import bound_bits
 
+    for part, want in GROUPED_EXTENTS.items():
+        prog = layer.program(part)
+        got = (prog.param("n_size"), prog.param("k_size"))
+        if got != want:
+            bad.append(_viol("moe.launch", f"{part}: run_grouped is called with (N, K) = {got} (program params n_size, "
+                             f"k_size) but the {part} GEMM is ({want[0]}, {want[1]}) = "
+                             f"({layer.size(want[0])}, {layer.size(want[1])}): "
+                             + ("it writes h's I columns from the 2I paired rows of W13 over H" if part == "gate_up"
+                                else "it writes out's H columns over h's I"),
+                             Counterexample("M9", "moe.launch", "arith", f"{part}::run_grouped(..., N, K, ...)",
+                                            "n_size / k_size", -1, -1, -1, {}, {"cta": 0}, "", {},
+                                            f"(N, K) = ({want[0]}, {want[1]})", f"(N, K) = {got}",
+                                            "the GEMM's tensor maps, walk and k loop cover other extents",
+                                            element={"tensor": "h" if part == "gate_up" else "out"})))
     for part, k_name, k in (("gate_up", "H", layer.hidden), ("down", "I", layer.ffn)):
         bits = bound_bits(layer.program(part))
         if k >> bits:   # run_grouped returns kErrKRange for K >= 2^bound_bits: every call of the layer refused
@@ -1509,7 +1543,7 @@ def _check_walk_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], list
         if not walk.band_m:
             continue
         bm = walk.band_m
-        n_out = layer.ffn if part == "gate_up" else layer.hidden
+        n_out = printed_extent(layer, part, "n")
         tiles_n = -(-n_out // max(1, p.epilogue.tile_n))
         t_, u = z3.Int("tiles_m"), z3.Int("u")
         span = bm * tiles_n

@@ -820,3 +820,40 @@ def test_grouped_epilogue_prints_out_equals_acc():
         assert text != src   # the edit reaches the printed code
         v = next(v for v in verify_moe(bad, smt=False).violations if v.rule == "epilogue.source")
         assert words in v.message and f"[{part}]" in v.message and v.counterexample is not None
+
+
+def test_grouped_extents_are_printed_from_the_programs():
+    """run_grouped's N and K are printed from each grouped program's params n_size / k_size (auditor, session 39:
+    they were template literals, so moe.handoff's signal count only restated the target's expression). Wrong
+    extents are refused by moe.launch; on a handoff layer the signal count then differs from kHandoffTarget
+    too (moe.handoff); a name that is no layer size cannot be printed."""
+    import re
+
+    from argus_cutlass.errors import ConfigError
+
+    layer = build_layer(MoEConfig(pdl=True, handoff=True), MoEProblem(64, 8, 2, 256, 512))
+    calls = re.findall(r"run_grouped\((\w+), \w+, \w+, int\(w.padded_rows\), (\w+), (\w+),", render_moe(layer))
+    assert calls == [("xs", "kFfn", "kHidden"), ("h", "kHidden", "kFfn")]
+    assert verify_moe(layer, smt=False).ok
+    for part, change, rules in (("gate_up", {"n_size": "2I"}, {"moe.launch", "moe.handoff"}),
+                                ("gate_up", {"k_size": "I"}, {"moe.launch"}),
+                                ("down", {"n_size": "I", "k_size": "H"}, {"moe.launch"})):
+        bad = layer.replace_node(part, "params", None, **change)
+        assert render_moe(bad) != render_moe(layer)
+        rep = verify_moe(bad, smt=False)
+        assert rules <= {v.rule for v in rep.violations}, (part, change, [v.rule for v in rep.violations])
+        v = next(v for v in rep.violations if v.rule == "moe.launch")
+        assert f"{part}: run_grouped is called with (N, K)" in v.message and v.counterexample is not None
+    with pytest.raises(ConfigError, match="not layer sizes"):
+        render_moe(layer.replace_node("down", "params", None, n_size="T"))
+
+
+def test_gather_refuses_a_row_tail_it_would_not_copy():
+    """moe.gather: the printed gather copies kHidden / kVec whole 16-byte vectors per row, so an H that is not a
+    multiple of the vector would leave the row's last columns unwritten (auditor, session 39: the rule counted
+    only whole vectors and passed it); the layer's static_assert states the same in bytes."""
+    layer = build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
+    v = next(v for v in verify_moe(dataclasses.replace(layer, hidden=260), smt=False).violations
+             if v.rule == "moe.gather")
+    assert "columns [256, 260) are never written" in v.message and v.counterexample.element["col"] == 256
+    assert "(kHidden * int(sizeof(Element))) % 16 == 0" in render_moe(layer)

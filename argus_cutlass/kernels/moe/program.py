@@ -26,7 +26,7 @@ import dataclasses
 import re
 
 from argus_cutlass.dsl.ir import Program, SourceLoc, caller_loc
-from argus_cutlass.dsl.moe_ir import INDEX_SITES, Combine, IndexWidth, MoELayer, Routing
+from argus_cutlass.dsl.moe_ir import GROUPED_EXTENTS, INDEX_SITES, Combine, IndexWidth, MoELayer, Routing
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program as build_gemm_program
@@ -105,13 +105,17 @@ def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
 
 
 def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, band_m: int,
-             loc: SourceLoc, lookahead: int = 0, weight_hint: str = "evict_normal") -> Program:
+             loc: SourceLoc, lookahead: int = 0, weight_hint: str = "evict_normal",
+             extents: tuple[str, str] = ("I", "H")) -> Program:
     """``program`` (a GEMM) edited into a grouped GEMM of family ``moe`` (walk: bands of ``band_m``
     m-tiles, 0 for none; ``lookahead`` the schedule node's: the roles read their next unit's work
-    ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``)."""
+    ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``; ``extents`` the layer sizes, keys of
+    :data:`~argus_cutlass.dsl.moe_ir.FACTOR_CPP`, the host passes as the GEMM's N and K: params ``n_size`` /
+    ``k_size``, printed in ``run_grouped``'s call and checked by rule ``moe.launch``)."""
     p = dataclasses.replace(program, family="moe", name=label)
     # the grouped epilogue writes out = acc: alpha 1, beta 0 (printed from these params), C never read
-    p = p.replace_node("source", path="none").replace_node("params", alpha=1.0, beta=0.0)
+    p = p.replace_node("source", path="none").replace_node("params", alpha=1.0, beta=0.0, n_size=extents[0],
+                                                           k_size=extents[1])
     lb = p.load_into("sB")
     changes: dict = {"expert_rows": expert_rows, "cache_hint": weight_hint}
     if pair_offset:
@@ -145,8 +149,10 @@ def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: Ge
     except ConfigError as exc:
         raise (exc if gemm_cfg is not None else _moe_field_error(exc, part)) from None
     if part == "gate_up":
-        return _grouped(program, label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(), c.work_lookahead, hint)
-    return _grouped(program, label, p.hidden, 0, c.dn_band_m, loc or caller_loc(), c.work_lookahead, hint)
+        return _grouped(program, label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(), c.work_lookahead, hint,
+                        GROUPED_EXTENTS["gate_up"])
+    return _grouped(program, label, p.hidden, 0, c.dn_band_m, loc or caller_loc(), c.work_lookahead, hint,
+                    GROUPED_EXTENTS["down"])
 
 
 def _moe_field_error(exc: ConfigError, part: str) -> ConfigError:
