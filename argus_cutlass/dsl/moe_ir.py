@@ -58,6 +58,8 @@ FACTOR_CPP = {"k": "kTopk", "H": "kHidden", "I": "kFfn", "2I": "(2 * kFfn)", "E"
 #: 2I weight rows), over K = H; down writes out, H columns, over K = I. The programs carry them as params
 #: ``n_size`` / ``k_size``; the host prints them in run_grouped's call (rule moe.launch checks them)
 GROUPED_EXTENTS = {"gate_up": ("I", "H"), "down": ("H", "I")}
+#: the layer sizes a grouped GEMM's extent may name (:meth:`MoELayer.size`; each a constant of FACTOR_CPP)
+LAYER_SIZES = ("H", "I", "2I", "k", "E")
 
 
 @dataclass(frozen=True)
@@ -282,10 +284,11 @@ class MoELayer:
         handoff_timeout_ms: 0 (the spin is unbounded) or the longest the down producer spins on one m-tile
             (``%globaltimer``, ns) before it executes ``trap``: the layer's launch then fails with
             ``cudaErrorLaunchFailure`` ("unspecified launch failure", sticky: the process's CUDA context is
-            lost) instead of hanging the GPU. A verified layer never reaches it -- rule ``moe.handoff`` proves
-            the count and requires at least :data:`HANDOFF_TIMEOUT_MARGIN` x :meth:`handoff_wait_bound_ms`
-            (and :data:`MIN_HANDOFF_TIMEOUT_MS`) -- so it fires only on what the proof does not model, e.g. one
-            workspace shared by two concurrent calls on different streams (their counters mix).
+            lost) instead of hanging the GPU. Rule ``moe.handoff`` proves the count and requires at least
+            :data:`HANDOFF_TIMEOUT_MARGIN` x :meth:`handoff_wait_bound_ms` (a bound under assumed slowest rates)
+            and :data:`MIN_HANDOFF_TIMEOUT_MS`, so a verified layer reaches it only on what the proof does not
+            model, e.g. one workspace shared by two concurrent calls on different streams (their counters mix),
+            or a GPU slower than the assumed rates.
     """
 
     name: str
@@ -361,22 +364,23 @@ class MoELayer:
         Raises:
             KeyError: not a layer size.
         """
-        sizes = {"H": self.hidden, "I": self.ffn, "2I": 2 * self.ffn, "k": self.topk, "E": self.experts}
-        return sizes[name]
+        return dict(zip(LAYER_SIZES, (self.hidden, self.ffn, 2 * self.ffn, self.topk, self.experts)))[name]
 
     def handoff_wait_bound_ms(self) -> int:
-        """An upper bound (ms, rounded up) of how long a correct down producer can wait for one m-tile: the whole
-        gate+up GEMM at ``T = 2^tokens_bits`` run at :data:`HANDOFF_MIN_FLOPS` (its ``2 T k 2I H`` flops) plus
-        :data:`HANDOFF_MIN_BYTES_PER_S` (every expert's W13, the permuted x read once per n-block of 128
-        columns, h written). An m-tile's signals arrive before gate+up ends, which the down producer cannot
+        """A bound (ms, rounded up) of how long a correct down producer can wait for one m-tile, under assumed
+        slowest rates: the whole gate+up GEMM at ``T = 2^tokens_bits`` run at :data:`HANDOFF_MIN_FLOPS` (its
+        ``2 T k 2I H`` flops) plus :data:`HANDOFF_MIN_BYTES_PER_S` (every expert's W13, the permuted x read once per
+        n-block of the printed walk, h written). The rates are assumptions (a tenth / a fifth of the H200's), not
+        measurements: a GPU slower than them (or shared longer than the margin covers) could trap a correct call. An m-tile's signals arrive before gate+up ends, which the down producer cannot
         outwait: it starts only after every gate+up CTA is resident (rule ``moe.pdl``). E.g. Mixtral (E 8, k 2,
-        H 4096, I 14336) at T = 2^20: 4.9e14 flops (4.9 s) and 3.9 TB of operand traffic, nearly all the permuted x
-        re-read per n-block (3.9 s): 8.8 s, so its time-out is at least 88 s.
+        H 4096, I 14336, the shipped 256-column gate+up tile: 112 n-blocks) at T = 2^20: 4.9e14 flops (4.9 s) and
+        1.9 TB of operand traffic, nearly all the permuted x re-read per n-block (1.9 s): 6.9 s, so its time-out is
+        at least 69 s.
         """
         elem = 2   # bf16 / fp16
         rows = (1 << self.tokens_bits) * self.topk
         flops = 2.0 * rows * 2 * self.ffn * self.hidden
-        n_blocks = -(-2 * self.ffn // 128)
+        n_blocks = -(-self.ffn // self.gate_up.epilogue.tile_n)   # the printed walk's n-blocks per m-tile
         nbytes = elem * (self.experts * 2.0 * self.ffn * self.hidden + rows * self.hidden * n_blocks
                          + rows * self.ffn)
         return math.ceil(1000.0 * (flops / HANDOFF_MIN_FLOPS + nbytes / HANDOFF_MIN_BYTES_PER_S))

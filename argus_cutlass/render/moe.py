@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from argus_cutlass import __version__
 from argus_cutlass.dsl.atoms import CPP_TYPE
-from argus_cutlass.dsl.moe_ir import FACTOR_CPP, INDEX_SITES, MoELayer
+from argus_cutlass.dsl.moe_ir import FACTOR_CPP, INDEX_SITES, LAYER_SIZES, MoELayer
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.render.env import render_template
 from argus_cutlass.render.gemm import gemm_context
@@ -48,9 +48,9 @@ def _extents(layer: MoELayer, part: str) -> str:
     """
     prog = layer.program(part)
     names = (prog.param("n_size"), prog.param("k_size"))
-    if any(n not in FACTOR_CPP for n in names):
+    if any(n not in LAYER_SIZES for n in names):
         raise ConfigError("render.program", f"MoE part {part!r}: extents (n_size, k_size) {names} are not layer sizes "
-                          f"({sorted(FACTOR_CPP)})")
+                          f"({', '.join(LAYER_SIZES)})")
     return ", ".join(FACTOR_CPP[n] for n in names)
 
 

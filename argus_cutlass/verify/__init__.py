@@ -348,9 +348,11 @@ def _output(run: _Run, program: Program, obligations: list[Obligation], accumula
     if accumulators_ok:
         run.add("enum", "epilogue.coordinate", check_epilogue, program)
     src = program.source
-    obligations.append(Obligation("epilogue.source", "G2", "beta * C reads C(m, n) at each accumulator's (m, n)",
-                                  str(src.loc)))
-    obligations.append(Obligation("residue.source", "G8", "C loads are masked to M x N", str(src.loc)))
+    grouped = program.family == "moe"   # an MoE grouped GEMM: out = acc, C never read (output._check_grouped_source)
+    obligations.append(Obligation("epilogue.source", "G2", "out = acc: alpha 1, beta 0, C never read" if grouped
+                                  else "beta * C reads C(m, n) at each accumulator's (m, n)", str(src.loc)))
+    obligations.append(Obligation("residue.source", "G8", "no C load to mask (C never read)" if grouped
+                                  else "C loads are masked to M x N", str(src.loc)))
     if accumulators_ok:
         run.add("enum", "epilogue.source", check_source, program)
     obligations.append(Obligation("epilogue.tma_store", "G2",

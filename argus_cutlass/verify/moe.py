@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 
 from argus_cutlass.dsl.ir import DTYPE_BYTES
-from argus_cutlass.dsl.moe_ir import (CTYPES, GROUPED_EXTENTS, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS, MAX_EXPERTS,
-                                      MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS, SIGNED_CTYPES, MoELayer)
+from argus_cutlass.dsl.moe_ir import (CTYPES, GROUPED_EXTENTS, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS,
+                                      MAX_EXPERTS, MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS, SIGNED_CTYPES, MoELayer)
 from argus_cutlass.verify.report import Counterexample, Obligation, Proof, VerificationReport, Violation
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
@@ -1158,11 +1158,12 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     when (a) each gate+up unit signals once, after its stores of h are complete and fenced for the async proxy,
     with a release the down producer's acquire reads (then fences, before its TMA loads), (b) the signals of
     m-tile ``tm`` number exactly ``kHandoffTarget`` (fewer: down may read h before the last unit stored it;
-    more is the same under a smaller target; a larger target: down waits forever), counted here over the
-    printed gate+up walk (grid of up to 132 CTAs, step) on every routing case, and (c) route_scan zeroes the
-    counters of every m-tile each call (else a call's counts start at whatever the workspace held). The count
-    alone would be ``handoff_target_delta == 0`` (the target and the walk's ``tiles_n`` are one expression), so
-    the rule also checks what makes one m-tile's signals mean its h rows: gate+up stores rows ``[tm pad, (tm + 1)
+    more is the same under a smaller target; a larger target: down waits forever, or traps at its time-out),
+    counted here over the printed gate+up walk (grid of up to 132 CTAs, step; its n-blocks from the N that
+    run_grouped is printed with, :func:`printed_extent`) on every routing case, and (c) route_scan zeroes the
+    counters of every m-tile each call (else a call's counts start at whatever the workspace held), each inside
+    the workspace's max_tiles counters. The time-out and back-off of the spin are checked too (a time-out below
+    max(10 s, 10x the bound of a correct wait) would trap a slow but correct call). The rule also checks what makes one m-tile's signals mean its h rows: gate+up stores rows ``[tm pad, (tm + 1)
     pad)`` (its epilogue's ``tile_m``) and down loads the same rows (its A tile's rows, the routing's ``pad``);
     both GEMMs take I from the one printed ``kFfn`` (gate+up's N, down's K). Down also overwrites xs (its output) rows of m-tile
     ``tm``, which only gate+up units of ``tm`` read (moe.group_tiles), all before their signal. No deadlock:
@@ -1222,6 +1223,17 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         tiles_m = sim["tiles_m"]
+        # route_scan zeroes tile_ready[j] at every index j it writes tile_expert[j]; the workspace gives tile_ready
+        # max_tiles = padded_rows / pad ints (layer.cu.j2 workspace_layout), tile_expert E more
+        written = [int(j) for j in np.flatnonzero(sim["tile_expert"] >= 0)] + [j for _e, j in sim["tile_oob"]]
+        extent = sim["padded_rows"] // pad
+        if written and max(written) >= extent:
+            j = max(written)
+            return [], [_viol("moe.handoff", f"{label}: route_scan zeroes tile_ready[{j}] but the workspace holds "
+                              f"{extent} counters (max_tiles): the write lands in the next buffer", _cex(
+                                  "moe.handoff", "route_scan tile_ready[base + i] = 0 (layer.cu.j2)",
+                                  f"index < {extent}", str(j), element={"m_tile": j, "tensor": "tile_ready"},
+                                  thread=_scan_thread(0), params={"T": int(ids.shape[0]), "max_tiles": extent}))]
         units = tiles_m * tiles_n
         if units == 0 or check_grouped_walk(tiles_m, tiles_n, walk) is not None:
             continue   # no work, or a walk moe.group_tiles refuses
@@ -1241,7 +1253,7 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                 thread = _store_thread(layer, int(last[tm]), grid)
             else:
                 msg = (f"{label}: m-tile {tm} gets {got} gate+up signals but down waits for {target}: the down "
-                       "producer waits forever (deadlock)")
+                       "producer waits forever (deadlock; with a time-out printed, it traps there)")
                 thread = {"cta": 0, "role": "down producer"}
             return [], [_viol("moe.handoff", msg, _cex(
                 "moe.handoff", "kHandoffTarget (moe/gemm.j2) vs the gate+up walk", f"{got} (the units of m-tile {tm})",
@@ -1251,7 +1263,10 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                   "(one per unit, after its h stores complete, fenced, red.release.gpu) before down's producer "
                   f"(ld.acquire.gpu, fenced) loads its h rows; counters zeroed by route_scan each call; "
                   + (f"the spin's time-out {layer.handoff_timeout_ms} ms >= {layer.handoff_min_timeout_ms()} ms "
-                     f"(10x a correct run's longest wait); " if layer.handoff_timeout_ms else "an unbounded spin; ")
+                     f"(max({MIN_HANDOFF_TIMEOUT_MS} ms, {HANDOFF_TIMEOUT_MARGIN}x the ~{layer.handoff_wait_bound_ms()} "
+                     "ms bound of a correct run's wait at the assumed slowest rates)"
+                     if layer.handoff_timeout_ms else "an unbounded spin")
+                  + f", back-off {layer.handoff_backoff_ns} ns (the DSL keeps it <= 1 ms, PTX nanosleep); "
                   + f"{len(cases)} routings, {points} m-tiles", points=points)], []
 
 
@@ -1285,7 +1300,7 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                "T is a 32-bit int: proofs past 2^31 describe no call")
         bad.append(_viol("moe.launch", f"tokens_bits = {tb!r}: the layer's proofs and its printed T check must cover "
                          f"T up to 2^{MAX_TOKENS_BITS} and no more than a 32-bit int holds ({why})",
-                         Counterexample("M9", "moe.launch", "arith", "host entry: if (T > 1 << kTokensBits)",
+                         Counterexample("M9", "moe.launch", "arith", "host entry: if (T < 1 || int64_t(T) > (int64_t(1) << kTokensBits))",
                                         "tokens_bits", -1, -1, -1, {}, {}, "", {},
                                         f"kTokensBits in [{MAX_TOKENS_BITS}, 31]", f"kTokensBits = {tb!r}", why,
                                         params={"tokens_bits": tb if isinstance(tb, int) else -1,

@@ -943,8 +943,18 @@ def _check_grouped_source(program: Program) -> tuple[list[Proof], list[Violation
         bad.append((f"the grouped epilogue scales its output by alpha = {alpha!r}: every out(m, n) is alpha * acc, "
                     "so the combine sums scaled expert outputs", "out(0,0) = acc(0,0)", f"out(0,0) = {alpha!r} * acc(0,0)"))
     if beta != 0.0:
-        bad.append((f"the grouped epilogue adds beta = {beta!r} times C, and the host passes no C (nullptr)",
-                    "out(0,0) = acc(0,0)", f"out(0,0) = acc(0,0) + {beta!r} * C(0,0), C = nullptr"))
+        path = getattr(src, "path", None)
+        bad.append((f"the grouped epilogue adds beta = {beta!r} times C, and the host passes no C (nullptr)"
+                    if path == "gmem" else f"the grouped epilogue prints beta = {beta!r}, which its C path "
+                    f"{path!r} never applies: a printed scalar that says out = acc + {beta!r} * C while out = acc",
+                    "out(0,0) = acc(0,0)", f"out(0,0) = acc(0,0) + {beta!r} * C(0,0), C = nullptr"
+                    if path == "gmem" else f"beta = {beta!r} printed, unused"))
+    if src is not None and (src.row_offset or not src.residue_mask):
+        bad.append((f"the grouped epilogue's source node prints row_offset {src.row_offset} and residue_mask "
+                    f"{src.residue_mask} (kCRowOffset / kCResidueMask): a C path that never runs must keep the "
+                    "defaults (0, masked), so the printed constants say what the proof says",
+                    "kCRowOffset = 0, kCResidueMask = true",
+                    f"kCRowOffset = {src.row_offset}, kCResidueMask = {str(src.residue_mask).lower()}"))
     if src is None or src.path != "none":
         bad.append((f"the grouped epilogue's source path is {getattr(src, 'path', None)!r}: it would read C, which "
                     "the MoE host never passes (C = nullptr); a proof of beta * C would describe a path that never "
@@ -961,7 +971,8 @@ def _check_grouped_source(program: Program) -> tuple[list[Proof], list[Violation
                                  where, cex))
         return [], out
     return [Proof("epilogue.source", "G2", "arith", "grouped epilogue: out = acc (alpha 1, beta 0 printed from the "
-                  "program's params; C never read: source path none)", 1)], []
+                  "program's params; C never read: source path none)", 1),
+            Proof("residue.source", "G8", "arith", "grouped epilogue: no C load to mask (source path none)", 1)], []
 
 
 def check_source(program: Program) -> tuple[list[Proof], list[Violation]]:

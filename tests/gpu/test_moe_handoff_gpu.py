@@ -154,4 +154,4 @@ def test_a_miscounted_handoff_traps_instead_of_hanging():
     line = next((ln for ln in out.splitlines() if ln.startswith("RESULT")), "")
     assert line and "finished" not in line, out[-3000:]
     assert "launch failure" in line.lower(), line
-    assert float(line.split(" after ")[1].split(" s:")[0]) < 60, line
+    assert 1.9 <= float(line.split(" after ")[1].split(" s:")[0]) < 60, line   # the 2 s time-out, not another fault

@@ -812,9 +812,12 @@ def test_grouped_epilogue_prints_out_equals_acc():
     rep = verify_moe(layer, smt=False)
     proofs = [p.summary for p in rep.proofs if p.rule == "epilogue.source"]
     assert len(proofs) == 2 and all("out = acc" in s for s in proofs)
+    assert sum("no C load to mask" in p.summary for p in rep.proofs if p.rule == "residue.source") == 2
+    assert rep.complete and not rep.unknowns
     for part, kind, change, words in (("down", "params", {"alpha": 0.5}, "alpha = 0.5"),
-                                      ("gate_up", "params", {"beta": 1.0}, "beta = 1.0"),
-                                      ("down", "source", {"path": "gmem"}, "source path is 'gmem'")):
+                                      ("gate_up", "params", {"beta": 1.0}, "prints beta = 1.0, which its C path"),
+                                      ("down", "source", {"path": "gmem"}, "source path is 'gmem'"),
+                                      ("down", "source", {"row_offset": 3, "residue_mask": False}, "row_offset 3")):
         bad = layer.replace_node(part, kind, None, **change)
         text = render_moe(bad)
         assert text != src   # the edit reaches the printed code
@@ -844,8 +847,9 @@ def test_grouped_extents_are_printed_from_the_programs():
         assert rules <= {v.rule for v in rep.violations}, (part, change, [v.rule for v in rep.violations])
         v = next(v for v in rep.violations if v.rule == "moe.launch")
         assert f"{part}: run_grouped is called with (N, K)" in v.message and v.counterexample is not None
-    with pytest.raises(ConfigError, match="not layer sizes"):
-        render_moe(layer.replace_node("down", "params", None, n_size="T"))
+    for name in ("T", "N_blocks"):   # N_blocks is a printed constant of the index nodes, not a layer size
+        with pytest.raises(ConfigError, match="not layer sizes"):
+            render_moe(layer.replace_node("down", "params", None, n_size=name))
 
 
 def test_gather_refuses_a_row_tail_it_would_not_copy():
@@ -857,3 +861,19 @@ def test_gather_refuses_a_row_tail_it_would_not_copy():
              if v.rule == "moe.gather")
     assert "columns [256, 260) are never written" in v.message and v.counterexample.element["col"] == 256
     assert "(kHidden * int(sizeof(Element))) % 16 == 0" in render_moe(layer)
+
+
+def test_handoff_counters_fit_their_workspace_buffer():
+    """moe.handoff: route_scan zeroes tile_ready[j] wherever it writes tile_expert[j], and the workspace gives
+    tile_ready max_tiles counters (tile_expert E more): a scan whose writes run past max_tiles (here an inclusive
+    scan on groups of 65 rows at 64-row tiles, which fill every padded tile) is refused for tile_ready too."""
+    from argus_cutlass.hw.routing import make_routing
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+    from argus_cutlass.verify.moe import _check_handoff
+
+    layer = build_layer(small_t_config().replace(handoff=True, pdl=True), MoEProblem(260, 8, 2, 256, 512))
+    ids, _ = make_routing("sizes", 260, 8, 2, sizes=[65] * 8)
+    assert _check_handoff(layer, [("sizes65", ids)])[1] == []
+    _, bad = _check_handoff(layer.replace_node("routing", scan="inclusive"), [("sizes65", ids)])
+    assert "zeroes tile_ready[17] but the workspace holds 16 counters" in bad[0].message
+    assert bad[0].counterexample.element == {"m_tile": 17, "tensor": "tile_ready"}
