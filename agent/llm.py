@@ -41,7 +41,7 @@ HISTORY_ROWS = 24
 
 
 def _openai():  # noqa: ANN202 - the openai module
-    """The ``openai`` package (an extra: ``pip install 'argus_cutlass[llm]'``).
+    """The ``openai`` package (the ``llm`` extra: ``pip install '.[llm]'`` in the checkout).
 
     Raises:
         LLMError: ``llm.missing`` when it is not installed.
@@ -50,7 +50,7 @@ def _openai():  # noqa: ANN202 - the openai module
         import openai
     except ModuleNotFoundError:
         raise LLMError("llm.missing", "the LLM policy needs the openai package, which is not installed",
-                       "pip install 'argus_cutlass[llm]' (or use --policy default)") from None
+                       "pip install '.[llm]' in the argus_cutlass checkout (or use --policy default)") from None
     return openai
 
 

@@ -279,7 +279,7 @@ def test_llm_policy_without_openai_says_which_extra(monkeypatch):
 
     with pytest.raises(LLMError) as info:
         _openai()
-    assert info.value.rule == "llm.missing" and "pip install 'argus_cutlass[llm]'" in str(info.value)
+    assert info.value.rule == "llm.missing" and "pip install '.[llm]'" in str(info.value)
     text = (ROOT / "setup.py").read_text()
     assert '"llm": ["openai>=1.0"]' in text and "install_requires" in text
     core = text[text.index("install_requires"):text.index("extras_require")]
