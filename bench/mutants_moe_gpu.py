@@ -39,6 +39,7 @@ from argus_cutlass.testing.mutants_moe import (  # noqa: E402
     gpu_problems_of,
     load_moe_catalogue,
     mutant_layer,
+    unverified_job,
 )
 
 SETUP_TIMEOUT_S = 120.0
@@ -162,9 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: CPU count)")
     ap.add_argument("--skip-large", action="store_true", help="leave out the 13 GB int32-wrap problem")
     args = ap.parse_args(argv)
-    from argus_cutlass.build.nvcc import CompileError, CompileJob, compile_many
+    from argus_cutlass.build.nvcc import CompileError, compile_many
     from argus_cutlass.errors import ArgusError
-    from argus_cutlass.render.moe import render_moe
 
     cat = load_moe_catalogue()
     ids = [s for s in args.ids.split(",") if s]
@@ -195,12 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     printed, compile_jobs = [], []
     for jid, cls, layer, plist, meta in jobs:
         try:
-            src = render_moe(layer)
+            job = unverified_job(layer)
         except ArgusError as exc:
             results.append({"id": jid, **meta, "outcome": "compile_error", "detail": f"not printable: {exc}"[:800]})
             continue
         printed.append((jid, cls, layer, plist, meta))
-        compile_jobs.append(CompileJob.for_program(src, layer.kernel_name(), layer.fingerprint()))
+        compile_jobs.append(job)
     arts = compile_many(compile_jobs, args.jobs, return_exceptions=True)
     print(f"built {len(arts)} layers in {time.perf_counter() - t0:.0f} s", flush=True)
     for (jid, cls, layer, plist, meta), art in zip(printed, arts):

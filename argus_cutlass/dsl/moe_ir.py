@@ -34,7 +34,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from argus_cutlass.dsl.ir import _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit, check_c_remainder_operand
+from argus_cutlass.dsl.ir import (DTYPE_BYTES, _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit,
+                                 check_c_remainder_operand)
 
 __all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing",
            "CTYPES",
@@ -345,9 +346,8 @@ class MoELayer:
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_timeout_ms {t!r} must be an int in "
                        "[0, 2^31) (0: no time-out)")
         if not self.handoff:
-            changed = [f for f, d in (("handoff_target_delta", 0), ("handoff_signal", "complete"),
-                                      ("handoff_fence", True), ("handoff_zero", True), ("handoff_backoff_ns", 128),
-                                      ("handoff_timeout_ms", 0)) if getattr(self, f) != d]
+            changed = [f.name for f in dataclasses.fields(self)
+                       if f.name in HANDOFF_FIELDS[1:] and getattr(self, f.name) != f.default]
             if changed:
                 _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {', '.join(changed)} set without handoff "
                            "(nothing prints them)")
@@ -377,7 +377,7 @@ class MoELayer:
         1.9 TB of operand traffic, nearly all the permuted x re-read per n-block (1.9 s): 6.9 s, so its time-out is
         at least 69 s.
         """
-        elem = 2   # bf16 / fp16
+        elem = DTYPE_BYTES[self.dtype]
         rows = (1 << self.tokens_bits) * self.topk
         flops = 2.0 * rows * 2 * self.ffn * self.hidden
         n_blocks = -(-self.ffn // self.gate_up.epilogue.tile_n)   # the printed walk's n-blocks per m-tile

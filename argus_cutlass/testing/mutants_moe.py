@@ -18,7 +18,7 @@ from argus_cutlass.dsl.moe_ir import MoELayer
 from argus_cutlass.errors import ConfigError
 
 __all__ = ["GPU_PROBLEMS", "MOE_CATALOGUE_PATH", "GpuProblem", "MoEMutant", "base_layer", "gpu_problems_of",
-           "int32_wrap_tokens", "load_moe_catalogue", "mutant_layer", "verify_moe_mutant"]
+           "int32_wrap_tokens", "load_moe_catalogue", "mutant_layer", "unverified_job", "verify_moe_mutant"]
 
 MOE_CATALOGUE_PATH = Path(__file__).with_name("mutants_moe.toml")
 
@@ -239,6 +239,20 @@ def _rebuild_part(m: MoEMutant, layer: MoELayer, part: str, gemm: dict, *, gpu: 
     cfg, problem = _base(m, gpu=gpu)
     gcfg = gemm_configs(cfg)[("gate_up", "down").index(part)].replace(**gemm)
     return dataclasses.replace(layer, **{part: grouped_program(cfg, problem, part, gcfg)})
+
+
+def unverified_job(layer: MoELayer) -> Any:
+    """The nvcc job (:class:`~argus_cutlass.build.nvcc.CompileJob`) of ``layer`` printed by the production template
+    *without* the verifier: how a planted mistake reaches silicon (``bench/mutants_moe_gpu.py``, the GPU test of the
+    handoff's time-out). Never the path of a user's kernel (that is :func:`argus_cutlass.generate.build_jobs`).
+
+    Raises:
+        ConfigError: ``render.program`` when the template cannot print ``layer``.
+    """
+    from argus_cutlass.build.nvcc import CompileJob
+    from argus_cutlass.render.moe import render_moe
+
+    return CompileJob.for_program(render_moe(layer), layer.kernel_name(), layer.fingerprint())
 
 
 def verify_moe_mutant(m: MoEMutant, *, smt: bool = True) -> Any:

@@ -934,42 +934,39 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
 def _check_grouped_source(program: Program) -> tuple[list[Proof], list[Violation]]:
     """``epilogue.source`` for an MoE grouped GEMM (family ``moe``): the layer's rules (``moe.swiglu``,
     ``moe.combine``) take each GEMM's output as exactly its accumulator, ``out = acc``: the printed
-    ``p.alpha`` / ``p.beta`` (program params ``alpha`` / ``beta``, ``templates/moe/gemm.j2``) are 1 and 0 and
-    the source node reads no C (``path == "none"``: ``kReadC = false``; the host passes no C)."""
+    ``p.alpha`` / ``p.beta`` (program params ``alpha`` / ``beta``, ``templates/moe/gemm.j2``) are 1 and 0, the
+    source node reads no C (``path == "none"``: ``kReadC = false``; the host passes no C) and keeps its other
+    printed constants at their defaults (``kCRowOffset = 0``, ``kCResidueMask = true``)."""
     src = program.source
-    alpha, beta = program.param("alpha"), program.param("beta")
+    alpha, beta, path = program.param("alpha"), program.param("beta"), src.path
     bad = []
     if alpha != 1.0:
         bad.append((f"the grouped epilogue scales its output by alpha = {alpha!r}: every out(m, n) is alpha * acc, "
                     "so the combine sums scaled expert outputs", "out(0,0) = acc(0,0)", f"out(0,0) = {alpha!r} * acc(0,0)"))
     if beta != 0.0:
-        path = getattr(src, "path", None)
         bad.append((f"the grouped epilogue adds beta = {beta!r} times C, and the host passes no C (nullptr)"
                     if path == "gmem" else f"the grouped epilogue prints beta = {beta!r}, which its C path "
                     f"{path!r} never applies: a printed scalar that says out = acc + {beta!r} * C while out = acc",
                     "out(0,0) = acc(0,0)", f"out(0,0) = acc(0,0) + {beta!r} * C(0,0), C = nullptr"
                     if path == "gmem" else f"beta = {beta!r} printed, unused"))
-    if src is not None and (src.row_offset or not src.residue_mask):
+    if src.row_offset or not src.residue_mask:
         bad.append((f"the grouped epilogue's source node prints row_offset {src.row_offset} and residue_mask "
                     f"{src.residue_mask} (kCRowOffset / kCResidueMask): a C path that never runs must keep the "
                     "defaults (0, masked), so the printed constants say what the proof says",
                     "kCRowOffset = 0, kCResidueMask = true",
                     f"kCRowOffset = {src.row_offset}, kCResidueMask = {str(src.residue_mask).lower()}"))
-    if src is None or src.path != "none":
-        bad.append((f"the grouped epilogue's source path is {getattr(src, 'path', None)!r}: it would read C, which "
-                    "the MoE host never passes (C = nullptr); a proof of beta * C would describe a path that never "
-                    "runs", "C never read (source path none)", f"C source path {getattr(src, 'path', None)!r}"))
+    if path != "none":
+        bad.append((f"the grouped epilogue's source path is {path!r}: it would read C, which the MoE host never "
+                    "passes (C = nullptr); a proof of beta * C would describe a path that never runs",
+                    "C never read (source path none)", f"C source path {path!r}"))
     if bad:
-        where = str(src.loc) if src is not None else ""
-        out = []
-        for msg, expected, actual in bad:
-            cex = Counterexample("G2", "epilogue.source", "enum", "epilogue.source", where, -1, -1, -1,
-                                 {"m": 0, "n": 0}, {}, "", {}, expected, actual,
-                                 f"program params alpha {alpha!r}, beta {beta!r}; source path "
-                                 f"{getattr(src, 'path', None)!r}", element={"tensor": "out", "m": 0, "n": 0})
-            out.append(Violation("epilogue.source", "G2", msg, "out = acc: alpha 1, beta 0, source path none",
-                                 where, cex))
-        return [], out
+        where = str(src.loc)
+        return [], [Violation("epilogue.source", "G2", msg, "out = acc: alpha 1, beta 0, source path none", where,
+                              Counterexample("G2", "epilogue.source", "enum", "epilogue.source", where, -1, -1, -1,
+                                             {"m": 0, "n": 0}, {}, "", {}, expected, actual,
+                                             f"program params alpha {alpha!r}, beta {beta!r}; source path {path!r}",
+                                             element={"tensor": "out", "m": 0, "n": 0}))
+                    for msg, expected, actual in bad]
     return [Proof("epilogue.source", "G2", "arith", "grouped epilogue: out = acc (alpha 1, beta 0 printed from the "
                   "program's params; C never read: source path none)", 1),
             Proof("residue.source", "G8", "arith", "grouped epilogue: no C load to mask (source path none)", 1)], []
@@ -981,11 +978,11 @@ def check_source(program: Program) -> tuple[list[Proof], list[Violation]]:
     == 0``, a gmem tensor tagged ``C`` over the accumulator's (M, N) modes with D's majorness:
     the kernel indexes it as D), and masks the loads to ``M x N`` (``residue_mask``; without it an
     edge tile reads past the last row of C). ``templates/gemm/epilogue.j2`` (``epi_value``)."""
+    if program.family == "moe":   # out = acc, C never read: the layer's contract (its own checks)
+        return _check_grouped_source(program)
     src = program.source
     e = program.epilogue
     where = str(src.loc)
-    if program.family == "moe":
-        return _check_grouped_source(program)
     bad = []
     try:
         c = program.tensor(src.src)

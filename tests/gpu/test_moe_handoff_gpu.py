@@ -116,18 +116,18 @@ def test_handoff_back_to_back():
 #: printed with a 2 s time-out (below the rule's minimum: this layer is never verified), built and run once
 _TRAP_CHILD = r"""
 import dataclasses, time, torch
-from argus_cutlass.build.nvcc import CompileJob, compile_many
+from argus_cutlass.build.nvcc import compile_many
 from argus_cutlass.kernels.moe.check import make_inputs
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.library import MoEKernelLibrary
 from argus_cutlass.kernels.moe.problem import MoEProblem
 from argus_cutlass.kernels.moe.program import build_layer
-from argus_cutlass.render.moe import render_moe
+from argus_cutlass.testing.mutants_moe import unverified_job
 p = MoEProblem(300, 8, 2, 256, 512)
 layer = build_layer(MoEConfig(tile_m=64, gu_tile_n=256, dn_tile_n=128, gu_stages=5, dn_stages=8, pdl=True,
                               handoff=True), p)
 layer = dataclasses.replace(layer, handoff_target_delta=1, handoff_timeout_ms=2000)
-art = compile_many([CompileJob.for_program(render_moe(layer), layer.kernel_name(), layer.fingerprint())])[0]
+art = compile_many([unverified_job(layer)])[0]
 lib = MoEKernelLibrary(str(art.path), layer.kernel_name(), layer)
 x, ids, w, w13, w2 = make_inputs(p, "uniform", 0)
 print("RUNNING", flush=True)

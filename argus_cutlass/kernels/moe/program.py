@@ -26,18 +26,19 @@ import dataclasses
 import re
 
 from argus_cutlass.dsl.ir import Program, SourceLoc, caller_loc
-from argus_cutlass.dsl.moe_ir import GROUPED_EXTENTS, INDEX_SITES, Combine, IndexWidth, MoELayer, Routing
+from argus_cutlass.dsl.moe_ir import (GROUPED_EXTENTS, INDEX_SITES, MAX_TOKENS_BITS, Combine, IndexWidth, MoELayer,
+                                      Routing)
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program as build_gemm_program
 from argus_cutlass.kernels.moe.config import MoEConfig
-from argus_cutlass.kernels.moe.problem import MAX_TOKENS, MoEProblem
+from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["GATHER_VEC", "TOKENS_BITS", "build_layer", "gather_slicing", "gemm_configs", "grouped_program",
            "layer_label"]
 
 #: the index proofs hold for T <= 2^TOKENS_BITS (issue 11: T up to 2^20)
-TOKENS_BITS = MAX_TOKENS.bit_length() - 1
+TOKENS_BITS = MAX_TOKENS_BITS
 
 
 def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
