@@ -242,7 +242,8 @@ def test_heuristic_bands_from_the_wave_traffic():
         costs = {b: wave_rows(b, tile_m, b_rows, tiles_n) for b in BANDS}
         assert costs[got] == min(costs.values()) and got == min(b for b in BANDS if costs[b] == costs[got])
     want = {"mixtral": (16, 8), "qwen3-30b-a3b": (1, 1), "deepseek-v2-lite": (1, 1)}
-    slices = {"mixtral": 16, "qwen3-30b-a3b": 8, "deepseek-v2-lite": 8}
+    from argus_cutlass.kernels.moe.heuristics import gather_slices_for
+
     for model in sorted(MODEL_SHAPES):
         for t in (16, 256, 2048, 8192):
             cfg = default_config(MoEProblem.for_model(model, t))
@@ -250,20 +251,19 @@ def test_heuristic_bands_from_the_wave_traffic():
             chunks = -(-t * p.topk // 256)
             if t <= SMALL_T:
                 # small T: bands of the most m-tiles one expert can fill (T / tile_m rounded up,
-                # T a power of two here) and the gather in H * 2 B / 512 B column slices; 128-row tiles
+                # T a power of two here) and the gather in heuristics.gather_slices_for column slices; 128-row tiles
                 # only for Mixtral at T = 256 (64 rows per expert on average: heuristics.small_t_tile_m)
                 tile_m = 128 if (model, t) == ("mixtral", 256) else 64
                 band = max(1, t // tile_m)
                 want_cfg = small_t_config(tile_m=tile_m).replace(
-                    gu_band_m=band, dn_band_m=band, gather_slices=slices[model], gather_unroll=GATHER_UNROLL,
+                    gu_band_m=band, dn_band_m=band, gather_slices=gather_slices_for(p), gather_unroll=GATHER_UNROLL,
                     pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
                 if tile_m == 64:   # the narrower gate+up unit (heuristics.SINGLE_TILE_GU_N)
                     want_cfg = want_cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
                 assert cfg == want_cfg, (model, t)
             else:
-                # large T: as many slices as fit in one wave (a power of two <= 132 // chunks)
-                fill = max(1, 132 // chunks)
-                assert cfg.gather_slices == min(slices[model], 1 << (fill.bit_length() - 1)), (model, t)
+                # large T: at most one resident wave of gather CTAs (132 SMs x 2048 / 256 threads)
+                assert cfg.gather_slices == gather_slices_for(p) and chunks * cfg.gather_slices <= 1056, (model, t)
                 assert cfg.gather_unroll == GATHER_UNROLL == 4, (model, t)
                 assert (cfg.gu_band_m, cfg.dn_band_m) == want[model] == default_bands(MoEConfig(), MoEProblem.for_model(
                     model, t)), (model, t)

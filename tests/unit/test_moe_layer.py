@@ -51,23 +51,27 @@ def test_heuristic_picks_by_t_bucket():
     # bands: the most 64-row m-tiles one expert can fill in the T bucket (T' / 64, T' the power of two);
     # the narrower gate+up unit (a shorter tail, sessions 25 and 37)
     assert SINGLE_TILE_GU_N < small_t_config().gu_tile_n and SINGLE_TILE_GU_N in KNOBS["gu_tile_n"]
+    # gather slices (heuristics.gather_slices_for): the fewest that leave each of the chunk's 256 threads one step of
+    # 4 vectors: T' k rows x 256 vectors (H = 2048 bf16) / 1024, at most 4 KB / 128 B = 32 whole-line slices
+    slices = {1: 2, 16: 32, 64: 32, 65: 32, 128: 32, 129: 32, SMALL_T: 32}
     for t, band in ((1, 1), (16, 1), (64, 1), (65, 2), (128, 2), (129, 4), (SMALL_T, 4)):
-        want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=8,   # H = 2048: 4 KB / 512 B
+        want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[t],
                                          gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N)
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # Mixtral (E 8, k 2) at T 129-256: 64 rows per expert on average, the 64-row tile would re-stream
     # about half the experts' weights -> 128-row tiles, bands of ceil(256 / 128) m-tiles
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
-        gu_band_m=2, dn_band_m=2, gather_slices=16, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
+        gu_band_m=2, dn_band_m=2, gather_slices=64, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
     assert default_config(MoEProblem.for_model("mixtral", 128)).tile_m == 64   # 32 rows per expert
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as
-    # many gather slices as fill one wave: Qwen3 T = 257 has ceil(2056 / 256) = 9 chunks -> 8 slices
+    # gather slices within one resident wave (132 SMs x 8 CTAs of 256 threads): Qwen3 T = 257 (bucket 512) has
+    # 16 chunks -> 32 whole-line slices (512 CTAs); Mixtral 4 chunks x 64; Qwen3 T = 8192 256 chunks -> 4
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == \
-        MoEConfig(gu_band_m=1, dn_band_m=1, gather_slices=8, gather_unroll=GATHER_UNROLL)
+        MoEConfig(gu_band_m=1, dn_band_m=1, gather_slices=32, gather_unroll=GATHER_UNROLL)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)) == \
-        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=16, gather_unroll=GATHER_UNROLL)
-    assert default_config(MoEProblem.for_model("qwen3-30b-a3b", 8192)).gather_slices == 1  # 256 chunks
+        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=64, gather_unroll=GATHER_UNROLL)
+    assert default_config(MoEProblem.for_model("qwen3-30b-a3b", 8192)).gather_slices == 4  # 256 chunks
     assert SMALL_T_PDL and not default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).pdl   # pdl: small T only
     for small in (small_t_config(), small_t_config(tile_m=128)):
         assert all(getattr(small, k) in v for k, v in KNOBS.items())

@@ -38,18 +38,24 @@ Buckets (``SMALL_T``):
   bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T.
 
 Gather slices (:func:`gather_slices_for`): the permute kernel runs ``chunks = ceil(T k /
-route_chunk)`` CTAs, one for T k <= 256 (ncu, H200, session 17: Qwen3 T = 16, one CTA copying 128
-rows x 4 KB = 512 KB in 16.5 us; torch.profiler, session 18: Mixtral T = 2048, 16 CTAs of 256 rows x
-8 KB, 134 us of a 3 ms layer). Cutting each row into ``slices`` column slices, one CTA each, divides
-the copy per CTA by ``slices``. The rule takes as many slices as fit in one wave of the SMs,
-``WAVE_CTAS // chunks`` rounded down to a power of two (chunks counted at the T bucket's power of
-two, so one bucket keeps one configuration), but no slice row narrower than one warp-wide sweep of
-16-byte vectors (32 lanes x 16 B = ``GATHER_SLICE_BYTES`` = 512 B = four whole 128-byte lines, so
-every load and store stays coalesced): at most ``H * elem_bytes / 512`` (8 for H = 2048, 16 for
-H = 4096), capped at ``MAX_GATHER_SLICES``. Qwen3 T = 16 then copies 64 KB per CTA (torch.profiler,
-session 18: the sliced permute kernel 10.3 us; the unsliced one was not timed in that run); at
-T = 256 it runs 8 chunks x 8 = 64 CTAs; Mixtral T = 2048 16 chunks x 8 = 128 CTAs (not measured
-yet); from 67 chunks (T' k >= 16897) on, 1 slice.
+route_chunk)`` CTAs of ``route_chunk`` threads, one for T k <= 256 (ncu, H200, session 17: Qwen3 T = 16,
+one CTA copying 128 rows x 4 KB = 512 KB in 16.5 us; torch.profiler, session 18: Mixtral T = 2048, 16 CTAs
+of 256 rows x 8 KB, 134 us of a 3 ms layer). Cutting each row into ``slices`` column slices, one CTA
+each, divides the copy per CTA by ``slices``. At small T the copy is latency-bound: a thread's
+``GATHER_UNROLL`` 16-byte loads are in flight together, then stored, then the next step's, so the copy
+lasts about one DRAM round trip per step. The rule takes the fewest slices (a power of two) that give
+every thread ONE step: ``rows x row vectors / slices <= route_chunk x GATHER_UNROLL`` per CTA
+(``rows`` = the chunk's routed rows at the T bucket's power of two, so one bucket keeps one
+configuration); no slice row narrower than one whole 128-byte line (``GATHER_SLICE_BYTES``: every
+load and store stays whole lines, at most ``H * elem_bytes / 128`` slices: 32 for H = 2048 bf16, 64
+for H = 4096); at most ``MAX_GATHER_SLICES``; and no more CTAs than one resident wave
+(``chunks x slices <= WAVE_CTAS x 2048 / route_chunk``: 1056 CTAs of 256 threads on 132 SMs of 2048
+threads each), so large T, where the copy is bandwidth-bound with many chunks, is not cut further than
+the SMs hold at once. Measured (H200, session 40, shipped small-T entries vs the same with slices
+changed, 8 interleaved rounds of 20-call medians, L2 flushed; ``bench/data/moe_gather_slices_h200_s40.log``):
+Qwen3 T = 16 8 -> 32 slices 244.9 -> 241.3 us, DeepSeek T = 16 8 -> 32 263.8 -> 260.9, Qwen3 / DeepSeek
+T = 256 8 -> 32 -1.5 %; Mixtral T = 16 (the rule's 16 unchanged) 32 / 64 slices within +-0.4 %. The
+rule until session 39 (``WAVE_CTAS // chunks``, slices of at least 512 B) gave 8 / 8 / 16 at T = 16.
 
 Bands (:func:`band_for`, derived from the L2 argument; measured session 18 against the unbanded walk,
 bench ``unbanded ms`` column: Mixtral T = 8192 9.87 vs 11.71 ms, T = 2048 3.03 vs 3.10; Qwen3 T = 2048
@@ -80,7 +86,7 @@ from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_HANDOFF",
-           "SMALL_T_PDL", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
+           "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
 #: the largest T of the small-T bucket
@@ -133,8 +139,12 @@ SPILL_RATIO = 1.25
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
 BANDS = (1, 2, 4, 8, 16, 32)
-#: bytes of one row slice of the sliced gather: one warp's 32 lanes x 16-byte vectors
-GATHER_SLICE_BYTES = 512
+#: the narrowest row slice of the sliced gather, bytes: one whole 128-byte line (L2 / DRAM sector group),
+#: so every load and store of a slice row covers whole lines (session 40; 512, a warp-wide sweep, until then)
+GATHER_SLICE_BYTES = 128
+#: threads one SM holds (sm_90: 2048 resident threads per SM, CUDA C++ Programming Guide, compute capability
+#: 9.0 table): the sliced gather launches at most ``WAVE_CTAS * SM_THREADS // route_chunk`` CTAs
+SM_THREADS = 2048
 
 
 def small_t_config(dtype: str = "bf16", tile_m: int = 64) -> MoEConfig:
@@ -258,21 +268,31 @@ def tokens_bucket(tokens: int) -> int:
 
 
 def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
-    """Gather slices per routing chunk: ``WAVE_CTAS // chunks`` rounded down to a power of two (at
-    most one wave of CTAs; ``chunks = ceil(T' k / route_chunk)`` for ``T'`` the power-of-two T
-    bucket, so every T of a bucket gets the same value), at most ``H * elem_bytes /
-    GATHER_SLICE_BYTES`` and ``MAX_GATHER_SLICES``, at least 1 (the module docstring derives it).
+    """Gather slices per routing chunk: the fewest (a power of two) that leave each permute thread one
+    step of ``GATHER_UNROLL`` 16-byte vectors, at most ``H * elem_bytes / GATHER_SLICE_BYTES`` (whole
+    128-byte lines per slice row) and ``MAX_GATHER_SLICES``, with ``chunks x slices`` at most one
+    resident wave (``WAVE_CTAS * SM_THREADS // route_chunk``), at least 1. Rows and chunks are
+    counted at the power-of-two T bucket (:func:`tokens_bucket`), so every T of a bucket gets the
+    same value (the module docstring derives the rule and gives the measurement).
 
     >>> [gather_slices_for(MoEProblem.for_model(m, 16)) for m in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral")]
-    [8, 8, 16]
-    >>> [gather_slices_for(MoEProblem.for_model("mixtral", t)) for t in (256, 2048, 8192, 20000)]
-    [16, 8, 2, 1]
+    [32, 32, 16]
+    >>> [gather_slices_for(MoEProblem.for_model("mixtral", t)) for t in (1, 256, 2048, 8192, 20000)]
+    [1, 64, 64, 16, 4]
+    >>> [gather_slices_for(MoEProblem.for_model("qwen3-30b-a3b", t)) for t in (256, 2048, 8192)]
+    [32, 16, 4]
     """
-    chunks = max(1, -(-tokens_bucket(problem.tokens) * problem.topk // route_chunk))
-    fill = WAVE_CTAS // chunks
+    routed = tokens_bucket(problem.tokens) * problem.topk
+    chunks = max(1, -(-routed // route_chunk))
+    rows = min(routed, route_chunk)   # routed rows of one chunk (the last one may hold fewer)
+    row_vecs = problem.hidden * DTYPE_BYTES[problem.dtype] // 16
+    step = route_chunk * GATHER_UNROLL   # vectors one CTA copies in one step of its threads
+    want = -(-rows * row_vecs // step)
     widest = problem.hidden * DTYPE_BYTES[problem.dtype] // GATHER_SLICE_BYTES
-    s = max(1, min(MAX_GATHER_SLICES, widest, fill))
-    return 1 << (s.bit_length() - 1)
+    resident = WAVE_CTAS * SM_THREADS // route_chunk // chunks
+    s = max(1, min(want, widest, MAX_GATHER_SLICES, resident))
+    p2 = 1 << (s - 1).bit_length()   # the power of two at or above s, unless a cap is below it
+    return p2 if p2 <= min(widest, MAX_GATHER_SLICES, max(1, resident)) else 1 << (s.bit_length() - 1)
 
 
 def default_config(problem: MoEProblem) -> MoEConfig:
