@@ -286,6 +286,20 @@ def _artifact_from_meta(meta: dict, log: str, cached: bool) -> Artifact:
     )
 
 
+def is_cached(source: str, kind: Kind = "shared", extra_flags: Sequence[str] = (), *,
+              toolchain: Toolchain | None = None, key_parts: Sequence[str] = ()) -> bool:
+    """Whether :func:`compile_cu` with the same arguments would be a cache hit (no nvcc run): the
+    same cache key, a complete entry. Used to say "compiling ..." only when nvcc will run.
+
+    Raises:
+        ToolchainError: nvcc or the CUTLASS headers are missing (the key names their versions).
+    """
+    tc = toolchain or find_toolchain()
+    cmd = nvcc_command(tc, kind, extra_flags)
+    key = cache.cache_key(source, [*cmd[1:], *key_parts], tc.nvcc.version_string, tc.cutlass.version, kind)
+    return cache.lookup(key) is not None
+
+
 def compile_cu(
     source: str,
     name: str,

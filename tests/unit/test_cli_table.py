@@ -169,6 +169,25 @@ def test_ctrl_c_during_a_compile_says_what_was_interrupted(capsys, monkeypatch, 
     assert rc == 130 and "30-60 s" not in captured.err
 
 
+def test_no_compiling_line_on_a_cache_hit(capsys, monkeypatch, tmp_path):
+    """The "compiling ... with nvcc" progress line is printed only when nvcc will run: a cache hit
+    (``generate.kernel_cached``) loads the stored library without it."""
+    import argus_cutlass.generate as gen
+    from argus_cutlass.build.nvcc import Artifact
+    from argus_cutlass.build.toolchain import CutlassHeaders, Nvcc, Toolchain
+
+    monkeypatch.setattr(gen, "_toolchain_or_skip", lambda r: Toolchain(Nvcc("nvcc", (13, 0), ""),
+                                                                       CutlassHeaders(tmp_path, tmp_path, "4", "t")))
+    monkeypatch.setattr(gen, "_gpu_or_skip", lambda r: r.skipped.update(run="no GPU (this test)") or False)
+    monkeypatch.setattr(gen, "compile_kernel", lambda kernel, toolchain=None: Artifact(
+        tmp_path / "k.so", "", 0.0, True, kernel.name))
+    for hit in (True, False):
+        monkeypatch.setattr(gen, "kernel_cached", lambda kernel, toolchain=None, hit=hit: hit)
+        rc = main(["gemm", "--m", "256", "--n", "256", "--k", "256", "--heuristic", "--out", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert rc == 0 and ("compiling argus_gemm" in err) == (not hit), (hit, err)
+
+
 @pytest.mark.parametrize("argv", [
     ["tune", "--quiet", "gemm", "--m", "256", "--n", "256", "--k", "256"],
     ["tune", "gemm", "--m", "256", "--n", "256", "--k", "256", "--quiet"],
