@@ -128,7 +128,7 @@ class _CompileTicker:
             except ImportError:
                 bar = None
         if bar is None:
-            print(f"compiling {name} with nvcc (about 5-20 s unless cached; Ctrl-C stops it) ...", file=sys.stderr,
+            print(f"compiling {name} with nvcc (about 5-20 s; Ctrl-C stops it) ...", file=sys.stderr,
                   flush=True)
         if not tty:
             return
