@@ -26,12 +26,14 @@ def test_loads_as_the_moe_family():
     assert {t.id for t in MKB.techniques} == {
         "small_t_weight_bound", "tile_m_padding", "tile_m_spill", "t_bucket", "band_walk", "swap_ab", "stages",
         "gather_slices", "gather_unroll", "work_lookahead", "pdl", "weight_prefetch", "grouped_stream_k",
-        "weights_evict_first", "handoff"}
+        "weights_evict_first", "handoff", "fused_routing_combine"}
     swap = MKB.get("swap_ab")
     assert not swap.available and swap.missing_knobs == ("swap_ab",) and "not built" in swap.why
     assert swap not in MKB.available
     sk = MKB.get("grouped_stream_k")   # not built either: context for a planner, never proposed
     assert not sk.available and "Not built" in sk.why and sk not in MKB.available
+    fused = MKB.get("fused_routing_combine")   # not built; its measured ceiling is the context
+    assert not fused.available and "Not built" in fused.why and "ceiling" in fused.effect
     for t in MKB.techniques:
         assert t.risks and t.source and t.effect
 
