@@ -28,6 +28,9 @@
 #   bash bench/device_pending.sh OUTDIR moe-flush     # the small-T layers with L2 flushed by writing vs reading 256 MB (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-narrow    # small-T GEMMs with 64 / 128 / 256-column n-tiles x stages (profile_moe --vary), ~8 min
 #   bash bench/device_pending.sh OUTDIR moe-tilek256  # small-T layers with 256-deep k-tiles (512-byte row segments) vs 64 / 128 (~8 min)
+#   bash bench/device_pending.sh OUTDIR moe-ceilings  # bench/moe_ceilings.py: the small-T layers with the routing / combine
+#                                                     # launches left out, then with the m-tiles' padding traffic left out (~2 min)
+#   bash bench/device_pending.sh OUTDIR moe-dram-bytes # ncu DRAM bytes read / written per kernel of the small-T layers (~1 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -108,7 +111,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -238,6 +241,18 @@ case "$STEP" in
         e128k8h2048i768:16,e128k8h2048i3072:16,e8k2h4096i1536:16,e8k2h4096i14336:16 2>&1 \
         | tee "$OUT/moe_flush_$FM.log" | grep -E "^==|gemm_kernel|elementwise|reduce" | head -40
     done ;;
+  moe-ceilings)
+    # session 40: what the layer saves with work left out (measurement copies, never verified or shipped)
+    for what in launches padding; do
+      timeout 270 python3 "$R/bench/moe_ceilings.py" --what $what 2>&1 | tee "$OUT/moe_ceilings_$what.log" | tail -8
+    done ;;
+  moe-dram-bytes)
+    # session 40: bytes each kernel moves to / from DRAM (ncu, one serialized run, L2 kept between kernels)
+    timeout 400 ncu --profile-from-start off --clock-control none --cache-control none \
+      --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+      python3 "$R/bench/profile_moe.py" --out "$OUT/prof" --ncu --cells qwen3-30b-a3b:16,deepseek-v2-lite:16,mixtral:16,qwen3-30b-a3b:256 \
+      > "$OUT/moe_dram_bytes.txt" 2>&1
+    grep -E "^  [A-Za-z_].*\(|dram__|gpu__time" "$OUT/moe_dram_bytes.txt" | sed -E 's/ +/ /g' | cut -c1-160 | head -80 ;;
   moe-tilek256)
     # session 38 (run in session 39: k 256 2-7 % slower, RESULTS.md): 256-deep k-tiles at the same weight bytes in flight (2 stages x 64 KB against
     # 8 x 16 KB): each W row read in 512-byte segments (vLLM's H200 config for E=128, N=768 at M = 16 takes
