@@ -1858,12 +1858,22 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
                               _ws_cex(f"workspace_layout / run(): {r.name}", elem, r.elem,
                                       element={"region": r.name}, tokens=1, thread={"role": k}))], []
     if w.align % WORKSPACE_MIN_ALIGN:
+        # the first (T, region) whose offset is off 16 bytes (else: a base the host accepts, align bytes past 16)
+        t_bad, where = 1, {"region": "workspace base", "byte_offset": w.align}
+        ts_a = np.arange(1, 4097, dtype=np.int64)
+        lay_a = layer.workspace_layout(ts_a)
+        for r in w.regions:
+            off = lay_a[r.name] + np.zeros_like(ts_a)
+            hit = np.flatnonzero(off % WORKSPACE_MIN_ALIGN)
+            if hit.size:
+                t_bad, where = int(ts_a[hit[0]]), {"region": r.name, "byte_offset": int(off[hit[0]])}
+                break
         return [], [_viol("moe.workspace", f"workspace align {w.align}: regions start at multiples of {w.align} bytes "
                           f"from a base the host checks against {w.align}, but the tensor maps' global addresses and "
-                          f"the 16-byte vectors need {WORKSPACE_MIN_ALIGN}-byte alignment",
+                          f"the 16-byte vectors need {WORKSPACE_MIN_ALIGN}-byte alignment (T = {t_bad}: "
+                          f"{where['region']} at byte {where['byte_offset']})",
                           _ws_cex("align_up / the base check (layer.cu.j2)", f"a multiple of {WORKSPACE_MIN_ALIGN}",
-                                  str(w.align), element={"region": names[1] if len(names) > 1 else names[0],
-                                                         "byte_offset": w.align}, tokens=1,
+                                  str(w.align), element=where, tokens=t_bad,
                                   provenance="cuTensorMapEncodeTiled: globalAddress 16-byte aligned"))], []
     # aliases: the target's last kernel before the alias's first (per m-tile with a sound handoff)
     for r in w.regions:
@@ -1921,15 +1931,16 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
                           _ws_cex("workspace_layout: w.max_tiles (workspace node tile_rows)", f">= {int(tiles[i])}",
                                   str(int(q["max_tiles"][i])), element={"region": "tile_expert",
                                                                         "index": int(tiles[i]) - 1},
-                                  tokens=t, thread=_scan_thread(0), params={"tile_rows": w.tile_rows}))], []
+                                  tokens=t, thread=_scan_thread(min(t * layer.topk, layer.experts) - 1),
+                                  params={"tile_rows": w.tile_rows}))], []
     needs = workspace_needs(layer, ts)
     bad: list[Violation] = []
     for r in w.regions:
-        cap = r.elements(q)
+        cap = r.elements(q) + np.zeros_like(ts)   # an array even for a constant count
         need, kernel, what = needs[r.name]
         i = first_bad(cap >= need)
         if i is None and r.alias:   # the alias's bytes inside its target's
-            tcap = w.region(r.alias).elements(q) * layer.elem_bytes(w.region(r.alias).elem)
+            tcap = (w.region(r.alias).elements(q) + np.zeros_like(ts)) * layer.elem_bytes(w.region(r.alias).elem)
             i = first_bad(cap * layer.elem_bytes(r.elem) <= tcap)
             if i is not None:
                 t = int(ts[i])
@@ -1960,7 +1971,7 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
     for r in w.regions:   # own-bytes regions in order, aligned, none before the previous one's end
         if r.alias:
             continue
-        off = lay[r.name]
+        off = lay[r.name] + np.zeros_like(ts)
         i = first_bad((off >= o_prev_end) & (off % w.align == 0))
         if i is not None:
             t = int(ts[i])
