@@ -438,6 +438,26 @@ def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl, narrow
     assert len(art.functions) >= 6 and art.spill_bytes == 0, (art.functions, art.spill_bytes)
 
 
+@pytest.mark.nvcc
+def test_handoff_layer_compiles():
+    """The small-T layer with the handoff (the workspace's tile_ready region, route_scan launched programmatically
+    with kScanThreads) compiles for sm_90a without spills."""
+    from argus_cutlass.build.nvcc import compile_cu
+    from argus_cutlass.errors import ToolchainError
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    try:
+        from argus_cutlass.build.toolchain import find_toolchain
+
+        find_toolchain()
+    except ToolchainError as exc:
+        pytest.skip(f"no nvcc/CUTLASS: {exc}")
+    k = generate(small_t_config().replace(pdl=True, handoff=True), MoEProblem(16, 64, 6, 2048, 1408), smt=False)
+    assert "w.tile_ready = o; o = align_up(o + w.max_tiles * int64_t(sizeof(int32_t)));" in k.source
+    art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
+    assert len(art.functions) >= 6 and art.spill_bytes == 0, (art.functions, art.spill_bytes)
+
+
 def test_api_bad_inputs_named():
     torch = pytest.importorskip("torch")
     from torch._subclasses.fake_tensor import FakeTensorMode
