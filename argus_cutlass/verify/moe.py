@@ -64,7 +64,8 @@ from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Verif
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["WORKSPACE_ACCESSES", "hillis_steele", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES", "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
+__all__ = ["WORKSPACE_ACCESSES", "hillis_steele", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
+           "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "routing_cases", "simulate_gather", "simulate_routing", "verify_moe", "walk_visits"]
 
@@ -1408,8 +1409,8 @@ def _check_scan_threads(layer: MoELayer) -> list[Violation]:
                                      {"cta": 0}, "", {}, f"blockDim.x in 32, 64, ..., {MAX_CTA_THREADS}",
                                      f"blockDim.x = {st}", why, params={"routing.scan_threads": st}))]
     if st < e_:
-        return [_viol("moe.launch", f"routing.scan_threads = {st} < E = {e_}: route_scan gives expert e to thread e, so "
-                      f"experts {st}..{e_ - 1} get no count, offset or m-tile (their rows land in other groups' "
+        return [_viol("moe.launch", f"routing.scan_threads = {st} < E = {e_}: route_scan gives expert e to thread "
+                      f"e, so experts {st}..{e_ - 1} get no count, offset or m-tile (their rows land in other groups' "
                       "tiles)", Counterexample("M9", "moe.launch", "arith", kernel, "route_scan", -1, -1, -1, {},
                                                {"cta": 0, "threadIdx": st, "role": "route_scan", "warp": st // 32,
                                                 "lane": st % 32}, "", {}, f"kScanThreads >= E = {e_}",
@@ -1960,8 +1961,8 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
                                       "the rest to expert 0")
             bad.append(_viol("moe.workspace", f"T = {t}: {kernel} {what} reaches {r.name}[{idx}] but the printed "
                              f"{r.name} holds {int(cap[i])} elements ({r.count_cpp()}): the access lands in the next "
-                             "region", _ws_cex(f"workspace_layout: {r.name} = {r.count_cpp()}", f">= {idx + 1} elements",
-                                               f"{int(cap[i])} elements", element=element,
+                             "region", _ws_cex(f"workspace_layout: {r.name} = {r.count_cpp()}",
+                                               f">= {idx + 1} elements", f"{int(cap[i])} elements", element=element,
                                                tokens=t, thread=_ws_thread(layer, kernel, t, r.name),
                                                params={k: int(lay[k][i]) for k in ("rows", "chunks",
                                                                                       "padded_rows", "max_tiles")})))
@@ -1999,7 +2000,8 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
             s = int(np.argmax(pr))
             row = int(pr[s])
             checks.append(("xs", (row + 1) * layer.hidden - 1, "route_permute",
-                           f"the gather's xs[{row} * H + {layer.hidden - 1}] (routed row {s})", _route_thread(layer, s)))
+                           f"the gather's xs[{row} * H + {layer.hidden - 1}] (routed row {s})",
+                           _route_thread(layer, s)))
         checks.append(("permuted_row", sim["n"] - 1, "route_permute", f"permuted_row[{sim['n'] - 1}]",
                        _route_thread(layer, sim["n"] - 1)))
         for region, idx, kernel, what, thread in checks:
@@ -2014,10 +2016,12 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
             return [], [_viol("moe.workspace", f"{label}: the routing uses {used} permuted rows (offsets[E]) but the "
                               f"printed padded_rows is {int(qt['padded_rows'])} at T = {t}",
                               _ws_cex("route_scan offsets[E] / workspace_layout padded_rows",
-                                      f"<= {int(qt['padded_rows'])}", str(used), element={"region": "xs", "row": used - 1},
+                                      f"<= {int(qt['padded_rows'])}", str(used),
+                                      element={"region": "xs", "row": used - 1},
                                       tokens=t, thread=_scan_thread(layer.experts - 1)))], []
     return [Proof("moe.workspace", "M12", "enum",
-                  f"{len(w.regions)} regions ({', '.join(r.name + ('=' + r.alias if r.alias else '') for r in w.regions)}) "
+                  f"{len(w.regions)} regions "
+                  f"({', '.join(r.name + ('=' + r.alias if r.alias else '') for r in w.regions)}) "
                   f"of the kernels' element types, {w.align}-byte aligned (kernels need {WORKSPACE_MIN_ALIGN}), "
                   "disjoint; every kernel's accesses inside the printed counts and padded_rows / max_tiles above the "
                   f"worst routing for every T <= 2^{layer.tokens_bits} ({ts.size} T's decide it: periodic-affine "
