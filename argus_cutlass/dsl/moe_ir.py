@@ -34,20 +34,23 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from argus_cutlass.dsl.ir import (DTYPE_BYTES, _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit,
                                  check_c_remainder_operand)
 
-__all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Routing",
-           "CTYPES",
+__all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Region",
+           "REGION_CTYPES", "Routing", "WORKSPACE_CONSTS", "WORKSPACE_VARS", "Workspace", "CTYPES",
            "MAX_EXPERTS", "MAX_CTA_THREADS"]
 
 #: index C types and their largest value
 CTYPES = {"int32_t": 2**31 - 1, "int64_t": 2**63 - 1, "uint32_t": 2**32 - 1}
 #: the signed index C types (a -1 sentinel survives them)
 SIGNED_CTYPES = ("int32_t", "int64_t")
-#: the route_scan kernel holds one expert per thread of one 1024-thread CTA
+#: the route_scan kernel holds one expert per thread of one CTA of at most 1024 threads
 MAX_EXPERTS = 1024
-#: CUDA's limit on the threads of one CTA
+#: CUDA's limit on the threads of one CTA (CUDA C++ Programming Guide, "Thread Hierarchy" / compute capability
+#: table: 1024 threads per block)
 MAX_CTA_THREADS = 1024
 #: the layer's proofs must cover T up to 2^MAX_TOKENS_BITS tokens (issue 11: T up to 2^20; the problem's MAX_TOKENS):
 #: ``MoELayer.tokens_bits`` below it makes the host entry refuse token counts the family promises (rule moe.launch)
@@ -136,6 +139,13 @@ class Routing:
     vectors ``q = q0 + u * chunk`` for ``u < unroll`` per step, ``q0 = thread, thread + chunk * unroll,
     ...``, loading all of them before storing any (``unroll`` 16-byte loads in flight per thread instead
     of one), the same vectors per thread as the plain loop ``q = thread, thread + chunk, ...``.
+
+    ``scan_threads`` (1024, the default): route_scan's one CTA, printed as its launch
+    (``route_scan<<<1, kScanThreads>>>``), its ``__launch_bounds__``, its shared array ``tiles[kScanThreads]``
+    and the bound of its Hillis-Steele loop (``for (d = 1; d < kScanThreads; d <<= 1)``): thread e owns expert
+    e, so it must be at least E, whole warps and at most CUDA's 1024 threads per CTA (rule ``moe.launch``, which
+    also runs the printed loop). The loop is an inclusive scan for any thread count (its last step has
+    ``d >= kScanThreads / 2``, so each sum spans ``>= kScanThreads`` entries): a power of two is not needed.
     """
 
     chunk: int
@@ -149,6 +159,7 @@ class Routing:
     slice_cols: int = field(default=0, metadata=_CANON_SKIP)
     slice_stride: int = field(default=0, metadata=_CANON_SKIP)
     unroll: int = field(default=1, metadata=_CANON_SKIP)
+    scan_threads: int = field(default=MAX_CTA_THREADS, metadata=_CANON_SKIP)
 
     @property
     def sliced(self) -> bool:
@@ -162,7 +173,7 @@ class Routing:
             _dsl_error("dsl.operand", self.loc, f"routing rank {self.rank!r}: expected 'stable' or 'block'")
         if self.invalid not in ("skip", "clamp"):
             _dsl_error("dsl.operand", self.loc, f"routing invalid {self.invalid!r}: expected 'skip' or 'clamp'")
-        for f in ("chunk", "pad", "slices", "unroll"):
+        for f in ("chunk", "pad", "slices", "unroll", "scan_threads"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 _dsl_error("dsl.operand", self.loc, f"routing {f} {v!r} must be an int >= 1")
@@ -218,6 +229,164 @@ class IndexWidth:
                        f"{sorted(CTYPES)}")
 
 
+#: the run-time quantities of the host's ``workspace_layout(T)`` a region count may name (members of the printed
+#: ``struct Workspace``, int64): ``rows = T * k`` routed rows, ``chunks = ceil(rows / kChunk)`` routing CTAs,
+#: :meth:`Workspace.padded_rows` and :meth:`Workspace.max_tiles`; each with its printed C++ text
+WORKSPACE_VARS = {"rows": "w.rows", "chunks": "w.chunks", "padded_rows": "w.padded_rows", "max_tiles": "w.max_tiles"}
+#: the layer constants a region count may name (keys of :meth:`MoELayer.size`), with their printed constants
+WORKSPACE_CONSTS = {"E": "kExperts", "k": "kTopk", "H": "kHidden", "I": "kFfn"}
+#: a region's element type: ``int32_t``, or the layer's aliases ``RowIndex`` (index ``permuted_row``'s C type) and
+#: ``Element`` (the layer's dtype); :meth:`MoELayer.elem_bytes` gives their sizes
+REGION_CTYPES = ("int32_t", "RowIndex", "Element")
+
+
+def _c_div(a: Any, b: int) -> Any:
+    """C's integer division (truncation toward zero) of ``a`` (an int or an int64 numpy array) by ``b`` > 0."""
+    if isinstance(a, np.ndarray):
+        return np.where(a < 0, -((-a) // b), a // b)
+    return -((-a) // b) if a < 0 else a // b
+
+
+@dataclass(frozen=True)
+class Region:
+    """One region of the layer's device workspace (a line of the printed ``workspace_layout``).
+
+    ``count``: its size in ``elem`` elements, a sum of products ``((f, f, ...), ...)``; each factor is a name of
+    :data:`WORKSPACE_VARS` (at most one per product, so the count is affine in each run-time quantity), of
+    :data:`WORKSPACE_CONSTS`, or an int; printed ``w.chunks * kExperts``, ``(int64_t(kExperts) + 1)``.
+    ``alias``: ``""`` (its own bytes, after the previous region's, aligned), or an earlier region whose bytes it
+    reuses from that region's offset (``out`` reuses ``xs``: xs is dead once gate+up has read it; rule
+    ``moe.workspace`` checks the two lifetimes and that the alias fits inside).
+    """
+
+    name: str
+    elem: str
+    count: tuple[tuple[str | int, ...], ...]
+    alias: str = ""
+
+    def elements(self, q: dict[str, Any]) -> Any:
+        """The count at the quantities ``q`` (every name of WORKSPACE_VARS and WORKSPACE_CONSTS to an int or an
+        int64 numpy array over T)."""
+        total: Any = 0
+        for term in self.count:
+            v: Any = 1
+            for f in term:
+                v = v * (f if isinstance(f, int) else q[f])
+            total = total + v
+        return total
+
+    def count_cpp(self) -> str:
+        """The printed count: products joined by `` + `` (parenthesised when more than one), each in int64
+        (a product of constants starts with ``int64_t(...)``).
+
+        >>> Region("tile_expert", "int32_t", (("max_tiles",), ("E",))).count_cpp()
+        '(w.max_tiles + int64_t(kExperts))'
+        >>> Region("h", "Element", (("padded_rows", "I"),)).count_cpp()
+        'w.padded_rows * kFfn'
+        """
+        terms = []
+        for term in self.count:
+            names = [str(f) if isinstance(f, int) else {**WORKSPACE_VARS, **WORKSPACE_CONSTS}[f] for f in term]
+            if not isinstance(term[0], str) or term[0] not in WORKSPACE_VARS:
+                names[0] = f"int64_t({names[0]})"
+            terms.append(" * ".join(names))
+        return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The layer's device workspace as the host's ``workspace_layout(T)`` prints it, one line per region.
+
+    Quantities (T tokens at run time, int64 on the host)::
+
+        rows        = T * k                    (routed rows)
+        chunks      = ceil(rows / routing.chunk) (routing CTAs)
+        padded_rows = ceil((rows + min(rows, E) * group_rows) / round_rows) * round_rows
+        max_tiles   = padded_rows / tile_rows  (C division)
+
+    ``padded_rows`` is the permuted buffers' rows (xs / h / out, the grouped GEMMs' M), ``max_tiles`` the m-tiles
+    they hold (the GEMMs' grid bound). A correct layer has ``group_rows = pad - 1`` (each non-empty group rounded
+    up to whole ``pad``-row tiles adds at most ``pad - 1`` rows) and ``round_rows = tile_rows = pad``; rule
+    ``moe.workspace`` proves that every routing of every ``T <= 2^tokens_bits`` fits.
+
+    Offsets (bytes): a region without ``alias`` starts at the end of the previous one rounded up to ``align``
+    (``(o + align - 1) / align * align``), an aliased one at its alias's offset; ``workspace_bytes(T)`` is the
+    aligned end of the last. The host refuses a workspace whose base is not a multiple of ``align``
+    (kErrWorkspace), so each region starts ``align``-aligned. ``align`` 256 is our choice (cudaMalloc's
+    alignment; whole 32-byte L2 sectors); the kernels need 16 (the tensor maps' global addresses, CUDA driver API
+    ``cuTensorMapEncodeTiled``, and the 16-byte vector accesses of the gather and the combine), which is what rule
+    ``moe.workspace`` requires (a multiple of 16).
+
+    Raises:
+        argus_cutlass.errors.DslError: ``dsl.operand`` for a malformed region (unknown element type or factor,
+            two run-time factors in one product, an alias that names no earlier region, a duplicate name) or a
+            non-positive ``align`` / ``round_rows`` / ``tile_rows`` or negative ``group_rows``.
+    """
+
+    regions: tuple[Region, ...]
+    align: int
+    group_rows: int
+    round_rows: int
+    tile_rows: int
+    loc: SourceLoc
+
+    def __post_init__(self) -> None:
+        for f, lo in (("align", 1), ("group_rows", 0), ("round_rows", 1), ("tile_rows", 1)):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                _dsl_error("dsl.operand", self.loc, f"workspace {f} {v!r} must be an int >= {lo}")
+        seen: list[str] = []
+        for r in self.regions:
+            if not isinstance(r, Region):
+                _dsl_error("dsl.operand", self.loc, f"workspace region {r!r} is not a Region")
+            if not isinstance(r.name, str) or not r.name.isidentifier() or r.name in seen + ["bytes", *WORKSPACE_VARS]:
+                _dsl_error("dsl.operand", self.loc, f"workspace region name {r.name!r}: an identifier, once, not "
+                           f"'bytes' or {sorted(WORKSPACE_VARS)}")
+            if r.elem not in REGION_CTYPES:
+                _dsl_error("dsl.operand", self.loc, f"workspace region {r.name!r}: elem {r.elem!r}, expected one of "
+                           f"{list(REGION_CTYPES)}")
+            if not isinstance(r.count, tuple) or not r.count or not all(isinstance(t, tuple) and t for t in r.count):
+                _dsl_error("dsl.operand", self.loc, f"workspace region {r.name!r}: count {r.count!r} must be a "
+                           "non-empty tuple of non-empty products")
+            for term in r.count:
+                bad = [f for f in term if not ((isinstance(f, int) and not isinstance(f, bool)) or
+                                               f in WORKSPACE_VARS or f in WORKSPACE_CONSTS)]
+                if bad:
+                    _dsl_error("dsl.operand", self.loc, f"workspace region {r.name!r}: factor(s) {bad} are neither "
+                               f"ints nor {sorted(WORKSPACE_VARS)} / {sorted(WORKSPACE_CONSTS)}")
+                if sum(isinstance(f, str) and f in WORKSPACE_VARS for f in term) > 1:
+                    _dsl_error("dsl.operand", self.loc, f"workspace region {r.name!r}: product {term} multiplies two "
+                               "run-time quantities (a count is affine in each)")
+            if r.alias and (r.alias not in seen or self.region(r.alias).alias):
+                _dsl_error("dsl.operand", self.loc, f"workspace region {r.name!r}: alias {r.alias!r} names no earlier "
+                           "region with its own bytes")
+            seen.append(r.name)
+
+    def region(self, name: str) -> Region:
+        """The region called ``name``.
+
+        Raises:
+            KeyError: no such region (the message lists them).
+        """
+        for r in self.regions:
+            if r.name == name:
+                return r
+        raise KeyError(f"no workspace region {name!r}; have {[r.name for r in self.regions]}")
+
+    def padded_rows(self, rows: Any, experts: int) -> Any:
+        """The printed ``padded_rows`` for ``rows`` routed rows (an int or an int64 numpy array)."""
+        groups = np.minimum(rows, experts) if isinstance(rows, np.ndarray) else min(rows, experts)
+        return (rows + groups * self.group_rows + self.round_rows - 1) // self.round_rows * self.round_rows
+
+    def max_tiles(self, padded_rows: Any) -> Any:
+        """The printed ``max_tiles`` of ``padded_rows``."""
+        return padded_rows // self.tile_rows
+
+    def align_up(self, v: Any) -> Any:
+        """The printed ``align_up(v)``: ``(v + align - 1) / align * align`` in C (truncating) division."""
+        return _c_div(v + self.align - 1, self.align) * self.align
+
+
 #: the layer fields of the gate+up -> down handoff (``MoELayer.handoff``)
 HANDOFF_FIELDS = ("handoff", "handoff_target_delta", "handoff_signal", "handoff_fence", "handoff_zero",
                   "handoff_backoff_ns", "handoff_timeout_ms")
@@ -249,6 +418,8 @@ class MoELayer:
         routing, combine: see :class:`Routing`, :class:`Combine`.
         gate_up, down: the two grouped GEMM programs (family ``moe``).
         indices: every printed index product with its C type.
+        workspace: the device workspace's regions, alignment and padded-rows / max-tiles formulas, printed as the
+            host's ``workspace_layout(T)`` (:class:`Workspace`; rule ``moe.workspace``).
         pdl: programmatic dependent launch (PTX ISA ``griddepcontrol``, sm_90; CUDA
             ``cudaLaunchAttributeProgrammaticStreamSerialization``). False: the six kernels run in
             plain stream order. True: ``route_count`` stays in stream order (after the previous
@@ -304,6 +475,7 @@ class MoELayer:
     down: Program
     combine: Combine
     indices: tuple[IndexWidth, ...]
+    workspace: Workspace
     pdl: bool = field(default=False, metadata=_CANON_SKIP)
     weight_prefetch: int = field(default=0, metadata=_CANON_SKIP)
     handoff: bool = field(default=False, metadata=_CANON_SKIP)
@@ -390,6 +562,54 @@ class MoELayer:
         ``max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN x handoff_wait_bound_ms())``."""
         return max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN * self.handoff_wait_bound_ms())
 
+    def elem_bytes(self, elem: str) -> int:
+        """Bytes of a workspace element type (:data:`REGION_CTYPES`): ``int32_t`` 4, ``RowIndex`` the C type of
+        index ``permuted_row``, ``Element`` the layer's dtype.
+
+        Raises:
+            KeyError: an unknown type or dtype, or no ``permuted_row`` index.
+        """
+        if elem == "int32_t":
+            return 4
+        if elem == "RowIndex":
+            return {"int32_t": 4, "uint32_t": 4, "int64_t": 8}[self.index("permuted_row").ctype]
+        if elem == "Element":
+            return DTYPE_BYTES[self.dtype]
+        raise KeyError(f"workspace element type {elem!r}: expected one of {list(REGION_CTYPES)}")
+
+    def workspace_quantities(self, tokens: Any) -> dict[str, Any]:
+        """The printed ``workspace_layout``'s quantities at ``tokens`` T (an int or an int64 numpy array):
+        ``rows``, ``chunks``, ``padded_rows``, ``max_tiles`` and the constants E, k, H, I."""
+        w = self.workspace
+        rows = tokens * self.topk
+        padded = w.padded_rows(rows, self.experts)
+        return {"rows": rows, "chunks": (rows + self.routing.chunk - 1) // self.routing.chunk, "padded_rows": padded,
+                "max_tiles": w.max_tiles(padded), "E": self.experts, "k": self.topk, "H": self.hidden, "I": self.ffn}
+
+    def workspace_layout(self, tokens: Any) -> dict[str, Any]:
+        """What the printed host ``workspace_layout(T)`` computes at ``tokens`` T (an int or an int64 numpy
+        array): the quantities of :meth:`workspace_quantities`, each region's byte offset under its name, and
+        ``bytes`` (``workspace_bytes(T)``).
+
+        >>> from argus_cutlass.kernels.moe.config import MoEConfig
+        >>> from argus_cutlass.kernels.moe.problem import MoEProblem
+        >>> from argus_cutlass.kernels.moe.program import build_layer
+        >>> w = build_layer(MoEConfig(), MoEProblem(16, 8, 2, 256, 512)).workspace_layout(300)
+        >>> w["padded_rows"], w["max_tiles"], w["xs"], w["out"], w["h"], w["bytes"]
+        (1664, 13, 3840, 3840, 855808, 2559744)
+        """
+        w = self.workspace
+        out = self.workspace_quantities(tokens)
+        o: Any = 0
+        for r in w.regions:
+            if r.alias:
+                out[r.name] = out[r.alias]
+                continue
+            out[r.name] = o
+            o = w.align_up(o + r.elements(out) * self.elem_bytes(r.elem))
+        out["bytes"] = o
+        return out
+
     def fingerprint(self) -> str:
         """sha256 of every node field (source locations aside)."""
         return hashlib.sha256(_canonical(self).encode()).hexdigest()
@@ -411,7 +631,8 @@ class MoELayer:
 
     def replace_node(self, part: str, kind: str | None = None, key: str | None = None, /, **changes: Any) -> MoELayer:
         """A copy with one node changed. ``part``: ``routing`` / ``combine`` (``kind`` None),
-        ``index`` (``key`` = the index name), ``layer`` (the layer's own scalar fields), or
+        ``index`` (``key`` = the index name), ``layer`` (the layer's own scalar fields), ``workspace`` (its
+        scalar fields), ``region`` (``key`` = the workspace region's name), or
         ``gate_up`` / ``down`` with a :meth:`Program.replace_node` ``kind`` and ``key``.
 
         Raises:
@@ -423,6 +644,13 @@ class MoELayer:
             self.index(key)  # KeyError naming the indices
             return dataclasses.replace(self, indices=tuple(_edit(i, changes) if i.name == key else i
                                                            for i in self.indices))
+        if part == "workspace":
+            return dataclasses.replace(self, workspace=_edit(self.workspace, changes))
+        if part == "region":
+            ws = self.workspace
+            ws.region(key)  # KeyError naming the regions
+            regions = tuple(dataclasses.replace(r, **changes) if r.name == key else r for r in ws.regions)
+            return dataclasses.replace(self, workspace=dataclasses.replace(ws, regions=regions))
         if part == "layer":
             for k in changes:
                 if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch",

@@ -116,7 +116,8 @@ def header_context(program: Any) -> dict[str, Any]:
         return ctx
     if family == "moe":
         ctx.update(dtype=program.dtype, ctype=CPP_TYPE[program.dtype], experts=program.experts, topk=program.topk,
-                   hidden=program.hidden, ffn=program.ffn, tokens_bits=program.tokens_bits)
+                   hidden=program.hidden, ffn=program.ffn, tokens_bits=program.tokens_bits,
+                   workspace_align=program.workspace.align)
         return ctx
     raise ConfigError("render.program", f"no header template for family {family!r}")
 

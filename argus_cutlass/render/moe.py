@@ -88,7 +88,8 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         index_expr(layer, needed, "v")  # every printed index is a node the renderer can print
     gu_ns, dn_ns = f"{name}_gu", f"{name}_dn"
     return {
-        "name": name, "version": __version__, "verified": list(verified), "L": layer, "cpp": CPP_TYPE,
+        "name": name, "version": __version__, "verified": list(verified), "L": layer, "W": layer.workspace,
+        "cpp": CPP_TYPE,
         "fingerprint": layer.fingerprint()[:16], "gu_ns": gu_ns, "dn_ns": dn_ns,
         "ix": {i.name: i for i in layer.indices},
         "extents": {part: _extents(layer, part) for part in ("gate_up", "down")},

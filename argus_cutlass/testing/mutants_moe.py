@@ -198,6 +198,10 @@ def base_layer(m: MoEMutant, tokens: int = 64, *, gpu: bool = False) -> MoELayer
 def _current(layer: MoELayer, part: str, kind: str | None, key: str | None, field: str) -> Any:
     if part in ("routing", "combine"):
         return getattr(getattr(layer, part), field)
+    if part == "workspace":
+        return getattr(layer.workspace, field)
+    if part == "region":
+        return getattr(layer.workspace.region(key), field)
     if part == "index":
         return getattr(layer.index(key), field)
     prog = layer.program(part)
@@ -219,7 +223,7 @@ def mutant_layer(m: MoEMutant, *, gpu: bool = False) -> MoELayer:
         for f, v in e.get("set", {}).items():
             if isinstance(v, dict) and "add" in v:
                 v = _current(layer, part, kind, key, f) + int(v["add"])
-            changes[f] = tuple(v) if isinstance(v, list) else v
+            changes[f] = _tuples(v)
         if part in ("routing", "combine"):
             layer = layer.replace_node(part, **changes)
         elif part == "index":
@@ -227,6 +231,11 @@ def mutant_layer(m: MoEMutant, *, gpu: bool = False) -> MoELayer:
         else:
             layer = layer.replace_node(part, kind, key, **changes)
     return layer
+
+
+def _tuples(v: Any) -> Any:
+    """TOML lists (nested: a workspace region's count) as tuples, the nodes' field type."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
 def _rebuild_part(m: MoEMutant, layer: MoELayer, part: str, gemm: dict, *, gpu: bool) -> MoELayer:

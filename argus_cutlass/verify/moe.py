@@ -36,13 +36,22 @@ moe.index_width    every printed index product (printed from the node's factors 
                    site table INDEX_SITES shared with the renderer) fits its C type for
                    T <= 2^tokens_bits
 moe.dtype          layer dtype == gA / gB / gD dtype of both GEMMs; gate+up gD == down gA
-moe.launch         combine threads and routing chunk: whole warps, <= 1024; E <= 1024 (route_scan)
+moe.launch         combine threads, routing chunk and route_scan's scan_threads: whole warps, <= 1024;
+                   E <= scan_threads (one expert per scan thread; the printed Hillis-Steele loop run)
+moe.pdl            launch order: conflicting accesses of the layer's kernels ordered by completion
+moe.handoff        gate+up -> down per m-tile: down reads an m-tile after all its gate+up units
+moe.workspace      the workspace node printed as workspace_layout(T): regions of the kernels' element
+                   types, aligned (multiple of 16), disjoint (out reuses xs only after gate+up);
+                   every index each kernel reads or writes inside its region's printed count, and
+                   padded_rows / max_tiles above the worst routing, for every T <= 2^tokens_bits
+                   (exact: the layout is periodic-affine in T) and on every simulated routing
 ================== ===========================================================================
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from typing import Any
 
@@ -55,7 +64,8 @@ from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Verif
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["HANDOFF_ACCESSES", "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
+__all__ = ["WORKSPACE_ACCESSES", "hillis_steele", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
+           "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "routing_cases", "simulate_gather", "simulate_routing", "verify_moe", "walk_visits"]
 
@@ -74,6 +84,8 @@ MOE_RULES = {
     "moe.index_width": ("M7", "index products fit their C types for T <= 2^tokens_bits"),
     "moe.dtype": ("M8", "the layer's dtype is each GEMM's A / B / D dtype; gate+up's D (h) is down's A"),
     "moe.launch": ("M9", "launch shapes: CTAs of 32..1024 threads in whole warps; E within the scan's one CTA"),
+    "moe.workspace": ("M12", "the printed workspace layout holds every kernel's accesses for every T <= "
+                      "2^tokens_bits: regions disjoint, aligned, of the kernels' types; aliases only of dead regions"),
     "moe.pdl": ("M10", "launch order: every access of one kernel that conflicts with an earlier kernel's (this call's "
                 "or the previous call's) happens after that kernel completed"),
     "moe.handoff": ("M11", "gate+up -> down per m-tile: down reads an m-tile's h after every gate+up unit of it "
@@ -155,9 +167,22 @@ def routing_cases(layer: MoELayer) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def _printed_rows_and_tiles(layer: MoELayer, tokens: int) -> tuple[int, int]:
+    """``(padded_rows, tile_expert's count)`` the printed workspace_layout gives ``tokens`` T (the workspace
+    node's formula and its tile_expert region; ``padded_rows // pad + E`` when the node has no such region, which
+    rule moe.workspace refuses)."""
+    q = layer.workspace_quantities(tokens)
+    try:
+        cap = int(layer.workspace.region("tile_expert").elements(q))
+    except KeyError:
+        cap = int(q["padded_rows"]) // layer.routing.pad + layer.experts
+    return int(q["padded_rows"]), max(cap, 0)
+
+
 def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
     """The routing kernels of ``layer`` (``templates/moe/layer.cu.j2``: route_count, route_scan,
-    route_permute) run in numpy on ``ids`` (T, k): every field of the routing node is honoured."""
+    route_permute) run in numpy on ``ids`` (T, k): every field of the routing node is honoured; the padded
+    rows and tile_expert's capacity are the printed workspace node's."""
     r = layer.routing
     e_ = layer.experts
     flat = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -181,9 +206,7 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
     offsets[:e_] = base * r.pad
     offsets[e_] = incl[-1] * r.pad
     tiles_m = int(incl[-1])
-    groups = min(e_, n)
-    padded_rows = -(-(n + groups * (r.pad - 1)) // r.pad) * r.pad
-    cap = padded_rows // r.pad + e_
+    padded_rows, cap = _printed_rows_and_tiles(layer, int(np.asarray(ids).shape[0]))
     tile_expert = np.full(cap, -1, dtype=np.int64)
     oob = []
     for e in range(e_):
@@ -1223,10 +1246,13 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         tiles_m = sim["tiles_m"]
-        # route_scan zeroes tile_ready[j] at every index j it writes tile_expert[j]; the workspace gives tile_ready
-        # max_tiles = padded_rows / pad ints (layer.cu.j2 workspace_layout), tile_expert E more
+        # route_scan zeroes tile_ready[j] at every index j it writes tile_expert[j]; the printed workspace gives
+        # tile_ready its region's count (max_tiles in a correct layer; rule moe.workspace checks the node)
         written = [int(j) for j in np.flatnonzero(sim["tile_expert"] >= 0)] + [j for _e, j in sim["tile_oob"]]
-        extent = sim["padded_rows"] // pad
+        try:
+            extent = int(layer.workspace.region("tile_ready").elements(layer.workspace_quantities(int(ids.shape[0]))))
+        except KeyError:
+            extent = sim["padded_rows"] // pad
         if written and max(written) >= extent:
             j = max(written)
             return [], [_viol("moe.handoff", f"{label}: route_scan zeroes tile_ready[{j}] but the workspace holds "
@@ -1314,6 +1340,7 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                                                  "warp": MAX_EXPERTS // 32, "lane": 0}, "", {},
                                         f"E <= {MAX_EXPERTS}", f"E = {e}: expert {MAX_EXPERTS} has no thread", "",
                                         element={"expert": MAX_EXPERTS}, params={"E": e})))
+    bad += _check_scan_threads(layer)
     from argus_cutlass.verify.smt import bound_bits
 
     for part, want in GROUPED_EXTENTS.items():
@@ -1342,16 +1369,70 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
     if bad:
         return [], bad
     return [Proof("moe.launch", "M9", "arith", f"combine {layer.combine.threads} and routing {layer.routing.chunk} "
-                  f"threads per CTA (whole warps, <= {MAX_CTA_THREADS}); E = {layer.experts} <= {MAX_EXPERTS}; "
+                  f"threads per CTA (whole warps, <= {MAX_CTA_THREADS}); E = {layer.experts} <= {MAX_EXPERTS} and <= "
+                  f"route_scan's {layer.routing.scan_threads} threads (its Hillis-Steele loop run: the inclusive "
+                  "scan); "
                   f"H = {layer.hidden} and I = {layer.ffn} inside their k loops' proof ranges",
                   points=5)], []
 
 
+def hillis_steele(values: np.ndarray, threads: int) -> np.ndarray:
+    """route_scan's printed scan over ``tiles[threads]`` (thread e holds ``values[e]``, 0 past them): ``for (d = 1;
+    d < threads; d <<= 1) tiles[e] += e >= d ? tiles[e - d] : 0`` (read, barrier, add, barrier). Any ``threads``
+    gives the inclusive scan (the last step has ``d >= threads / 2``, so every sum spans ``>= threads`` entries).
+
+    >>> hillis_steele(np.array([1, 2, 3]), 96)[:4].tolist()
+    [1, 3, 6, 6]
+    """
+    tiles = np.zeros(threads, dtype=np.int64)
+    tiles[:min(values.size, threads)] = values[:threads]
+    idx = np.arange(threads)
+    d = 1
+    while d < threads:
+        v = np.where(idx >= d, tiles[np.maximum(idx - d, 0)], 0)
+        tiles = tiles + v
+        d <<= 1
+    return tiles
+
+
+def _check_scan_threads(layer: MoELayer) -> list[Violation]:
+    """route_scan's one CTA (routing node ``scan_threads``, printed as its launch, ``__launch_bounds__``, shared
+    ``tiles[]`` and the scan loop's bound): whole warps, at most CUDA's 1024 threads per CTA, one thread per
+    expert; and the printed Hillis-Steele loop, run on E groups of distinct sizes, gives the inclusive scan."""
+    st, e_ = layer.routing.scan_threads, layer.experts
+    kernel = "route_scan<<<1, kScanThreads>>>"
+    if not (32 <= st <= MAX_CTA_THREADS and st % 32 == 0):
+        why = "CUDA refuses the launch (invalid configuration)" if st > MAX_CTA_THREADS else "a partial warp"
+        return [_viol("moe.launch", f"routing.scan_threads = {st}: {kernel} needs a positive multiple of 32 threads, "
+                      f"at most {MAX_CTA_THREADS} (CUDA's threads per CTA) ({why})",
+                      Counterexample("M9", "moe.launch", "arith", kernel, "routing.scan_threads", -1, -1, -1, {},
+                                     {"cta": 0}, "", {}, f"blockDim.x in 32, 64, ..., {MAX_CTA_THREADS}",
+                                     f"blockDim.x = {st}", why, params={"routing.scan_threads": st}))]
+    if st < e_:
+        return [_viol("moe.launch", f"routing.scan_threads = {st} < E = {e_}: route_scan gives expert e to thread "
+                      f"e, so experts {st}..{e_ - 1} get no count, offset or m-tile (their rows land in other groups' "
+                      "tiles)", Counterexample("M9", "moe.launch", "arith", kernel, "route_scan", -1, -1, -1, {},
+                                               {"cta": 0, "threadIdx": st, "role": "route_scan", "warp": st // 32,
+                                                "lane": st % 32}, "", {}, f"kScanThreads >= E = {e_}",
+                                               f"kScanThreads = {st}: expert {st} has no thread", "",
+                                               element={"expert": st}, params={"E": e_, "scan_threads": st}))]
+    values = np.arange(1, e_ + 1, dtype=np.int64)
+    got = hillis_steele(values, st)[:e_]
+    want = np.cumsum(values)
+    if (got != want).any():   # unreachable for the printed loop; kept so a change of the loop is caught here
+        e = int(np.flatnonzero(got != want)[0])
+        return [_viol("moe.launch", f"route_scan's scan over {st} threads gives tiles[{e}] = {int(got[e])}, expected "
+                      f"{int(want[e])}", Counterexample("M9", "moe.launch", "enum", kernel, "route_scan", -1, -1, -1,
+                                                        {}, _scan_thread(e), "", {}, str(int(want[e])),
+                                                        str(int(got[e])), "", element={"expert": e}))]
+    return []
+
+
 def _padded_rows_max(layer: MoELayer, t: int) -> int:
-    """The most padded permuted rows T = ``t`` tokens can need: ``T*k + min(E, T*k) (pad-1)``,
-    rounded up to pad (every non-empty group padded up to a whole tile)."""
-    k, pad = layer.topk, layer.routing.pad
-    return -(-(t * k + min(layer.experts, t * k) * (pad - 1)) // pad) * pad
+    """The padded permuted rows the printed workspace_layout gives T = ``t`` tokens (the workspace node's formula,
+    ``T*k + min(E, T*k) (pad-1)`` rounded up to pad in a correct layer; rule moe.workspace proves every routing
+    fits): the bound the index proofs use."""
+    return int(layer.workspace.padded_rows(t * layer.topk, layer.experts))
 
 
 def index_bounds(layer: MoELayer) -> dict[str, int]:
@@ -1609,6 +1690,345 @@ def _check_walk_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], list
     return proofs, bad, unknown
 
 
+# ------------------------------------------------------------------------------------------ workspace
+
+#: every workspace region the kernels access: its element type (as printed in the kernels' parameters) and the
+#: accesses ``(kernel, what)`` in launch order (templates/moe/layer.cu.j2, moe/gemm.j2); ``tile_ready`` only with
+#: the handoff. Rule ``moe.workspace`` requires the layer's regions to be exactly these.
+WORKSPACE_ACCESSES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "block_counts": ("int32_t", (("route_count", "writes block_counts[chunk * E + e]"),
+                                 ("route_scan", "scans block_counts[b * E + e] in place, b < chunks"),
+                                 ("route_permute", "reads block_counts[chunk * E + e]"))),
+    "counts": ("int32_t", (("route_scan", "writes counts[e]"),)),
+    "offsets": ("RowIndex", (("route_scan", "writes offsets[e], e <= E"), ("route_permute", "reads offsets[e]"))),
+    "tile_expert": ("int32_t", (("route_scan", "writes tile_expert[base_e + i]"),
+                                ("gate_up", "reads tile_expert[tm], tm < tiles_m"),
+                                ("down", "reads tile_expert[tm], tm < tiles_m"))),
+    "tiles_m": ("int32_t", (("route_scan", "writes *tiles_m"), ("gate_up", "reads *tiles_m"),
+                            ("down", "reads *tiles_m"))),
+    "tile_ready": ("int32_t", (("route_scan", "zeroes tile_ready[base_e + i]"),
+                               ("gate_up", "adds to tile_ready[tm] (red.release.gpu)"),
+                               ("down", "spins on tile_ready[tm] (ld.acquire.gpu)"))),
+    "permuted_row": ("RowIndex", (("route_permute", "writes permuted_row[s], s < rows"),
+                                  ("combine", "reads permuted_row[t * k + j]"))),
+    "xs": ("Element", (("route_permute", "writes xs[pos * H + col]"),
+                       ("gate_up", "reads A through its tensor map (padded_rows x K)"))),
+    "out": ("Element", (("down", "writes D through its tensor map (padded_rows x N)"),
+                        ("combine", "reads out[row * H + col]"))),
+    "h": ("Element", (("gate_up", "writes D through its tensor map (padded_rows x N)"),
+                      ("down", "reads A through its tensor map (padded_rows x K)"))),
+}
+#: the layer's kernels in launch order
+_KERNELS = tuple(name for name, _r, _w in PDL_CHAIN)
+#: the largest alignment a region's accesses need (bytes): the tensor maps' global addresses
+#: (cuTensorMapEncodeTiled: 16-byte aligned) and the 16-byte vectors of the gather and the combine
+WORKSPACE_MIN_ALIGN = 16
+
+
+def _tiles_need(layer: MoELayer, rows: Any) -> Any:
+    """The most m-tiles any routing of ``rows`` routed rows needs (``tiles_m`` of the printed scan): with
+    ``g = min(rows, E)`` non-empty groups, ``g + (rows - g) // pad`` (one row in each of g groups, the rest in
+    one group; a non-empty group of c rows takes ``1 + (c - 1) // pad`` tiles, so no routing takes more)."""
+    pad = layer.routing.pad
+    g = np.minimum(rows, layer.experts)
+    return g + (rows - g) // pad
+
+
+def _worst_routing(layer: MoELayer, tokens: int) -> np.ndarray:
+    """ids (T, k) of a routing reaching :func:`_tiles_need`: routed rows 0..g-1 to experts 0..g-1, the rest to
+    expert 0."""
+    n = tokens * layer.topk
+    flat = np.zeros(n, dtype=np.int64)
+    g = min(n, layer.experts)
+    flat[:g] = np.arange(g)
+    return flat.reshape(tokens, layer.topk)
+
+
+def workspace_needs(layer: MoELayer, tokens: Any) -> dict[str, tuple[Any, str, str]]:
+    """Per region of :data:`WORKSPACE_ACCESSES`: ``(elements, kernel, access)``, the most elements any kernel
+    touches at ``tokens`` T (an int or an int64 array) over every routing, and the access reaching the last one:
+    the routing tables' extents; the m-tile tables at :func:`_tiles_need`; xs, out and h at the printed tensor
+    maps' extent (``padded_rows`` rows of the printed N / K: a map over bytes outside its region would let a TMA
+    box leave it), which also bounds the gather's rows (``moe.workspace`` proves padded_rows >= the worst
+    routing's rows)."""
+    q = layer.workspace_quantities(tokens)
+    e_, tiles = layer.experts, _tiles_need(layer, q["rows"])
+    gu_n, gu_k = printed_extent(layer, "gate_up", "n"), printed_extent(layer, "gate_up", "k")
+    dn_n, dn_k = printed_extent(layer, "down", "n"), printed_extent(layer, "down", "k")
+    h_ext, h_kernel = (gu_n, "gate_up") if gu_n >= dn_k else (dn_k, "down")
+    return {
+        "block_counts": (q["chunks"] * e_, "route_count", "block_counts[(chunks - 1) * E + E - 1] of its last CTA"),
+        "counts": (e_ + 0 * q["rows"], "route_scan", "counts[E - 1]"),
+        "offsets": (e_ + 1 + 0 * q["rows"], "route_scan", "offsets[E]"),
+        "tile_expert": (tiles, "route_scan", "tile_expert[tiles_m - 1] of the routing with the most m-tiles"),
+        "tiles_m": (1 + 0 * q["rows"], "route_scan", "*tiles_m"),
+        "tile_ready": (tiles, "route_scan", "tile_ready[tiles_m - 1] = 0 of the routing with the most m-tiles"),
+        "permuted_row": (q["rows"], "route_permute", "permuted_row[rows - 1]"),
+        "xs": (q["padded_rows"] * gu_k, "gate_up", f"its A tensor map: padded_rows x {gu_k} (K)"),
+        "out": (q["padded_rows"] * dn_n, "down", f"its D tensor map: padded_rows x {dn_n} (N)"),
+        "h": (q["padded_rows"] * h_ext, h_kernel, f"its {'D' if h_kernel == 'gate_up' else 'A'} tensor map: "
+              f"padded_rows x {h_ext}"),
+    }
+
+
+def _ws_cex(where: str, want: str, got: str, *, element: dict, tokens: int, thread: dict | None = None,
+            params: dict | None = None, provenance: str = "") -> Counterexample:
+    return _cex("moe.workspace", where, want, got, element=element, thread=thread,
+                params={"T": int(tokens), **(params or {})}, provenance=provenance)
+
+
+def _ws_thread(layer: MoELayer, kernel: str, tokens: int, region: str) -> dict[str, int]:
+    """The thread performing the last access :func:`workspace_needs` names."""
+    q = layer.workspace_quantities(int(tokens))
+    if kernel == "route_count":
+        return {"cta": int(q["chunks"]) - 1, "threadIdx": (layer.experts - 1) % layer.routing.chunk,
+                "role": "route_count"}
+    if kernel == "route_scan":   # the m-tile tables' last entry: the last of the min(rows, E) one-row groups
+        return _scan_thread(min(int(q["rows"]), layer.experts) - 1 if region in ("tile_expert", "tile_ready")
+                            else layer.experts - 1)
+    if kernel == "route_permute":
+        return _route_thread(layer, int(q["rows"]) - 1)
+    return {"cta": 0, "role": f"{kernel} TMA (thread 0 of the producer / store warp)"}
+
+
+def workspace_tokens(layer: MoELayer) -> np.ndarray:
+    """The token counts on which :func:`_check_workspace` decides every ``T`` in ``[1, 2^tokens_bits]``.
+
+    From ``T0 = ceil(E / k)`` on (``min(rows, E) = E``) every quantity of the printed layout and of
+    :func:`workspace_needs` is ``a T + p(T)`` with ``p`` periodic of period ``P = lcm(chunk, pad, round_rows *
+    tile_rows)`` (floors of affine terms by those divisors; each region count is affine in them), so a difference
+    ``D(T)`` of two of them is ``alpha T + p(T)``: its minimum over ``[T0, Tmax]`` lies in ``[T0, T0 + P)`` when
+    ``alpha >= 0`` and in ``(Tmax - P, Tmax]`` otherwise. So the T's are ``[1, T0 + P]`` and
+    ``[Tmax - P, Tmax]`` (all of ``[1, Tmax]`` when those overlap)."""
+    w, r = layer.workspace, layer.routing
+    tmax = 1 << layer.tokens_bits
+    period = math.lcm(r.chunk, r.pad, w.round_rows * w.tile_rows)
+    t0 = -(-layer.experts // layer.topk)
+    head = min(tmax, t0 + period)
+    if head >= tmax - period:
+        return np.arange(1, tmax + 1, dtype=np.int64)
+    return np.concatenate([np.arange(1, head + 1, dtype=np.int64),
+                           np.arange(tmax - period, tmax + 1, dtype=np.int64)])
+
+
+#: the most token counts :func:`_check_workspace` enumerates (beyond it: Unknown)
+WORKSPACE_MAX_POINTS = 1 << 23
+
+
+def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation], list]:
+    """``moe.workspace`` (M12): the printed ``workspace_layout(T)`` (the layer's :class:`~argus_cutlass.dsl.
+    moe_ir.Workspace` node) holds every access of every kernel, for every ``T <= 2^tokens_bits``.
+
+    * Its regions are exactly those of :data:`WORKSPACE_ACCESSES` (``tile_ready`` iff the handoff), each of the
+      element type the kernels take; ``align`` is a multiple of :data:`WORKSPACE_MIN_ALIGN` (the base check
+      prints it, so every region starts aligned).
+    * An aliased region (``out`` reuses ``xs``) fits inside its target, and every kernel accessing the target
+      runs before every kernel accessing the alias (launch order; completion: ``moe.pdl``); with the handoff the
+      gate+up -> down pair on xs is ordered per m-tile by ``moe.handoff``.
+    * For every T in ``[1, 2^tokens_bits]`` (exactly, on :func:`workspace_tokens`): ``padded_rows`` holds the
+      rows of the routing with the most m-tiles, ``max_tiles`` its m-tiles, and each region's printed count at
+      least :func:`workspace_needs`; the own-bytes regions follow each other without overlap, aligned.
+    * On every routing case the verifier simulates (the printed routing node's semantics): every index
+      route_scan writes in tile_expert / tile_ready, route_permute writes in permuted_row and xs, and the
+      gather's rows (``offsets[E] <= padded_rows``) lie inside the printed capacities.
+    """
+    from argus_cutlass.verify.report import Unknown
+
+    w = layer.workspace
+    names = [r.name for r in w.regions]
+    want = [n for n in WORKSPACE_ACCESSES if n != "tile_ready" or layer.handoff]
+    for n in want:
+        if n not in names:
+            elem, acc = WORKSPACE_ACCESSES[n]
+            return [], [_viol("moe.workspace", f"workspace region {n!r} is missing: {acc[0][0]} {acc[0][1]} in memory "
+                              "the layout never gives it (it would overlap whatever sits at that offset)",
+                              _ws_cex("workspace_layout (layer.cu.j2)", f"a region {n} of {elem}",
+                                      f"regions {names}", element={"region": n}, tokens=1))], []
+    for r in w.regions:
+        if r.name not in want:
+            return [], [_viol("moe.workspace", f"workspace region {r.name!r} is accessed by no kernel of this layer "
+                              f"(regions: {want})", _ws_cex("workspace_layout (layer.cu.j2)", f"regions {want}",
+                                                            f"extra region {r.name}", element={"region": r.name},
+                                                            tokens=1))], []
+        elem = WORKSPACE_ACCESSES[r.name][0]
+        if r.elem != elem:
+            k, acc = WORKSPACE_ACCESSES[r.name][1][0]
+            return [], [_viol("moe.workspace", f"workspace region {r.name!r} is laid out as {r.elem} "
+                              f"({layer.elem_bytes(r.elem)} bytes) but {k} {acc} as {elem} "
+                              f"({layer.elem_bytes(elem)} bytes)",
+                              _ws_cex(f"workspace_layout / run(): {r.name}", elem, r.elem,
+                                      element={"region": r.name}, tokens=1, thread={"role": k}))], []
+    if w.align % WORKSPACE_MIN_ALIGN:
+        # the first (T, region) whose offset is off 16 bytes (else: a base the host accepts, align bytes past 16)
+        t_bad, where = 1, {"region": "workspace base", "byte_offset": w.align}
+        ts_a = np.arange(1, 4097, dtype=np.int64)
+        lay_a = layer.workspace_layout(ts_a)
+        for r in w.regions:
+            off = lay_a[r.name] + np.zeros_like(ts_a)
+            hit = np.flatnonzero(off % WORKSPACE_MIN_ALIGN)
+            if hit.size:
+                t_bad, where = int(ts_a[hit[0]]), {"region": r.name, "byte_offset": int(off[hit[0]])}
+                break
+        return [], [_viol("moe.workspace", f"workspace align {w.align}: regions start at multiples of {w.align} bytes "
+                          f"from a base the host checks against {w.align}, but the tensor maps' global addresses and "
+                          f"the 16-byte vectors need {WORKSPACE_MIN_ALIGN}-byte alignment (T = {t_bad}: "
+                          f"{where['region']} at byte {where['byte_offset']})",
+                          _ws_cex("align_up / the base check (layer.cu.j2)", f"a multiple of {WORKSPACE_MIN_ALIGN}",
+                                  str(w.align), element=where, tokens=t_bad,
+                                  provenance="cuTensorMapEncodeTiled: globalAddress 16-byte aligned"))], []
+    # aliases: the target's last kernel before the alias's first (per m-tile with a sound handoff)
+    for r in w.regions:
+        if not r.alias:
+            continue
+        ka = [_KERNELS.index(k) for k, _ in WORKSPACE_ACCESSES[r.name][1]]
+        kb = [_KERNELS.index(k) for k, _ in WORKSPACE_ACCESSES[r.alias][1]]
+        if max(kb) < min(ka):
+            continue
+        k1, k2 = _KERNELS[max(kb)], _KERNELS[min(ka)]
+        acc1 = dict(WORKSPACE_ACCESSES[r.alias][1])[k1]
+        acc2 = dict(WORKSPACE_ACCESSES[r.name][1]).get(k2, "")
+        when = (f"{k1} {acc1} ({r.alias}) and {acc2} ({r.name}) in the same kernel" if k1 == k2 else
+                f"{k1} {acc1} ({r.alias}) after {k2} {acc2} ({r.name})")
+        return [], [_viol("moe.workspace", f"workspace region {r.name!r} reuses the bytes of {r.alias!r}, but {when}: "
+                          f"both are live at once, so writes of {r.name} overwrite {r.alias} data still to be read",
+                          _ws_cex(f"workspace_layout: w.{r.name} = w.{r.alias}",
+                                  f"every access to {r.alias} before the first to {r.name}",
+                                  f"{k1} accesses {r.alias} at or after {k2} accesses {r.name}",
+                                  element={"region": r.alias, "alias": r.name, "index": 0, "byte_offset": 0},
+                                  tokens=1, thread={"role": f"{k1} / {k2}"}))], []
+    ts = workspace_tokens(layer)
+    if ts.size > WORKSPACE_MAX_POINTS:
+        return [], [], [Unknown("moe.workspace", "M12", f"workspace capacities for T <= 2^{layer.tokens_bits}",
+                                f"{ts.size} token counts to enumerate (period of the layout too long)", 0)]
+    lay = layer.workspace_layout(ts)
+    q = {k: lay[k] for k in ("rows", "chunks", "padded_rows", "max_tiles", "E", "k", "H", "I")}
+    tiles = _tiles_need(layer, q["rows"])
+    pad = layer.routing.pad
+
+    def first_bad(ok: np.ndarray) -> int | None:
+        bad = np.flatnonzero(~ok)
+        return None if bad.size == 0 else int(bad[0])
+
+    i = first_bad(q["padded_rows"] >= tiles * pad)
+    if i is not None:
+        t, need = int(ts[i]), int(tiles[i] * pad)
+        ids = _worst_routing(layer, min(t, 4096))
+        return [], [_viol("moe.workspace", f"T = {t}: printed padded_rows = {int(q['padded_rows'][i])} but a routing "
+                          f"of {t * layer.topk} rows into {min(t * layer.topk, layer.experts)} groups (one row each, "
+                          f"the rest in expert 0) takes {int(tiles[i])} m-tiles = {need} rows: the gather writes "
+                          "xs rows past the buffers' rows and the tensor maps do not reach them",
+                          _ws_cex("workspace_layout: w.padded_rows (workspace node group_rows / round_rows)",
+                                  f">= {need} rows", f"{int(q['padded_rows'][i])}",
+                                  element={"region": "xs", "row": need - 1, "index": (need - 1) * layer.hidden},
+                                  tokens=t, thread=_route_thread(layer, t * layer.topk - 1),
+                                  params={"group_rows": w.group_rows, "round_rows": w.round_rows,
+                                          "ids_head": [int(x) for x in ids.reshape(-1)[:8]]}))], []
+    i = first_bad(q["max_tiles"] >= tiles)
+    if i is not None:
+        t = int(ts[i])
+        return [], [_viol("moe.workspace", f"T = {t}: printed max_tiles = {int(q['max_tiles'][i])} but a routing "
+                          f"takes {int(tiles[i])} m-tiles: the grouped GEMMs' grid bound and the m-tile counters "
+                          "cover fewer m-tiles than route_scan writes",
+                          _ws_cex("workspace_layout: w.max_tiles (workspace node tile_rows)", f">= {int(tiles[i])}",
+                                  str(int(q["max_tiles"][i])), element={"region": "tile_expert",
+                                                                        "index": int(tiles[i]) - 1},
+                                  tokens=t, thread=_scan_thread(min(t * layer.topk, layer.experts) - 1),
+                                  params={"tile_rows": w.tile_rows}))], []
+    needs = workspace_needs(layer, ts)
+    bad: list[Violation] = []
+    for r in w.regions:
+        cap = r.elements(q) + np.zeros_like(ts)   # an array even for a constant count
+        need, kernel, what = needs[r.name]
+        i = first_bad(cap >= need)
+        if i is None and r.alias:   # the alias's bytes inside its target's
+            tcap = (w.region(r.alias).elements(q) + np.zeros_like(ts)) * layer.elem_bytes(w.region(r.alias).elem)
+            i = first_bad(cap * layer.elem_bytes(r.elem) <= tcap)
+            if i is not None:
+                t = int(ts[i])
+                bad.append(_viol("moe.workspace", f"T = {t}: region {r.name!r} ({int(cap[i])} {r.elem}) reuses "
+                                 f"{r.alias!r} but is larger than its {int(tcap[i])} bytes: it runs into the next "
+                                 "region", _ws_cex(f"workspace_layout: w.{r.name} = w.{r.alias}",
+                                                   f"<= {int(tcap[i])} bytes",
+                                                   f"{int(cap[i]) * layer.elem_bytes(r.elem)} bytes",
+                                                   element={"region": r.name, "index": int(cap[i]) - 1}, tokens=t)))
+            continue
+        if i is not None:
+            t = int(ts[i])
+            idx = int(need[i]) - 1
+            element = {"region": r.name, "index": idx}
+            if r.name in ("tile_expert", "tile_ready"):
+                element["routing"] = (f"routed rows 0..{min(t * layer.topk, layer.experts) - 1} to experts 0.., "
+                                      "the rest to expert 0")
+            bad.append(_viol("moe.workspace", f"T = {t}: {kernel} {what} reaches {r.name}[{idx}] but the printed "
+                             f"{r.name} holds {int(cap[i])} elements ({r.count_cpp()}): the access lands in the next "
+                             "region", _ws_cex(f"workspace_layout: {r.name} = {r.count_cpp()}",
+                                               f">= {idx + 1} elements", f"{int(cap[i])} elements", element=element,
+                                               tokens=t, thread=_ws_thread(layer, kernel, t, r.name),
+                                               params={k: int(lay[k][i]) for k in ("rows", "chunks",
+                                                                                      "padded_rows", "max_tiles")})))
+    if bad:
+        return [], bad, []
+    o_prev_end = np.zeros_like(ts)
+    for r in w.regions:   # own-bytes regions in order, aligned, none before the previous one's end
+        if r.alias:
+            continue
+        off = lay[r.name] + np.zeros_like(ts)
+        i = first_bad((off >= o_prev_end) & (off % w.align == 0))
+        if i is not None:
+            t = int(ts[i])
+            return [], [_viol("moe.workspace", f"T = {t}: region {r.name!r} starts at byte {int(off[i])}, before the "
+                              f"previous region's end {int(o_prev_end[i])} or off the {w.align}-byte alignment",
+                              _ws_cex(f"workspace_layout: w.{r.name}", f">= {int(o_prev_end[i])}, a multiple of "
+                                      f"{w.align}", str(int(off[i])), element={"region": r.name,
+                                                                               "byte_offset": int(off[i])},
+                                      tokens=t))], []
+        o_prev_end = off + r.elements(q) * layer.elem_bytes(r.elem)
+    # the simulated routings: the printed routing node's writes inside the printed capacities
+    points = 0
+    for label, ids in cases:
+        sim = simulate_routing(layer, ids)
+        t = int(ids.shape[0])
+        qt = layer.workspace_quantities(t)
+        caps = {r.name: int(r.elements(qt)) for r in w.regions}
+        written = [(int(j), int(sim["tile_expert"][j])) for j in np.flatnonzero(sim["tile_expert"] >= 0)]
+        written += [(int(j), int(e)) for e, j in sim["tile_oob"]]
+        checks = [("tile_expert", j, "route_scan", f"tile_expert[{j}] = {e}", _scan_thread(e)) for j, e in written]
+        if layer.handoff:
+            checks += [("tile_ready", j, "route_scan", f"tile_ready[{j}] = 0", _scan_thread(e)) for j, e in written]
+        pr = sim["permuted"]
+        if (pr >= 0).any():
+            s = int(np.argmax(pr))
+            row = int(pr[s])
+            checks.append(("xs", (row + 1) * layer.hidden - 1, "route_permute",
+                           f"the gather's xs[{row} * H + {layer.hidden - 1}] (routed row {s})",
+                           _route_thread(layer, s)))
+        checks.append(("permuted_row", sim["n"] - 1, "route_permute", f"permuted_row[{sim['n'] - 1}]",
+                       _route_thread(layer, sim["n"] - 1)))
+        for region, idx, kernel, what, thread in checks:
+            points += 1
+            if idx >= caps[region] or idx < 0:
+                return [], [_viol("moe.workspace", f"{label}: {kernel} writes {what} but the printed {region} holds "
+                                  f"{caps[region]} elements at T = {t}", _ws_cex(
+                                      f"{kernel} (layer.cu.j2) / workspace_layout {region}", f"index < {caps[region]}",
+                                      str(idx), element={"region": region, "index": idx}, tokens=t, thread=thread))], []
+        used = int(sim["offsets"][-1])
+        if used > int(qt["padded_rows"]):
+            return [], [_viol("moe.workspace", f"{label}: the routing uses {used} permuted rows (offsets[E]) but the "
+                              f"printed padded_rows is {int(qt['padded_rows'])} at T = {t}",
+                              _ws_cex("route_scan offsets[E] / workspace_layout padded_rows",
+                                      f"<= {int(qt['padded_rows'])}", str(used),
+                                      element={"region": "xs", "row": used - 1},
+                                      tokens=t, thread=_scan_thread(layer.experts - 1)))], []
+    return [Proof("moe.workspace", "M12", "enum",
+                  f"{len(w.regions)} regions "
+                  f"({', '.join(r.name + ('=' + r.alias if r.alias else '') for r in w.regions)}) "
+                  f"of the kernels' element types, {w.align}-byte aligned (kernels need {WORKSPACE_MIN_ALIGN}), "
+                  "disjoint; every kernel's accesses inside the printed counts and padded_rows / max_tiles above the "
+                  f"worst routing for every T <= 2^{layer.tokens_bits} ({ts.size} T's decide it: periodic-affine "
+                  f"layout); out reuses xs after gate+up; {len(cases)} simulated routings, {points} writes",
+                  points=int(ts.size) + points)], [], []
+
+
 # ---------------------------------------------------------------------------------------- driver
 
 
@@ -1650,6 +2070,7 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     run.add("arith", "moe.launch", _check_launch, layer)
     run.add("enum", "moe.pdl", _check_pdl, layer)
     run.add("enum", "moe.handoff", _check_handoff, layer, cases)
+    run.add("enum", "moe.workspace", _check_workspace, layer, cases)
     if smt:
         from argus_cutlass.settings import settings
 

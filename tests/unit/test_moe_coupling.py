@@ -11,7 +11,8 @@ both tile paths) -- and the MoE fields of the two grouped GEMM programs (B's ``e
 ``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
 ``band_start_delta``, ``band_full_rows``, ``band_swap``, and ``lookahead``), a type-appropriate mutation
 (int: +1, -1 and doubled; bool: flipped; str: every other valid value; tuple: an element dropped
-and replaced) is applied and one of these must hold:
+and replaced; the workspace node's scalar fields and every field of every region) is applied and one of these
+must hold:
 
 * the DSL refuses the edit (``DslError`` / ``KeyError`` / ``TypeError`` / ``ValueError``);
 * rendering refuses it (``ConfigError`` ``render.program``, or a ``ProblemError``);
@@ -33,7 +34,7 @@ from typing import Any, Callable
 
 import pytest
 
-from argus_cutlass.dsl.moe_ir import CTYPES, HANDOFF_FIELDS, MoELayer
+from argus_cutlass.dsl.moe_ir import CTYPES, HANDOFF_FIELDS, REGION_CTYPES, MoELayer
 from argus_cutlass.errors import ConfigError, DslError, ProblemError
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
@@ -44,7 +45,8 @@ from argus_cutlass.verify.moe import verify_moe
 DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "invalid": ("skip", "clamp"),
            "row_map": ("permuted_row", "identity"), "acc_dtype": ("fp32", "bf16", "fp16"), "dtype": ("bf16", "fp16"),
            "ctype": tuple(CTYPES), "act": ("", "swiglu", "swiglu_swapped"),
-           "decomposition": ("persistent", "streamk", "splitk", "grouped"), "handoff_signal": ("complete", "read")}
+           "decomposition": ("persistent", "streamk", "splitk", "grouped"), "handoff_signal": ("complete", "read"),
+           "elem": REGION_CTYPES}
 #: the schedule node's fields of the banded grouped walk
 BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap", "lookahead")
 #: MoE fields of the grouped GEMM programs: (part, replace_node kind, key getter, fields)
@@ -108,6 +110,21 @@ def mutations(layer: MoELayer) -> list[tuple[str, Callable[[], MoELayer]]]:
         for a in _alts(f, getattr(layer, f)):
             out.append((f"layer.{f} -> {a!r}", lambda f=f, a=a: layer.replace_node("layer", **{f: a})))
     out.append(("layer.name -> 'renamed'", lambda: dataclasses.replace(layer, name="renamed")))
+    # the workspace node: its scalar fields, and every field of every region (a count: one more / one fewer
+    # element, a product dropped, a factor appended; an alias: every other region, or none)
+    ws = layer.workspace
+    for f in ("align", "group_rows", "round_rows", "tile_rows"):
+        for a in _alts(f, getattr(ws, f)):
+            out.append((f"workspace.{f} -> {a!r}", lambda f=f, a=a: layer.replace_node("workspace", **{f: a})))
+    names = [r.name for r in ws.regions]
+    for r in ws.regions:
+        alts: list[tuple[str, Any]] = [("name", r.name + "_x"), *(("elem", e) for e in REGION_CTYPES if e != r.elem),
+                                       ("count", r.count + ((1,),)), ("count", r.count + ((-1,),)),
+                                       ("count", r.count[:-1]), ("count", (r.count[0] + ("k",),) + r.count[1:]),
+                                       *(("alias", n) for n in ["", *names] if n != r.alias)]
+        for f, a in alts:
+            out.append((f"region[{r.name}].{f} -> {a!r}",
+                        lambda k=r.name, f=f, a=a: layer.replace_node("region", None, k, **{f: a})))
     for part, kind, key_of, fields in GEMM_FIELDS:
         prog = layer.program(part)
         key = key_of(prog) if key_of else None

@@ -442,6 +442,26 @@ def test_layer_compiles(tmp_path, dtype, unroll, lookahead, small_t, pdl, narrow
     assert len(art.functions) >= 6 and art.spill_bytes == 0, (art.functions, art.spill_bytes)
 
 
+@pytest.mark.nvcc
+def test_handoff_layer_compiles():
+    """The small-T layer with the handoff (the workspace's tile_ready region, route_scan launched programmatically
+    with kScanThreads) compiles for sm_90a without spills."""
+    from argus_cutlass.build.nvcc import compile_cu
+    from argus_cutlass.errors import ToolchainError
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    try:
+        from argus_cutlass.build.toolchain import find_toolchain
+
+        find_toolchain()
+    except ToolchainError as exc:
+        pytest.skip(f"no nvcc/CUTLASS: {exc}")
+    k = generate(small_t_config().replace(pdl=True, handoff=True), MoEProblem(16, 64, 6, 2048, 1408), smt=False)
+    assert "w.tile_ready = o; o = align_up(o + w.max_tiles * int64_t(sizeof(int32_t)));" in k.source
+    art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
+    assert len(art.functions) >= 6 and art.spill_bytes == 0, (art.functions, art.spill_bytes)
+
+
 def test_api_bad_inputs_named():
     torch = pytest.importorskip("torch")
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -881,3 +901,86 @@ def test_handoff_counters_fit_their_workspace_buffer():
     _, bad = _check_handoff(layer.replace_node("routing", scan="inclusive"), [("sizes65", ids)])
     assert "zeroes tile_ready[17] but the workspace holds 16 counters" in bad[0].message
     assert bad[0].counterexample.element == {"m_tile": 17, "tensor": "tile_ready"}
+
+
+#: workspace_layout(T) of the template before the workspace node (session 40), printed by g++ from the rendered host
+#: code: (T, padded_rows, max_tiles, tile_expert, tiles_m, permuted_row, xs, h, bytes) of the small layer (E 8, k 2,
+#: H 256, I 512) and of the qwen-like small-T layer with the handoff (tile_ready at 17304064 for T = 2^20)
+_LAYOUT_BEFORE_NODE = {
+    "small": (build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512)),
+              [(300, 1664, 13, 768, 1024, 1280, 3840, 855808, 2559744),
+               (1048576, 2098176, 16392, 262656, 328448, 328704, 8717312, 1082983424, 3231515648)]),
+}
+
+
+def test_workspace_layout_is_the_nodes_and_keeps_its_offsets():
+    """The host's workspace_layout is printed from the workspace node, one line per region, and gives the byte
+    offsets the hand-written layout gave (pinned above; the g++ comparison of session 40 covered six layers)."""
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    for layer, rows in _LAYOUT_BEFORE_NODE.values():
+        for t, padded, tiles, te, tm, prow, xs, h, nbytes in rows:
+            w = layer.workspace_layout(t)
+            assert (w["padded_rows"], w["max_tiles"], w["tile_expert"], w["tiles_m"], w["permuted_row"], w["xs"],
+                    w["h"], w["bytes"]) == (padded, tiles, te, tm, prow, xs, h, nbytes)
+            assert w["out"] == w["xs"] and w["block_counts"] == 0
+    ho = build_layer(small_t_config().replace(pdl=True, handoff=True), MoEProblem(64, 128, 8, 2048, 768))
+    w = ho.workspace_layout(1 << 20)
+    assert (w["tile_ready"], w["permuted_row"], w["bytes"]) == (17304064, 17828864, 47341440000)
+    src = render_moe(ho)
+    for r in ho.workspace.regions:
+        line = f"w.{r.name} = w.{r.alias};" if r.alias else f"w.{r.name} = o; o = align_up(o + {r.count_cpp()} * "
+        assert line in src, r.name
+    assert "constexpr int64_t kWorkspaceAlign = 256;" in src and "w.max_tiles = w.padded_rows / 64;" in src
+    assert "route_scan<<<1, kScanThreads" not in src   # the handoff layer launches programmatically
+    assert "launch_programmatic(route_scan, 1, kScanThreads," in src
+    plain = render_moe(build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512)))
+    for text in ("constexpr int kScanThreads = 1024;", "__launch_bounds__(kScanThreads) route_scan(",
+                 "__shared__ int tiles[kScanThreads];", "for (int d = 1; d < kScanThreads; d <<= 1)",
+                 "route_scan<<<1, kScanThreads, 0, stream>>>"):
+        assert text in plain, text
+    assert "1024" not in plain[plain.index("route_scan("):plain.index("route_permute(")]
+
+
+def test_workspace_rule_decides_every_token_count():
+    """moe.workspace: the T's it enumerates decide all of [1, 2^tokens_bits] (the layout is periodic-affine from
+    T0 = ceil(E / k)): checked against the full range on a small tokens_bits, for a correct node and a short one."""
+    import numpy as np
+
+    from argus_cutlass.verify.moe import _check_workspace, _tiles_need, workspace_needs, workspace_tokens
+
+    layer = dataclasses.replace(build_layer(MoEConfig(tile_m=64), MoEProblem(64, 8, 2, 256, 512)), tokens_bits=16)
+    assert workspace_tokens(layer).size < 1 << 16
+    for count, ok in ((((("max_tiles",),)), True), ((("max_tiles",), (-1,)), False)):
+        m = layer.replace_node("region", None, "tile_expert", count=count)
+        ts = np.arange(1, (1 << 16) + 1, dtype=np.int64)
+        full = bool((m.workspace.region("tile_expert").elements(m.workspace_quantities(ts))
+                     >= workspace_needs(m, ts)["tile_expert"][0]).all())
+        assert full == ok and (not _check_workspace(m, [])[1]) == ok
+    # the worst routing reaches the bound: one row in each of min(T*k, E) groups, the rest in one
+    from argus_cutlass.verify.moe import _worst_routing
+
+    for t in (1, 3, 4, 61, 300):
+        assert simulate_routing(layer, _worst_routing(layer, t))["tiles_m"] == int(_tiles_need(layer, t * 2))
+
+
+def test_workspace_and_scan_mutants_name_region_index_and_thread():
+    cat = load_moe_catalogue()
+    want = {"ws_tile_expert_short": ("tile_expert", 1), "ws_h_sized_by_hidden": ("h", 131071),
+            "ws_tiles_m_empty": ("tiles_m", 0)}
+    for mid, (region, index) in want.items():
+        v = next(v for v in verify_moe_mutant(cat[mid], smt=False).violations if v.rule == "moe.workspace")
+        assert v.counterexample.element["region"] == region and v.counterexample.element["index"] == index, mid
+        assert v.counterexample.params["T"] == 1 and v.counterexample.thread, mid
+    v = next(v for v in verify_moe_mutant(cat["ws_h_overlaps_xs"], smt=False).violations if v.rule == "moe.workspace")
+    assert "reuses the bytes of 'xs'" in v.message and "in the same kernel" in v.message
+    v = next(v for v in verify_moe_mutant(cat["scan_threads_below_experts"], smt=False).violations
+             if v.rule == "moe.launch")
+    assert v.counterexample.thread["threadIdx"] == 64 and v.counterexample.element == {"expert": 64}
+    # a scan of any whole-warp count >= E is an inclusive scan (no power of two needed)
+    layer = build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
+    assert verify_moe(layer.replace_node("routing", scan_threads=96), smt=False).ok
+    from argus_cutlass.errors import DslError
+
+    with pytest.raises(DslError, match="multiplies two run-time quantities"):
+        layer.replace_node("region", None, "xs", count=(("padded_rows", "rows"),))

@@ -17,7 +17,8 @@ printed by the same ``templates/gemm`` partials), edited into the grouped form:
 
 The routing and combine kernels are :class:`~argus_cutlass.dsl.moe_ir.Routing` and
 :class:`~argus_cutlass.dsl.moe_ir.Combine` nodes; index products are
-:class:`~argus_cutlass.dsl.moe_ir.IndexWidth` nodes.
+:class:`~argus_cutlass.dsl.moe_ir.IndexWidth` nodes; the device workspace is a
+:class:`~argus_cutlass.dsl.moe_ir.Workspace` node (:func:`workspace_node`).
 """
 
 from __future__ import annotations
@@ -27,15 +28,15 @@ import re
 
 from argus_cutlass.dsl.ir import Program, SourceLoc, caller_loc
 from argus_cutlass.dsl.moe_ir import (GROUPED_EXTENTS, INDEX_SITES, MAX_TOKENS_BITS, Combine, IndexWidth, MoELayer,
-                                      Routing)
+                                      Region, Routing, Workspace)
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program as build_gemm_program
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["GATHER_VEC", "TOKENS_BITS", "build_layer", "gather_slicing", "gemm_configs", "grouped_program",
-           "layer_label"]
+__all__ = ["GATHER_VEC", "TOKENS_BITS", "WORKSPACE_ALIGN", "build_layer", "gather_slicing", "gemm_configs",
+           "grouped_program", "layer_label", "workspace_node"]
 
 #: the index proofs hold for T <= 2^TOKENS_BITS (issue 11: T up to 2^20)
 TOKENS_BITS = MAX_TOKENS_BITS
@@ -75,6 +76,33 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather += "_ho" if c.handoff else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
+
+
+#: the workspace regions' alignment in bytes: our choice (cudaMalloc's alignment, whole 32-byte L2 sectors); the
+#: kernels need 16 (tensor-map global addresses, 16-byte vectors), which rule moe.workspace requires
+WORKSPACE_ALIGN = 256
+
+
+def workspace_node(pad: int, handoff: bool, loc: SourceLoc) -> Workspace:
+    """The layer's workspace (:class:`~argus_cutlass.dsl.moe_ir.Workspace`), in order: the per-CTA histograms
+    ``block_counts`` (chunks x E int32), ``counts`` (E), ``offsets`` (E + 1 RowIndex), ``tile_expert`` (max_tiles
+    + E int32: the kernels use the first tiles_m <= max_tiles, the E more are slack kept from the first layout),
+    ``tiles_m`` (1), with ``handoff`` ``tile_ready`` (max_tiles int32 counters), ``permuted_row`` (rows RowIndex),
+    ``xs`` (padded_rows x H Element), ``out`` (reusing xs: dead once gate+up has read it) and ``h`` (padded_rows x
+    I); ``padded_rows`` rounds each group up to whole ``pad``-row m-tiles, aligned to :data:`WORKSPACE_ALIGN`.
+
+    >>> [r.name for r in workspace_node(128, False, SourceLoc("x", 1, 0)).regions]
+    ['block_counts', 'counts', 'offsets', 'tile_expert', 'tiles_m', 'permuted_row', 'xs', 'out', 'h']
+    """
+    regions = [Region("block_counts", "int32_t", (("chunks", "E"),)), Region("counts", "int32_t", (("E",),)),
+               Region("offsets", "RowIndex", (("E",), (1,))),
+               Region("tile_expert", "int32_t", (("max_tiles",), ("E",))), Region("tiles_m", "int32_t", ((1,),))]
+    if handoff:
+        regions.append(Region("tile_ready", "int32_t", (("max_tiles",),)))
+    regions += [Region("permuted_row", "RowIndex", (("rows",),)), Region("xs", "Element", (("padded_rows", "H"),)),
+                Region("out", "Element", (("padded_rows", "H"),), alias="xs"),
+                Region("h", "Element", (("padded_rows", "I"),))]
+    return Workspace(tuple(regions), align=WORKSPACE_ALIGN, group_rows=pad - 1, round_rows=pad, tile_rows=pad, loc=loc)
 
 
 #: elements of one 16-byte vector of the gather (bf16 / fp16)
@@ -212,7 +240,8 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
     layer = MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
-                     combine, indices, pdl=c.pdl, weight_prefetch=c.weight_prefetch, handoff=c.handoff)
+                     combine, indices, workspace_node(c.tile_m, c.handoff, loc), pdl=c.pdl,
+                     weight_prefetch=c.weight_prefetch, handoff=c.handoff)
     if c.handoff:   # the spin traps instead of hanging after the shortest time-out rule moe.handoff accepts
         layer = dataclasses.replace(layer, handoff_timeout_ms=layer.handoff_min_timeout_ms())
     return layer
