@@ -33,13 +33,15 @@ def generate_gemm(cfg: GemmConfig, problem: GemmProblem | None = None, *, smt: b
         problem: the problem it will run: the symbolic-K proofs then cover its K (default:
             K < 2^24).
         smt: run the verifier's z3 tier (symbolic K, pipeline induction) too.
-        allow_unknown: render even when some obligations came back ``unknown`` (the ``.cu``
-            header lists them).
+        allow_unknown: render even when some obligations came back ``unknown`` or undecided (the
+            ``.cu`` header lists them). Checks skipped with ``smt=False`` never need it (the header
+            lists them as not checked).
 
     Raises:
         ConfigError: the configuration has no program, or the template cannot print it.
         VerificationError: the verifier found a violation (``.report`` has all of them).
-        UnprovedError: ``verify.unknown`` (no violation, but obligations not proved).
+        UnprovedError: ``verify.unknown`` / ``verify.undecided`` (no violation, but obligations not
+            proved).
         ToolchainError: ``toolchain.z3`` when ``smt`` and z3-solver is not installed.
     """
     return generate(cfg, problem, smt=smt, allow_unknown=allow_unknown)

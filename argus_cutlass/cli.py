@@ -29,7 +29,8 @@ Commands:
       entry), e.g. ``nvcc ... $(argus-cutlass include-path) -c KERNEL.cu``.
   ``argus-cutlass verify CONFIG.json [--json] [--verbose]``
       verify one configuration: violations first, the proofs only with ``--verbose``; exit code 1 on a
-      violation (or an unknown, unless ``--allow-unknown``).
+      violation (or an unknown or undecided obligation, unless ``--allow-unknown``; checks skipped with
+      ``--no-smt`` are listed, and do not fail).
   ``argus-cutlass table [--kernel gemm|attention|moe] [--json] [--m M --n N --k K | --batch B --heads H
   --seqlen-q SQ --head-dim D ...]``
       list the tuned entries (your experience store, then the shipped H200 table); given a problem, its key,
@@ -38,7 +39,7 @@ Commands:
 Every stage runs through the orchestrator :mod:`argus_cutlass.generate`.
 
 Exit codes: 0 success; 1 verification failure (a violation, or obligations left
-unknown without ``--allow-unknown``) or numerical failure; 2 bad input or environment
+unknown or undecided without ``--allow-unknown``) or numerical failure; 2 bad input or environment
 (the message names the input and the rule).
 """
 
@@ -311,10 +312,14 @@ class _Progress:
                 _print(f"verified  {_proof_summary(r.report)}")
                 for line in r.report.proved if self.verbose else ():
                     _print(f"            {line}")
-                for u in r.report.unknowns:
-                    from argus_cutlass.errors import unknown_text
-
-                    _print(f"UNPROVED  {unknown_text(u)} (rendered anyway: --allow-unknown)")
+                for line in r.report.not_proved:
+                    _print(f"UNPROVED  {line} (rendered anyway: --allow-unknown)")
+                if r.report.skipped:
+                    reasons = sorted({s.reason for s in r.report.skipped})
+                    _print(f"skipped   {len(r.report.skipped)} check(s) not run ({'; '.join(reasons)}): not proved, "
+                           "listed in the .cu header" + ("" if self.verbose else " (--verbose lists them)"))
+                for line in r.report.skipped_lines if self.verbose else ():
+                    _print(f"            {line}")
         elif stage == "write":
             _print(f"wrote     {self.out_dir / (r.name + '.cu')}")
             _print(f"wrote     {self.out_dir / (r.name + '.h')} (the C interface: include it to call the .cu)")
@@ -469,7 +474,7 @@ def _verify(args: argparse.Namespace) -> int:
         _print("tiers:")
         for line in report.tier_summary():
             _print(f"  {line}")
-    return 0 if report.ok and (args.allow_unknown or not report.unknowns) else 1
+    return 0 if report.ok and (args.allow_unknown or report.complete) else 1
 
 
 def cmd_include_path(args: argparse.Namespace) -> int:
@@ -752,9 +757,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fields not given take GemmConfig's defaults (tn bf16, 128x256x64, cluster 2x1, "
                                    "4 stages, cooperative); or a gemm record (its \"config\" key)")
     v.add_argument("--json", action="store_true",
-                   help='machine-readable report: "ok" = no violation; "complete" = ok and every obligation '
-                        'decided (no SMT "unknown"); violations with counterexamples, proofs, tier times')
-    v.add_argument("--no-smt", action="store_true", help="skip the SMT tier (z3)")
+                   help='machine-readable report: "ok" = no violation; "complete" = no SMT "unknown" and every '
+                        'obligation proved, violated or skipped ("undecided" lists any other); violations with '
+                        'counterexamples, proofs, skipped checks, tier times')
+    v.add_argument("--no-smt", action="store_true", help="skip the SMT tier (z3); what it would check is listed as "
+                                                         "SKIPPED (not proved)")
     v.add_argument("--verbose", action="store_true", help="list every proof (by default only violations, unknowns "
                                                           "and a count of the proofs)")
     v.add_argument("--allow-unknown", action="store_true",

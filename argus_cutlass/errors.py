@@ -89,22 +89,32 @@ class VerificationError(ArgusError):
 
 
 class UnprovedError(ArgusError):
-    """The verifier found no violation but left obligations undecided (``unknown``: an SMT
-    timeout, a case outside what an engine covers). ``unknown`` is not ``proved``: the
-    orchestrator refuses to render such a program unless the caller allows it
-    (``allow_unknown=True``; CLI ``--allow-unknown``). ``.report`` holds the report; the message
-    names every obligation that was not proved."""
+    """The verifier found no violation but the report is not ``complete``: obligations came back
+    ``unknown`` (an SMT timeout, a case outside what an engine covers; rule ``verify.unknown``) or
+    were left undecided, with no proof, violation, unknown or skip recorded (a verifier defect; rule
+    ``verify.undecided``, which takes precedence). Neither is ``proved``: the orchestrator refuses to
+    render such a program unless the caller allows it (``allow_unknown=True``; CLI
+    ``--allow-unknown``). Obligations deliberately skipped (the SMT tier off) do not raise this.
+    ``.report`` holds the report; the message names every obligation that was not proved."""
 
     def __init__(self, report) -> None:  # noqa: ANN001 - VerificationReport
         self.report = report
-        items = [unknown_text(u) for u in report.unknowns]
+        undecided = list(report.undecided)
+        items = [unknown_text(u) for u in report.unknowns] + [undecided_text(o) for o in undecided]
         shown = "\n".join(f"  - {t}" for t in items[:12])
         more = f"\n  ... and {len(items) - 12} more" if len(items) > 12 else ""
+        if undecided:
+            rule = "verify.undecided"
+            hint = ("a verifier defect: the rule registered its obligation and reported nothing; fix the check "
+                    "(every obligation must end proved, violated, unknown or skipped), or pass --allow-unknown "
+                    "(allow_unknown=True) to render it anyway; the .cu header then lists what was not proved")
+        else:
+            rule = "verify.unknown"
+            hint = ("raise ARGUS_SMT_TIMEOUT_MS (or --smt-timeout-ms) for timeouts, or pass --allow-unknown "
+                    "(allow_unknown=True) to render it anyway; the .cu header then lists what was not proved")
         super().__init__(
-            "verify.unknown",
-            f"{report.kernel}: no violation found, but {len(items)} obligation(s) not proved:\n{shown}{more}",
-            "raise ARGUS_SMT_TIMEOUT_MS (or --smt-timeout-ms) for timeouts, or pass --allow-unknown "
-            "(allow_unknown=True) to render it anyway; the .cu header then lists what was not proved",
+            rule, f"{report.kernel}: no violation found, but {len(items)} obligation(s) not proved:\n{shown}{more}",
+            hint,
         )
 
 
@@ -115,6 +125,13 @@ def unknown_text(u) -> str:  # noqa: ANN001 - argus_cutlass.verify.report.Unknow
     query = query.removeprefix(f"{head}: ") if head else query
     reason = getattr(u, "reason", "")
     return f"{head}: {query}" + (f" ({reason})" if reason else "")
+
+
+def undecided_text(o) -> str:  # noqa: ANN001 - argus_cutlass.verify.report.Obligation
+    """One line naming an obligation the verifier left without any outcome:
+    ``"<invariant> <rule>: <description> (undecided: no proof, violation, unknown or skip recorded)"``."""
+    return (f"{o.invariant} {o.rule}: {o.description} (undecided: no proof, violation, unknown or skip "
+            "recorded)")
 
 
 class ToolchainError(ArgusError):

@@ -26,12 +26,14 @@ of configurations for one problem, compiled in parallel, for the agent and the b
 plus compile and load, both used by the API and the tests.
 
 The kernel name is the program's (:meth:`argus_cutlass.dsl.ir.Program.kernel_name`: a readable
-label of the configuration and a hash of every node). A verifier ``unknown`` blocks rendering
-unless ``allow_unknown`` is set (:class:`~argus_cutlass.errors.UnprovedError` names what was not
-proved). A program is built for its problem: the symbolic-K proofs are stated for ``K <
-2**bound_bits`` with ``bound_bits`` large enough for the problem's K, and the built kernel refuses
-a larger K (return code 3, ``problem.k_range``). A GEMM problem that breaks only TMA's alignment rules
-(a leading dimension or contiguous extent that is not a multiple of 16 bytes) is built with aligned
+label of the configuration and a hash of every node). A verifier ``unknown``, or an obligation the
+verifier left undecided (no outcome recorded), blocks rendering unless ``allow_unknown`` is set
+(:class:`~argus_cutlass.errors.UnprovedError` names what was not proved); checks deliberately skipped
+(the SMT tier off or z3 missing) do not block, and the ``.cu`` header lists them as not checked. A
+program is built for its problem: the symbolic-K proofs are stated for ``K < 2**bound_bits`` with
+``bound_bits`` large enough for the problem's K, and the built kernel refuses a larger K (return
+code 3, ``problem.k_range``). A GEMM problem that breaks only TMA's alignment rules (a leading
+dimension or contiguous extent that is not a multiple of 16 bytes) is built with aligned
 staging of those operands (``GemmProblem.staging``; the program's StageCopy nodes, verified by the
 ``stage.*`` rules); the record's ``path`` says which path the kernel runs and why.
 
@@ -61,6 +63,7 @@ from argus_cutlass.errors import (
     DslError,
     UnprovedError,
     VerificationError,
+    undecided_text,
     unknown_text,
 )
 from argus_cutlass.kernels.attention.config import AttentionConfig
@@ -248,7 +251,8 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
 
     Args:
         smt: run the z3 tier; ``None``: run it when z3-solver is installed, else skip it and
-            append a note to ``notes``.
+            append a note to ``notes``. With the tier off the report's ``skipped`` records name
+            what it would have checked, with the reason (``--no-smt`` or z3-solver missing).
         smt_timeout_ms: per-query z3 timeout (default ``ARGUS_SMT_TIMEOUT_MS``); a timeout is an
             ``unknown``, never a proof.
 
@@ -268,9 +272,11 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
         from argus_cutlass.verify.moe import verify_moe as verify_family
     else:
         from argus_cutlass.verify import verify_gemm as verify_family
+    no_z3 = False
     if smt is None:
         smt = _Z3()
-        if not smt and notes is not None:
+        no_z3 = not smt
+        if no_z3 and notes is not None:
             notes.append("SMT tier skipped (z3-solver is not installed); arithmetic and enumeration "
                          "tiers ran")
     smt_timeout_ms = timeout
@@ -279,13 +285,13 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
 
     cfg = settings()
     if not cfg.report_cache:
-        return verify_family(program, **kwargs)
+        return _skip_reason(verify_family(program, **kwargs), no_z3)
     fingerprint = program.fingerprint()
     key = hashlib.sha256(f"{fingerprint}|{_verifier_source_hash()}|{smt}|{smt_timeout_ms}".encode()).hexdigest()
     path = cfg.cache_dir / "reports" / f"{key}.json"
     cached = _cached_report(path, key, fingerprint, program.kernel_name())
     if cached is not None:
-        return cached
+        return _skip_reason(cached, no_z3)
     report = verify_family(program, **kwargs)
     if report.verified and report.proofs:  # only complete proofs are reused; rejections are recomputed
         import json
@@ -299,7 +305,22 @@ def verify(program: Any, *, smt: bool | None = True, smt_timeout_ms: int | None 
             os.replace(tmp, path)
         except OSError:
             pass  # a read-only cache only costs the next process a verification
-    return report
+    return _skip_reason(report, no_z3)
+
+
+#: the reason a Skipped record gives when ``verify(smt=None)`` found no z3 (the verifier's own says --no-smt)
+Z3_MISSING = "SMT tier skipped: z3-solver not installed"
+
+
+def _skip_reason(report: Any, no_z3: bool) -> Any:
+    """``report`` with its ``skipped`` records' reason saying z3-solver is missing when ``no_z3`` (the
+    verifier only knows the tier was off; ``smt=None`` without z3 is why)."""
+    if not no_z3 or not report.skipped:
+        return report
+    import dataclasses
+
+    return dataclasses.replace(report, skipped=tuple(dataclasses.replace(s, reason=Z3_MISSING)
+                                                     for s in report.skipped))
 
 
 @functools.lru_cache(maxsize=1)
@@ -329,46 +350,57 @@ def _verifier_source_hash() -> str:
 def _cached_report(path: Path, key: str, fingerprint: str, kernel: str) -> Any:
     """The verified report stored at ``path`` for exactly this key, program fingerprint and kernel, or
     None: absent, unreadable, written for another key or program, or not a complete proof (any
-    violation, unknown or not-proved line, or no proof at all) -- such a file is never trusted."""
+    violation, unknown, undecided obligation or not-proved line, or no proof at all) -- such a file is
+    never trusted. Its ``skipped`` records (the SMT tier off) come back with it."""
     import json
 
-    from argus_cutlass.verify.report import Obligation, Proof, VerificationReport
+    from argus_cutlass.verify.report import Obligation, Proof, Skipped, VerificationReport
 
     try:
         d = json.loads(path.read_text())
         if (d.get("cache_key") != key or d.get("fingerprint") != fingerprint or d.get("kernel") != kernel
                 or d.get("verified") is not True or d.get("violations") or d.get("unknowns")
-                or d.get("not_proved") or not d.get("proofs") or not d.get("obligations")):
+                or d.get("not_proved") or d.get("undecided") or not d.get("proofs") or not d.get("obligations")):
             return None
-        return VerificationReport(
+        report = VerificationReport(
             kernel=d["kernel"], obligations=tuple(Obligation(**o) for o in d["obligations"]),
             proofs=tuple(Proof(**p) for p in d["proofs"]), violations=(), elapsed_s=float(d["elapsed_s"]),
             notes=tuple(d.get("notes", ())) + ("report from the cache of verified programs (same program "
                                                 "fingerprint, same verifier source); ARGUS_REPORT_CACHE=0 re-verifies",),
-            unknowns=(), tier_seconds=dict(d.get("tier_seconds", {})))
+            unknowns=(), tier_seconds=dict(d.get("tier_seconds", {})),
+            skipped=tuple(Skipped(**s) for s in d.get("skipped", ())))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return report if report.verified else None
 
 
 def require_proved(report: Any, *, allow_unknown: bool = False) -> None:
     """Refuse a report that does not license rendering.
 
+    A report whose only gaps are ``skipped`` records (the SMT tier off: ``--no-smt``, or z3-solver
+    missing under ``smt=None``) is ``complete`` and passes; its ``.cu`` header lists them
+    (:func:`proof_lines`).
+
     Raises:
         VerificationError: a violation (``.report`` has all of them).
-        UnprovedError: ``verify.unknown``: no violation, but obligations left undecided, and
-            ``allow_unknown`` is False; the message names each one.
+        UnprovedError: no violation, but the report is not ``complete`` and ``allow_unknown`` is
+            False: ``verify.undecided`` when an obligation has no outcome at all (a verifier defect),
+            else ``verify.unknown`` (SMT timeouts...); the message names each obligation.
     """
     if not report.ok:
         raise VerificationError(report)
-    if report.unknowns and not allow_unknown:
+    if not report.complete and not allow_unknown:
         raise UnprovedError(report)
 
 
 def proof_lines(report: Any) -> tuple[str, ...]:
-    """The lines the ``.cu`` header lists: every proof, then every obligation not proved
-    (present only when the caller allowed ``unknown``)."""
-    return tuple(report.proved) + tuple(f"NOT PROVED (allowed by --allow-unknown): {unknown_text(u)}"
-                                        for u in report.unknowns)
+    """The lines the ``.cu`` header lists: every proof, then every check deliberately skipped
+    (``SKIPPED (not checked: <reason>)``), then every obligation not proved (present only when the
+    caller allowed ``unknown``: unknowns and undecided obligations). Only proofs read as proved."""
+    return (tuple(report.proved)
+            + tuple(f"SKIPPED (not checked): {line}" for line in report.skipped_lines)
+            + tuple(f"NOT PROVED (allowed by --allow-unknown): {unknown_text(u)}" for u in report.unknowns)
+            + tuple(f"NOT PROVED (allowed by --allow-unknown): {undecided_text(o)}" for o in report.undecided))
 
 
 def render(program: Any, report: Any) -> str:
@@ -436,7 +468,8 @@ def generate(cfg: Config, problem: Problem | None = None, *, smt: bool | None = 
 
     Raises:
         ConfigError: the configuration has no program, or the template cannot print it.
-        VerificationError: a violation; UnprovedError: an ``unknown`` without ``allow_unknown``.
+        VerificationError: a violation; UnprovedError: an ``unknown`` or an undecided obligation
+            without ``allow_unknown``.
         ToolchainError: ``toolchain.z3`` when ``smt`` is True and z3-solver is missing.
     """
     program = build(cfg, problem)
@@ -666,7 +699,8 @@ class Options:
 
     Attributes:
         smt, smt_timeout_ms: verifier tiers (see :func:`verify`; ``smt=None`` runs z3 when installed).
-        allow_unknown: render a program with undecided obligations (listed in the ``.cu`` header).
+        allow_unknown: render a program with ``unknown`` or undecided obligations (listed in the ``.cu``
+            header); checks skipped with the SMT tier off never need it.
         heuristic: :func:`configure` uses the fixed heuristic, not a tuned configuration.
         compile: compile (else stop after rendering); run: check and time on the GPU when there is one.
         time, baseline: time our kernel / cuBLAS after a passing check.

@@ -501,9 +501,9 @@ def sweep_config(cfg: GemmConfig, ident: str, *, smt: bool = True, render: bool 
         return rec
     rec.kernel = program.kernel_name()
     report = _verify(program, smt)
-    from argus_cutlass.errors import unknown_text
+    from argus_cutlass.errors import undecided_text, unknown_text
 
-    rec.unknowns = [unknown_text(u) for u in report.unknowns]
+    rec.unknowns = [unknown_text(u) for u in report.unknowns] + [undecided_text(o) for o in report.undecided]
     if report.violations:
         rec.outcome = "rejected"
         for v in report.violations:
@@ -516,7 +516,7 @@ def sweep_config(cfg: GemmConfig, ident: str, *, smt: bool = True, render: bool 
         if render:
             rec.printed = _printed(program)
     else:
-        rec.outcome = "unknown" if report.unknowns else "accepted"
+        rec.outcome = "unknown" if not report.complete else "accepted"
     rec.seconds = time.perf_counter() - t0
     return rec
 

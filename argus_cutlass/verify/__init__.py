@@ -15,7 +15,10 @@ reads **only the program**: the same object the templates print. :func:`verify_g
 :class:`VerificationReport` and never raises on a program it is given (a check that cannot run
 on it becomes a violation naming the check's rule); :func:`check_gemm` raises
 :class:`VerificationError` on violations. An ``unknown`` (an SMT timeout, a case a model does
-not cover) is never a proof: ``report.complete`` is False and ``report.unknowns`` names it.
+not cover) is never a proof: ``report.complete`` is False and ``report.unknowns`` names it. With
+the SMT tier off, what it would have checked is recorded as ``report.skipped`` (never a proof
+either, but the report can be complete); an obligation with no outcome at all is
+``report.undecided`` and makes the report incomplete.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from argus_cutlass.verify.report import (
     Counterexample,
     Obligation,
     Proof,
+    Skipped,
     Unknown,
     VerificationReport,
     Violation,
@@ -55,6 +59,7 @@ __all__ = [
     "Invariant",
     "Obligation",
     "Proof",
+    "Skipped",
     "Unknown",
     "VerificationReport",
     "Violation",
@@ -93,6 +98,14 @@ _OUTPUT_OBLIGATIONS = {
     "epilogue.coordinate": ("G2", "each register is stored at its accumulator's (m, n)"),
     "residue.store": ("G8", "no store leaves D for any M/N residue"),
 }
+
+#: reasons of the Skipped records of checks not run because another rule already failed
+SKIP_SHAPES = "the shape rules (gmma.n, gmma.m_tile, stages) failed"
+SKIP_STAGE = ("one stage of the operand buffers exceeds shared memory (smem.capacity failed): no pipeline of this "
+              "tile can launch")
+SKIP_FIT = "the program does not fit shared memory (smem.capacity failed): it cannot launch"
+SKIP_REGISTERS = ("the tile's fp32 accumulators exceed an SM's registers (registers failed): no kernel of this tile "
+                  "can hold them")
 
 #: nodes every GEMM check reads; a program without one gets a single dsl.program violation
 _GEMM_NODES = ("pipeline", "kloop", "mma", "epilogue", "source", "staging", "schedule", "launch")
@@ -258,6 +271,8 @@ def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes:
     obligations.append(Obligation("tma.image", "G5", "TMA images are bijective onto their stages"))
     if operands_ok:
         run.add("enum", "tma.image", check_tma_image, program, cap)
+    else:
+        run.skip("tma.image", "TMA images are bijective onto their stages", SKIP_STAGE, "G5")
     if needs_multicast_check(program):
         obligations.append(Obligation("tma.multicast", "G5", "every CTA of the cluster receives each box of its "
                                       "stage once, from its own block; TMA op kind matches the multicast"))
@@ -271,14 +286,19 @@ def _mainloop(run: _Run, program: Program, obligations: list[Obligation], notes:
         obligations.append(Obligation(a.rule, a.invariant, _text(a), str(a.loc)))
         if not shapes_ok:
             notes.append(f"{a.rule} ({a}) not checked: shape rules failed")
+            run.skip(a.rule, _text(a), SKIP_SHAPES, a.invariant)
             continue
         if operands_ok:
             run.add("enum", a.rule, check_assertion, program, a, cap)
+        else:
+            run.skip(a.rule, _text(a), SKIP_STAGE, a.invariant)
     if shapes_ok:
         obligations.append(Obligation("gmma.descriptor", "G1",
                                       "every wgmma descriptor the kernel forms decodes to its operand's read view"))
         if operands_ok:
             run.add("enum", "gmma.descriptor", check_descriptors, program, cap)
+        else:
+            run.skip("gmma.descriptor", "every wgmma descriptor decodes to its operand's read view", SKIP_STAGE, "G1")
 
 
 def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes: list[str], *, smt: bool,
@@ -294,6 +314,9 @@ def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes:
     for rule, (inv, text) in _PROTOCOL_OBLIGATIONS.items():
         obligations.append(Obligation(rule, inv, text))
     _, enum_k_bad = run.add("enum", "k.coverage", check_k_coverage, program) if operands_ok else ([], [])
+    if not operands_ok:
+        run.skip("k.coverage", "every k in [0, K) summed exactly once for K <= 2 tile_k + 1 (enumeration)", SKIP_STAGE,
+                 "G3")
     run.add("enum", "k.acc_sets", check_acc_sets, program)
     run.add("arith", "residue.load", check_residue_load, program)
     run.add("arith", "pipeline.tx_bytes", check_tx_bytes, program)
@@ -304,8 +327,18 @@ def _protocol(run: _Run, program: Program, obligations: list[Obligation], notes:
     else:
         notes.append(f"pipeline.protocol not enumerated: the {program.pipeline.stages}-stage program does not fit "
                      "shared memory (smem.capacity), so it cannot launch")
+        run.skip("pipeline.protocol", _PROTOCOL_OBLIGATIONS["pipeline.protocol"][1], SKIP_FIT, "G6")
     if not smt:
         notes.append("SMT tier off: k.coverage checked for K <= 2 tile_k + 1 only; pipeline for small bounds only")
+        run.skip("k.coverage", "every k in [0, K) summed exactly once for all K < 2^bound_bits (SMT; the enumeration "
+                 "covers K <= 2 tile_k + 1)", invariant="G3")
+        for rule in ("pipeline.state", "pipeline.stage", "pipeline.parity", "pipeline.carry"):
+            inv, text = _PROTOCOL_OBLIGATIONS[rule]
+            run.skip(rule, f"{text.removesuffix(' (smt)')}, for all iteration counts (SMT)", invariant=inv)
+        enum_bad = {v.rule for v in run.violations}
+        if shapes_ok and not enum_bad & {"tma.image", "mma.k_agreement", "mma.operand_identity"}:
+            run.skip("mma.k_agreement", "bit-vector cross-check of the operand maps (SMT; the enumeration tier "
+                     "checked the tags)", invariant="G1")
         return
     from argus_cutlass.settings import settings
     from argus_cutlass.verify import smt as smt_tier
@@ -347,6 +380,9 @@ def _output(run: _Run, program: Program, obligations: list[Obligation], accumula
         obligations.append(Obligation(rule, inv, text, str(e.loc)))
     if accumulators_ok:
         run.add("enum", "epilogue.coordinate", check_epilogue, program)
+    else:
+        for rule in ("epilogue.coordinate", "output.bijection", "residue.store"):
+            _skip_obligation(run, obligations, rule, SKIP_REGISTERS)
     src = program.source
     grouped = program.family == "moe"   # an MoE grouped GEMM: out = acc, C never read (output._check_grouped_source)
     obligations.append(Obligation("epilogue.source", "G2", "out = acc: alpha 1, beta 0, C never read" if grouped
@@ -355,11 +391,16 @@ def _output(run: _Run, program: Program, obligations: list[Obligation], accumula
                                   else "C loads are masked to M x N", str(src.loc)))
     if accumulators_ok:
         run.add("enum", "epilogue.source", check_source, program)
+    else:
+        for rule in ("epilogue.source", "residue.source"):
+            _skip_obligation(run, obligations, rule, SKIP_REGISTERS)
     obligations.append(Obligation("epilogue.tma_store", "G2",
                                   "the TMA store sends each staged accumulator to its own (m, n)",
                                   str(program.stores[0].loc)))
     if accumulators_ok:
         run.add("enum", "epilogue.tma_store", check_tma_store, program)
+    else:
+        _skip_obligation(run, obligations, "epilogue.tma_store", SKIP_REGISTERS)
     where = str(program.staging.loc)
     obligations.append(Obligation("epilogue.stmatrix", "G2",
                                   "each accumulator register is staged at sD(m, n, stage) by the epilogue's "
@@ -368,6 +409,8 @@ def _output(run: _Run, program: Program, obligations: list[Obligation], accumula
                                   "a staging stage is rewritten only after its TMA store finished reading it", where))
     if accumulators_ok:
         run.add("enum", "epilogue.stmatrix", check_staging, program)
+    else:
+        _skip_obligation(run, obligations, "epilogue.stmatrix", SKIP_REGISTERS)
     run.add("arith", "epilogue.stage_reuse", check_stage_reuse, program)
     obligations.append(Obligation("scheduler.bijection", "G4",
                                   "every work unit has one CTA and one output tile (enum: units <= 48; "
@@ -382,6 +425,14 @@ def _output(run: _Run, program: Program, obligations: list[Obligation], accumula
                                       "tile", str(program.schedule.loc)))
         if accumulators_ok:
             run.add("enum", "scheduler.cluster_reduce", check_cluster_reduce, program)
+        else:
+            _skip_obligation(run, obligations, "scheduler.cluster_reduce", SKIP_REGISTERS)
+
+
+def _skip_obligation(run: _Run, obligations: list[Obligation], rule: str, reason: str) -> None:
+    """Record the registered obligation of ``rule`` (its latest) as skipped, for ``reason``."""
+    o = next(o for o in reversed(obligations) if o.rule == rule)
+    run.skip(rule, o.description, reason, o.invariant)
 
 
 def _family_checks(run: _Run, program: Program, obligations: list[Obligation], notes: list[str]) -> None:

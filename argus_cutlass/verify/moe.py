@@ -60,7 +60,7 @@ import numpy as np
 from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.dsl.moe_ir import (CTYPES, GROUPED_EXTENTS, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS,
                                       MAX_EXPERTS, MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS, SIGNED_CTYPES, MoELayer)
-from argus_cutlass.verify.report import Counterexample, Obligation, Proof, VerificationReport, Violation
+from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Skipped, VerificationReport, Violation
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
@@ -2056,6 +2056,7 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
         run.proofs += [dataclass_prefix(x, part) for x in rep.proofs if x.rule not in replaced]
         run.violations += [dataclass_prefix(x, part) for x in rep.violations if x.rule not in replaced]
         run.unknowns += list(rep.unknowns)
+        run.skipped += [dataclass_prefix(x, part) for x in rep.skipped if x.rule not in replaced]
         notes += [f"{part}: {n}" for n in rep.notes]
     cases = routing_cases(layer)
     for rule, (inv, text) in MOE_RULES.items():
@@ -2080,13 +2081,27 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     else:
         notes.append("SMT tier off: moe.offsets checked on the enumerated routings only; the banded walks on the "
                      "enumerated routings and scheduler.bijection's enumeration and all-sizes argument")
+        run.skip("moe.offsets", "the printed scan's group offsets (off_0 = 0, padded, tile-aligned, monotone) for "
+                 "all counts in [0, 2^24] (SMT; the enumeration covers the enumerated routings)", invariant="M2")
+        from argus_cutlass.verify.decomposition import GroupedWalk
+
+        for part in ("gate_up", "down"):
+            try:
+                banded = bool(GroupedWalk.of(layer.program(part).schedule).band_m)
+            except Exception:  # noqa: BLE001 - a malformed layer: the enumeration's violation says why
+                banded = False
+            if banded:
+                run.skip("moe.group_tiles", f"{part}: the banded grouped walk is a bijection for every tiles_m the "
+                         "buffers allow (SMT; the enumeration covers the enumerated routings)", invariant="M3")
     return _report(name, obligations, run, notes, t0)
 
 
 def dataclass_prefix(x: Any, part: str) -> Any:
-    """``x`` (a Proof or Violation of a GEMM rule) with the MoE part named in its text."""
+    """``x`` (a Proof, Violation or Skipped record of a GEMM rule) with the MoE part named in its text."""
     import dataclasses
 
+    if isinstance(x, Skipped):
+        return dataclasses.replace(x, check=f"[{part}] {x.check}")
     if isinstance(x, Proof):
         return dataclasses.replace(x, summary=f"[{part}] {x.summary}")
     if isinstance(x, Violation):

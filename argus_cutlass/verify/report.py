@@ -1,7 +1,16 @@
-"""Verifier records: obligations, proofs, violations with counterexamples, and the report.
+"""Verifier records: obligations, proofs, violations with counterexamples, unknowns, skips, and the report.
+
+Every obligation ends with at least one outcome record: a :class:`Proof`, a :class:`Violation`, an
+:class:`Unknown` (the verifier tried and could not decide) or a :class:`Skipped` (a check deliberately
+not run: the SMT tier off, or in a rejected program a check another violation leaves without a
+domain). An obligation with none of them is *undecided* (``VerificationReport.undecided``): a
+verifier defect, never a pass -- the report is then not ``complete``. A skipped obligation is not
+proved either, but it is said: ``format()``, ``to_json()`` and the ``.cu`` header
+(``argus_cutlass.generate.proof_lines``) list it with its reason.
 
 The report is plain data: ``format()`` is the human text, ``to_json()`` the machine form,
-``proved`` the short lines the renderer writes into the ``.cu`` header.
+``proved`` the short lines the renderer writes into the ``.cu`` header (``skipped_lines`` the lines
+of what was not checked).
 """
 
 from __future__ import annotations
@@ -53,6 +62,24 @@ class Unknown:
     reason: str
     timeout_ms: int
     seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An obligation, or one tier's part of it, that the verifier deliberately did not check: the SMT
+    tier turned off (``smt=False``, CLI ``--no-smt``) or unavailable (z3-solver not installed), or, in a
+    rejected report, a check another rule's violation leaves without a domain (a program that breaks
+    ``smem.capacity`` or the shape rules cannot launch). Never a proof; the obligation is accounted for
+    (the report can be ``complete``), and the record is listed in ``format()``, ``to_json()`` and the
+    ``.cu`` header.
+
+    ``check`` says what was not checked (``PipelineState closed form == operator++, for all iteration
+    counts (SMT)``), ``reason`` why (``SMT tier off (smt=False, --no-smt)``)."""
+
+    rule: str
+    invariant: str
+    check: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -166,6 +193,11 @@ class VerificationReport:
         proofs: the ones that hold.
         violations: the ones that fail (all resource violations, first tag counterexample).
         elapsed_s: wall time of the verification, seconds.
+        notes: what was checked on a bounded range only, or not run, and why.
+        unknowns: obligations the verifier tried and could not decide (SMT timeouts...).
+        skipped: checks deliberately not run (the SMT tier off; in a rejected report, checks another
+            rule's violation leaves without a domain), each with its reason.
+        tier_seconds: wall seconds per tier.
     """
 
     kernel: str
@@ -177,6 +209,7 @@ class VerificationReport:
     unknowns: tuple[Unknown, ...] = field(default=())
     #: wall seconds per tier: ``arith`` (algebraic), ``enum`` (enumeration), ``smt``
     tier_seconds: dict[str, float] = field(default_factory=dict)
+    skipped: tuple[Skipped, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
@@ -185,22 +218,50 @@ class VerificationReport:
 
     @property
     def complete(self) -> bool:
-        """Every obligation decided (proved or violated): no ``unknown``. A complete report with no
-        violation is a proof of every obligation; ``ok and not complete`` must not be rendered as
-        verified (``not_proved`` names what is missing)."""
-        return not self.unknowns
+        """Every obligation accounted for: no ``unknown``, and every obligation's rule has at least one
+        proof, violation or :class:`Skipped` record (``undecided`` is empty). A complete report with no
+        violation proves every obligation except the ``skipped`` ones, which were deliberately not
+        checked (the SMT tier off) and are listed as such wherever the proofs are (``format()``,
+        ``to_json()``, the ``.cu`` header); ``ok and not complete`` must not be rendered as verified
+        (``not_proved`` names what is missing)."""
+        return not self.unknowns and not self.undecided
 
     @property
     def verified(self) -> bool:
-        """No violation and no ``unknown``: every obligation proved."""
+        """No violation and ``complete``: every obligation proved or, when ``skipped`` is not empty,
+        deliberately not checked (``fully_proved`` excludes that)."""
         return self.ok and self.complete
 
     @property
-    def not_proved(self) -> list[str]:
-        """One line per ``unknown``: ``"<inv> <rule>: <query> (<reason>)"``."""
-        from argus_cutlass.errors import unknown_text
+    def fully_proved(self) -> bool:
+        """``verified`` with nothing skipped: every obligation proved by a tier that ran."""
+        return self.verified and not self.skipped
 
-        return [unknown_text(u) for u in self.unknowns]
+    @property
+    def undecided(self) -> list[Obligation]:
+        """The obligations with no outcome at all: no proof, violation, ``unknown`` or ``skipped``
+        record for their rule (one per rule, in obligation order). Any is a verifier defect (a check
+        registered an obligation and never reported on it); it makes the report incomplete."""
+        done = ({p.rule for p in self.proofs} | {v.rule for v in self.violations}
+                | {u.rule for u in self.unknowns} | {s.rule for s in self.skipped})
+        out: dict[str, Obligation] = {}
+        for o in self.obligations:
+            if o.rule not in done:
+                out.setdefault(o.rule, o)
+        return list(out.values())
+
+    @property
+    def not_proved(self) -> list[str]:
+        """One line per ``unknown`` (``"<inv> <rule>: <query> (<reason>)"``), then one per undecided
+        obligation (``"<inv> <rule>: <description> (undecided: ...)"``)."""
+        from argus_cutlass.errors import undecided_text, unknown_text
+
+        return [unknown_text(u) for u in self.unknowns] + [undecided_text(o) for o in self.undecided]
+
+    @property
+    def skipped_lines(self) -> list[str]:
+        """One line per ``skipped`` record: ``"<inv> <rule>: <check> (not checked: <reason>)"``."""
+        return [skipped_text(s) for s in self.skipped]
 
     def tier_summary(self) -> list[str]:
         """One line per tier: proofs, median seconds per proof, the tier's total time."""
@@ -232,8 +293,11 @@ class VerificationReport:
         return [v.rule for v in self.violations]
 
     def format(self) -> str:
-        status = ("REJECTED" if not self.ok else "verified" if self.complete else
-                  f"INCOMPLETE ({len(self.unknowns)} unknown: not proved)")
+        undecided = self.undecided
+        gaps = ", ".join(x for x in (f"{len(self.unknowns)} unknown" if self.unknowns else "",
+                                     f"{len(undecided)} undecided" if undecided else "") if x)
+        status = ("REJECTED" if not self.ok else f"INCOMPLETE ({gaps}: not proved)" if not self.complete else
+                  f"verified, {len(self.skipped)} skipped (not checked)" if self.skipped else "verified")
         head = (
             f"{self.kernel}: {status} "
             f"({len(self.proofs)} proved, {len(self.violations)} violated, "
@@ -248,6 +312,11 @@ class VerificationReport:
             why = f"{u.reason}, timeout {u.timeout_ms} ms" if u.timeout_ms else u.reason
             query = u.query.removeprefix(f"{u.invariant} {u.rule}: ")
             lines.append(f"  UNKNOWN {u.invariant} {u.rule}: {query}: not proved ({why})")
+        for o in undecided:
+            lines.append(f"  UNDECIDED {o.invariant} {o.rule}: {o.description}: no proof, violation, unknown or "
+                         "skip recorded (a verifier defect): not proved")
+        for sk in self.skipped:
+            lines.append(f"  SKIPPED {sk.invariant} {sk.rule}: {sk.check}: not checked ({sk.reason})")
         for n in self.notes:   # what was not checked, or checked on a bounded range, and why
             lines.append(f"  note: {n}")
         for p in self.proofs:
@@ -267,8 +336,11 @@ class VerificationReport:
                 "proofs": [conv(p) for p in self.proofs],
                 "violations": [conv(v) for v in self.violations],
                 "unknowns": [conv(u) for u in self.unknowns],
+                "skipped": [conv(s) for s in self.skipped],
+                "undecided": [conv(o) for o in self.undecided],
                 "complete": self.complete,
                 "verified": self.verified,
+                "fully_proved": self.fully_proved,
                 "not_proved": self.not_proved,
                 "tier_seconds": self.tier_seconds,
                 "notes": list(self.notes),
@@ -276,3 +348,8 @@ class VerificationReport:
             indent=2,
             sort_keys=True,
         )
+
+
+def skipped_text(s: Skipped) -> str:
+    """One line naming a skipped check: ``"<invariant> <rule>: <check> (not checked: <reason>)"``."""
+    return f"{s.invariant} {s.rule}: {s.check} (not checked: {s.reason})"

@@ -1,6 +1,6 @@
 """The verifier's run bookkeeping, shared by every family's ``verify_<family>``: :class:`Run`
-collects proofs, violations and unknowns per tier and turns an exception inside a check into a
-violation of the check's rule; :func:`report` builds the :class:`VerificationReport`."""
+collects proofs, violations, unknowns and skipped checks per tier and turns an exception inside a
+check into a violation of the check's rule; :func:`report` builds the :class:`VerificationReport`."""
 
 from __future__ import annotations
 
@@ -10,18 +10,24 @@ from collections.abc import Callable
 from typing import Any
 
 from argus_cutlass.verify.catalogue import invariant_of
-from argus_cutlass.verify.report import Obligation, Proof, Unknown, VerificationReport, Violation
+from argus_cutlass.verify.report import Obligation, Proof, Skipped, Unknown, VerificationReport, Violation
+
+#: the reason of a Skipped record of the SMT tier turned off (``argus_cutlass.generate.verify`` says so
+#: instead when z3-solver is missing)
+SMT_OFF = "SMT tier off (smt=False, --no-smt)"
 
 
 class Run:
-    """Collects proofs, violations and unknowns, and the wall time per tier. Every check runs
-    through :meth:`add`, which turns an exception inside a check into a violation of the
-    check's rule (the verifier never raises on a program it is given)."""
+    """Collects proofs, violations, unknowns and skipped checks, and the wall time per tier. Every
+    check runs through :meth:`add`, which turns an exception inside a check into a violation of the
+    check's rule (the verifier never raises on a program it is given); a check deliberately not run
+    is recorded with :meth:`skip`."""
 
     def __init__(self) -> None:
         self.proofs: list[Proof] = []
         self.violations: list[Violation] = []
         self.unknowns: list[Unknown] = []
+        self.skipped: list[Skipped] = []
         self.tier: dict[str, float] = {"arith": 0.0, "enum": 0.0, "smt": 0.0}
 
     def add(self, tier: str, rule: str, fn: Callable[..., Any], *args: Any) -> tuple[list[Proof], list[Violation]]:
@@ -51,6 +57,12 @@ class Run:
         self.proofs += p
         self.violations += v
         return p, v
+
+    def skip(self, rule: str, check: str, reason: str = SMT_OFF, invariant: str | None = None) -> None:
+        """Record that ``rule``'s ``check`` was deliberately not run, and why (a
+        :class:`~argus_cutlass.verify.report.Skipped`: never a proof); ``invariant`` defaults to
+        the catalogue's (:func:`~argus_cutlass.verify.catalogue.invariant_of`)."""
+        self.skipped.append(Skipped(rule, invariant or invariant_of(rule), check, reason))
 
 
 def node_text(node: Any) -> str:
@@ -99,4 +111,4 @@ def report(name: str, obligations: list[Obligation], run: Run, notes: list[str],
     """The :class:`VerificationReport` of a finished run (``t0``: its start, ``time.perf_counter``)."""
     return VerificationReport(name, tuple(obligations), tuple(run.proofs), tuple(run.violations),
                               time.perf_counter() - t0, tuple(notes), tuple(run.unknowns),
-                              {k: v for k, v in run.tier.items() if v})
+                              {k: v for k, v in run.tier.items() if v}, tuple(run.skipped))

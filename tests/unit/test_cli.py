@@ -165,6 +165,46 @@ def test_unknown_blocks_rendering_unless_allowed(tmp_path, monkeypatch, capsys):
     assert "NOT PROVED (allowed by --allow-unknown): G6 pipeline.parity: consumer wait parity (timeout)" in source
 
 
+def _gap_report(program, *, decided: bool):
+    """A report with no violation and no unknown whose pipeline.parity obligation is skipped (``decided``) or has
+    no outcome at all (a verifier defect)."""
+    from argus_cutlass.verify.report import Obligation, Proof, Skipped, VerificationReport
+
+    skipped = (Skipped("pipeline.parity", "G6", "wait parity for all iteration counts (SMT)",
+                       "SMT tier off (smt=False, --no-smt)"),) if decided else ()
+    return VerificationReport(program.kernel_name(),
+                              (Obligation("mma.k_agreement", "G1", "A.k == B.k"),
+                               Obligation("pipeline.parity", "G6", "consumer waits (i/S)&1")),
+                              (Proof("mma.k_agreement", "G1", "enum", "A.k == B.k"),), (), 0.01, skipped=skipped)
+
+
+def test_undecided_blocks_rendering_and_skipped_does_not(tmp_path, monkeypatch, capsys):
+    """An obligation with no outcome stops the run (verify.undecided, naming it); the same obligation skipped
+    (the SMT tier off) renders, and the .cu header lists it as not checked."""
+    import argus_cutlass.generate as gen
+
+    _no_nvcc(monkeypatch, tmp_path)
+    args = ["gemm", "--m", "256", "--n", "512", "--k", "128", "--heuristic"]
+    monkeypatch.setattr(gen, "verify", lambda program, **kw: _gap_report(program, decided=False))
+    rc = main([*args, "--out", str(tmp_path / "undecided")])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "Traceback" not in out + err
+    assert "[verify.undecided]" in out and "G6 pipeline.parity: consumer waits (i/S)&1 (undecided: " in out
+    assert not list((tmp_path / "undecided").glob("*.cu"))
+    record = json.loads(next((tmp_path / "undecided").glob("*.json")).read_text())
+    assert record["status"] == "unproved" and record["error"]["rule"] == "verify.undecided"
+
+    monkeypatch.setattr(gen, "verify", lambda program, **kw: _gap_report(program, decided=True))
+    rc = main([*args, "--out", str(tmp_path / "skipped")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "skipped   1 check(s) not run (SMT tier off (smt=False, --no-smt))" in out
+    source = next((tmp_path / "skipped").glob("*.cu")).read_text()
+    assert ("//   - SKIPPED (not checked): G6 pipeline.parity: wait parity for all iteration counts (SMT) "
+            "(not checked: SMT tier off (smt=False, --no-smt))") in source
+    assert "//   - G6 pipeline.parity" not in source
+
+
 def test_program_is_built_for_the_problems_k(tmp_path, monkeypatch, capsys):
     """K beyond 2^24: the program (and so the proofs and the kernel's K check) is stated for it."""
     import argus_cutlass.generate as gen

@@ -24,6 +24,9 @@ def test_verified_report_is_reused_and_equal(cache_on):
     again = gen.verify(p, smt=False)
     assert again.verified and again.proved == first.proved and again.obligations == first.obligations
     assert "from the cache" in again.notes[-1]
+    # the SMT tier's Skipped records come back with it: the cached report is complete, not fully proved
+    assert first.skipped and again.skipped == first.skipped and again.complete and not again.undecided
+    assert gen.proof_lines(again) == gen.proof_lines(first)
 
 
 def test_other_program_smt_flag_or_verifier_source_reverify(cache_on, monkeypatch):

@@ -56,6 +56,14 @@ def test_verify_violation_exit_1(tmp_path, capsys):
 def test_verify_no_smt(tmp_path, capsys):
     rc, out, _ = _run(capsys, _write(tmp_path, "cfg.json", "{}"), "--no-smt")
     assert rc == 0 and "[smt]" not in out and "SMT " not in out.split("tiers:")[1]
+    # what the SMT tier would have checked is listed as skipped, not proved; the report is still complete
+    assert ": verified, 6 skipped (not checked) (" in out.splitlines()[0]
+    assert "  SKIPPED G6 pipeline.parity: " in out and "not checked (SMT tier off (smt=False, --no-smt))" in out
+    rc, out, _ = _run(capsys, _write(tmp_path, "cfg.json", "{}"), "--no-smt", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["complete"] is True and data["fully_proved"] is False and data["undecided"] == []
+    assert {s["rule"] for s in data["skipped"]} >= {"pipeline.state", "pipeline.stage", "pipeline.parity",
+                                                     "pipeline.carry"}
 
 
 @pytest.mark.parametrize("text, expected", [
