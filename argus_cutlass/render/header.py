@@ -55,7 +55,7 @@ ERROR_CODES: dict[str, tuple[tuple[int, str, str], ...]] = {
     ),
     "moe": (
         (1, "TOKENS", "T outside [1, 2^tokens_bits] (the range the index proofs hold for)"),
-        (2, "WORKSPACE", "workspace is NULL, not 256-byte aligned or smaller than workspace_bytes(T)"),
+        (2, "WORKSPACE", "workspace is NULL, not {workspace_align}-byte aligned or smaller than workspace_bytes(T)"),
         (3, "ALIGN", "x, w13, w2 or y is not 16-byte aligned"),
         ARCH_ERROR,
         (10, "GATE_UP", "the gate+up grouped GEMM refused its launch (tensor map or attribute)"),
@@ -118,6 +118,8 @@ def header_context(program: Any) -> dict[str, Any]:
         ctx.update(dtype=program.dtype, ctype=CPP_TYPE[program.dtype], experts=program.experts, topk=program.topk,
                    hidden=program.hidden, ffn=program.ffn, tokens_bits=program.tokens_bits,
                    workspace_align=program.workspace.align)
+        # the workspace's alignment is the layer's Workspace node's (rule moe.workspace), not a header constant
+        ctx["codes"] = [(c, m, t.format(workspace_align=program.workspace.align)) for c, m, t in ctx["codes"]]
         return ctx
     raise ConfigError("render.program", f"no header template for family {family!r}")
 
