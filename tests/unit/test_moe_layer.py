@@ -353,6 +353,28 @@ def test_pdl_chain_matches_the_printed_kernels():
         assert {d} == writes and args[7:9] == ["tile_expert", "tiles_m"], (part, args)
 
 
+def test_workspace_accesses_agree_with_the_pdl_chain():
+    """The two access tables of the MoE verifier name the same kernels per workspace buffer: moe.workspace's
+    (WORKSPACE_ACCESSES, region -> the kernels that touch it) and moe.pdl's (PDL_CHAIN and, with the handoff,
+    HANDOFF_ACCESSES: kernel -> the buffers it reads / writes; down's ``out`` is the xs buffer there)."""
+    from argus_cutlass.verify.moe import HANDOFF_ACCESSES, PDL_CHAIN, WORKSPACE_ACCESSES
+
+    touched: dict[str, set[str]] = {}
+    for kernel, reads, writes in PDL_CHAIN:
+        hr, hw = HANDOFF_ACCESSES.get(kernel, ((), ()))
+        for buf in (*reads, *writes, *hr, *hw):
+            touched.setdefault(buf, set()).add(kernel)
+    for region, (_ctype, accesses) in WORKSPACE_ACCESSES.items():
+        kernels = {k for k, _what in accesses}
+        if region in ("xs", "out"):   # one buffer in PDL_CHAIN (out aliases xs)
+            want = touched["xs"]
+            assert kernels <= want, (region, kernels, want)
+            continue
+        assert kernels == touched[region], (region, kernels, touched[region])
+    both = {k for r in ("xs", "out") for k, _w in WORKSPACE_ACCESSES[r][1]}
+    assert both == touched["xs"]
+
+
 def test_weight_prefetch_prints_the_l2_prefetch_before_the_wait():
     """weight_prefetch (with pdl): each grouped GEMM's producer thread calls prefetch_first_weights before
     griddepcontrol.wait, prefetching that many k-tiles of its first unit's weights into L2; the rule states
