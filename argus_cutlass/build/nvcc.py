@@ -295,9 +295,14 @@ def is_cached(source: str, kind: Kind = "shared", extra_flags: Sequence[str] = (
         ToolchainError: nvcc or the CUTLASS headers are missing (the key names their versions).
     """
     tc = toolchain or find_toolchain()
+    return cache.lookup(_cache_key(source, tc, kind, extra_flags, key_parts)) is not None
+
+
+def _cache_key(source: str, tc: Toolchain, kind: Kind, extra_flags: Sequence[str], key_parts: Sequence[str]) -> str:
+    """The content-addressed cache key of one build (source, the full nvcc command, nvcc and CUTLASS versions,
+    kind): :func:`compile_cu` and :func:`is_cached` share it."""
     cmd = nvcc_command(tc, kind, extra_flags)
-    key = cache.cache_key(source, [*cmd[1:], *key_parts], tc.nvcc.version_string, tc.cutlass.version, kind)
-    return cache.lookup(key) is not None
+    return cache.cache_key(source, [*cmd[1:], *key_parts], tc.nvcc.version_string, tc.cutlass.version, kind)
 
 
 def compile_cu(
@@ -338,7 +343,7 @@ def compile_cu(
         raise CompileError("nvcc.name", f"kernel name {name!r} is not a C identifier")
     tc = toolchain or find_toolchain()
     cmd = nvcc_command(tc, kind, extra_flags)
-    key = cache.cache_key(source, [*cmd[1:], *key_parts], tc.nvcc.version_string, tc.cutlass.version, kind)
+    key = _cache_key(source, tc, kind, extra_flags, key_parts)
     if use_cache:
         meta = cache.lookup(key)
         if meta is not None:

@@ -41,7 +41,7 @@ from argus_cutlass.dsl.ir import (DTYPE_BYTES, _CANON_SKIP, Program, SourceLoc, 
 
 __all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Region",
            "REGION_CTYPES", "Routing", "WORKSPACE_CONSTS", "WORKSPACE_VARS", "Workspace", "CTYPES",
-           "MAX_EXPERTS", "MAX_CTA_THREADS"]
+           "MAX_EXPERTS", "MAX_CTA_THREADS", "MAX_WORKSPACE_PARAM"]
 
 #: index C types and their largest value
 CTYPES = {"int32_t": 2**31 - 1, "int64_t": 2**63 - 1, "uint32_t": 2**32 - 1}
@@ -293,6 +293,12 @@ class Region:
         return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
 
 
+#: the largest workspace ``align`` / ``group_rows`` / ``round_rows`` / ``tile_rows`` (a tile holds at most 256
+#: rows: TMA boxes are at most 256 per mode, PTX ISA cp.async.bulk.tensor; the bound keeps a malformed node's
+#: simulation and enumeration small)
+MAX_WORKSPACE_PARAM = 4096
+
+
 @dataclass(frozen=True)
 class Workspace:
     """The layer's device workspace as the host's ``workspace_layout(T)`` prints it, one line per region.
@@ -320,7 +326,8 @@ class Workspace:
     Raises:
         argus_cutlass.errors.DslError: ``dsl.operand`` for a malformed region (unknown element type or factor,
             two run-time factors in one product, an alias that names no earlier region, a duplicate name) or a
-            non-positive ``align`` / ``round_rows`` / ``tile_rows`` or negative ``group_rows``.
+            ``align`` / ``round_rows`` / ``tile_rows`` outside [1, MAX_WORKSPACE_PARAM], ``group_rows`` outside [0,
+            MAX_WORKSPACE_PARAM].
     """
 
     regions: tuple[Region, ...]
@@ -333,8 +340,9 @@ class Workspace:
     def __post_init__(self) -> None:
         for f, lo in (("align", 1), ("group_rows", 0), ("round_rows", 1), ("tile_rows", 1)):
             v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-                _dsl_error("dsl.operand", self.loc, f"workspace {f} {v!r} must be an int >= {lo}")
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= MAX_WORKSPACE_PARAM:
+                _dsl_error("dsl.operand", self.loc, f"workspace {f} {v!r} must be an int in [{lo}, "
+                           f"{MAX_WORKSPACE_PARAM}]")
         seen: list[str] = []
         for r in self.regions:
             if not isinstance(r, Region):

@@ -986,6 +986,20 @@ def test_workspace_rule_decides_every_token_count():
         assert simulate_routing(layer, _worst_routing(layer, t))["tiles_m"] == int(_tiles_need(layer, t * 2))
 
 
+def test_workspace_rule_bounds_the_host_arithmetic():
+    """moe.workspace: the host's int64 offsets and the int grid / row arguments hold for every T, computed exactly on
+    the enumerated T's (a count the numpy enumeration would wrap is refused); the workspace node's row parameters
+    are bounded."""
+    from argus_cutlass.errors import DslError
+
+    layer = build_layer(MoEConfig(), MoEProblem(16, 8, 2, 256, 512))
+    wide = layer.replace_node("region", None, "permuted_row", count=(("rows", 2**41),))
+    v = next(v for v in verify_moe(wide, smt=False).violations if v.rule == "moe.workspace")
+    assert "past int64" in v.message and v.counterexample.params["T"] == 2**20
+    with pytest.raises(DslError, match=r"round_rows 1073741824 must be an int in \[1, 4096\]"):
+        layer.replace_node("workspace", round_rows=2**30)
+
+
 def test_workspace_and_scan_mutants_name_region_index_and_thread():
     cat = load_moe_catalogue()
     want = {"ws_tile_expert_short": ("tile_expert", 1), "ws_h_sized_by_hidden": ("h", 131071),
@@ -999,9 +1013,11 @@ def test_workspace_and_scan_mutants_name_region_index_and_thread():
     v = next(v for v in verify_moe_mutant(cat["scan_threads_below_experts"], smt=False).violations
              if v.rule == "moe.launch")
     assert v.counterexample.thread["threadIdx"] == 64 and v.counterexample.element == {"expert": 64}
-    # a scan of any whole-warp count >= E is an inclusive scan (no power of two needed)
+    # a scan of any thread count >= E is an inclusive scan (no power of two, no whole warps needed: __syncthreads
+    # waits for a partial warp too); above CUDA's 1024 threads per CTA it is refused
     layer = build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
-    assert verify_moe(layer.replace_node("routing", scan_threads=96), smt=False).ok
+    for st in (96, 100):
+        assert verify_moe(layer.replace_node("routing", scan_threads=st), smt=False).ok, st
     from argus_cutlass.errors import DslError
 
     with pytest.raises(DslError, match="multiplies two run-time quantities"):

@@ -189,3 +189,32 @@ def test_dropping_a_proof_leaves_the_obligation_undecided():
     # a Skipped record of another rule does not account for it
     skipped_pipeline = dataclasses.replace(dropped, skipped=tuple(s for s in rep.skipped if s.rule != "residue.source"))
     assert not skipped_pipeline.complete
+
+
+def test_an_moe_part_that_leaves_an_obligation_undecided_keeps_the_layer_incomplete(monkeypatch):
+    """The MoE report merges both grouped GEMMs' outcomes under the same rule names, so one part's proof of a rule
+    would count for the other part's silent obligation; verify_moe carries each part's own undecided obligations
+    into the layer's report (as unknowns naming the part)."""
+    import argus_cutlass.verify as verify_pkg
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+    from argus_cutlass.kernels.moe.program import build_layer
+    from argus_cutlass.verify.moe import verify_moe
+
+    real = verify_pkg.verify_gemm
+    calls = []
+
+    def silent_down(program, **kw):
+        rep = real(program, **kw)
+        calls.append(rep)
+        if len(calls) == 2:   # the down GEMM: its residue.source proof vanishes (a check that never reported)
+            rep = dataclasses.replace(rep, proofs=[p for p in rep.proofs if p.rule != "residue.source"])
+        return rep
+
+    monkeypatch.setattr(verify_pkg, "verify_gemm", silent_down)
+    layer = build_layer(MoEConfig(), MoEProblem(16, 8, 2, 256, 512))
+    rep = verify_moe(layer, smt=False)
+    assert any(p.rule == "residue.source" for p in rep.proofs)   # gate+up's proof of the same rule is there
+    assert not rep.complete
+    assert any(u.rule == "residue.source" and u.query.startswith("[down]") and "undecided" in u.reason
+               for u in rep.unknowns)

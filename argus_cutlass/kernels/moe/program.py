@@ -89,7 +89,8 @@ def workspace_node(pad: int, handoff: bool, loc: SourceLoc) -> Workspace:
     + E int32: the kernels use the first tiles_m <= max_tiles, the E more are slack kept from the first layout),
     ``tiles_m`` (1), with ``handoff`` ``tile_ready`` (max_tiles int32 counters), ``permuted_row`` (rows RowIndex),
     ``xs`` (padded_rows x H Element), ``out`` (reusing xs: dead once gate+up has read it) and ``h`` (padded_rows x
-    I); ``padded_rows`` rounds each group up to whole ``pad``-row m-tiles, aligned to :data:`WORKSPACE_ALIGN`.
+    I); ``padded_rows`` rounds each group up to whole ``pad``-row m-tiles; every region starts
+    :data:`WORKSPACE_ALIGN`-byte aligned.
 
     >>> [r.name for r in workspace_node(128, False, SourceLoc("x", 1, 0)).regions]
     ['block_counts', 'counts', 'offsets', 'tile_expert', 'tiles_m', 'permuted_row', 'xs', 'out', 'h']
