@@ -31,7 +31,6 @@ import ctypes
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 try:
@@ -95,11 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args(argv)
 
-    from argus_cutlass.build.nvcc import compile_cu
+    import dataclasses
+
+    from argus_cutlass.build.nvcc import compile_many
     from argus_cutlass.generate import configure
     from argus_cutlass.kernels.moe.problem import MoEProblem
     from argus_cutlass.kernels.moe.program import build_layer
-    from argus_cutlass.render.moe import render_moe
+    from argus_cutlass.testing.mutants_moe import unverified_job
 
     try:
         cells = [(m, int(t)) for m, t in (c.split(":") for c in args.cells.split(",") if c)]
@@ -114,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = cfg.replace(handoff=False)
         layer = build_layer(cfg, p)
         name = layer.kernel_name()
-        jobs.append((p, layer, name, patch(render_moe(layer), name)))
+        job = unverified_job(layer)   # the production template's text, never verified: patched below
+        jobs.append((p, layer, name, dataclasses.replace(job, source=patch(job.source, name),
+                                                         name=f"{name}_{args.what}")))
     t0 = time.time()
-    with ThreadPoolExecutor(8) as ex:
-        arts = list(ex.map(lambda j: compile_cu(j[3], f"{j[2]}_{args.what}", "shared"), jobs))
+    arts = compile_many([j[3] for j in jobs])   # one parallel nvcc batch through the kernel cache
     print(f"compiled {len(jobs)} measurement copies in {time.time() - t0:.0f} s", flush=True)
 
     import torch

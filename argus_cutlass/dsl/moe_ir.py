@@ -597,14 +597,8 @@ class MoELayer:
     def workspace_layout(self, tokens: Any) -> dict[str, Any]:
         """What the printed host ``workspace_layout(T)`` computes at ``tokens`` T (an int or an int64 numpy
         array): the quantities of :meth:`workspace_quantities`, each region's byte offset under its name, and
-        ``bytes`` (``workspace_bytes(T)``).
-
-        >>> from argus_cutlass.kernels.moe.config import MoEConfig
-        >>> from argus_cutlass.kernels.moe.problem import MoEProblem
-        >>> from argus_cutlass.kernels.moe.program import build_layer
-        >>> w = build_layer(MoEConfig(), MoEProblem(16, 8, 2, 256, 512)).workspace_layout(300)
-        >>> w["padded_rows"], w["max_tiles"], w["xs"], w["out"], w["h"], w["bytes"]
-        (1664, 13, 3840, 3840, 855808, 2559744)
+        ``bytes`` (``workspace_bytes(T)``); an example is in
+        :func:`argus_cutlass.kernels.moe.program.workspace_node`.
         """
         w = self.workspace
         out = self.workspace_quantities(tokens)

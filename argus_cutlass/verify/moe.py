@@ -60,11 +60,12 @@ import numpy as np
 from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.dsl.moe_ir import (CTYPES, GROUPED_EXTENTS, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS,
                                       MAX_EXPERTS, MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS, SIGNED_CTYPES, MoELayer)
-from argus_cutlass.verify.report import Counterexample, Obligation, Proof, Skipped, VerificationReport, Violation
+from argus_cutlass.verify.report import (Counterexample, Obligation, Proof, Skipped, Unknown, VerificationReport,
+                                         Violation)
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["WORKSPACE_ACCESSES", "hillis_steele", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
+__all__ = ["WORKSPACE_ACCESSES", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
            "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "routing_cases", "simulate_gather", "simulate_routing", "verify_moe", "walk_visits"]
@@ -1373,30 +1374,11 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                   points=5)], []
 
 
-def hillis_steele(values: np.ndarray, threads: int) -> np.ndarray:
-    """route_scan's printed scan over ``tiles[threads]`` (thread e holds ``values[e]``, 0 past them): ``for (d = 1;
-    d < threads; d <<= 1) tiles[e] += e >= d ? tiles[e - d] : 0`` (read, barrier, add, barrier). Any ``threads``
-    gives the inclusive scan (the last step has ``d >= threads / 2``, so every sum spans ``>= threads`` entries).
-
-    >>> hillis_steele(np.array([1, 2, 3]), 96)[:4].tolist()
-    [1, 3, 6, 6]
-    """
-    tiles = np.zeros(threads, dtype=np.int64)
-    tiles[:min(values.size, threads)] = values[:threads]
-    idx = np.arange(threads)
-    d = 1
-    while d < threads:
-        v = np.where(idx >= d, tiles[np.maximum(idx - d, 0)], 0)
-        tiles = tiles + v
-        d <<= 1
-    return tiles
-
-
 def _check_scan_threads(layer: MoELayer) -> list[Violation]:
     """route_scan's one CTA (routing node ``scan_threads``, printed as its launch, ``__launch_bounds__``, shared
     ``tiles[]`` and the scan loop's bound): at least one thread, at most CUDA's 1024 threads per CTA, and at least one
     thread per expert (thread e owns expert e). A partial last warp is legal (``__syncthreads`` waits for every
-    thread of the CTA), and the Hillis-Steele loop scans any thread count (:func:`hillis_steele` models it)."""
+    thread of the CTA), and the Hillis-Steele loop over ``kScanThreads`` scans any thread count."""
     st, e_ = layer.routing.scan_threads, layer.experts
     kernel = "route_scan<<<1, kScanThreads>>>"
     if not 1 <= st <= MAX_CTA_THREADS:
@@ -1567,8 +1549,6 @@ def _check_offsets_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], l
     tile-aligned and monotone)."""
     import z3
 
-    from argus_cutlass.verify.report import Unknown
-
     r = layer.routing
     e_ = min(layer.experts, 8)
     c = [z3.Int(f"c{e}") for e in range(e_)]
@@ -1616,8 +1596,6 @@ def _check_walk_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], list
     import z3
 
     from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk
-    from argus_cutlass.verify.report import Unknown
-
     tmax = index_bounds(layer)["tiles"]
     proofs: list[Proof] = []
     bad: list[Violation] = []
@@ -1824,8 +1802,6 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
       route_scan writes in tile_expert / tile_ready, route_permute writes in permuted_row and xs, and the
       gather's rows (``offsets[E] <= padded_rows``) lie inside the printed capacities.
     """
-    from argus_cutlass.verify.report import Unknown
-
     w = layer.workspace
     names = [r.name for r in w.regions]
     want = [n for n in WORKSPACE_ACCESSES if n != "tile_ready" or layer.handoff]
@@ -2074,8 +2050,6 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
         run.skipped += [dataclass_prefix(x, part) for x in rep.skipped if x.rule not in replaced]
         # an obligation this part left without any outcome stays visible: the merged report keys outcomes by rule,
         # so the other part's proof of the same rule would otherwise count for it
-        from argus_cutlass.verify.report import Unknown
-
         run.unknowns += [Unknown(o.rule, o.invariant, f"[{part}] {o.description}",
                                  "undecided: no proof, violation or skipped record (a verifier defect)", 0)
                          for o in rep.undecided if o.rule not in replaced]

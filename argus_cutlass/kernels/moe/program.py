@@ -94,6 +94,9 @@ def workspace_node(pad: int, handoff: bool, loc: SourceLoc) -> Workspace:
 
     >>> [r.name for r in workspace_node(128, False, SourceLoc("x", 1, 0)).regions]
     ['block_counts', 'counts', 'offsets', 'tile_expert', 'tiles_m', 'permuted_row', 'xs', 'out', 'h']
+    >>> w = build_layer(MoEConfig(), MoEProblem(16, 8, 2, 256, 512)).workspace_layout(300)   # MoELayer's printed layout
+    >>> w["padded_rows"], w["max_tiles"], w["xs"], w["out"], w["h"], w["bytes"]
+    (1664, 13, 3840, 3840, 855808, 2559744)
     """
     regions = [Region("block_counts", "int32_t", (("chunks", "E"),)), Region("counts", "int32_t", (("E",),)),
                Region("offsets", "RowIndex", (("E",), (1,))),
