@@ -290,9 +290,9 @@ def gather_slices_for(problem: MoEProblem, route_chunk: int = 256) -> int:
     want = -(-rows * row_vecs // step)
     widest = problem.hidden * DTYPE_BYTES[problem.dtype] // GATHER_SLICE_BYTES
     resident = WAVE_CTAS * SM_THREADS // route_chunk // chunks
-    s = max(1, min(want, widest, MAX_GATHER_SLICES, resident))
-    p2 = 1 << (s - 1).bit_length()   # the power of two at or above s, unless a cap is below it
-    return p2 if p2 <= min(widest, MAX_GATHER_SLICES, max(1, resident)) else 1 << (s.bit_length() - 1)
+    cap = max(1, min(widest, MAX_GATHER_SLICES, resident))
+    # the power of two at or above want, but no more than the largest power of two within the caps
+    return min(1 << (max(1, want) - 1).bit_length(), 1 << (cap.bit_length() - 1))
 
 
 def default_config(problem: MoEProblem) -> MoEConfig:
