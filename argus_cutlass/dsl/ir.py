@@ -273,6 +273,17 @@ class TmaLoad:
     #: small-T MoE layer's expert weights: they replace each other in L2 rather than the lines already there)
     #: or ``"evict_last"``. Performance only: every hint loads the same bytes
     cache_hint: str = field(default="evict_normal", metadata=_CANON_SKIP)
+    #: grouped GEMM (family ``moe``), the permuted rows' operand: ``""`` (the box covers the tile's rows of a 2-D
+    #: map) or ``"tile_rows"``: the host encodes the operand's map 3-D, ``(inner, tile_mn rows, m-tiles)``, and the
+    #: box of tile row ``r0`` sits at ``(k, r0 + valid - tile_mn + row_shift_delta, tm)`` with ``valid`` = the
+    #: m-tile's routed rows (the routing's ``tile_rows[tm]``): the ``tile_mn - valid`` padding rows are out of the
+    #: map's bounds, so TMA zero-fills them without reading memory and still completes the whole box's
+    #: transaction bytes (PTX ISA 9.7.9.25, cp.async.bulk.tensor: out-of-bound elements are filled); tile row
+    #: ``r`` then holds m-tile row ``r - (tile_mn - valid)``. The epilogue's store must shift by the same amount
+    #: (:attr:`TmaStore.row_bound`; rule ``moe.group_tiles``)
+    row_bound: str = field(default="", metadata=_CANON_SKIP)
+    #: added to the ``tile_rows`` box row coordinate (0 in a correct kernel: the mutation knob)
+    row_shift_delta: int = field(default=0, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_load(self)
@@ -314,8 +325,17 @@ class TmaStore:
     tile_mn: int
     tile_k: int
     loc: SourceLoc
+    #: grouped GEMM (family ``moe``): ``""`` (a 2-D map; subtile row ``r0`` at gmem row ``tm * tile_m + r0``) or
+    #: ``"tile_rows"``: the 3-D map ``(N, tile_m rows, m-tiles)``, the subtile of rows ``r0..`` stored at ``(n,
+    #: r0 + valid - tile_m + row_shift_delta, tm)``, ``valid`` = the m-tile's routed rows: the accumulator rows a
+    #: ``tile_rows`` A load filled (out of bounds) are out of bounds here too and clipped (not written), so only the
+    #: routed rows are stored (:attr:`TmaLoad.row_bound`)
+    row_bound: str = field(default="", metadata=_CANON_SKIP)
+    #: added to the ``tile_rows`` store's row coordinate (0 in a correct kernel: the mutation knob)
+    row_shift_delta: int = field(default=0, metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
+        _check_row_bound(self)
         if self.copy.kind != "store" or self.copy.multicast != 1:
             _dsl_error("dsl.operand", self.loc, f"{self.name}: a TMA store is copy kind 'store' with multicast 1, "
                        f"got kind {self.copy.kind!r}, multicast {self.copy.multicast}")
@@ -1526,6 +1546,33 @@ def validate_tensor(t: Tensor) -> None:
         _dsl_error("dsl.operand", loc, f"register tensor {t.name!r}: base_bytes/align_bytes place smem tensors only")
 
 
+#: the values of :attr:`TmaLoad.row_bound` / :attr:`TmaStore.row_bound`
+ROW_BOUNDS = ("", "tile_rows")
+
+
+def _check_row_bound(node: Any) -> None:
+    """``dsl.operand``: a ``row_bound`` load / store is a K-major box of whole tile rows (the box's outer extent is
+    the tile's ``tile_mn`` rows for a load, so no box lies wholly out of bounds), without multicast."""
+    if node.row_bound not in ROW_BOUNDS:
+        _dsl_error("dsl.operand", node.loc, f"{node.name}: row_bound {node.row_bound!r}: expected one of {ROW_BOUNDS}")
+    if not isinstance(node.row_shift_delta, int) or isinstance(node.row_shift_delta, bool):
+        _dsl_error("dsl.operand", node.loc, f"{node.name}: row_shift_delta {node.row_shift_delta!r} must be an int")
+    if node.row_shift_delta and not node.row_bound:
+        _dsl_error("dsl.operand", node.loc, f"{node.name}: row_shift_delta {node.row_shift_delta} shifts a "
+                   "'tile_rows' box; this one has row_bound ''")
+    if not node.row_bound:
+        return
+    if node.major != "K" or node.copy.multicast != 1:
+        _dsl_error("dsl.operand", node.loc, f"{node.name}: row_bound 'tile_rows' needs a K-major box (inner = K or N, "
+                   f"outer = rows) without multicast, got major {node.major!r}, multicast {node.copy.multicast}")
+    if isinstance(node, TmaLoad) and (node.copy.box[1] != node.tile_mn or node.block_mode != "m"
+                                      or node.advance != "k" or node.expert_rows or node.pair_offset):
+        _dsl_error("dsl.operand", node.loc, f"{node.name}: row_bound 'tile_rows' is the grouped GEMM's A load (block "
+                   f"mode 'm', advance 'k', no expert rows) in boxes of the whole {node.tile_mn} tile rows, got box "
+                   f"{node.copy.box}, block_mode {node.block_mode!r}, advance {node.advance!r}, expert_rows "
+                   f"{node.expert_rows}")
+
+
 def validate_load(node: TmaLoad) -> None:
     """Check a TMA load node's cluster and multicast fields (run by every ``TmaLoad``, so the
     builder and every edit get it).
@@ -1537,6 +1584,7 @@ def validate_load(node: TmaLoad) -> None:
     c = node.cluster
     if node.major not in ("K", "MN"):
         _dsl_error("dsl.operand", loc, f"{node.name}: major {node.major!r}: expected 'K' or 'MN'")
+    _check_row_bound(node)
     if node.block_mode not in ("m", "n", "none"):
         _dsl_error("dsl.operand", loc, f"{node.name}: block_mode {node.block_mode!r}: expected 'm', 'n' or 'none'")
     if node.cache_hint not in CACHE_HINTS:

@@ -160,6 +160,12 @@ class Routing:
     slice_stride: int = field(default=0, metadata=_CANON_SKIP)
     unroll: int = field(default=1, metadata=_CANON_SKIP)
     scan_threads: int = field(default=MAX_CTA_THREADS, metadata=_CANON_SKIP)
+    #: route_scan also writes ``tile_rows[base_e + i] = min(pad, count_e - i * pad) + tile_rows_delta`` for the
+    #: m-tiles ``i`` of group e (the routed rows of each m-tile, read by the grouped GEMMs' ``row_bound``
+    #: loads and stores); False (the default): no such table (the scan printed unchanged)
+    tile_rows: bool = field(default=False, metadata=_CANON_SKIP)
+    #: added to each printed ``tile_rows`` entry (0 in a correct kernel: the mutation knob)
+    tile_rows_delta: int = field(default=0, metadata=_CANON_SKIP)
 
     @property
     def sliced(self) -> bool:
@@ -181,6 +187,12 @@ class Routing:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 _dsl_error("dsl.operand", self.loc, f"routing {f} {v!r} must be an int >= 0")
+        if not isinstance(self.tile_rows, bool):
+            _dsl_error("dsl.operand", self.loc, f"routing tile_rows {self.tile_rows!r} must be a bool")
+        if not isinstance(self.tile_rows_delta, int) or isinstance(self.tile_rows_delta, bool) or \
+                (self.tile_rows_delta and not self.tile_rows):
+            _dsl_error("dsl.operand", self.loc, f"routing tile_rows_delta {self.tile_rows_delta!r} must be an int, "
+                       "0 without tile_rows")
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,14 @@ class MoEConfig(BaseModel):
             CTAs leave, run the units of finished m-tiles (A and W2 loads) during gate+up's last units (H200,
             session 38: at T = 16 gate+up's CTAs leave over ~39 us (Qwen3) to ~143 us (Mixtral) before the last
             one; the layer 0.4-1.3 % faster). False (the default): the kernels of earlier layers (same ``.cu``).
+        row_bounded: both grouped GEMMs load A (xs, h) and store D (h, out) through 3-D tensor maps ``(K or N,
+            tile_m rows, m-tiles)``, each m-tile's boxes placed ``tile_m - valid`` rows early (``valid`` = its
+            routed rows, a ``tile_rows`` table route_scan writes beside ``tile_expert``; load / store node
+            ``row_bound``, routing node ``tile_rows``): the padding rows of an m-tile are out of the map's bounds,
+            so the loads zero-fill them without reading memory and the stores do not write them. At small T an
+            m-tile holds 1-4 routed rows of 64, and the padding rows' loads and stores were ~85 MB beside 802 MB of
+            weights at Qwen3-30B-A3B T = 16 (H200, session 40, ncu). False (the default): 2-D maps over the whole
+            padded tiles (same ``.cu``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -122,6 +130,7 @@ class MoEConfig(BaseModel):
     weight_prefetch: Literal[0, 4, 8, 16] = 0
     weights_evict_first: bool = False
     handoff: bool = False
+    row_bounded: bool = False
 
     _integers = field_validator("tile_m", "gu_tile_n", "dn_tile_n", "tile_k", "gu_stages", "dn_stages", "epi_n",
                                 "route_chunk", "combine_threads", "gu_band_m", "dn_band_m", "gather_slices",

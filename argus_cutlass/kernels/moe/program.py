@@ -62,7 +62,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1, ``_u<unroll>``
     with one slice; ``_la`` for the grouped GEMMs' work lookahead, ``_pdl`` for programmatic dependent
     launch, ``w<k-tiles>`` after it for the weights prefetched before the wait, ``_ef`` for weights loaded
-    evict-first, ``_ho`` for the gate+up -> down handoff), so earlier layers keep
+    evict-first, ``_ho`` for the gate+up -> down handoff, ``_rb`` for row-bounded tiles), so earlier layers keep
     their names (the fingerprint in the
     kernel name changes with every field either way).
     """
@@ -74,6 +74,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather += ("_pdl" + (f"w{c.weight_prefetch}" if c.weight_prefetch else "")) if c.pdl else ""
     gather += "_ef" if c.weights_evict_first else ""
     gather += "_ho" if c.handoff else ""
+    gather += "_rb" if c.row_bounded else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -83,11 +84,12 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
 WORKSPACE_ALIGN = 256
 
 
-def workspace_node(pad: int, handoff: bool, loc: SourceLoc) -> Workspace:
+def workspace_node(pad: int, handoff: bool, loc: SourceLoc, tile_rows: bool = False) -> Workspace:
     """The layer's workspace (:class:`~argus_cutlass.dsl.moe_ir.Workspace`), in order: the per-CTA histograms
     ``block_counts`` (chunks x E int32), ``counts`` (E), ``offsets`` (E + 1 RowIndex), ``tile_expert`` (max_tiles
     + E int32: the kernels use the first tiles_m <= max_tiles, the E more are slack kept from the first layout),
-    ``tiles_m`` (1), with ``handoff`` ``tile_ready`` (max_tiles int32 counters), ``permuted_row`` (rows RowIndex),
+    ``tiles_m`` (1), with ``handoff`` ``tile_ready`` (max_tiles int32 counters), with ``tile_rows`` (the routing
+    node's) ``tile_rows`` (max_tiles + E int32, as tile_expert: each m-tile's routed rows), ``permuted_row`` (rows RowIndex),
     ``xs`` (padded_rows x H Element), ``out`` (reusing xs: dead once gate+up has read it) and ``h`` (padded_rows x
     I); ``padded_rows`` rounds each group up to whole ``pad``-row m-tiles; every region starts
     :data:`WORKSPACE_ALIGN`-byte aligned.
@@ -103,6 +105,8 @@ def workspace_node(pad: int, handoff: bool, loc: SourceLoc) -> Workspace:
                Region("tile_expert", "int32_t", (("max_tiles",), ("E",))), Region("tiles_m", "int32_t", ((1,),))]
     if handoff:
         regions.append(Region("tile_ready", "int32_t", (("max_tiles",),)))
+    if tile_rows:
+        regions.append(Region("tile_rows", "int32_t", (("max_tiles",), ("E",))))
     regions += [Region("permuted_row", "RowIndex", (("rows",),)), Region("xs", "Element", (("padded_rows", "H"),)),
                 Region("out", "Element", (("padded_rows", "H"),), alias="xs"),
                 Region("h", "Element", (("padded_rows", "I"),))]
@@ -139,12 +143,13 @@ def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
 
 def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, band_m: int,
              loc: SourceLoc, lookahead: int = 0, weight_hint: str = "evict_normal",
-             extents: tuple[str, str] = ("I", "H")) -> Program:
+             extents: tuple[str, str] = ("I", "H"), row_bound: str = "") -> Program:
     """``program`` (a GEMM) edited into a grouped GEMM of family ``moe`` (walk: bands of ``band_m``
     m-tiles, 0 for none; ``lookahead`` the schedule node's: the roles read their next unit's work
     ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``; ``extents`` the layer sizes, keys of
     :data:`~argus_cutlass.dsl.moe_ir.FACTOR_CPP`, the host passes as the GEMM's N and K: params ``n_size`` /
-    ``k_size``, printed in ``run_grouped``'s call and checked by rule ``moe.launch``)."""
+    ``k_size``, printed in ``run_grouped``'s call and checked by rule ``moe.launch``; ``row_bound`` the A load's
+    and the D store's: ``"tile_rows"`` for row-bounded tiles, :attr:`MoEConfig.row_bounded`)."""
     p = dataclasses.replace(program, family="moe", name=label)
     # the grouped epilogue writes out = acc: alpha 1, beta 0 (printed from these params), C never read
     p = p.replace_node("source", path="none").replace_node("params", alpha=1.0, beta=0.0, n_size=extents[0],
@@ -156,6 +161,10 @@ def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, b
         changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))
     p = p.replace_node("load", lb.name, **changes)
     p = p.replace_node("schedule", decomposition="grouped", band_m=band_m, lookahead=lookahead)
+    if row_bound:
+        p = p.replace_node("load", p.load_into("sA").name, row_bound=row_bound)
+        for st in p.stores:
+            p = p.replace_node("store", st.name, row_bound=row_bound)
     if pair_offset:
         e = p.epilogue
         p = p.replace_node("epilogue", tile_n=e.tile_n // 2, act="swiglu", act_pair=e.op_n // 4)
@@ -181,11 +190,12 @@ def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: Ge
         program = build_gemm_program(gcfg, None)
     except ConfigError as exc:
         raise (exc if gemm_cfg is not None else _moe_field_error(exc, part)) from None
+    rb = "tile_rows" if c.row_bounded else ""
     if part == "gate_up":
         return _grouped(program, label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(), c.work_lookahead, hint,
-                        GROUPED_EXTENTS["gate_up"])
+                        GROUPED_EXTENTS["gate_up"], rb)
     return _grouped(program, label, p.hidden, 0, c.dn_band_m, loc or caller_loc(), c.work_lookahead, hint,
-                    GROUPED_EXTENTS["down"])
+                    GROUPED_EXTENTS["down"], rb)
 
 
 def _moe_field_error(exc: ConfigError, part: str) -> ConfigError:
@@ -235,7 +245,7 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     gate_up = grouped_program(c, p, "gate_up", loc=loc)
     down = grouped_program(c, p, "down", loc=loc)
     routing = Routing(chunk=c.route_chunk, pad=c.tile_m, scan="exclusive", rank="stable", rank_base=0,
-                      invalid="skip", loc=loc, **gather_slicing(c.gather_slices, p.hidden),
+                      invalid="skip", loc=loc, tile_rows=c.row_bounded, **gather_slicing(c.gather_slices, p.hidden),
                       **({"unroll": c.gather_unroll} if c.gather_unroll != 1 else {}))
     combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",
                       threads=c.combine_threads, loc=loc)
@@ -244,7 +254,7 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
     layer = MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
-                     combine, indices, workspace_node(c.tile_m, c.handoff, loc), pdl=c.pdl,
+                     combine, indices, workspace_node(c.tile_m, c.handoff, loc, c.row_bounded), pdl=c.pdl,
                      weight_prefetch=c.weight_prefetch, handoff=c.handoff)
     if c.handoff:   # the spin traps instead of hanging after the shortest time-out rule moe.handoff accepts
         layer = dataclasses.replace(layer, handoff_timeout_ms=layer.handoff_min_timeout_ms())
