@@ -275,12 +275,14 @@ class TmaLoad:
     cache_hint: str = field(default="evict_normal", metadata=_CANON_SKIP)
     #: grouped GEMM (family ``moe``), the permuted rows' operand: ``""`` (the box covers the tile's rows of a 2-D
     #: map) or ``"tile_rows"``: the host encodes the operand's map 3-D, ``(inner, tile_mn rows, m-tiles)``, and the
-    #: box of tile row ``r0`` sits at ``(k, r0 + valid - tile_mn + row_shift_delta, tm)`` with ``valid`` = the
-    #: m-tile's routed rows (the routing's ``tile_rows[tm]``): the ``tile_mn - valid`` padding rows are out of the
-    #: map's bounds, so TMA zero-fills them without reading memory and still completes the whole box's
-    #: transaction bytes (PTX ISA 9.7.9.25, cp.async.bulk.tensor: out-of-bound elements are filled); tile row
-    #: ``r`` then holds m-tile row ``r - (tile_mn - valid)``. The epilogue's store must shift by the same amount
-    #: (:attr:`TmaStore.row_bound`; rule ``moe.group_tiles``)
+    #: box of tile row ``r0`` sits at ``(k, r0 + tile_mn - valid + row_shift_delta, tm)`` with ``valid`` = the
+    #: m-tile's routed rows (the routing's ``tile_rows[tm]``; the routing puts a group's padding rows before its
+    #: routed rows, ``group_padding "before"``, so they end the m-tile): the box's last ``tile_mn - valid`` rows
+    #: are past the map's extent, so TMA zero-fills them without reading memory and still completes the whole
+    #: box's transaction bytes (PTX ISA 9.7.9.25, cp.async.bulk.tensor: out-of-bound elements are filled); tile
+    #: row ``r`` then holds m-tile row ``r + tile_mn - valid``. The epilogue's store must shift by the same amount
+    #: (:attr:`TmaStore.row_bound`; rule ``moe.group_tiles``). Coordinates stay non-negative: a TMA store at a
+    #: negative row coordinate faulted on the H200 (illegal instruction, session 41)
     row_bound: str = field(default="", metadata=_CANON_SKIP)
     #: added to the ``tile_rows`` box row coordinate (0 in a correct kernel: the mutation knob)
     row_shift_delta: int = field(default=0, metadata=_CANON_SKIP)
@@ -327,7 +329,7 @@ class TmaStore:
     loc: SourceLoc
     #: grouped GEMM (family ``moe``): ``""`` (a 2-D map; subtile row ``r0`` at gmem row ``tm * tile_m + r0``) or
     #: ``"tile_rows"``: the 3-D map ``(N, tile_m rows, m-tiles)``, the subtile of rows ``r0..`` stored at ``(n,
-    #: r0 + valid - tile_m + row_shift_delta, tm)``, ``valid`` = the m-tile's routed rows: the accumulator rows a
+    #: r0 + tile_m - valid + row_shift_delta, tm)``, ``valid`` = the m-tile's routed rows: the accumulator rows a
     #: ``tile_rows`` A load filled (out of bounds) are out of bounds here too and clipped (not written), so only the
     #: routed rows are stored (:attr:`TmaLoad.row_bound`)
     row_bound: str = field(default="", metadata=_CANON_SKIP)

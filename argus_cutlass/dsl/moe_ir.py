@@ -160,9 +160,16 @@ class Routing:
     slice_stride: int = field(default=0, metadata=_CANON_SKIP)
     unroll: int = field(default=1, metadata=_CANON_SKIP)
     scan_threads: int = field(default=MAX_CTA_THREADS, metadata=_CANON_SKIP)
-    #: route_scan also writes ``tile_rows[base_e + i] = min(pad, count_e - i * pad) + tile_rows_delta`` for the
-    #: m-tiles ``i`` of group e (the routed rows of each m-tile, read by the grouped GEMMs' ``row_bound``
-    #: loads and stores); False (the default): no such table (the scan printed unchanged)
+    #: where each group's padding rows lie in its ``ceil(count_e / pad) * pad`` rows: ``"after"`` (the default,
+    #: every earlier kernel: ``permuted_row[s] = off_e + rank``, the padding ends the group's last m-tile) or
+    #: ``"before"``: ``permuted_row[s] = off_{e+1} - count_e + rank`` (route_permute reads ``counts``), the padding
+    #: starts the group's FIRST m-tile, so every m-tile's routed rows end it (row-bounded tiles: a TMA box
+    #: placed at row ``pad - valid`` holds them, and its rows past the m-tile are out of bounds)
+    group_padding: str = field(default="after", metadata=_CANON_SKIP)
+    #: route_scan also writes ``tile_rows[base_e + i]``, the routed rows of m-tile ``i`` of group e, plus
+    #: ``tile_rows_delta``: ``min(pad, count_e - i * pad)`` with the padding ``"after"``, ``count_e - (t_e - 1) *
+    #: pad`` for ``i == 0`` and ``pad`` for the others with the padding ``"before"`` (read by the grouped GEMMs'
+    #: ``row_bound`` loads and stores); False (the default): no such table (the scan printed unchanged)
     tile_rows: bool = field(default=False, metadata=_CANON_SKIP)
     #: added to each printed ``tile_rows`` entry (0 in a correct kernel: the mutation knob)
     tile_rows_delta: int = field(default=0, metadata=_CANON_SKIP)
@@ -187,6 +194,9 @@ class Routing:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 _dsl_error("dsl.operand", self.loc, f"routing {f} {v!r} must be an int >= 0")
+        if self.group_padding not in ("after", "before"):
+            _dsl_error("dsl.operand", self.loc, f"routing group_padding {self.group_padding!r}: expected 'after' or "
+                       "'before'")
         if not isinstance(self.tile_rows, bool):
             _dsl_error("dsl.operand", self.loc, f"routing tile_rows {self.tile_rows!r} must be a bool")
         if not isinstance(self.tile_rows_delta, int) or isinstance(self.tile_rows_delta, bool) or \

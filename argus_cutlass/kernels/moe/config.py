@@ -100,10 +100,11 @@ class MoEConfig(BaseModel):
             session 38: at T = 16 gate+up's CTAs leave over ~39 us (Qwen3) to ~143 us (Mixtral) before the last
             one; the layer 0.4-1.3 % faster). False (the default): the kernels of earlier layers (same ``.cu``).
         row_bounded: both grouped GEMMs load A (xs, h) and store D (h, out) through 3-D tensor maps ``(K or N,
-            tile_m rows, m-tiles)``, each m-tile's boxes placed ``tile_m - valid`` rows early (``valid`` = its
-            routed rows, a ``tile_rows`` table route_scan writes beside ``tile_expert``; load / store node
-            ``row_bound``, routing node ``tile_rows``): the padding rows of an m-tile are out of the map's bounds,
-            so the loads zero-fill them without reading memory and the stores do not write them. At small T an
+            tile_m rows, m-tiles)``, each m-tile's boxes placed ``tile_m - valid`` rows into it (``valid`` = its
+            routed rows, a ``tile_rows`` table route_scan writes beside ``tile_expert``; the permute puts each
+            group's padding rows before its routed rows; load / store node ``row_bound``, routing node
+            ``tile_rows`` and ``group_padding``): the box rows past the m-tile are out of the map's bounds, so the
+            loads zero-fill them without reading memory and the stores do not write them. At small T an
             m-tile holds 1-4 routed rows of 64, and the padding rows' loads and stores were ~85 MB beside 802 MB of
             weights at Qwen3-30B-A3B T = 16 (H200, session 40, ncu). False (the default): 2-D maps over the whole
             padded tiles (same ``.cu``).

@@ -245,7 +245,8 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     gate_up = grouped_program(c, p, "gate_up", loc=loc)
     down = grouped_program(c, p, "down", loc=loc)
     routing = Routing(chunk=c.route_chunk, pad=c.tile_m, scan="exclusive", rank="stable", rank_base=0,
-                      invalid="skip", loc=loc, tile_rows=c.row_bounded, **gather_slicing(c.gather_slices, p.hidden),
+                      invalid="skip", loc=loc, tile_rows=c.row_bounded,
+                      group_padding="before" if c.row_bounded else "after", **gather_slicing(c.gather_slices, p.hidden),
                       **({"unroll": c.gather_unroll} if c.gather_unroll != 1 else {}))
     combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",
                       threads=c.combine_threads, loc=loc)

@@ -59,6 +59,7 @@ def bucket_of(tokens: int) -> str:
 #: grouped GEMMs load the expert weights with L2 priority evict-first (session 25: no gain under the bench's flush; proposed after
 #: the measured moves at small T). ``handoff``: the down GEMM starts each m-tile once gate+up stored it (session 38:
 #: 0.6-1.1 % faster on 5 of the 6 small-T bench cells, equal on the sixth; the small-T heuristic sets it).
+#: ``row_bounded``: the grouped GEMMs load and store only each m-tile's routed rows (3-D tensor maps, session 41).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -78,6 +79,7 @@ KNOBS: dict[str, tuple] = {
     "weight_prefetch": (0, 8, 4, 16),
     "weights_evict_first": (False, True),
     "handoff": (False, True),
+    "row_bounded": (False, True),
 }
 
 
@@ -208,6 +210,8 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
             yield cfg.replace(weight_prefetch=v)
     for v in near("handoff"):
         yield cfg.replace(handoff=v)
+    for v in near("row_bounded"):
+        yield cfg.replace(row_bounded=v)
     from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
 
     # the other small-T tile (64 <-> 128 rows, heuristics.small_t_tile_m: session 37 measured either 7-21 % faster
@@ -227,7 +231,8 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     for other, gu_band, dn_band in others:
         yield other.replace(gu_band_m=gu_band, dn_band_m=dn_band, gather_slices=cfg.gather_slices,
             gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
-            weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first, handoff=cfg.handoff)
+            weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first, handoff=cfg.handoff,
+            row_bounded=cfg.row_bounded)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     if small:   # the moves no measurement backs yet, after every move one does (small budgets)
