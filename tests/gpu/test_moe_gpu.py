@@ -192,18 +192,19 @@ def test_small_t_path(model, tokens, routing):
 def test_small_t_heuristic_picks_the_small_path():
     from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
-    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_HANDOFF, SMALL_T_PDL
+    from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_HANDOFF, SMALL_T_PDL, SMALL_T_ROW_BOUNDED_TILE_M
 
     from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
 
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T)) == _small().replace(
         gu_band_m=4, dn_band_m=4, gather_slices=32,   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band); the
         # gather: 256 rows x 256 vectors / (256 threads x 4) = 64 slices, capped at 4 KB / 128 B = 32 (gather_slices_for)
-        gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N)
+        gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N,
+        row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M)
     # Mixtral at T = 256: 64 rows per expert on average -> the 128-row small-T tiles (heuristics.small_t_tile_m)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
         gu_band_m=2, dn_band_m=2, gather_slices=64, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL,
-        handoff=SMALL_T_HANDOFF)
+        handoff=SMALL_T_HANDOFF, row_bounded=128 in SMALL_T_ROW_BOUNDED_TILE_M)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
 
 

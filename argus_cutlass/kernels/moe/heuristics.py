@@ -85,7 +85,7 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_HANDOFF",
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
            "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
@@ -114,6 +114,15 @@ SMALL_T_PDL = True
 #: placed on the freed SMs run the units of finished m-tiles then (h and W2 loads), but gate+up's last units slow by
 #: about as much (its end 157.2 -> 160.6 us): HBM is mostly busy in that tail. Not measured at T > 256 (off there). Log bench/data/moe_handoff_h200_s38.log
 SMALL_T_HANDOFF = True
+#: row-bounded tiles (``MoEConfig.row_bounded``: the grouped GEMMs load and store only each m-tile's routed rows)
+#: in the small-T bucket on the 64-row tiles only. Measured (H200, session 41, ``.dev`` script ``rb_time.py``, kept as
+#: bench/data/moe_row_bounded_h200_s41.log: the shipped entries with row_bounded off / on, 8 interleaved rounds of
+#: 20-call medians by ``kernels.moe.check.time_fn``, L2 flushed before each call): 64-row tiles Qwen3-30B-A3B T = 16
+#: 236.2 -> 220.5 us (-6.6 %), DeepSeek-V2-Lite T = 16 259.3 -> 252.6 (-2.6 %), Mixtral T = 16 698.6 -> 695.4 (-0.5 %),
+#: Qwen3 T = 256 343.2 -> 326.5 (-4.9 %), DeepSeek T = 256 311.4 -> 302.5 (-2.9 %); the one 128-row cell, Mixtral
+#: T = 256, 788.0 -> 934.4 us (+18.6 %, every round slower; not explained: its 128-row A boxes are half out of
+#: bounds on average, and no profile ran), so the 128-row tiles keep the 2-D maps
+SMALL_T_ROW_BOUNDED_TILE_M = (64,)
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
 #: ~34 us for a 256-row unit of H = 2048 (1 MB), half that at 128 rows. Measured (H200, session 25,
@@ -303,8 +312,8 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
     (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
     and ``GATHER_UNROLL`` vectors in flight per gather thread; programmatic dependent launch
-    (``SMALL_T_PDL``) and the gate+up -> down handoff per m-tile (``SMALL_T_HANDOFF``) in the small-T bucket
-    only.
+    (``SMALL_T_PDL``), the gate+up -> down handoff per m-tile (``SMALL_T_HANDOFF``) and, on the 64-row tiles,
+    row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the small-T bucket only.
     """
     if problem.tokens <= SMALL_T:
         tile_m = small_t_tile_m(problem)
@@ -314,7 +323,7 @@ def default_config(problem: MoEProblem) -> MoEConfig:
             cfg = cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
         return cfg.replace(gu_band_m=band, dn_band_m=band,
                            gather_slices=gather_slices_for(problem, cfg.route_chunk), gather_unroll=GATHER_UNROLL,
-                           pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF)
+                           pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
