@@ -81,7 +81,8 @@ MOE_RULES = {
                    "row-map writer per entry"),
     "moe.offsets": ("M2", "offsets: 0, monotone, tile-aligned, padded counts; valid rows sum to T*k; tile owners"),
     "moe.invalid_ids": ("M2", "ids outside [0, E) get no row and add nothing"),
-    "moe.group_tiles": ("M3", "a tile of group e reads only group-e rows and expert-e weights; units cover once"),
+    "moe.group_tiles": ("M3", "a tile of group e reads only group-e rows and expert-e weights; units cover once; "
+                        "row-bounded boxes read and write exactly the m-tile's routed rows"),
     "moe.empty_groups": ("M4", "empty groups do no work and skew no pipeline phase"),
     "moe.swiglu": ("M5", "gate and up of one (row, column) meet in one thread; the h tile is stored once"),
     "moe.combine": ("M6", "the combine adds exactly k gated terms per token"),
@@ -751,29 +752,40 @@ def _row_bound_rows_problem(layer: MoELayer, part: str) -> Violation | None:
                  hint="round padded_rows to a multiple of the tile (workspace node round_rows = pad)")
 
 
+def row_bound_box_row(valid: Any, tile: int, delta: int = 0) -> Any:
+    """The printed row coordinate, inside its m-tile, of a ``row_bound`` box's tile row 0 (``valid`` = the m-tile's
+    ``tile_rows`` entry, ``tile`` = the map's middle extent, ``delta`` the node's ``row_shift_delta``): the A load's
+    ``a_mn0 = w.rows - kTileAMn`` (gemm/mainloop.j2) and the D store's ``c_outer = rows - kEpiTileM + em * kEpiM``
+    (gemm/epilogue.j2, subtile em's first row ``em * kEpiM``), both ``valid - tile + delta``. The one place the
+    verifier states the printed shift."""
+    return valid - tile + delta
+
+
 def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: str,
                        params: dict) -> Violation | None:
     """``moe.group_tiles`` for a grouped GEMM with a ``row_bound`` A load or D store (M3: every tile of group e
     reads only rows of group e), on one simulated routing: the printed coordinates, every m-tile at once.
 
-    m-tile ``tm`` of group ``e`` (``i = tm - off_e / pad``) holds the routed rows ``off_e + i pad + [0, v)``, ``v =
-    min(pad, count_e - i pad)``; the kernels read ``w.rows = tile_rows[tm]`` (the printed table,
-    :func:`simulate_routing`: ``valid``). A row_bound load (gemm/mainloop.j2 ``a_mn0 = w.rows - kTileAMn +
-    row_shift_delta``, the 3-D map ``(K, kTileAMn, rows / kTileAMn)`` of moe/gemm.j2) puts tile row ``r`` at map
-    row ``c = r + valid - kTileAMn + delta`` of m-tile tm, read iff ``0 <= c < kTileAMn`` (and tm inside the
-    map's m-tiles), else zero-filled; a plain one reads row ``tm kTileAMn + r`` of the 2-D map. A row_bound store
-    (gemm/epilogue.j2 ``c_outer = rows - kEpiTileM + delta + em kEpiM``, the 3-D map ``(N, kEpiTileM, rows /
-    kEpiTileM)``) writes accumulator row ``r`` (the tile row the plain store writes at ``m_base + r``: rule
-    epilogue.coordinate / moe.swiglu) to row ``c' = r + valid - kEpiTileM + delta`` of m-tile tm iff ``0 <= c' <
-    kEpiTileM``; a plain one writes ``tm kEpiTileM + r``. Accumulator row r is A tile row r (the MMA's rows).
-    Required: a row_bound load reads exactly the m-tile's routed rows (the padding rows are never read); a
-    row_bound store writes only routed rows; every routed row a store writes receives the accumulator row loaded
-    from that same row (the load's and the store's shifts agree); every routed row is stored (the combine reads
-    it). ``None`` when all hold."""
+    The routed rows of m-tile ``tm`` of group ``e`` are the rows of ``[tm pad, (tm + 1) pad)`` the simulated row
+    map sends a (token, slot) of expert e to (with the padding after each group's rows: ``off_e + i pad + [0,
+    min(pad, count_e - i pad))``, ``i = tm - off_e / pad``); the kernels read ``w.rows = tile_rows[tm]`` (the
+    printed table, :func:`simulate_routing`: ``valid``). A row_bound load (the 3-D map ``(K, kTileAMn, rows /
+    kTileAMn)`` of moe/gemm.j2) puts tile row ``r`` at map row ``c = r + row_bound_box_row(valid, kTileAMn,
+    delta)`` of m-tile tm, read iff ``0 <= c < kTileAMn`` (and tm inside the map's m-tiles), else filled (the k
+    loop's oob_fill) without a read; a plain one reads row ``tm kTileAMn + r`` of the 2-D map. A row_bound store
+    (the 3-D map ``(N, kEpiTileM, rows / kEpiTileM)``) writes accumulator row ``r`` (the tile row the plain store
+    writes at ``m_base + r``: rule epilogue.coordinate / moe.swiglu) to row ``c' = r + row_bound_box_row(valid,
+    kEpiTileM, delta)`` of m-tile tm iff ``0 <= c' < kEpiTileM``; a plain one writes ``tm kEpiTileM + r``.
+    Accumulator row r is A tile row r (the MMA's rows). Required: a row_bound load reads exactly the m-tile's
+    routed rows (no padding row is read); a row_bound store writes only routed rows; every routed row a store
+    writes receives the accumulator row loaded from that same row (the load's and the store's shifts agree); every
+    routed row is stored (the combine reads it). ``None`` when all hold. TMA semantics assumed (PTX ISA
+    cp.async.bulk.tensor): a box's out-of-bound elements are filled on load and not written on store, its
+    coordinates signed."""
     p = layer.program(part)
     la, st, epi = p.load_into("sA"), p.stores[0], p.epilogue
     pad = layer.routing.pad
-    off, cnt, tiles_m = sim["offsets"], sim["counts"], int(sim["tiles_m"])
+    cnt, tiles_m = sim["counts"], int(sim["tiles_m"])
     rows_printed = int(sim["padded_rows"])   # run_grouped's rows: w.padded_rows
     te = np.full(tiles_m, -1, dtype=np.int64)
     n_te = min(tiles_m, sim["tile_expert"].size)
@@ -782,32 +794,42 @@ def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: s
     live = live[cnt[te[live]] > 0]   # empty or unowned m-tiles: moe.empty_groups / moe.offsets
     if not live.size:
         return None
-    tm = live
-    e = te[tm]
     written = np.zeros(tiles_m, dtype=bool)
     valid = np.zeros(tiles_m, dtype=np.int64)
     n_tr = min(tiles_m, sim["tile_rows"].size)
     written[:n_tr] = sim["tile_rows_written"][:n_tr]
     valid[:n_tr] = sim["tile_rows"][:n_tr]
-    miss = np.flatnonzero(~written[tm])
+    miss = np.flatnonzero(~written[live])
     if miss.size:
-        j = int(tm[miss[0]])
+        j = int(live[miss[0]])
         return _viol("moe.group_tiles", f"{part}, {label}: m-tile {j} of expert {int(te[j])}: route_scan never "
                      f"writes tile_rows[{j}], which the row_bound boxes read as w.rows (Scheduler::current)",
                      _cex("moe.group_tiles", f"{part} Scheduler::current (moe/work.j2): w.rows = tile_rows[w.tm]",
                           f"tile_rows[{j}] written by route_scan", "never written", params=params,
                           element={"m_tile": j, "expert": int(te[j])}))
+    tm, e = live, te[live]
     v = valid[tm]
-    first = off[e] // pad
-    i = tm - first
-    true_v = np.clip(cnt[e] - i * pad, 0, pad)
-    lo = off[e] + i * pad   # the m-tile's first routed row
-    hi = lo + true_v
-    # the load: tile row r -> absolute row (or -1: out of bounds, zero-filled)
+    # each row's expert (-1: padding), from the simulated row map; index `span` is the "no row" sentinel
+    pr, ex = sim["permuted"], sim["ex"]
+    has = pr >= 0
+    span = max(rows_printed, tiles_m * pad, int(pr[has].max()) + 1 if has.any() else 0)
+    owner = np.full(span + 1, -1, dtype=np.int64)
+    owner[pr[has]] = ex[has]
+    m0 = (tm * pad)[:, None]
+
+    def routed(rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` (absolute, one line per m-tile) are routed rows of that m-tile's group in it."""
+        inside = (rows >= m0) & (rows < m0 + pad) & (rows >= 0) & (rows < span)
+        return owner[np.where(inside, rows, span)] == e[:, None]
+
+    blk = m0 + np.arange(pad)[None, :]
+    mine = routed(blk)
+    true_v = mine.sum(axis=1)
+    # the load: tile row r -> absolute row (-1: out of bounds, filled)
     a_mn = int(la.tile_mn)
     r_a = np.arange(a_mn)[None, :]
     if la.row_bound:
-        c = r_a + v[:, None] - a_mn + la.row_shift_delta
+        c = r_a + row_bound_box_row(v[:, None], a_mn, la.row_shift_delta)
         inb = (c >= 0) & (c < a_mn) & (tm[:, None] < rows_printed // a_mn)
         arow = tm[:, None] * a_mn + c
     else:
@@ -817,90 +839,91 @@ def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: s
     e_m = int(epi.tile_m)
     r_s = np.arange(e_m)[None, :]
     if st.row_bound:
-        c2 = r_s + v[:, None] - e_m + st.row_shift_delta
+        c2 = r_s + row_bound_box_row(v[:, None], e_m, st.row_shift_delta)
         sinb = (c2 >= 0) & (c2 < e_m) & (tm[:, None] < rows_printed // e_m)
-        srow = tm[:, None] * e_m + c2
     else:
         c2 = r_s + 0 * v[:, None]
-        srow = tm[:, None] * e_m + r_s
-        sinb = srow < rows_printed
-    # accumulator row r holds A tile row r (-1: zeros; -2: no such A tile row)
+        sinb = tm[:, None] * e_m + c2 < rows_printed
+    srow = np.where(sinb, tm[:, None] * e_m + c2, -1)
+    # accumulator row r holds A tile row r (-1: the fill; -2: no such A tile row)
     acc = np.full(srow.shape, -2, dtype=np.int64)
     n = min(a_mn, e_m)
     acc[:, :n] = arow[:, :n]
-    lo2, hi2 = lo[:, None], hi[:, None]
-    lshift = f" {la.row_shift_delta:+d}" if la.row_shift_delta else ""
-    sshift = f" {st.row_shift_delta:+d}" if st.row_shift_delta else ""
-    load_prov = (f"mainloop.j2 load_A: a_mn0 = w.rows - kTileAMn{lshift} (kTileAMn = {a_mn}), map (K, {a_mn}, "
-                 f"rows / {a_mn})" if la.row_bound else f"mainloop.j2 load_A: 2-D map, row tm * {a_mn} + r")
-    store_prov = (f"epilogue.j2: c_outer = rows - kEpiTileM{sshift} + em * kEpiM (kEpiTileM = {e_m}), map (N, "
-                  f"{e_m}, rows / {e_m})" if st.row_bound else f"epilogue.j2: 2-D map, row tm * {e_m} + r")
-    tdelta = layer.routing.tile_rows_delta
-    rb_prov = (f"tile_rows[tm] = min(pad, count_e - i * pad){f' {tdelta:+d}' if tdelta else ''} (route_scan); "
-               f"{load_prov}; {store_prov}")
+    tdelta, ldelta, sdelta = (f" {d:+d}" if d else "" for d in (layer.routing.tile_rows_delta, la.row_shift_delta,
+                                                                  st.row_shift_delta))
+    load_prov = (f"mainloop.j2 load_A: a_mn0 = w.rows - kTileAMn{ldelta} (kTileAMn = {a_mn}), map (K, {a_mn}, rows / "
+                 f"{a_mn})" if la.row_bound else f"mainloop.j2 load_A: 2-D map, row tm * {a_mn} + r")
+    store_prov = (f"epilogue.j2: c_outer = rows - kEpiTileM{sdelta} + em * kEpiM (kEpiTileM = {e_m}), map (N, {e_m}, "
+                  f"rows / {e_m})" if st.row_bound else f"epilogue.j2: 2-D map, row tm * {e_m} + r")
+    rb_prov = f"tile_rows[tm] = min(pad, count_e - i * pad){tdelta} (route_scan); {load_prov}; {store_prov}"
+
+    def rows_text(k: int) -> str:
+        rr = blk[k][mine[k]]
+        return f"[{int(rr[0])}, {int(rr[-1]) + 1})" if rr.size and int(rr[-1]) - int(rr[0]) + 1 == rr.size else \
+            f"{[int(x) for x in rr[:8]]}"
 
     def cex(k: int, where: str, want: str, got: str, **el: Any) -> Counterexample:
-        j = int(tm[k])
         return _cex("moe.group_tiles", where, want, got, params={**params, "valid": int(v[k]),
                                                                  "true_valid": int(true_v[k]), "pad": pad},
-                    element={"m_tile": j, "expert": int(e[k]), **el}, provenance=rb_prov)
+                    element={"m_tile": int(tm[k]), "expert": int(e[k]), **el}, provenance=rb_prov)
 
     def head(k: int) -> str:
-        return (f"{part}, {label}: m-tile {int(tm[k])} of expert {int(e[k])} (routed rows [{int(lo[k])}, "
-                f"{int(hi[k])}), tile_rows[{int(tm[k])}] = {int(v[k])}, {int(true_v[k])} routed)")
+        return (f"{part}, {label}: m-tile {int(tm[k])} of expert {int(e[k])} (routed rows {rows_text(k)}, "
+                f"tile_rows[{int(tm[k])}] = {int(v[k])}, {int(true_v[k])} routed)")
+
+    def what(row: int) -> str:
+        o = int(owner[row]) if 0 <= row < span else -1
+        return "a padding row" if o < 0 else f"a row of group {o}"
 
     if la.row_bound:
-        stray = inb & ((arow < lo2) | (arow >= hi2))
+        stray = inb & ~routed(arow)
         if stray.any():
             k, r = (int(x) for x in np.argwhere(stray)[0])
             row = int(arow[k, r])
-            what = "a padding row" if off[e[k]] <= row < off[e[k] + 1] else "a row outside its group"
             return _viol("moe.group_tiles", f"{head(k)}: A tile row {r} of load {la.name} reads row {row} (map row "
-                         f"{int(c[k, r])} of m-tile {int(tm[k])}), {what}, not one of the m-tile's routed rows",
-                         cex(k, f"{part} load {la.name} (row_bound tile_rows)", f"a routed row in [{int(lo[k])}, "
-                             f"{int(hi[k])}) or out of bounds (zero-filled)", f"row {row}", tile_row=r, row=row))
-        got = (inb & (arow >= lo2) & (arow < hi2)).sum(axis=1)
-        short = np.flatnonzero(got < true_v)
+                         f"{int(c[k, r])} of m-tile {int(tm[k])}), {what(row)}, not one of the m-tile's routed rows",
+                         cex(k, f"{part} load {la.name} (row_bound tile_rows)", f"a routed row {rows_text(k)} or out "
+                             "of bounds (filled, not read)", f"row {row}", tile_row=r, row=row))
+        short = np.flatnonzero((inb & routed(arow)).sum(axis=1) < true_v)
         if short.size:
             k = int(short[0])
             rows_read = set(int(x) for x in arow[k][inb[k]])
-            row = next(x for x in range(int(lo[k]), int(hi[k])) if x not in rows_read)
+            row = next(int(x) for x in blk[k][mine[k]] if int(x) not in rows_read)
             # the tile row that reads it with w.rows = the routed rows, and what the printed one reads there
-            r = row - int(tm[k]) * a_mn - int(true_v[k]) + a_mn
+            r = row - int(tm[k]) * a_mn - int(row_bound_box_row(int(true_v[k]), a_mn))
             src = int(arow[k, r]) if 0 <= r < a_mn else -2
-            held = "zeros (out of bounds)" if src == -1 else f"row {src}" if src >= 0 else "nothing"
+            held = (f"the out-of-bounds fill ({p.kloop.oob_fill})" if src == -1 else f"row {src}" if src >= 0
+                    else "nothing")
             return _viol("moe.group_tiles", f"{head(k)}: routed row {row} is never loaded by {la.name}: its tile row "
                          f"{r} (map row {row - int(tm[k]) * a_mn} with w.rows = {int(true_v[k])}) reads {held}",
                          cex(k, f"{part} load {la.name} (row_bound tile_rows)", f"tile row {r} reads row {row}",
                              f"tile row {r} reads {held}", row=row, tile_row=r, row_read=src))
+    got = sinb & routed(srow)
     if st.row_bound:
-        stray = sinb & ((srow < lo2) | (srow >= hi2))
+        stray = sinb & ~got
         if stray.any():
             k, r = (int(x) for x in np.argwhere(stray)[0])
             row = int(srow[k, r])
-            what = "a padding row" if off[e[k]] <= row < off[e[k] + 1] else "a row outside its group"
             return _viol("moe.group_tiles", f"{head(k)}: the store {st.name} writes accumulator row {r} to row {row} "
-                         f"(map row {int(c2[k, r])} of m-tile {int(tm[k])}), {what}, not one of the m-tile's routed "
-                         "rows", cex(k, f"{part} store {st.name} (row_bound tile_rows)",
-                                     f"a routed row in [{int(lo[k])}, {int(hi[k])}) or out of bounds (not written)",
-                                     f"row {row}", acc_row=r, row=row))
-    routed = sinb & (srow >= lo2) & (srow < hi2)
-    wrong = routed & (acc != srow)
+                         f"(map row {int(c2[k, r])} of m-tile {int(tm[k])}), {what(row)}, not one of the m-tile's "
+                         "routed rows", cex(k, f"{part} store {st.name} (row_bound tile_rows)",
+                                            f"a routed row {rows_text(k)} or out of bounds (not written)",
+                                            f"row {row}", acc_row=r, row=row))
+    wrong = got & (acc != srow)
     if wrong.any():
         k, r = (int(x) for x in np.argwhere(wrong)[0])
         row, src = int(srow[k, r]), int(acc[k, r])
-        held = ("zeros (its A tile row is out of the map's bounds)" if src == -1 else
-                "no A tile row" if src == -2 else f"row {src}")
+        held = (f"the out-of-bounds fill ({p.kloop.oob_fill}: its A tile row is outside the map), no row's data"
+                if src == -1 else "no A tile row" if src == -2 else f"row {src}")
         return _viol("moe.group_tiles", f"{head(k)}: routed row {row} receives accumulator row {r}, which holds "
                      f"{held}: the load's and the store's row shifts disagree", cex(
                          k, f"{part} store {st.name}", f"row {row}'s own product (accumulator row loaded from row "
                          f"{row})", f"accumulator row {r} = {held}", acc_row=r, row=row, row_read=src))
-    got = routed.sum(axis=1)
-    short = np.flatnonzero(got < true_v)
+    short = np.flatnonzero(got.sum(axis=1) < true_v)
     if short.size:
         k = int(short[0])
-        stored = set(int(x) for x in srow[k][routed[k]])
-        row = next(x for x in range(int(lo[k]), int(hi[k])) if x not in stored)
+        stored = set(int(x) for x in srow[k][got[k]])
+        row = next(int(x) for x in blk[k][mine[k]] if int(x) not in stored)
         return _viol("moe.group_tiles", f"{head(k)}: routed row {row} is never stored by {st.name} (the combine "
                      "reads it)", cex(k, f"{part} store {st.name}", f"row {row} stored", "never stored", row=row))
     return None

@@ -182,3 +182,27 @@ def test_generate_row_bounded():
     assert "_rb" in k.name
     assert "make_map_3d<ElementA>" in k.source and "SM90_TMA_STORE_3D" in k.source
     assert "int const a_mn0 = w.rows - kTileAMn;" in k.source and "moe.group_tiles" in k.source
+
+
+@pytest.mark.parametrize("tile_m", [64, 128])
+def test_every_single_row_bound_edit_is_refused(tile_m):
+    """Each one-field edit of the row-bound nodes (a load's or store's row_shift_delta by -2..2, its row_bound
+    dropped, the routing's tile_rows_delta by -2..2 or its table dropped) is a wrong kernel, and moe.group_tiles
+    refuses it on the enumerated routings; the unedited layer passes."""
+    from argus_cutlass.verify.moe import _check_group_tiles
+
+    layer = _rb(tile_m)
+    cases = routing_cases(layer)
+    proofs, viol = _check_group_tiles(layer, cases)
+    assert proofs and not viol
+    edits = [("routing", None, None, {"tile_rows_delta": d}) for d in (-2, -1, 1, 2)]
+    edits.append(("routing", None, None, {"tile_rows": False}))
+    for part in ("gate_up", "down"):
+        prog = layer.program(part)
+        for kind, name in (("load", prog.load_into("sA").name), ("store", prog.stores[0].name)):
+            edits += [(part, kind, name, {"row_shift_delta": d}) for d in (-2, -1, 1, 2)]
+            edits.append((part, kind, name, {"row_bound": ""}))
+    for part, kind, name, change in edits:
+        bad = layer.replace_node(part, **change) if part == "routing" else layer.replace_node(part, kind, name, **change)
+        _proofs, viol = _check_group_tiles(bad, cases)
+        assert [v.rule for v in viol] == ["moe.group_tiles"] and viol[0].counterexample is not None, (part, change)
