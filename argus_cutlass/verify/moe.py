@@ -757,7 +757,13 @@ def row_bound_box_row(valid: Any, tile: int, delta: int = 0) -> Any:
     ``tile_rows`` entry, ``tile`` = the map's middle extent, ``delta`` the node's ``row_shift_delta``): the A load's
     ``a_mn0 = w.rows - kTileAMn`` (gemm/mainloop.j2) and the D store's ``c_outer = rows - kEpiTileM + em * kEpiM``
     (gemm/epilogue.j2, subtile em's first row ``em * kEpiM``), both ``valid - tile + delta``. The one place the
-    verifier states the printed shift."""
+    verifier states the printed shift.
+
+    >>> row_bound_box_row(2, 64)   # 2 routed rows: tile rows 0..61 fall before the m-tile, 62 and 63 hold rows 0, 1
+    -62
+    >>> row_bound_box_row(64, 64)  # a full m-tile: the box unshifted
+    0
+    """
     return valid - tile + delta
 
 
