@@ -12,7 +12,7 @@ from argus_cutlass.kernels.moe.heuristics import small_t_config
 from argus_cutlass.kernels.moe.problem import MoEProblem
 from argus_cutlass.kernels.moe.program import build_layer
 from argus_cutlass.render.moe import render_moe
-from argus_cutlass.testing.mutants_moe import load_moe_catalogue, mutant_layer, verify_moe_mutant
+from argus_cutlass.testing.mutants_moe import base_layer, load_moe_catalogue, mutant_layer, verify_moe_mutant
 from argus_cutlass.verify.moe import routing_cases, simulate_routing, verify_moe
 
 #: the row-bound mutants of the catalogue (rules moe.group_tiles / moe.workspace)
@@ -92,14 +92,7 @@ def test_row_bound_mutants_refused(mutant_id):
             assert {"expert", "row"} <= set(cex.element) and {"T", "valid", "true_valid"} <= set(cex.params)
     else:
         assert cex.element["region"] == "tile_rows"
-    assert render_moe(mutant_layer(m)) != render_moe(build_layer(*_base_of(m)))
-
-
-def _base_of(m):
-    from argus_cutlass.kernels.moe.config import MoEConfig
-
-    b = m.base
-    return MoEConfig(**b["config"]), MoEProblem(64, b["experts"], b["topk"], b["hidden"], b["ffn"])
+    assert render_moe(mutant_layer(m)) != render_moe(base_layer(m))
 
 
 def test_full_m_tiles_alone_refuse_the_shifted_table():
