@@ -132,6 +132,15 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
     "small_sliced_uniform300": GpuProblem(
         "small_sliced", 300, why="the sliced gather's default: 600 routed rows (3 chunks) x 3 column slices of "
                                  "H = 256 (11 + 11 + 10 vectors)"),
+    "small64_rb_uniform300": GpuProblem(
+        "small64_rb", 300, why="the row-bounded default: 600 routed rows (~75 per expert: a full 64-row m-tile and a "
+                               "partial one per group)"),
+    "small64_rb_sizes": GpuProblem(
+        "small64_rb", 300, "sizes", (64, 128, 0, 130, 65, 213, 0, 0),
+        why="groups of exactly 64 and 128 rows (full m-tiles: tile_rows = 64, the box unshifted) beside 130 / 65 / "
+            "213 rows (partial last m-tiles of 2, 1 and 21 rows) and two empty experts"),
+    "small128_rb_uniform300": GpuProblem(
+        "small128_rb", 300, why="row-bounded 128-row tiles: 600 routed rows, one partial m-tile per group"),
     "wide_int32_wrap": GpuProblem(
         "wide", WRAP_TOKENS, sample=(128, 512),
         why="T = 2^19 + 256 at H = 4096, k = 1: t * H and row * H pass 2^31 for the last >= 256 tokens / "

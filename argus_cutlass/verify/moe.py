@@ -26,7 +26,9 @@ moe.offsets        offsets start at 0, are monotone, tile-aligned, grow by the p
                    valid rows sum to T*k; tile_expert names the owner of every m-tile (enum + z3)
 moe.invalid_ids    an id outside [0, E) gets no row and adds nothing
 moe.group_tiles    a tile of group e reads only padded group e's rows and expert e's weight rows
-                   (gate / up rows of its own output columns); every (m-tile, n-block) once
+                   (gate / up rows of its own output columns); every (m-tile, n-block) once; row-bounded
+                   tiles: the printed tile_rows shift loads exactly an m-tile's routed rows and stores
+                   each routed row once, from the accumulator row loaded from it
 moe.empty_groups   an empty group has no tile, TMA load or store; every unit runs the same k loop
                    in producer and consumer (no phase skew)
 moe.swiglu         register i (gate) and i + act_pair (up) hold the same (row, column); each
@@ -68,7 +70,8 @@ from argus_cutlass.verify.run import report as _report
 __all__ = ["WORKSPACE_ACCESSES", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
            "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
-           "routing_cases", "simulate_gather", "simulate_routing", "verify_moe", "walk_visits"]
+           "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
+           "simulate_routing", "verify_moe", "walk_visits", "workspace_accessors"]
 
 #: rule -> (invariant id, description)
 MOE_RULES = {
@@ -78,7 +81,8 @@ MOE_RULES = {
                    "row-map writer per entry"),
     "moe.offsets": ("M2", "offsets: 0, monotone, tile-aligned, padded counts; valid rows sum to T*k; tile owners"),
     "moe.invalid_ids": ("M2", "ids outside [0, E) get no row and add nothing"),
-    "moe.group_tiles": ("M3", "a tile of group e reads only group-e rows and expert-e weights; units cover once"),
+    "moe.group_tiles": ("M3", "a tile of group e reads only group-e rows and expert-e weights; units cover once; "
+                        "row-bounded boxes read and write exactly the m-tile's routed rows"),
     "moe.empty_groups": ("M4", "empty groups do no work and skew no pipeline phase"),
     "moe.swiglu": ("M5", "gate and up of one (row, column) meet in one thread; the h tile is stored once"),
     "moe.combine": ("M6", "the combine adds exactly k gated terms per token"),
@@ -183,7 +187,11 @@ def _printed_rows_and_tiles(layer: MoELayer, tokens: int) -> tuple[int, int]:
 def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
     """The routing kernels of ``layer`` (``templates/moe/layer.cu.j2``: route_count, route_scan,
     route_permute) run in numpy on ``ids`` (T, k): every field of the routing node is honoured; the padded
-    rows and tile_expert's capacity are the printed workspace node's."""
+    rows and tile_expert's capacity are the printed workspace node's. With the routing node's ``tile_rows``
+    also ``tile_rows`` (the printed table: entry ``base_e + i`` = ``min(pad, count_e - i * pad) +
+    tile_rows_delta``, every index route_scan writes; whether the printed region holds them is rule
+    moe.workspace's) and ``tile_rows_written`` (which entries route_scan writes; the others hold whatever the
+    workspace held)."""
     r = layer.routing
     e_ = layer.experts
     flat = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -217,6 +225,19 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
                 tile_expert[j] = e
             else:
                 oob.append((e, j))
+    if r.tile_rows:
+        # route_scan: tile_rows[base_e + i] = min(pad, count_e - i * pad) + tile_rows_delta (layer.cu.j2), every
+        # index it writes (whether the printed region holds it is rule moe.workspace's: the writes are in
+        # tile_expert's list, tile_expert / tile_oob)
+        size = max([cap] + [int(base[e] + tiles[e]) for e in range(e_)])
+        tile_rows = np.zeros(size, dtype=np.int64)
+        rows_written = np.zeros(size, dtype=bool)
+        for e in range(e_):
+            for i in range(int(tiles[e])):
+                j = int(base[e]) + i
+                if j >= 0:
+                    tile_rows[j] = min(r.pad, int(counts[e]) - i * r.pad) + r.tile_rows_delta
+                    rows_written[j] = True
     permuted = np.full(n, -1, dtype=np.int64)
     for s in range(n):
         e = int(ex[s])
@@ -225,8 +246,11 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
         b = s // r.chunk
         rank = int(np.count_nonzero(ex[b * r.chunk:s] == e))
         permuted[s] = offsets[e] + bc_excl[b, e] + rank + r.rank_base
-    return {"ex": ex, "counts": counts, "offsets": offsets, "tiles_m": tiles_m, "tile_expert": tile_expert,
-            "tile_oob": oob, "permuted": permuted, "padded_rows": padded_rows, "n": n}
+    out = {"ex": ex, "counts": counts, "offsets": offsets, "tiles_m": tiles_m, "tile_expert": tile_expert,
+           "tile_oob": oob, "permuted": permuted, "padded_rows": padded_rows, "n": n}
+    if r.tile_rows:
+        out.update(tile_rows=tile_rows, tile_rows_written=rows_written)
+    return out
 
 
 def gather_slices_of(layer: MoELayer) -> list[tuple[int, int]]:
@@ -689,6 +713,228 @@ def walk_visits(layer: MoELayer, sim: dict[str, Any], tiles_n: int, step_delta: 
     return grid, visits
 
 
+def row_bound_parts(layer: MoELayer) -> dict[str, bool]:
+    """Per grouped GEMM: does it read the routing's ``tile_rows`` table (a ``row_bound`` A load or D store: its
+    Scheduler::current reads ``w.rows = tile_rows[w.tm]``, templates/moe/work.j2)?"""
+    out = {}
+    for part in ("gate_up", "down"):
+        p = layer.program(part)
+        out[part] = bool(p.load_into("sA").row_bound or (p.stores[0].row_bound if p.stores else ""))
+    return out
+
+
+def _kernel_tile_m(p: Any) -> int:
+    """The printed ``kTileM`` of grouped program ``p`` (gemm/traits.j2: kMmaM x kAtomsM x kRepsM), what
+    run_grouped's row_bound check ``rows % kTileM`` divides by."""
+    return int(p.mma.op.m) * int(p.mma.atoms_m) * int(p.mma.reps_m)
+
+
+def _row_bound_rows_problem(layer: MoELayer, part: str) -> Violation | None:
+    """``moe.group_tiles``: with a row_bound map, run_grouped (moe/gemm.j2) refuses ``rows % kTileM != 0``
+    (kErrSize) and encodes ``rows / kTileAMn`` m-tiles: the printed ``padded_rows`` must be a multiple of
+    kTileM for every ``T <= 2^tokens_bits`` (decided on :func:`workspace_tokens`: padded_rows is periodic-affine
+    in T, so its residue mod kTileM is periodic with a period those T's cover)."""
+    p = layer.program(part)
+    tm_ = _kernel_tile_m(p)
+    ts = workspace_tokens(layer)
+    if ts.size > WORKSPACE_MAX_POINTS:
+        ts = ts[:WORKSPACE_MAX_POINTS]
+    rows = np.asarray(layer.workspace_quantities(ts)["padded_rows"], dtype=np.int64) + np.zeros_like(ts)
+    bad = np.flatnonzero(rows % tm_)
+    if not bad.size:
+        return None
+    t, r = int(ts[bad[0]]), int(rows[bad[0]])
+    return _viol("moe.group_tiles", f"{part}: T = {t}: padded_rows = {r} is not a multiple of kTileM = {tm_}: the "
+                 "row_bound run_grouped refuses the call (kErrSize) that the layer promises",
+                 _cex("moe.group_tiles", f"{part} run_grouped (moe/gemm.j2): rows % kTileM", "0", str(r % tm_),
+                      params={"T": t, "padded_rows": r, "kTileM": tm_, "round_rows": layer.workspace.round_rows},
+                      provenance="workspace_layout: padded_rows rounded up to round_rows"),
+                 hint="round padded_rows to a multiple of the tile (workspace node round_rows = pad)")
+
+
+def row_bound_box_row(valid: Any, tile: int, delta: int = 0) -> Any:
+    """The printed row coordinate, inside its m-tile, of a ``row_bound`` box's tile row 0 (``valid`` = the m-tile's
+    ``tile_rows`` entry, ``tile`` = the map's middle extent, ``delta`` the node's ``row_shift_delta``): the A load's
+    ``a_mn0 = w.rows - kTileAMn`` (gemm/mainloop.j2) and the D store's ``c_outer = rows - kEpiTileM + em * kEpiM``
+    (gemm/epilogue.j2, subtile em's first row ``em * kEpiM``), both ``valid - tile + delta``. The one place the
+    verifier states the printed shift.
+
+    >>> row_bound_box_row(2, 64)   # 2 routed rows: tile rows 0..61 fall before the m-tile, 62 and 63 hold rows 0, 1
+    -62
+    >>> row_bound_box_row(64, 64)  # a full m-tile: the box unshifted
+    0
+    """
+    return valid - tile + delta
+
+
+def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: str,
+                       params: dict) -> Violation | None:
+    """``moe.group_tiles`` for a grouped GEMM with a ``row_bound`` A load or D store (M3: every tile of group e
+    reads only rows of group e), on one simulated routing: the printed coordinates, every m-tile at once.
+
+    The routed rows of m-tile ``tm`` of group ``e`` are the rows of ``[tm pad, (tm + 1) pad)`` the simulated row
+    map sends a (token, slot) of expert e to (with the padding after each group's rows: ``off_e + i pad + [0,
+    min(pad, count_e - i pad))``, ``i = tm - off_e / pad``); the kernels read ``w.rows = tile_rows[tm]`` (the
+    printed table, :func:`simulate_routing`: ``valid``). A row_bound load (the 3-D map ``(K, kTileAMn, rows /
+    kTileAMn)`` of moe/gemm.j2) puts tile row ``r`` at map row ``c = r + row_bound_box_row(valid, kTileAMn,
+    delta)`` of m-tile tm, read iff ``0 <= c < kTileAMn`` (and tm inside the map's m-tiles), else filled (the k
+    loop's oob_fill) without a read; a plain one reads row ``tm kTileAMn + r`` of the 2-D map. A row_bound store
+    (the 3-D map ``(N, kEpiTileM, rows / kEpiTileM)``) writes accumulator row ``r`` (the tile row the plain store
+    writes at ``m_base + r``: rule epilogue.coordinate / moe.swiglu) to row ``c' = r + row_bound_box_row(valid,
+    kEpiTileM, delta)`` of m-tile tm iff ``0 <= c' < kEpiTileM``; a plain one writes ``tm kEpiTileM + r``.
+    Accumulator row r is A tile row r (the MMA's rows). Required: a row_bound load reads exactly the m-tile's
+    routed rows (no padding row is read); a row_bound store writes only routed rows; every routed row a store
+    writes receives the accumulator row loaded from that same row (the load's and the store's shifts agree); every
+    routed row is stored (the combine reads it). ``None`` when all hold. TMA semantics assumed (PTX ISA
+    cp.async.bulk.tensor): a box's out-of-bound elements are filled on load and not written on store, its
+    coordinates signed."""
+    p = layer.program(part)
+    la, st, epi = p.load_into("sA"), p.stores[0], p.epilogue
+    pad = layer.routing.pad
+    cnt, tiles_m = sim["counts"], int(sim["tiles_m"])
+    rows_printed = int(sim["padded_rows"])   # run_grouped's rows: w.padded_rows
+    te = np.full(tiles_m, -1, dtype=np.int64)
+    n_te = min(tiles_m, sim["tile_expert"].size)
+    te[:n_te] = sim["tile_expert"][:n_te]
+    live = np.flatnonzero(te >= 0)
+    live = live[cnt[te[live]] > 0]   # empty or unowned m-tiles: moe.empty_groups / moe.offsets
+    if not live.size:
+        return None
+    written = np.zeros(tiles_m, dtype=bool)
+    valid = np.zeros(tiles_m, dtype=np.int64)
+    n_tr = min(tiles_m, sim["tile_rows"].size)
+    written[:n_tr] = sim["tile_rows_written"][:n_tr]
+    valid[:n_tr] = sim["tile_rows"][:n_tr]
+    miss = np.flatnonzero(~written[live])
+    if miss.size:
+        j = int(live[miss[0]])
+        return _viol("moe.group_tiles", f"{part}, {label}: m-tile {j} of expert {int(te[j])}: route_scan never "
+                     f"writes tile_rows[{j}], which the row_bound boxes read as w.rows (Scheduler::current)",
+                     _cex("moe.group_tiles", f"{part} Scheduler::current (moe/work.j2): w.rows = tile_rows[w.tm]",
+                          f"tile_rows[{j}] written by route_scan", "never written", params=params,
+                          element={"m_tile": j, "expert": int(te[j])}))
+    tm, e = live, te[live]
+    v = valid[tm]
+    # each row's expert (-1: padding), from the simulated row map; index `span` is the "no row" sentinel
+    pr, ex = sim["permuted"], sim["ex"]
+    has = pr >= 0
+    span = max(rows_printed, tiles_m * pad, int(pr[has].max()) + 1 if has.any() else 0)
+    owner = np.full(span + 1, -1, dtype=np.int64)
+    owner[pr[has]] = ex[has]
+    m0 = (tm * pad)[:, None]
+
+    def routed(rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` (absolute, one line per m-tile) are routed rows of that m-tile's group in it."""
+        inside = (rows >= m0) & (rows < m0 + pad) & (rows >= 0) & (rows < span)
+        return owner[np.where(inside, rows, span)] == e[:, None]
+
+    blk = m0 + np.arange(pad)[None, :]
+    mine = routed(blk)
+    true_v = mine.sum(axis=1)
+    # the load: tile row r -> absolute row (-1: out of bounds, filled)
+    a_mn = int(la.tile_mn)
+    r_a = np.arange(a_mn)[None, :]
+    if la.row_bound:
+        c = r_a + row_bound_box_row(v[:, None], a_mn, la.row_shift_delta)
+        inb = (c >= 0) & (c < a_mn) & (tm[:, None] < rows_printed // a_mn)
+        arow = tm[:, None] * a_mn + c
+    else:
+        arow = tm[:, None] * a_mn + r_a
+        inb = arow < rows_printed
+    arow = np.where(inb, arow, -1)
+    e_m = int(epi.tile_m)
+    r_s = np.arange(e_m)[None, :]
+    if st.row_bound:
+        c2 = r_s + row_bound_box_row(v[:, None], e_m, st.row_shift_delta)
+        sinb = (c2 >= 0) & (c2 < e_m) & (tm[:, None] < rows_printed // e_m)
+    else:
+        c2 = r_s + 0 * v[:, None]
+        sinb = tm[:, None] * e_m + c2 < rows_printed
+    srow = np.where(sinb, tm[:, None] * e_m + c2, -1)
+    # accumulator row r holds A tile row r (-1: the fill; -2: no such A tile row)
+    acc = np.full(srow.shape, -2, dtype=np.int64)
+    n = min(a_mn, e_m)
+    acc[:, :n] = arow[:, :n]
+    tdelta, ldelta, sdelta = (f" {d:+d}" if d else "" for d in (layer.routing.tile_rows_delta, la.row_shift_delta,
+                                                                  st.row_shift_delta))
+    load_prov = (f"mainloop.j2 load_A: a_mn0 = w.rows - kTileAMn{ldelta} (kTileAMn = {a_mn}), map (K, {a_mn}, rows / "
+                 f"{a_mn})" if la.row_bound else f"mainloop.j2 load_A: 2-D map, row tm * {a_mn} + r")
+    store_prov = (f"epilogue.j2: c_outer = rows - kEpiTileM{sdelta} + em * kEpiM (kEpiTileM = {e_m}), map (N, {e_m}, "
+                  f"rows / {e_m})" if st.row_bound else f"epilogue.j2: 2-D map, row tm * {e_m} + r")
+    rb_prov = f"tile_rows[tm] = min(pad, count_e - i * pad){tdelta} (route_scan); {load_prov}; {store_prov}"
+
+    def rows_text(k: int) -> str:
+        rr = blk[k][mine[k]]
+        return f"[{int(rr[0])}, {int(rr[-1]) + 1})" if rr.size and int(rr[-1]) - int(rr[0]) + 1 == rr.size else \
+            f"{[int(x) for x in rr[:8]]}"
+
+    def cex(k: int, where: str, want: str, got: str, **el: Any) -> Counterexample:
+        return _cex("moe.group_tiles", where, want, got, params={**params, "valid": int(v[k]),
+                                                                 "true_valid": int(true_v[k]), "pad": pad},
+                    element={"m_tile": int(tm[k]), "expert": int(e[k]), **el}, provenance=rb_prov)
+
+    def head(k: int) -> str:
+        return (f"{part}, {label}: m-tile {int(tm[k])} of expert {int(e[k])} (routed rows {rows_text(k)}, "
+                f"tile_rows[{int(tm[k])}] = {int(v[k])}, {int(true_v[k])} routed)")
+
+    def what(row: int) -> str:
+        o = int(owner[row]) if 0 <= row < span else -1
+        return "a padding row" if o < 0 else f"a row of group {o}"
+
+    if la.row_bound:
+        stray = inb & ~routed(arow)
+        if stray.any():
+            k, r = (int(x) for x in np.argwhere(stray)[0])
+            row = int(arow[k, r])
+            return _viol("moe.group_tiles", f"{head(k)}: A tile row {r} of load {la.name} reads row {row} (map row "
+                         f"{int(c[k, r])} of m-tile {int(tm[k])}), {what(row)}, not one of the m-tile's routed rows",
+                         cex(k, f"{part} load {la.name} (row_bound tile_rows)", f"a routed row {rows_text(k)} or out "
+                             "of bounds (filled, not read)", f"row {row}", tile_row=r, row=row))
+        short = np.flatnonzero((inb & routed(arow)).sum(axis=1) < true_v)
+        if short.size:
+            k = int(short[0])
+            rows_read = set(int(x) for x in arow[k][inb[k]])
+            row = next(int(x) for x in blk[k][mine[k]] if int(x) not in rows_read)
+            # the tile row that reads it with w.rows = the routed rows, and what the printed one reads there
+            r = row - int(tm[k]) * a_mn - int(row_bound_box_row(int(true_v[k]), a_mn))
+            src = int(arow[k, r]) if 0 <= r < a_mn else -2
+            held = (f"the out-of-bounds fill ({p.kloop.oob_fill})" if src == -1 else f"row {src}" if src >= 0
+                    else "nothing")
+            return _viol("moe.group_tiles", f"{head(k)}: routed row {row} is never loaded by {la.name}: its tile row "
+                         f"{r} (map row {row - int(tm[k]) * a_mn} with w.rows = {int(true_v[k])}) reads {held}",
+                         cex(k, f"{part} load {la.name} (row_bound tile_rows)", f"tile row {r} reads row {row}",
+                             f"tile row {r} reads {held}", row=row, tile_row=r, row_read=src))
+    got = sinb & routed(srow)
+    if st.row_bound:
+        stray = sinb & ~got
+        if stray.any():
+            k, r = (int(x) for x in np.argwhere(stray)[0])
+            row = int(srow[k, r])
+            return _viol("moe.group_tiles", f"{head(k)}: the store {st.name} writes accumulator row {r} to row {row} "
+                         f"(map row {int(c2[k, r])} of m-tile {int(tm[k])}), {what(row)}, not one of the m-tile's "
+                         "routed rows", cex(k, f"{part} store {st.name} (row_bound tile_rows)",
+                                            f"a routed row {rows_text(k)} or out of bounds (not written)",
+                                            f"row {row}", acc_row=r, row=row))
+    wrong = got & (acc != srow)
+    if wrong.any():
+        k, r = (int(x) for x in np.argwhere(wrong)[0])
+        row, src = int(srow[k, r]), int(acc[k, r])
+        held = (f"the out-of-bounds fill ({p.kloop.oob_fill}: its A tile row is outside the map), no row's data"
+                if src == -1 else "no A tile row" if src == -2 else f"row {src}")
+        return _viol("moe.group_tiles", f"{head(k)}: routed row {row} receives accumulator row {r}, which holds "
+                     f"{held}: the load's and the store's row shifts disagree", cex(
+                         k, f"{part} store {st.name}", f"row {row}'s own product (accumulator row loaded from row "
+                         f"{row})", f"accumulator row {r} = {held}", acc_row=r, row=row, row_read=src))
+    short = np.flatnonzero(got.sum(axis=1) < true_v)
+    if short.size:
+        k = int(short[0])
+        stored = set(int(x) for x in srow[k][got[k]])
+        row = next(int(x) for x in blk[k][mine[k]] if int(x) not in stored)
+        return _viol("moe.group_tiles", f"{head(k)}: routed row {row} is never stored by {st.name} (the combine "
+                     "reads it)", cex(k, f"{part} store {st.name}", f"row {row} stored", "never stored", row=row))
+    return None
+
+
 def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
     from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk, grouped_tile_of_unit
 
@@ -701,6 +947,31 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
         if enc is not None:
             # the simulation below reads rows through the printed maps: meaningless over other encodings
             return [], [enc]
+    rb = row_bound_parts(layer)
+    readers = [part for part, on in rb.items() if on]
+    if readers and not layer.routing.tile_rows:
+        # the row_bound boxes' shift comes from a table no kernel writes: whatever the workspace holds
+        seen.add("moe.group_tiles")
+        part = readers[0]
+        pr = layer.program(part)
+        nodes = [n.name for n in (pr.load_into("sA"), pr.stores[0]) if n.row_bound]
+        bad.append(_viol("moe.group_tiles", f"{part}: {' and '.join(nodes)} (row_bound tile_rows) place their "
+                         "boxes by w.rows = tile_rows[w.tm] (Scheduler::current), but the routing node has tile_rows "
+                         "False: route_scan never writes that table, so every m-tile's rows are shifted by whatever "
+                         "the workspace holds",
+                         _cex("moe.group_tiles", f"{part} Scheduler::current (moe/work.j2): w.rows = tile_rows[w.tm]",
+                              "tile_rows[0] written by route_scan (routing node tile_rows)", "never written",
+                              element={"m_tile": 0, "nodes": nodes}, params={"tile_rows": 0},
+                              provenance="layer.cu.j2 route_scan: tile_rows written only with routing tile_rows"),
+                         hint="set the routing node's tile_rows with row_bound loads / stores "
+                              "(MoEConfig.row_bounded)"))
+    for part in readers:
+        if "moe.group_tiles" not in seen:
+            v = _row_bound_rows_problem(layer, part)
+            if v is not None:
+                seen.add("moe.group_tiles")
+                bad.append(v)
+    rb_points = 0
     for part in ("gate_up", "down"):
         p = layer.program(part)
         la, lb = p.load_into("sA"), p.load_into("sB")
@@ -730,6 +1001,13 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
                     seen.add("moe.group_tiles")
                     bad.append(_walk_cex(part, label, walk_problem, params))
                 continue
+            if rb[part] and "moe.group_tiles" not in seen:
+                # the row_bound boxes (their rows depend on the m-tile only: every unit of it reads / writes these)
+                rb_points += tiles_m
+                v = _row_bound_problem(layer, part, sim, label, params)
+                if v is not None:
+                    seen.add("moe.group_tiles")
+                    bad.append(v)
             tms, tns, _ = grouped_tile_of_unit(np.arange(units), tiles_m, tiles_n, walk)
             if (visits != 1).any() and "moe.group_tiles" not in seen:
                 u = int(np.flatnonzero(visits != 1)[0])
@@ -810,9 +1088,13 @@ def _check_group_tiles(layer: MoELayer, cases: list) -> tuple[list[Proof], list[
     if "moe.group_tiles" not in seen:
         walks = ", ".join(f"{part} {GroupedWalk.of(layer.program(part).schedule).describe()}"
                           for part in ("gate_up", "down"))
+        rb_text = (f"; row_bound tile_rows ({', '.join(readers)}): on {rb_points} (m-tile, routing) points the "
+                   "printed tile_rows shift loads exactly the m-tile's routed rows (padding rows out of bounds), "
+                   "stores only routed rows, each from the accumulator row loaded from it, every routed row once; "
+                   "padded_rows a multiple of kTileM for every T" if readers else "")
         proofs.append(Proof("moe.group_tiles", "M3", "enum", f"{points} (unit, routing) points: A rows in the tile's "
                             "padded group, B rows = expert e's gate/up/W2 rows of the output columns, units once, "
-                            f"every (m-tile, n-block) once ({walks})", points=points))
+                            f"every (m-tile, n-block) once ({walks}){rb_text}", points=points + rb_points))
     if "moe.empty_groups" not in seen:
         proofs.append(Proof("moe.empty_groups", "M4", "enum", "no unit, load or store for an empty group; every unit "
                             "runs the full k loop in producer and consumer (pipeline.carry proves the phase)"))
@@ -1031,21 +1313,37 @@ PDL_CHAIN = (
 
 #: the handoff's counters (layer node ``handoff``): route_scan zeroes them, gate+up adds, down reads
 HANDOFF_ACCESSES = {"route_scan": ((), ("tile_ready",)), "gate_up": ((), ("tile_ready",)), "down": (("tile_ready",), ())}
+#: the routed-rows table of row-bounded tiles: route_scan writes it with the routing node's ``tile_rows``, a grouped
+#: GEMM with a ``row_bound`` A load or D store reads it (Scheduler::current: ``w.rows = tile_rows[w.tm]``, beside
+#: ``tile_expert[w.tm]``; :func:`row_bound_parts`)
+ROW_BOUND_ACCESSES = {"route_scan": ((), ("tile_rows",)), "gate_up": (("tile_rows",), ()),
+                      "down": (("tile_rows",), ())}
 #: with ``handoff`` and ``pdl`` the down kernel has no wait before its accesses (it waits last): every access
+#: (and ``tile_rows`` when it reads it: :data:`ROW_BOUND_ACCESSES`)
 HANDOFF_DOWN_PRE_WAIT = ("h", "w2", "tile_expert", "tiles_m", "tile_ready", "xs")
 #: the gate+up -> down conflicts a sound handoff orders per m-tile (rule moe.handoff): h (gate+up writes, down
 #: reads), xs (gate+up reads an m-tile's rows, down overwrites them with its output) and the counters
 HANDOFF_ORDERED = ("h", "xs", "tile_ready")
 
 
+def row_bound_kernels(layer: MoELayer) -> tuple[str, ...]:
+    """The kernels of ``layer`` that access the ``tile_rows`` table (:data:`ROW_BOUND_ACCESSES`): route_scan with
+    the routing node's ``tile_rows``, each grouped GEMM with a row_bound load or store."""
+    rb = row_bound_parts(layer)
+    return tuple(k for k in ROW_BOUND_ACCESSES if (layer.routing.tile_rows if k == "route_scan" else rb[k]))
+
+
 def pdl_chain(layer: MoELayer) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
-    """:data:`PDL_CHAIN` of ``layer``: with ``handoff`` the counters' accesses added (:data:`HANDOFF_ACCESSES`)."""
-    if not layer.handoff:
+    """:data:`PDL_CHAIN` of ``layer``: with ``handoff`` the counters' accesses added (:data:`HANDOFF_ACCESSES`),
+    with row-bounded tiles the tile_rows table's (:data:`ROW_BOUND_ACCESSES`, :func:`row_bound_kernels`)."""
+    rows = row_bound_kernels(layer)
+    if not layer.handoff and not rows:
         return PDL_CHAIN
     out = []
     for name, r, w in PDL_CHAIN:
-        hr, hw = HANDOFF_ACCESSES.get(name, ((), ()))
-        out.append((name, r + hr, w + hw))
+        hr, hw = HANDOFF_ACCESSES.get(name, ((), ())) if layer.handoff else ((), ())
+        tr, tw = ROW_BOUND_ACCESSES[name] if name in rows else ((), ())
+        out.append((name, r + hr + tr, w + hw + tw))
     return tuple(out)
 
 
@@ -1075,16 +1373,22 @@ def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
 #: :data:`HANDOFF_DOWN_PRE_WAIT`; tests/unit/test_moe_layer.py pins those places)
 PDL_PRE_WAIT: dict[str, tuple[str, ...]] = {name: () for name, _r, _w in PDL_CHAIN}
 #: what the grouped GEMMs read before their wait with ``weight_prefetch`` (``prefetch_first_weights``:
-#: the m-tile count and the first unit's expert, then that expert's weight boxes into L2)
+#: the m-tile count and the first unit's expert, then that expert's weight boxes into L2; its
+#: Scheduler::current also reads ``tile_rows[w.tm]`` in a GEMM that reads that table, :func:`pdl_pre_wait`)
 PDL_PREFETCH_READS = {"gate_up": ("tiles_m", "tile_expert", "w13"), "down": ("tiles_m", "tile_expert", "w2")}
 
 
 def pdl_pre_wait(layer: MoELayer) -> dict[str, tuple[str, ...]]:
     """The printed pre-wait accesses of ``layer``'s kernels: :data:`PDL_PRE_WAIT`, plus
-    :data:`PDL_PREFETCH_READS` when the layer prefetches weights."""
+    :data:`PDL_PREFETCH_READS` when the layer prefetches weights (with ``tile_rows`` for a grouped GEMM that
+    reads it: the prefetch's Scheduler::current reads it with tile_expert), and every access of the down GEMM
+    with the handoff (:data:`HANDOFF_DOWN_PRE_WAIT`, with ``tile_rows`` likewise)."""
     pre = dict(PDL_PRE_WAIT) if not layer.weight_prefetch else {**PDL_PRE_WAIT, **PDL_PREFETCH_READS}
     if layer.handoff and layer.pdl:
         pre["down"] = HANDOFF_DOWN_PRE_WAIT
+    for part in set(row_bound_kernels(layer)) - {"route_scan"}:
+        if pre.get(part):
+            pre[part] = pre[part] + ("tile_rows",)
     return pre
 
 
@@ -1661,7 +1965,9 @@ def _check_walk_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], list
 
 #: every workspace region the kernels access: its element type (as printed in the kernels' parameters) and the
 #: accesses ``(kernel, what)`` in launch order (templates/moe/layer.cu.j2, moe/gemm.j2); ``tile_ready`` only with
-#: the handoff. Rule ``moe.workspace`` requires the layer's regions to be exactly these.
+#: the handoff, ``tile_rows`` only with row-bounded tiles and only by the kernels :func:`row_bound_kernels` names.
+#: Rule ``moe.workspace`` requires the layer's regions to be exactly those some kernel of the layer accesses
+#: (:func:`workspace_accessors`).
 WORKSPACE_ACCESSES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "block_counts": ("int32_t", (("route_count", "writes block_counts[chunk * E + e]"),
                                  ("route_scan", "scans block_counts[b * E + e] in place, b < chunks"),
@@ -1676,6 +1982,9 @@ WORKSPACE_ACCESSES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "tile_ready": ("int32_t", (("route_scan", "zeroes tile_ready[base_e + i]"),
                                ("gate_up", "adds to tile_ready[tm] (red.release.gpu)"),
                                ("down", "spins on tile_ready[tm] (ld.acquire.gpu)"))),
+    "tile_rows": ("int32_t", (("route_scan", "writes tile_rows[base_e + i]"),
+                              ("gate_up", "reads tile_rows[tm], tm < tiles_m"),
+                              ("down", "reads tile_rows[tm], tm < tiles_m"))),
     "permuted_row": ("RowIndex", (("route_permute", "writes permuted_row[s], s < rows"),
                                   ("combine", "reads permuted_row[t * k + j]"))),
     "xs": ("Element", (("route_permute", "writes xs[pos * H + col]"),
@@ -1687,6 +1996,19 @@ WORKSPACE_ACCESSES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 #: the layer's kernels in launch order
 _KERNELS = tuple(name for name, _r, _w in PDL_CHAIN)
+
+
+def workspace_accessors(layer: MoELayer, region: str) -> tuple[tuple[str, str], ...]:
+    """The accesses ``(kernel, what)`` of :data:`WORKSPACE_ACCESSES` ``region`` that ``layer``'s kernels print:
+    ``tile_ready`` only with the handoff, ``tile_rows`` only those of :func:`row_bound_kernels`; empty: no kernel
+    of the layer touches the region."""
+    acc = WORKSPACE_ACCESSES[region][1]
+    if region == "tile_ready":
+        return acc if layer.handoff else ()
+    if region == "tile_rows":
+        rows = row_bound_kernels(layer)
+        return tuple(a for a in acc if a[0] in rows)
+    return acc
 #: the largest alignment a region's accesses need (bytes): the tensor maps' global addresses
 #: (cuTensorMapEncodeTiled: 16-byte aligned) and the 16-byte vectors of the gather and the combine
 WORKSPACE_MIN_ALIGN = 16
@@ -1733,6 +2055,7 @@ def workspace_needs(layer: MoELayer, tokens: Any) -> dict[str, tuple[Any, str, s
         "tile_expert": (tiles, "route_scan", "tile_expert[tiles_m - 1] of the routing with the most m-tiles"),
         "tiles_m": (1 + 0 * q["rows"], "route_scan", "*tiles_m"),
         "tile_ready": (tiles, "route_scan", "tile_ready[tiles_m - 1] = 0 of the routing with the most m-tiles"),
+        "tile_rows": (tiles, "route_scan", "tile_rows[tiles_m - 1] of the routing with the most m-tiles"),
         "permuted_row": (q["rows"], "route_permute", "permuted_row[rows - 1]"),
         "xs": (q["padded_rows"] * gu_k, "gate_up", f"its A tensor map: padded_rows x {gu_k} (K)"),
         "out": (q["padded_rows"] * dn_n, "down", f"its D tensor map: padded_rows x {dn_n} (N)"),
@@ -1754,7 +2077,8 @@ def _ws_thread(layer: MoELayer, kernel: str, tokens: int, region: str) -> dict[s
         return {"cta": int(q["chunks"]) - 1, "threadIdx": (layer.experts - 1) % layer.routing.chunk,
                 "role": "route_count"}
     if kernel == "route_scan":   # the m-tile tables' last entry: the last of the min(rows, E) one-row groups
-        return _scan_thread(min(int(q["rows"]), layer.experts) - 1 if region in ("tile_expert", "tile_ready")
+        return _scan_thread(min(int(q["rows"]), layer.experts) - 1 if region in ("tile_expert", "tile_ready",
+                                                                                 "tile_rows")
                             else layer.experts - 1)
     if kernel == "route_permute":
         return _route_thread(layer, int(q["rows"]) - 1)
@@ -1789,9 +2113,10 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
     """``moe.workspace`` (M12): the printed ``workspace_layout(T)`` (the layer's :class:`~argus_cutlass.dsl.
     moe_ir.Workspace` node) holds every access of every kernel, for every ``T <= 2^tokens_bits``.
 
-    * Its regions are exactly those of :data:`WORKSPACE_ACCESSES` (``tile_ready`` iff the handoff), each of the
-      element type the kernels take; ``align`` is a multiple of :data:`WORKSPACE_MIN_ALIGN` (the base check
-      prints it, so every region starts aligned).
+    * Its regions are exactly those of :data:`WORKSPACE_ACCESSES` some kernel of the layer accesses
+      (:func:`workspace_accessors`: ``tile_ready`` iff the handoff, ``tile_rows`` iff route_scan writes it or a
+      grouped GEMM reads it), each of the element type the kernels take; ``align`` is a multiple of
+      :data:`WORKSPACE_MIN_ALIGN` (the base check prints it, so every region starts aligned).
     * An aliased region (``out`` reuses ``xs``) fits inside its target, and every kernel accessing the target
       runs before every kernel accessing the alias (launch order; completion: ``moe.pdl``); with the handoff the
       gate+up -> down pair on xs is ordered per m-tile by ``moe.handoff``.
@@ -1799,15 +2124,15 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
       rows of the routing with the most m-tiles, ``max_tiles`` its m-tiles, and each region's printed count at
       least :func:`workspace_needs`; the own-bytes regions follow each other without overlap, aligned.
     * On every routing case the verifier simulates (the printed routing node's semantics): every index
-      route_scan writes in tile_expert / tile_ready, route_permute writes in permuted_row and xs, and the
+      route_scan writes in tile_expert / tile_ready / tile_rows, route_permute writes in permuted_row and xs, and the
       gather's rows (``offsets[E] <= padded_rows``) lie inside the printed capacities.
     """
     w = layer.workspace
     names = [r.name for r in w.regions]
-    want = [n for n in WORKSPACE_ACCESSES if n != "tile_ready" or layer.handoff]
+    want = [n for n in WORKSPACE_ACCESSES if workspace_accessors(layer, n)]
     for n in want:
         if n not in names:
-            elem, acc = WORKSPACE_ACCESSES[n]
+            elem, acc = WORKSPACE_ACCESSES[n][0], workspace_accessors(layer, n)
             return [], [_viol("moe.workspace", f"workspace region {n!r} is missing: {acc[0][0]} {acc[0][1]} in memory "
                               "the layout never gives it (it would overlap whatever sits at that offset)",
                               _ws_cex("workspace_layout (layer.cu.j2)", f"a region {n} of {elem}",
@@ -1820,7 +2145,7 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
                                                             tokens=1))], []
         elem = WORKSPACE_ACCESSES[r.name][0]
         if r.elem != elem:
-            k, acc = WORKSPACE_ACCESSES[r.name][1][0]
+            k, acc = workspace_accessors(layer, r.name)[0]
             return [], [_viol("moe.workspace", f"workspace region {r.name!r} is laid out as {r.elem} "
                               f"({layer.elem_bytes(r.elem)} bytes) but {k} {acc} as {elem} "
                               f"({layer.elem_bytes(elem)} bytes)",
@@ -1946,7 +2271,7 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
             t = int(ts[i])
             idx = int(need[i]) - 1
             element = {"region": r.name, "index": idx}
-            if r.name in ("tile_expert", "tile_ready"):
+            if r.name in ("tile_expert", "tile_ready", "tile_rows"):
                 element["routing"] = (f"routed rows 0..{min(t * layer.topk, layer.experts) - 1} to experts 0.., "
                                       "the rest to expert 0")
             bad.append(_viol("moe.workspace", f"T = {t}: {kernel} {what} reaches {r.name}[{idx}] but the printed "
@@ -1985,6 +2310,9 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
         checks = [("tile_expert", j, "route_scan", f"tile_expert[{j}] = {e}", _scan_thread(e)) for j, e in written]
         if layer.handoff:
             checks += [("tile_ready", j, "route_scan", f"tile_ready[{j}] = 0", _scan_thread(e)) for j, e in written]
+        if layer.routing.tile_rows:
+            checks += [("tile_rows", j, "route_scan", f"tile_rows[{j}] (m-tile {j} of expert {e})", _scan_thread(e))
+                       for j, e in written]
         pr = sim["permuted"]
         if (pr >= 0).any():
             s = int(np.argmax(pr))

@@ -6,8 +6,8 @@ m-tiles, the small layer with its gather in 3 column slices, and the small layer
 launches and a weight prefetch) and **every field** of the MoE nodes -- the
 routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` node, the layer's
 own scalar fields, ``pdl``, ``weight_prefetch`` and the handoff's fields (two more bases: the handoff on
-both tile paths) -- and the MoE fields of the two grouped GEMM programs (B's ``expert_rows``,
-``expert_shift``, ``pair_offset``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
+both tile paths; two more: row-bounded tiles on both tile paths) -- and the MoE fields of the two grouped GEMM
+programs (B's ``expert_rows``, ``expert_shift``, ``pair_offset``; A's and D's ``row_bound``, ``row_shift_delta``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
 ``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
 ``band_start_delta``, ``band_full_rows``, ``band_swap``, and ``lookahead``), a type-appropriate mutation
 (int: +1, -1 and doubled; bool: flipped; str: every other valid value; tuple: an element dropped
@@ -46,7 +46,7 @@ DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "inv
            "row_map": ("permuted_row", "identity"), "acc_dtype": ("fp32", "bf16", "fp16"), "dtype": ("bf16", "fp16"),
            "ctype": tuple(CTYPES), "act": ("", "swiglu", "swiglu_swapped"),
            "decomposition": ("persistent", "streamk", "splitk", "grouped"), "handoff_signal": ("complete", "read"),
-           "elem": REGION_CTYPES}
+           "elem": REGION_CTYPES, "row_bound": ("", "tile_rows")}
 #: the schedule node's fields of the banded grouped walk
 BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap", "lookahead")
 #: MoE fields of the grouped GEMM programs: (part, replace_node kind, key getter, fields)
@@ -57,6 +57,11 @@ GEMM_FIELDS = (
     ("down", "epilogue", None, ("act", "row_offset", "tile_n")),
     ("gate_up", "schedule", None, ("decomposition", "step_delta") + BAND_FIELDS),
     ("down", "schedule", None, ("decomposition", "step_delta") + BAND_FIELDS),
+    # row-bounded tiles: the permuted rows' A load and the D store
+    ("gate_up", "load", lambda p: p.load_into("sA").name, ("row_bound", "row_shift_delta")),
+    ("down", "load", lambda p: p.load_into("sA").name, ("row_bound", "row_shift_delta")),
+    ("gate_up", "store", lambda p: p.stores[0].name, ("row_bound", "row_shift_delta")),
+    ("down", "store", lambda p: p.stores[0].name, ("row_bound", "row_shift_delta")),
 )
 
 
@@ -76,6 +81,11 @@ def base(which: str) -> MoELayer:
         return build_layer(MoEConfig(pdl=True, handoff=True), MoEProblem(64, 8, 2, 256, 512))
     if which == "qwen_small_t_handoff":   # the same on the 64-row ping-pong tiles
         return build_layer(small_t_config().replace(pdl=True, handoff=True), MoEProblem(64, 128, 8, 2048, 768))
+    if which == "small64_rb":   # row-bounded tiles (3-D maps, boxes shifted by the routing's tile_rows table)
+        return build_layer(small_t_config().replace(row_bounded=True), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small128_rb_handoff":   # the same on 128-row tiles with programmatic launches and the handoff
+        return build_layer(small_t_config(tile_m=128).replace(row_bounded=True, pdl=True, handoff=True,
+                                                              weight_prefetch=4), MoEProblem(64, 8, 2, 256, 512))
     return build_layer(small_t_config(), MoEProblem(64, 128, 8, 2048, 768))
 
 
@@ -177,7 +187,7 @@ def classify(layer: MoELayer, make: Callable[[], MoELayer]) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced", "small_pdl", "small_handoff",
-                                   "qwen_small_t_handoff"])
+                                   "qwen_small_t_handoff", "small64_rb", "small128_rb_handoff"])
 def test_every_moe_field_is_coupled(which):
     layer = base(which)
     muts = mutations(layer)
