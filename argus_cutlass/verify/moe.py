@@ -70,7 +70,7 @@ from argus_cutlass.verify.run import report as _report
 __all__ = ["WORKSPACE_ACCESSES", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
            "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
-           "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
+           "GROUP_PADDING_BEFORE_READS", "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
            "simulate_routing", "verify_moe", "walk_visits", "workspace_accessors"]
 
 #: rule -> (invariant id, description)
@@ -187,11 +187,13 @@ def _printed_rows_and_tiles(layer: MoELayer, tokens: int) -> tuple[int, int]:
 def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
     """The routing kernels of ``layer`` (``templates/moe/layer.cu.j2``: route_count, route_scan,
     route_permute) run in numpy on ``ids`` (T, k): every field of the routing node is honoured; the padded
-    rows and tile_expert's capacity are the printed workspace node's. With the routing node's ``tile_rows``
-    also ``tile_rows`` (the printed table: entry ``base_e + i`` = ``min(pad, count_e - i * pad) +
-    tile_rows_delta``, every index route_scan writes; whether the printed region holds them is rule
-    moe.workspace's) and ``tile_rows_written`` (which entries route_scan writes; the others hold whatever the
-    workspace held)."""
+    rows and tile_expert's capacity are the printed workspace node's. The row map as printed by the routing
+    node's ``group_padding``: ``"after"`` ``off_e + rank``, ``"before"`` ``off_{e+1} - count_e + rank`` (the group's
+    padding rows first). With the routing node's ``tile_rows`` also ``tile_rows`` (the printed table: entry
+    ``base_e + i`` = ``min(pad, count_e - i * pad)`` (padding after) or ``count_e - (t_e - 1) * pad`` for ``i ==
+    0`` and ``pad`` for the others (padding before), plus ``tile_rows_delta``, every index route_scan writes;
+    whether the printed region holds them is rule moe.workspace's) and ``tile_rows_written`` (which entries
+    route_scan writes; the others hold whatever the workspace held)."""
     r = layer.routing
     e_ = layer.experts
     flat = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -236,7 +238,11 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
             for i in range(int(tiles[e])):
                 j = int(base[e]) + i
                 if j >= 0:
-                    tile_rows[j] = min(r.pad, int(counts[e]) - i * r.pad) + r.tile_rows_delta
+                    if r.group_padding == "before":
+                        routed = int(counts[e]) - (int(tiles[e]) - 1) * r.pad if i == 0 else r.pad
+                    else:
+                        routed = min(r.pad, int(counts[e]) - i * r.pad)
+                    tile_rows[j] = routed + r.tile_rows_delta
                     rows_written[j] = True
     permuted = np.full(n, -1, dtype=np.int64)
     for s in range(n):
@@ -245,7 +251,8 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
             continue
         b = s // r.chunk
         rank = int(np.count_nonzero(ex[b * r.chunk:s] == e))
-        permuted[s] = offsets[e] + bc_excl[b, e] + rank + r.rank_base
+        start = offsets[e + 1] - counts[e] if r.group_padding == "before" else offsets[e]
+        permuted[s] = start + bc_excl[b, e] + rank + r.rank_base
     out = {"ex": ex, "counts": counts, "offsets": offsets, "tiles_m": tiles_m, "tile_expert": tile_expert,
            "tile_oob": oob, "permuted": permuted, "padded_rows": padded_rows, "n": n}
     if r.tile_rows:
@@ -544,14 +551,19 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                     msg = (f"(token {s1 // k}, slot {s1 % k}) and (token {s2 // k}, slot {s2 % k}) both map to "
                            f"row {r2}", s1, "distinct rows")
                 else:
-                    lo, hi = off[ex[valid]], off[ex[valid]] + cnt[ex[valid]]
+                    # the group's routed rows: its first count_e rows, or with the padding before them its last
+                    before = layer.routing.group_padding == "before"
+                    g0 = (off[1:] - cnt) if before else off[:-1]
+                    lo, hi = g0[ex[valid]], g0[ex[valid]] + cnt[ex[valid]]
                     out_g = np.flatnonzero((rows < lo) | (rows >= hi))
                     if out_g.size:
                         s = int(np.flatnonzero(valid)[out_g[0]])
                         e = int(ex[s])
+                        span = (f"[off_{e + 1} - count_{e}, off_{e + 1})" if before
+                                else f"[off_{e}, off_{e} + count_{e})")
                         msg = (f"(token {s // k}, slot {s % k}) routes to expert {e} but lands on row {int(pr[s])}, "
-                               f"outside group {e}'s rows [{int(off[e])}, {int(off[e] + cnt[e])})", s,
-                               f"a row in [off_{e}, off_{e} + count_{e})")
+                               f"outside group {e}'s rows [{int(g0[e])}, {int(g0[e] + cnt[e])})", s,
+                               f"a row in {span} (group_padding {layer.routing.group_padding!r})")
             if msg:
                 seen.add("moe.bijection")
                 text, s, want = msg
@@ -755,16 +767,16 @@ def _row_bound_rows_problem(layer: MoELayer, part: str) -> Violation | None:
 def row_bound_box_row(valid: Any, tile: int, delta: int = 0) -> Any:
     """The printed row coordinate, inside its m-tile, of a ``row_bound`` box's tile row 0 (``valid`` = the m-tile's
     ``tile_rows`` entry, ``tile`` = the map's middle extent, ``delta`` the node's ``row_shift_delta``): the A load's
-    ``a_mn0 = w.rows - kTileAMn`` (gemm/mainloop.j2) and the D store's ``c_outer = rows - kEpiTileM + em * kEpiM``
-    (gemm/epilogue.j2, subtile em's first row ``em * kEpiM``), both ``valid - tile + delta``. The one place the
+    ``a_mn0 = kTileAMn - w.rows`` (gemm/mainloop.j2) and the D store's ``c_outer = kEpiTileM - rows + em * kEpiM``
+    (gemm/epilogue.j2, subtile em's first row ``em * kEpiM``), both ``tile - valid + delta``. The one place the
     verifier states the printed shift.
 
-    >>> row_bound_box_row(2, 64)   # 2 routed rows: tile rows 0..61 fall before the m-tile, 62 and 63 hold rows 0, 1
-    -62
+    >>> row_bound_box_row(2, 64)   # 2 routed rows (the m-tile's last two): tile rows 0, 1 hold rows 62, 63, the rest
+    62
     >>> row_bound_box_row(64, 64)  # a full m-tile: the box unshifted
     0
     """
-    return valid - tile + delta
+    return tile - valid + delta
 
 
 def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: str,
@@ -773,8 +785,8 @@ def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: s
     reads only rows of group e), on one simulated routing: the printed coordinates, every m-tile at once.
 
     The routed rows of m-tile ``tm`` of group ``e`` are the rows of ``[tm pad, (tm + 1) pad)`` the simulated row
-    map sends a (token, slot) of expert e to (with the padding after each group's rows: ``off_e + i pad + [0,
-    min(pad, count_e - i pad))``, ``i = tm - off_e / pad``); the kernels read ``w.rows = tile_rows[tm]`` (the
+    map sends a (token, slot) of expert e to (the routing node's ``group_padding`` decides where the padding
+    rows lie; row-bounded tiles need them before the routed rows, so the routed rows end each m-tile); the kernels read ``w.rows = tile_rows[tm]`` (the
     printed table, :func:`simulate_routing`: ``valid``). A row_bound load (the 3-D map ``(K, kTileAMn, rows /
     kTileAMn)`` of moe/gemm.j2) puts tile row ``r`` at map row ``c = r + row_bound_box_row(valid, kTileAMn,
     delta)`` of m-tile tm, read iff ``0 <= c < kTileAMn`` (and tm inside the map's m-tiles), else filled (the k
@@ -785,9 +797,11 @@ def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: s
     Accumulator row r is A tile row r (the MMA's rows). Required: a row_bound load reads exactly the m-tile's
     routed rows (no padding row is read); a row_bound store writes only routed rows; every routed row a store
     writes receives the accumulator row loaded from that same row (the load's and the store's shifts agree); every
-    routed row is stored (the combine reads it). ``None`` when all hold. TMA semantics assumed (PTX ISA
-    cp.async.bulk.tensor): a box's out-of-bound elements are filled on load and not written on store, its
-    coordinates signed."""
+    routed row is stored (the combine reads it); and every row_bound box starts at a non-negative row coordinate
+    (a TMA store at a negative row coordinate faulted on the H200: illegal instruction, session 41; loads at
+    negative rows ran but their fill was never checked, so neither is relied on). ``None`` when all hold. TMA
+    semantics assumed (PTX ISA 9.7.9.25, cp.async.bulk.tensor): a box's out-of-bound elements (past the extent)
+    are filled on load and not written on store."""
     p = layer.program(part)
     la, st, epi = p.load_into("sA"), p.stores[0], p.epilogue
     pad = layer.routing.pad
@@ -857,11 +871,14 @@ def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: s
     acc[:, :n] = arow[:, :n]
     tdelta, ldelta, sdelta = (f" {d:+d}" if d else "" for d in (layer.routing.tile_rows_delta, la.row_shift_delta,
                                                                   st.row_shift_delta))
-    load_prov = (f"mainloop.j2 load_A: a_mn0 = w.rows - kTileAMn{ldelta} (kTileAMn = {a_mn}), map (K, {a_mn}, rows / "
+    load_prov = (f"mainloop.j2 load_A: a_mn0 = kTileAMn - w.rows{ldelta} (kTileAMn = {a_mn}), map (K, {a_mn}, rows / "
                  f"{a_mn})" if la.row_bound else f"mainloop.j2 load_A: 2-D map, row tm * {a_mn} + r")
-    store_prov = (f"epilogue.j2: c_outer = rows - kEpiTileM{sdelta} + em * kEpiM (kEpiTileM = {e_m}), map (N, {e_m}, "
+    store_prov = (f"epilogue.j2: c_outer = kEpiTileM - rows{sdelta} + em * kEpiM (kEpiTileM = {e_m}), map (N, {e_m}, "
                   f"rows / {e_m})" if st.row_bound else f"epilogue.j2: 2-D map, row tm * {e_m} + r")
-    rb_prov = f"tile_rows[tm] = min(pad, count_e - i * pad){tdelta} (route_scan); {load_prov}; {store_prov}"
+    table = ("i == 0 ? count_e - (t_e - 1) * pad : pad" if layer.routing.group_padding == "before"
+             else "min(pad, count_e - i * pad)")
+    rb_prov = (f"tile_rows[tm] = {table}{tdelta} (route_scan, group_padding {layer.routing.group_padding}); "
+               f"{load_prov}; {store_prov}")
 
     def rows_text(k: int) -> str:
         rr = blk[k][mine[k]]
@@ -881,6 +898,20 @@ def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: s
         o = int(owner[row]) if 0 <= row < span else -1
         return "a padding row" if o < 0 else f"a row of group {o}"
 
+    for node, tile, kind in ((la, a_mn, "load"), (st, e_m, "store")):
+        if not node.row_bound:
+            continue
+        first = row_bound_box_row(v, tile, node.row_shift_delta)   # the first box's row (subtile em = 0)
+        neg = np.flatnonzero(first < 0)
+        if neg.size:
+            k = int(neg[0])
+            return _viol("moe.group_tiles", f"{head(k)}: the {kind} {node.name} places its first box at row "
+                         f"{int(first[k])} of m-tile {int(tm[k])}, a negative TMA coordinate (a store there faulted "
+                         "on the H200: illegal instruction; loads there are not relied on either)",
+                         cex(k, f"{part} {kind} {node.name} (row_bound tile_rows)", "a box row coordinate >= 0",
+                             f"row coordinate {int(first[k])}", box_row=int(first[k])),
+                         hint="the routing must put each group's padding rows before its routed rows "
+                              "(group_padding 'before') so that the boxes start at tile_m - valid >= 0")
     if la.row_bound:
         stray = inb & ~routed(arow)
         if stray.any():
@@ -1318,6 +1349,9 @@ HANDOFF_ACCESSES = {"route_scan": ((), ("tile_ready",)), "gate_up": ((), ("tile_
 #: ``tile_expert[w.tm]``; :func:`row_bound_parts`)
 ROW_BOUND_ACCESSES = {"route_scan": ((), ("tile_rows",)), "gate_up": (("tile_rows",), ()),
                       "down": (("tile_rows",), ())}
+#: with the routing node's ``group_padding`` ``"before"`` route_permute also reads ``counts[e]`` (its row map
+#: ``off_{e+1} - count_e + rank``, templates/moe/layer.cu.j2)
+GROUP_PADDING_BEFORE_READS = {"route_permute": ("counts",)}
 #: with ``handoff`` and ``pdl`` the down kernel has no wait before its accesses (it waits last): every access
 #: (and ``tile_rows`` when it reads it: :data:`ROW_BOUND_ACCESSES`)
 HANDOFF_DOWN_PRE_WAIT = ("h", "w2", "tile_expert", "tiles_m", "tile_ready", "xs")
@@ -1337,13 +1371,15 @@ def pdl_chain(layer: MoELayer) -> tuple[tuple[str, tuple[str, ...], tuple[str, .
     """:data:`PDL_CHAIN` of ``layer``: with ``handoff`` the counters' accesses added (:data:`HANDOFF_ACCESSES`),
     with row-bounded tiles the tile_rows table's (:data:`ROW_BOUND_ACCESSES`, :func:`row_bound_kernels`)."""
     rows = row_bound_kernels(layer)
-    if not layer.handoff and not rows:
+    before = layer.routing.group_padding == "before"
+    if not layer.handoff and not rows and not before:
         return PDL_CHAIN
     out = []
     for name, r, w in PDL_CHAIN:
         hr, hw = HANDOFF_ACCESSES.get(name, ((), ())) if layer.handoff else ((), ())
         tr, tw = ROW_BOUND_ACCESSES[name] if name in rows else ((), ())
-        out.append((name, r + hr + tr, w + hw + tw))
+        pr = GROUP_PADDING_BEFORE_READS.get(name, ()) if before else ()
+        out.append((name, r + hr + tr + pr, w + hw + tw))
     return tuple(out)
 
 
@@ -1972,7 +2008,8 @@ WORKSPACE_ACCESSES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "block_counts": ("int32_t", (("route_count", "writes block_counts[chunk * E + e]"),
                                  ("route_scan", "scans block_counts[b * E + e] in place, b < chunks"),
                                  ("route_permute", "reads block_counts[chunk * E + e]"))),
-    "counts": ("int32_t", (("route_scan", "writes counts[e]"),)),
+    "counts": ("int32_t", (("route_scan", "writes counts[e]"),
+                           ("route_permute", "reads counts[e] (routing group_padding 'before' only)"))),
     "offsets": ("RowIndex", (("route_scan", "writes offsets[e], e <= E"), ("route_permute", "reads offsets[e]"))),
     "tile_expert": ("int32_t", (("route_scan", "writes tile_expert[base_e + i]"),
                                 ("gate_up", "reads tile_expert[tm], tm < tiles_m"),
@@ -2008,6 +2045,8 @@ def workspace_accessors(layer: MoELayer, region: str) -> tuple[tuple[str, str], 
     if region == "tile_rows":
         rows = row_bound_kernels(layer)
         return tuple(a for a in acc if a[0] in rows)
+    if region == "counts" and layer.routing.group_padding != "before":
+        return tuple(a for a in acc if a[0] != "route_permute")
     return acc
 #: the largest alignment a region's accesses need (bytes): the tensor maps' global addresses
 #: (cuTensorMapEncodeTiled: 16-byte aligned) and the 16-byte vectors of the gather and the combine

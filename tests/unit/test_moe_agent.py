@@ -254,7 +254,8 @@ def test_tune_keeps_the_heuristic_unless_another_candidate_is_clearly_faster():
 def test_small_t_tile_move_builds_the_other_tile_as_the_heuristic_would():
     """The tuner's move between the small-T tiles (64 <-> 128 rows) gives the other tile's heuristic layer:
     its n-tiles and depths, the 64-row tile's 128-column gate+up unit, bands over the same rows."""
-    from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_band, small_t_config
+    from argus_cutlass.kernels.moe.heuristics import (SINGLE_TILE_GU_N, SMALL_T_ROW_BOUNDED_TILE_M, small_t_band,
+                                                      small_t_config)
     from argus_cutlass.kernels.moe.space import _neighbours
 
     for model, other_m in (("mixtral", 64), ("qwen3-30b-a3b", 128)):
@@ -264,7 +265,7 @@ def test_small_t_tile_move_builds_the_other_tile_as_the_heuristic_would():
         band = small_t_band(p, other_m)
         want = small_t_config(cfg.dtype, other_m).replace(
             gu_band_m=band, dn_band_m=band, gather_slices=cfg.gather_slices, gather_unroll=cfg.gather_unroll,
-            pdl=cfg.pdl, handoff=cfg.handoff)
+            pdl=cfg.pdl, handoff=cfg.handoff, row_bounded=other_m in SMALL_T_ROW_BOUNDED_TILE_M)
         if other_m == 64:
             want = want.replace(gu_tile_n=SINGLE_TILE_GU_N)
         assert moved and moved[0] == want, (model, moved[:1], want)

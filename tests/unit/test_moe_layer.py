@@ -358,15 +358,17 @@ def test_pdl_chain_matches_the_printed_kernels():
 def test_workspace_accesses_agree_with_the_pdl_chain():
     """The two access tables of the MoE verifier name the same kernels per workspace buffer: moe.workspace's
     (WORKSPACE_ACCESSES, region -> the kernels that touch it) and moe.pdl's (PDL_CHAIN and, with the handoff,
-    HANDOFF_ACCESSES, with row-bounded tiles ROW_BOUND_ACCESSES: kernel -> the buffers it reads / writes; down's
-    ``out`` is the xs buffer there)."""
-    from argus_cutlass.verify.moe import HANDOFF_ACCESSES, PDL_CHAIN, ROW_BOUND_ACCESSES, WORKSPACE_ACCESSES
+    HANDOFF_ACCESSES, with row-bounded tiles ROW_BOUND_ACCESSES, with the padding before each group's rows
+    GROUP_PADDING_BEFORE_READS: kernel -> the buffers it reads / writes; down's ``out`` is the xs buffer there)."""
+    from argus_cutlass.verify.moe import (GROUP_PADDING_BEFORE_READS, HANDOFF_ACCESSES, PDL_CHAIN, ROW_BOUND_ACCESSES,
+                                          WORKSPACE_ACCESSES)
 
     touched: dict[str, set[str]] = {}
     for kernel, reads, writes in PDL_CHAIN:
         hr, hw = HANDOFF_ACCESSES.get(kernel, ((), ()))
         tr, tw = ROW_BOUND_ACCESSES.get(kernel, ((), ()))
-        for buf in (*reads, *writes, *hr, *hw, *tr, *tw):
+        pr = GROUP_PADDING_BEFORE_READS.get(kernel, ())
+        for buf in (*reads, *writes, *hr, *hw, *tr, *tw, *pr):
             touched.setdefault(buf, set()).add(kernel)
     for region, (_ctype, accesses) in WORKSPACE_ACCESSES.items():
         kernels = {k for k, _what in accesses}

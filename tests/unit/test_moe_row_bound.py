@@ -42,13 +42,15 @@ def test_row_bounded_layers_verify(tile_m, problem):
 
 
 def test_simulate_routing_prints_tile_rows():
-    """simulate_routing's tile_rows is route_scan's printed table: min(pad, count_e - i pad) + tile_rows_delta for
-    m-tile i of group e, written for every m-tile < tiles_m; absent without the routing's tile_rows."""
+    """simulate_routing's tile_rows is route_scan's printed table (the padding rows before each group's routed rows:
+    count_e - (t_e - 1) pad for the group's first m-tile, pad for the others) + tile_rows_delta, written for every
+    m-tile < tiles_m; absent without the routing's tile_rows."""
     layer = _rb(64)
+    assert layer.routing.group_padding == "before"
     for label, ids in routing_cases(layer):
         sim = simulate_routing(layer, ids)
         off, cnt, pad = sim["offsets"], sim["counts"], layer.routing.pad
-        want = [min(pad, int(cnt[e]) - (j - int(off[e]) // pad) * pad)
+        want = [int(cnt[e]) - (-(-int(cnt[e]) // pad) - 1) * pad if j == int(off[e]) // pad else pad
                 for j in range(sim["tiles_m"]) for e in [int(sim["tile_expert"][j])]]
         assert list(sim["tile_rows"][: sim["tiles_m"]]) == want, label
         assert sim["tile_rows_written"][: sim["tiles_m"]].all(), label
@@ -57,7 +59,8 @@ def test_simulate_routing_prints_tile_rows():
 
     ids, _ = make_routing("sizes", 300, 8, 2, seed=1, sizes=sizes)
     sim = simulate_routing(layer.replace_node("routing", tile_rows_delta=-1), ids.astype(np.int64))
-    assert list(sim["tile_rows"][: sim["tiles_m"]]) == [63, 63, 63, 63, 63, 1, 63, 0, 63, 63, 63, 20]
+    # groups 64 | 128 | 130 (2 + 64 + 64) | 65 (1 + 64) | 213 (21 + 64 x 3): the partial m-tile first
+    assert list(sim["tile_rows"][: sim["tiles_m"]]) == [63, 63, 63, 1, 63, 63, 0, 63, 20, 63, 63, 63]
     assert "tile_rows" not in simulate_routing(build_layer(small_t_config(), MoEProblem(16, 8, 2, 256, 512)), ids)
 
 
@@ -108,12 +111,17 @@ def test_full_m_tiles_alone_refuse_the_shifted_table():
     assert (simulate_routing(layer, ids)["tile_rows"][:3] == 64).all()
     proofs, bad = _check_group_tiles(layer, case)
     assert proofs and not bad
-    for delta, row in ((1, 0), (-1, 63)):
-        proofs, bad = _check_group_tiles(layer.replace_node("routing", tile_rows_delta=delta), case)
-        v = next(v for v in bad if v.rule == "moe.group_tiles")
-        assert f"routed row {row} is never loaded" in v.message, v.message
-        assert v.counterexample.element["m_tile"] == 0 and v.counterexample.params["valid"] == 64 + delta
-    # the store alone shifted: the last routed row's product lands past the m-tile (not written), row 0 gets zeros
+    # one too many: the boxes start at row -1 (a negative TMA coordinate, refused before anything else); one too
+    # few: they start at row 1, so the m-tile's row 0 is never loaded
+    proofs, bad = _check_group_tiles(layer.replace_node("routing", tile_rows_delta=1), case)
+    v = next(v for v in bad if v.rule == "moe.group_tiles")
+    assert "a negative TMA coordinate" in v.message and v.counterexample.element["box_row"] == -1, v.message
+    assert v.counterexample.element["m_tile"] == 0 and v.counterexample.params["valid"] == 65
+    proofs, bad = _check_group_tiles(layer.replace_node("routing", tile_rows_delta=-1), case)
+    v = next(v for v in bad if v.rule == "moe.group_tiles")
+    assert "routed row 0 is never loaded" in v.message, v.message
+    assert v.counterexample.element["m_tile"] == 0 and v.counterexample.params["valid"] == 63
+    # the store alone shifted: accumulator row r (row r's product) lands on row r + 1, so row 1 gets row 0's
     bad = _check_group_tiles(layer.replace_node("down", "store", "tma_store_sD", row_shift_delta=1), case)[1]
     assert "routed row 1 receives accumulator row 0, which holds row 0" in bad[0].message, bad[0].message
 
@@ -148,7 +156,8 @@ def test_row_bound_tables_match_the_printed_kernels():
     chain = {n: (set(r), set(w)) for n, r, w in pdl_chain(layer)}
     m = re.search(r"__global__ void __launch_bounds__\([^)]*\) route_scan\(([^)]*)\)", src)
     assert "int32_t* tile_rows" in m.group(1) and "tile_rows" in chain["route_scan"][1]
-    assert "tile_rows[base + i] = (count - i * kPad < kPad ? count - i * kPad : kPad);" in src
+    assert "tile_rows[base + i] = (i == 0 ? count - (t - 1) * kPad : kPad);" in src
+    assert "pos = offsets[e + 1] - RowIndex(counts[e]) +" in src and "counts" in chain["route_permute"][0]
     run = src[src.index("inline int run("):]
     for part, ns in (("gate_up", "_gu"), ("down", "_dn")):
         args = [a.strip() for a in re.search(ns + r"::run_grouped\(([^;]*)\);", run).group(1).split(",")]
@@ -174,7 +183,7 @@ def test_generate_row_bounded():
     k = generate(small_t_config().replace(row_bounded=True), MoEProblem(16, 8, 2, 256, 512), smt=True)
     assert "_rb" in k.name
     assert "make_map_3d<ElementA>" in k.source and "SM90_TMA_STORE_3D" in k.source
-    assert "int const a_mn0 = w.rows - kTileAMn;" in k.source and "moe.group_tiles" in k.source
+    assert "int const a_mn0 = kTileAMn - w.rows;" in k.source and "moe.group_tiles" in k.source
 
 
 @pytest.mark.parametrize("tile_m", [64, 128])

@@ -212,7 +212,7 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         yield cfg.replace(handoff=v)
     for v in near("row_bounded"):
         yield cfg.replace(row_bounded=v)
-    from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
+    from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, SMALL_T_ROW_BOUNDED_TILE_M, small_t_config
 
     # the other small-T tile (64 <-> 128 rows, heuristics.small_t_tile_m: session 37 measured either 7-21 % faster
     # depending on the rows per expert) as the heuristic builds it (its n-tiles and depths, the 64-row tile's
@@ -224,15 +224,17 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         other = small_t_config(cfg.dtype, 128 if cfg.tile_m == 64 else 64)
         if other.tile_m == 64:
             other = other.replace(gu_tile_n=SINGLE_TILE_GU_N)
-        others = [(other, rows_band(cfg.gu_band_m), rows_band(cfg.dn_band_m)), (MoEConfig(dtype=cfg.dtype),
-                                                                               cfg.gu_band_m, cfg.dn_band_m)]
+        # (config, bands, row-bounded tiles as the heuristic sets them: SMALL_T_ROW_BOUNDED_TILE_M on small-T tiles)
+        others = [(other, rows_band(cfg.gu_band_m), rows_band(cfg.dn_band_m), other.tile_m in SMALL_T_ROW_BOUNDED_TILE_M),
+                  (MoEConfig(dtype=cfg.dtype), cfg.gu_band_m, cfg.dn_band_m, False)]
     else:
-        others = [(small_t_config(cfg.dtype), cfg.gu_band_m, cfg.dn_band_m)]
-    for other, gu_band, dn_band in others:
+        other = small_t_config(cfg.dtype)
+        others = [(other, cfg.gu_band_m, cfg.dn_band_m, other.tile_m in SMALL_T_ROW_BOUNDED_TILE_M)]
+    for other, gu_band, dn_band, row_bounded in others:
         yield other.replace(gu_band_m=gu_band, dn_band_m=dn_band, gather_slices=cfg.gather_slices,
             gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
             weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first, handoff=cfg.handoff,
-            row_bounded=cfg.row_bounded)
+            row_bounded=row_bounded)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     if small:   # the moves no measurement backs yet, after every move one does (small budgets)
