@@ -31,6 +31,9 @@
 #   bash bench/device_pending.sh OUTDIR moe-ceilings  # bench/moe_ceilings.py: the small-T layers with the routing / combine
 #                                                     # launches left out, then with the m-tiles' padding traffic left out (~2 min)
 #   bash bench/device_pending.sh OUTDIR moe-dram-bytes # ncu DRAM bytes read / written per kernel of the small-T layers (~1 min)
+#   bash bench/device_pending.sh OUTDIR moe-ab [FIELD=V1,V2] [CELLS] # bench/moe_ab.py: the shipped / heuristic layers with
+#                                                     # one MoEConfig field varied, checked, interleaved (default
+#                                                     # row_bounded=false,true on the 6 small-T cells; ~3 min)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -246,6 +249,10 @@ case "$STEP" in
     for what in launches padding; do
       timeout 270 python3 "$R/bench/moe_ceilings.py" --what $what 2>&1 | tee "$OUT/moe_ceilings_$what.log" | tail -8
     done ;;
+  moe-ab)
+    # session 41: one MoEConfig field A / B, verified layers, fp32-checked, interleaved rounds
+    timeout 560 python3 "$R/bench/moe_ab.py" --check --vary "${3:-row_bounded=false,true}" ${4:+--cells "$4"} 2>&1 \
+      | tee "$OUT/moe_ab.log" | tail -40 ;;
   moe-dram-bytes)
     # session 40: bytes each kernel moves to / from DRAM (ncu, one serialized run, L2 kept between kernels)
     timeout 400 ncu --profile-from-start off --clock-control none --cache-control none \

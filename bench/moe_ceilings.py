@@ -15,7 +15,8 @@ leaves no stale counters that would let down read h early): a host flag skips th
 call's out, as out aliases xs, so the output differs -- the bytes moved are the same) and / or the combine launch.
 Modes: 0 full, 1 no routing, 2 no combine, 3 neither.
 
-``--what padding`` (the padding rows of the 64-row m-tiles: at small T an m-tile holds a few routed rows): a device
+``--what padding`` (the padding rows of the 64-row m-tiles: at small T an m-tile holds a few routed rows; the layer
+built with ``row_bounded`` off, the 2-D maps whose boxes cover whole m-tiles, as before session 41): a device
 flag points every grouped GEMM's A load at m-tile 0 (xs in gate+up, h in down: L2 hits after the first, so the
 padding rows' DRAM reads vanish) and / or every epilogue TMA store at m-tile 0 (h and out writes land on the same
 lines, so the padding rows' DRAM writes vanish). Modes: 0 full, 1 loads, 2 stores, 3 both. This also removes the
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = configure(p)[0]
         if args.what == "launches":
             cfg = cfg.replace(handoff=False)
+        else:   # the padding rows' traffic exists only on the 2-D maps (row-bounded tiles do not read or write it)
+            cfg = cfg.replace(row_bounded=False)
         layer = build_layer(cfg, p)
         name = layer.kernel_name()
         job = unverified_job(layer)   # the production template's text, never verified: patched below

@@ -1,0 +1,147 @@
+"""A / B timing of one MoEConfig field on MoE layers, interleaved, on a Hopper GPU.
+
+    python3 bench/moe_ab.py --vary row_bounded=false,true [--cells qwen3-30b-a3b:16,mixtral:256,e8k2h1024i512:256]
+                            [--rounds 8] [--iters 20] [--check]
+
+Each cell (``model:T`` of ``MoEProblem.for_model`` or ``e<E>k<k>h<H>i<I>:T``) starts from the configuration
+``generate.configure`` picks (the shipped entry or the heuristic) and takes every value of ``--vary`` in turn; each
+layer is generated and verified (``generate.generate``: a combination the configuration model or the verifier
+refuses is named and skipped), compiled in one parallel nvcc batch, and timed ``--rounds`` times, the values
+interleaved within each round on the same inputs (``kernels.moe.check.timed_inputs``) and one workspace: each time a
+median of ``--iters`` calls (``kernels.moe.check.time_fn``: CUDA events, L2 flushed by writing 256 MB before each
+call). ``--check`` first runs every layer once against the fp32 reference (uniform and skewed routing, output
+poisoned). Prints one line per cell and value: the median over rounds, its ratio to the activated-weight floor of the
+timed routing (``check.timed_floor_ms``), the change from the first value, and every round's time. Needs torch, nvcc
+and a Hopper GPU (the session-41 row_bounded measurement, bench/data/moe_row_bounded_h200_s41.log, ran a copy of this
+on unverified builds while the verifier was being extended).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+try:
+    import argus_cutlass.templates  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+_SHAPE = re.compile(r"e(\d+)k(\d+)h(\d+)i(\d+)")
+
+
+def parse_cell(cell: str):
+    """``model:T`` or ``eEkKhHiI:T`` -> MoEProblem.
+
+    Raises:
+        ValueError: the cell is not one of the two forms, or the problem breaks a rule of MoEProblem.
+    """
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+
+    name, sep, t = cell.partition(":")
+    if not sep or not t.strip().isdigit():
+        raise ValueError(f"cell {cell!r}: expected model:T or eEkKhHiI:T")
+    m = _SHAPE.fullmatch(name)
+    try:
+        if m:
+            e, k, h, i = (int(x) for x in m.groups())
+            p = MoEProblem(int(t), e, k, h, i)
+            p.validate()
+            return p
+        return MoEProblem.for_model(name, int(t))
+    except ArgusError as exc:
+        raise ValueError(f"cell {cell!r}: {exc}") from None
+
+
+def parse_vary(spec: str) -> tuple[str, list]:
+    """``FIELD=V1,V2`` -> (field, typed values) by MoEConfig's field types.
+
+    Raises:
+        ValueError: unknown field, fewer than two values, or a value of the wrong type.
+    """
+    from overrides import field_value
+
+    from argus_cutlass.kernels.moe.config import MoEConfig
+
+    field, sep, raw = spec.partition("=")
+    values_raw = [v for v in raw.split(",") if v.strip()]
+    if not sep or field not in MoEConfig.model_fields:
+        raise ValueError(f"--vary {spec!r}: expected FIELD=V1,V2 with FIELD a MoEConfig field")
+    if len(values_raw) < 2:
+        raise ValueError(f"--vary {spec!r}: an A / B comparison needs at least two values")
+    return field, [field_value(MoEConfig, field, v) for v in values_raw]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vary", required=True, metavar="FIELD=V1,V2", help="the MoEConfig field and its values")
+    ap.add_argument("--cells", default="qwen3-30b-a3b:16,deepseek-v2-lite:16,mixtral:16,qwen3-30b-a3b:256,"
+                                       "deepseek-v2-lite:256,mixtral:256")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--check", action="store_true", help="check every layer against the fp32 reference first")
+    args = ap.parse_args(argv)
+    try:
+        field, values = parse_vary(args.vary)
+        problems = [parse_cell(c) for c in args.cells.split(",") if c]
+    except ValueError as exc:
+        ap.error(str(exc))
+
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.generate import compile_many, configure, generate
+
+    kernels = {}
+    for ci, p in enumerate(problems):
+        base = configure(p)[0]
+        for v in values:
+            try:
+                kernels[(ci, v)] = generate(base.replace(**{field: v}), p, smt=False)
+            except (ArgusError, ValueError) as exc:
+                print(f"{args.cells.split(',')[ci]} {field}={v}: refused ({str(exc).splitlines()[0]})", flush=True)
+    arts = compile_many(list(kernels.values()))
+    keys = [k for k, a in zip(kernels, arts) if not isinstance(a, Exception)]
+    for k, a in zip(kernels, arts):
+        if isinstance(a, Exception):
+            print(f"cell {k[0]} {field}={k[1]}: compile failed ({str(a).splitlines()[0]})", flush=True)
+
+    import torch
+
+    from argus_cutlass.kernels.moe.check import run_and_check, time_fn, timed_floor_ms, timed_inputs
+    from argus_cutlass.generate import load
+
+    libs = {k: load(kernels[k], a) for k, a in zip(kernels, arts) if k in keys}
+    for ci, p in enumerate(problems):
+        mine = [v for v in values if (ci, v) in libs]
+        if not mine:
+            continue
+        cell = args.cells.split(",")[ci]
+        if args.check:
+            for v in mine:
+                for routing in ("uniform", "skewed"):
+                    chk = run_and_check(libs[(ci, v)], p, routing=routing)
+                    print(f"{cell} {field}={v} {routing}: err {chk.err:.3g} (bound {chk.bound:.3g}) "
+                          f"{'ok' if chk.ok else 'WRONG'}", flush=True)
+        x, ids, w, w13, w2 = timed_inputs(p)
+        ws = torch.empty(max(libs[(ci, v)].workspace_bytes(p.tokens) for v in mine), dtype=torch.uint8, device="cuda")
+        times = {v: [] for v in mine}
+        for _ in range(args.rounds):
+            for v in mine:
+                lib = libs[(ci, v)]
+                times[v].append(time_fn(lambda: lib.forward(x, ids, w, w13, w2, workspace=ws, padding="unchecked"),
+                                        warmup=5, iters=args.iters))
+        floor = timed_floor_ms(p)
+        first = statistics.median(times[mine[0]])
+        for v in mine:
+            med = statistics.median(times[v])
+            print(f"{cell} {field}={v}: {med * 1e3:.1f} us ({med / floor:.3f}x floor {floor * 1e3:.1f} us) "
+                  f"{100 * (med - first) / first:+.1f} %; rounds {[round(t * 1e3, 1) for t in times[v]]}", flush=True)
+        del x, ids, w, w13, w2, ws
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
