@@ -100,9 +100,9 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         "extents": {part: _extents(layer, part) for part in ("gate_up", "down")},
         "ixp": lambda n, v: index_expr(layer, n, v),
         "gate_up_text": _gemm_text(layer, "gate_up", gu_ns), "down_text": _gemm_text(layer, "down", dn_ns),
-        # a wgmma N outside CuTe's default set in either GEMM: its arch struct's header (gemm/traits.j2 prints it)
         # a grouped GEMM with a row_bound load or store takes the routing's tile_rows table (run_grouped's argument)
         **{f"{pre}_row_bound": bool(_row_bound(layer.program(part))) for pre, part in (("gu", "gate_up"), ("dn", "down"))},
+        # a wgmma N outside CuTe's default set in either GEMM: its arch struct's header (gemm/traits.j2 prints it)
         "mma_extended": any(layer.program(part).mma.op.extended_shape for part in ("gate_up", "down")),
     }
 

@@ -138,7 +138,7 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
     "small64_rb_sizes": GpuProblem(
         "small64_rb", 300, "sizes", (64, 128, 0, 130, 65, 213, 0, 0),
         why="groups of exactly 64 and 128 rows (full m-tiles: tile_rows = 64, the box unshifted) beside 130 / 65 / "
-            "213 rows (partial last m-tiles of 2, 1 and 21 rows) and two empty experts"),
+            "213 rows (partial first m-tiles of 2, 1 and 21 rows: the padding before the routed rows) and two empty experts"),
     "small128_rb_uniform300": GpuProblem(
         "small128_rb", 300, why="row-bounded 128-row tiles: 600 routed rows, one partial m-tile per group"),
     "wide_int32_wrap": GpuProblem(

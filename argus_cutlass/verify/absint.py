@@ -866,6 +866,16 @@ def check_bindings(program: Program) -> Outcome:
             if grouped:
                 bad.append((f"operand {op}: load {ld.name} has {grouped}: the grouped-GEMM row offsets (family moe) "
                             "move rows of a plain GEMM's tile to other rows of the operand", str(ld.loc)))
+            if ld.row_bound or ld.row_shift_delta:
+                bad.append((f"operand {op}: load {ld.name} has row_bound {ld.row_bound!r}: row-bounded boxes (family "
+                            "moe) read a per-m-tile routed-row count that a plain GEMM has no table for, through a 3-D "
+                            "tensor map its host never encodes", str(ld.loc)))
+    if program.family == "gemm":
+        for st in program.stores:
+            if st.row_bound or st.row_shift_delta:
+                bad.append((f"store {st.name} has row_bound {st.row_bound!r}: row-bounded boxes (family moe) read a "
+                            "per-m-tile routed-row count that a plain GEMM has no table for, through a 3-D tensor map "
+                            "its host never encodes", str(st.loc)))
     # the caller's C and D are row-major M x N: the kernel's (M, N) are (N, M) under swap-AB, so they are
     # M-contiguous there and N-contiguous otherwise (templates/gemm/host_maps.j2 encodes D's map from it)
     want_cd = "M" if swap else "N"

@@ -228,7 +228,8 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
             else:
                 oob.append((e, j))
     if r.tile_rows:
-        # route_scan: tile_rows[base_e + i] = min(pad, count_e - i * pad) + tile_rows_delta (layer.cu.j2), every
+        # route_scan: tile_rows[base_e + i] = the routed rows of m-tile i of group e (where group_padding puts the
+        # padding: see the docstring) + tile_rows_delta (layer.cu.j2), every
         # index it writes (whether the printed region holds it is rule moe.workspace's: the writes are in
         # tile_expert's list, tile_expert / tile_oob)
         size = max([cap] + [int(base[e] + tiles[e]) for e in range(e_)])

@@ -46,7 +46,7 @@ DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "inv
            "row_map": ("permuted_row", "identity"), "acc_dtype": ("fp32", "bf16", "fp16"), "dtype": ("bf16", "fp16"),
            "ctype": tuple(CTYPES), "act": ("", "swiglu", "swiglu_swapped"),
            "decomposition": ("persistent", "streamk", "splitk", "grouped"), "handoff_signal": ("complete", "read"),
-           "elem": REGION_CTYPES, "row_bound": ("", "tile_rows")}
+           "elem": REGION_CTYPES, "row_bound": ("", "tile_rows"), "group_padding": ("after", "before")}
 #: the schedule node's fields of the banded grouped walk
 BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap", "lookahead")
 #: MoE fields of the grouped GEMM programs: (part, replace_node kind, key getter, fields)

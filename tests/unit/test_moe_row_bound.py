@@ -99,9 +99,9 @@ def test_row_bound_mutants_refused(mutant_id):
 
 
 def test_full_m_tiles_alone_refuse_the_shifted_table():
-    """On a routing whose every m-tile is full (groups of exactly 64 / 128 rows: tile_rows = pad), tile_rows one
-    too many shifts the boxes past each m-tile's first row: the rule finds that row never loaded (the failure
-    silicon shows: the partial m-tiles' extra padding row is harmless data), and one too few the last row."""
+    """On a routing whose every m-tile is full (groups of exactly 64 rows: tile_rows = pad), tile_rows one too many
+    places the boxes at row -1 (a negative TMA coordinate: refused; a store there faulted on the H200), and one too few
+    at row 1, so each m-tile's row 0 is never loaded (the partial m-tiles' extra padding row is harmless data)."""
     from argus_cutlass.hw.routing import make_routing
     from argus_cutlass.verify.moe import _check_group_tiles
 
@@ -208,3 +208,19 @@ def test_every_single_row_bound_edit_is_refused(tile_m):
         bad = layer.replace_node(part, **change) if part == "routing" else layer.replace_node(part, kind, name, **change)
         _proofs, viol = _check_group_tiles(bad, cases)
         assert [v.rule for v in viol] == ["moe.group_tiles"] and viol[0].counterexample is not None, (part, change)
+
+
+@pytest.mark.parametrize("node", ["load", "store"])
+def test_row_bound_refused_in_a_plain_gemm(node):
+    """row_bound belongs to the grouped GEMMs of family moe: a plain GEMM has no routed-row table and its host
+    encodes 2-D maps, so a row_bound load or store there is refused (mma.operand_identity, host side)."""
+    from argus_cutlass.generate import build, verify
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    p = build(GemmConfig())
+    q = (p.replace_node("load", p.load_into("sA").name, row_bound="tile_rows") if node == "load"
+         else p.replace_node("store", p.stores[0].name, row_bound="tile_rows"))
+    rep = verify(q, smt=False)
+    assert not rep.ok
+    v = next(v for v in rep.violations if v.rule == "mma.operand_identity")
+    assert "row_bound 'tile_rows'" in v.message and v.counterexample is not None
