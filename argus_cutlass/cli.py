@@ -184,9 +184,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
         if not math.isfinite(value):
             raise ProblemError("problem.scalar", f"{flag}={value}: alpha and beta must be finite numbers")
+    _check_sets("gemm", args.set)
     out_dir = _output_dir(args.out)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, alpha=args.alpha,
-                      beta=args.beta, seed=args.seed, timing=args.timing)
+                      beta=args.beta, seed=args.seed, timing=args.timing, overrides=tuple(args.set))
     progress = _Progress(args.verbose, out_dir, args.quiet)
     try:
         result = run(problem, options=options, on_stage=progress, out_dir=out_dir)
@@ -202,8 +203,10 @@ def cmd_attention(args: argparse.Namespace) -> int:
     from argus_cutlass.generate import Options, run
 
     problem = _attention_problem(args)
+    _check_sets("attention", args.set)
     out_dir = _output_dir(args.out)
-    options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed)
+    options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed,
+                      overrides=tuple(args.set))
     progress = _Progress(args.verbose, out_dir, args.quiet)
     try:
         result = run(problem, options=options, on_stage=progress, out_dir=out_dir)
@@ -222,10 +225,13 @@ def cmd_moe(args: argparse.Namespace) -> int:
     from argus_cutlass.kernels.moe.problem import MoEProblem
 
     problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype).validate()
+    _check_sets("moe", args.set)
     out_dir = _output_dir(args.out)  # after the problem's rules: a refused problem leaves no folder behind
     progress = _Progress(args.verbose, out_dir, args.quiet)
     try:
-        result = run(problem, options=Options(seed=args.seed), on_stage=progress, out_dir=out_dir)
+        result = run(problem, options=Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown,
+                                              seed=args.seed, overrides=tuple(args.set)),
+                     on_stage=progress, out_dir=out_dir)
     finally:
         progress.ticker.stop()
     for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
@@ -299,6 +305,8 @@ class _Progress:
             _print(f"config    {r.name} ({_SOURCE_TEXT[r.config_source]})")
             if r.config_source_detail and r.config_source != "forced":
                 _print(f"why       {r.config_source_detail}")
+            if r.config_overrides:
+                _print(f"set       {', '.join(f'{k}={v!r}' for k, v in r.config_overrides.items())} (--set)")
             if r.path is not None:
                 _print(f"path      {r.path['text']}")
         elif stage == "build_program":
@@ -381,6 +389,27 @@ def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
                 f"(proved {seconds:.2f} s when first verified; ARGUS_REPORT_CACHE=0 re-verifies): {parts}")
     return (f"{len(report.proofs)} proofs of {len(report.obligations)} obligations in {seconds:.2f} s: "
             f"{parts} (engines {', '.join(engines)}; --verbose lists them, the .json has them all)")
+
+
+def _check_sets(family: str, sets: list[str]) -> None:
+    """``--set`` values named and typed against the family's configuration model before the output folder is made
+    (a misspelt field leaves no folder behind); their combination with the chosen configuration is checked when
+    :func:`~argus_cutlass.generate.run` applies them.
+
+    Raises:
+        ConfigError: ``config.override`` (:func:`~argus_cutlass.generate.parse_overrides`).
+    """
+    if not sets:
+        return
+    from argus_cutlass.generate import parse_overrides
+
+    if family == "gemm":
+        from argus_cutlass.kernels.gemm.config import GemmConfig as model
+    elif family == "attention":
+        from argus_cutlass.kernels.attention.config import AttentionConfig as model
+    else:
+        from argus_cutlass.kernels.moe.config import MoEConfig as model
+    parse_overrides(model, sets)
 
 
 def _output_dir(path: str) -> Path:
@@ -656,6 +685,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--heuristic", action="store_true",
                    help="use the fixed heuristic, not a tuned configuration from the experience store "
                         "or the shipped H200 table")
+    g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
+                   help="change configuration fields of the chosen configuration (repeatable), e.g. stages=5,schedule=pingpong; "
+                        "the result is verified like any other")
     g.set_defaults(func=cmd_gemm)
 
     a = sub.add_parser("attention", help="generate (and build, run) a FlashAttention forward kernel")
@@ -667,6 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--verbose", action="store_true", help="print every proved obligation")
     a.add_argument("--allow-unknown", action="store_true", help="as for gemm")
     a.add_argument("--heuristic", action="store_true", help="FA3's tile per head dim, not a tuned entry")
+    a.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
+                   help="change configuration fields of the chosen configuration (repeatable), e.g. tile_n=128; "
+                        "the result is verified like any other")
     a.set_defaults(func=cmd_attention)
 
     mo = sub.add_parser("moe", help="generate (and build, run) a mixture-of-experts layer (SwiGLU experts)")
@@ -675,6 +710,12 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--out", default="out", help="output folder (default: ./out)")
     mo.add_argument("--quiet", action="store_true", help="no progress display while nvcc compiles")
     mo.add_argument("--verbose", action="store_true", help="list every proof")
+    mo.add_argument("--allow-unknown", action="store_true", help="as for gemm")
+    mo.add_argument("--heuristic", action="store_true",
+                    help="the T bucket's heuristic configuration, not the shipped H200 table's entry")
+    mo.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
+                   help="change configuration fields of the chosen configuration (repeatable), e.g. row_bounded=false or gu_stages=6; "
+                        "the result is verified like any other")
     mo.set_defaults(func=cmd_moe)
 
     t = sub.add_parser("tune", help="search kernel configurations for one shape (the agent), or fill the tuned "

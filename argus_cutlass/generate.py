@@ -82,7 +82,7 @@ Problem = GemmProblem | AttentionProblem
 __all__ = [
     "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_jobs", "build_many", "check", "compile_kernel",
     "compile_many", "configure", "generate", "kernel_cached", "kernel_label", "kernel_name", "load", "render", "require_proved", "run",
-    "run_many", "time_kernel", "verify", "write_sources",
+    "parse_overrides", "run_many", "time_kernel", "verify", "with_overrides", "write_sources",
     # the time stage's rotation and graph rules, for benchmarks that interleave ours and cuBLAS in one process
     "DEFAULT_TIMING", "GRAPH_CALLS", "MAX_SETS", "ROTATE_BYTES", "TIMINGS", "graph_calls", "torch_graph_ms",
 ]
@@ -714,6 +714,9 @@ class Options:
             (the default, :data:`DEFAULT_TIMING`: operands rotated over 3x the L2, calls replayed from a CUDA graph,
             as a serving engine runs them) or ``"launch"`` (one operand set, each launch between CUDA events).
         workers: parallel nvcc processes (:func:`run_many`; default: CPU count; at least 1, ``tune.workers``).
+        overrides: ``FIELD=VALUE`` changes (``"row_bounded=true"``, ``"stages=5"``) :func:`run` applies to the
+            configuration it configured or was given, each value typed by that configuration model's field
+            (:func:`argus_cutlass.kernels.fields.field_value`); the result is built and verified like any other.
     """
 
     smt: bool | None = True
@@ -732,6 +735,7 @@ class Options:
     iters: int = 100
     timing: str = DEFAULT_TIMING
     workers: int | None = None
+    overrides: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from argus_cutlass.errors import ProblemError
@@ -767,12 +771,14 @@ class RunResult:
         config_source / config_source_detail: where the configuration came from (one of
             :data:`CONFIG_SOURCES`) and why, one line (:attr:`argus_cutlass.agent.store.Lookup.detail`:
             the key found or missed; None for a given configuration).
+        config_overrides: the typed ``Options.overrides`` applied to it (empty: none).
     """
 
     problem: Problem
     config: Config | None = None
     config_source: str = "given"
     config_source_detail: str | None = None
+    config_overrides: dict[str, Any] = field(default_factory=dict)
     status: str = "pending"
     error: ArgusError | None = None
     program: Any = None
@@ -843,6 +849,7 @@ class RunResult:
             "config": self.config.model_dump() if self.config is not None else None,
             "config_source": self.config_source,
             "config_source_detail": self.config_source_detail,
+            "config_overrides": self.config_overrides,
             "stage_seconds": dict(self.stage_seconds),
         }
         if self.program is not None:
@@ -1045,6 +1052,56 @@ def _validate(problem: Problem) -> None:
         problem.validate()
 
 
+def parse_overrides(model: type, overrides: Sequence[str]) -> dict[str, Any]:
+    """The ``FIELD=VALUE`` strings ``overrides`` as ``{field: value}``, each typed and checked by the configuration
+    model ``model``'s field alone (:func:`argus_cutlass.kernels.fields.assignments`); the model's cross-field rules
+    run in :func:`with_overrides`.
+
+    Raises:
+        ConfigError: ``config.override``: not ``FIELD=VALUE``, a field ``model`` does not have, or a value its type
+            refuses (the message names the override).
+
+    >>> from argus_cutlass.kernels.gemm.config import GemmConfig
+    >>> parse_overrides(GemmConfig, ["stages=5,schedule=pingpong"])
+    {'stages': 5, 'schedule': 'pingpong'}
+    """
+    from argus_cutlass.kernels.fields import assignments
+
+    changes: dict[str, Any] = {}
+    for spec in overrides:
+        try:
+            changes.update(assignments(model, spec))
+        except ValueError as exc:
+            raise ConfigError("config.override", f"override {spec!r}: {exc}",
+                              f"FIELD=VALUE with FIELD one of {model.__name__}'s fields") from None
+    return changes
+
+
+def with_overrides(config: Config, overrides: Sequence[str]) -> tuple[Config, dict[str, Any]]:
+    """``config`` with the ``FIELD=VALUE`` ``overrides`` applied (:attr:`Options.overrides`), and the typed changes.
+
+    Raises:
+        ConfigError: ``config.override``: a string that is not ``FIELD=VALUE``, a field the configuration model does
+            not have, a value its type refuses, or a combination its cross-field rules refuse (the message names the
+            override and the rule).
+
+    >>> from argus_cutlass.kernels.moe.config import MoEConfig
+    >>> cfg, changes = with_overrides(MoEConfig(tile_m=64), ["row_bounded=true", "gu_stages=6"])
+    >>> cfg.row_bounded, cfg.gu_stages, changes
+    (True, 6, {'row_bounded': True, 'gu_stages': 6})
+    """
+    from pydantic import ValidationError
+
+    model = type(config)
+    changes = parse_overrides(model, overrides)
+    try:
+        return config.replace(**changes), changes
+    except ValidationError as exc:
+        rule = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+        text = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+        raise ConfigError("config.override", f"{model.__name__} with {text}: {rule}") from None
+
+
 def run(problem: Problem, config: Config | None = None, *, options: Options = Options(),
         on_stage: Hook | None = None, out_dir: str | Path | None = None) -> RunResult:
     """Every stage for one problem: configure (unless ``config`` is given), build, verify, render,
@@ -1065,7 +1122,8 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
             only TMA's alignment rules runs through aligned staging: ``GemmProblem.staging``);
             ``cli.out`` for an ``out_dir`` that is empty or a file (:func:`argus_cutlass.settings.check_output_path`).
         ConfigError: the configuration has no program (e.g. ``smem.atom``) or the template cannot
-            print it (``render.program``).
+            print it (``render.program``); ``config.override``: an ``Options.overrides`` entry the
+            configuration model refuses (:func:`with_overrides`).
         ToolchainError: the CUTLASS headers are missing (with nvcc present), or z3 (``smt=True``).
         CompileError, LaunchError, DeviceError: a build or a launch failed, or the GPU is not a Hopper.
     """
@@ -1082,6 +1140,8 @@ def run(problem: Problem, config: Config | None = None, *, options: Options = Op
         result.config_source_detail = looked.detail
     else:
         result.config = config
+    if options.overrides:
+        result.config, result.config_overrides = with_overrides(result.config, options.overrides)
     clock.done("configure")
     out = Path(out_dir) if out_dir is not None else None
     try:
@@ -1131,10 +1191,13 @@ def run_many(configs: Sequence[Config], problem: Problem, *, options: Options = 
 
     Raises:
         ProblemError: the problem is invalid. ToolchainError: nvcc or the headers are missing.
-        DeviceError: the GPU is not a Hopper.
+        DeviceError: the GPU is not a Hopper. ConfigError: ``config.override`` (:func:`with_overrides`).
     """
     _validate(problem)
     results = [RunResult(problem, cfg) for cfg in configs]
+    for r in results:   # Options.overrides as run applies them (a refused override raises: it is the caller's input)
+        if options.overrides:
+            r.config, r.config_overrides = with_overrides(r.config, options.overrides)
     clocks = [_Clock(r, on_stage) for r in results]
     front = [(r, c) for r, c in zip(results, clocks) if _front(r, c, options)]
     if not options.compile or not front:

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Annotated, Any
+
 
 def not_a_bool(value: object) -> object:
     """``value`` unchanged unless it is a bool: pydantic reads ``True`` as the int 1 (and JSON ``true`` with it),
@@ -19,3 +22,52 @@ def not_a_bool(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is a boolean, not an integer")
     return value
+
+
+def field_value(model: Any, field: str, raw: str) -> Any:
+    """``raw`` as a value of the configuration model ``model``'s field ``field``: parsed as JSON when it is JSON
+    (``64``, ``true``), else taken as the string (``pingpong``), then validated against the field's type and
+    constraints alone (the model's cross-field rules run when the configuration is built).
+
+    Raises:
+        ValueError: ``field`` is not a field of ``model``, or ``raw`` is not a valid value of it (the message
+            names the field and pydantic's rule).
+
+    >>> from argus_cutlass.kernels.moe.config import MoEConfig
+    >>> field_value(MoEConfig, "tile_m", "64"), field_value(MoEConfig, "pdl", "1"), field_value(MoEConfig, "dtype", "fp16")
+    (64, True, 'fp16')
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    info = model.model_fields.get(field)
+    if info is None:
+        raise ValueError(f"{field!r} is not a {model.__name__} field ({', '.join(model.model_fields)})")
+    text = raw.strip()
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        value = text
+    try:
+        return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)   # the FieldInfo: its constraints too
+    except ValidationError as exc:
+        rule = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+        raise ValueError(f"{field}={text!r}: {rule}") from None
+
+
+def assignments(model: Any, spec: str) -> dict[str, Any]:
+    """``FIELD=VALUE[,FIELD=VALUE...]`` as ``{field: typed value}`` (:func:`field_value`).
+
+    Raises:
+        ValueError: a pair without ``=`` or a value, or a value :func:`field_value` refuses.
+
+    >>> from argus_cutlass.kernels.gemm.config import GemmConfig
+    >>> assignments(GemmConfig, "stages=22,schedule=pingpong")
+    {'stages': 22, 'schedule': 'pingpong'}
+    """
+    out: dict[str, Any] = {}
+    for pair in spec.split(","):
+        field, eq, raw = pair.partition("=")
+        if not eq or not raw.strip():
+            raise ValueError(f"{pair!r}: expected FIELD=VALUE")
+        out[field.strip()] = field_value(model, field.strip(), raw)
+    return out

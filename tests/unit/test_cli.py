@@ -225,3 +225,44 @@ def test_program_is_built_for_the_problems_k(tmp_path, monkeypatch, capsys):
         assert record["program"]["k_bound_bits"] == bits == seen[-1]
         assert f"K >= 2^{bits}: outside the range the k-loop proofs hold for" in next(out.glob("*.cu")).read_text()
     capsys.readouterr()
+
+
+_NO_NVCC = lambda tmp_path: {"ARGUS_NVCC": str(tmp_path / "no-nvcc-here"), "CUDA_HOME": str(tmp_path),  # noqa: E731
+                             "PATH": "/usr/bin:/bin"}
+
+
+def test_set_changes_the_chosen_configuration_and_is_verified(tmp_path):
+    """``--set FIELD=VALUE`` changes the configuration the command chose; the changed layer is built, verified
+    and printed like any other, and the record and the progress lines say what was set."""
+    rc, out, err = _run(["moe", "--tokens", "16", "--experts", "8", "--topk", "2", "--hidden", "512", "--ffn", "256",
+                         "--set", "row_bounded=false", "--set", "gu_stages=6", "--out", "out"], tmp_path,
+                        _NO_NVCC(tmp_path))
+    assert rc == 0, err
+    assert "set       row_bounded=False, gu_stages=6 (--set)" in out
+    record = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert record["config_overrides"] == {"row_bounded": False, "gu_stages": 6}
+    assert record["config"]["row_bounded"] is False and record["config"]["gu_stages"] == 6
+    assert record["verification"]["ok"] is True
+    assert "_s6x8_" in record["kernel"] and "_rb" not in record["kernel"]
+
+
+@pytest.mark.parametrize("family,args,needle", [
+    ("moe", ["--tokens", "16", "--experts", "8", "--topk", "2", "--hidden", "512", "--ffn", "256"],
+     "'no_field' is not a MoEConfig field"),
+    ("gemm", ["--m", "128", "--n", "128", "--k", "128"], "stages='abc'"),
+    ("attention", ["--batch", "1", "--heads", "8", "--seqlen-q", "256", "--head-dim", "128"],
+     "'tile_x' is not a AttentionConfig field"),
+])
+def test_set_refuses_a_bad_field_by_name_before_any_folder(family, args, needle, tmp_path, capsys):
+    bad = {"moe": "no_field=1", "gemm": "stages=abc", "attention": "tile_x=1"}[family]
+    rc = main([family, *args, "--set", bad, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "[config.override]" in err and needle in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_set_refuses_a_combination_the_model_refuses(tmp_path, capsys):
+    rc = main(["moe", "--tokens", "16", "--experts", "8", "--topk", "2", "--hidden", "512", "--ffn", "256",
+               "--set", "pdl=false,weight_prefetch=8", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "[config.override]" in err and "weight_prefetch=8 needs pdl=True" in err
