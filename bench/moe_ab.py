@@ -89,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         problems = [parse_cell(c) for c in args.cells.split(",") if c]
     except ValueError as exc:
         ap.error(str(exc))
+    try:
+        import torch
+    except ImportError:
+        ap.error("needs torch (a CUDA build) and a Hopper GPU: it times layers")
+    if not torch.cuda.is_available():
+        ap.error("needs a Hopper GPU: torch sees no CUDA device")
 
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.generate import compile_many, configure, generate
@@ -106,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     for k, a in zip(kernels, arts):
         if isinstance(a, Exception):
             print(f"cell {k[0]} {field}={k[1]}: compile failed ({str(a).splitlines()[0]})", flush=True)
-
-    import torch
 
     from argus_cutlass.kernels.moe.check import run_and_check, time_fn, timed_floor_ms, timed_inputs
     from argus_cutlass.generate import load

@@ -38,3 +38,19 @@ def test_main_refuses_bad_arguments_by_name(capsys):
     with pytest.raises(SystemExit):
         moe_ab.main(["--vary", "row_bounded=true"])
     assert "at least two values" in capsys.readouterr().err
+
+
+def test_main_without_torch_says_what_it_needs(capsys, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_torch(name, *a, **k):
+        if name == "torch":
+            raise ImportError("no torch")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(SystemExit):
+        moe_ab.main(["--vary", "row_bounded=false,true", "--cells", "e8k2h512i256:16"])
+    assert "needs torch" in capsys.readouterr().err
