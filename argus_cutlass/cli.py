@@ -176,7 +176,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     import math
 
     from argus_cutlass.errors import ProblemError
-    from argus_cutlass.generate import Options, run
+    from argus_cutlass.generate import Options
     from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype, layout=args.layout)
@@ -185,12 +185,26 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         if not math.isfinite(value):
             raise ProblemError("problem.scalar", f"{flag}={value}: alpha and beta must be finite numbers")
     _check_sets("gemm", args.set)
-    out_dir = _output_dir(args.out)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, alpha=args.alpha,
                       beta=args.beta, seed=args.seed, timing=args.timing, overrides=tuple(args.set))
+    return _run_job(problem, options, args)
+
+
+def _run_job(problem: object, options: object, args: argparse.Namespace) -> int:
+    """The orchestrator's :func:`~argus_cutlass.generate.run` of one ``gemm`` / ``attention`` / ``moe`` command with
+    its progress lines, into the ``--out`` folder; a refusal that wrote nothing (e.g. a ``--set`` combination the
+    configuration refuses) leaves no folder it created behind. Exit 0 when the result is ok, else 1."""
+    from argus_cutlass.generate import run
+
+    existed = Path(args.out).exists()
+    out_dir = _output_dir(args.out)
     progress = _Progress(args.verbose, out_dir, args.quiet)
     try:
         result = run(problem, options=options, on_stage=progress, out_dir=out_dir)
+    except BaseException:
+        if not existed and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
     finally:
         progress.ticker.stop()
     for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
@@ -200,43 +214,27 @@ def cmd_gemm(args: argparse.Namespace) -> int:
 
 def cmd_attention(args: argparse.Namespace) -> int:
     """``attention``: :func:`~argus_cutlass.generate.run` on an attention problem, exit codes as ``gemm``."""
-    from argus_cutlass.generate import Options, run
+    from argus_cutlass.generate import Options
 
     problem = _attention_problem(args)
     _check_sets("attention", args.set)
-    out_dir = _output_dir(args.out)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed,
                       overrides=tuple(args.set))
-    progress = _Progress(args.verbose, out_dir, args.quiet)
-    try:
-        result = run(problem, options=options, on_stage=progress, out_dir=out_dir)
-    finally:
-        progress.ticker.stop()
-    for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
-        _print(f"wrote     {path}")
-    return 0 if result.ok else 1
+    return _run_job(problem, options, args)
 
 
 def cmd_moe(args: argparse.Namespace) -> int:
     """``moe``: :func:`~argus_cutlass.generate.run` on an MoE layer problem (configure by T bucket,
     build, verify, render ``<name>.cu`` / ``.h``, compile, and on a Hopper GPU check against fp32 and
     time beside the torch ``_grouped_mm`` layer); exit codes as ``gemm``."""
-    from argus_cutlass.generate import Options, run
+    from argus_cutlass.generate import Options
     from argus_cutlass.kernels.moe.problem import MoEProblem
 
     problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype).validate()
-    _check_sets("moe", args.set)
-    out_dir = _output_dir(args.out)  # after the problem's rules: a refused problem leaves no folder behind
-    progress = _Progress(args.verbose, out_dir, args.quiet)
-    try:
-        result = run(problem, options=Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown,
-                                              seed=args.seed, overrides=tuple(args.set)),
-                     on_stage=progress, out_dir=out_dir)
-    finally:
-        progress.ticker.stop()
-    for path in (out_dir / f"{result.name}.json",) if result.program is not None else ():
-        _print(f"wrote     {path}")
-    return 0 if result.ok else 1
+    _check_sets("moe", args.set)   # after the problem's rules, before the folder: a refused problem leaves none
+    options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed,
+                      overrides=tuple(args.set))
+    return _run_job(problem, options, args)
 
 
 def _attention_problem(args: argparse.Namespace):  # noqa: ANN202 - AttentionProblem
@@ -306,7 +304,7 @@ class _Progress:
             if r.config_source_detail and r.config_source != "forced":
                 _print(f"why       {r.config_source_detail}")
             if r.config_overrides:
-                _print(f"set       {', '.join(f'{k}={v!r}' for k, v in r.config_overrides.items())} (--set)")
+                _print(f"set       {', '.join(f'{k}={json.dumps(v)}' for k, v in r.config_overrides.items())} (--set)")
             if r.path is not None:
                 _print(f"path      {r.path['text']}")
         elif stage == "build_program":

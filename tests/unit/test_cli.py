@@ -238,7 +238,7 @@ def test_set_changes_the_chosen_configuration_and_is_verified(tmp_path):
                          "--set", "row_bounded=false", "--set", "gu_stages=6", "--out", "out"], tmp_path,
                         _NO_NVCC(tmp_path))
     assert rc == 0, err
-    assert "set       row_bounded=False, gu_stages=6 (--set)" in out
+    assert "set       row_bounded=false, gu_stages=6 (--set)" in out
     record = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     assert record["config_overrides"] == {"row_bounded": False, "gu_stages": 6}
     assert record["config"]["row_bounded"] is False and record["config"]["gu_stages"] == 6
@@ -262,7 +262,17 @@ def test_set_refuses_a_bad_field_by_name_before_any_folder(family, args, needle,
 
 
 def test_set_refuses_a_combination_the_model_refuses(tmp_path, capsys):
+    """A combination the configuration model (MoE: config.override) or the program builder (GEMM: the field's own
+    rule) refuses: exit 2, named, and the folder the command made for it removed again."""
     rc = main(["moe", "--tokens", "16", "--experts", "8", "--topk", "2", "--hidden", "512", "--ffn", "256",
                "--set", "pdl=false,weight_prefetch=8", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2 and "[config.override]" in err and "weight_prefetch=8 needs pdl=True" in err
+    assert not (tmp_path / "out").exists()
+    rc = main(["gemm", "--m", "256", "--n", "256", "--k", "128", "--set", "splits=4", "--out", str(tmp_path / "g")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "[config.splits]" in err and "splits=4" in err and not (tmp_path / "g").exists()
+    (tmp_path / "kept").mkdir()   # a folder the user made stays
+    assert main(["gemm", "--m", "256", "--n", "256", "--k", "128", "--set", "splits=4", "--out",
+                 str(tmp_path / "kept")]) == 2
+    assert (tmp_path / "kept").is_dir()
