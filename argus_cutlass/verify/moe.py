@@ -67,7 +67,7 @@ from argus_cutlass.verify.report import (Counterexample, Obligation, Proof, Skip
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
-__all__ = ["WORKSPACE_ACCESSES", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
+__all__ = ["LAYER_ACCESSES", "WORKSPACE_ELEMS", "WORKSPACE_ACCESSES", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
            "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "GROUP_PADDING_BEFORE_READS", "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
@@ -1331,28 +1331,89 @@ def _check_dtype(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                   points=7)], []
 
 
-#: the layer's kernels in launch order with the global buffers each reads and writes (templates/moe/layer.cu.j2
-#: run() and the kernels' bodies, moe/gemm.j2 run_grouped; the down GEMM's output ``out`` is the xs buffer)
-PDL_CHAIN = (
-    ("route_count", ("ids",), ("block_counts",)),
-    ("route_scan", ("block_counts",), ("block_counts", "counts", "offsets", "tile_expert", "tiles_m")),
-    ("route_permute", ("ids", "block_counts", "offsets", "x"), ("permuted_row", "xs")),
-    ("gate_up", ("xs", "w13", "tile_expert", "tiles_m"), ("h",)),
-    ("down", ("h", "w2", "tile_expert", "tiles_m"), ("xs",)),
-    ("combine", ("xs", "permuted_row", "weights"), ("y",)),
+#: every global-memory access of the layer's kernels, in launch order, ONE table (templates/moe/layer.cu.j2 run() and
+#: the kernels' bodies, moe/gemm.j2 run_grouped and the grouped GEMMs' Scheduler::current): ``(kernel, buffer, mode,
+#: when, what)``; ``buffer`` a workspace region (:data:`WORKSPACE_ELEMS`) or a caller argument (ids, x, weights, w13,
+#: w2, y); ``mode`` ``"r"``, ``"w"`` or ``"rw"``; ``when`` the layer choice that prints the access: ``""`` always,
+#: ``"handoff"`` (layer node handoff: the per-m-tile counters), ``"row_bound"`` (the tile_rows table: route_scan with
+#: the routing node's tile_rows, a grouped GEMM with a row_bound load or store, :func:`row_bound_parts`),
+#: ``"padding_before"`` (routing node group_padding "before": route_permute's row map reads counts). moe.pdl reads it
+#: as :func:`pdl_chain` (kernel -> buffers read / written; the down GEMM's ``out`` is the xs buffer there), moe.workspace
+#: as :func:`workspace_accessors` (region -> its accesses); tests/unit/test_moe_layer.py checks it against the printed
+#: kernels' pointer parameters and run_grouped's arguments.
+LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
+    ("route_count", "ids", "r", "", "reads ids[s], s < rows"),
+    ("route_count", "block_counts", "w", "", "writes block_counts[chunk * E + e]"),
+    ("route_scan", "block_counts", "rw", "", "scans block_counts[b * E + e] in place, b < chunks"),
+    ("route_scan", "counts", "w", "", "writes counts[e]"),
+    ("route_scan", "offsets", "w", "", "writes offsets[e], e <= E"),
+    ("route_scan", "tile_expert", "w", "", "writes tile_expert[base_e + i]"),
+    ("route_scan", "tiles_m", "w", "", "writes *tiles_m"),
+    ("route_scan", "tile_ready", "w", "handoff", "zeroes tile_ready[base_e + i]"),
+    ("route_scan", "tile_rows", "w", "row_bound", "writes tile_rows[base_e + i]"),
+    ("route_permute", "ids", "r", "", "reads ids[s], s < rows"),
+    ("route_permute", "block_counts", "r", "", "reads block_counts[chunk * E + e]"),
+    ("route_permute", "counts", "r", "padding_before", "reads counts[e] (routing group_padding 'before')"),
+    ("route_permute", "offsets", "r", "", "reads offsets[e]"),
+    ("route_permute", "x", "r", "", "reads x[t * H + col]"),
+    ("route_permute", "permuted_row", "w", "", "writes permuted_row[s], s < rows"),
+    ("route_permute", "xs", "w", "", "writes xs[pos * H + col]"),
+    ("gate_up", "xs", "r", "", "reads A through its tensor map (padded_rows x K)"),
+    ("gate_up", "w13", "r", "", "reads B through its tensor map"),
+    ("gate_up", "tile_expert", "r", "", "reads tile_expert[tm], tm < tiles_m"),
+    ("gate_up", "tiles_m", "r", "", "reads *tiles_m"),
+    ("gate_up", "tile_ready", "w", "handoff", "adds to tile_ready[tm] (red.release.gpu)"),
+    ("gate_up", "tile_rows", "r", "row_bound", "reads tile_rows[tm], tm < tiles_m"),
+    ("gate_up", "h", "w", "", "writes D through its tensor map (padded_rows x N)"),
+    ("down", "h", "r", "", "reads A through its tensor map (padded_rows x K)"),
+    ("down", "w2", "r", "", "reads B through its tensor map"),
+    ("down", "tile_expert", "r", "", "reads tile_expert[tm], tm < tiles_m"),
+    ("down", "tiles_m", "r", "", "reads *tiles_m"),
+    ("down", "tile_ready", "r", "handoff", "spins on tile_ready[tm] (ld.acquire.gpu)"),
+    ("down", "tile_rows", "r", "row_bound", "reads tile_rows[tm], tm < tiles_m"),
+    ("down", "out", "w", "", "writes D through its tensor map (padded_rows x N)"),
+    ("combine", "out", "r", "", "reads out[row * H + col]"),
+    ("combine", "permuted_row", "r", "", "reads permuted_row[t * k + j]"),
+    ("combine", "weights", "r", "", "reads weights[t * k + j]"),
+    ("combine", "y", "w", "", "writes y[t * H + col]"),
 )
+#: the workspace regions' element types, as printed in the kernels' parameters (the other buffers of
+#: :data:`LAYER_ACCESSES` are the caller's arguments)
+WORKSPACE_ELEMS = {"block_counts": "int32_t", "counts": "int32_t", "offsets": "RowIndex", "tile_expert": "int32_t",
+                   "tiles_m": "int32_t", "tile_ready": "int32_t", "tile_rows": "int32_t", "permuted_row": "RowIndex",
+                   "xs": "Element", "out": "Element", "h": "Element"}
+#: buffers one name stands for in moe.pdl's chain: the down GEMM's ``out`` reuses the xs bytes (workspace alias)
+PDL_BUFFER = {"out": "xs"}
+#: the layer's kernels in launch order
+_KERNELS = tuple(dict.fromkeys(k for k, *_ in LAYER_ACCESSES))
 
 
+def _chain(keep: Any) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """moe.pdl's view of the accesses ``keep(kernel, when)`` selects: per kernel in launch order, (reads, writes)."""
+    out = []
+    for k in _KERNELS:
+        acc = [(PDL_BUFFER.get(b, b), m) for kk, b, m, when, _w in LAYER_ACCESSES if kk == k and keep(k, when)]
+        out.append((k, tuple(dict.fromkeys(b for b, m in acc if "r" in m)),
+                    tuple(dict.fromkeys(b for b, m in acc if "w" in m))))
+    return tuple(out)
+
+
+def _by_when(when: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The accesses printed only with ``when``, per kernel (reads, writes), moe.pdl's names."""
+    return {k: (r, w) for k, r, w in _chain(lambda _k, wh: wh == when) if r or w}
+
+
+#: the base layer's chain (no handoff, no row-bounded tiles, the padding after each group): what every layer has
+PDL_CHAIN = _chain(lambda _k, when: when == "")
 #: the handoff's counters (layer node ``handoff``): route_scan zeroes them, gate+up adds, down reads
-HANDOFF_ACCESSES = {"route_scan": ((), ("tile_ready",)), "gate_up": ((), ("tile_ready",)), "down": (("tile_ready",), ())}
+HANDOFF_ACCESSES = _by_when("handoff")
 #: the routed-rows table of row-bounded tiles: route_scan writes it with the routing node's ``tile_rows``, a grouped
 #: GEMM with a ``row_bound`` A load or D store reads it (Scheduler::current: ``w.rows = tile_rows[w.tm]``, beside
 #: ``tile_expert[w.tm]``; :func:`row_bound_parts`)
-ROW_BOUND_ACCESSES = {"route_scan": ((), ("tile_rows",)), "gate_up": (("tile_rows",), ()),
-                      "down": (("tile_rows",), ())}
+ROW_BOUND_ACCESSES = _by_when("row_bound")
 #: with the routing node's ``group_padding`` ``"before"`` route_permute also reads ``counts[e]`` (its row map
 #: ``off_{e+1} - count_e + rank``, templates/moe/layer.cu.j2)
-GROUP_PADDING_BEFORE_READS = {"route_permute": ("counts",)}
+GROUP_PADDING_BEFORE_READS = {k: r for k, (r, _w) in _by_when("padding_before").items()}
 #: with ``handoff`` and ``pdl`` the down kernel has no wait before its accesses (it waits last): every access
 #: (and ``tile_rows`` when it reads it: :data:`ROW_BOUND_ACCESSES`)
 HANDOFF_DOWN_PRE_WAIT = ("h", "w2", "tile_expert", "tiles_m", "tile_ready", "xs")
@@ -1361,27 +1422,30 @@ HANDOFF_DOWN_PRE_WAIT = ("h", "w2", "tile_expert", "tiles_m", "tile_ready", "xs"
 HANDOFF_ORDERED = ("h", "xs", "tile_ready")
 
 
+def _printed(layer: MoELayer, kernel: str, when: str) -> bool:
+    """Whether ``layer`` prints ``kernel``'s accesses of :data:`LAYER_ACCESSES` condition ``when``."""
+    if when == "":
+        return True
+    if when == "handoff":
+        return bool(layer.handoff)
+    if when == "padding_before":
+        return layer.routing.group_padding == "before"
+    if when == "row_bound":
+        return bool(layer.routing.tile_rows) if kernel == "route_scan" else bool(row_bound_parts(layer).get(kernel))
+    raise ValueError(f"LAYER_ACCESSES condition {when!r}")
+
+
 def row_bound_kernels(layer: MoELayer) -> tuple[str, ...]:
     """The kernels of ``layer`` that access the ``tile_rows`` table (:data:`ROW_BOUND_ACCESSES`): route_scan with
     the routing node's ``tile_rows``, each grouped GEMM with a row_bound load or store."""
-    rb = row_bound_parts(layer)
-    return tuple(k for k in ROW_BOUND_ACCESSES if (layer.routing.tile_rows if k == "route_scan" else rb[k]))
+    return tuple(k for k in ROW_BOUND_ACCESSES if _printed(layer, k, "row_bound"))
 
 
 def pdl_chain(layer: MoELayer) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
-    """:data:`PDL_CHAIN` of ``layer``: with ``handoff`` the counters' accesses added (:data:`HANDOFF_ACCESSES`),
-    with row-bounded tiles the tile_rows table's (:data:`ROW_BOUND_ACCESSES`, :func:`row_bound_kernels`)."""
-    rows = row_bound_kernels(layer)
-    before = layer.routing.group_padding == "before"
-    if not layer.handoff and not rows and not before:
-        return PDL_CHAIN
-    out = []
-    for name, r, w in PDL_CHAIN:
-        hr, hw = HANDOFF_ACCESSES.get(name, ((), ())) if layer.handoff else ((), ())
-        tr, tw = ROW_BOUND_ACCESSES[name] if name in rows else ((), ())
-        pr = GROUP_PADDING_BEFORE_READS.get(name, ()) if before else ()
-        out.append((name, r + hr + tr + pr, w + hw + tw))
-    return tuple(out)
+    """moe.pdl's chain of ``layer``: each kernel in launch order with the buffers it reads and writes, the accesses of
+    :data:`LAYER_ACCESSES` the layer prints (:data:`PDL_CHAIN` plus, with ``handoff``, the counters; with row-bounded
+    tiles the tile_rows table; with the padding before each group route_permute's counts read)."""
+    return _chain(lambda k, when: _printed(layer, k, when))
 
 
 def handoff_sound(layer: MoELayer) -> bool:
@@ -2000,55 +2064,21 @@ def _check_walk_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], list
 
 # ------------------------------------------------------------------------------------------ workspace
 
-#: every workspace region the kernels access: its element type (as printed in the kernels' parameters) and the
-#: accesses ``(kernel, what)`` in launch order (templates/moe/layer.cu.j2, moe/gemm.j2); ``tile_ready`` only with
-#: the handoff, ``tile_rows`` only with row-bounded tiles and only by the kernels :func:`row_bound_kernels` names.
-#: Rule ``moe.workspace`` requires the layer's regions to be exactly those some kernel of the layer accesses
-#: (:func:`workspace_accessors`).
+#: every workspace region the kernels access (:data:`LAYER_ACCESSES`'s regions): its element type (as printed in the
+#: kernels' parameters) and the accesses ``(kernel, what)`` in launch order, every condition included; rule
+#: ``moe.workspace`` requires the layer's regions to be exactly those some kernel of the layer accesses
+#: (:func:`workspace_accessors`: ``tile_ready`` only with the handoff, ``tile_rows`` only with row-bounded tiles).
 WORKSPACE_ACCESSES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
-    "block_counts": ("int32_t", (("route_count", "writes block_counts[chunk * E + e]"),
-                                 ("route_scan", "scans block_counts[b * E + e] in place, b < chunks"),
-                                 ("route_permute", "reads block_counts[chunk * E + e]"))),
-    "counts": ("int32_t", (("route_scan", "writes counts[e]"),
-                           ("route_permute", "reads counts[e] (routing group_padding 'before' only)"))),
-    "offsets": ("RowIndex", (("route_scan", "writes offsets[e], e <= E"), ("route_permute", "reads offsets[e]"))),
-    "tile_expert": ("int32_t", (("route_scan", "writes tile_expert[base_e + i]"),
-                                ("gate_up", "reads tile_expert[tm], tm < tiles_m"),
-                                ("down", "reads tile_expert[tm], tm < tiles_m"))),
-    "tiles_m": ("int32_t", (("route_scan", "writes *tiles_m"), ("gate_up", "reads *tiles_m"),
-                            ("down", "reads *tiles_m"))),
-    "tile_ready": ("int32_t", (("route_scan", "zeroes tile_ready[base_e + i]"),
-                               ("gate_up", "adds to tile_ready[tm] (red.release.gpu)"),
-                               ("down", "spins on tile_ready[tm] (ld.acquire.gpu)"))),
-    "tile_rows": ("int32_t", (("route_scan", "writes tile_rows[base_e + i]"),
-                              ("gate_up", "reads tile_rows[tm], tm < tiles_m"),
-                              ("down", "reads tile_rows[tm], tm < tiles_m"))),
-    "permuted_row": ("RowIndex", (("route_permute", "writes permuted_row[s], s < rows"),
-                                  ("combine", "reads permuted_row[t * k + j]"))),
-    "xs": ("Element", (("route_permute", "writes xs[pos * H + col]"),
-                       ("gate_up", "reads A through its tensor map (padded_rows x K)"))),
-    "out": ("Element", (("down", "writes D through its tensor map (padded_rows x N)"),
-                        ("combine", "reads out[row * H + col]"))),
-    "h": ("Element", (("gate_up", "writes D through its tensor map (padded_rows x N)"),
-                      ("down", "reads A through its tensor map (padded_rows x K)"))),
-}
-#: the layer's kernels in launch order
-_KERNELS = tuple(name for name, _r, _w in PDL_CHAIN)
+    region: (elem, tuple((k, what) for k, b, _m, _when, what in LAYER_ACCESSES if b == region))
+    for region, elem in WORKSPACE_ELEMS.items()}
 
 
 def workspace_accessors(layer: MoELayer, region: str) -> tuple[tuple[str, str], ...]:
-    """The accesses ``(kernel, what)`` of :data:`WORKSPACE_ACCESSES` ``region`` that ``layer``'s kernels print:
-    ``tile_ready`` only with the handoff, ``tile_rows`` only those of :func:`row_bound_kernels`; empty: no kernel
-    of the layer touches the region."""
-    acc = WORKSPACE_ACCESSES[region][1]
-    if region == "tile_ready":
-        return acc if layer.handoff else ()
-    if region == "tile_rows":
-        rows = row_bound_kernels(layer)
-        return tuple(a for a in acc if a[0] in rows)
-    if region == "counts" and layer.routing.group_padding != "before":
-        return tuple(a for a in acc if a[0] != "route_permute")
-    return acc
+    """The accesses ``(kernel, what)`` of ``region`` that ``layer``'s kernels print (:data:`LAYER_ACCESSES` under the
+    layer's choices); empty: no kernel of the layer touches the region."""
+    return tuple((k, what) for k, b, _m, when, what in LAYER_ACCESSES if b == region and _printed(layer, k, when))
+
+
 #: the largest alignment a region's accesses need (bytes): the tensor maps' global addresses
 #: (cuTensorMapEncodeTiled: 16-byte aligned) and the 16-byte vectors of the gather and the combine
 WORKSPACE_MIN_ALIGN = 16

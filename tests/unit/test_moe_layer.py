@@ -317,18 +317,28 @@ def test_pdl_rule_finds_an_access_before_the_wait():
     assert proofs and not bad and proofs[0].summary.startswith("plain stream order")
 
 
-def test_pdl_chain_matches_the_printed_kernels():
-    """moe.pdl's table of each kernel's global reads and writes (PDL_CHAIN) against the printed kernels:
-    route_count / route_scan / route_permute / combine by their pointer parameters (``T const*`` read
-    only, ``T*`` written), the grouped GEMMs by the buffers run() passes run_grouped (A, B read, D written,
-    the expert table and m-tile count read); the down GEMM's ``out`` is the xs buffer."""
+@pytest.mark.parametrize("variant", ["base", "handoff_row_bounded"])
+def test_pdl_chain_matches_the_printed_kernels(variant):
+    """moe.pdl's chain of each kernel's global reads and writes (pdl_chain, from the one table LAYER_ACCESSES that
+    moe.workspace reads too) against the printed kernels: route_count / route_scan / route_permute / combine by
+    their pointer parameters (``T const*`` read only, ``T*`` written), the grouped GEMMs by the buffers run() passes
+    run_grouped (A, B read, D written, the expert table and m-tile count read; with the handoff the counters, with
+    row-bounded tiles the tile_rows table); the down GEMM's ``out`` is the xs buffer. Both the base layer and one
+    printing every conditional access (handoff, row-bounded tiles, the padding before each group)."""
     import re
 
-    from argus_cutlass.verify.moe import PDL_CHAIN
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+    from argus_cutlass.verify.moe import PDL_CHAIN, pdl_chain
 
-    layer = build_layer(MoEConfig(pdl=True), MoEProblem(64, 8, 2, 256, 512))
+    if variant == "base":
+        layer = build_layer(MoEConfig(pdl=True), MoEProblem(64, 8, 2, 256, 512))
+        assert pdl_chain(layer) == PDL_CHAIN
+    else:
+        layer = build_layer(small_t_config().replace(pdl=True, handoff=True, row_bounded=True),
+                            MoEProblem(64, 8, 2, 256, 512))
+        assert layer.handoff and layer.routing.tile_rows and layer.routing.group_padding == "before"
     src = render_moe(layer)
-    chain = {n: (set(r), set(w)) for n, r, w in PDL_CHAIN}
+    chain = {n: (set(r), set(w)) for n, r, w in pdl_chain(layer)}
     alias = {"out": "xs"}
     assert list(chain) == ["route_count", "route_scan", "route_permute", "gate_up", "down", "combine"]
     for kernel in ("route_count", "route_scan", "route_permute", "combine"):
@@ -347,38 +357,16 @@ def test_pdl_chain_matches_the_printed_kernels():
                 assert buf in writes, (kernel, param)
         assert seen == reads | writes, (kernel, seen, reads | writes)
     run = src[src.index("inline int run("):]
+    extra = {"tile_ready"} if layer.handoff else set()
     for part, ns in (("gate_up", "_gu"), ("down", "_dn")):
         args = [a.strip() for a in re.search(ns + r"::run_grouped\(([^;]*)\);", run).group(1).split(",")]
         a, b, d = (alias.get(x, x) for x in args[:3])
         reads, writes = chain[part]
-        assert {a, b, "tile_expert", "tiles_m"} == reads, (part, args)
-        assert {d} == writes and args[7:9] == ["tile_expert", "tiles_m"], (part, args)
-
-
-def test_workspace_accesses_agree_with_the_pdl_chain():
-    """The two access tables of the MoE verifier name the same kernels per workspace buffer: moe.workspace's
-    (WORKSPACE_ACCESSES, region -> the kernels that touch it) and moe.pdl's (PDL_CHAIN and, with the handoff,
-    HANDOFF_ACCESSES, with row-bounded tiles ROW_BOUND_ACCESSES, with the padding before each group's rows
-    GROUP_PADDING_BEFORE_READS: kernel -> the buffers it reads / writes; down's ``out`` is the xs buffer there)."""
-    from argus_cutlass.verify.moe import (GROUP_PADDING_BEFORE_READS, HANDOFF_ACCESSES, PDL_CHAIN, ROW_BOUND_ACCESSES,
-                                          WORKSPACE_ACCESSES)
-
-    touched: dict[str, set[str]] = {}
-    for kernel, reads, writes in PDL_CHAIN:
-        hr, hw = HANDOFF_ACCESSES.get(kernel, ((), ()))
-        tr, tw = ROW_BOUND_ACCESSES.get(kernel, ((), ()))
-        pr = GROUP_PADDING_BEFORE_READS.get(kernel, ())
-        for buf in (*reads, *writes, *hr, *hw, *tr, *tw, *pr):
-            touched.setdefault(buf, set()).add(kernel)
-    for region, (_ctype, accesses) in WORKSPACE_ACCESSES.items():
-        kernels = {k for k, _what in accesses}
-        if region in ("xs", "out"):   # one buffer in PDL_CHAIN (out aliases xs)
-            want = touched["xs"]
-            assert kernels <= want, (region, kernels, want)
-            continue
-        assert kernels == touched[region], (region, kernels, touched[region])
-    both = {k for r in ("xs", "out") for k, _w in WORKSPACE_ACCESSES[r][1]}
-    assert both == touched["xs"]
+        tables = {x for x in args[7:-1] if not x.startswith("int(")}   # the device tables after the sizes
+        assert args[7:9] == ["tile_expert", "tiles_m"], (part, args)
+        assert reads | writes == {a, b, d} | tables and tables == {"tile_expert", "tiles_m"} | extra | (
+            {"tile_rows"} if variant != "base" else set()), (part, args, reads, writes)
+        assert {a, b, "tile_expert", "tiles_m"} <= reads and d in writes, (part, args)
 
 
 def test_weight_prefetch_prints_the_l2_prefetch_before_the_wait():
