@@ -176,7 +176,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     import math
 
     from argus_cutlass.errors import ProblemError
-    from argus_cutlass.generate import Options
+    from argus_cutlass.generate import Options, check_overrides
     from argus_cutlass.kernels.gemm.problem import GemmProblem
 
     problem = GemmProblem(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype, layout=args.layout)
@@ -184,7 +184,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
         if not math.isfinite(value):
             raise ProblemError("problem.scalar", f"{flag}={value}: alpha and beta must be finite numbers")
-    _check_sets("gemm", args.set)
+    check_overrides(problem, args.set)   # before the folder: a misspelt field leaves none behind
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, alpha=args.alpha,
                       beta=args.beta, seed=args.seed, timing=args.timing, overrides=tuple(args.set))
     return _run_job(problem, options, args)
@@ -214,10 +214,10 @@ def _run_job(problem: object, options: object, args: argparse.Namespace) -> int:
 
 def cmd_attention(args: argparse.Namespace) -> int:
     """``attention``: :func:`~argus_cutlass.generate.run` on an attention problem, exit codes as ``gemm``."""
-    from argus_cutlass.generate import Options
+    from argus_cutlass.generate import Options, check_overrides
 
     problem = _attention_problem(args)
-    _check_sets("attention", args.set)
+    check_overrides(problem, args.set)
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed,
                       overrides=tuple(args.set))
     return _run_job(problem, options, args)
@@ -227,11 +227,11 @@ def cmd_moe(args: argparse.Namespace) -> int:
     """``moe``: :func:`~argus_cutlass.generate.run` on an MoE layer problem (configure by T bucket,
     build, verify, render ``<name>.cu`` / ``.h``, compile, and on a Hopper GPU check against fp32 and
     time beside the torch ``_grouped_mm`` layer); exit codes as ``gemm``."""
-    from argus_cutlass.generate import Options
+    from argus_cutlass.generate import Options, check_overrides
     from argus_cutlass.kernels.moe.problem import MoEProblem
 
     problem = MoEProblem(args.tokens, args.experts, args.topk, args.hidden, args.ffn, args.dtype).validate()
-    _check_sets("moe", args.set)   # after the problem's rules, before the folder: a refused problem leaves none
+    check_overrides(problem, args.set)   # after the problem's rules, before the folder: a refused problem leaves none
     options = Options(heuristic=args.heuristic, allow_unknown=args.allow_unknown, seed=args.seed,
                       overrides=tuple(args.set))
     return _run_job(problem, options, args)
@@ -387,27 +387,6 @@ def _proof_summary(report) -> str:  # noqa: ANN001 - VerificationReport
                 f"(proved {seconds:.2f} s when first verified; ARGUS_REPORT_CACHE=0 re-verifies): {parts}")
     return (f"{len(report.proofs)} proofs of {len(report.obligations)} obligations in {seconds:.2f} s: "
             f"{parts} (engines {', '.join(engines)}; --verbose lists them, the .json has them all)")
-
-
-def _check_sets(family: str, sets: list[str]) -> None:
-    """``--set`` values named and typed against the family's configuration model before the output folder is made
-    (a misspelt field leaves no folder behind); their combination with the chosen configuration is checked when
-    :func:`~argus_cutlass.generate.run` applies them.
-
-    Raises:
-        ConfigError: ``config.override`` (:func:`~argus_cutlass.generate.parse_overrides`).
-    """
-    if not sets:
-        return
-    from argus_cutlass.generate import parse_overrides
-
-    if family == "gemm":
-        from argus_cutlass.kernels.gemm.config import GemmConfig as model
-    elif family == "attention":
-        from argus_cutlass.kernels.attention.config import AttentionConfig as model
-    else:
-        from argus_cutlass.kernels.moe.config import MoEConfig as model
-    parse_overrides(model, sets)
 
 
 def _output_dir(path: str) -> Path:

@@ -82,7 +82,7 @@ Problem = GemmProblem | AttentionProblem
 __all__ = [
     "GeneratedKernel", "Options", "RunResult", "baseline", "build", "build_jobs", "build_many", "check", "compile_kernel",
     "compile_many", "configure", "generate", "kernel_cached", "kernel_label", "kernel_name", "load", "render", "require_proved", "run",
-    "parse_overrides", "run_many", "time_kernel", "verify", "with_overrides", "write_sources",
+    "check_overrides", "parse_overrides", "run_many", "time_kernel", "verify", "with_overrides", "write_sources",
     # the time stage's rotation and graph rules, for benchmarks that interleave ours and cuBLAS in one process
     "DEFAULT_TIMING", "GRAPH_CALLS", "MAX_SETS", "ROTATE_BYTES", "TIMINGS", "graph_calls", "torch_graph_ms",
 ]
@@ -1075,6 +1075,20 @@ def parse_overrides(model: type, overrides: Sequence[str]) -> dict[str, Any]:
             raise ConfigError("config.override", f"override {spec!r}: {exc}",
                               f"FIELD=VALUE with FIELD one of {model.__name__}'s fields") from None
     return changes
+
+
+def check_overrides(problem: Problem, overrides: Sequence[str]) -> dict[str, Any]:
+    """:func:`parse_overrides` against the configuration model of ``problem``'s family (:func:`family_of`): what a
+    front end checks before it makes anything (the combination with the chosen configuration is checked when
+    :func:`run` applies them).
+
+    Raises:
+        ConfigError: ``config.override`` (:func:`parse_overrides`).
+    """
+    from argus_cutlass.kernels.moe.config import MoEConfig
+
+    model = {"gemm": GemmConfig, "attention": AttentionConfig, "moe": MoEConfig}[family_of(problem)]
+    return parse_overrides(model, overrides)
 
 
 def with_overrides(config: Config, overrides: Sequence[str]) -> tuple[Config, dict[str, Any]]:

@@ -1248,6 +1248,12 @@ class Program:
                 return r
         raise KeyError(f"no MMA read of operand {operand!r}")
 
+    @property
+    def row_bounded(self) -> bool:
+        """Whether a load or store of the program is ``row_bound`` (a grouped GEMM of family ``moe`` that reads the
+        routing's per-m-tile ``tile_rows`` table: its Params, Work and run_grouped take it)."""
+        return any(x.row_bound for x in (*self.loads, *self.stores))
+
     def load_into(self, dst: str) -> TmaLoad:
         for ld in self.loads:
             if ld.dst == dst:

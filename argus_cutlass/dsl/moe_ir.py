@@ -167,9 +167,9 @@ class Routing:
     #: placed at row ``pad - valid`` holds them, and its rows past the m-tile are out of bounds)
     group_padding: str = field(default="after", metadata=_CANON_SKIP)
     #: route_scan also writes ``tile_rows[base_e + i]``, the routed rows of m-tile ``i`` of group e, plus
-    #: ``tile_rows_delta``: ``min(pad, count_e - i * pad)`` with the padding ``"after"``, ``count_e - (t_e - 1) *
-    #: pad`` for ``i == 0`` and ``pad`` for the others with the padding ``"before"`` (read by the grouped GEMMs'
-    #: ``row_bound`` loads and stores); False (the default): no such table (the scan printed unchanged)
+    #: ``tile_rows_delta``: ``count_e - (t_e - 1) * pad`` for ``i == 0`` and ``pad`` for the others (it needs the
+    #: padding ``"before"``: the table exists for the grouped GEMMs' ``row_bound`` boxes, which need the routed rows
+    #: to end each m-tile); False (the default): no such table (the scan printed unchanged)
     tile_rows: bool = field(default=False, metadata=_CANON_SKIP)
     #: added to each printed ``tile_rows`` entry (0 in a correct kernel: the mutation knob)
     tile_rows_delta: int = field(default=0, metadata=_CANON_SKIP)
@@ -199,6 +199,10 @@ class Routing:
                        "'before'")
         if not isinstance(self.tile_rows, bool):
             _dsl_error("dsl.operand", self.loc, f"routing tile_rows {self.tile_rows!r} must be a bool")
+        if self.tile_rows and self.group_padding != "before":
+            _dsl_error("dsl.operand", self.loc, f"routing tile_rows with group_padding {self.group_padding!r}: the "
+                       "table's row counts are those of the padding 'before' each group's routed rows (the layout "
+                       "row-bounded boxes need)")
         if not isinstance(self.tile_rows_delta, int) or isinstance(self.tile_rows_delta, bool) or \
                 (self.tile_rows_delta and not self.tile_rows):
             _dsl_error("dsl.operand", self.loc, f"routing tile_rows_delta {self.tile_rows_delta!r} must be an int, "

@@ -77,11 +77,6 @@ def index_expr(layer: MoELayer, name: str, var: str) -> str:
     return f"{node.ctype}({var})" + "".join(f" * {FACTOR_CPP[f]}" for f in node.factors[1:])
 
 
-def _row_bound(p) -> str:
-    """``"tile_rows"`` when the grouped GEMM ``p`` prints a row_bound A load or D store (its Params read tile_rows)."""
-    return p.load_into("sA").row_bound or (p.stores[0].row_bound if p.stores else "")
-
-
 def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
     """The template variables of ``layer`` (exposed for tests).
 
@@ -101,7 +96,7 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         "ixp": lambda n, v: index_expr(layer, n, v),
         "gate_up_text": _gemm_text(layer, "gate_up", gu_ns), "down_text": _gemm_text(layer, "down", dn_ns),
         # a grouped GEMM with a row_bound load or store takes the routing's tile_rows table (run_grouped's argument)
-        **{f"{pre}_row_bound": bool(_row_bound(layer.program(part))) for pre, part in (("gu", "gate_up"), ("dn", "down"))},
+        **{f"{pre}_row_bound": layer.program(part).row_bounded for pre, part in (("gu", "gate_up"), ("dn", "down"))},
         # a wgmma N outside CuTe's default set in either GEMM: its arch struct's header (gemm/traits.j2 prints it)
         "mma_extended": any(layer.program(part).mma.op.extended_shape for part in ("gate_up", "down")),
     }

@@ -189,9 +189,9 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
     route_permute) run in numpy on ``ids`` (T, k): every field of the routing node is honoured; the padded
     rows and tile_expert's capacity are the printed workspace node's. The row map as printed by the routing
     node's ``group_padding``: ``"after"`` ``off_e + rank``, ``"before"`` ``off_{e+1} - count_e + rank`` (the group's
-    padding rows first). With the routing node's ``tile_rows`` also ``tile_rows`` (the printed table: entry
-    ``base_e + i`` = ``min(pad, count_e - i * pad)`` (padding after) or ``count_e - (t_e - 1) * pad`` for ``i ==
-    0`` and ``pad`` for the others (padding before), plus ``tile_rows_delta``, every index route_scan writes;
+    padding rows first). With the routing node's ``tile_rows`` (only with the padding before) also ``tile_rows`` (the
+    printed table: entry ``base_e + i`` = ``count_e - (t_e - 1) * pad`` for ``i == 0`` and ``pad`` for the others,
+    plus ``tile_rows_delta``, every index route_scan writes;
     whether the printed region holds them is rule moe.workspace's) and ``tile_rows_written`` (which entries
     route_scan writes; the others hold whatever the workspace held)."""
     r = layer.routing
@@ -228,8 +228,8 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
             else:
                 oob.append((e, j))
     if r.tile_rows:
-        # route_scan: tile_rows[base_e + i] = the routed rows of m-tile i of group e (where group_padding puts the
-        # padding: see the docstring) + tile_rows_delta (layer.cu.j2), every
+        # route_scan: tile_rows[base_e + i] = the routed rows of m-tile i of group e (the padding before them: all
+        # pad but the first m-tile's) + tile_rows_delta (layer.cu.j2), every
         # index it writes (whether the printed region holds it is rule moe.workspace's: the writes are in
         # tile_expert's list, tile_expert / tile_oob)
         size = max([cap] + [int(base[e] + tiles[e]) for e in range(e_)])
@@ -239,10 +239,7 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
             for i in range(int(tiles[e])):
                 j = int(base[e]) + i
                 if j >= 0:
-                    if r.group_padding == "before":
-                        routed = int(counts[e]) - (int(tiles[e]) - 1) * r.pad if i == 0 else r.pad
-                    else:
-                        routed = min(r.pad, int(counts[e]) - i * r.pad)
+                    routed = int(counts[e]) - (int(tiles[e]) - 1) * r.pad if i == 0 else r.pad
                     tile_rows[j] = routed + r.tile_rows_delta
                     rows_written[j] = True
     permuted = np.full(n, -1, dtype=np.int64)
@@ -729,11 +726,7 @@ def walk_visits(layer: MoELayer, sim: dict[str, Any], tiles_n: int, step_delta: 
 def row_bound_parts(layer: MoELayer) -> dict[str, bool]:
     """Per grouped GEMM: does it read the routing's ``tile_rows`` table (a ``row_bound`` A load or D store: its
     Scheduler::current reads ``w.rows = tile_rows[w.tm]``, templates/moe/work.j2)?"""
-    out = {}
-    for part in ("gate_up", "down"):
-        p = layer.program(part)
-        out[part] = bool(p.load_into("sA").row_bound or (p.stores[0].row_bound if p.stores else ""))
-    return out
+    return {part: layer.program(part).row_bounded for part in ("gate_up", "down")}
 
 
 def _kernel_tile_m(p: Any) -> int:
@@ -876,10 +869,8 @@ def _row_bound_problem(layer: MoELayer, part: str, sim: dict[str, Any], label: s
                  f"{a_mn})" if la.row_bound else f"mainloop.j2 load_A: 2-D map, row tm * {a_mn} + r")
     store_prov = (f"epilogue.j2: c_outer = kEpiTileM - rows{sdelta} + em * kEpiM (kEpiTileM = {e_m}), map (N, {e_m}, "
                   f"rows / {e_m})" if st.row_bound else f"epilogue.j2: 2-D map, row tm * {e_m} + r")
-    table = ("i == 0 ? count_e - (t_e - 1) * pad : pad" if layer.routing.group_padding == "before"
-             else "min(pad, count_e - i * pad)")
-    rb_prov = (f"tile_rows[tm] = {table}{tdelta} (route_scan, group_padding {layer.routing.group_padding}); "
-               f"{load_prov}; {store_prov}")
+    rb_prov = (f"tile_rows[tm] = i == 0 ? count_e - (t_e - 1) * pad : pad{tdelta} (route_scan, group_padding "
+               f"{layer.routing.group_padding}); {load_prov}; {store_prov}")
 
     def rows_text(k: int) -> str:
         rr = blk[k][mine[k]]
