@@ -40,7 +40,7 @@ def resolve(spec: str, key: str, space: dict, table: str | None):
         ValueError: the selector matches no kernel or more than one, ``best`` without a table row, or a field
             assignment the configuration model refuses (the message names the spec).
     """
-    from overrides import assignments
+    from argus_cutlass.kernels.fields import assignments
 
     from argus_cutlass.kernels.gemm.config import GemmConfig
 

@@ -62,7 +62,7 @@ def parse_vary(spec: str) -> tuple[str, list]:
     Raises:
         ValueError: unknown field, fewer than two values, or a value of the wrong type.
     """
-    from overrides import field_value
+    from argus_cutlass.kernels.fields import field_value
 
     from argus_cutlass.kernels.moe.config import MoEConfig
 

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             names += [best] if best not in names else []
         else:
             best_cfg = cfg
-    from overrides import assignments
+    from argus_cutlass.kernels.fields import assignments
 
     from argus_cutlass.kernels.gemm.config import GemmConfig
     from argus_cutlass.kernels.gemm.space import feasible

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args.vary = ([f"gather_unroll={args.unroll}"] if args.unroll else []) + \
         ([f"work_lookahead={args.lookahead}"] if args.lookahead else []) + args.vary
     if args.vary:
-        from overrides import field_value
+        from argus_cutlass.kernels.fields import field_value
 
         from argus_cutlass.kernels.moe.config import MoEConfig
         from argus_cutlass.kernels.moe.space import feasible

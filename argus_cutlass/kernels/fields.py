@@ -1,5 +1,7 @@
 """Checks shared by the kernel configuration models (:class:`~argus_cutlass.kernels.gemm.config.GemmConfig`,
-:class:`~argus_cutlass.kernels.attention.config.AttentionConfig`, :class:`~argus_cutlass.kernels.moe.config.MoEConfig`).
+:class:`~argus_cutlass.kernels.attention.config.AttentionConfig`, :class:`~argus_cutlass.kernels.moe.config.MoEConfig`),
+and the ``FIELD=VALUE`` parsing typed by their field declarations (the CLI's ``--set``, the bench scripts'
+``--also`` / ``--vary``).
 """
 
 from __future__ import annotations
