@@ -19,7 +19,6 @@ on unverified builds while the verifier was being extended).
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -29,29 +28,23 @@ try:
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-_SHAPE = re.compile(r"e(\d+)k(\d+)h(\d+)i(\d+)")
-
-
 def parse_cell(cell: str):
-    """``model:T`` or ``eEkKhHiI:T`` -> MoEProblem.
+    """``model:T`` or ``eEkKhHiI:T`` -> MoEProblem (``profile_moe.cell_problem``, validated).
 
     Raises:
         ValueError: the cell is not one of the two forms, or the problem breaks a rule of MoEProblem.
     """
+    from profile_moe import cell_problem
+
     from argus_cutlass.errors import ArgusError
-    from argus_cutlass.kernels.moe.problem import MoEProblem
 
     name, sep, t = cell.partition(":")
     if not sep or not t.strip().isdigit():
         raise ValueError(f"cell {cell!r}: expected model:T or eEkKhHiI:T")
-    m = _SHAPE.fullmatch(name)
     try:
-        if m:
-            e, k, h, i = (int(x) for x in m.groups())
-            p = MoEProblem(int(t), e, k, h, i)
-            p.validate()
-            return p
-        return MoEProblem.for_model(name, int(t))
+        p = cell_problem(name, int(t))
+        p.validate()
+        return p
     except ArgusError as exc:
         raise ValueError(f"cell {cell!r}: {exc}") from None
 
