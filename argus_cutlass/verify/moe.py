@@ -729,19 +729,13 @@ def row_bound_parts(layer: MoELayer) -> dict[str, bool]:
     return {part: layer.program(part).row_bounded for part in ("gate_up", "down")}
 
 
-def _kernel_tile_m(p: Any) -> int:
-    """The printed ``kTileM`` of grouped program ``p`` (gemm/traits.j2: kMmaM x kAtomsM x kRepsM), what
-    run_grouped's row_bound check ``rows % kTileM`` divides by."""
-    return int(p.mma.op.m) * int(p.mma.atoms_m) * int(p.mma.reps_m)
-
-
 def _row_bound_rows_problem(layer: MoELayer, part: str) -> Violation | None:
     """``moe.group_tiles``: with a row_bound map, run_grouped (moe/gemm.j2) refuses ``rows % kTileM != 0``
     (kErrSize) and encodes ``rows / kTileAMn`` m-tiles: the printed ``padded_rows`` must be a multiple of
     kTileM for every ``T <= 2^tokens_bits`` (decided on :func:`workspace_tokens`: padded_rows is periodic-affine
     in T, so its residue mod kTileM is periodic with a period those T's cover)."""
     p = layer.program(part)
-    tm_ = _kernel_tile_m(p)
+    tm_ = p.mma.tile_m   # the printed kTileM (gemm/traits.j2: kMmaM x kAtomsM x kRepsM)
     ts = workspace_tokens(layer)
     if ts.size > WORKSPACE_MAX_POINTS:
         ts = ts[:WORKSPACE_MAX_POINTS]
