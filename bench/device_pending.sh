@@ -31,6 +31,9 @@
 #   bash bench/device_pending.sh OUTDIR moe-ceilings  # bench/moe_ceilings.py: the small-T layers with the routing / combine
 #                                                     # launches left out, then with the m-tiles' padding traffic left out (~2 min)
 #   bash bench/device_pending.sh OUTDIR moe-dram-bytes # ncu DRAM bytes read / written per kernel of the small-T layers (~1 min)
+#   bash bench/device_pending.sh OUTDIR moe-rb-ncu [CELLS] # ncu of row_bounded off / on (default Mixtral T=256, the 128-row
+#                                                     # cell session 41 measured 18.6 % slower row-bounded): time, DRAM / L2
+#                                                     # bytes, TMA-unit and L2 throughput per kernel (~3 min)
 #   bash bench/device_pending.sh OUTDIR moe-ab [FIELD=V1,V2] [CELLS] # bench/moe_ab.py: the shipped / heuristic layers with
 #                                                     # one MoEConfig field varied, checked, interleaved (default
 #                                                     # row_bounded=false,true on the 6 small-T cells; ~3 min)
@@ -114,7 +117,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -260,6 +263,15 @@ case "$STEP" in
       python3 "$R/bench/profile_moe.py" --out "$OUT/prof" --ncu --cells qwen3-30b-a3b:16,deepseek-v2-lite:16,mixtral:16,qwen3-30b-a3b:256 \
       > "$OUT/moe_dram_bytes.txt" 2>&1
     grep -E "^  [A-Za-z_].*\(|dram__|gpu__time" "$OUT/moe_dram_bytes.txt" | sed -E 's/ +/ /g' | cut -c1-160 | head -80 ;;
+  moe-rb-ncu)
+    # session 42 (planned after session 41's +18.6 % at Mixtral T = 256, 128-row tiles, row-bounded): the same layer
+    # with row_bounded off / on under ncu, one serialized run each, L2 kept between kernels; the metrics name where
+    # the time goes (DRAM and L2 bytes, L2 <-> SM traffic, the TMA unit's and the tensor pipe's busy share)
+    timeout 500 ncu --profile-from-start off --clock-control none --cache-control none \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum \
+      python3 "$R/bench/profile_moe.py" --out "$OUT/prof" --ncu --cells "${3:-mixtral:256}" --vary row_bounded=false,true \
+      > "$OUT/moe_rb_ncu.txt" 2>&1
+    grep -E "^  [A-Za-z_].*\(|^==|__|Duration|Throughput|Busy|Hit Rate" "$OUT/moe_rb_ncu.txt" | sed -E 's/ +/ /g' | cut -c1-170 | head -160 ;;
   moe-tilek256)
     # session 38 (run in session 39: k 256 2-7 % slower, RESULTS.md): 256-deep k-tiles at the same weight bytes in flight (2 stages x 64 KB against
     # 8 x 16 KB): each W row read in 512-byte segments (vLLM's H200 config for E=128, N=768 at M = 16 takes

@@ -262,6 +262,10 @@ class TmaLoad:
     #: grouped GEMM (family ``moe``): the gmem rows one expert owns in this operand (``2I`` for
     #: W13, ``H`` for W2): the block origin is ``expert * expert_rows + ...``; 0: not grouped
     expert_rows: int = field(default=0, metadata=_CANON_SKIP)
+    #: grouped GEMM (family ``moe``): the experts this operand holds (W13 is ``(E, 2I, H)``, W2 ``(E, H, I)``): its
+    #: tensor map has ``experts * expert_rows`` rows (printed ``kExperts<X>``); set with ``expert_rows`` (0: not
+    #: grouped). Rule ``moe.launch`` requires the layer's ``E`` (the routing's id range) to be this count
+    experts: int = field(default=0, metadata=_CANON_SKIP)
     #: grouped GEMM: the tile reads expert ``expert + expert_shift`` (0 in a correct kernel)
     expert_shift: int = field(default=0, metadata=_CANON_SKIP)
     #: paired halves (SwiGLU gate+up): tile rows ``[0, tile_mn/2)`` read rows ``origin + r`` and rows
@@ -1604,10 +1608,14 @@ def validate_load(node: TmaLoad) -> None:
         _dsl_error("dsl.operand", loc, f"{node.name}: head {node.head!r}: expected '', 'q' or 'kv'")
     if not isinstance(node.block_shift, int) or isinstance(node.block_shift, bool):
         _dsl_error("dsl.operand", loc, f"{node.name}: block_shift {node.block_shift!r} must be an int")
-    for fld in ("expert_rows", "expert_shift", "pair_offset"):
+    for fld in ("expert_rows", "experts", "expert_shift", "pair_offset"):
         v = getattr(node, fld)
         if not isinstance(v, int) or isinstance(v, bool) or (fld != "expert_shift" and v < 0):
             _dsl_error("dsl.operand", loc, f"{node.name}: {fld} {v!r} must be an int (>= 0 unless a shift)")
+    if node.experts and not node.expert_rows:
+        _dsl_error("dsl.operand", loc, f"{node.name}: experts {node.experts} and expert_rows {node.expert_rows}: "
+                   "experts counts a grouped GEMM's weights (its tensor map has experts x expert_rows rows); an "
+                   "operand without expert rows has none")
     if (node.expert_rows or node.expert_shift or node.pair_offset) and (node.advance, node.head) != ("k", ""):
         _dsl_error("dsl.operand", loc, f"{node.name}: expert_rows / expert_shift / pair_offset describe a grouped GEMM "
                    f"operand (advance 'k', no head mode), not a load with advance {node.advance!r}, head {node.head!r}")

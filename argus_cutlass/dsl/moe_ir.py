@@ -143,8 +143,8 @@ class Routing:
     ``scan_threads`` (1024, the default): route_scan's one CTA, printed as its launch
     (``route_scan<<<1, kScanThreads>>>``), its ``__launch_bounds__``, its shared array ``tiles[kScanThreads]``
     and the bound of its Hillis-Steele loop (``for (d = 1; d < kScanThreads; d <<= 1)``): thread e owns expert
-    e, so it must be at least E, whole warps and at most CUDA's 1024 threads per CTA (rule ``moe.launch``, which
-    also runs the printed loop). The loop is an inclusive scan for any thread count (its last step has
+    e, so it must be at least E and at most CUDA's 1024 threads per CTA; a partial last warp is legal (``__syncthreads``
+    waits for it; rule ``moe.launch``, which also runs the printed loop). The loop is an inclusive scan for any thread count (its last step has
     ``d >= kScanThreads / 2``, so each sum spans ``>= kScanThreads`` entries): a power of two is not needed.
     """
 

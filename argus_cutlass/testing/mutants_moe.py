@@ -209,6 +209,8 @@ def _current(layer: MoELayer, part: str, kind: str | None, key: str | None, fiel
         return getattr(getattr(layer, part), field)
     if part == "workspace":
         return getattr(layer.workspace, field)
+    if part == "layer":
+        return getattr(layer, field)
     if part == "region":
         return getattr(layer.workspace.region(key), field)
     if part == "index":

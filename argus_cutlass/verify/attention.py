@@ -1463,7 +1463,9 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
     else:
         notes.append("descriptor, tag and fragment checks not run: shape rules failed")
         for rule in ("gmma.descriptor", "mma.k_agreement", "fragment.convert"):
-            run.skip(rule, OBLIGATIONS[rule], "the shape rules (gmma.n, gmma.m_tile, mma.major, tma.box_extent, "
+            # fragment.convert has no OBLIGATIONS line (check_fragments states its own rules): its text here
+            run.skip(rule, OBLIGATIONS.get(rule, "register fragments (RS operands, conversions, row reductions) keep "
+                     "their tags"), "the shape rules (gmma.n, gmma.m_tile, mma.major, tma.box_extent, "
                      "smem.alignment) failed", _inv(rule))
     _, enum_bad = run.add("enum", "mask.exact", check_mask, program)
     run.add("arith", "kv.coverage", check_kv_fill, program)

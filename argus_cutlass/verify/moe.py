@@ -39,7 +39,8 @@ moe.index_width    every printed index product (printed from the node's factors 
                    T <= 2^tokens_bits
 moe.dtype          layer dtype == gA / gB / gD dtype of both GEMMs; gate+up gD == down gA
 moe.launch         combine threads and routing chunk: whole warps, <= 1024; route_scan's scan_threads in
-                   [E, 1024] (one expert per scan thread)
+                   [E, 1024] (one expert per scan thread; a partial last warp is legal); E == the experts of both
+                   grouped GEMMs' weights (their B maps' rows)
 moe.pdl            launch order: conflicting accesses of the layer's kernels ordered by completion
 moe.handoff        gate+up -> down per m-tile: down reads an m-tile after all its gate+up units
 moe.workspace      the workspace node printed as workspace_layout(T): regions of the kernels' element
@@ -88,7 +89,8 @@ MOE_RULES = {
     "moe.combine": ("M6", "the combine adds exactly k gated terms per token"),
     "moe.index_width": ("M7", "index products fit their C types for T <= 2^tokens_bits"),
     "moe.dtype": ("M8", "the layer's dtype is each GEMM's A / B / D dtype; gate+up's D (h) is down's A"),
-    "moe.launch": ("M9", "launch shapes: CTAs of 32..1024 threads in whole warps; E within the scan's one CTA"),
+    "moe.launch": ("M9", "launch shapes: CTAs of 32..1024 threads in whole warps; E within the scan's one CTA and "
+                   "equal to the weights' experts"),
     "moe.workspace": ("M12", "the printed workspace layout holds every kernel's accesses for every T <= "
                       "2^tokens_bits: regions disjoint, aligned, of the kernels' types; aliases only of dead regions"),
     "moe.pdl": ("M10", "launch order: every access of one kernel that conflicts with an earlier kernel's (this call's "
@@ -1730,6 +1732,7 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                                         params={"E": e})))
     # E > 1024 (MAX_EXPERTS): refused by _check_scan_threads (E <= scan_threads <= 1024), once
     bad += _check_scan_threads(layer)
+    bad += _check_weight_experts(layer)
     from argus_cutlass.verify.smt import bound_bits
 
     for part, want in GROUPED_EXTENTS.items():
@@ -1762,6 +1765,41 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                   f"route_scan's {layer.routing.scan_threads} threads (<= {MAX_CTA_THREADS}, one per expert); "
                   f"H = {layer.hidden} and I = {layer.ffn} inside their k loops' proof ranges",
                   points=5)], []
+
+
+def _check_weight_experts(layer: MoELayer) -> list[Violation]:
+    """The layer's ``E`` (``kExperts``: the routing keeps ids in ``[0, E)``, the scan makes E groups) is the expert
+    count of both grouped GEMMs' weights (their B load's ``experts``: W13 ``(E, 2I, H)`` and W2 ``(E, H, I)``, whose
+    tensor maps are printed with ``experts x expert_rows`` rows). A larger routing range sends ids past the weights
+    (the maps' extent zero-fills them, or the caller's buffer ends first); a smaller one skips ids the weights
+    hold: the token loses that slot's term."""
+    bad: list[Violation] = []
+    e_ = layer.experts
+    for part in ("gate_up", "down"):
+        try:
+            lb = layer.program(part).load_into("sB")
+        except (KeyError, ValueError):   # a program without a B load: the GEMM rules name it
+            continue
+        w = lb.experts
+        if w == e_:
+            continue
+        wname = "W13" if part == "gate_up" else "W2"
+        if e_ > w:
+            e = w   # the first id the routing keeps that the weights do not hold
+            what = (f"id {e} is routed (E = {e_}) to expert {e}, whose {wname} rows [{e * lb.expert_rows}, "
+                    f"{(e + 1) * lb.expert_rows}) are past the {part} B tensor map ({w} experts x {lb.expert_rows} rows)")
+        else:
+            e = e_  # the first id the weights hold that the routing skips
+            what = (f"id {e} names one of {wname}'s {w} experts but the routing skips ids >= E = {e_}: the token "
+                    "loses that slot's term")
+        bad.append(_viol("moe.launch", f"{part}: the layer's E = {e_} experts but its weights' B load "
+                         f"{lb.name!r} holds experts = {w}: {what}",
+                         _cex("moe.launch", f"route_expert / {part}::run_grouped(..., b_rows)",
+                              f"kExperts == {part}'s kExpertsB = {w}", f"kExperts = {e_}, kExpertsB = {w}",
+                              element={"tensor": "topk_ids", "token": 0, "slot": 0, "id": e},
+                              params={"E": e_, "B experts": w}, provenance=what,
+                              thread=_route_thread(layer, 0, "route_count"))))
+    return bad
 
 
 def _check_scan_threads(layer: MoELayer) -> list[Violation]:

@@ -5,6 +5,7 @@ GPU numerics and timing are in ``tests/gpu`` and ``bench/`` (marked, run on the 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -257,3 +258,26 @@ def test_softmax_model_matches_numpy_softmax():
     s = np.concatenate(blocks) * 0.3
     w = np.exp(s - s.max())
     assert np.allclose(out, (w @ np.concatenate(values)) / w.sum()) and np.isclose(lse, s.max() + np.log(w.sum()))
+
+
+@pytest.mark.parametrize("edit", ["sQ_shape", "sK_base", "qk_major"])
+def test_verifier_reports_instead_of_raising_when_shape_rules_fail(edit):
+    """Edits that break a shape rule skip the descriptor, tag and fragment checks; the skip records must not raise
+    (``fragment.convert`` has no OBLIGATIONS line: a KeyError escaped ``verify_attention``, found by a fresh
+    reviewer in session 42). The report holds violations, never an exception."""
+    from argus_cutlass.kernels.attention.config import AttentionConfig
+    from argus_cutlass.kernels.attention.program import build_program as build_attention
+    from argus_cutlass.verify.attention import verify_attention
+
+    p = build_attention(AttentionConfig(head_dim=128, causal=True, tile_m=128, tile_n=128))
+    if edit == "sQ_shape":
+        t = p.resolve("tensor[sQ]")
+        bad = p.replace_node("tensor", "sQ", shape=(t.shape[0] + 1,) + tuple(t.shape[1:]))
+    elif edit == "sK_base":
+        bad = p.replace_node("tensor", "sK", base_bytes=p.resolve("tensor[sK]").base_bytes + 1)
+    else:
+        r = p.resolve("read[gmma_qk_A]")
+        bad = p.replace_node("read", "gmma_qk_A", view=dataclasses.replace(
+            r.view, atom=dataclasses.replace(r.view.atom, major="MN")))
+    rep = verify_attention(bad, smt=False)
+    assert rep.violations and not rep.ok

@@ -1016,3 +1016,29 @@ def test_workspace_and_scan_mutants_name_region_index_and_thread():
 
     with pytest.raises(DslError, match="multiplies two run-time quantities"):
         layer.replace_node("region", None, "xs", count=(("padded_rows", "rows"),))
+
+
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_layer_experts_must_be_the_weights_experts(delta):
+    """A layer whose E (the routing's id range) differs from its weights' expert count (the B loads' ``experts``,
+    the W13 / W2 tensor maps' rows) is refused by moe.launch naming the first id routed wrongly: E one short skips
+    the last expert's ids (a lost term), one long routes ids past W13 (found by a fresh reviewer, session 42)."""
+    layer = build_layer(MoEConfig(), MoEProblem(64, 8, 2, 256, 512))
+    assert layer.gate_up.load_into("sB").experts == 8 == layer.down.load_into("sB").experts
+    rep = verify_moe(layer.replace_node("layer", experts=8 + delta), smt=False)
+    hits = [v for v in rep.violations if v.rule == "moe.launch"]
+    assert {v.message.split(":")[0] for v in hits} == {"gate_up", "down"}
+    c = hits[0].counterexample
+    assert c.element["id"] == min(8, 8 + delta) and c.params == {"E": 8 + delta, "B experts": 8}
+    for part in ("gate_up", "down"):   # the weights' count alone, too
+        lb = layer.program(part).load_into("sB")
+        rep = verify_moe(layer.replace_node(part, "load", lb.name, experts=7), smt=False)
+        assert any(v.rule == "moe.launch" and v.message.startswith(part) for v in rep.violations), part
+        rep = verify_moe(layer.replace_node(part, "load", lb.name, experts=0), smt=False)   # not stated at all
+        assert any(v.rule == "moe.launch" and v.message.startswith(part) for v in rep.violations), part
+    with pytest.raises(Exception, match="experts 3 and expert_rows 0"):   # a plain GEMM operand has no experts
+        from argus_cutlass.kernels.gemm.config import GemmConfig
+        from argus_cutlass.kernels.gemm.program import build_program
+
+        p = build_program(GemmConfig())
+        p.replace_node("load", p.load_into("sB").name, experts=3)

@@ -143,19 +143,20 @@ def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
 
 def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, band_m: int,
              loc: SourceLoc, lookahead: int = 0, weight_hint: str = "evict_normal",
-             extents: tuple[str, str] = ("I", "H"), row_bound: str = "") -> Program:
+             extents: tuple[str, str] = ("I", "H"), row_bound: str = "", experts: int = 1) -> Program:
     """``program`` (a GEMM) edited into a grouped GEMM of family ``moe`` (walk: bands of ``band_m``
     m-tiles, 0 for none; ``lookahead`` the schedule node's: the roles read their next unit's work
     ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``; ``extents`` the layer sizes, keys of
     :data:`~argus_cutlass.dsl.moe_ir.FACTOR_CPP`, the host passes as the GEMM's N and K: params ``n_size`` /
     ``k_size``, printed in ``run_grouped``'s call and checked by rule ``moe.launch``; ``row_bound`` the A load's
-    and the D store's: ``"tile_rows"`` for row-bounded tiles, :attr:`MoEConfig.row_bounded`)."""
+    and the D store's: ``"tile_rows"`` for row-bounded tiles, :attr:`MoEConfig.row_bounded`; ``experts`` the
+    weights' (B) expert count E, its tensor map's rows ``experts * expert_rows``: rule ``moe.launch``)."""
     p = dataclasses.replace(program, family="moe", name=label)
     # the grouped epilogue writes out = acc: alpha 1, beta 0 (printed from these params), C never read
     p = p.replace_node("source", path="none").replace_node("params", alpha=1.0, beta=0.0, n_size=extents[0],
                                                            k_size=extents[1])
     lb = p.load_into("sB")
-    changes: dict = {"expert_rows": expert_rows, "cache_hint": weight_hint}
+    changes: dict = {"expert_rows": expert_rows, "experts": experts, "cache_hint": weight_hint}
     if pair_offset:
         half = lb.tile_mn // 2
         changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))
@@ -193,9 +194,9 @@ def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: Ge
     rb = "tile_rows" if c.row_bounded else ""
     if part == "gate_up":
         return _grouped(program, label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(), c.work_lookahead, hint,
-                        GROUPED_EXTENTS["gate_up"], rb)
+                        GROUPED_EXTENTS["gate_up"], rb, p.experts)
     return _grouped(program, label, p.hidden, 0, c.dn_band_m, loc or caller_loc(), c.work_lookahead, hint,
-                    GROUPED_EXTENTS["down"], rb)
+                    GROUPED_EXTENTS["down"], rb, p.experts)
 
 
 def _moe_field_error(exc: ConfigError, part: str) -> ConfigError:
