@@ -1698,6 +1698,12 @@ def _check_edge(layer: MoELayer, cases: list, e: HandoffEdge) -> tuple[list[Proo
     fn = "handoff_signal" if e.name == "handoff" else f"{e.name}_signal"
     h0 = {"m_tile": 0, "tensor": e.tensor}
     waiter = _combine_thread(layer, 0, 0) if combine else {"cta": 0, "role": "down producer"}
+    if combine and cases:   # the combine term that reads m-tile 0 in the first routing case names the waiter
+        pr0 = simulate_routing(layer, cases[0][1])["permuted"]
+        s0 = next((s for s, r in enumerate(pr0) if 0 <= r < pad), None)
+        if s0 is not None:
+            h0 = {**h0, "token": s0 // layer.topk, "slot": s0 % layer.topk}
+            waiter = _combine_thread(layer, s0 // layer.topk, s0 % layer.topk)
     timeout, min_timeout = knob("timeout_ms"), layer.handoff_min_timeout_ms(e.name)
     # the printed choices: (wrong?, message, where, expected, actual, element, thread)
     choices = (
@@ -1753,7 +1759,7 @@ def _check_edge(layer: MoELayer, cases: list, e: HandoffEdge) -> tuple[list[Proo
             "may still write it: PTX ISA ld allows .nc only for data that stays read-only for the kernel's whole "
             "lifetime, so a line of out cached before down's stores landed can be served after the acquire",
             "combine's loads of out (moe/layer.cu.j2)", "__ldcg (ld.global.cg: L2, coherent at GPU scope)",
-            "__ldg (ld.global.nc)", {"m_tile": 0, "token": 0, "tensor": "out"}, _combine_thread(layer, 0, 0)),)
+            "__ldg (ld.global.nc)", h0, waiter),)
     for wrong, msg, where, want, got, element, thread in choices:
         if wrong:
             return fail(msg, where, want, got, element, thread)

@@ -112,8 +112,8 @@ class MoEConfig(BaseModel):
             (per-m-tile counters ``out_ready``, release / acquire at GPU scope; layer node ``combine_handoff``, rule
             ``moe.combine_handoff``), instead of waiting for the whole down kernel: the combine CTAs, launched
             programmatically on the SMs down's CTAs leave, add the terms of finished m-tiles during down's last
-            units (H200 timeline, Qwen3-30B-A3B T = 16: down ends at 230.3 us, combine 6.6 us later, its CTAs
-            resident from ~218 us and waiting). Needs ``pdl``. NOT yet measured end to end (device step ``moe-ab
+            units (H200, session 38, Qwen3-30B-A3B T = 16 with pdl: down ends at 230.3 us, the combine 6.6 us later, its
+            first CTA resident from 218.1 us and waiting; bench/data/moe_small_t_variants_h200_s38.log). Needs ``pdl``. NOT yet measured end to end (device step ``moe-ab
             combine_handoff=false,true``): the heuristic and the shipped entries leave it off. False (the default):
             the kernels of earlier layers (same ``.cu``).
     """
