@@ -1496,8 +1496,9 @@ def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
 
 #: global buffers each kernel touches before its ``griddepcontrol.wait`` (printed: the wait is the first
 #: statement of route_scan / route_permute / combine and follows only the shared-memory barrier init and
-#: the tensor-map prefetch in the grouped GEMMs -- except the down GEMM with the handoff, which waits last:
-#: :data:`HANDOFF_DOWN_PRE_WAIT`; tests/unit/test_moe_layer.py pins those places)
+#: the tensor-map prefetch in the grouped GEMMs -- except the down GEMM with the handoff and the combine with the
+#: combine handoff, which wait last: :data:`HANDOFF_DOWN_PRE_WAIT`, :data:`COMBINE_HANDOFF_PRE_WAIT`;
+#: tests/unit/test_moe_layer.py and test_moe_combine_handoff.py pin those places)
 PDL_PRE_WAIT: dict[str, tuple[str, ...]] = {name: () for name, _r, _w in PDL_CHAIN}
 #: what the grouped GEMMs read before their wait with ``weight_prefetch`` (``prefetch_first_weights``:
 #: the m-tile count and the first unit's expert, then that expert's weight boxes into L2; its
@@ -1534,10 +1535,13 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
     previous kernel executed ``griddepcontrol.launch_dependents``, printed after that kernel's own
     wait (or, for the plain route_count, before that kernel could start at all). So a pre-wait access
     may conflict with nothing the previous kernel does. A kernel that executes ``launch_dependents`` before
-    its wait (:func:`pdl_early_trigger`: the down GEMM with the handoff) lets the next one launch while the
-    kernel before it still runs, so the next kernel's pre-wait accesses may conflict with neither of them: in
-    general they are ordered only after the kernels before the nearest earlier kernel that triggers after its
-    wait. ``pre_wait`` (default :func:`pdl_pre_wait`, the printed kernels) names the buffers a kernel touches
+    its wait (:func:`pdl_early_trigger`: the down GEMM with the handoff, the combine with the combine handoff)
+    lets the next one launch while the kernel before it still runs, so the next kernel's pre-wait accesses may
+    conflict with neither of them: in general they are ordered only after the kernels before the nearest earlier
+    kernel that triggers after its wait (the combine after the down GEMM with the handoff: after route_permute).
+    Conflicts a sound handoff edge orders per m-tile (gate+up -> down on h / xs / tile_ready, down -> combine on
+    out / out_ready: rules moe.handoff and moe.combine_handoff) are not counted against the waiter's early
+    accesses. ``pre_wait`` (default :func:`pdl_pre_wait`, the printed kernels) names the buffers a kernel touches
     before its wait; ``early`` (default :func:`pdl_early_trigger`) which kernels trigger first."""
     pre = pdl_pre_wait(layer) if pre_wait is None else pre_wait
     prog = pdl_launches(layer)

@@ -3,7 +3,7 @@ entries, keyed by a power-of-two T bucket, live in the agent's table: ``agent/tu
 ``bench/tune_moe_grid.py``). Each knob has a default and its allowed values; the feasibility function is the verifier (a configuration is feasible when its layer verifies).
 
 >>> sorted(KNOBS)[:3]
-['combine_threads', 'dn_band_m', 'dn_stages']
+['combine_handoff', 'combine_threads', 'dn_band_m']
 >>> len(list(enumerate_space(limit=4)))
 4
 """
