@@ -19,7 +19,12 @@
 #                                                     # kernel and end to end, 8 cells
 #   bash bench/device_pending.sh OUTDIR moe-cli [T]   # the main command `argus-cutlass moe` on the 3 ANCHORS shapes at T
 #                                                     # (default 16): heuristic / shipped config, fp32 check, time vs torch
-#   bash bench/device_pending.sh OUTDIR moe-mutants   # the 39 MoE mutants without the verifier (~4 min)
+#   bash bench/device_pending.sh OUTDIR moe-mutants [IDS]  # the MoE mutants without the verifier (all of
+#                                                     # testing/mutants_moe.toml, ~4 min per 40; IDS: comma-separated,
+#                                                     # e.g. the 8 combine_handoff_* of session 42)
+#   bash bench/device_pending.sh OUTDIR moe-handoff [K]  # tests/gpu/test_moe_handoff_gpu.py alone (pytest -k K: e.g.
+#                                                     # combine_handoff: the down -> combine handoff bitwise against
+#                                                     # the layer without it, session 42)
 #   bash bench/device_pending.sh OUTDIR moe-unitk     # small-T GEMM throughput vs unit length and expert count: T=16,
 #                                                     # one configuration rule (heuristic), E x k x H x I varied (~4 min)
 #   bash bench/device_pending.sh OUTDIR moe-source    # ncu PC sampling of the Qwen3 / Mixtral T=16 gate+up GEMMs: the
@@ -36,7 +41,8 @@
 #                                                     # bytes, TMA-unit and L2 throughput per kernel (~3 min)
 #   bash bench/device_pending.sh OUTDIR moe-ab [FIELD=V1,V2] [CELLS] # bench/moe_ab.py: the shipped / heuristic layers with
 #                                                     # one MoEConfig field varied, checked, interleaved (default
-#                                                     # row_bounded=false,true on the 6 small-T cells; ~3 min)
+#                                                     # row_bounded=false,true on the 6 small-T cells; ~3 min), e.g.
+#                                                     # moe-ab combine_handoff=false,true qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:256
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -117,7 +123,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-mutants moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -152,6 +158,10 @@ case "$STEP" in
     $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30
     # the gate+up -> down handoff (its own module: one prebuild batch)
     $PYT -m gpu "$R/tests/gpu/test_moe_handoff_gpu.py" -rf 2>&1 | tee "$OUT/moe_handoff_gpu_tests.log" | tail -5 ;;
+  moe-handoff)
+    # session 42: the handoff GPU module alone (its fixture builds every layer of the module in one nvcc batch)
+    $PYT -m gpu "$R/tests/gpu/test_moe_handoff_gpu.py" ${3:+-k "$3"} -rf --durations=8 2>&1 \
+      | tee "$OUT/moe_handoff_gpu_tests.log" | tail -20 ;;
   attn-mutants16)
     timeout 500 python3 "$R/bench/mutants_attention_gpu.py" --out "$OUT" --timeout 10 --ids \
       output16_shuffle_same_bit,output16_shuffle_xor3,output16_single_stage,output16_lane_cols4,output16_group_cols16,output16_rows_unmasked \

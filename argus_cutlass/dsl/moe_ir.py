@@ -39,7 +39,8 @@ import numpy as np
 from argus_cutlass.dsl.ir import (DTYPE_BYTES, _CANON_SKIP, Program, SourceLoc, _canonical, _dsl_error, _edit,
                                  check_c_remainder_operand)
 
-__all__ = ["Combine", "FACTOR_CPP", "HANDOFF_FIELDS", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Region",
+__all__ = ["COMBINE_HANDOFF_FIELDS", "Combine", "EDGE_KNOBS", "FACTOR_CPP", "HANDOFF_EDGES", "HANDOFF_FIELDS",
+           "HandoffEdge", "handoff_edge", "INDEX_SITES", "IndexSite", "IndexWidth", "MoELayer", "Region",
            "REGION_CTYPES", "Routing", "WORKSPACE_CONSTS", "WORKSPACE_VARS", "Workspace", "CTYPES",
            "MAX_EXPERTS", "MAX_CTA_THREADS", "MAX_WORKSPACE_PARAM"]
 
@@ -424,6 +425,63 @@ class Workspace:
 #: the layer fields of the gate+up -> down handoff (``MoELayer.handoff``)
 HANDOFF_FIELDS = ("handoff", "handoff_target_delta", "handoff_signal", "handoff_fence", "handoff_zero",
                   "handoff_backoff_ns", "handoff_timeout_ms")
+#: the layer fields of the down -> combine handoff (``MoELayer.combine_handoff``): the knobs of
+#: :data:`HANDOFF_FIELDS` for this edge plus the combine's two waiter-side choices (``_slot``, ``_load``)
+COMBINE_HANDOFF_FIELDS = ("combine_handoff", "combine_handoff_target_delta", "combine_handoff_signal",
+                          "combine_handoff_fence", "combine_handoff_zero", "combine_handoff_slot", "combine_handoff_load",
+                          "combine_handoff_backoff_ns", "combine_handoff_timeout_ms")
+#: the knobs every handoff edge has, as suffixes of its switch (``<edge>_target_delta``, ...)
+EDGE_KNOBS = ("target_delta", "signal", "fence", "zero", "backoff_ns", "timeout_ms")
+
+
+@dataclass(frozen=True)
+class HandoffEdge:
+    """One per-m-tile handoff between two kernels of the layer: every unit ``(tm, tn)`` of the grouped GEMM
+    ``signaller``, once its TMA stores of ``tensor`` are complete, adds 1 to ``counter[tm]`` (``red.release.gpu``);
+    kernel ``waiter`` reads m-tile ``tm``'s rows of ``tensor`` only after ``counter[tm]`` (``ld.acquire.gpu``)
+    reached the signaller's n-blocks per m-tile. ``name`` is the layer's switch; its knobs are the layer fields
+    ``<name>_<knob>`` for every knob of :data:`EDGE_KNOBS` (``fields``: all of them, the switch first); ``rule``
+    / ``invariant`` the verifier rule that proves it; ``const`` the prefix of its printed constants
+    (``k<const>Target``, ``k<const>BackoffNs``, ``k<const>TimeoutNs``); ``who`` / ``whom`` the two kernels as
+    the printed comments name them.
+
+    >>> [e.name for e in HANDOFF_EDGES], handoff_edge("combine_handoff").counter
+    (['handoff', 'combine_handoff'], 'out_ready')
+    """
+
+    name: str
+    signaller: str
+    waiter: str
+    counter: str
+    tensor: str
+    rule: str
+    invariant: str
+    const: str
+    who: str
+    whom: str
+    fields: tuple[str, ...]
+
+
+#: the layer's handoff edges, in launch order: gate+up -> down (``handoff``, h) and down -> combine
+#: (``combine_handoff``, out)
+HANDOFF_EDGES = (
+    HandoffEdge("handoff", "gate_up", "down", "tile_ready", "h", "moe.handoff", "M11", "Handoff", "gate+up", "down",
+                HANDOFF_FIELDS),
+    HandoffEdge("combine_handoff", "down", "combine", "out_ready", "out", "moe.combine_handoff", "M13",
+                "CombineHandoff", "down", "combine", COMBINE_HANDOFF_FIELDS),
+)
+
+
+def handoff_edge(name: str) -> HandoffEdge:
+    """The edge of :data:`HANDOFF_EDGES` called ``name``.
+
+    Raises:
+        KeyError: no such edge (the message lists them).
+    """
+    for e in HANDOFF_EDGES:
+        if e.name == name:
+            return e
+    raise KeyError(f"no handoff edge {name!r}; have {[e.name for e in HANDOFF_EDGES]}")
 
 #: the longest ``__nanosleep`` (PTX ISA "nanosleep": the sleep duration is at most 1 millisecond)
 MAX_HANDOFF_BACKOFF_NS = 1_000_000
@@ -495,6 +553,33 @@ class MoELayer:
             and :data:`MIN_HANDOFF_TIMEOUT_MS`, so a verified layer reaches it only on what the proof does not
             model, e.g. one workspace shared by two concurrent calls on different streams (their counters mix),
             or a GPU slower than the assumed rates.
+        combine_handoff: the combine reads a term's row of ``out`` as soon as the down GEMM has stored that row's
+            m-tile, not after the whole down kernel (rule ``moe.combine_handoff``, needs ``pdl``): the same release /
+            acquire protocol as ``handoff`` on the next edge (:data:`HANDOFF_EDGES`). Each down unit ``(tm, tn)``,
+            once its TMA stores of out are complete (``cp.async.bulk.wait_group 0``) and ordered for the generic
+            proxy (``fence.proxy.async.global``; PTX ISA "Memory Consistency Model": the TMA stores are
+            async-proxy writes, the combine's loads generic-proxy reads), adds 1 to ``out_ready[tm]``
+            (``red.release.gpu``); route_scan zeroes ``out_ready[tm]`` where it writes ``tile_expert[tm]``. The
+            combine CTA of token t executes ``griddepcontrol.launch_dependents`` first, reads its k rows and
+            weights, then thread ``j % kCombineThreads`` of slot j spins on ``ld.acquire.gpu`` of
+            ``out_ready[row_j / kPad]`` until it reaches the down n-blocks per m-tile (``kCombineHandoffTarget``),
+            ``__syncthreads()`` passes the acquire on to the CTA (PTX ISA "bar.sync": a CTA-scope barrier, so
+            causality order reaches every thread's later loads), the rows are read with ``__ldcg`` (``ld.global.cg``:
+            L2, never the non-coherent ``.nc`` path, which PTX ISA "ld" allows only for data read-only for the
+            kernel's lifetime), and the kernel's LAST statement is ``griddepcontrol.wait`` (PTX ISA
+            "griddepcontrol"): it completes after down, so the next call's stream-ordered route_count and rule
+            ``moe.pdl``'s order over two calls hold. No deadlock: a programmatic combine CTA launches only after
+            every down CTA executed ``griddepcontrol.launch_dependents`` (so every down CTA is resident and runs to
+            its end), and down never waits for the combine (it waits only for gate+up, whose CTAs were all resident
+            before down launched).
+        combine_handoff_target_delta, combine_handoff_signal, combine_handoff_fence, combine_handoff_zero,
+        combine_handoff_backoff_ns, combine_handoff_timeout_ms: the ``handoff_*`` knobs for this edge (correct:
+            0, ``"complete"``, True, True; the time-out bound :meth:`handoff_wait_bound_ms` of this edge covers
+            gate+up and down: a combine CTA may launch while gate+up still runs when down triggers early).
+        combine_handoff_slot: which term's row the combine's waiting thread j waits for: ``"own"`` (slot j's: the
+            correct one) or ``"first"`` (slot 0's row for every term: the mutation knob).
+        combine_handoff_load: how the combine reads out with the handoff: ``"cg"`` (``__ldcg``, L2; correct) or
+            ``"nc"`` (``__ldg``, the non-coherent read-only path: may serve lines cached before down wrote them).
     """
 
     name: str
@@ -519,6 +604,15 @@ class MoELayer:
     handoff_zero: bool = field(default=True, metadata=_CANON_SKIP)
     handoff_backoff_ns: int = field(default=128, metadata=_CANON_SKIP)
     handoff_timeout_ms: int = field(default=0, metadata=_CANON_SKIP)
+    combine_handoff: bool = field(default=False, metadata=_CANON_SKIP)
+    combine_handoff_target_delta: int = field(default=0, metadata=_CANON_SKIP)
+    combine_handoff_signal: str = field(default="complete", metadata=_CANON_SKIP)
+    combine_handoff_fence: bool = field(default=True, metadata=_CANON_SKIP)
+    combine_handoff_zero: bool = field(default=True, metadata=_CANON_SKIP)
+    combine_handoff_slot: str = field(default="own", metadata=_CANON_SKIP)
+    combine_handoff_load: str = field(default="cg", metadata=_CANON_SKIP)
+    combine_handoff_backoff_ns: int = field(default=128, metadata=_CANON_SKIP)
+    combine_handoff_timeout_ms: int = field(default=0, metadata=_CANON_SKIP)
 
     family = "moe"
 
@@ -533,36 +627,72 @@ class MoELayer:
         if wp and not self.pdl:
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: weight_prefetch={wp} needs pdl (without a "
                        "programmatic launch a kernel starts after its predecessor completed: nothing to overlap)")
-        for f in ("handoff", "handoff_fence", "handoff_zero"):
+        for edge in HANDOFF_EDGES:   # each edge's knobs, validated alike (the field names in the messages)
+            self._check_edge_fields(edge.name)
+        if self.combine_handoff_slot not in ("own", "first"):
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: combine_handoff_slot {self.combine_handoff_slot!r}: "
+                       "expected 'own' (thread j waits for slot j's m-tile) or 'first'")
+        if self.combine_handoff_load not in ("cg", "nc"):
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: combine_handoff_load {self.combine_handoff_load!r}: "
+                       "expected 'cg' (__ldcg, L2) or 'nc' (__ldg)")
+        for edge in HANDOFF_EDGES:
+            if not getattr(self, edge.name):
+                changed = [f.name for f in dataclasses.fields(self)
+                           if f.name in edge.fields[1:] and getattr(self, f.name) != f.default]
+                if changed:
+                    _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {', '.join(changed)} set without "
+                               f"{edge.name} (nothing prints them)")
+        if self.combine_handoff and not self.pdl:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: combine_handoff needs pdl (without a programmatic "
+                       "launch the combine starts after the down GEMM completed: nothing to overlap, and its "
+                       "griddepcontrol.wait would not exist)")
+
+    def _check_edge_fields(self, edge: str) -> None:
+        """The knobs of handoff edge ``edge`` (:data:`EDGE_KNOBS`) are well-formed; ``dsl.operand`` naming the
+        field otherwise."""
+        loc = self.routing.loc
+        for f in (edge, f"{edge}_fence", f"{edge}_zero"):
             if not isinstance(getattr(self, f), bool):
                 _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {f} {getattr(self, f)!r} must be a bool")
-        d = self.handoff_target_delta
+        d = getattr(self, f"{edge}_target_delta")
         if not isinstance(d, int) or isinstance(d, bool) or abs(d) >= 1 << 20:
-            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_target_delta {d!r} must be an int in "
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {edge}_target_delta {d!r} must be an int in "
                        "(-2^20, 2^20)")
-        if self.handoff_signal not in ("complete", "read"):
-            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_signal {self.handoff_signal!r}: expected "
+        sig = getattr(self, f"{edge}_signal")
+        if sig not in ("complete", "read"):
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {edge}_signal {sig!r}: expected "
                        "'complete' or 'read'")
-        b = self.handoff_backoff_ns
+        b = getattr(self, f"{edge}_backoff_ns")
         if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= MAX_HANDOFF_BACKOFF_NS:
-            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_backoff_ns {b!r} must be an int in "
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {edge}_backoff_ns {b!r} must be an int in "
                        f"[0, {MAX_HANDOFF_BACKOFF_NS}] (PTX ISA nanosleep: at most 1 ms)")
-        t = self.handoff_timeout_ms
+        t = getattr(self, f"{edge}_timeout_ms")
         if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < 1 << 31:
-            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: handoff_timeout_ms {t!r} must be an int in "
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {edge}_timeout_ms {t!r} must be an int in "
                        "[0, 2^31) (0: no time-out)")
-        if not self.handoff:
-            changed = [f.name for f in dataclasses.fields(self)
-                       if f.name in HANDOFF_FIELDS[1:] and getattr(self, f.name) != f.default]
-            if changed:
-                _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {', '.join(changed)} set without handoff "
-                           "(nothing prints them)")
 
-    def handoff_target(self) -> int:
-        """The count the down producer waits for in ``tile_ready[tm]`` (printed ``kHandoffTarget``):
-        gate+up's n-blocks per m-tile, ``ceil(I / tile_n)`` of its epilogue (its walk's ``tiles_n``), plus
-        ``handoff_target_delta`` (0 in a correct layer; rule ``moe.handoff`` counts the signals)."""
-        return -(-self.ffn // self.gate_up.epilogue.tile_n) + self.handoff_target_delta
+    def edge_knob(self, edge: str, knob: str) -> Any:
+        """The layer field ``<edge>_<knob>`` of handoff edge ``edge`` (a knob of :data:`EDGE_KNOBS`, or ``""``: the
+        switch itself).
+
+        >>> from argus_cutlass.kernels.moe.config import MoEConfig
+        >>> from argus_cutlass.kernels.moe.problem import MoEProblem
+        >>> from argus_cutlass.kernels.moe.program import build_layer
+        >>> layer = build_layer(MoEConfig(pdl=True, combine_handoff=True), MoEProblem(16, 8, 2, 256, 512))
+        >>> layer.edge_knob("combine_handoff", ""), layer.edge_knob("combine_handoff", "signal")
+        (True, 'complete')
+        """
+        handoff_edge(edge)   # KeyError naming the edges
+        return getattr(self, f"{edge}_{knob}" if knob else edge)
+
+    def handoff_target(self, edge: str = "handoff") -> int:
+        """The count the waiter of handoff edge ``edge`` waits for in its counter (printed ``kHandoffTarget`` /
+        ``kCombineHandoffTarget``): the signalling GEMM's n-blocks per m-tile, ``ceil(N / tile_n)`` of its epilogue
+        (gate+up: N = I; down: N = H; its walk's ``tiles_n``), plus ``<edge>_target_delta`` (0 in a correct layer;
+        rules ``moe.handoff`` / ``moe.combine_handoff`` count the signals)."""
+        e = handoff_edge(edge)
+        n = self.size(GROUPED_EXTENTS[e.signaller][0])
+        return -(-n // self.program(e.signaller).epilogue.tile_n) + getattr(self, f"{edge}_target_delta")
 
     def size(self, name: str) -> int:
         """The layer size a :data:`FACTOR_CPP` key names (``"H"``: hidden, ``"I"``: ffn, ``"2I"``, ``"k"``, ``"E"``).
@@ -572,29 +702,40 @@ class MoELayer:
         """
         return dict(zip(LAYER_SIZES, (self.hidden, self.ffn, 2 * self.ffn, self.topk, self.experts)))[name]
 
-    def handoff_wait_bound_ms(self) -> int:
-        """A bound (ms, rounded up) of how long a correct down producer can wait for one m-tile, under assumed
-        slowest rates: the whole gate+up GEMM at ``T = 2^tokens_bits`` run at :data:`HANDOFF_MIN_FLOPS` (its
-        ``2 T k 2I H`` flops) plus :data:`HANDOFF_MIN_BYTES_PER_S` (every expert's W13, the permuted x read once per
-        n-block of the printed walk, h written). The rates are assumptions (a tenth / a fifth of the H200's), not
-        measurements: a GPU slower than them (or shared longer than the margin covers) could trap a correct call. An m-tile's signals arrive before gate+up ends, which the down producer cannot
-        outwait: it starts only after every gate+up CTA is resident (rule ``moe.pdl``). E.g. Mixtral (E 8, k 2,
-        H 4096, I 14336, the shipped 256-column gate+up tile: 112 n-blocks) at T = 2^20: 4.9e14 flops (4.9 s) and
-        1.9 TB of operand traffic, nearly all the permuted x re-read per n-block (1.9 s): 6.9 s, so its time-out is
-        at least 69 s.
-        """
+    def _gemm_bound_s(self, part: str) -> float:
+        """Seconds grouped GEMM ``part`` takes at ``T = 2^tokens_bits`` under the assumed slowest rates: its
+        ``2 T k W K`` flops (``W`` its weight rows per expert: 2I for gate+up, H for down) at
+        :data:`HANDOFF_MIN_FLOPS` plus :data:`HANDOFF_MIN_BYTES_PER_S` over every expert's weights, the permuted A
+        rows read once per n-block of the printed walk and the output written."""
         elem = DTYPE_BYTES[self.dtype]
         rows = (1 << self.tokens_bits) * self.topk
-        flops = 2.0 * rows * 2 * self.ffn * self.hidden
-        n_blocks = -(-self.ffn // self.gate_up.epilogue.tile_n)   # the printed walk's n-blocks per m-tile
-        nbytes = elem * (self.experts * 2.0 * self.ffn * self.hidden + rows * self.hidden * n_blocks
-                         + rows * self.ffn)
-        return math.ceil(1000.0 * (flops / HANDOFF_MIN_FLOPS + nbytes / HANDOFF_MIN_BYTES_PER_S))
+        n, k = (self.size(x) for x in GROUPED_EXTENTS[part])
+        w_mult = 2 if part == "gate_up" else 1   # gate+up's weight rows: the gate and the up row of each h column
+        flops = 2.0 * rows * w_mult * n * k
+        n_blocks = -(-n // self.program(part).epilogue.tile_n)   # the printed walk's n-blocks per m-tile
+        nbytes = elem * (self.experts * (w_mult * 1.0) * n * k + rows * k * n_blocks + rows * n)
+        return flops / HANDOFF_MIN_FLOPS + nbytes / HANDOFF_MIN_BYTES_PER_S
 
-    def handoff_min_timeout_ms(self) -> int:
-        """The shortest ``handoff_timeout_ms`` rule ``moe.handoff`` accepts (other than 0):
-        ``max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN x handoff_wait_bound_ms())``."""
-        return max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN * self.handoff_wait_bound_ms())
+    def handoff_wait_bound_ms(self, edge: str = "handoff") -> int:
+        """A bound (ms, rounded up) of how long a correct waiter of handoff edge ``edge`` can wait for one m-tile,
+        under assumed slowest rates: for ``handoff`` the whole gate+up GEMM at ``T = 2^tokens_bits`` run at
+        :data:`HANDOFF_MIN_FLOPS` (its ``2 T k 2I H`` flops) plus :data:`HANDOFF_MIN_BYTES_PER_S` (every expert's W13,
+        the permuted x read once per n-block of the printed walk, h written); for ``combine_handoff`` gate+up's plus
+        down's (a combine CTA may launch while gate+up still runs: with the gate+up handoff the down kernel lets it
+        launch before its own wait). The rates are assumptions (a tenth / a fifth of the H200's), not
+        measurements: a GPU slower than them (or shared longer than the margin covers) could trap a correct call.
+        An m-tile's signals arrive before the signaller ends, which the waiter cannot outwait: it starts only after
+        every CTA of the kernel before it is resident (rule ``moe.pdl``). E.g. Mixtral (E 8, k 2, H 4096, I 14336,
+        the shipped 256-column gate+up tile: 112 n-blocks) at T = 2^20: 4.9e14 flops (4.9 s) and 1.9 TB of operand
+        traffic, nearly all the permuted x re-read per n-block (1.9 s): 6.9 s, so its time-out is at least 69 s.
+        """
+        parts = ("gate_up",) if handoff_edge(edge).signaller == "gate_up" else ("gate_up", "down")
+        return math.ceil(1000.0 * sum(self._gemm_bound_s(part) for part in parts))
+
+    def handoff_min_timeout_ms(self, edge: str = "handoff") -> int:
+        """The shortest ``<edge>_timeout_ms`` rule ``moe.handoff`` / ``moe.combine_handoff`` accepts (other than 0):
+        ``max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN x handoff_wait_bound_ms(edge))``."""
+        return max(MIN_HANDOFF_TIMEOUT_MS, HANDOFF_TIMEOUT_MARGIN * self.handoff_wait_bound_ms(edge))
 
     def elem_bytes(self, elem: str) -> int:
         """Bytes of a workspace element type (:data:`REGION_CTYPES`): ``int32_t`` 4, ``RowIndex`` the C type of
@@ -682,7 +823,7 @@ class MoELayer:
         if part == "layer":
             for k in changes:
                 if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch",
-                             *HANDOFF_FIELDS):
+                             *HANDOFF_FIELDS, *COMBINE_HANDOFF_FIELDS):
                     raise KeyError(f"MoELayer has no scalar field {k!r}")
             return dataclasses.replace(self, **changes)
         prog = self.program(part)

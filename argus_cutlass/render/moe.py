@@ -11,15 +11,36 @@ from __future__ import annotations
 
 from argus_cutlass import __version__
 from argus_cutlass.dsl.atoms import CPP_TYPE
-from argus_cutlass.dsl.moe_ir import FACTOR_CPP, INDEX_SITES, LAYER_SIZES, MoELayer
+from argus_cutlass.dsl.moe_ir import FACTOR_CPP, HANDOFF_EDGES, INDEX_SITES, LAYER_SIZES, MoELayer, handoff_edge
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.render.env import render_template
 from argus_cutlass.render.gemm import gemm_context
 
-__all__ = ["LAYER_TEMPLATE", "index_expr", "moe_context", "render_moe"]
+__all__ = ["LAYER_TEMPLATE", "handoff_view", "index_expr", "moe_context", "render_moe"]
 
 LAYER_TEMPLATE = "moe/layer.cu.j2"
 GEMM_PART_TEMPLATE = "moe/gemm.j2"
+
+
+def handoff_view(layer: MoELayer, edge: str, part: str = "") -> dict:
+    """What ``templates/moe/handoff.j2`` prints of handoff edge ``edge`` (:data:`~argus_cutlass.dsl.moe_ir.
+    HANDOFF_EDGES`), every value read from the layer node's fields: ``node`` / ``rule`` / ``who`` / ``whom`` /
+    ``tensor`` / ``counter`` (the edge), ``fn`` (the signal function's name: ``handoff_signal`` for the gate+up ->
+    down edge, ``<edge>_signal`` for the others), ``const`` (the constants' prefix), ``signal`` / ``fence`` /
+    ``backoff_ns`` / ``timeout_ms`` (the ``<edge>_*`` knobs), ``target`` (:meth:`MoELayer.handoff_target`),
+    ``min_timeout_ms`` (:meth:`MoELayer.handoff_min_timeout_ms`), and ``signals``: whether grouped GEMM ``part``
+    is the edge's signaller.
+
+    Raises:
+        KeyError: no such edge.
+    """
+    e = handoff_edge(edge)
+    knob = lambda k: layer.edge_knob(edge, k)  # noqa: E731
+    return {"node": e.name, "rule": e.rule, "who": e.who, "whom": e.whom, "tensor": e.tensor, "counter": e.counter,
+            "fn": "handoff_signal" if e.name == "handoff" else f"{e.name}_signal", "const": e.const,
+            "signal": knob("signal"), "fence": knob("fence"), "backoff_ns": knob("backoff_ns"),
+            "timeout_ms": knob("timeout_ms"), "target": layer.handoff_target(edge),
+            "min_timeout_ms": layer.handoff_min_timeout_ms(edge), "signals": part == e.signaller}
 
 
 def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
@@ -27,12 +48,16 @@ def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
     ctx = gemm_context(program)
     if program.family != "moe" or program.schedule.decomposition != "grouped":
         raise ConfigError("render.program", f"MoE part {part!r} is not a grouped GEMM of family moe")
+    edges = [handoff_view(layer, e.name, part) for e in HANDOFF_EDGES
+             if getattr(layer, e.name) and part in (e.signaller, e.waiter)]
     try:
         ctx.update(ns=ns, ix_tile_unit=layer.index("tile_unit"), units_expr=index_expr(layer, "tile_unit", "tiles_m"),
                    ix_b_row=layer.index("w13_row" if part == "gate_up" else "w2_row"), pdl=layer.pdl,
                    weight_prefetch=layer.weight_prefetch,
-                   handoff_role=("signal" if part == "gate_up" else "wait") if layer.handoff else "",
-                   handoff_target=layer.handoff_target(), L=layer,
+                   # the handoff edges this GEMM signals or waits on, in edge order (moe/handoff.j2): the gate+up ->
+                   # down edge (gate+up signals, down waits), the down -> combine edge (down signals)
+                   handoff_edges=edges, handoff_signals=[e for e in edges if e["signals"]],
+                   handoff_wait=any(not e["signals"] for e in edges), L=layer,
                    epi_alpha=float(program.param("alpha")), epi_beta=float(program.param("beta")))
     except (KeyError, TypeError) as exc:   # TypeError: no alpha / beta param (float(None))
         raise ConfigError("render.program", f"MoE layer {layer.name!r}: {exc.args[0]}") from None
@@ -95,6 +120,8 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         "extents": {part: _extents(layer, part) for part in ("gate_up", "down")},
         "ixp": lambda n, v: index_expr(layer, n, v),
         "gate_up_text": _gemm_text(layer, "gate_up", gu_ns), "down_text": _gemm_text(layer, "down", dn_ns),
+        # the down -> combine handoff as moe/handoff.j2 prints it (the combine's wait; None without it)
+        "CH": handoff_view(layer, "combine_handoff") if layer.combine_handoff else None,
         # a grouped GEMM with a row_bound load or store takes the routing's tile_rows table (run_grouped's argument)
         **{f"{pre}_row_bound": layer.program(part).row_bounded for pre, part in (("gu", "gate_up"), ("dn", "down"))},
         # a wgmma N outside CuTe's default set in either GEMM: its arch struct's header (gemm/traits.j2 prints it)

@@ -129,6 +129,16 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
         "small64_handoff", 4096, "skewed",
         why="8192 routed rows, one hot expert: ~130 m-tiles, more units than CTAs in both GEMMs, so down's producers "
             "reach m-tiles gate+up has not finished"),
+    "small64_ch_uniform300": GpuProblem(
+        "small64_ch", 300, why="the combine handoff's default: 600 routed rows, 16 m-tiles of 64 rows x 2 down "
+                               "n-blocks, the combine CTAs start while down's last units still run"),
+    "small64_ch_many_units": GpuProblem(
+        "small64_ch", 4096, "skewed",
+        why="8192 routed rows, one hot expert: ~130 m-tiles x 2 down n-blocks, more units than CTAs, so combine CTAs "
+            "reach m-tiles down has not finished (and 4096 combine CTAs, most launched after down's end)"),
+    "small_ch_uniform300": GpuProblem(
+        "small_ch", 300, why="the combine handoff on the default 128-row tiles (no gate+up handoff): 600 routed rows, "
+                             "8 m-tiles x 2 down n-blocks"),
     "small_sliced_uniform300": GpuProblem(
         "small_sliced", 300, why="the sliced gather's default: 600 routed rows (3 chunks) x 3 column slices of "
                                  "H = 256 (11 + 11 + 10 vectors)"),

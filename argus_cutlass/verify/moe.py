@@ -43,6 +43,8 @@ moe.launch         combine threads and routing chunk: whole warps, <= 1024; rout
                    grouped GEMMs' weights (their B maps' rows)
 moe.pdl            launch order: conflicting accesses of the layer's kernels ordered by completion
 moe.handoff        gate+up -> down per m-tile: down reads an m-tile after all its gate+up units
+moe.combine_handoff down -> combine per m-tile: the combine reads a term's row of out after all the down units of
+                   its m-tile stored it and it waited on that row's m-tile; loads that cannot be stale
 moe.workspace      the workspace node printed as workspace_layout(T): regions of the kernels' element
                    types, aligned (multiple of 16), disjoint (out reuses xs only after gate+up);
                    every index each kernel reads or writes inside its region's printed count, and
@@ -61,15 +63,17 @@ from typing import Any
 import numpy as np
 
 from argus_cutlass.dsl.ir import DTYPE_BYTES
-from argus_cutlass.dsl.moe_ir import (CTYPES, GROUPED_EXTENTS, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES, MAX_CTA_THREADS,
-                                      MAX_EXPERTS, MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS, SIGNED_CTYPES, MoELayer)
+from argus_cutlass.dsl.moe_ir import (CTYPES, GROUPED_EXTENTS, HANDOFF_EDGES, HANDOFF_TIMEOUT_MARGIN, INDEX_SITES,
+                                      MAX_CTA_THREADS, MAX_EXPERTS, MAX_TOKENS_BITS, MIN_HANDOFF_TIMEOUT_MS,
+                                      SIGNED_CTYPES, HandoffEdge, MoELayer, handoff_edge)
 from argus_cutlass.verify.report import (Counterexample, Obligation, Proof, Skipped, Unknown, VerificationReport,
                                          Violation)
 from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
 __all__ = ["LAYER_ACCESSES", "WORKSPACE_ELEMS", "WORKSPACE_ACCESSES", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
-           "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "MOE_RULES", "PDL_CHAIN",
+           "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "COMBINE_HANDOFF_ACCESSES",
+           "COMBINE_HANDOFF_PRE_WAIT", "COMBINE_HANDOFF_ORDERED", "combine_handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "GROUP_PADDING_BEFORE_READS", "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
            "simulate_routing", "verify_moe", "walk_visits", "workspace_accessors"]
@@ -97,6 +101,9 @@ MOE_RULES = {
                 "or the previous call's) happens after that kernel completed"),
     "moe.handoff": ("M11", "gate+up -> down per m-tile: down reads an m-tile's h after every gate+up unit of it "
                     "stored its rows (complete, fenced, released); the counters start at 0 every call"),
+    "moe.combine_handoff": ("M13", "down -> combine per m-tile: the combine reads a term's row of out after every "
+                            "down unit of that row's m-tile stored it (complete, fenced, released) and it waited on "
+                            "that m-tile, through loads that cannot be stale; the counters start at 0 every call"),
 }
 #: GEMM rules the gate+up program's fused activation replaces (they model a plain store)
 _REPLACED_BY_SWIGLU = ("epilogue.coordinate", "output.bijection")
@@ -1324,7 +1331,8 @@ def _check_dtype(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
 #: w2, y); ``mode`` ``"r"``, ``"w"`` or ``"rw"``; ``when`` the layer choice that prints the access: ``""`` always,
 #: ``"handoff"`` (layer node handoff: the per-m-tile counters), ``"row_bound"`` (the tile_rows table: route_scan with
 #: the routing node's tile_rows, a grouped GEMM with a row_bound load or store, :func:`row_bound_parts`),
-#: ``"padding_before"`` (routing node group_padding "before": route_permute's row map reads counts). moe.pdl reads it
+#: ``"padding_before"`` (routing node group_padding "before": route_permute's row map reads counts), ``"combine_handoff"``
+#: (layer node combine_handoff: the down -> combine counters out_ready). moe.pdl reads it
 #: as :func:`pdl_chain` (kernel -> buffers read / written; the down GEMM's ``out`` is the xs buffer there), moe.workspace
 #: as :func:`workspace_accessors` (region -> its accesses); tests/unit/test_moe_layer.py checks it against the printed
 #: kernels' pointer parameters and run_grouped's arguments.
@@ -1337,6 +1345,7 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
     ("route_scan", "tile_expert", "w", "", "writes tile_expert[base_e + i]"),
     ("route_scan", "tiles_m", "w", "", "writes *tiles_m"),
     ("route_scan", "tile_ready", "w", "handoff", "zeroes tile_ready[base_e + i]"),
+    ("route_scan", "out_ready", "w", "combine_handoff", "zeroes out_ready[base_e + i]"),
     ("route_scan", "tile_rows", "w", "row_bound", "writes tile_rows[base_e + i]"),
     ("route_permute", "ids", "r", "", "reads ids[s], s < rows"),
     ("route_permute", "block_counts", "r", "", "reads block_counts[chunk * E + e]"),
@@ -1357,17 +1366,20 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
     ("down", "tile_expert", "r", "", "reads tile_expert[tm], tm < tiles_m"),
     ("down", "tiles_m", "r", "", "reads *tiles_m"),
     ("down", "tile_ready", "r", "handoff", "spins on tile_ready[tm] (ld.acquire.gpu)"),
+    ("down", "out_ready", "w", "combine_handoff", "adds to out_ready[tm] (red.release.gpu)"),
     ("down", "tile_rows", "r", "row_bound", "reads tile_rows[tm], tm < tiles_m"),
     ("down", "out", "w", "", "writes D through its tensor map (padded_rows x N)"),
     ("combine", "out", "r", "", "reads out[row * H + col]"),
     ("combine", "permuted_row", "r", "", "reads permuted_row[t * k + j]"),
     ("combine", "weights", "r", "", "reads weights[t * k + j]"),
     ("combine", "y", "w", "", "writes y[t * H + col]"),
+    ("combine", "out_ready", "r", "combine_handoff", "spins on out_ready[row / pad] (ld.acquire.gpu)"),
 )
 #: the workspace regions' element types, as printed in the kernels' parameters (the other buffers of
 #: :data:`LAYER_ACCESSES` are the caller's arguments)
 WORKSPACE_ELEMS = {"block_counts": "int32_t", "counts": "int32_t", "offsets": "RowIndex", "tile_expert": "int32_t",
-                   "tiles_m": "int32_t", "tile_ready": "int32_t", "tile_rows": "int32_t", "permuted_row": "RowIndex",
+                   "tiles_m": "int32_t", "tile_ready": "int32_t", "out_ready": "int32_t", "tile_rows": "int32_t",
+                   "permuted_row": "RowIndex",
                    "xs": "Element", "out": "Element", "h": "Element"}
 #: buffers one name stands for in moe.pdl's chain: the down GEMM's ``out`` reuses the xs bytes (workspace alias)
 PDL_BUFFER = {"out": "xs"}
@@ -1394,6 +1406,9 @@ def _by_when(when: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
 PDL_CHAIN = _chain(lambda _k, when: when == "")
 #: the handoff's counters (layer node ``handoff``): route_scan zeroes them, gate+up adds, down reads
 HANDOFF_ACCESSES = _by_when("handoff")
+#: the down -> combine handoff's counters (layer node ``combine_handoff``): route_scan zeroes them, down adds, the
+#: combine reads
+COMBINE_HANDOFF_ACCESSES = _by_when("combine_handoff")
 #: the routed-rows table of row-bounded tiles: route_scan writes it with the routing node's ``tile_rows``, a grouped
 #: GEMM with a ``row_bound`` A load or D store reads it (Scheduler::current: ``w.rows = tile_rows[w.tm]``, beside
 #: ``tile_expert[w.tm]``; :func:`row_bound_parts`)
@@ -1407,6 +1422,14 @@ HANDOFF_DOWN_PRE_WAIT = ("h", "w2", "tile_expert", "tiles_m", "tile_ready", "xs"
 #: the gate+up -> down conflicts a sound handoff orders per m-tile (rule moe.handoff): h (gate+up writes, down
 #: reads), xs (gate+up reads an m-tile's rows, down overwrites them with its output) and the counters
 HANDOFF_ORDERED = ("h", "xs", "tile_ready")
+#: with ``combine_handoff`` (and ``pdl``) the combine has no wait before its accesses (it waits last): every access
+#: (out is the xs buffer in moe.pdl's chain)
+COMBINE_HANDOFF_PRE_WAIT = ("xs", "permuted_row", "weights", "y", "out_ready")
+#: the down -> combine conflicts a sound combine handoff orders per m-tile (rule moe.combine_handoff): out (the xs
+#: bytes: down writes an m-tile's rows, the combine reads them) and the counters
+COMBINE_HANDOFF_ORDERED = ("xs", "out_ready")
+#: the kernel pairs whose conflicts a sound handoff edge orders per m-tile (:data:`HANDOFF_EDGES`)
+_EDGE_ORDERED = {"handoff": HANDOFF_ORDERED, "combine_handoff": COMBINE_HANDOFF_ORDERED}
 
 
 def _printed(layer: MoELayer, kernel: str, when: str) -> bool:
@@ -1415,6 +1438,8 @@ def _printed(layer: MoELayer, kernel: str, when: str) -> bool:
         return True
     if when == "handoff":
         return bool(layer.handoff)
+    if when == "combine_handoff":
+        return bool(layer.combine_handoff)
     if when == "padding_before":
         return layer.routing.group_padding == "before"
     if when == "row_bound":
@@ -1430,8 +1455,9 @@ def row_bound_kernels(layer: MoELayer) -> tuple[str, ...]:
 
 def pdl_chain(layer: MoELayer) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
     """moe.pdl's chain of ``layer``: each kernel in launch order with the buffers it reads and writes, the accesses of
-    :data:`LAYER_ACCESSES` the layer prints (:data:`PDL_CHAIN` plus, with ``handoff``, the counters; with row-bounded
-    tiles the tile_rows table; with the padding before each group route_permute's counts read)."""
+    :data:`LAYER_ACCESSES` the layer prints (:data:`PDL_CHAIN` plus, with ``handoff`` / ``combine_handoff``, their
+    counters; with row-bounded tiles the tile_rows table; with the padding before each group route_permute's counts
+    read)."""
     return _chain(lambda k, when: _printed(layer, k, when))
 
 
@@ -1442,11 +1468,26 @@ def handoff_sound(layer: MoELayer) -> bool:
             and layer.handoff_target_delta == 0)
 
 
+def combine_handoff_sound(layer: MoELayer) -> bool:
+    """The down -> combine handoff's printed choices are the correct ones (complete stores, the proxy fence, zeroed
+    counters, the exact target, each term waiting on its own row's m-tile, coherent loads); the counts per m-tile
+    are rule ``moe.combine_handoff``'s enumeration."""
+    return (layer.combine_handoff and layer.combine_handoff_signal == "complete" and layer.combine_handoff_fence
+            and layer.combine_handoff_zero and layer.combine_handoff_target_delta == 0
+            and layer.combine_handoff_slot == "own" and layer.combine_handoff_load == "cg")
+
+
+def _edge_sound(layer: MoELayer, edge: str) -> bool:
+    return handoff_sound(layer) if edge == "handoff" else combine_handoff_sound(layer)
+
+
 def pdl_early_trigger(layer: MoELayer) -> tuple[bool, ...]:
     """Which kernels of :func:`pdl_chain` execute ``griddepcontrol.launch_dependents`` before their wait (printed
-    in gemm/kernel_body.j2): the down GEMM with ``handoff`` and ``pdl`` (it waits last); every other programmatic
-    kernel triggers right after its wait."""
-    return tuple(bool(layer.pdl and layer.handoff) and name == "down" for name, _r, _w in pdl_chain(layer))
+    in gemm/kernel_body.j2 and moe/layer.cu.j2): the down GEMM with ``handoff`` and the combine with
+    ``combine_handoff`` (with ``pdl``: each waits last); every other programmatic kernel triggers right after its
+    wait."""
+    early = {"down": bool(layer.pdl and layer.handoff), "combine": bool(layer.pdl and layer.combine_handoff)}
+    return tuple(early.get(name, False) for name, _r, _w in pdl_chain(layer))
 
 
 def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
@@ -1457,8 +1498,9 @@ def pdl_launches(layer: MoELayer) -> tuple[bool, ...]:
 
 #: global buffers each kernel touches before its ``griddepcontrol.wait`` (printed: the wait is the first
 #: statement of route_scan / route_permute / combine and follows only the shared-memory barrier init and
-#: the tensor-map prefetch in the grouped GEMMs -- except the down GEMM with the handoff, which waits last:
-#: :data:`HANDOFF_DOWN_PRE_WAIT`; tests/unit/test_moe_layer.py pins those places)
+#: the tensor-map prefetch in the grouped GEMMs -- except the down GEMM with the handoff and the combine with the
+#: combine handoff, which wait last: :data:`HANDOFF_DOWN_PRE_WAIT`, :data:`COMBINE_HANDOFF_PRE_WAIT`;
+#: tests/unit/test_moe_layer.py and test_moe_combine_handoff.py pin those places)
 PDL_PRE_WAIT: dict[str, tuple[str, ...]] = {name: () for name, _r, _w in PDL_CHAIN}
 #: what the grouped GEMMs read before their wait with ``weight_prefetch`` (``prefetch_first_weights``:
 #: the m-tile count and the first unit's expert, then that expert's weight boxes into L2; its
@@ -1469,11 +1511,14 @@ PDL_PREFETCH_READS = {"gate_up": ("tiles_m", "tile_expert", "w13"), "down": ("ti
 def pdl_pre_wait(layer: MoELayer) -> dict[str, tuple[str, ...]]:
     """The printed pre-wait accesses of ``layer``'s kernels: :data:`PDL_PRE_WAIT`, plus
     :data:`PDL_PREFETCH_READS` when the layer prefetches weights (with ``tile_rows`` for a grouped GEMM that
-    reads it: the prefetch's Scheduler::current reads it with tile_expert), and every access of the down GEMM
-    with the handoff (:data:`HANDOFF_DOWN_PRE_WAIT`, with ``tile_rows`` likewise)."""
+    reads it: the prefetch's Scheduler::current reads it with tile_expert), every access of the down GEMM
+    with the handoff (:data:`HANDOFF_DOWN_PRE_WAIT`, with ``tile_rows`` likewise and, with ``combine_handoff``, its
+    adds to ``out_ready``) and every access of the combine with ``combine_handoff`` (:data:`COMBINE_HANDOFF_PRE_WAIT`)."""
     pre = dict(PDL_PRE_WAIT) if not layer.weight_prefetch else {**PDL_PRE_WAIT, **PDL_PREFETCH_READS}
     if layer.handoff and layer.pdl:
-        pre["down"] = HANDOFF_DOWN_PRE_WAIT
+        pre["down"] = HANDOFF_DOWN_PRE_WAIT + (("out_ready",) if layer.combine_handoff else ())
+    if layer.combine_handoff and layer.pdl:
+        pre["combine"] = COMBINE_HANDOFF_PRE_WAIT
     for part in set(row_bound_kernels(layer)) - {"route_scan"}:
         if pre.get(part):
             pre[part] = pre[part] + ("tile_rows",)
@@ -1492,16 +1537,21 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
     previous kernel executed ``griddepcontrol.launch_dependents``, printed after that kernel's own
     wait (or, for the plain route_count, before that kernel could start at all). So a pre-wait access
     may conflict with nothing the previous kernel does. A kernel that executes ``launch_dependents`` before
-    its wait (:func:`pdl_early_trigger`: the down GEMM with the handoff) lets the next one launch while the
-    kernel before it still runs, so the next kernel's pre-wait accesses may conflict with neither of them: in
-    general they are ordered only after the kernels before the nearest earlier kernel that triggers after its
-    wait. ``pre_wait`` (default :func:`pdl_pre_wait`, the printed kernels) names the buffers a kernel touches
+    its wait (:func:`pdl_early_trigger`: the down GEMM with the handoff, the combine with the combine handoff)
+    lets the next one launch while the kernel before it still runs, so the next kernel's pre-wait accesses may
+    conflict with neither of them: in general they are ordered only after the kernels before the nearest earlier
+    kernel that triggers after its wait (the combine after the down GEMM with the handoff: after route_permute).
+    Conflicts a sound handoff edge orders per m-tile (gate+up -> down on h / xs / tile_ready, down -> combine on
+    out / out_ready: rules moe.handoff and moe.combine_handoff) are not counted against the waiter's early
+    accesses. ``pre_wait`` (default :func:`pdl_pre_wait`, the printed kernels) names the buffers a kernel touches
     before its wait; ``early`` (default :func:`pdl_early_trigger`) which kernels trigger first."""
     pre = pdl_pre_wait(layer) if pre_wait is None else pre_wait
     prog = pdl_launches(layer)
     chain = pdl_chain(layer)
     early_of = dict(zip([n for n, _r, _w in chain], pdl_early_trigger(layer) if early is None else early))
-    ordered = set(HANDOFF_ORDERED) if handoff_sound(layer) else set()
+    # the pairs (signaller, waiter) a sound handoff edge orders per m-tile, with the buffers it orders
+    ordered = {(e.signaller, e.waiter): set(_EDGE_ORDERED[e.name]) for e in HANDOFF_EDGES
+               if _edge_sound(layer, e.name)}
     seq = [(c, i, name, set(r), set(w)) for c in (0, 1) for i, (name, r, w) in enumerate(chain)]
     # unordered_from[b]: the first launch whose completion a pre-wait access of launch b may not follow (the
     # nearest earlier launch that triggers after its own wait; launches from it to b - 1 may still run)
@@ -1519,8 +1569,9 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
             for buf in sorted((wa & (rb | wb)) | (ra & wb)):
                 pairs += 1
                 # a pre-wait access of a programmatic kernel is ordered after every kernel but the one before it;
-                # gate+up -> down on h / xs / tile_ready is ordered per m-tile by a sound handoff (moe.handoff)
-                if (na, nb) == ("gate_up", "down") and ca == cb and buf in ordered:
+                # gate+up -> down on h / xs / tile_ready is ordered per m-tile by a sound handoff (moe.handoff), down
+                # -> combine on out (xs) / out_ready by a sound combine handoff (moe.combine_handoff)
+                if ca == cb and buf in ordered.get((na, nb), ()):
                     continue
                 if prog[ib] and buf in pre.get(nb, ()) and a >= unordered_from[b]:
                     kind = "writes" if buf in wb else "reads"
@@ -1541,20 +1592,31 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
         kind = "accesses" if ordered and layer.pdl else "reads"
         mode += (f" except the {kind} before the wait ({what}{'; '.join(early)}), none of a buffer the kernel "
                  "before writes" + ("; down's accesses of h, xs and tile_ready follow gate+up's per m-tile "
-                                    "(moe.handoff), its wait is its last statement" if ordered and layer.pdl else ""))
+                                    "(moe.handoff), its wait is its last statement"
+                                    if ("gate_up", "down") in ordered and layer.pdl else "")
+                 + ("; the combine's reads of out (xs) and out_ready follow down's per m-tile (moe.combine_handoff), "
+                    "its wait is its last statement" if ("down", "combine") in ordered and layer.pdl else ""))
     return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "
                   f"WAW on {len({b for _n, r, w in chain for b in (*r, *w)})} buffers, out = xs) all ordered by "
                   "completion", points=pairs)], []
 
 
-def _store_thread(layer: MoELayer, unit: int, grid: int = SIM_CTAS) -> dict[str, int]:
-    """The gate+up thread that stores a unit's h tile and signals it: thread 0 of the consumer warpgroup that
-    runs the unit (ping-pong: every second unit of a CTA, starting with warpgroup 0; cooperative: warpgroup 0),
-    CTA ``unit % grid``."""
-    p = layer.gate_up
+def _store_thread(layer: MoELayer, unit: int, grid: int = SIM_CTAS, part: str = "gate_up") -> dict[str, int]:
+    """The thread of grouped GEMM ``part`` (gate+up by default) that stores a unit's output tile and signals it:
+    thread 0 of the consumer warpgroup that runs the unit (ping-pong: every second unit of a CTA, starting with
+    warpgroup 0; cooperative: warpgroup 0), CTA ``unit % grid``."""
+    p = layer.program(part)
     pingpong = p.schedule.consumer_stride == 2
     return {"cta": unit % grid, "warpgroup": 1 + ((unit // grid) % 2 if pingpong else 0),
             "thread_in_warpgroup": 0, "role": "consumer (store thread)"}
+
+
+def _combine_thread(layer: MoELayer, token: int, slot: int) -> dict[str, int]:
+    """The combine thread that waits for slot ``slot``'s m-tile of token ``token`` (CTA t, thread
+    ``slot % kCombineThreads``, templates/moe/layer.cu.j2)."""
+    i = slot % layer.combine.threads
+    return {"cta": token, "threadIdx": i, "role": "combine (waits for its slot's m-tile)", "warp": i // 32,
+            "lane": i % 32}
 
 
 def printed_extent(layer: MoELayer, part: str, axis: str) -> int:
@@ -1584,75 +1646,175 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
     both GEMMs take I from the one printed ``kFfn`` (gate+up's N, down's K). Down also overwrites xs (its output) rows of m-tile
     ``tm``, which only gate+up units of ``tm`` read (moe.group_tiles), all before their signal. No deadlock:
     gate+up never waits for down, and a programmatic down CTA launches only after every gate+up CTA executed
-    ``launch_dependents`` (each has started, so each runs to its end), a plain one after gate+up completed."""
+    ``launch_dependents`` (each has started, so each runs to its end), a plain one after gate+up completed.
+    The checks are :func:`_check_edge`'s, shared with ``moe.combine_handoff``."""
+    return _check_edge(layer, cases, handoff_edge("handoff"))
+
+
+def _check_combine_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
+    """``moe.combine_handoff`` (M13), the down -> combine handoff per m-tile (layer node ``combine_handoff``), the
+    checks of ``moe.handoff`` (:func:`_check_edge`) on the next edge: each down unit signals ``out_ready[tm]`` once,
+    after its TMA stores of out are complete (``cp.async.bulk.wait_group 0``, not ``.read``) and ordered for the
+    generic proxy (``fence.proxy.async.global``: the stores are async-proxy writes, the combine's loads generic,
+    PTX ISA "Memory Consistency Model", proxies), with ``red.release.gpu``; the signals of every m-tile, counted over
+    the printed down walk on every routing case, number exactly ``kCombineHandoffTarget`` (the down n-blocks of
+    the N run_grouped is printed with); route_scan zeroes the counters each call, inside the workspace's
+    max_tiles; down's m-tiles are the routing's ``pad`` rows (its epilogue's ``tile_m``: the combine waits on
+    ``out_ready[row / kPad]``). The combine side: on every routing case every token's term j that reads a row of out
+    (the printed row map) reads it after its CTA's ``__syncthreads()``, which follows the waits of threads
+    ``j' % kCombineThreads`` on the m-tiles of the printed slots (``combine_handoff_slot``: each slot's own row, or
+    slot 0's for every term); the read row's m-tile must be among them (counterexample: m-tile, token, slot,
+    thread). The rows are read with ``__ldcg`` (``combine_handoff_load`` ``"cg"``; ``"nc"``, ``__ldg``, is refused:
+    PTX ISA "ld" allows ``.nc`` only for data read-only for the kernel's lifetime, and down writes out while the
+    combine runs). The time-out is at least max(10 s, 10x the bound of gate+up plus down). No deadlock: a
+    programmatic combine CTA launches only after every down CTA executed ``griddepcontrol.launch_dependents`` (all
+    resident, each runs to its end), and down waits only for gate+up (whose CTAs were all resident before down
+    launched), never for the combine; the combine's ``griddepcontrol.wait`` is its last statement (rule moe.pdl)."""
+    return _check_edge(layer, cases, handoff_edge("combine_handoff"))
+
+
+def _check_edge(layer: MoELayer, cases: list, e: HandoffEdge) -> tuple[list[Proof], list[Violation]]:
+    """Rule ``e.rule`` on handoff edge ``e`` (:data:`~argus_cutlass.dsl.moe_ir.HANDOFF_EDGES`): the printed choices
+    (signal after complete stores, proxy fence, counters zeroed, one m-tile of ``pad`` rows on both sides, the
+    time-out), the combine's waits and loads (edge ``combine_handoff``), the counters inside their workspace region,
+    and the signals per m-tile over the signalling GEMM's printed walk on every routing case
+    (:func:`_check_handoff`, :func:`_check_combine_handoff` state what each edge means)."""
     from argus_cutlass.verify.decomposition import GroupedWalk, check_grouped_walk, grouped_tile_of_unit
 
-    if not layer.handoff:
-        return [Proof("moe.handoff", "M11", "enum", "no handoff: the down GEMM reads h after gate+up completed "
-                      "(moe.pdl)", points=0)], []
-    target = layer.handoff_target()
-    p = layer.gate_up
-    pad, gu_rows, dn_rows = layer.routing.pad, p.epilogue.tile_m, layer.down.load_into("sA").tile_mn
-    h0 = {"m_tile": 0, "tensor": "h"}
+    rule, inv = e.rule, e.invariant
+    if not getattr(layer, e.name):
+        text = ("no handoff: the down GEMM reads h after gate+up completed (moe.pdl)" if e.name == "handoff" else
+                "no combine handoff: the combine reads out after the down GEMM completed (moe.pdl)")
+        return [Proof(rule, inv, "enum", text, points=0)], []
+    combine = e.waiter == "combine"
+
+    def knob(k: str) -> Any:
+        return layer.edge_knob(e.name, k)
+
+    def fail(msg: str, where: str, want: str, got: str, element: dict, thread: dict,
+             params: dict | None = None) -> tuple[list[Proof], list[Violation]]:
+        return [], [_viol(rule, msg, _cex(rule, where, want, got, element=element, thread=thread, params=params))]
+
+    target = layer.handoff_target(e.name)
+    p = layer.program(e.signaller)
+    pad, sig_rows = layer.routing.pad, p.epilogue.tile_m
+    wait_rows = pad if combine else layer.down.load_into("sA").tile_mn   # the rows one waited-for m-tile stands for
+    reader = "the combine reads" if combine else "down loads"
+    whom = "the combine" if combine else e.whom
+    fn = "handoff_signal" if e.name == "handoff" else f"{e.name}_signal"
+    h0 = {"m_tile": 0, "tensor": e.tensor}
+    waiter = _combine_thread(layer, 0, 0) if combine else {"cta": 0, "role": "down producer"}
+    if combine and cases:   # the combine term that reads m-tile 0 in the first routing case names the waiter
+        pr0 = simulate_routing(layer, cases[0][1])["permuted"]
+        s0 = next((s for s, r in enumerate(pr0) if 0 <= r < pad), None)
+        if s0 is not None:
+            h0 = {**h0, "token": s0 // layer.topk, "slot": s0 % layer.topk}
+            waiter = _combine_thread(layer, s0 // layer.topk, s0 % layer.topk)
+    timeout, min_timeout = knob("timeout_ms"), layer.handoff_min_timeout_ms(e.name)
     # the printed choices: (wrong?, message, where, expected, actual, element, thread)
     choices = (
-        (layer.handoff_signal != "complete",
-         "gate+up signals tile_ready[tm] after cp.async.bulk.wait_group.read: the TMA stores have read shared memory "
-         "but their writes of h may not be performed, so down can load m-tile 0's rows before they land",
-         "gate+up handoff_signal (moe/gemm.j2)", "cp.async.bulk.wait_group 0 (stores complete) before the release",
-         "cp.async.bulk.wait_group.read 0", h0, _store_thread(layer, 0)),
-        (not layer.handoff_fence,
-         "no fence.proxy.async.global between the TMA (async proxy) stores / loads of h and the generic release / "
-         "acquire of tile_ready: the flag orders nothing for the async proxy (PTX ISA, memory consistency model: "
-         "proxies)",
-         "handoff_signal / handoff_wait (moe/gemm.j2)", "fence.proxy.async.global after the stores' completion and "
-         "after the acquire", "no proxy fence", h0, _store_thread(layer, 0)),
-        (not layer.handoff_zero,
-         "route_scan does not zero tile_ready: a call's counters start at whatever the workspace holds (the previous "
-         f"call's {target} per m-tile, or garbage), so down loads m-tile 0's h before this call's gate+up stored it, "
-         "or waits forever",
-         "route_scan (layer.cu.j2)", "tile_ready[tm] = 0 for every m-tile, each call",
+        (knob("signal") != "complete",
+         f"{e.who} signals {e.counter}[tm] after cp.async.bulk.wait_group.read: the TMA stores have read shared "
+         f"memory but their writes of {e.tensor} may not be performed, so {whom} can "
+         f"{'read' if combine else 'load'} m-tile 0's rows before they land",
+         f"{e.who} {fn} (moe/gemm.j2)", "cp.async.bulk.wait_group 0 (stores complete) before the release",
+         "cp.async.bulk.wait_group.read 0", h0, _store_thread(layer, 0, part=e.signaller)),
+        (not knob("fence"),
+         ("no fence.proxy.async.global between down's TMA (async proxy) stores of out and its generic release of "
+          "out_ready: the combine's generic loads of out, ordered after the acquire, are not ordered after the "
+          "async-proxy writes (PTX ISA, memory consistency model: proxies)" if combine else
+          "no fence.proxy.async.global between the TMA (async proxy) stores / loads of h and the generic release / "
+          "acquire of tile_ready: the flag orders nothing for the async proxy (PTX ISA, memory consistency model: "
+          "proxies)"),
+         f"down {fn} (moe/gemm.j2)" if combine else "handoff_signal / handoff_wait (moe/gemm.j2)",
+         "fence.proxy.async.global after the stores' completion, before the release" if combine else
+         "fence.proxy.async.global after the stores' completion and after the acquire", "no proxy fence", h0,
+         _store_thread(layer, 0, part=e.signaller)),
+        (not knob("zero"),
+         f"route_scan does not zero {e.counter}: a call's counters start at whatever the workspace holds (the "
+         f"previous call's {target} per m-tile, or garbage), so {reader} m-tile 0's {e.tensor} before this call's "
+         f"{e.who} stored it, or waits forever",
+         "route_scan (layer.cu.j2)", f"{e.counter}[tm] = 0 for every m-tile, each call",
          "counters kept from the previous call", {"m_tile": 0, "call": 1}, _scan_thread(0)),
-        (not gu_rows == dn_rows == pad,
-         f"gate+up signals m-tiles of {gu_rows} h rows, down loads m-tiles of {dn_rows} rows and the groups are padded "
-         f"to {pad}: tile_ready[tm] does not count the rows down reads",
-         "gate+up epilogue tile_m / down A tile / routing pad", f"one m-tile of {pad} rows", f"{gu_rows} / {dn_rows}",
-         h0, _store_thread(layer, 0)),
-        (0 < layer.handoff_timeout_ms < layer.handoff_min_timeout_ms(),
-         f"the down producer traps after spinning {layer.handoff_timeout_ms} ms on an m-tile, below the "
-         f"{layer.handoff_min_timeout_ms()} ms a correct run needs: {HANDOFF_TIMEOUT_MARGIN}x its longest wait "
-         f"(~{layer.handoff_wait_bound_ms()} ms: the whole gate+up GEMM at T = 2^{layer.tokens_bits} at a tenth of the "
+        (not (sig_rows == wait_rows == pad),
+         (f"down signals m-tiles of {sig_rows} out rows (its epilogue's tile_m) but the combine waits on "
+          f"out_ready[row / kPad] with kPad = {pad}: out_ready[tm] does not count the rows the combine reads"
+          if combine else
+          f"gate+up signals m-tiles of {sig_rows} h rows, down loads m-tiles of {wait_rows} rows and the groups are "
+          f"padded to {pad}: tile_ready[tm] does not count the rows down reads"),
+         "down epilogue tile_m / the combine's row / kPad" if combine else
+         "gate+up epilogue tile_m / down A tile / routing pad", f"one m-tile of {pad} rows",
+         f"{sig_rows} / {pad}" if combine else f"{sig_rows} / {wait_rows}", h0,
+         _store_thread(layer, 0, part=e.signaller)),
+        (0 < timeout < min_timeout,
+         f"the {'combine' if combine else 'down producer'} traps after spinning {timeout} ms on an m-tile, below the "
+         f"{min_timeout} ms a correct run needs: {HANDOFF_TIMEOUT_MARGIN}x its longest wait "
+         f"(~{layer.handoff_wait_bound_ms(e.name)} ms: the whole "
+         f"{'gate+up and down GEMMs' if combine else 'gate+up GEMM'} at T = 2^{layer.tokens_bits} at a tenth of the "
          f"tensor peak and a fifth of HBM), at least {MIN_HANDOFF_TIMEOUT_MS} ms for a GPU time-sliced with other "
          "work: a slow but correct call can fail with cudaErrorLaunchFailure",
+         f"combine_wait k{e.const}TimeoutNs (moe/layer.cu.j2)" if combine else
          "handoff_wait kHandoffTimeoutNs (moe/gemm.j2)",
-         f">= {layer.handoff_min_timeout_ms()} ms ({HANDOFF_TIMEOUT_MARGIN} x the bound, at least "
-         f"{MIN_HANDOFF_TIMEOUT_MS} ms), or 0 (no time-out)", f"{layer.handoff_timeout_ms} ms", h0,
-         {"cta": 0, "role": "down producer"}),
+         f">= {min_timeout} ms ({HANDOFF_TIMEOUT_MARGIN} x the bound, at least "
+         f"{MIN_HANDOFF_TIMEOUT_MS} ms), or 0 (no time-out)", f"{timeout} ms", h0, waiter),
     )
+    if combine:
+        choices += ((
+            layer.combine_handoff_load != "cg",
+            "the combine reads out through __ldg (ld.global.nc, the non-coherent read-only path) while the down GEMM "
+            "may still write it: PTX ISA ld allows .nc only for data that stays read-only for the kernel's whole "
+            "lifetime, so a line of out cached before down's stores landed can be served after the acquire",
+            "combine's loads of out (moe/layer.cu.j2)", "__ldcg (ld.global.cg: L2, coherent at GPU scope)",
+            "__ldg (ld.global.nc)", h0, waiter),)
     for wrong, msg, where, want, got, element, thread in choices:
         if wrong:
-            cex = _cex("moe.handoff", where, want, got, element=element, thread=thread)
-            return [], [_viol("moe.handoff", msg, cex)]
+            return fail(msg, where, want, got, element, thread)
     walk = GroupedWalk.of(p.schedule)
-    tiles_n = -(-printed_extent(layer, "gate_up", "n") // p.epilogue.tile_n)   # the printed walk's n-blocks
-    points = 0
+    tiles_n = -(-printed_extent(layer, e.signaller, "n") // p.epilogue.tile_n)   # the printed walk's n-blocks
+    k, threads, first = layer.topk, layer.combine.threads, layer.combine_handoff_slot == "first"
+    points = reads = 0
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         tiles_m = sim["tiles_m"]
-        # route_scan zeroes tile_ready[j] at every index j it writes tile_expert[j]; the printed workspace gives
-        # tile_ready its region's count (max_tiles in a correct layer; rule moe.workspace checks the node)
+        tokens = int(ids.shape[0])
+        # route_scan zeroes the counter at every index j it writes tile_expert[j]; the printed workspace gives the
+        # counters their region's count (max_tiles in a correct layer; rule moe.workspace checks the node)
         written = [int(j) for j in np.flatnonzero(sim["tile_expert"] >= 0)] + [j for _e, j in sim["tile_oob"]]
         try:
-            extent = int(layer.workspace.region("tile_ready").elements(layer.workspace_quantities(int(ids.shape[0]))))
+            extent = int(layer.workspace.region(e.counter).elements(layer.workspace_quantities(tokens)))
         except KeyError:
             extent = sim["padded_rows"] // pad
         if written and max(written) >= extent:
             j = max(written)
-            return [], [_viol("moe.handoff", f"{label}: route_scan zeroes tile_ready[{j}] but the workspace holds "
-                              f"{extent} counters (max_tiles): the write lands in the next buffer", _cex(
-                                  "moe.handoff", "route_scan tile_ready[base + i] = 0 (layer.cu.j2)",
-                                  f"index < {extent}", str(j), element={"m_tile": j, "tensor": "tile_ready"},
-                                  thread=_scan_thread(0), params={"T": int(ids.shape[0]), "max_tiles": extent}))]
+            return fail(f"{label}: route_scan zeroes {e.counter}[{j}] but the workspace holds {extent} counters "
+                        "(max_tiles): the write lands in the next buffer",
+                        f"route_scan {e.counter}[base + i] = 0 (layer.cu.j2)", f"index < {extent}", str(j),
+                        {"m_tile": j, "tensor": e.counter}, _scan_thread(0), {"T": tokens, "max_tiles": extent})
+        pr = sim["permuted"]
+        # the reader of each m-tile (for the counterexample): a routed row s of it, token s // k, slot s % k
+        reader_of = {int(r) // pad: s for s, r in enumerate(pr) if r >= 0}
+        if combine:
+            # the printed combine: CTA t reads row[j] (the row map) after __syncthreads(), which follows the waits
+            # of threads j' % kCombineThreads on m-tile row[j' or 0] / kPad (those with a row >= 0)
+            for t in range(tokens):
+                rows = [int(pr[t * k + j]) if layer.combine.row_map == "permuted_row" else
+                        (t * k + j if pr[t * k + j] >= 0 else -1) for j in range(layer.combine.terms)]
+                waited = {(rows[0] if first else r) // pad for r in rows if (rows[0] if first else r) >= 0}
+                for j, r in enumerate(rows):
+                    if r < 0:
+                        continue
+                    reads += 1
+                    if r // pad not in waited:
+                        w = sorted(waited)
+                        return fail(
+                            f"{label}: token {t}'s slot {j} reads out row {r} (m-tile {r // pad}) but its CTA's "
+                            f"threads waited on {f'm-tiles {w}' if w else 'no m-tile'} "
+                            f"(combine_handoff_slot {layer.combine_handoff_slot!r}): the combine may read the row "
+                            f"before the down units of m-tile {r // pad} stored it",
+                            "combine: the waits before __syncthreads() (moe/layer.cu.j2)",
+                            f"a wait on out_ready[{r // pad}] (row {r} / kPad) before the read",
+                            f"waits on {w}", {"m_tile": r // pad, "token": t, "slot": j, "row": r, "tensor": "out"},
+                            _combine_thread(layer, t, j), {"T": tokens, "k": k, "pad": pad})
         units = tiles_m * tiles_n
         if units == 0 or check_grouped_walk(tiles_m, tiles_n, walk) is not None:
             continue   # no work, or a walk moe.group_tiles refuses
@@ -1666,27 +1828,39 @@ def _check_handoff(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
         if bad_tm.size:
             tm = int(bad_tm[0])
             got = int(signals[tm])
+            element = {"m_tile": tm, "tensor": e.tensor}
+            s = reader_of.get(tm)
+            if combine and s is not None:
+                element.update(token=s // k, slot=s % k)
             if got > target:
-                msg = (f"{label}: m-tile {tm} gets {got} gate+up signals but down waits for {target}: down loads its "
-                       f"h rows after {target} units stored theirs, while unit {int(last[tm])} may still be storing")
-                thread = _store_thread(layer, int(last[tm]), grid)
+                msg = (f"{label}: m-tile {tm} gets {got} {e.who} signals but {whom} waits for {target}: "
+                       f"{reader} its {e.tensor} rows after {target} units stored theirs, while unit "
+                       f"{int(last[tm])} may still be storing")
+                thread = _store_thread(layer, int(last[tm]), grid, part=e.signaller)
             else:
-                msg = (f"{label}: m-tile {tm} gets {got} gate+up signals but down waits for {target}: the down "
-                       "producer waits forever (deadlock; with a time-out printed, it traps there)")
-                thread = {"cta": 0, "role": "down producer"}
-            return [], [_viol("moe.handoff", msg, _cex(
-                "moe.handoff", "kHandoffTarget (moe/gemm.j2) vs the gate+up walk", f"{got} (the units of m-tile {tm})",
-                str(target), element={"m_tile": tm, "tensor": "h"}, thread=thread,
-                params={"T": int(ids.shape[0]), "tiles_m": tiles_m, "tiles_n": tiles_n, "grid": grid}))]
-    return [Proof("moe.handoff", "M11", "enum", f"every m-tile gets exactly kHandoffTarget = {target} gate+up signals "
+                msg = (f"{label}: m-tile {tm} gets {got} {e.who} signals but {whom} waits for {target}: the "
+                       f"{'combine' if combine else 'down producer'} waits forever (deadlock; with a time-out "
+                       "printed, it traps there)")
+                thread = (_combine_thread(layer, s // k, s % k) if combine and s is not None else
+                          {"cta": 0, "role": "combine" if combine else "down producer"})
+            where = (f"k{e.const}Target (moe/layer.cu.j2) vs the down walk" if combine else
+                     "kHandoffTarget (moe/gemm.j2) vs the gate+up walk")
+            return fail(msg, where, f"{got} (the units of m-tile {tm})", str(target), element, thread,
+                        {"T": tokens, "tiles_m": tiles_m, "tiles_n": tiles_n, "grid": grid})
+    spin = (f"the spin's time-out {timeout} ms >= {min_timeout} ms (max({MIN_HANDOFF_TIMEOUT_MS} ms, "
+            f"{HANDOFF_TIMEOUT_MARGIN}x the ~{layer.handoff_wait_bound_ms(e.name)} ms bound of a correct run's wait "
+            "at the assumed slowest rates)" if timeout else "an unbounded spin")
+    spin += f", back-off {knob('backoff_ns')} ns (the DSL keeps it <= 1 ms, PTX nanosleep); "
+    if combine:
+        return [Proof(rule, inv, "enum", f"every m-tile gets exactly k{e.const}Target = {target} down signals (one "
+                      "per unit, after its out stores complete, fenced, red.release.gpu); every term the combine "
+                      f"reads ({reads}) follows its CTA's ld.acquire.gpu wait on that row's m-tile (thread j % "
+                      f"{threads} of slot j) and __syncthreads(), through __ldcg; counters zeroed by route_scan "
+                      f"each call; {spin}{len(cases)} routings, {points} m-tiles", points=points + reads)], []
+    return [Proof(rule, inv, "enum", f"every m-tile gets exactly kHandoffTarget = {target} gate+up signals "
                   "(one per unit, after its h stores complete, fenced, red.release.gpu) before down's producer "
                   f"(ld.acquire.gpu, fenced) loads its h rows; counters zeroed by route_scan each call; "
-                  + (f"the spin's time-out {layer.handoff_timeout_ms} ms >= {layer.handoff_min_timeout_ms()} ms "
-                     f"(max({MIN_HANDOFF_TIMEOUT_MS} ms, {HANDOFF_TIMEOUT_MARGIN}x the ~{layer.handoff_wait_bound_ms()} "
-                     "ms bound of a correct run's wait at the assumed slowest rates)"
-                     if layer.handoff_timeout_ms else "an unbounded spin")
-                  + f", back-off {layer.handoff_backoff_ns} ns (the DSL keeps it <= 1 ms, PTX nanosleep); "
-                  + f"{len(cases)} routings, {points} m-tiles", points=points)], []
+                  f"{spin}{len(cases)} routings, {points} m-tiles", points=points)], []
 
 
 def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
@@ -2090,7 +2264,8 @@ def _check_walk_smt(layer: MoELayer, timeout_ms: int) -> tuple[list[Proof], list
 #: every workspace region the kernels access (:data:`LAYER_ACCESSES`'s regions): its element type (as printed in the
 #: kernels' parameters) and the accesses ``(kernel, what)`` in launch order, every condition included; rule
 #: ``moe.workspace`` requires the layer's regions to be exactly those some kernel of the layer accesses
-#: (:func:`workspace_accessors`: ``tile_ready`` only with the handoff, ``tile_rows`` only with row-bounded tiles).
+#: (:func:`workspace_accessors`: ``tile_ready`` only with the handoff, ``out_ready`` only with the combine handoff,
+#: ``tile_rows`` only with row-bounded tiles).
 WORKSPACE_ACCESSES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     region: (elem, tuple((k, what) for k, b, _m, _when, what in LAYER_ACCESSES if b == region))
     for region, elem in WORKSPACE_ELEMS.items()}
@@ -2148,6 +2323,7 @@ def workspace_needs(layer: MoELayer, tokens: Any) -> dict[str, tuple[Any, str, s
         "tile_expert": (tiles, "route_scan", "tile_expert[tiles_m - 1] of the routing with the most m-tiles"),
         "tiles_m": (1 + 0 * q["rows"], "route_scan", "*tiles_m"),
         "tile_ready": (tiles, "route_scan", "tile_ready[tiles_m - 1] = 0 of the routing with the most m-tiles"),
+        "out_ready": (tiles, "route_scan", "out_ready[tiles_m - 1] = 0 of the routing with the most m-tiles"),
         "tile_rows": (tiles, "route_scan", "tile_rows[tiles_m - 1] of the routing with the most m-tiles"),
         "permuted_row": (q["rows"], "route_permute", "permuted_row[rows - 1]"),
         "xs": (q["padded_rows"] * gu_k, "gate_up", f"its A tensor map: padded_rows x {gu_k} (K)"),
@@ -2171,7 +2347,7 @@ def _ws_thread(layer: MoELayer, kernel: str, tokens: int, region: str) -> dict[s
                 "role": "route_count"}
     if kernel == "route_scan":   # the m-tile tables' last entry: the last of the min(rows, E) one-row groups
         return _scan_thread(min(int(q["rows"]), layer.experts) - 1 if region in ("tile_expert", "tile_ready",
-                                                                                 "tile_rows")
+                                                                                 "out_ready", "tile_rows")
                             else layer.experts - 1)
     if kernel == "route_permute":
         return _route_thread(layer, int(q["rows"]) - 1)
@@ -2207,7 +2383,8 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
     moe_ir.Workspace` node) holds every access of every kernel, for every ``T <= 2^tokens_bits``.
 
     * Its regions are exactly those of :data:`WORKSPACE_ACCESSES` some kernel of the layer accesses
-      (:func:`workspace_accessors`: ``tile_ready`` iff the handoff, ``tile_rows`` iff route_scan writes it or a
+      (:func:`workspace_accessors`: ``tile_ready`` iff the handoff, ``out_ready`` iff the combine handoff,
+      ``tile_rows`` iff route_scan writes it or a
       grouped GEMM reads it), each of the element type the kernels take; ``align`` is a multiple of
       :data:`WORKSPACE_MIN_ALIGN` (the base check prints it, so every region starts aligned).
     * An aliased region (``out`` reuses ``xs``) fits inside its target, and every kernel accessing the target
@@ -2217,7 +2394,8 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
       rows of the routing with the most m-tiles, ``max_tiles`` its m-tiles, and each region's printed count at
       least :func:`workspace_needs`; the own-bytes regions follow each other without overlap, aligned.
     * On every routing case the verifier simulates (the printed routing node's semantics): every index
-      route_scan writes in tile_expert / tile_ready / tile_rows, route_permute writes in permuted_row and xs, and the
+      route_scan writes in tile_expert / tile_ready / out_ready / tile_rows, route_permute writes in permuted_row and
+      xs, and the
       gather's rows (``offsets[E] <= padded_rows``) lie inside the printed capacities.
     """
     w = layer.workspace
@@ -2364,7 +2542,7 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
             t = int(ts[i])
             idx = int(need[i]) - 1
             element = {"region": r.name, "index": idx}
-            if r.name in ("tile_expert", "tile_ready", "tile_rows"):
+            if r.name in ("tile_expert", "tile_ready", "out_ready", "tile_rows"):
                 element["routing"] = (f"routed rows 0..{min(t * layer.topk, layer.experts) - 1} to experts 0.., "
                                       "the rest to expert 0")
             bad.append(_viol("moe.workspace", f"T = {t}: {kernel} {what} reaches {r.name}[{idx}] but the printed "
@@ -2401,8 +2579,10 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
         written = [(int(j), int(sim["tile_expert"][j])) for j in np.flatnonzero(sim["tile_expert"] >= 0)]
         written += [(int(j), int(e)) for e, j in sim["tile_oob"]]
         checks = [("tile_expert", j, "route_scan", f"tile_expert[{j}] = {e}", _scan_thread(e)) for j, e in written]
-        if layer.handoff:
-            checks += [("tile_ready", j, "route_scan", f"tile_ready[{j}] = 0", _scan_thread(e)) for j, e in written]
+        for edge in HANDOFF_EDGES:   # each handoff's counters: zeroed where tile_expert is written
+            if getattr(layer, edge.name):
+                checks += [(edge.counter, j, "route_scan", f"{edge.counter}[{j}] = 0", _scan_thread(e))
+                           for j, e in written]
         if layer.routing.tile_rows:
             checks += [("tile_rows", j, "route_scan", f"tile_rows[{j}] (m-tile {j} of expert {e})", _scan_thread(e))
                        for j, e in written]
@@ -2488,6 +2668,7 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     run.add("arith", "moe.launch", _check_launch, layer)
     run.add("enum", "moe.pdl", _check_pdl, layer)
     run.add("enum", "moe.handoff", _check_handoff, layer, cases)
+    run.add("enum", "moe.combine_handoff", _check_combine_handoff, layer, cases)
     run.add("enum", "moe.workspace", _check_workspace, layer, cases)
     if smt:
         from argus_cutlass.settings import settings

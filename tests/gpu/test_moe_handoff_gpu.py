@@ -9,6 +9,15 @@ walks and routings of the lookahead cases (partial bands, empty experts, groups 
 one expert, Qwen3's small-T layer; both tile paths), each with pdl on and off; the anchors' small-T layers
 (shipped / heuristic configuration + handoff); five calls back to back on one workspace (route_scan re-zeroes
 the counters each call: a stale count would let a call's down read the previous call's h).
+
+The down -> combine handoff (``MoEConfig.combine_handoff``, rule ``moe.combine_handoff``; tests named
+``*combine_handoff*``, ``pytest -k combine_handoff``; device step ``bash bench/device_pending.sh OUT moe-handoff
+combine_handoff``): it changes when the combine reads out, not what it adds, so y must be BITWISE equal to the layer
+without it (same GEMMs, same fp32 sums in the same order) on the edge routings: -1 padding (a token with no valid
+slot), empty experts and groups of 65 / 1 rows, one hot expert with more units than CTAs, all tokens to one expert,
+Qwen3's small-T layer, both tile paths, with and without the gate+up handoff and row-bounded tiles; outputs and
+workspaces poisoned (0xFF: NaN, counters -1) before every call; five calls back to back; the anchors' shipped
+small-T layers with it switched on.
 """
 
 from __future__ import annotations
@@ -57,6 +66,57 @@ def _lib(problem, config):
     return moe_kernel(problem, config, smt=False)
 
 
+#: the down -> combine handoff's cases: (T, E, k, H, I, routing, sizes, tile_m, handoff, row_bounded, invalid (token,
+#: slot) pairs set to -1, slot -1 the last)
+_CH_CASES = (
+    (300, 8, 2, 256, 512, "uniform", None, 64, True, False, ((3, 0), (7, -1), (150, 0), (150, -1), (299, -1))),
+    (678, 8, 2, 2048, 2048, "sizes", [640, 650, 65, 1, 0, 0, 0, 0], 64, True, True, ()),
+    (4096, 8, 2, 256, 512, "skewed", None, 64, False, False, ()),
+    (1200, 8, 2, 2048, 2048, "all_to_one", None, 128, True, False, ()),
+    (16, 128, 8, 2048, 768, "uniform", None, 64, True, True, ((0, 0), (5, -1))),
+    (777, 16, 2, 2048, 2048, "skewed", None, 128, False, False, ((1, 1),)),
+    (300, 8, 2, 256, 512, "uniform", None, 128, True, True, ((299, 0), (299, 1))),
+)
+#: the back-to-back case: Qwen-like small-T layer, both handoffs
+_CH_BACK_TO_BACK = (16, 16, 2, 1024, 512, "uniform", None, 64, True, False, ())
+
+
+def _ch_problem(case):
+    t, e, k, h, i = case[:5]
+    return MoEProblem(t, e, k, h, i)
+
+
+def _ch_cfg(case, ch: bool):
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.heuristics import small_t_config
+
+    tile_m, handoff, row_bounded = case[7:10]
+    if tile_m == 64:
+        base = small_t_config()
+    else:   # the 128-row cooperative tile: the small-T 128-row configuration (row-bounded) or the large-T default
+        base = small_t_config(tile_m=128) if row_bounded else MoEConfig()
+    return base.replace(pdl=True, handoff=handoff, row_bounded=row_bounded, combine_handoff=ch)
+
+
+def _anchor_ch_cfg(model: str, t: int, ch: bool):
+    return _anchor_cfg(model, t)[1].replace(combine_handoff=ch)
+
+
+def _run_poisoned(lib, problem, x, ids, w, w13, w2):
+    """y of one call with y and the workspace poisoned (0xFF bytes: NaN, every counter -1), ids passed as they are
+    (-1 padding is the kernel's to skip)."""
+    ws = torch.full((lib.workspace_bytes(problem.tokens),), 0xFF, dtype=torch.uint8, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    lib(x, ids.int().contiguous(), w.float().contiguous(), w13, w2, y, ws, problem.tokens,
+        torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    return y
+
+
+def _bitwise_equal(a, b) -> bool:
+    return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _prebuilt():
     """Every layer of the module in one parallel nvcc batch."""
@@ -74,6 +134,18 @@ def _prebuilt():
     q = MoEProblem(16, 16, 2, 1024, 512)
     kn = generate(_cfg(True, (1, 1), True), q, smt=False)
     kernels[kn.name] = kn
+    for case in _CH_CASES:   # the down -> combine handoff, off and on
+        for ch in (False, True):
+            kn = generate(_ch_cfg(case, ch), _ch_problem(case), smt=False)
+            kernels[kn.name] = kn
+    for model, t in _ANCHORS:
+        p, cfg = _anchor_cfg(model, t)
+        for ch in (False, True):
+            kn = generate(_anchor_ch_cfg(model, t, ch), p, smt=False)
+            kernels[kn.name] = kn
+    for ch in (False, True):
+        kn = generate(_ch_cfg(_CH_BACK_TO_BACK, ch), _ch_problem(_CH_BACK_TO_BACK), smt=False)
+        kernels[kn.name] = kn
     failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
     assert not failed, failed[0]
 
@@ -107,6 +179,55 @@ def test_handoff_back_to_back():
     lib = _lib(p, _cfg(True, (1, 1), True))
     for j, (y, ref) in enumerate(run_back_to_back(lib, p, range(60, 65))):
         assert torch.isfinite(y.float()).all(), j
+        rel = float((y.float() - ref).norm() / ref.norm())
+        assert rel < 2e-2, (j, rel)
+
+
+@pytest.mark.parametrize("case", range(len(_CH_CASES)))
+def test_combine_handoff_is_bitwise_equal(case):
+    """combine_handoff on vs off: the same y bit for bit on the edge routings (three seeds), and within the fp32
+    bound of the reference (-1 slots add nothing)."""
+    from argus_cutlass.kernels.moe.check import fp32_layer, make_inputs
+
+    c = _CH_CASES[case]
+    p = _ch_problem(c)
+    off, on = _lib(p, _ch_cfg(c, False)), _lib(p, _ch_cfg(c, True))
+    assert on.layer.combine_handoff and not off.layer.combine_handoff and on.layer.pdl
+    for seed in range(3):
+        x, ids, w, w13, w2 = make_inputs(p, c[5], 1000 * case + seed, c[6])
+        for t, j in c[10]:
+            ids[t, j % p.topk] = -1
+        y_off = _run_poisoned(off, p, x, ids, w, w13, w2)
+        y_on = _run_poisoned(on, p, x, ids, w, w13, w2)
+        assert torch.isfinite(y_on.float()).all(), (case, seed)
+        assert _bitwise_equal(y_on, y_off), (case, seed, float((y_on.float() - y_off.float()).abs().max()))
+        ref = fp32_layer(x, ids, w, w13, w2)   # ids outside [0, E) add nothing
+        rel = float((y_on.float() - ref).norm() / ref.norm())
+        assert rel < 2e-2, (case, seed, rel)
+
+
+@pytest.mark.parametrize("model,t", _ANCHORS)
+def test_combine_handoff_anchor_layers_bitwise(model, t):
+    """The anchors' shipped small-T layers with combine_handoff switched on: bitwise the shipped layer's y."""
+    from argus_cutlass.kernels.moe.check import make_inputs
+
+    p, _cfg_shipped = _anchor_cfg(model, t)
+    off, on = _lib(p, _anchor_ch_cfg(model, t, False)), _lib(p, _anchor_ch_cfg(model, t, True))
+    for routing in ("uniform", "skewed"):
+        x, ids, w, w13, w2 = make_inputs(p, routing, 7)
+        assert _bitwise_equal(_run_poisoned(on, p, x, ids, w, w13, w2), _run_poisoned(off, p, x, ids, w, w13, w2)), \
+            (model, t, routing)
+
+
+def test_combine_handoff_back_to_back():
+    """Five calls enqueued back to back on one stream and one workspace: each call's route_scan zeroes out_ready
+    (and tile_ready) before its down fills them; each y bitwise the layer without the combine handoff, run the same
+    way, and close to its fp32 reference."""
+    p = _ch_problem(_CH_BACK_TO_BACK)
+    off, on = _lib(p, _ch_cfg(_CH_BACK_TO_BACK, False)), _lib(p, _ch_cfg(_CH_BACK_TO_BACK, True))
+    got_on, got_off = run_back_to_back(on, p, range(70, 75)), run_back_to_back(off, p, range(70, 75))
+    for j, ((y, ref), (y_off, _)) in enumerate(zip(got_on, got_off)):
+        assert _bitwise_equal(y, y_off), j
         rel = float((y.float() - ref).norm() / ref.norm())
         assert rel < 2e-2, (j, rel)
 

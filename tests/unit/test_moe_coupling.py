@@ -6,7 +6,8 @@ m-tiles, the small layer with its gather in 3 column slices, and the small layer
 launches and a weight prefetch) and **every field** of the MoE nodes -- the
 routing and combine nodes, every :class:`~argus_cutlass.dsl.moe_ir.IndexWidth` node, the layer's
 own scalar fields, ``pdl``, ``weight_prefetch`` and the handoff's fields (two more bases: the handoff on
-both tile paths; two more: row-bounded tiles on both tile paths) -- and the MoE fields of the two grouped GEMM
+both tile paths; two more: row-bounded tiles on both tile paths), the down -> combine handoff's fields (two more
+bases: with the gate+up handoff and row-bounded 64-row tiles, alone on the 128-row tiles) -- and the MoE fields of the two grouped GEMM
 programs (B's ``expert_rows``, ``expert_shift``, ``pair_offset``; A's and D's ``row_bound``, ``row_shift_delta``; the epilogue's ``act``, ``act_pair``, ``row_offset``,
 ``tile_n``; the schedule's ``decomposition``, ``step_delta`` and the banded walk's ``band_m``,
 ``band_start_delta``, ``band_full_rows``, ``band_swap``, and ``lookahead``), a type-appropriate mutation
@@ -34,7 +35,7 @@ from typing import Any, Callable
 
 import pytest
 
-from argus_cutlass.dsl.moe_ir import CTYPES, HANDOFF_FIELDS, REGION_CTYPES, MoELayer
+from argus_cutlass.dsl.moe_ir import COMBINE_HANDOFF_FIELDS, CTYPES, HANDOFF_FIELDS, REGION_CTYPES, MoELayer
 from argus_cutlass.errors import ConfigError, DslError, ProblemError
 from argus_cutlass.kernels.moe.config import MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
@@ -46,6 +47,8 @@ DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "inv
            "row_map": ("permuted_row", "identity"), "acc_dtype": ("fp32", "bf16", "fp16"), "dtype": ("bf16", "fp16"),
            "ctype": tuple(CTYPES), "act": ("", "swiglu", "swiglu_swapped"),
            "decomposition": ("persistent", "streamk", "splitk", "grouped"), "handoff_signal": ("complete", "read"),
+           "combine_handoff_signal": ("complete", "read"), "combine_handoff_slot": ("own", "first"),
+           "combine_handoff_load": ("cg", "nc"),
            "elem": REGION_CTYPES, "row_bound": ("", "tile_rows"), "group_padding": ("after", "before")}
 #: the schedule node's fields of the banded grouped walk
 BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap", "lookahead")
@@ -86,6 +89,11 @@ def base(which: str) -> MoELayer:
     if which == "small128_rb_handoff":   # the same on 128-row tiles with programmatic launches and the handoff
         return build_layer(small_t_config(tile_m=128).replace(row_bounded=True, pdl=True, handoff=True,
                                                               weight_prefetch=4), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small64_rb_both_handoffs":   # 64-row row-bounded tiles, gate+up -> down and down -> combine handoffs
+        return build_layer(small_t_config().replace(row_bounded=True, pdl=True, handoff=True, combine_handoff=True),
+                           MoEProblem(64, 8, 2, 256, 512))
+    if which == "small_combine_handoff":   # the default 128-row tiles with only the down -> combine handoff
+        return build_layer(MoEConfig(pdl=True, combine_handoff=True), MoEProblem(64, 8, 2, 256, 512))
     return build_layer(small_t_config(), MoEProblem(64, 128, 8, 2048, 768))
 
 
@@ -116,7 +124,8 @@ def mutations(layer: MoELayer) -> list[tuple[str, Callable[[], MoELayer]]]:
             for a in _alts(f, getattr(ix, f)):
                 out.append((f"index[{ix.name}].{f} -> {a!r}",
                             lambda k=ix.name, f=f, a=a: layer.replace_node("index", None, k, **{f: a})))
-    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch", *HANDOFF_FIELDS):
+    for f in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch", *HANDOFF_FIELDS,
+              *COMBINE_HANDOFF_FIELDS):
         for a in _alts(f, getattr(layer, f)):
             out.append((f"layer.{f} -> {a!r}", lambda f=f, a=a: layer.replace_node("layer", **{f: a})))
     out.append(("layer.name -> 'renamed'", lambda: dataclasses.replace(layer, name="renamed")))
@@ -187,7 +196,8 @@ def classify(layer: MoELayer, make: Callable[[], MoELayer]) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced", "small_pdl", "small_handoff",
-                                   "qwen_small_t_handoff", "small64_rb", "small128_rb_handoff"])
+                                   "qwen_small_t_handoff", "small64_rb", "small128_rb_handoff",
+                                   "small64_rb_both_handoffs", "small_combine_handoff"])
 def test_every_moe_field_is_coupled(which):
     layer = base(which)
     muts = mutations(layer)

@@ -317,14 +317,15 @@ def test_pdl_rule_finds_an_access_before_the_wait():
     assert proofs and not bad and proofs[0].summary.startswith("plain stream order")
 
 
-@pytest.mark.parametrize("variant", ["base", "handoff_row_bounded"])
+@pytest.mark.parametrize("variant", ["base", "handoff_row_bounded", "both_handoffs_row_bounded"])
 def test_pdl_chain_matches_the_printed_kernels(variant):
     """moe.pdl's chain of each kernel's global reads and writes (pdl_chain, from the one table LAYER_ACCESSES that
     moe.workspace reads too) against the printed kernels: route_count / route_scan / route_permute / combine by
     their pointer parameters (``T const*`` read only, ``T*`` written), the grouped GEMMs by the buffers run() passes
     run_grouped (A, B read, D written, the expert table and m-tile count read; with the handoff the counters, with
-    row-bounded tiles the tile_rows table); the down GEMM's ``out`` is the xs buffer. Both the base layer and one
-    printing every conditional access (handoff, row-bounded tiles, the padding before each group)."""
+    row-bounded tiles the tile_rows table); the down GEMM's ``out`` is the xs buffer. The base layer, one printing
+    every conditional access of session 41 (handoff, row-bounded tiles, the padding before each group) and one with
+    the down -> combine handoff too (out_ready: route_scan and down write it, the combine reads it)."""
     import re
 
     from argus_cutlass.kernels.moe.heuristics import small_t_config
@@ -334,9 +335,11 @@ def test_pdl_chain_matches_the_printed_kernels(variant):
         layer = build_layer(MoEConfig(pdl=True), MoEProblem(64, 8, 2, 256, 512))
         assert pdl_chain(layer) == PDL_CHAIN
     else:
-        layer = build_layer(small_t_config().replace(pdl=True, handoff=True, row_bounded=True),
+        layer = build_layer(small_t_config().replace(pdl=True, handoff=True, row_bounded=True,
+                                                     combine_handoff=variant.startswith("both")),
                             MoEProblem(64, 8, 2, 256, 512))
         assert layer.handoff and layer.routing.tile_rows and layer.routing.group_padding == "before"
+        assert layer.combine_handoff == variant.startswith("both")
     src = render_moe(layer)
     chain = {n: (set(r), set(w)) for n, r, w in pdl_chain(layer)}
     alias = {"out": "xs"}
@@ -357,8 +360,9 @@ def test_pdl_chain_matches_the_printed_kernels(variant):
                 assert buf in writes, (kernel, param)
         assert seen == reads | writes, (kernel, seen, reads | writes)
     run = src[src.index("inline int run("):]
-    extra = {"tile_ready"} if layer.handoff else set()
     for part, ns in (("gate_up", "_gu"), ("down", "_dn")):
+        extra = ({"tile_ready"} if layer.handoff else set()) | (
+            {"out_ready"} if layer.combine_handoff and part == "down" else set())
         args = [a.strip() for a in re.search(ns + r"::run_grouped\(([^;]*)\);", run).group(1).split(",")]
         a, b, d = (alias.get(x, x) for x in args[:3])
         reads, writes = chain[part]

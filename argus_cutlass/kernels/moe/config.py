@@ -108,6 +108,14 @@ class MoEConfig(BaseModel):
             m-tile holds 1-4 routed rows of 64, and the padding rows' loads and stores were ~85 MB beside 802 MB of
             weights at Qwen3-30B-A3B T = 16 (H200, session 40, ncu). False (the default): 2-D maps over the whole
             padded tiles (same ``.cu``).
+        combine_handoff: the combine reads each term's row of ``out`` once the down GEMM has stored that row's m-tile
+            (per-m-tile counters ``out_ready``, release / acquire at GPU scope; layer node ``combine_handoff``, rule
+            ``moe.combine_handoff``), instead of waiting for the whole down kernel: the combine CTAs, launched
+            programmatically on the SMs down's CTAs leave, add the terms of finished m-tiles during down's last
+            units (H200, session 38, Qwen3-30B-A3B T = 16 with pdl: down ends at 230.3 us, the combine 6.6 us later, its
+            first CTA resident from 218.1 us and waiting; bench/data/moe_small_t_variants_h200_s38.log). Needs ``pdl``. NOT yet measured end to end (device step ``moe-ab
+            combine_handoff=false,true``): the heuristic and the shipped entries leave it off. False (the default):
+            the kernels of earlier layers (same ``.cu``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -132,6 +140,7 @@ class MoEConfig(BaseModel):
     weights_evict_first: bool = False
     handoff: bool = False
     row_bounded: bool = False
+    combine_handoff: bool = False
 
     _integers = field_validator("tile_m", "gu_tile_n", "dn_tile_n", "tile_k", "gu_stages", "dn_stages", "epi_n",
                                 "route_chunk", "combine_threads", "gu_band_m", "dn_band_m", "gather_slices",
@@ -142,6 +151,13 @@ class MoEConfig(BaseModel):
         if self.weight_prefetch and not self.pdl:
             raise ValueError(f"weight_prefetch={self.weight_prefetch} needs pdl=True (the prefetch runs before "
                              "griddepcontrol.wait, which only a programmatic launch has)")
+        return self
+
+    @model_validator(mode="after")
+    def _combine_handoff_needs_pdl(self) -> MoEConfig:
+        if self.combine_handoff and not self.pdl:
+            raise ValueError("combine_handoff=True needs pdl=True (the combine overlaps the down GEMM only when it is "
+                             "launched programmatically; its griddepcontrol.wait exists only then)")
         return self
 
     @property

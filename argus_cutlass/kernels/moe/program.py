@@ -62,9 +62,12 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     suffix ``_g<slices>`` for 1 slice (``u<unroll>`` after it for a gather unrolled past 1, ``_u<unroll>``
     with one slice; ``_la`` for the grouped GEMMs' work lookahead, ``_pdl`` for programmatic dependent
     launch, ``w<k-tiles>`` after it for the weights prefetched before the wait, ``_ef`` for weights loaded
-    evict-first, ``_ho`` for the gate+up -> down handoff, ``_rb`` for row-bounded tiles), so earlier layers keep
-    their names (the fingerprint in the
+    evict-first, ``_ho`` for the gate+up -> down handoff, ``_rb`` for row-bounded tiles, ``_ch`` for the down ->
+    combine handoff), so earlier layers keep their names (the fingerprint in the
     kernel name changes with every field either way).
+
+    >>> layer_label(MoEConfig(pdl=True, handoff=True, combine_handoff=True), MoEProblem(16, 8, 2, 4096, 14336))
+    'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_pdl_ho_ch'
     """
     c, p = cfg, problem
     band = f"_b{c.gu_band_m}x{c.dn_band_m}" if (c.gu_band_m or c.dn_band_m) else ""
@@ -75,6 +78,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather += "_ef" if c.weights_evict_first else ""
     gather += "_ho" if c.handoff else ""
     gather += "_rb" if c.row_bounded else ""
+    gather += "_ch" if c.combine_handoff else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -84,11 +88,13 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
 WORKSPACE_ALIGN = 256
 
 
-def workspace_node(pad: int, handoff: bool, loc: SourceLoc, tile_rows: bool = False) -> Workspace:
+def workspace_node(pad: int, handoff: bool, loc: SourceLoc, tile_rows: bool = False,
+                   out_ready: bool = False) -> Workspace:
     """The layer's workspace (:class:`~argus_cutlass.dsl.moe_ir.Workspace`), in order: the per-CTA histograms
     ``block_counts`` (chunks x E int32), ``counts`` (E), ``offsets`` (E + 1 RowIndex), ``tile_expert`` (max_tiles
     + E int32: the kernels use the first tiles_m <= max_tiles, the E more are slack kept from the first layout),
-    ``tiles_m`` (1), with ``handoff`` ``tile_ready`` (max_tiles int32 counters), with ``tile_rows`` (the routing
+    ``tiles_m`` (1), with ``handoff`` ``tile_ready`` (max_tiles int32 counters), with ``out_ready`` (the down ->
+    combine handoff, ``MoELayer.combine_handoff``) ``out_ready`` (max_tiles int32 counters), with ``tile_rows`` (the routing
     node's) ``tile_rows`` (max_tiles + E int32, as tile_expert: each m-tile's routed rows), ``permuted_row`` (rows RowIndex),
     ``xs`` (padded_rows x H Element), ``out`` (reusing xs: dead once gate+up has read it) and ``h`` (padded_rows x
     I); ``padded_rows`` rounds each group up to whole ``pad``-row m-tiles; every region starts
@@ -105,6 +111,8 @@ def workspace_node(pad: int, handoff: bool, loc: SourceLoc, tile_rows: bool = Fa
                Region("tile_expert", "int32_t", (("max_tiles",), ("E",))), Region("tiles_m", "int32_t", ((1,),))]
     if handoff:
         regions.append(Region("tile_ready", "int32_t", (("max_tiles",),)))
+    if out_ready:
+        regions.append(Region("out_ready", "int32_t", (("max_tiles",),)))
     if tile_rows:
         regions.append(Region("tile_rows", "int32_t", (("max_tiles",), ("E",))))
     regions += [Region("permuted_row", "RowIndex", (("rows",),)), Region("xs", "Element", (("padded_rows", "H"),)),
@@ -256,8 +264,10 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
     layer = MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
-                     combine, indices, workspace_node(c.tile_m, c.handoff, loc, c.row_bounded), pdl=c.pdl,
-                     weight_prefetch=c.weight_prefetch, handoff=c.handoff)
+                     combine, indices, workspace_node(c.tile_m, c.handoff, loc, c.row_bounded, c.combine_handoff),
+                     pdl=c.pdl, weight_prefetch=c.weight_prefetch, handoff=c.handoff, combine_handoff=c.combine_handoff)
     if c.handoff:   # the spin traps instead of hanging after the shortest time-out rule moe.handoff accepts
         layer = dataclasses.replace(layer, handoff_timeout_ms=layer.handoff_min_timeout_ms())
+    if c.combine_handoff:   # likewise the combine's spin (rule moe.combine_handoff)
+        layer = dataclasses.replace(layer, combine_handoff_timeout_ms=layer.handoff_min_timeout_ms("combine_handoff"))
     return layer

@@ -3,7 +3,7 @@ entries, keyed by a power-of-two T bucket, live in the agent's table: ``agent/tu
 ``bench/tune_moe_grid.py``). Each knob has a default and its allowed values; the feasibility function is the verifier (a configuration is feasible when its layer verifies).
 
 >>> sorted(KNOBS)[:3]
-['combine_threads', 'dn_band_m', 'dn_stages']
+['combine_handoff', 'combine_threads', 'dn_band_m']
 >>> len(list(enumerate_space(limit=4)))
 4
 """
@@ -60,6 +60,8 @@ def bucket_of(tokens: int) -> str:
 #: the measured moves at small T). ``handoff``: the down GEMM starts each m-tile once gate+up stored it (session 38:
 #: 0.6-1.1 % faster on 5 of the 6 small-T bench cells, equal on the sixth; the small-T heuristic sets it).
 #: ``row_bounded``: the grouped GEMMs load and store only each m-tile's routed rows (3-D tensor maps, session 41).
+#: ``combine_handoff``: the combine reads each term's row once down stored its m-tile (needs pdl; NOT yet measured:
+#: :func:`_neighbours` proposes it last, the heuristic leaves it off).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -80,6 +82,7 @@ KNOBS: dict[str, tuple] = {
     "weights_evict_first": (False, True),
     "handoff": (False, True),
     "row_bounded": (False, True),
+    "combine_handoff": (False, True),
 }
 
 
@@ -157,7 +160,7 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     launch (neither measured yet), the
     other bucket's tile (with that bucket's tiles and stages), the other k extent (stages scaled to
     the same shared memory), then the pipeline depths, the n-tiles, the epilogue width and each
-    walk's band alone.
+    walk's band alone; last, with pdl, the down -> combine handoff (``combine_handoff``: not measured yet).
 
     On the small-T path (``small``: T <= 256, 64- or 128-row tiles) the weights are most of the traffic, and the moves that change
     how they stream come first: each GEMM's other measured n-tile(s) at the same depth (where it fits) and
@@ -203,8 +206,9 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         yield cfg.replace(gather_unroll=v)
     for v in near("work_lookahead"):
         yield cfg.replace(work_lookahead=v)
-    for v in near("pdl"):   # off again: no prefetch either (it needs pdl)
-        yield cfg.replace(pdl=v, weight_prefetch=cfg.weight_prefetch if v else 0)
+    for v in near("pdl"):   # off again: no prefetch nor combine handoff either (they need pdl)
+        yield cfg.replace(pdl=v, weight_prefetch=cfg.weight_prefetch if v else 0,
+                          combine_handoff=cfg.combine_handoff and v)
     if cfg.pdl:
         for v in near("weight_prefetch"):
             yield cfg.replace(weight_prefetch=v)
@@ -234,7 +238,7 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         yield other.replace(gu_band_m=gu_band, dn_band_m=dn_band, gather_slices=cfg.gather_slices,
             gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
             weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first, handoff=cfg.handoff,
-            row_bounded=row_bounded)
+            row_bounded=row_bounded, combine_handoff=cfg.combine_handoff)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     if small:   # the moves no measurement backs yet, after every move one does (small budgets)
@@ -247,6 +251,9 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
+    if cfg.pdl:   # the down -> combine handoff: built and verified, not yet measured (after every other move)
+        for v in near("combine_handoff"):
+            yield cfg.replace(combine_handoff=v)
 
 
 def candidates(problem: object, budget: int) -> list[MoEConfig]:
