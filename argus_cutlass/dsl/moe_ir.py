@@ -247,6 +247,9 @@ class Routing:
         if self.fused_writers not in ("first", "all"):
             _dsl_error("dsl.operand", self.loc, f"routing fused_writers {self.fused_writers!r}: expected 'first' "
                        "(CTA y == 0 writes the tables) or 'all'")
+        if self.fused_scan and self.fused_scan == self.scan:
+            _dsl_error("dsl.operand", self.loc, f"routing fused_scan {self.fused_scan!r} is the node's scan: leave it "
+                       "'' (route_fused then prints the node's scan; the knob states a different one)")
         if not self.fused:
             changed = [f for f, d in (("fused_max_chunks", 1), ("fused_scan", ""), ("fused_writers", "first"),
                                       ("fused_zero", True)) if getattr(self, f) != d]
@@ -696,6 +699,9 @@ class MoELayer:
                        f"{self.experts}, chunk = {self.routing.chunk}): route_fused's CTA of chunk threads scans the "
                        "experts one per thread (thread e owns expert e, as route_scan's); take a chunk of at least E "
                        "threads or leave fused off")
+        if self.routing.fused and not self.routing.fused_zero and not (self.handoff or self.combine_handoff):
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: routing fused_zero False without handoff or "
+                       "combine_handoff (route_fused zeroes no counter then: nothing prints it)")
         if self.routing.fused and self.weight_prefetch:
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: routing fused with weight_prefetch="
                        f"{self.weight_prefetch}: gate+up's prefetch reads tiles_m and tile_expert before its "

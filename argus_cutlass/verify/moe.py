@@ -41,7 +41,9 @@ moe.dtype          layer dtype == gA / gB / gD dtype of both GEMMs; gate+up gD =
 moe.launch         combine threads and routing chunk: whole warps, <= 1024; route_scan's scan_threads in
                    [E, 1024] (one expert per scan thread; a partial last warp is legal); E == the experts of both
                    grouped GEMMs' weights (their B maps' rows)
-moe.pdl            launch order: conflicting accesses of the layer's kernels ordered by completion
+moe.pdl            launch order: conflicting accesses of the layer's kernels ordered by completion; with the
+                   routing node's fused, over the 4 mixes of the two launch chains (route_fused or the three
+                   routing kernels in each of two consecutive calls)
 moe.handoff        gate+up -> down per m-tile: down reads an m-tile after all its gate+up units
 moe.combine_handoff down -> combine per m-tile: the combine reads a term's row of out after all the down units of
                    its m-tile stored it and it waited on that row's m-tile; loads that cannot be stale
@@ -51,6 +53,13 @@ moe.workspace      the workspace node printed as workspace_layout(T): regions of
                    padded_rows / max_tiles above the worst routing, for every T <= 2^tokens_bits
                    (exact: the layout is periodic-affine in T) and on every simulated routing
 ================== ===========================================================================
+
+Fused routing (routing node ``fused``): the host launches route_fused in place of route_count / route_scan /
+route_permute when a call has one routing chunk (:func:`routing_path`); :func:`simulate_routing` runs the path the
+dispatch takes for each routing case (both paths at the chunk's edge: the most tokens of one chunk and one more), so
+moe.bijection / moe.offsets / moe.gather / moe.group_tiles / moe.handoff / moe.combine / moe.workspace read the fused
+kernel's simulated tables on the one-chunk cases, and moe.bijection / moe.offsets also compare them with the three
+kernels' on the same ids (bitwise the same tables and row map).
 """
 
 from __future__ import annotations
@@ -76,7 +85,8 @@ __all__ = ["LAYER_ACCESSES", "WORKSPACE_ELEMS", "WORKSPACE_ACCESSES", "workspace
            "COMBINE_HANDOFF_PRE_WAIT", "COMBINE_HANDOFF_ORDERED", "combine_handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "GROUP_PADDING_BEFORE_READS", "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
-           "simulate_routing", "verify_moe", "walk_visits", "workspace_accessors"]
+           "simulate_routing", "verify_moe", "walk_visits", "workspace_accessors", "routing_path", "pdl_paths",
+           "ROUTING_KERNELS", "PATH_KERNELS"]
 
 #: rule -> (invariant id, description)
 MOE_RULES = {

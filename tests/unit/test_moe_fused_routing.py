@@ -39,6 +39,8 @@ def _fused(cfg: MoEConfig = MoEConfig(), problem: MoEProblem = SMALL):
     ({"fused": True, "fused_writers": "some"}, "routing fused_writers 'some'"),
     ({"fused": True, "fused_max_chunks": 0}, "routing fused_max_chunks 0 must be an int in [1, 2^20]"),
     ({"fused": 1}, "routing fused 1 must be a bool"),
+    ({"fused": True, "fused_scan": "exclusive"}, "routing fused_scan 'exclusive' is the node's scan"),
+    ({"fused": True, "fused_zero": False}, "routing fused_zero False without handoff or combine_handoff"),
 ])
 def test_routing_fields_refused_with_their_rule(changes, needle):
     layer = build_layer(MoEConfig(), SMALL)

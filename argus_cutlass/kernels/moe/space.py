@@ -63,7 +63,8 @@ def bucket_of(tokens: int) -> str:
 #: ``combine_handoff``: the combine reads each term's row once down stored its m-tile (needs pdl; NOT yet measured:
 #: :func:`_neighbours` proposes it last, the heuristic leaves it off)
 #: ``fused_routing``: one routing kernel instead of three for calls with one routing chunk (T * k <= route_chunk; NOT
-#: yet measured: proposed last, without a weight prefetch, the heuristic leaves it off).
+#: yet measured: proposed after every measured move, before the combine handoff, without a weight prefetch; the
+#: heuristic leaves it off).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -254,12 +255,12 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
+    for v in near("fused_routing"):   # the fused routing of one-chunk calls: not yet measured (after every measured
+        # move, before the combine handoff); it refuses a weight prefetch (route_fused writes the tables the prefetch reads)
+        yield cfg.replace(fused_routing=v, weight_prefetch=0 if v else cfg.weight_prefetch)
     if cfg.pdl:   # the down -> combine handoff: built and verified, not yet measured (after every other move)
         for v in near("combine_handoff"):
             yield cfg.replace(combine_handoff=v)
-    for v in near("fused_routing"):   # the fused routing of one-chunk calls: not yet measured (last); it refuses a
-        # weight prefetch (route_fused writes the tables the prefetch reads)
-        yield cfg.replace(fused_routing=v, weight_prefetch=0 if v else cfg.weight_prefetch)
 
 
 def candidates(problem: object, budget: int) -> list[MoEConfig]:
