@@ -174,6 +174,32 @@ class Routing:
     tile_rows: bool = field(default=False, metadata=_CANON_SKIP)
     #: added to each printed ``tile_rows`` entry (0 in a correct kernel: the mutation knob)
     tile_rows_delta: int = field(default=0, metadata=_CANON_SKIP)
+    #: fused routing for single-chunk calls: when the run-time T gives one routing chunk (``T * k <= chunk``) the host
+    #: launches ONE kernel ``route_fused<<<(1, slices), chunk>>>`` instead of route_count / route_scan / route_permute:
+    #: each CTA loads the chunk's ids, builds the expert histogram in shared memory (thread e owns expert e, so it
+    #: needs ``E <= chunk``: :class:`MoELayer` refuses more), scans it with route_scan's printed formulas (the same
+    #: fields: pad, scan, group_padding, tile_rows, rank_base) and ranks and gathers its slice of x into xs with
+    #: route_permute's; only CTA ``y == 0`` writes the tables (counts, offsets, tile_expert, tiles_m, tile_rows, the
+    #: handoffs' zeroed counters, permuted_row). Other T keep the three kernels. False (the default): the host
+    #: launches the three kernels for every T (the ``.cu`` printed unchanged)
+    fused: bool = field(default=False, metadata=_CANON_SKIP)
+    #: the host takes the fused path when ``chunks <= fused_max_chunks`` (1 in a correct kernel: the mutation knob;
+    #: route_fused routes the first chunk's rows only)
+    fused_max_chunks: int = field(default=1, metadata=_CANON_SKIP)
+    #: route_fused's own scan (``""``: the node's ``scan``, the correct kernel; ``"exclusive"`` / ``"inclusive"``:
+    #: the mutation knob)
+    fused_scan: str = field(default="", metadata=_CANON_SKIP)
+    #: which CTAs of route_fused write the tables: ``"first"`` (y == 0, correct) or ``"all"`` (every y: the
+    #: mutation knob, several writers of each entry)
+    fused_writers: str = field(default="first", metadata=_CANON_SKIP)
+    #: route_fused zeroes the handoffs' counters where it writes tile_expert (True, correct; each needs the layer's
+    #: ``<edge>_zero`` too: the mutation knob)
+    fused_zero: bool = field(default=True, metadata=_CANON_SKIP)
+
+    @property
+    def fused_scan_kind(self) -> str:
+        """The scan route_fused prints: ``fused_scan``, or the node's ``scan`` when that is empty."""
+        return self.fused_scan or self.scan
 
     @property
     def sliced(self) -> bool:
@@ -208,6 +234,28 @@ class Routing:
                 (self.tile_rows_delta and not self.tile_rows):
             _dsl_error("dsl.operand", self.loc, f"routing tile_rows_delta {self.tile_rows_delta!r} must be an int, "
                        "0 without tile_rows")
+        for f in ("fused", "fused_zero"):
+            if not isinstance(getattr(self, f), bool):
+                _dsl_error("dsl.operand", self.loc, f"routing {f} {getattr(self, f)!r} must be a bool")
+        m = self.fused_max_chunks
+        if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= 1 << 20:
+            _dsl_error("dsl.operand", self.loc, f"routing fused_max_chunks {m!r} must be an int in [1, 2^20] (the host "
+                       "takes the fused path for chunks <= fused_max_chunks; 1 in a correct kernel)")
+        if self.fused_scan not in ("", "exclusive", "inclusive"):
+            _dsl_error("dsl.operand", self.loc, f"routing fused_scan {self.fused_scan!r}: expected '' (the node's "
+                       "scan), 'exclusive' or 'inclusive'")
+        if self.fused_writers not in ("first", "all"):
+            _dsl_error("dsl.operand", self.loc, f"routing fused_writers {self.fused_writers!r}: expected 'first' "
+                       "(CTA y == 0 writes the tables) or 'all'")
+        if self.fused_scan and self.fused_scan == self.scan:
+            _dsl_error("dsl.operand", self.loc, f"routing fused_scan {self.fused_scan!r} is the node's scan: leave it "
+                       "'' (route_fused then prints the node's scan; the knob states a different one)")
+        if not self.fused:
+            changed = [f for f, d in (("fused_max_chunks", 1), ("fused_scan", ""), ("fused_writers", "first"),
+                                      ("fused_zero", True)) if getattr(self, f) != d]
+            if changed:
+                _dsl_error("dsl.operand", self.loc, f"routing {', '.join(changed)} set without fused (nothing prints "
+                           "them)")
 
 
 @dataclass(frozen=True)
@@ -646,6 +694,18 @@ class MoELayer:
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: combine_handoff needs pdl (without a programmatic "
                        "launch the combine starts after the down GEMM completed: nothing to overlap, and its "
                        "griddepcontrol.wait would not exist)")
+        if self.routing.fused and self.experts > self.routing.chunk:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: routing fused needs E <= routing chunk (E = "
+                       f"{self.experts}, chunk = {self.routing.chunk}): route_fused's CTA of chunk threads scans the "
+                       "experts one per thread (thread e owns expert e, as route_scan's); take a chunk of at least E "
+                       "threads or leave fused off")
+        if self.routing.fused and not self.routing.fused_zero and not (self.handoff or self.combine_handoff):
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: routing fused_zero False without handoff or "
+                       "combine_handoff (route_fused zeroes no counter then: nothing prints it)")
+        if self.routing.fused and self.weight_prefetch:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: routing fused with weight_prefetch="
+                       f"{self.weight_prefetch}: gate+up's prefetch reads tiles_m and tile_expert before its "
+                       "griddepcontrol.wait, and route_fused, the kernel right before it, writes them (rule moe.pdl)")
 
     def _check_edge_fields(self, edge: str) -> None:
         """The knobs of handoff edge ``edge`` (:data:`EDGE_KNOBS`) are well-formed; ``dsl.operand`` naming the

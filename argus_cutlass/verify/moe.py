@@ -41,7 +41,9 @@ moe.dtype          layer dtype == gA / gB / gD dtype of both GEMMs; gate+up gD =
 moe.launch         combine threads and routing chunk: whole warps, <= 1024; route_scan's scan_threads in
                    [E, 1024] (one expert per scan thread; a partial last warp is legal); E == the experts of both
                    grouped GEMMs' weights (their B maps' rows)
-moe.pdl            launch order: conflicting accesses of the layer's kernels ordered by completion
+moe.pdl            launch order: conflicting accesses of the layer's kernels ordered by completion; with the
+                   routing node's fused, over the 4 mixes of the two launch chains (route_fused or the three
+                   routing kernels in each of two consecutive calls)
 moe.handoff        gate+up -> down per m-tile: down reads an m-tile after all its gate+up units
 moe.combine_handoff down -> combine per m-tile: the combine reads a term's row of out after all the down units of
                    its m-tile stored it and it waited on that row's m-tile; loads that cannot be stale
@@ -51,6 +53,13 @@ moe.workspace      the workspace node printed as workspace_layout(T): regions of
                    padded_rows / max_tiles above the worst routing, for every T <= 2^tokens_bits
                    (exact: the layout is periodic-affine in T) and on every simulated routing
 ================== ===========================================================================
+
+Fused routing (routing node ``fused``): the host launches route_fused in place of route_count / route_scan /
+route_permute when a call has one routing chunk (:func:`routing_path`); :func:`simulate_routing` runs the path the
+dispatch takes for each routing case (both paths at the chunk's edge: the most tokens of one chunk and one more), so
+moe.bijection / moe.offsets / moe.gather / moe.group_tiles / moe.handoff / moe.combine / moe.workspace read the fused
+kernel's simulated tables on the one-chunk cases, and moe.bijection / moe.offsets also compare them with the three
+kernels' on the same ids (bitwise the same tables and row map).
 """
 
 from __future__ import annotations
@@ -76,7 +85,8 @@ __all__ = ["LAYER_ACCESSES", "WORKSPACE_ELEMS", "WORKSPACE_ACCESSES", "workspace
            "COMBINE_HANDOFF_PRE_WAIT", "COMBINE_HANDOFF_ORDERED", "combine_handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "GROUP_PADDING_BEFORE_READS", "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
-           "simulate_routing", "verify_moe", "walk_visits", "workspace_accessors"]
+           "simulate_routing", "verify_moe", "walk_visits", "workspace_accessors", "routing_path", "pdl_paths",
+           "ROUTING_KERNELS", "PATH_KERNELS"]
 
 #: rule -> (invariant id, description)
 MOE_RULES = {
@@ -178,7 +188,27 @@ def routing_cases(layer: MoELayer) -> list[tuple[str, np.ndarray]]:
     ids[1, 0] = -1
     ids[4, k - 1] = e_
     out.append(("invalid ids -1 and E", ids))
+    if layer.routing.fused:   # the fused path's edges: the most tokens of one chunk, and one more (two chunks)
+        t1 = max(layer.routing.chunk // k, 1)
+        for t in (t1, t1 + 1):
+            for kind in ("uniform", "skewed", "all_to_one"):
+                ids, _ = make_routing(kind, t, e_, k, seed=t)
+                out.append((f"{kind} T={t} (T*k = {t * k}, chunk {layer.routing.chunk})", ids.astype(np.int64)))
+        ids, _ = make_routing("uniform", t1, e_, k, seed=3)
+        ids = ids.astype(np.int64)
+        ids[0, 0] = -1
+        ids[t1 - 1, k - 1] = e_
+        out.append((f"invalid ids -1 and E T={t1}", ids))
     return out
+
+
+def routing_path(layer: MoELayer, tokens: int) -> str:
+    """The routing kernels the printed host launches for ``tokens`` T: ``"route_fused"`` when the routing node is
+    ``fused`` and ``chunks = ceil(T k / chunk) <= fused_max_chunks`` (the host's dispatch ``w.chunks <=
+    kFusedMaxChunks``), else ``"three"`` (route_count, route_scan, route_permute)."""
+    r = layer.routing
+    chunks = -(-tokens * layer.topk // r.chunk)
+    return "route_fused" if r.fused and chunks <= r.fused_max_chunks else "three"
 
 
 def _printed_rows_and_tiles(layer: MoELayer, tokens: int) -> tuple[int, int]:
@@ -193,7 +223,7 @@ def _printed_rows_and_tiles(layer: MoELayer, tokens: int) -> tuple[int, int]:
     return int(q["padded_rows"]), max(cap, 0)
 
 
-def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
+def simulate_routing(layer: MoELayer, ids: np.ndarray, path: str | None = None) -> dict[str, Any]:
     """The routing kernels of ``layer`` (``templates/moe/layer.cu.j2``: route_count, route_scan,
     route_permute) run in numpy on ``ids`` (T, k): every field of the routing node is honoured; the padded
     rows and tile_expert's capacity are the printed workspace node's. The row map as printed by the routing
@@ -202,26 +232,38 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
     printed table: entry ``base_e + i`` = ``count_e - (t_e - 1) * pad`` for ``i == 0`` and ``pad`` for the others,
     plus ``tile_rows_delta``, every index route_scan writes;
     whether the printed region holds them is rule moe.workspace's) and ``tile_rows_written`` (which entries
-    route_scan writes; the others hold whatever the workspace held)."""
+    route_scan writes; the others hold whatever the workspace held).
+
+    ``path`` (default :func:`routing_path`: the host's dispatch for this T): ``"three"`` the kernels above,
+    ``"route_fused"`` the routing node's fused kernel (layer.cu.j2 route_fused, printed from the same macros): the
+    histogram of the first chunk's rows only (its threads), the scan of ``fused_scan`` (the node's scan when
+    empty), no earlier chunk's rows in the rank; a routed row past the first chunk is never ranked (``unrouted``:
+    its permuted_row entry is never written, simulated -1). ``kernel`` / ``scan_kernel`` name the kernels that
+    write the row map and the tables."""
     r = layer.routing
     e_ = layer.experts
     flat = np.asarray(ids, dtype=np.int64).reshape(-1)
     n = flat.size
+    if path is None:
+        path = routing_path(layer, int(np.asarray(ids).shape[0]))
+    fused = path == "route_fused"
     if r.invalid == "skip":
         ex = np.where((flat >= 0) & (flat < e_), flat, -1)
     else:
         ex = np.clip(flat, 0, e_ - 1)
-    chunks = -(-n // r.chunk)
+    routed_n = min(n, r.chunk) if fused else n   # route_fused: thread i ranks row i of the one chunk
+    chunks = -(-routed_n // r.chunk)
     bc = np.zeros((chunks, e_), dtype=np.int64)
     for b in range(chunks):
-        seg = ex[b * r.chunk:(b + 1) * r.chunk]
+        seg = ex[b * r.chunk:min((b + 1) * r.chunk, routed_n)]
         seg = seg[seg >= 0]
         bc[b] = np.bincount(seg, minlength=e_)
     counts = bc.sum(axis=0)
     bc_excl = np.cumsum(bc, axis=0) - bc
     tiles = -(-counts // r.pad)
     incl = np.cumsum(tiles)
-    base = incl - tiles if r.scan == "exclusive" else incl
+    scan = r.fused_scan_kind if fused else r.scan
+    base = incl - tiles if scan == "exclusive" else incl
     offsets = np.zeros(e_ + 1, dtype=np.int64)
     offsets[:e_] = base * r.pad
     offsets[e_] = incl[-1] * r.pad
@@ -252,7 +294,7 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
                     tile_rows[j] = routed + r.tile_rows_delta
                     rows_written[j] = True
     permuted = np.full(n, -1, dtype=np.int64)
-    for s in range(n):
+    for s in range(routed_n):
         e = int(ex[s])
         if e < 0:
             continue
@@ -261,7 +303,9 @@ def simulate_routing(layer: MoELayer, ids: np.ndarray) -> dict[str, Any]:
         start = offsets[e + 1] - counts[e] if r.group_padding == "before" else offsets[e]
         permuted[s] = start + bc_excl[b, e] + rank + r.rank_base
     out = {"ex": ex, "counts": counts, "offsets": offsets, "tiles_m": tiles_m, "tile_expert": tile_expert,
-           "tile_oob": oob, "permuted": permuted, "padded_rows": padded_rows, "n": n}
+           "tile_oob": oob, "permuted": permuted, "padded_rows": padded_rows, "n": n, "path": path,
+           "unrouted": [s for s in range(routed_n, n) if ex[s] >= 0],
+           "kernel": "route_fused" if fused else "route_permute", "scan_kernel": "route_fused" if fused else "route_scan"}
     if r.tile_rows:
         out.update(tile_rows=tile_rows, tile_rows_written=rows_written)
     return out
@@ -313,14 +357,16 @@ def simulate_gather(layer: MoELayer, sim: dict[str, Any]) -> dict[str, Any]:
     ``map_writes`` (per routed row, the (x, y, thread) storing its permuted_row entry)."""
     r = layer.routing
     pr, n, k = sim["permuted"], sim["n"], layer.topk
-    chunks = -(-n // r.chunk)
+    fused = sim.get("path") == "route_fused"
+    chunks = 1 if fused else -(-n // r.chunk)   # route_fused<<<(1, slices)>>>: the first chunk's rows only
     parts: dict[str, list] = {f: [] for f in ("cta_x", "cta_y", "thread", "s", "vec")}
     map_writes: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
     for y, (v0, width) in enumerate(gather_slices_of(layer)):
         for x in range(chunks):
             s0 = x * r.chunk
             nx = min(r.chunk, n - s0)
-            if not r.sliced or y == 0:
+            # the row map's writers: y == 0 (route_fused: its `first`, routing node fused_writers)
+            if not r.sliced or y == 0 or (fused and r.fused_writers == "all"):
                 for i in range(nx):
                     map_writes[s0 + i].append((x, y, i))
             if width <= 0:
@@ -421,12 +467,15 @@ def _check_gather(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viola
             if len(w) != 1:
                 x, i = divmod(s, r.chunk)
                 wr = w[1] if w else (x, 0, i)
+                kern = sim["kernel"]
+                extra = (" (route_fused: routing node fused_writers 'all', every CTA y writes the tables; one printed "
+                         "flag `first` guards each of its table stores)" if kern == "route_fused" and len(w) > 1 else "")
                 return [], [_viol("moe.gather", f"{label}: permuted_row[{s}] (token {s // k}, slot {s % k}) is stored "
-                                  f"by {len(w)} threads {w[:3]}, expected one (CTA ({x}, 0), thread {i})",
-                                  _cex("moe.gather", "route_permute permuted_row store", "one store, by CTA "
+                                  f"by {len(w)} threads {w[:3]}, expected one (CTA ({x}, 0), thread {i}){extra}",
+                                  _cex("moe.gather", f"{kern} permuted_row store", "one store, by CTA "
                                        f"({x}, 0) thread {i}", f"{len(w)} stores",
                                        thread={"cta": wr[0], "cta_y": wr[1], "threadIdx": wr[2],
-                                               "role": "route_permute", "warp": wr[2] // 32, "lane": wr[2] % 32},
+                                               "role": kern, "warp": wr[2] // 32, "lane": wr[2] % 32},
                                        element={"tensor": "permuted_row", "index": s, "token": s // k, "slot": s % k},
                                        params=params))]
         rows = sim["padded_rows"]
@@ -524,11 +573,55 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
         bad.append(_viol("moe.bijection", f"routing rank {layer.routing.rank!r}: only 'stable' is printed and proved",
                          _cex("moe.bijection", "route_permute rank", "stable", layer.routing.rank)))
         return proofs, bad
+    fused_cases = 0
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         pr, ex, off, cnt = sim["permuted"], sim["ex"], sim["offsets"], sim["counts"]
         params = {"T": int(ids.shape[0]), "k": k, "E": e_}
         valid = ex >= 0
+        if sim["unrouted"] and "moe.bijection" not in seen:
+            s = int(sim["unrouted"][0])
+            r = layer.routing
+            seen.add("moe.bijection")
+            bad.append(_viol("moe.bijection", f"{label}: the host takes route_fused for chunks = "
+                             f"{-(-sim['n'] // r.chunk)} (w.chunks <= kFusedMaxChunks = {r.fused_max_chunks}) but "
+                             f"route_fused ranks only the first chunk's {r.chunk} rows: (token {s // k}, slot {s % k}) "
+                             f"(routed row {s}, expert {int(ex[s])}) gets no row and its permuted_row entry is never "
+                             "written (the combine reads whatever the workspace held)",
+                             _cex("moe.bijection", "run(): the routing dispatch / route_fused",
+                                  "every routed row ranked (route_fused only for chunks == 1)",
+                                  f"routed row {s} never ranked", element={"token": s // k, "slot": s % k,
+                                                                           "expert": int(ex[s])},
+                                  params={**params, "chunks": -(-sim["n"] // r.chunk)},
+                                  thread={"cta": 0, "threadIdx": s, "role": "route_fused (no such thread: "
+                                          f"{r.chunk} per CTA)"},
+                                  provenance=f"routing node fused_max_chunks {r.fused_max_chunks}")))
+        if sim["path"] == "route_fused" and not sim["unrouted"]:
+            # the fused kernel's tables against the three kernels' on the same ids: the same bytes
+            fused_cases += 1
+            ref = simulate_routing(layer, ids, "three")
+            for key, rule in (("offsets", "moe.offsets"), ("tiles_m", "moe.offsets"), ("tile_expert", "moe.offsets"),
+                              ("tile_rows", "moe.offsets"), ("permuted", "moe.bijection")):
+                if key not in sim or rule in seen:
+                    continue
+                a, b = np.asarray(sim[key]), np.asarray(ref[key])
+                if key == "tile_expert":
+                    a, b = a[: sim["tiles_m"]], b[: ref["tiles_m"]]
+                if a.shape != b.shape or (a != b).any():
+                    j = 0 if a.shape != b.shape or a.ndim == 0 else int(np.flatnonzero(a != b)[0])
+                    got = a.reshape(-1)[j] if a.size > j else None
+                    want = b.reshape(-1)[j] if b.size > j else None
+                    seen.add(rule)
+                    bad.append(_viol(rule, f"{label}: route_fused's {key}[{j}] = {got} but the three routing kernels "
+                                     f"write {want} for the same ids: a one-chunk call is not bitwise the layer's "
+                                     "three-kernel routing", _cex(rule, "route_fused (layer.cu.j2)",
+                                                                  f"{key}[{j}] = {want} (route_scan / route_permute)",
+                                                                  f"{key}[{j}] = {got}", params=params,
+                                                                  element={"table": key, "index": j},
+                                                                  thread={"cta": 0, "role": "route_fused"},
+                                                                  provenance=f"fused_scan "
+                                                                  f"{layer.routing.fused_scan_kind!r}, scan "
+                                                                  f"{layer.routing.scan!r}")))
         # invalid ids: no row
         raw = ids.reshape(-1)
         inv = np.flatnonzero(((raw < 0) | (raw >= e_)) & (pr >= 0))
@@ -611,15 +704,24 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
             if msg:
                 seen.add("moe.offsets")
                 bad.append(_viol("moe.offsets", f"{label}: {msg[0]}",
-                                 _cex("moe.offsets", "route_scan", msg[1], msg[2], params=params,
-                                      thread=_scan_thread(e_thread),
+                                 _cex("moe.offsets", sim["scan_kernel"], msg[1], msg[2], params=params,
+                                      thread={**_scan_thread(e_thread), "role": sim["scan_kernel"]},
                                       element={"counts": [int(c) for c in cnt[:8]]},
-                                      provenance=f"scan {layer.routing.scan}, pad {pad}")))
+                                      provenance=f"scan {layer.routing.scan}"
+                                                 + (f", route_fused's scan {layer.routing.fused_scan_kind}"
+                                                    if sim["path"] == "route_fused" else "") + f", pad {pad}")))
+    fused_text = ""
+    if layer.routing.fused:
+        t1 = max(layer.routing.chunk // k, 1)
+        fused_text = (f"; route_fused (routing node fused) on the {fused_cases} one-chunk routings (T*k <= "
+                      f"{layer.routing.chunk}, up to T = {t1}; T = {t1 + 1} takes the three kernels): its tables and "
+                      "row map equal the three kernels' on the same ids")
     for rule, text in (("moe.bijection", "bijection onto group rows"), ("moe.offsets", "offsets and tile owners"),
                        ("moe.invalid_ids", "ids outside [0, E) skipped")):
         if rule not in seen:
             proofs.append(Proof(rule, MOE_RULES[rule][0], "enum", f"{text}: {len(cases)} routings (exhaustive T=2, "
-                                "generated T=5/7/162/300)", points=len(cases)))
+                                "generated T=5/7/162/300)" + (fused_text if rule != "moe.invalid_ids" else ""),
+                                points=len(cases)))
     return proofs, bad
 
 
@@ -1354,6 +1456,19 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
     ("route_permute", "x", "r", "", "reads x[t * H + col]"),
     ("route_permute", "permuted_row", "w", "", "writes permuted_row[s], s < rows"),
     ("route_permute", "xs", "w", "", "writes xs[pos * H + col]"),
+    # routing node fused: a call with one chunk launches route_fused instead of the three kernels above (its CTA
+    # y == 0 writes their tables; no block_counts: no later kernel reads them)
+    ("route_fused", "ids", "r", "", "reads ids[s], s < rows <= kChunk"),
+    ("route_fused", "x", "r", "", "reads x[t * H + col]"),
+    ("route_fused", "counts", "w", "", "writes counts[e] (CTA y == 0)"),
+    ("route_fused", "offsets", "w", "", "writes offsets[e], e <= E (CTA y == 0)"),
+    ("route_fused", "tile_expert", "w", "", "writes tile_expert[base_e + i] (CTA y == 0)"),
+    ("route_fused", "tiles_m", "w", "", "writes *tiles_m (CTA y == 0)"),
+    ("route_fused", "tile_ready", "w", "handoff", "zeroes tile_ready[base_e + i] (CTA y == 0)"),
+    ("route_fused", "out_ready", "w", "combine_handoff", "zeroes out_ready[base_e + i] (CTA y == 0)"),
+    ("route_fused", "tile_rows", "w", "row_bound", "writes tile_rows[base_e + i] (CTA y == 0)"),
+    ("route_fused", "permuted_row", "w", "", "writes permuted_row[s], s < rows (CTA y == 0)"),
+    ("route_fused", "xs", "w", "", "writes xs[pos * H + col]"),
     ("gate_up", "xs", "r", "", "reads A through its tensor map (padded_rows x K)"),
     ("gate_up", "w13", "r", "", "reads B through its tensor map"),
     ("gate_up", "tile_expert", "r", "", "reads tile_expert[tm], tm < tiles_m"),
@@ -1383,14 +1498,21 @@ WORKSPACE_ELEMS = {"block_counts": "int32_t", "counts": "int32_t", "offsets": "R
                    "xs": "Element", "out": "Element", "h": "Element"}
 #: buffers one name stands for in moe.pdl's chain: the down GEMM's ``out`` reuses the xs bytes (workspace alias)
 PDL_BUFFER = {"out": "xs"}
-#: the layer's kernels in launch order
+#: the layer's kernels in launch order (route_fused: in place of the three routing kernels, routing node fused)
 _KERNELS = tuple(dict.fromkeys(k for k, *_ in LAYER_ACCESSES))
+#: the routing kernels of each path (:func:`routing_path`)
+ROUTING_KERNELS = {"three": ("route_count", "route_scan", "route_permute"), "route_fused": ("route_fused",)}
+#: the kernels of one call on each routing path, in launch order
+PATH_KERNELS = {path: tuple(k for k in _KERNELS if k in kern or k not in ("route_count", "route_scan", "route_permute",
+                                                                          "route_fused"))
+                for path, kern in ROUTING_KERNELS.items()}
 
 
-def _chain(keep: Any) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
-    """moe.pdl's view of the accesses ``keep(kernel, when)`` selects: per kernel in launch order, (reads, writes)."""
+def _chain(keep: Any, path: str = "three") -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """moe.pdl's view of the accesses ``keep(kernel, when)`` selects: per kernel of routing path ``path`` in launch
+    order, (reads, writes)."""
     out = []
-    for k in _KERNELS:
+    for k in PATH_KERNELS[path]:
         acc = [(PDL_BUFFER.get(b, b), m) for kk, b, m, when, _w in LAYER_ACCESSES if kk == k and keep(k, when)]
         out.append((k, tuple(dict.fromkeys(b for b, m in acc if "r" in m)),
                     tuple(dict.fromkeys(b for b, m in acc if "w" in m))))
@@ -1434,6 +1556,8 @@ _EDGE_ORDERED = {"handoff": HANDOFF_ORDERED, "combine_handoff": COMBINE_HANDOFF_
 
 def _printed(layer: MoELayer, kernel: str, when: str) -> bool:
     """Whether ``layer`` prints ``kernel``'s accesses of :data:`LAYER_ACCESSES` condition ``when``."""
+    if kernel == "route_fused" and not layer.routing.fused:
+        return False
     if when == "":
         return True
     if when == "handoff":
@@ -1443,7 +1567,8 @@ def _printed(layer: MoELayer, kernel: str, when: str) -> bool:
     if when == "padding_before":
         return layer.routing.group_padding == "before"
     if when == "row_bound":
-        return bool(layer.routing.tile_rows) if kernel == "route_scan" else bool(row_bound_parts(layer).get(kernel))
+        return (bool(layer.routing.tile_rows) if kernel in ("route_scan", "route_fused")
+                else bool(row_bound_parts(layer).get(kernel)))
     raise ValueError(f"LAYER_ACCESSES condition {when!r}")
 
 
@@ -1453,19 +1578,28 @@ def row_bound_kernels(layer: MoELayer) -> tuple[str, ...]:
     return tuple(k for k in ROW_BOUND_ACCESSES if _printed(layer, k, "row_bound"))
 
 
-def pdl_chain(layer: MoELayer) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+def pdl_chain(layer: MoELayer, path: str = "three") -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
     """moe.pdl's chain of ``layer``: each kernel in launch order with the buffers it reads and writes, the accesses of
     :data:`LAYER_ACCESSES` the layer prints (:data:`PDL_CHAIN` plus, with ``handoff`` / ``combine_handoff``, their
     counters; with row-bounded tiles the tile_rows table; with the padding before each group route_permute's counts
-    read)."""
-    return _chain(lambda k, when: _printed(layer, k, when))
+    read). ``path``: the routing path (:func:`routing_path`; ``"route_fused"`` only for a layer whose routing node is
+    fused: one routing kernel, route_fused, in place of the three)."""
+    if path == "route_fused" and not layer.routing.fused:
+        raise ValueError(f"layer {layer.name!r} has no fused routing path")
+    return _chain(lambda k, when: _printed(layer, k, when), path)
+
+
+def pdl_paths(layer: MoELayer) -> tuple[str, ...]:
+    """The routing paths the printed host can take (:func:`routing_path`): the three kernels, and with the routing
+    node's ``fused`` route_fused too."""
+    return ("three", "route_fused") if layer.routing.fused else ("three",)
 
 
 def handoff_sound(layer: MoELayer) -> bool:
     """The handoff's printed choices are the correct ones (complete stores, fences, zeroed counters, the exact
     target); the counts per m-tile are rule ``moe.handoff``'s enumeration."""
     return (layer.handoff and layer.handoff_signal == "complete" and layer.handoff_fence and layer.handoff_zero
-            and layer.handoff_target_delta == 0)
+            and layer.handoff_target_delta == 0 and (not layer.routing.fused or layer.routing.fused_zero))
 
 
 def combine_handoff_sound(layer: MoELayer) -> bool:
@@ -1474,7 +1608,8 @@ def combine_handoff_sound(layer: MoELayer) -> bool:
     are rule ``moe.combine_handoff``'s enumeration."""
     return (layer.combine_handoff and layer.combine_handoff_signal == "complete" and layer.combine_handoff_fence
             and layer.combine_handoff_zero and layer.combine_handoff_target_delta == 0
-            and layer.combine_handoff_slot == "own" and layer.combine_handoff_load == "cg")
+            and layer.combine_handoff_slot == "own" and layer.combine_handoff_load == "cg"
+            and (not layer.routing.fused or layer.routing.fused_zero))
 
 
 def _edge_sound(layer: MoELayer, edge: str) -> bool:
@@ -1552,37 +1687,45 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
     # the pairs (signaller, waiter) a sound handoff edge orders per m-tile, with the buffers it orders
     ordered = {(e.signaller, e.waiter): set(_EDGE_ORDERED[e.name]) for e in HANDOFF_EDGES
                if _edge_sound(layer, e.name)}
-    seq = [(c, i, name, set(r), set(w)) for c in (0, 1) for i, (name, r, w) in enumerate(chain)]
-    # unordered_from[b]: the first launch whose completion a pre-wait access of launch b may not follow (the
-    # nearest earlier launch that triggers after its own wait; launches from it to b - 1 may still run)
-    unordered_from = []
-    for b in range(len(seq)):
-        j = b - 1
-        while j > 0 and early_of.get(seq[j][2], False):
-            j -= 1
-        unordered_from.append(max(j, 0))
+    # routing node fused: each call takes the three routing kernels or route_fused (host dispatch on its T), so
+    # two consecutive calls are any of the paths' pairs (a one-chunk call then a many-chunk one and vice versa)
+    chains = {p: pdl_chain(layer, p) for p in pdl_paths(layer)}
     pairs = 0
-    for a in range(len(seq)):
-        for b in range(a + 1, len(seq)):
-            ca, ia, na, ra, wa = seq[a]
-            cb, ib, nb, rb, wb = seq[b]
-            for buf in sorted((wa & (rb | wb)) | (ra & wb)):
-                pairs += 1
-                # a pre-wait access of a programmatic kernel is ordered after every kernel but the one before it;
-                # gate+up -> down on h / xs / tile_ready is ordered per m-tile by a sound handoff (moe.handoff), down
-                # -> combine on out (xs) / out_ready by a sound combine handoff (moe.combine_handoff)
-                if ca == cb and buf in ordered.get((na, nb), ()):
-                    continue
-                if prog[ib] and buf in pre.get(nb, ()) and a >= unordered_from[b]:
-                    kind = "writes" if buf in wb else "reads"
-                    msg = (f"{nb} (call {cb}) {kind} {buf} before its griddepcontrol.wait, but it is launched "
-                           f"programmatically and may run before {na} (call {ca}), which "
-                           f"{'writes' if buf in wa else 'reads'} {buf}, completed")
-                    return [], [_viol("moe.pdl", msg, Counterexample(
-                        "M10", "moe.pdl", "enum", nb, f"{nb} before griddepcontrol.wait", -1, -1, -1, {}, {}, "", {},
-                        f"{nb}'s access to {buf} after {na} completed", f"{nb} touches {buf} before its wait",
-                        "a programmatic kernel touches global data only after griddepcontrol.wait",
-                        element={"buffer": buf}, chain=(f"{na} (call {ca})", f"{nb} (call {cb})")))]
+    for p0, p1 in itertools.product(chains, repeat=2):
+        # the first kernel of a call (route_count / route_fused) is launched in stream order, every later one
+        # programmatically with pdl (printed: launch_programmatic / run_grouped's attribute)
+        seq = [(c, i, name, set(r), set(w), bool(layer.pdl) and i > 0)
+               for c, path in ((0, p0), (1, p1)) for i, (name, r, w) in enumerate(chains[path])]
+        # unordered_from[b]: the first launch whose completion a pre-wait access of launch b may not follow (the
+        # nearest earlier launch that triggers after its own wait; launches from it to b - 1 may still run)
+        unordered_from = []
+        for b in range(len(seq)):
+            j = b - 1
+            while j > 0 and early_of.get(seq[j][2], False):
+                j -= 1
+            unordered_from.append(max(j, 0))
+        mix = f" (calls: {p0}, then {p1})" if len(chains) > 1 else ""
+        for a in range(len(seq)):
+            for b in range(a + 1, len(seq)):
+                ca, ia, na, ra, wa, _pa = seq[a]
+                cb, ib, nb, rb, wb, prog_b = seq[b]
+                for buf in sorted((wa & (rb | wb)) | (ra & wb)):
+                    pairs += 1
+                    # a pre-wait access of a programmatic kernel is ordered after every kernel but the one before it;
+                    # gate+up -> down on h / xs / tile_ready is ordered per m-tile by a sound handoff (moe.handoff),
+                    # down -> combine on out (xs) / out_ready by a sound combine handoff (moe.combine_handoff)
+                    if ca == cb and buf in ordered.get((na, nb), ()):
+                        continue
+                    if prog_b and buf in pre.get(nb, ()) and a >= unordered_from[b]:
+                        kind = "writes" if buf in wb else "reads"
+                        msg = (f"{nb} (call {cb}) {kind} {buf} before its griddepcontrol.wait, but it is launched "
+                               f"programmatically and may run before {na} (call {ca}), which "
+                               f"{'writes' if buf in wa else 'reads'} {buf}, completed{mix}")
+                        return [], [_viol("moe.pdl", msg, Counterexample(
+                            "M10", "moe.pdl", "enum", nb, f"{nb} before griddepcontrol.wait", -1, -1, -1, {}, {}, "",
+                            {}, f"{nb}'s access to {buf} after {na} completed", f"{nb} touches {buf} before its wait",
+                            "a programmatic kernel touches global data only after griddepcontrol.wait",
+                            element={"buffer": buf}, chain=(f"{na} (call {ca})", f"{nb} (call {cb})")))]
     early = sorted({f"{k}: {', '.join(v)}" for k, v in pre.items() if v and prog[[n for n, _r, _w in chain].index(k)]})
     mode = ("programmatic dependent launch: route_count in stream order, the 5 later kernels wait "
             "(griddepcontrol.wait) before their first global access" if layer.pdl else "plain stream order")
@@ -1596,8 +1739,12 @@ def _check_pdl(layer: MoELayer, pre_wait: dict[str, tuple[str, ...]] | None = No
                                     if ("gate_up", "down") in ordered and layer.pdl else "")
                  + ("; the combine's reads of out (xs) and out_ready follow down's per m-tile (moe.combine_handoff), "
                     "its wait is its last statement" if ("down", "combine") in ordered and layer.pdl else ""))
+    if len(chains) > 1:
+        mode += ("; routing node fused: a one-chunk call launches route_fused (stream order) in place of route_count / "
+                 "route_scan / route_permute, so the two calls are each of the 4 mixes of the paths")
+    bufs = {b for ch in chains.values() for _n, r, w in ch for b in (*r, *w)}
     return [Proof("moe.pdl", "M10", "enum", f"{mode}; {pairs} conflicting access pairs over two calls (RAW / WAR / "
-                  f"WAW on {len({b for _n, r, w in chain for b in (*r, *w)})} buffers, out = xs) all ordered by "
+                  f"WAW on {len(bufs)} buffers, out = xs) all ordered by "
                   "completion", points=pairs)], []
 
 
@@ -1736,6 +1883,13 @@ def _check_edge(layer: MoELayer, cases: list, e: HandoffEdge) -> tuple[list[Proo
          f"{e.who} stored it, or waits forever",
          "route_scan (layer.cu.j2)", f"{e.counter}[tm] = 0 for every m-tile, each call",
          "counters kept from the previous call", {"m_tile": 0, "call": 1}, _scan_thread(0)),
+        (bool(layer.routing.fused and not layer.routing.fused_zero),
+         f"route_fused does not zero {e.counter} (routing node fused_zero False): a one-chunk call (T*k <= "
+         f"{layer.routing.chunk}) starts with the previous call's counters ({target} per m-tile, or garbage), so "
+         f"{reader} m-tile 0's {e.tensor} before this call's {e.who} stored it, or waits forever",
+         "route_fused (layer.cu.j2)", f"{e.counter}[tm] = 0 for every m-tile, each call, on both routing paths",
+         "counters kept from the previous call on the fused path", {"m_tile": 0, "call": 1, "T": 1},
+         {"cta": 0, "cta_y": 0, "threadIdx": 0, "role": "route_fused"}),
         (not (sig_rows == wait_rows == pad),
          (f"down signals m-tiles of {sig_rows} out rows (its epilogue's tile_m) but the combine waits on "
           f"out_ready[row / kPad] with kPad = {pad}: out_ready[tm] does not count the rows the combine reads"
@@ -1904,6 +2058,15 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                          Counterexample("M9", "moe.launch", "arith", "route_scan<<<1, kScanThreads>>>", "route_scan",
                                         -1, -1, -1, {}, {"cta": 0}, "", {}, "E >= 1", f"E = {e}", "",
                                         params={"E": e})))
+    if layer.routing.fused and layer.experts > layer.routing.chunk:   # the DSL refuses it too
+        c = layer.routing.chunk
+        bad.append(_viol("moe.launch", f"routing fused: route_fused<<<(1, slices), kChunk = {c}>>> gives expert e to "
+                         f"thread e, so experts {c}..{layer.experts - 1} of E = {layer.experts} get no count, offset or "
+                         "m-tile", Counterexample("M9", "moe.launch", "arith", "route_fused<<<(1, kSlices), kChunk>>>",
+                                                  "route_fused", -1, -1, -1, {},
+                                                  {"cta": 0, "threadIdx": c, "role": "route_fused"}, "", {},
+                                                  f"kChunk >= E = {layer.experts}", f"kChunk = {c}", "",
+                                                  element={"expert": c}, params={"E": layer.experts, "chunk": c})))
     # E > 1024 (MAX_EXPERTS): refused by _check_scan_threads (E <= scan_threads <= 1024), once
     bad += _check_scan_threads(layer)
     bad += _check_weight_experts(layer)
@@ -1937,8 +2100,11 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
     return [Proof("moe.launch", "M9", "arith", f"combine {layer.combine.threads} and routing {layer.routing.chunk} "
                   f"threads per CTA (whole warps, <= {MAX_CTA_THREADS}); E = {layer.experts} <= {MAX_EXPERTS} and <= "
                   f"route_scan's {layer.routing.scan_threads} threads (<= {MAX_CTA_THREADS}, one per expert); "
-                  f"H = {layer.hidden} and I = {layer.ffn} inside their k loops' proof ranges",
-                  points=5)], []
+                  f"H = {layer.hidden} and I = {layer.ffn} inside their k loops' proof ranges"
+                  + (f"; route_fused<<<(1, {layer.routing.slices}), {layer.routing.chunk}>>> for chunks <= "
+                     f"{layer.routing.fused_max_chunks}: grid y as route_permute's, E = {layer.experts} <= its "
+                     f"{layer.routing.chunk} threads (one expert per thread)" if layer.routing.fused else ""),
+                  points=5 + int(layer.routing.fused))], []
 
 
 def _check_weight_experts(layer: MoELayer) -> list[Violation]:
@@ -2461,6 +2627,11 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
                                   element={"region": r.alias, "alias": r.name, "index": 0, "byte_offset": 0},
                                   tokens=1, thread={"role": f"{k1} / {k2}"}))], []
     ts = workspace_tokens(layer)
+    one_chunk_t = min(layer.routing.chunk * layer.routing.fused_max_chunks // layer.topk, 1 << layer.tokens_bits)
+    if layer.routing.fused and not np.isin(np.arange(1, one_chunk_t + 1), ts).all():
+        # the T's route_fused serves, each enumerated (the head of workspace_tokens holds them: its period is at
+        # least the chunk)
+        ts = np.union1d(ts, np.arange(1, one_chunk_t + 1, dtype=np.int64))
     if ts.size > WORKSPACE_MAX_POINTS:
         return [], [], [Unknown("moe.workspace", "M12", f"workspace capacities for T <= 2^{layer.tokens_bits}",
                                 f"{ts.size} token counts to enumerate (period of the layout too long)", 0)]
@@ -2570,7 +2741,7 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
                                       tokens=t))], []
         o_prev_end = off + r.elements(q) * layer.elem_bytes(r.elem)
     # the simulated routings: the printed routing node's writes inside the printed capacities
-    points = 0
+    points = fused_points = 0
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         t = int(ids.shape[0])
@@ -2578,23 +2749,25 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
         caps = {r.name: int(r.elements(qt)) for r in w.regions}
         written = [(int(j), int(sim["tile_expert"][j])) for j in np.flatnonzero(sim["tile_expert"] >= 0)]
         written += [(int(j), int(e)) for e, j in sim["tile_oob"]]
-        checks = [("tile_expert", j, "route_scan", f"tile_expert[{j}] = {e}", _scan_thread(e)) for j, e in written]
+        sk, pk = sim["scan_kernel"], sim["kernel"]   # route_scan / route_permute, or route_fused (one chunk)
+        fused_points += sk == "route_fused"
+        checks = [("tile_expert", j, sk, f"tile_expert[{j}] = {e}", _scan_thread(e)) for j, e in written]
         for edge in HANDOFF_EDGES:   # each handoff's counters: zeroed where tile_expert is written
             if getattr(layer, edge.name):
-                checks += [(edge.counter, j, "route_scan", f"{edge.counter}[{j}] = 0", _scan_thread(e))
+                checks += [(edge.counter, j, sk, f"{edge.counter}[{j}] = 0", _scan_thread(e))
                            for j, e in written]
         if layer.routing.tile_rows:
-            checks += [("tile_rows", j, "route_scan", f"tile_rows[{j}] (m-tile {j} of expert {e})", _scan_thread(e))
+            checks += [("tile_rows", j, sk, f"tile_rows[{j}] (m-tile {j} of expert {e})", _scan_thread(e))
                        for j, e in written]
         pr = sim["permuted"]
         if (pr >= 0).any():
             s = int(np.argmax(pr))
             row = int(pr[s])
-            checks.append(("xs", (row + 1) * layer.hidden - 1, "route_permute",
+            checks.append(("xs", (row + 1) * layer.hidden - 1, pk,
                            f"the gather's xs[{row} * H + {layer.hidden - 1}] (routed row {s})",
-                           _route_thread(layer, s)))
-        checks.append(("permuted_row", sim["n"] - 1, "route_permute", f"permuted_row[{sim['n'] - 1}]",
-                       _route_thread(layer, sim["n"] - 1)))
+                           _route_thread(layer, s, pk)))
+        last = min(sim["n"], layer.routing.chunk) if pk == "route_fused" else sim["n"]
+        checks.append(("permuted_row", last - 1, pk, f"permuted_row[{last - 1}]", _route_thread(layer, last - 1, pk)))
         for region, idx, kernel, what, thread in checks:
             points += 1
             if idx >= caps[region] or idx < 0:
@@ -2617,7 +2790,11 @@ def _check_workspace(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Vi
                   f"of the kernels' element types, {w.align}-byte aligned (kernels need {WORKSPACE_MIN_ALIGN}), "
                   "disjoint; every kernel's accesses inside the printed counts and padded_rows / max_tiles above the "
                   f"worst routing for every T <= 2^{layer.tokens_bits} ({ts.size} T's decide it: periodic-affine "
-                  f"layout); {aliases}; {len(cases)} simulated routings, {points} writes",
+                  f"layout); {aliases}; {len(cases)} simulated routings, {points} writes"
+                  + (f"; route_fused (one chunk: T <= {one_chunk_t}, every one of them among the {ts.size} T's) writes "
+                     "the tables and rows route_scan / route_permute write at the same T (its accesses in "
+                     f"LAYER_ACCESSES, no block_counts), inside the same regions: {fused_points} simulated one-chunk "
+                     "routings" if layer.routing.fused else ""),
                   points=int(ts.size) + points)], [], []
 
 

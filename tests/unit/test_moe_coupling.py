@@ -49,7 +49,8 @@ DOMAINS = {"scan": ("exclusive", "inclusive"), "rank": ("stable", "block"), "inv
            "decomposition": ("persistent", "streamk", "splitk", "grouped"), "handoff_signal": ("complete", "read"),
            "combine_handoff_signal": ("complete", "read"), "combine_handoff_slot": ("own", "first"),
            "combine_handoff_load": ("cg", "nc"),
-           "elem": REGION_CTYPES, "row_bound": ("", "tile_rows"), "group_padding": ("after", "before")}
+           "elem": REGION_CTYPES, "row_bound": ("", "tile_rows"), "group_padding": ("after", "before"),
+           "fused_scan": ("", "exclusive", "inclusive"), "fused_writers": ("first", "all")}
 #: the schedule node's fields of the banded grouped walk
 BAND_FIELDS = ("band_m", "band_start_delta", "band_full_rows", "band_swap", "lookahead")
 #: MoE fields of the grouped GEMM programs: (part, replace_node kind, key getter, fields)
@@ -94,6 +95,11 @@ def base(which: str) -> MoELayer:
                            MoEProblem(64, 8, 2, 256, 512))
     if which == "small_combine_handoff":   # the default 128-row tiles with only the down -> combine handoff
         return build_layer(MoEConfig(pdl=True, combine_handoff=True), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small_fused":   # the fused routing of one-chunk calls (routing node fused)
+        return build_layer(MoEConfig(fused_routing=True), MoEProblem(64, 8, 2, 256, 512))
+    if which == "small64_fused_all":   # fused, both handoffs, row-bounded tiles, the gather in 4 slices
+        return build_layer(small_t_config().replace(row_bounded=True, pdl=True, handoff=True, combine_handoff=True,
+                                                    gather_slices=4, fused_routing=True), MoEProblem(64, 8, 2, 256, 512))
     return build_layer(small_t_config(), MoEProblem(64, 128, 8, 2048, 768))
 
 
@@ -197,7 +203,8 @@ def classify(layer: MoELayer, make: Callable[[], MoELayer]) -> tuple[str, str]:
 
 @pytest.mark.parametrize("which", ["small", "qwen_small_t", "small_banded", "small_sliced", "small_pdl", "small_handoff",
                                    "qwen_small_t_handoff", "small64_rb", "small128_rb_handoff",
-                                   "small64_rb_both_handoffs", "small_combine_handoff"])
+                                   "small64_rb_both_handoffs", "small_combine_handoff", "small_fused",
+                                   "small64_fused_all"])
 def test_every_moe_field_is_coupled(which):
     layer = base(which)
     muts = mutations(layer)

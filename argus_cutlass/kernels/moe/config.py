@@ -116,6 +116,18 @@ class MoEConfig(BaseModel):
             first CTA resident from 218.1 us and waiting; bench/data/moe_small_t_variants_h200_s38.log). Needs ``pdl``. NOT yet measured end to end (device step ``moe-ab
             combine_handoff=false,true``): the heuristic and the shipped entries leave it off. False (the default):
             the kernels of earlier layers (same ``.cu``).
+        fused_routing: when the run-time T gives one routing chunk (``T * k <= route_chunk``) the host launches ONE
+            routing kernel, ``route_fused`` (grid ``1 x gather_slices``), instead of route_count, route_scan and
+            route_permute: each CTA loads the chunk's ids, builds the expert histogram in shared memory, scans it
+            with route_scan's formulas and ranks and gathers its slice of x as route_permute does; CTA y == 0 alone
+            writes the tables (routing node ``fused``, rules moe.offsets / moe.bijection / moe.gather / moe.pdl /
+            moe.launch / moe.workspace cover both paths and their mixes over consecutive calls). Needs E <=
+            ``route_chunk`` (one expert per thread of the CTA) and no ``weight_prefetch`` (the prefetch reads tables
+            route_fused, the kernel right before gate+up, writes). Other T keep the three kernels; the output is
+            bitwise the same. NOT yet measured (the lead: the three routing launches take ~11 us before gate+up
+            loads at T = 16 on the H200, and leaving the routing out entirely saved 6.2 us of 236, session 40): the
+            heuristic and the shipped entries leave it off. False (the default): the three kernels for every T
+            (same ``.cu``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -141,6 +153,7 @@ class MoEConfig(BaseModel):
     handoff: bool = False
     row_bounded: bool = False
     combine_handoff: bool = False
+    fused_routing: bool = False
 
     _integers = field_validator("tile_m", "gu_tile_n", "dn_tile_n", "tile_k", "gu_stages", "dn_stages", "epi_n",
                                 "route_chunk", "combine_threads", "gu_band_m", "dn_band_m", "gather_slices",
@@ -151,6 +164,14 @@ class MoEConfig(BaseModel):
         if self.weight_prefetch and not self.pdl:
             raise ValueError(f"weight_prefetch={self.weight_prefetch} needs pdl=True (the prefetch runs before "
                              "griddepcontrol.wait, which only a programmatic launch has)")
+        return self
+
+    @model_validator(mode="after")
+    def _fused_routing_without_prefetch(self) -> MoEConfig:
+        if self.fused_routing and self.weight_prefetch:
+            raise ValueError(f"fused_routing=True with weight_prefetch={self.weight_prefetch}: gate+up's prefetch "
+                             "reads tiles_m and tile_expert before its griddepcontrol.wait, and route_fused, the kernel "
+                             "right before it, writes them (rule moe.pdl); leave one off")
         return self
 
     @model_validator(mode="after")

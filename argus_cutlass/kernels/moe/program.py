@@ -63,7 +63,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     with one slice; ``_la`` for the grouped GEMMs' work lookahead, ``_pdl`` for programmatic dependent
     launch, ``w<k-tiles>`` after it for the weights prefetched before the wait, ``_ef`` for weights loaded
     evict-first, ``_ho`` for the gate+up -> down handoff, ``_rb`` for row-bounded tiles, ``_ch`` for the down ->
-    combine handoff), so earlier layers keep their names (the fingerprint in the
+    combine handoff, ``_fr`` for the fused routing of single-chunk calls), so earlier layers keep their names (the fingerprint in the
     kernel name changes with every field either way).
 
     >>> layer_label(MoEConfig(pdl=True, handoff=True, combine_handoff=True), MoEProblem(16, 8, 2, 4096, 14336))
@@ -79,6 +79,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather += "_ho" if c.handoff else ""
     gather += "_rb" if c.row_bounded else ""
     gather += "_ch" if c.combine_handoff else ""
+    gather += "_fr" if c.fused_routing else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -254,7 +255,7 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     gate_up = grouped_program(c, p, "gate_up", loc=loc)
     down = grouped_program(c, p, "down", loc=loc)
     routing = Routing(chunk=c.route_chunk, pad=c.tile_m, scan="exclusive", rank="stable", rank_base=0,
-                      invalid="skip", loc=loc, tile_rows=c.row_bounded,
+                      invalid="skip", loc=loc, tile_rows=c.row_bounded, fused=c.fused_routing,
                       group_padding="before" if c.row_bounded else "after", **gather_slicing(c.gather_slices, p.hidden),
                       **({"unroll": c.gather_unroll} if c.gather_unroll != 1 else {}))
     combine = Combine(terms=p.topk, row_map="permuted_row", weighted=True, weight_slot_shift=0, acc_dtype="fp32",

@@ -61,7 +61,10 @@ def bucket_of(tokens: int) -> str:
 #: 0.6-1.1 % faster on 5 of the 6 small-T bench cells, equal on the sixth; the small-T heuristic sets it).
 #: ``row_bounded``: the grouped GEMMs load and store only each m-tile's routed rows (3-D tensor maps, session 41).
 #: ``combine_handoff``: the combine reads each term's row once down stored its m-tile (needs pdl; NOT yet measured:
-#: :func:`_neighbours` proposes it last, the heuristic leaves it off).
+#: :func:`_neighbours` proposes it last, the heuristic leaves it off)
+#: ``fused_routing``: one routing kernel instead of three for calls with one routing chunk (T * k <= route_chunk; NOT
+#: yet measured: proposed after every measured move, before the combine handoff, without a weight prefetch; the
+#: heuristic leaves it off).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -83,6 +86,7 @@ KNOBS: dict[str, tuple] = {
     "handoff": (False, True),
     "row_bounded": (False, True),
     "combine_handoff": (False, True),
+    "fused_routing": (False, True),
 }
 
 
@@ -207,9 +211,9 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     for v in near("work_lookahead"):
         yield cfg.replace(work_lookahead=v)
     for v in near("pdl"):   # off again: no prefetch nor combine handoff either (they need pdl)
-        yield cfg.replace(pdl=v, weight_prefetch=cfg.weight_prefetch if v else 0,
+        yield cfg.replace(pdl=v, weight_prefetch=cfg.weight_prefetch if v and not cfg.fused_routing else 0,
                           combine_handoff=cfg.combine_handoff and v)
-    if cfg.pdl:
+    if cfg.pdl and not cfg.fused_routing:
         for v in near("weight_prefetch"):
             yield cfg.replace(weight_prefetch=v)
     for v in near("handoff"):
@@ -238,7 +242,7 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         yield other.replace(gu_band_m=gu_band, dn_band_m=dn_band, gather_slices=cfg.gather_slices,
             gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
             weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first, handoff=cfg.handoff,
-            row_bounded=row_bounded, combine_handoff=cfg.combine_handoff)
+            row_bounded=row_bounded, combine_handoff=cfg.combine_handoff, fused_routing=cfg.fused_routing)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     if small:   # the moves no measurement backs yet, after every move one does (small budgets)
@@ -251,6 +255,9 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
+    for v in near("fused_routing"):   # the fused routing of one-chunk calls: not yet measured (after every measured
+        # move, before the combine handoff); it refuses a weight prefetch (route_fused writes the tables the prefetch reads)
+        yield cfg.replace(fused_routing=v, weight_prefetch=0 if v else cfg.weight_prefetch)
     if cfg.pdl:   # the down -> combine handoff: built and verified, not yet measured (after every other move)
         for v in near("combine_handoff"):
             yield cfg.replace(combine_handoff=v)
