@@ -180,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     # jobs: (id, cls, layer, problems); one baseline per silicon base, over the union of its problems
     jobs: list[tuple[str, str, Any, list[str], dict]] = []
     bases: dict[str, tuple[Any, list[str]]] = {}
+    results: list[dict] = []
     for m in chosen:
+        if not gpu_problems_of(m):   # a catalogue entry without a silicon problem: said, not a crash of the run
+            results.append({"id": m.id, "rule": m.rule, "cls": m.cls, "story": m.story, "outcome": "no_problem",
+                            "detail": "no silicon problem names this mutant (catalogue gpu_problems)"})
+            continue
         bname = m.gpu_base_name or GPU_PROBLEMS[gpu_problems_of(m)[0]].base
         layer, plist = bases.setdefault(bname, (base_layer(m, gpu=True), []))
         plist.extend(p for p in probs(m) if p not in plist)
@@ -191,7 +196,6 @@ def main(argv: list[str] | None = None) -> int:
         if probs(m):
             jobs.append((m.id, m.cls, mutant_layer(m, gpu=True), probs(m),
                          {"rule": m.rule, "cls": m.cls, "story": m.story}))
-    results: list[dict] = []
     printed, compile_jobs = [], []
     for jid, cls, layer, plist, meta in jobs:
         try:

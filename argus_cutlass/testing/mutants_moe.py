@@ -88,7 +88,8 @@ def int32_wrap_tokens(hidden: int, topk: int, index: str) -> int:
 #: about 13 GB of the H200's 141 GB.
 WRAP_TOKENS = 2**19 + 256
 
-#: the silicon problems (name -> problem); ``<base>_uniform300`` is every base's default
+#: the silicon problems (name -> problem); ``<base>_uniform300`` (``<base>_uniform100`` for the fused-routing bases) is
+#: a base's default
 GPU_PROBLEMS: dict[str, GpuProblem] = {
     "small_uniform300": GpuProblem("small", 300, why="the default: uniform routing, 600 routed rows"),
     "qwen_uniform300": GpuProblem("qwen", 300, why="the default: uniform routing, 2400 routed rows"),
@@ -151,6 +152,18 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
             "213 rows (partial first m-tiles of 2, 1 and 21 rows: the padding before the routed rows) and two empty experts"),
     "small128_rb_uniform300": GpuProblem(
         "small128_rb", 300, why="row-bounded 128-row tiles: 600 routed rows, one partial m-tile per group"),
+    # fused routing (session 42): T * k <= route_chunk (256) takes route_fused; T = 300 (600 rows) would not
+    "small_fr_uniform100": GpuProblem(
+        "small_fr", 100, why="one routing chunk (200 routed rows <= 256): the host launches route_fused"),
+    "small_fr_two_chunks": GpuProblem(
+        "small_fr", 129, why="258 routed rows: two chunks, just past what one chunk holds (the three kernels, unless "
+                             "the dispatch wrongly takes route_fused: rows 256 and 257 unrouted)"),
+    "small64_fr_g4_uniform100": GpuProblem(
+        "small64_fr_g4", 100, why="one chunk, route_fused's grid 1 x 4 slices, 64-row tiles"),
+    "small64_handoff_fr_uniform100": GpuProblem(
+        "small64_handoff_fr", 100, why="one chunk with the gate+up -> down handoff: route_fused zeroes tile_ready"),
+    "small_ch_fr_uniform100": GpuProblem(
+        "small_ch_fr", 100, why="one chunk with the down -> combine handoff: route_fused zeroes out_ready"),
     "wide_int32_wrap": GpuProblem(
         "wide", WRAP_TOKENS, sample=(128, 512),
         why="T = 2^19 + 256 at H = 4096, k = 1: t * H and row * H pass 2^31 for the last >= 256 tokens / "
@@ -159,11 +172,12 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
 
 
 def gpu_problems_of(m: MoEMutant) -> list[str]:
-    """The silicon problems of ``m``: its base's default (unless it runs on a ``gpu_base`` with no
+    """The silicon problems of ``m``: its base's default (``<base>_uniform300``, or ``<base>_uniform100`` for the
+    fused-routing bases, whose one-chunk path needs T * k <= 256; none when it runs on a ``gpu_base`` with no
     default) plus its own ``gpu_problems``."""
     base = m.gpu_base_name or _base_name(m)
-    default = f"{base}_uniform300"
-    names = [default] if default in GPU_PROBLEMS else []
+    default = next((d for d in (f"{base}_uniform300", f"{base}_uniform100") if d in GPU_PROBLEMS), None)
+    names = [default] if default else []
     return names + [p for p in m.gpu_problems if p not in names]
 
 

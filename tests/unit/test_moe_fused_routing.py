@@ -262,3 +262,25 @@ def test_fused_layer_compiles():
     k = generate(cfg, MoEProblem(16, 64, 6, 2048, 1408), smt=False)
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert any("route_fused" in f.name for f in art.functions) and art.spill_bytes == 0, art.functions
+
+
+def test_every_mutant_has_a_silicon_problem_and_fused_ones_take_the_fused_path():
+    """bench/mutants_moe_gpu.py indexes each mutant's first silicon problem: a mutant without one crashed the whole
+    device step (session 42's review). A fused-routing mutant must also run where the host launches route_fused
+    (T * k within one chunk), on its mutated layer -- else silicon never executes the mistake -- except the
+    two-chunk dispatch mutant, whose problem is the first T past one chunk."""
+    from argus_cutlass.testing.mutants_moe import GPU_PROBLEMS, gpu_problems_of, load_moe_catalogue, mutant_layer
+    from argus_cutlass.verify.moe import routing_path
+
+    cat = load_moe_catalogue()
+    for m in cat.values():
+        probs = gpu_problems_of(m)
+        assert probs and all(p in GPU_PROBLEMS for p in probs), m.id
+    for m in (m for m in cat.values() if m.cls == "fused_routing"):
+        layer = mutant_layer(m, gpu=True)
+        paths = {routing_path(layer, GPU_PROBLEMS[p].tokens) for p in gpu_problems_of(m)}
+        assert "route_fused" in paths, m.id
+    two = cat["fr_two_chunks"]
+    t = GPU_PROBLEMS["small_fr_two_chunks"].tokens
+    assert routing_path(mutant_layer(two, gpu=True), t) == "route_fused"
+    assert routing_path(mutant_layer(two, gpu=True).replace_node("routing", fused_max_chunks=1), t) == "three"
