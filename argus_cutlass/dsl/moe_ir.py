@@ -617,8 +617,8 @@ class MoELayer:
             kernel's lifetime), and the kernel's LAST statement is ``griddepcontrol.wait`` (PTX ISA
             "griddepcontrol"): it completes after down, so the next call's stream-ordered route_count and rule
             ``moe.pdl``'s order over two calls hold. No deadlock: a programmatic combine CTA launches only after
-            every down CTA executed ``griddepcontrol.launch_dependents`` (so every down CTA is resident and runs to
-            its end), and down never waits for the combine (it waits only for gate+up, whose CTAs were all resident
+            every down CTA executed ``griddepcontrol.launch_dependents`` (so every down CTA has started -- resident or
+            finished -- and runs to its end), and down never waits for the combine (it waits only for gate+up, whose CTAs were all resident
             before down launched).
         combine_handoff_target_delta, combine_handoff_signal, combine_handoff_fence, combine_handoff_zero,
         combine_handoff_backoff_ns, combine_handoff_timeout_ms: the ``handoff_*`` knobs for this edge (correct:
