@@ -156,8 +156,9 @@ def test_band_fields_are_refused_where_they_mean_nothing():
 def test_names_change_with_the_band_and_old_names_stay():
     base = build_layer(MoEConfig(), SMALL)
     # (session 39: the grouped programs' source path none and params alpha, beta, n_size, k_size moved it from 31c63b47;
-    # session 40: the workspace node moved it from 40754ce2)
-    assert base.kernel_name() == "argus_moe_sm90_bf16_e8k2_h256_i512_m128_gu256_dn128_k64_s4x5_86bb9975"
+    # session 40: the workspace node moved it from 40754ce2; session 42: the weights' B load node states its experts,
+    # moved from 86bb9975)
+    assert base.kernel_name() == "argus_moe_sm90_bf16_e8k2_h256_i512_m128_gu256_dn128_k64_s4x5_e066df1e"
     names = {build_layer(MoEConfig(gu_band_m=g, dn_band_m=d), SMALL).kernel_name()
              for g, d in ((0, 0), (1, 0), (0, 1), (4, 8), (8, 4))}
     assert len(names) == 5
