@@ -411,11 +411,11 @@ def test_moe_ab_accepts_the_field():
     assert moe_ab.parse_vary("combine_handoff=false,true") == ("combine_handoff", [False, True])
 
 
-def test_knowledge_entry_says_not_measured():
+def test_knowledge_entry_says_what_was_measured():
     from argus_cutlass.agent.kb import load_knowledge
 
     t = load_knowledge("knowledge_moe.toml").get("combine_handoff")
-    assert t.knobs == ("combine_handoff",) and "NOT yet measured" in t.effect
+    assert t.knobs == ("combine_handoff",) and "Measured (H200, session 42" in t.effect and "NOT yet" not in t.effect
     assert "launch_dependents" in t.effect and "deadlock" in t.effect and "moe.combine_handoff" in t.risks
 
 
