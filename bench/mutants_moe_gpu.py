@@ -174,27 +174,28 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in cat.values() if not ids or m.id in ids]
     t0 = time.perf_counter()
 
-    def probs(m):
-        return [p for p in gpu_problems_of(m) if not (args.skip_large and GPU_PROBLEMS[p].tokens > 100_000)]
+    named = {m.id: gpu_problems_of(m) for m in chosen}   # each mutant's silicon problems, looked up once
+    ran = {mid: [p for p in ps if not (args.skip_large and GPU_PROBLEMS[p].tokens > 100_000)]
+           for mid, ps in named.items()}
 
     # jobs: (id, cls, layer, problems); one baseline per silicon base, over the union of its problems
     jobs: list[tuple[str, str, Any, list[str], dict]] = []
     bases: dict[str, tuple[Any, list[str]]] = {}
     results: list[dict] = []
     for m in chosen:
-        if not gpu_problems_of(m):   # a catalogue entry without a silicon problem: said, not a crash of the run
+        if not named[m.id]:   # a catalogue entry without a silicon problem: said, not a crash of the run
             results.append({"id": m.id, "rule": m.rule, "cls": m.cls, "story": m.story, "outcome": "no_problem",
                             "detail": "no silicon problem names this mutant (catalogue gpu_problems)"})
             continue
-        bname = m.gpu_base_name or GPU_PROBLEMS[gpu_problems_of(m)[0]].base
+        bname = m.gpu_base_name or GPU_PROBLEMS[named[m.id][0]].base
         layer, plist = bases.setdefault(bname, (base_layer(m, gpu=True), []))
-        plist.extend(p for p in probs(m) if p not in plist)
+        plist.extend(p for p in ran[m.id] if p not in plist)
     for bname, (layer, plist) in bases.items():
         if plist:
             jobs.append((f"base_{bname}", "baseline", layer, plist, {}))
     for m in chosen:
-        if probs(m):
-            jobs.append((m.id, m.cls, mutant_layer(m, gpu=True), probs(m),
+        if ran[m.id]:
+            jobs.append((m.id, m.cls, mutant_layer(m, gpu=True), ran[m.id],
                          {"rule": m.rule, "cls": m.cls, "story": m.story}))
     printed, compile_jobs = [], []
     for jid, cls, layer, plist, meta in jobs:

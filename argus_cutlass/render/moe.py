@@ -25,9 +25,8 @@ GEMM_PART_TEMPLATE = "moe/gemm.j2"
 def handoff_view(layer: MoELayer, edge: str, part: str = "") -> dict:
     """What ``templates/moe/handoff.j2`` prints of handoff edge ``edge`` (:data:`~argus_cutlass.dsl.moe_ir.
     HANDOFF_EDGES`), every value read from the layer node's fields: ``node`` / ``rule`` / ``who`` / ``whom`` /
-    ``tensor`` / ``counter`` (the edge), ``fn`` (the signal function's name: ``handoff_signal`` for the gate+up ->
-    down edge, ``<edge>_signal`` for the others), ``const`` (the constants' prefix), ``signal`` / ``fence`` /
-    ``backoff_ns`` / ``timeout_ms`` (the ``<edge>_*`` knobs), ``target`` (:meth:`MoELayer.handoff_target`),
+    ``tensor`` / ``counter`` (the edge), ``fn`` (the signal function's name, ``<edge>_signal``), ``const`` (the
+    constants' prefix), ``signal`` / ``fence`` / ``backoff_ns`` / ``timeout_ms`` (the ``<edge>_*`` knobs), ``target`` (:meth:`MoELayer.handoff_target`),
     ``min_timeout_ms`` (:meth:`MoELayer.handoff_min_timeout_ms`), and ``signals``: whether grouped GEMM ``part``
     is the edge's signaller.
 
@@ -37,7 +36,7 @@ def handoff_view(layer: MoELayer, edge: str, part: str = "") -> dict:
     e = handoff_edge(edge)
     knob = lambda k: layer.edge_knob(edge, k)  # noqa: E731
     return {"node": e.name, "rule": e.rule, "who": e.who, "whom": e.whom, "tensor": e.tensor, "counter": e.counter,
-            "fn": "handoff_signal" if e.name == "handoff" else f"{e.name}_signal", "const": e.const,
+            "fn": f"{e.name}_signal", "const": e.const,
             "signal": knob("signal"), "fence": knob("fence"), "backoff_ns": knob("backoff_ns"),
             "timeout_ms": knob("timeout_ms"), "target": layer.handoff_target(edge),
             "min_timeout_ms": layer.handoff_min_timeout_ms(edge), "signals": part == e.signaller}

@@ -59,6 +59,8 @@ class GpuProblem:
     sample: tuple[int, int] | None = None
     invalid: tuple[tuple[int, int], ...] = ()
     cancel: bool = False
+    #: the base's default problem: every mutant of the base runs on it (:func:`gpu_problems_of`)
+    default: bool = False
     why: str = ""
 
 
@@ -88,12 +90,12 @@ def int32_wrap_tokens(hidden: int, topk: int, index: str) -> int:
 #: about 13 GB of the H200's 141 GB.
 WRAP_TOKENS = 2**19 + 256
 
-#: the silicon problems (name -> problem); ``<base>_uniform300`` (``<base>_uniform100`` for the fused-routing bases) is
-#: a base's default
+#: the silicon problems (name -> problem); the one marked ``default`` of a base (``<base>_uniform300``,
+#: ``<base>_uniform100`` for the fused-routing bases) runs every mutant of that base
 GPU_PROBLEMS: dict[str, GpuProblem] = {
-    "small_uniform300": GpuProblem("small", 300, why="the default: uniform routing, 600 routed rows"),
-    "qwen_uniform300": GpuProblem("qwen", 300, why="the default: uniform routing, 2400 routed rows"),
-    "small64_uniform300": GpuProblem("small64", 300, why="the default of the small-T configuration"),
+    "small_uniform300": GpuProblem("small", 300, default=True, why="the default: uniform routing, 600 routed rows"),
+    "qwen_uniform300": GpuProblem("qwen", 300, default=True, why="the default: uniform routing, 2400 routed rows"),
+    "small64_uniform300": GpuProblem("small64", 300, default=True, why="the default of the small-T configuration"),
     "small_padded300": GpuProblem(
         "small", 300, invalid=((3, 0), (7, -1), (150, 0), (150, -1), (299, -1)),
         why="uniform routing with five -1 padding slots (token 150 has none valid): a skipped slot's row "
@@ -115,7 +117,7 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
             "units for 132 CTAs, so a wrong scheduler step skips units (the workspace is poisoned, so a "
             "skipped tile cannot inherit a correct h from an earlier run)"),
     "small_banded_uniform300": GpuProblem(
-        "small_banded", 300, why="the banded default: 8 m-tiles in bands of 3 (3 + 3 + 2, a partial last band)"),
+        "small_banded", 300, default=True, why="the banded default: 8 m-tiles in bands of 3 (3 + 3 + 2, a partial last band)"),
     "small_banded_skewed": GpuProblem(
         "small_banded", 1900, "skewed",
         why="3800 routed rows, one hot expert: 35 m-tiles under the runner's seed (bands 11 x 3 + 2), bands inside "
@@ -124,46 +126,46 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
         "small_banded", 300, "sizes", (128, 256, 0, 130, 65, 21, 0, 0),
         why="three empty experts and groups of 128 / 256 / 130 rows: 7 m-tiles, bands 3 + 3 + 1"),
     "small64_handoff_uniform300": GpuProblem(
-        "small64_handoff", 300, why="the handoff's default: 600 routed rows, 16 m-tiles of 64 rows, the down CTAs "
+        "small64_handoff", 300, default=True, why="the handoff's default: 600 routed rows, 16 m-tiles of 64 rows, the down CTAs "
                                     "start while gate+up's last units still run"),
     "small64_handoff_many_units": GpuProblem(
         "small64_handoff", 4096, "skewed",
         why="8192 routed rows, one hot expert: ~130 m-tiles, more units than CTAs in both GEMMs, so down's producers "
             "reach m-tiles gate+up has not finished"),
     "small64_ch_uniform300": GpuProblem(
-        "small64_ch", 300, why="the combine handoff's default: 600 routed rows, 16 m-tiles of 64 rows x 2 down "
+        "small64_ch", 300, default=True, why="the combine handoff's default: 600 routed rows, 16 m-tiles of 64 rows x 2 down "
                                "n-blocks, the combine CTAs start while down's last units still run"),
     "small64_ch_many_units": GpuProblem(
         "small64_ch", 4096, "skewed",
         why="8192 routed rows, one hot expert: ~130 m-tiles x 2 down n-blocks, more units than CTAs, so combine CTAs "
             "reach m-tiles down has not finished (and 4096 combine CTAs, most launched after down's end)"),
     "small_ch_uniform300": GpuProblem(
-        "small_ch", 300, why="the combine handoff on the default 128-row tiles (no gate+up handoff): 600 routed rows, "
+        "small_ch", 300, default=True, why="the combine handoff on the default 128-row tiles (no gate+up handoff): 600 routed rows, "
                              "8 m-tiles x 2 down n-blocks"),
     "small_sliced_uniform300": GpuProblem(
-        "small_sliced", 300, why="the sliced gather's default: 600 routed rows (3 chunks) x 3 column slices of "
+        "small_sliced", 300, default=True, why="the sliced gather's default: 600 routed rows (3 chunks) x 3 column slices of "
                                  "H = 256 (11 + 11 + 10 vectors)"),
     "small64_rb_uniform300": GpuProblem(
-        "small64_rb", 300, why="the row-bounded default: 600 routed rows (~75 per expert: a full 64-row m-tile and a "
+        "small64_rb", 300, default=True, why="the row-bounded default: 600 routed rows (~75 per expert: a full 64-row m-tile and a "
                                "partial one per group)"),
     "small64_rb_sizes": GpuProblem(
         "small64_rb", 300, "sizes", (64, 128, 0, 130, 65, 213, 0, 0),
         why="groups of exactly 64 and 128 rows (full m-tiles: tile_rows = 64, the box unshifted) beside 130 / 65 / "
             "213 rows (partial first m-tiles of 2, 1 and 21 rows: the padding before the routed rows) and two empty experts"),
     "small128_rb_uniform300": GpuProblem(
-        "small128_rb", 300, why="row-bounded 128-row tiles: 600 routed rows, one partial m-tile per group"),
+        "small128_rb", 300, default=True, why="row-bounded 128-row tiles: 600 routed rows, one partial m-tile per group"),
     # fused routing (session 42): T * k <= route_chunk (256) takes route_fused; T = 300 (600 rows) would not
     "small_fr_uniform100": GpuProblem(
-        "small_fr", 100, why="one routing chunk (200 routed rows <= 256): the host launches route_fused"),
+        "small_fr", 100, default=True, why="one routing chunk (200 routed rows <= 256): the host launches route_fused"),
     "small_fr_two_chunks": GpuProblem(
         "small_fr", 129, why="258 routed rows: two chunks, just past what one chunk holds (the three kernels, unless "
                              "the dispatch wrongly takes route_fused: rows 256 and 257 unrouted)"),
     "small64_fr_g4_uniform100": GpuProblem(
-        "small64_fr_g4", 100, why="one chunk, route_fused's grid 1 x 4 slices, 64-row tiles"),
+        "small64_fr_g4", 100, default=True, why="one chunk, route_fused's grid 1 x 4 slices, 64-row tiles"),
     "small64_handoff_fr_uniform100": GpuProblem(
-        "small64_handoff_fr", 100, why="one chunk with the gate+up -> down handoff: route_fused zeroes tile_ready"),
+        "small64_handoff_fr", 100, default=True, why="one chunk with the gate+up -> down handoff: route_fused zeroes tile_ready"),
     "small_ch_fr_uniform100": GpuProblem(
-        "small_ch_fr", 100, why="one chunk with the down -> combine handoff: route_fused zeroes out_ready"),
+        "small_ch_fr", 100, default=True, why="one chunk with the down -> combine handoff: route_fused zeroes out_ready"),
     "wide_int32_wrap": GpuProblem(
         "wide", WRAP_TOKENS, sample=(128, 512),
         why="T = 2^19 + 256 at H = 4096, k = 1: t * H and row * H pass 2^31 for the last >= 256 tokens / "
@@ -172,18 +174,22 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
 
 
 def gpu_problems_of(m: MoEMutant) -> list[str]:
-    """The silicon problems of ``m``: its base's default (``<base>_uniform300``, or ``<base>_uniform100`` for the
-    fused-routing bases, whose one-chunk path needs T * k <= 256; none when it runs on a ``gpu_base`` with no
+    """The silicon problems of ``m``: its base's default (the problem marked ``default``: uniform T = 300, T = 100 for
+    the fused-routing bases, whose one-chunk path needs T * k <= 256; none when it runs on a ``gpu_base`` with no
     default) plus its own ``gpu_problems``."""
     base = m.gpu_base_name or _base_name(m)
-    default = next((d for d in (f"{base}_uniform300", f"{base}_uniform100") if d in GPU_PROBLEMS), None)
-    names = [default] if default else []
+    names = [n for n, g in GPU_PROBLEMS.items() if g.base == base and g.default][:1]
     return names + [p for p in m.gpu_problems if p not in names]
 
 
+@lru_cache(maxsize=1)
+def _catalogue_bases() -> dict:
+    """The catalogue's ``[base.*]`` tables, read once."""
+    return tomllib.loads(MOE_CATALOGUE_PATH.read_text()).get("base", {})
+
+
 def _base_name(m: MoEMutant) -> str:
-    data = tomllib.loads(MOE_CATALOGUE_PATH.read_text()).get("base", {})
-    for name, b in data.items():
+    for name, b in _catalogue_bases().items():
         if dict(b) == m.base:
             return name
     return ""

@@ -81,7 +81,7 @@ from argus_cutlass.verify.run import Run
 from argus_cutlass.verify.run import report as _report
 
 __all__ = ["LAYER_ACCESSES", "WORKSPACE_ELEMS", "WORKSPACE_ACCESSES", "workspace_needs", "workspace_tokens", "HANDOFF_ACCESSES",
-           "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound", "COMBINE_HANDOFF_ACCESSES",
+           "HANDOFF_DOWN_PRE_WAIT", "HANDOFF_ORDERED", "handoff_sound",
            "COMBINE_HANDOFF_PRE_WAIT", "COMBINE_HANDOFF_ORDERED", "combine_handoff_sound", "MOE_RULES", "PDL_CHAIN",
            "pdl_chain", "pdl_early_trigger", "pdl_launches", "pdl_pre_wait", "PDL_PRE_WAIT", "PDL_PREFETCH_READS",
            "GROUP_PADDING_BEFORE_READS", "ROW_BOUND_ACCESSES", "row_bound_kernels", "row_bound_parts", "routing_cases", "simulate_gather",
@@ -573,7 +573,6 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
         bad.append(_viol("moe.bijection", f"routing rank {layer.routing.rank!r}: only 'stable' is printed and proved",
                          _cex("moe.bijection", "route_permute rank", "stable", layer.routing.rank)))
         return proofs, bad
-    fused_cases = 0
     for label, ids in cases:
         sim = simulate_routing(layer, ids)
         pr, ex, off, cnt = sim["permuted"], sim["ex"], sim["offsets"], sim["counts"]
@@ -596,32 +595,6 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                                   thread={"cta": 0, "threadIdx": s, "role": "route_fused (no such thread: "
                                           f"{r.chunk} per CTA)"},
                                   provenance=f"routing node fused_max_chunks {r.fused_max_chunks}")))
-        if sim["path"] == "route_fused" and not sim["unrouted"]:
-            # the fused kernel's tables against the three kernels' on the same ids: the same bytes
-            fused_cases += 1
-            ref = simulate_routing(layer, ids, "three")
-            for key, rule in (("offsets", "moe.offsets"), ("tiles_m", "moe.offsets"), ("tile_expert", "moe.offsets"),
-                              ("tile_rows", "moe.offsets"), ("permuted", "moe.bijection")):
-                if key not in sim or rule in seen:
-                    continue
-                a, b = np.asarray(sim[key]), np.asarray(ref[key])
-                if key == "tile_expert":
-                    a, b = a[: sim["tiles_m"]], b[: ref["tiles_m"]]
-                if a.shape != b.shape or (a != b).any():
-                    j = 0 if a.shape != b.shape or a.ndim == 0 else int(np.flatnonzero(a != b)[0])
-                    got = a.reshape(-1)[j] if a.size > j else None
-                    want = b.reshape(-1)[j] if b.size > j else None
-                    seen.add(rule)
-                    bad.append(_viol(rule, f"{label}: route_fused's {key}[{j}] = {got} but the three routing kernels "
-                                     f"write {want} for the same ids: a one-chunk call is not bitwise the layer's "
-                                     "three-kernel routing", _cex(rule, "route_fused (layer.cu.j2)",
-                                                                  f"{key}[{j}] = {want} (route_scan / route_permute)",
-                                                                  f"{key}[{j}] = {got}", params=params,
-                                                                  element={"table": key, "index": j},
-                                                                  thread={"cta": 0, "role": "route_fused"},
-                                                                  provenance=f"fused_scan "
-                                                                  f"{layer.routing.fused_scan_kind!r}, scan "
-                                                                  f"{layer.routing.scan!r}")))
         # invalid ids: no row
         raw = ids.reshape(-1)
         inv = np.flatnonzero(((raw < 0) | (raw >= e_)) & (pr >= 0))
@@ -711,11 +684,11 @@ def _check_routing(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Viol
                                                  + (f", route_fused's scan {layer.routing.fused_scan_kind}"
                                                     if sim["path"] == "route_fused" else "") + f", pad {pad}")))
     fused_text = ""
-    if layer.routing.fused:
+    if layer.routing.fused:   # simulate_routing follows the host's dispatch: these checks ran on route_fused's tables
         t1 = max(layer.routing.chunk // k, 1)
-        fused_text = (f"; route_fused (routing node fused) on the {fused_cases} one-chunk routings (T*k <= "
-                      f"{layer.routing.chunk}, up to T = {t1}; T = {t1 + 1} takes the three kernels): its tables and "
-                      "row map equal the three kernels' on the same ids")
+        fused = sum(routing_path(layer, int(ids.shape[0])) == "route_fused" for _label, ids in cases)
+        fused_text = (f"; route_fused (routing node fused) on the {fused} one-chunk routings (T*k <= "
+                      f"{layer.routing.chunk}, up to T = {t1}; T = {t1 + 1} takes the three kernels)")
     for rule, text in (("moe.bijection", "bijection onto group rows"), ("moe.offsets", "offsets and tile owners"),
                        ("moe.invalid_ids", "ids outside [0, E) skipped")):
         if rule not in seen:
@@ -1528,9 +1501,6 @@ def _by_when(when: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
 PDL_CHAIN = _chain(lambda _k, when: when == "")
 #: the handoff's counters (layer node ``handoff``): route_scan zeroes them, gate+up adds, down reads
 HANDOFF_ACCESSES = _by_when("handoff")
-#: the down -> combine handoff's counters (layer node ``combine_handoff``): route_scan zeroes them, down adds, the
-#: combine reads
-COMBINE_HANDOFF_ACCESSES = _by_when("combine_handoff")
 #: the routed-rows table of row-bounded tiles: route_scan writes it with the routing node's ``tile_rows``, a grouped
 #: GEMM with a ``row_bound`` A load or D store reads it (Scheduler::current: ``w.rows = tile_rows[w.tm]``, beside
 #: ``tile_expert[w.tm]``; :func:`row_bound_parts`)
@@ -1848,7 +1818,7 @@ def _check_edge(layer: MoELayer, cases: list, e: HandoffEdge) -> tuple[list[Proo
     wait_rows = pad if combine else layer.down.load_into("sA").tile_mn   # the rows one waited-for m-tile stands for
     reader = "the combine reads" if combine else "down loads"
     whom = "the combine" if combine else e.whom
-    fn = "handoff_signal" if e.name == "handoff" else f"{e.name}_signal"
+    fn = f"{e.name}_signal"
     h0 = {"m_tile": 0, "tensor": e.tensor}
     waiter = _combine_thread(layer, 0, 0) if combine else {"cta": 0, "role": "down producer"}
     if combine and cases:   # the combine term that reads m-tile 0 in the first routing case names the waiter
@@ -2058,15 +2028,6 @@ def _check_launch(layer: MoELayer) -> tuple[list[Proof], list[Violation]]:
                          Counterexample("M9", "moe.launch", "arith", "route_scan<<<1, kScanThreads>>>", "route_scan",
                                         -1, -1, -1, {}, {"cta": 0}, "", {}, "E >= 1", f"E = {e}", "",
                                         params={"E": e})))
-    if layer.routing.fused and layer.experts > layer.routing.chunk:   # the DSL refuses it too
-        c = layer.routing.chunk
-        bad.append(_viol("moe.launch", f"routing fused: route_fused<<<(1, slices), kChunk = {c}>>> gives expert e to "
-                         f"thread e, so experts {c}..{layer.experts - 1} of E = {layer.experts} get no count, offset or "
-                         "m-tile", Counterexample("M9", "moe.launch", "arith", "route_fused<<<(1, kSlices), kChunk>>>",
-                                                  "route_fused", -1, -1, -1, {},
-                                                  {"cta": 0, "threadIdx": c, "role": "route_fused"}, "", {},
-                                                  f"kChunk >= E = {layer.experts}", f"kChunk = {c}", "",
-                                                  element={"expert": c}, params={"E": layer.experts, "chunk": c})))
     # E > 1024 (MAX_EXPERTS): refused by _check_scan_threads (E <= scan_threads <= 1024), once
     bad += _check_scan_threads(layer)
     bad += _check_weight_experts(layer)

@@ -113,9 +113,10 @@ class MoEConfig(BaseModel):
             ``moe.combine_handoff``), instead of waiting for the whole down kernel: the combine CTAs, launched
             programmatically on the SMs down's CTAs leave, add the terms of finished m-tiles during down's last
             units (H200, session 38, Qwen3-30B-A3B T = 16 with pdl: down ends at 230.3 us, the combine 6.6 us later, its
-            first CTA resident from 218.1 us and waiting; bench/data/moe_small_t_variants_h200_s38.log). Needs ``pdl``. NOT yet measured end to end (device step ``moe-ab
-            combine_handoff=false,true``): the heuristic and the shipped entries leave it off. False (the default):
-            the kernels of earlier layers (same ``.cu``).
+            first CTA resident from 218.1 us and waiting; bench/data/moe_small_t_variants_h200_s38.log). Needs ``pdl``. Measured (H200, session 42, ``moe-ab
+            combine_handoff=false,true``): 0.6-1.0 % faster on Qwen3-30B-A3B / DeepSeek-V2-Lite at T = 16 and 256, set
+            in those shipped entries; the heuristic leaves it off. False (the default): the kernels of earlier layers
+            (same ``.cu``).
         fused_routing: when the run-time T gives one routing chunk (``T * k <= route_chunk``) the host launches ONE
             routing kernel, ``route_fused`` (grid ``1 x gather_slices``), instead of route_count, route_scan and
             route_permute: each CTA loads the chunk's ids, builds the expert histogram in shared memory, scans it
@@ -124,9 +125,8 @@ class MoEConfig(BaseModel):
             moe.launch / moe.workspace cover both paths and their mixes over consecutive calls). Needs E <=
             ``route_chunk`` (one expert per thread of the CTA) and no ``weight_prefetch`` (the prefetch reads tables
             route_fused, the kernel right before gate+up, writes). Other T keep the three kernels; the output is
-            bitwise the same. NOT yet measured (the lead: the three routing launches take ~11 us before gate+up
-            loads at T = 16 on the H200, and leaving the routing out entirely saved 6.2 us of 236, session 40): the
-            heuristic and the shipped entries leave it off. False (the default): the three kernels for every T
+            bitwise the same. Measured (H200, session 42): 1.3-1.8 % faster at T = 16 on Qwen3-30B-A3B /
+            DeepSeek-V2-Lite (set in those shipped entries), 0.2 % on Mixtral; the heuristic leaves it off. False (the default): the three kernels for every T
             (same ``.cu``).
     """
 

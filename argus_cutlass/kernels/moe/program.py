@@ -27,8 +27,8 @@ import dataclasses
 import re
 
 from argus_cutlass.dsl.ir import Program, SourceLoc, caller_loc
-from argus_cutlass.dsl.moe_ir import (GROUPED_EXTENTS, INDEX_SITES, MAX_TOKENS_BITS, Combine, IndexWidth, MoELayer,
-                                      Region, Routing, Workspace)
+from argus_cutlass.dsl.moe_ir import (GROUPED_EXTENTS, HANDOFF_EDGES, INDEX_SITES, MAX_TOKENS_BITS, Combine,
+                                      IndexWidth, MoELayer, Region, Routing, Workspace)
 from argus_cutlass.errors import ConfigError
 from argus_cutlass.kernels.gemm.config import GemmConfig
 from argus_cutlass.kernels.gemm.program import build_program as build_gemm_program
@@ -267,8 +267,6 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     layer = MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
                      combine, indices, workspace_node(c.tile_m, c.handoff, loc, c.row_bounded, c.combine_handoff),
                      pdl=c.pdl, weight_prefetch=c.weight_prefetch, handoff=c.handoff, combine_handoff=c.combine_handoff)
-    if c.handoff:   # the spin traps instead of hanging after the shortest time-out rule moe.handoff accepts
-        layer = dataclasses.replace(layer, handoff_timeout_ms=layer.handoff_min_timeout_ms())
-    if c.combine_handoff:   # likewise the combine's spin (rule moe.combine_handoff)
-        layer = dataclasses.replace(layer, combine_handoff_timeout_ms=layer.handoff_min_timeout_ms("combine_handoff"))
-    return layer
+    # each handoff's spin traps instead of hanging after the shortest time-out its rule accepts
+    return dataclasses.replace(layer, **{f"{e.name}_timeout_ms": layer.handoff_min_timeout_ms(e.name)
+                                         for e in HANDOFF_EDGES if getattr(layer, e.name)})
