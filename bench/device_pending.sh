@@ -44,6 +44,8 @@
 #                                                     # one MoEConfig field varied, checked, interleaved (default
 #                                                     # row_bounded=false,true on the 6 small-T cells; ~3 min), e.g.
 #                                                     # moe-ab combine_handoff=false,true qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:256
+#   bash bench/device_pending.sh OUTDIR moe-variants "-;F=V;F=V,G=W" [CELLS] # bench/moe_ab.py --variants: several
+#                                                     # fields per variant, the first ("-": as picked) the reference
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -124,7 +126,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-ab moe-fused moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-ab moe-variants moe-fused moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -272,6 +274,10 @@ case "$STEP" in
     # session 41: one MoEConfig field A / B, verified layers, fp32-checked, interleaved rounds
     timeout 560 python3 "$R/bench/moe_ab.py" --check --vary "${3:-row_bounded=false,true}" ${4:+--cells "$4"} 2>&1 \
       | tee "$OUT/moe_ab.log" | tail -40 ;;
+  moe-variants)
+    # session 43: several MoEConfig fields at once per variant ("-;F=V;F=V,G=W"), the first the reference
+    timeout 560 python3 "$R/bench/moe_ab.py" --check --variants="$3" ${4:+--cells "$4"} 2>&1 \
+      | tee "$OUT/moe_variants.log" | tail -60 ;;
   moe-dram-bytes)
     # session 40: bytes each kernel moves to / from DRAM (ncu, one serialized run, L2 kept between kernels)
     timeout 400 ncu --profile-from-start off --clock-control none --cache-control none \

@@ -2,6 +2,10 @@
 
     python3 bench/moe_ab.py --vary row_bounded=false,true [--cells qwen3-30b-a3b:16,mixtral:256,e8k2h1024i512:256]
                             [--rounds 8] [--iters 20] [--check]
+    python3 bench/moe_ab.py --variants="-;tile_k=128;row_bounded=true,combine_handoff=true" [--cells ...]
+
+``--variants``: several fields at once; variants separated by ``;``, each ``-`` (the configuration as picked) or
+``FIELD=V[,FIELD=V...]`` applied together to the picked configuration (the first variant is the reference).
 
 Each cell (``model:T`` of ``MoEProblem.for_model`` or ``e<E>k<k>h<H>i<I>:T``) starts from the configuration
 ``generate.configure`` picks (the shipped entry or the heuristic) and takes every value of ``--vary`` in turn; each
@@ -68,9 +72,33 @@ def parse_vary(spec: str) -> tuple[str, list]:
     return field, [field_value(MoEConfig, field, v) for v in values_raw]
 
 
+def parse_variants(spec: str) -> list[tuple[str, dict]]:
+    """``-;F=V;F=V,G=W`` -> [(label, {field: typed value})] (``fields.assignments``), the first the reference.
+
+    Raises:
+        ValueError: fewer than two variants, or a variant ``fields.assignments`` refuses (unknown field, wrong type).
+    """
+    from argus_cutlass.kernels.fields import assignments
+
+    from argus_cutlass.kernels.moe.config import MoEConfig
+
+    out = []
+    for raw in (v.strip() for v in spec.split(";")):
+        if raw:
+            try:
+                out.append((raw, {} if raw == "-" else assignments(MoEConfig, raw)))
+            except ValueError as exc:
+                raise ValueError(f"--variants {spec!r}: {exc}") from None
+    if len(out) < 2:
+        raise ValueError(f"--variants {spec!r}: an A / B comparison needs at least two variants")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vary", required=True, metavar="FIELD=V1,V2", help="the MoEConfig field and its values")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--vary", metavar="FIELD=V1,V2", help="the MoEConfig field and its values")
+    what.add_argument("--variants", metavar="-;F=V,G=W;...", help="variants of several fields each (see above)")
     ap.add_argument("--cells", default="qwen3-30b-a3b:16,deepseek-v2-lite:16,mixtral:16,qwen3-30b-a3b:256,"
                                        "deepseek-v2-lite:256,mixtral:256")
     ap.add_argument("--rounds", type=int, default=8)
@@ -78,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="check every layer against the fp32 reference first")
     args = ap.parse_args(argv)
     try:
-        field, values = parse_vary(args.vary)
+        if args.vary:
+            field, vals = parse_vary(args.vary)
+            variants = [(f"{field}={v}", {field: v}) for v in vals]
+        else:
+            variants = parse_variants(args.variants)
         problems = [parse_cell(c) for c in args.cells.split(",") if c]
     except ValueError as exc:
         ap.error(str(exc))
@@ -95,23 +127,23 @@ def main(argv: list[str] | None = None) -> int:
     kernels = {}
     for ci, p in enumerate(problems):
         base = configure(p)[0]
-        for v in values:
+        for v, fields in variants:
             try:
-                kernels[(ci, v)] = generate(base.replace(**{field: v}), p, smt=False)
+                kernels[(ci, v)] = generate(base.replace(**fields), p, smt=False)
             except (ArgusError, ValueError) as exc:
-                print(f"{args.cells.split(',')[ci]} {field}={v}: refused ({str(exc).splitlines()[0]})", flush=True)
+                print(f"{args.cells.split(',')[ci]} {v}: refused ({str(exc).splitlines()[0]})", flush=True)
     arts = compile_many(list(kernels.values()))
     keys = [k for k, a in zip(kernels, arts) if not isinstance(a, Exception)]
     for k, a in zip(kernels, arts):
         if isinstance(a, Exception):
-            print(f"cell {k[0]} {field}={k[1]}: compile failed ({str(a).splitlines()[0]})", flush=True)
+            print(f"cell {k[0]} {k[1]}: compile failed ({str(a).splitlines()[0]})", flush=True)
 
     from argus_cutlass.kernels.moe.check import run_and_check, time_fn, timed_floor_ms, timed_inputs
     from argus_cutlass.generate import load
 
     libs = {k: load(kernels[k], a) for k, a in zip(kernels, arts) if k in keys}
     for ci, p in enumerate(problems):
-        mine = [v for v in values if (ci, v) in libs]
+        mine = [v for v, _ in variants if (ci, v) in libs]
         if not mine:
             continue
         cell = args.cells.split(",")[ci]
@@ -119,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             for v in mine:
                 for routing in ("uniform", "skewed"):
                     chk = run_and_check(libs[(ci, v)], p, routing=routing)
-                    print(f"{cell} {field}={v} {routing}: err {chk.err:.3g} (bound {chk.bound:.3g}) "
+                    print(f"{cell} {v} {routing}: err {chk.err:.3g} (bound {chk.bound:.3g}) "
                           f"{'ok' if chk.ok else 'WRONG'}", flush=True)
         x, ids, w, w13, w2 = timed_inputs(p)
         ws = torch.empty(max(libs[(ci, v)].workspace_bytes(p.tokens) for v in mine), dtype=torch.uint8, device="cuda")
@@ -133,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         first = statistics.median(times[mine[0]])
         for v in mine:
             med = statistics.median(times[v])
-            print(f"{cell} {field}={v}: {med * 1e3:.1f} us ({med / floor:.3f}x floor {floor * 1e3:.1f} us) "
+            print(f"{cell} {v}: {med * 1e3:.1f} us ({med / floor:.3f}x floor {floor * 1e3:.1f} us) "
                   f"{100 * (med - first) / first:+.1f} %; rounds {[round(t * 1e3, 1) for t in times[v]]}", flush=True)
         del x, ids, w, w13, w2, ws
         torch.cuda.empty_cache()

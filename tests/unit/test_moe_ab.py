@@ -34,6 +34,18 @@ def test_bad_vary_named(spec):
         moe_ab.parse_vary(spec)
 
 
+def test_variants_parse_several_fields_each():
+    assert moe_ab.parse_variants("-;tile_k=128;row_bounded=true,gu_stages=5") == [
+        ("-", {}), ("tile_k=128", {"tile_k": 128}),
+        ("row_bounded=true,gu_stages=5", {"row_bounded": True, "gu_stages": 5})]
+
+
+@pytest.mark.parametrize("spec", ["-", "-;no_such_field=1", "-;gu_stages=a", "-;gu_stages"])
+def test_bad_variants_named(spec):
+    with pytest.raises(ValueError, match="--variants"):
+        moe_ab.parse_variants(spec)
+
+
 def test_main_refuses_bad_arguments_by_name(capsys):
     with pytest.raises(SystemExit):
         moe_ab.main(["--vary", "row_bounded=true"])

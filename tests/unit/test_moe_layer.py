@@ -44,7 +44,8 @@ def test_small_t_layers_verify(model):
 
 
 def test_heuristic_picks_by_t_bucket():
-    from argus_cutlass.kernels.moe.heuristics import (GATHER_UNROLL, SINGLE_TILE_GU_N, SMALL_T, SMALL_T_HANDOFF, SMALL_T_PDL,
+    from argus_cutlass.kernels.moe.heuristics import (GATHER_UNROLL, SINGLE_TILE_GU_N, SMALL_T, SMALL_T_COMBINE_HANDOFF,
+                                                      SMALL_T_FUSED_ROUTING, SMALL_T_HANDOFF, SMALL_T_PDL,
                                                       SMALL_T_ROW_BOUNDED_TILE_M, default_config, small_t_config)
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
@@ -57,14 +58,17 @@ def test_heuristic_picks_by_t_bucket():
     for t, band in ((1, 1), (16, 1), (64, 1), (65, 2), (128, 2), (129, 4), (SMALL_T, 4)):
         want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[t],
                                          gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N,
-                                         row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M)
+                                         row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M,
+                                         combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+                                         fused_routing=SMALL_T_FUSED_ROUTING)   # E = 128 fits one routing chunk
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # Mixtral (E 8, k 2) at T 129-256: 64 rows per expert on average, the 64-row tile would re-stream
     # about half the experts' weights -> 128-row tiles, bands of ceil(256 / 128) m-tiles
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
         gu_band_m=2, dn_band_m=2, gather_slices=64, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF,
-        row_bounded=128 in SMALL_T_ROW_BOUNDED_TILE_M)
+        row_bounded=128 in SMALL_T_ROW_BOUNDED_TILE_M, combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+        fused_routing=SMALL_T_FUSED_ROUTING)
     assert default_config(MoEProblem.for_model("mixtral", 128)).tile_m == 64   # 32 rows per expert
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as
     # gather slices within one resident wave (132 SMs x 8 CTAs of 256 threads): Qwen3 T = 257 (bucket 512) has

@@ -125,6 +125,23 @@ SMALL_T_HANDOFF = True
 #: T = 16 gained nothing beyond its rounds' spread (base 698.1-700.2 us, row-bounded 691.6-699.7), so its shipped entry
 #: (the tuner's 2 % rule) keeps the 2-D maps; the rule takes the 64-row tiles as a whole (none measured slower)
 SMALL_T_ROW_BOUNDED_TILE_M = (64,)
+#: the down -> combine handoff per m-tile (``MoEConfig.combine_handoff``, needs pdl) in the small-T bucket. Measured
+#: (H200, session 42, ``bash bench/device_pending.sh $OUT moe-ab combine_handoff=false,true ...``: the shipped
+#: entries, every layer checked against fp32 first, 8 interleaved rounds of 20-call medians, L2 flushed):
+#: Qwen3-30B-A3B T = 16 220.3 -> 218.1 us (-1.0 %), DeepSeek-V2-Lite T = 16 246.6 -> 245.2 (-0.6 %), Qwen3 T = 256
+#: 322.2 -> 319.4 (-0.9 %), DeepSeek T = 256 296.3 -> 294.3 (-0.7 %); session 43 (``moe-variants``, the same method)
+#: Mixtral T = 16 with row-bounded tiles and fused routing too: 697.9 -> 690.0 us (-1.1 %). Its gain is the combine's
+#: tail after down's last unit (~6.6 us at Qwen3 T = 16), so it needs a banded down walk (every small-T walk is banded:
+#: :func:`small_t_band` >= 1). Logs bench/data/moe_combine_handoff_ab_h200_s42.log, moe_variants_h200_s43.log
+SMALL_T_COMBINE_HANDOFF = True
+#: one routing kernel for calls whose routed rows fit one routing chunk (``MoEConfig.fused_routing``: the host still
+#: launches the three routing kernels for larger T, so it is free where it does not apply) in the small-T bucket,
+#: where E fits one chunk (thread e owns expert e; the configuration refuses E > route_chunk). Measured (H200,
+#: session 42, ``moe-ab fused_routing=false,true``, the method above): Qwen3-30B-A3B T = 16 221.0 -> 217.1 us
+#: (-1.8 %), DeepSeek-V2-Lite T = 16 246.9 -> 243.6 (-1.3 %), Mixtral T = 16 678.3 -> 677.0 (-0.2 %); with the
+#: combine handoff on, Qwen3 T = 16 218.1 -> 214.8, DeepSeek T = 16 245.5 -> 241.8. Log
+#: bench/data/moe_fused_routing_ab_h200_s42.log, moe_fused_routing_on_ch_ab_h200_s42.log
+SMALL_T_FUSED_ROUTING = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
 #: ~34 us for a 256-row unit of H = 2048 (1 MB), half that at 128 rows. Measured (H200, session 25,
@@ -314,8 +331,10 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     (128 of h), down 128, 64-deep k stages and each GEMM's walk in bands of :func:`default_bands`
     (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
     and ``GATHER_UNROLL`` vectors in flight per gather thread; programmatic dependent launch
-    (``SMALL_T_PDL``), the gate+up -> down handoff per m-tile (``SMALL_T_HANDOFF``) and, on the 64-row tiles,
-    row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the small-T bucket only.
+    (``SMALL_T_PDL``), the gate+up -> down handoff per m-tile (``SMALL_T_HANDOFF``), the down -> combine
+    handoff (``SMALL_T_COMBINE_HANDOFF``, with pdl), fused routing for one-chunk calls where E fits a routing chunk
+    (``SMALL_T_FUSED_ROUTING``) and, on the 64-row tiles, row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the
+    small-T bucket only.
     """
     if problem.tokens <= SMALL_T:
         tile_m = small_t_tile_m(problem)
@@ -325,7 +344,10 @@ def default_config(problem: MoEProblem) -> MoEConfig:
             cfg = cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
         return cfg.replace(gu_band_m=band, dn_band_m=band,
                            gather_slices=gather_slices_for(problem, cfg.route_chunk), gather_unroll=GATHER_UNROLL,
-                           pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M)
+                           pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M,
+                           combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+                           fused_routing=SMALL_T_FUSED_ROUTING and problem.experts <= cfg.route_chunk
+                           and not cfg.weight_prefetch)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),

@@ -61,10 +61,10 @@ def bucket_of(tokens: int) -> str:
 #: 0.6-1.1 % faster on 5 of the 6 small-T bench cells, equal on the sixth; the small-T heuristic sets it).
 #: ``row_bounded``: the grouped GEMMs load and store only each m-tile's routed rows (3-D tensor maps, session 41).
 #: ``combine_handoff``: the combine reads each term's row once down stored its m-tile (needs pdl; session 42: 0.6-1.0 %
-#: faster at small T, in the shipped small-T entries; :func:`_neighbours` proposes it last, the heuristic leaves it off)
+#: faster at small T, in the shipped small-T entries and the small-T heuristic; :func:`_neighbours` proposes it last)
 #: ``fused_routing``: one routing kernel instead of three for calls with one routing chunk (T * k <= route_chunk;
 #: session 42: 1.3-1.8 % faster at T = 16 for H = 2048; proposed after the other moves, before the combine handoff,
-#: without a weight prefetch; the heuristic leaves it off).
+#: without a weight prefetch; the small-T heuristic sets it where E fits one routing chunk).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -164,7 +164,8 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     launch (neither measured yet), the
     other bucket's tile (with that bucket's tiles and stages), the other k extent (stages scaled to
     the same shared memory), then the pipeline depths, the n-tiles, the epilogue width and each
-    walk's band alone; last, with pdl, the down -> combine handoff (``combine_handoff``: not measured yet).
+    walk's band alone; last the fused routing and, with pdl, the down -> combine handoff (both measured 0.2-1.8 %
+    faster at small T in session 42 and set by the small-T heuristic: the moves turn them off there).
 
     On the small-T path (``small``: T <= 256, 64- or 128-row tiles) the weights are most of the traffic, and the moves that change
     how they stream come first: each GEMM's other measured n-tile(s) at the same depth (where it fits) and
@@ -255,10 +256,10 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     for knob in ("gu_stages", "dn_stages", "gu_tile_n", "dn_tile_n", "epi_n", "gu_band_m", "dn_band_m"):
         for v in near(knob):   # then each walk's band alone
             yield cfg.replace(**{knob: v})
-    for v in near("fused_routing"):   # the fused routing of one-chunk calls: not yet measured (after every measured
-        # move, before the combine handoff); it refuses a weight prefetch (route_fused writes the tables the prefetch reads)
+    for v in near("fused_routing"):   # the fused routing of one-chunk calls (session 42: -0.2 .. -1.8 % at T = 16; after
+        # the other moves, before the combine handoff); it refuses a weight prefetch (route_fused writes the tables the prefetch reads)
         yield cfg.replace(fused_routing=v, weight_prefetch=0 if v else cfg.weight_prefetch)
-    if cfg.pdl:   # the down -> combine handoff: built and verified, not yet measured (after every other move)
+    if cfg.pdl:   # the down -> combine handoff (session 42: -0.6 .. -1.0 % at small T; after every other move)
         for v in near("combine_handoff"):
             yield cfg.replace(combine_handoff=v)
 
