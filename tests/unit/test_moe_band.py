@@ -263,7 +263,8 @@ def test_heuristic_bands_from_the_wave_traffic():
                 want_cfg = small_t_config(tile_m=tile_m).replace(
                     gu_band_m=band, dn_band_m=band, gather_slices=gather_slices_for(p), gather_unroll=GATHER_UNROLL,
                     pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M,
-                    combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+                    # more than one wave of down units, all but Mixtral T = 256 (8 x 1 m-tile x 16 = 128 units)
+                    combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF and (model, t) != ("mixtral", 256),
                     fused_routing=SMALL_T_FUSED_ROUTING and p.experts <= 256)   # E within one 256-row routing chunk
                 if tile_m == 64:   # the narrower gate+up unit (heuristics.SINGLE_TILE_GU_N)
                     want_cfg = want_cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)

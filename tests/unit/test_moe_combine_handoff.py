@@ -386,15 +386,27 @@ def test_pdl_rule_checks_the_combines_early_reads():
 
 
 def test_space_proposes_it_last_and_the_heuristic_sets_it_at_small_t():
-    from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
+    from argus_cutlass.kernels.moe.heuristics import SMALL_T, WAVE_CTAS, default_config, expected_down_units
     from argus_cutlass.kernels.moe.space import KNOBS, _neighbours
 
     assert KNOBS["combine_handoff"] == (False, True)
-    # measured 0.6-1.1 % faster at T = 16 / 256 (sessions 42-43): the small-T bucket (with pdl) has it, large T not
+    # measured 0.6-1.1 % faster at T = 16 / 256 (sessions 42-43), 0.9-4.1 % slower where down is one wave of units
+    # (T = 1, a 64-unit layer): the small-T bucket (with pdl) has it where down has more than one wave, large T not
     for model in ("qwen3-30b-a3b", "mixtral", "deepseek-v2-lite"):
         for t in (1, 16, 100, SMALL_T, SMALL_T + 1, 4096):
             cfg = default_config(MoEProblem.for_model(model, t))
-            assert cfg.combine_handoff == (t <= SMALL_T) and (cfg.pdl or not cfg.combine_handoff), (model, t)
+            multi_wave = expected_down_units(MoEProblem.for_model(model, t), cfg) > WAVE_CTAS
+            assert cfg.combine_handoff == (t <= SMALL_T and multi_wave), (model, t)
+            assert cfg.pdl or not cfg.combine_handoff
+    # the measured cells on each side of the rule
+    for p, want in ((MoEProblem.for_model("qwen3-30b-a3b", 1), False), (MoEProblem(1, 64, 8, 2048, 1024), False),
+                    (MoEProblem(64, 8, 2, 1024, 512), False), (MoEProblem(16, 16, 4, 4096, 4096), True),
+                    (MoEProblem.for_model("qwen3-30b-a3b", 16), True), (MoEProblem.for_model("mixtral", 16), True),
+                    (MoEProblem.for_model("deepseek-v2-lite", 256), True),
+                    # 128-row tiles, 8 experts x 1 m-tile x 16 n-blocks = 128 units: one wave (measured -0.6 %, rounds
+                    # spread 744-807 us: not a gain beyond the noise)
+                    (MoEProblem.for_model("mixtral", 256), False)):
+        assert default_config(p).combine_handoff == want, p
     moves = list(_neighbours(small_t_config().replace(pdl=True), small=True))
     assert moves[-1] == small_t_config().replace(pdl=True, combine_handoff=True)
     assert not any(c.combine_handoff for c in _neighbours(MoEConfig(), small=False))

@@ -59,7 +59,8 @@ def test_heuristic_picks_by_t_bucket():
         want = small_t_config().replace(gu_band_m=band, dn_band_m=band, gather_slices=slices[t],
                                          gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N,
                                          row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M,
-                                         combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+                                         # more than one wave of down units from T = 16 on (T = 1: 8 x 16 = 128)
+                                         combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF and t > 1,
                                          fused_routing=SMALL_T_FUSED_ROUTING)   # E = 128 fits one routing chunk
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
@@ -67,7 +68,7 @@ def test_heuristic_picks_by_t_bucket():
     # about half the experts' weights -> 128-row tiles, bands of ceil(256 / 128) m-tiles
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
         gu_band_m=2, dn_band_m=2, gather_slices=64, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF,
-        row_bounded=128 in SMALL_T_ROW_BOUNDED_TILE_M, combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+        row_bounded=128 in SMALL_T_ROW_BOUNDED_TILE_M, combine_handoff=False,   # 128 down units: one wave
         fused_routing=SMALL_T_FUSED_ROUTING)
     assert default_config(MoEProblem.for_model("mixtral", 128)).tile_m == 64   # 32 rows per expert
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as

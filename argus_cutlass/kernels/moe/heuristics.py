@@ -85,8 +85,9 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
-           "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_m_tiles", "gather_slices_for",
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_COMBINE_HANDOFF", "SMALL_T_FUSED_ROUTING", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
+           "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_down_units", "expected_m_tiles",
+           "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
 #: the largest T of the small-T bucket
@@ -130,9 +131,16 @@ SMALL_T_ROW_BOUNDED_TILE_M = (64,)
 #: entries, every layer checked against fp32 first, 8 interleaved rounds of 20-call medians, L2 flushed):
 #: Qwen3-30B-A3B T = 16 220.3 -> 218.1 us (-1.0 %), DeepSeek-V2-Lite T = 16 246.6 -> 245.2 (-0.6 %), Qwen3 T = 256
 #: 322.2 -> 319.4 (-0.9 %), DeepSeek T = 256 296.3 -> 294.3 (-0.7 %); session 43 (``moe-variants``, the same method)
-#: Mixtral T = 16 with row-bounded tiles and fused routing too: 697.9 -> 690.0 us (-1.1 %). Its gain is the combine's
-#: tail after down's last unit (~6.6 us at Qwen3 T = 16), so it needs a banded down walk (every small-T walk is banded:
-#: :func:`small_t_band` >= 1). Logs bench/data/moe_combine_handoff_ab_h200_s42.log, moe_variants_h200_s43.log
+#: Mixtral T = 16 with row-bounded tiles and fused routing too: 697.9 -> 690.0 us (-1.1 %); heuristic layers (session
+#: 43, ``moe-variants``): E16 k4 H4096 I4096 T = 16 434.0 -> 431.4 us (-0.6 %), Mixtral T = 256 757.1 -> 752.9 (-0.6 %,
+#: rounds spread 744-807), but T = 1 Qwen3-30B-A3B 44.0 -> 45.8 us (+4.1 %) and E64 k8 H2048 I1024 50.2 -> 51.9
+#: (+3.4 %), E8 k2 H1024 I512 T = 64 27.6 -> 27.8 (+0.9 %). Its gain is the combine's tail after down's last unit
+#: (~6.6 us at Qwen3 T = 16): there is a tail to overlap only when the down GEMM has more than one wave of units
+#: (the three slower layers have 64-128 down units for 132 CTAs, all ending together, and the combine's spin
+#: only adds its polling), so it is set where :func:`expected_down_units` exceeds ``WAVE_CTAS``; it also needs a
+#: banded down walk (every small-T walk is banded: :func:`small_t_band` >= 1). Logs
+#: bench/data/moe_combine_handoff_ab_h200_s42.log, moe_variants_mixtral16_h200_s43.log,
+#: moe_variants_ch_fr_heuristic_h200_s43.log
 SMALL_T_COMBINE_HANDOFF = True
 #: one routing kernel for calls whose routed rows fit one routing chunk (``MoEConfig.fused_routing``: the host still
 #: launches the three routing kernels for larger T, so it is free where it does not apply) in the small-T bucket,
@@ -140,7 +148,10 @@ SMALL_T_COMBINE_HANDOFF = True
 #: session 42, ``moe-ab fused_routing=false,true``, the method above): Qwen3-30B-A3B T = 16 221.0 -> 217.1 us
 #: (-1.8 %), DeepSeek-V2-Lite T = 16 246.9 -> 243.6 (-1.3 %), Mixtral T = 16 678.3 -> 677.0 (-0.2 %); with the
 #: combine handoff on, Qwen3 T = 16 218.1 -> 214.8, DeepSeek T = 16 245.5 -> 241.8. Log
-#: bench/data/moe_fused_routing_ab_h200_s42.log, moe_fused_routing_on_ch_ab_h200_s42.log
+#: bench/data/moe_fused_routing_ab_h200_s42.log, moe_fused_routing_on_ch_ab_h200_s42.log; session 43 (heuristic
+#: layers, with the combine handoff on in both): T = 1 Qwen3-30B-A3B 45.8 -> 43.1 us, E64 k8 H2048 I1024 51.9 -> 49.1,
+#: E8 k2 H1024 I512 T = 64 27.8 -> 25.1 (-9.8 %), E16 k4 H4096 I4096 T = 16 431.4 -> 430.7 (log
+#: moe_variants_ch_fr_heuristic_h200_s43.log)
 SMALL_T_FUSED_ROUTING = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
@@ -217,6 +228,20 @@ def expected_m_tiles(problem: MoEProblem, tile_m: int) -> float:
     total = sum(math.exp(log_norm - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(q)
                          + (n - x) * math.log1p(-q)) * -(-x // tile_m) for x in range(lo, hi + 1))
     return problem.experts * total
+
+
+def expected_down_units(problem: MoEProblem, cfg: MoEConfig) -> float:
+    """Expected units of the down GEMM's walk: :func:`expected_m_tiles` at ``cfg.tile_m`` rows times its n-blocks
+    (``ceil(H / cfg.dn_tile_n)``), at the T bucket under uniform routing. At most ``WAVE_CTAS`` means one wave of
+    the persistent grid: every unit ends at about the same time.
+
+    >>> from argus_cutlass.kernels.moe.config import MoEConfig
+    >>> round(expected_down_units(MoEProblem.for_model("qwen3-30b-a3b", 1), MoEConfig(tile_m=64)))   # 8 experts x 16
+    128
+    >>> expected_down_units(MoEProblem.for_model("qwen3-30b-a3b", 16), MoEConfig(tile_m=64)) > WAVE_CTAS
+    True
+    """
+    return expected_m_tiles(problem, cfg.tile_m) * -(-problem.hidden // cfg.dn_tile_n)
 
 
 def small_t_tile_m(problem: MoEProblem) -> int:
@@ -332,7 +357,8 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     (which depend on H, I and the tiles, not on T); both with :func:`gather_slices_for` gather slices
     and ``GATHER_UNROLL`` vectors in flight per gather thread; programmatic dependent launch
     (``SMALL_T_PDL``), the gate+up -> down handoff per m-tile (``SMALL_T_HANDOFF``), the down -> combine
-    handoff (``SMALL_T_COMBINE_HANDOFF``, with pdl), fused routing for one-chunk calls where E fits a routing chunk
+    handoff (``SMALL_T_COMBINE_HANDOFF``, with pdl, where the down GEMM has more than one wave of units:
+    :func:`expected_down_units` > ``WAVE_CTAS``), fused routing for one-chunk calls where E fits a routing chunk
     (``SMALL_T_FUSED_ROUTING``) and, on the 64-row tiles, row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the
     small-T bucket only.
     """
@@ -345,7 +371,8 @@ def default_config(problem: MoEProblem) -> MoEConfig:
         return cfg.replace(gu_band_m=band, dn_band_m=band,
                            gather_slices=gather_slices_for(problem, cfg.route_chunk), gather_unroll=GATHER_UNROLL,
                            pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M,
-                           combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+                           combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF
+                           and expected_down_units(problem, cfg) > WAVE_CTAS,
                            fused_routing=SMALL_T_FUSED_ROUTING and problem.experts <= cfg.route_chunk
                            and not cfg.weight_prefetch)
     cfg = MoEConfig(dtype=problem.dtype)
