@@ -89,14 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in bands]
         problems = [p for p in problems for _ in bands]
         configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
-    if args.pdl:   # pdl and weight_prefetch together (one field each would be a refused combination); pdl off takes the
-        # combine handoff off with it, a weight prefetch the fused routing (MoEConfig refuses either pair)
+    if args.pdl:   # pdl and weight_prefetch together (MoEConfig.with_pdl: pdl off takes the combine handoff off with
+        # it, a weight prefetch the fused routing; one field each would be a refused combination)
         try:
             values = [int(u) for u in args.pdl.split(",") if u]
             if not set(values) <= {0, 1, 4, 8, 16}:
                 raise ValueError(f"pdl values {values}")
-            configs_v = [c.replace(pdl=bool(v), weight_prefetch=v if v > 1 else 0, combine_handoff=c.combine_handoff and v > 0,
-                                   fused_routing=c.fused_routing and v <= 1) for c in configs for v in values]
+            configs_v = [c.with_pdl(bool(v), v if v > 1 else 0) for c in configs for v in values]
         except ValueError as exc:
             ap.error(f"--pdl {args.pdl!r}: expected values of 0, 1, 4, 8, 16 ({exc.__class__.__name__})")
         cells = [c for c in cells for _ in values]

@@ -90,10 +90,9 @@ def test_moe_cell(model, tokens):
     if compare == "lookahead":   # the same configuration with the other work_lookahead
         alts["flipped"] = cfg.replace(work_lookahead=1 - cfg.work_lookahead)
     if compare == "pdl":   # the same configuration with programmatic dependent launch flipped
-        alts["flipped"] = cfg.replace(pdl=not cfg.pdl, weight_prefetch=0)
+        alts["flipped"] = cfg.with_pdl(not cfg.pdl)
     if compare == "pdlw8":   # ... with pdl and 8 k-tiles of weights prefetched before the wait, or neither
-        alts["flipped"] = cfg.replace(pdl=False, weight_prefetch=0) if cfg.pdl else cfg.replace(pdl=True,
-                                                                                                 weight_prefetch=8)
+        alts["flipped"] = cfg.with_pdl(False) if cfg.pdl else cfg.with_pdl(True, 8)
     if compare == "evict":   # the same configuration with the weights' L2 cache hint flipped
         alts["flipped"] = cfg.replace(weights_evict_first=not cfg.weights_evict_first)
     if compare == "handoff":   # the same configuration with the gate+up -> down handoff flipped

@@ -110,11 +110,11 @@ _EVICT_FIRST = [(q, _default(q).replace(weights_evict_first=True))
                 for q in (MoEProblem.for_model("qwen3-30b-a3b", 16), MoEProblem(300, 16, 2, 520, 392))]
 
 
-def _row_bounded(tile_m: int = 64):
-    """The small-T configuration of ``tile_m``-row tiles with row-bounded tiles (MoEConfig.row_bounded)."""
+def _row_bounded(tile_m: int = 64, dtype: str = "bf16"):
+    """The small-T configuration of ``tile_m``-row tiles in ``dtype`` with row-bounded tiles (MoEConfig.row_bounded)."""
     from argus_cutlass.kernels.moe.heuristics import small_t_config
 
-    return small_t_config(tile_m=tile_m).replace(row_bounded=True)
+    return small_t_config(dtype, tile_m=tile_m).replace(row_bounded=True)
 
 
 #: row-bounded tiles (3-D tensor maps, boxes shifted by each m-tile's routed rows): both tile paths, group sizes
@@ -165,16 +165,16 @@ def _prebuilt():
             kernels[k.name] = k
     for q in (MoEProblem(256, 8, 2, 512, 256), MoEProblem(300, 8, 2, 512, 256)):   # the graph-capture layers
         for pdl, wp in ((True, 8), (False, 0)):   # (the small-T heuristic takes pdl since session 23)
-            k = generate(default_config(q).replace(pdl=pdl, weight_prefetch=wp), q, smt=False)
+            k = generate(default_config(q).with_pdl(pdl, wp), q, smt=False)
             kernels[k.name] = k
     for q in (MoEProblem(16, 16, 2, 1024, 512), MoEProblem(700, 16, 2, 1024, 512)):   # the back-to-back layers
         for wp in (0, 16):
-            k = generate(default_config(q).replace(pdl=True, weight_prefetch=wp), q, smt=False)
+            k = generate(default_config(q).with_pdl(True, wp), q, smt=False)
             kernels[k.name] = k
     for q, tile_m, _sizes in _ROW_BOUNDED:
-        k = generate(_row_bounded(tile_m), q, smt=False)
+        k = generate(_row_bounded(tile_m, q.dtype), q, smt=False)
         kernels[k.name] = k
-        k = generate(_row_bounded(tile_m).replace(handoff=False, pdl=False), q, smt=False)
+        k = generate(_row_bounded(tile_m, q.dtype).replace(handoff=False, pdl=False), q, smt=False)
         kernels[k.name] = k
     failed = [a for a in compile_many(list(kernels.values())) if isinstance(a, Exception)]
     assert not failed, failed[0]
@@ -193,6 +193,7 @@ def test_small_t_heuristic_picks_the_small_path():
     from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
     from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_HANDOFF, SMALL_T_PDL, SMALL_T_ROW_BOUNDED_TILE_M
+    from argus_cutlass.kernels.moe.heuristics import SMALL_T_COMBINE_HANDOFF, SMALL_T_FUSED_ROUTING
 
     from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
 
@@ -200,11 +201,13 @@ def test_small_t_heuristic_picks_the_small_path():
         gu_band_m=4, dn_band_m=4, gather_slices=32,   # bands: SMALL_T / 64 m-tiles (heuristics.small_t_band); the
         # gather: 256 rows x 256 vectors / (256 threads x 4) = 64 slices, capped at 4 KB / 128 B = 32 (gather_slices_for)
         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N,
-        row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M)
+        row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M, combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
+        fused_routing=SMALL_T_FUSED_ROUTING)   # down: more than one wave of units; E = 128 fits one routing chunk
     # Mixtral at T = 256: 64 rows per expert on average -> the 128-row small-T tiles (heuristics.small_t_tile_m)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
         gu_band_m=2, dn_band_m=2, gather_slices=64, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL,
-        handoff=SMALL_T_HANDOFF, row_bounded=128 in SMALL_T_ROW_BOUNDED_TILE_M)
+        handoff=SMALL_T_HANDOFF, row_bounded=128 in SMALL_T_ROW_BOUNDED_TILE_M,
+        combine_handoff=False, fused_routing=SMALL_T_FUSED_ROUTING)   # 8 x 1 m-tile x 16 = 128 down units: one wave
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).tile_m == 128
 
 
@@ -246,7 +249,7 @@ def test_row_bounded_tiles(case, routing, plain):
     """Row-bounded tiles: only each m-tile's routed rows are loaded (the box rows past the m-tile zero-filled out of
     the 3-D map's bounds) and stored (the out-of-bound rows clipped), with and without pdl + handoff."""
     p, tile_m, sizes = _ROW_BOUNDED[case]
-    cfg = _row_bounded(tile_m)
+    cfg = _row_bounded(tile_m, p.dtype)
     if plain:
         cfg = cfg.replace(handoff=False, pdl=False)
     chk = run_and_check(_lib(p, cfg), p, routing=routing, sizes=sizes if routing == "sizes" else None)
@@ -342,7 +345,7 @@ def test_cuda_graph_capture(tokens, pdl):
     from argus_cutlass.kernels.moe.heuristics import default_config
 
     p = MoEProblem(tokens, 8, 2, 512, 256)
-    lib = _lib(p, default_config(p).replace(pdl=pdl, weight_prefetch=8 if pdl else 0))
+    lib = _lib(p, default_config(p).with_pdl(pdl, 8 if pdl else 0))
     assert lib.layer.pdl == pdl
     x, ids, w, w13, w2 = make_inputs(p, seed=2)
     ws = torch.empty(lib.workspace_bytes(p.tokens), dtype=torch.uint8, device="cuda")
@@ -578,7 +581,7 @@ def test_pdl_back_to_back(small_t, prefetch):
     from argus_cutlass.kernels.moe.heuristics import default_config
 
     p = MoEProblem(16 if small_t else 700, 16, 2, 1024, 512)
-    lib = _lib(p, default_config(p).replace(pdl=True, weight_prefetch=prefetch))
+    lib = _lib(p, default_config(p).with_pdl(True, prefetch))
     for j, (y, ref) in enumerate(run_back_to_back(lib, p, range(40, 45))):
         assert torch.isfinite(y.float()).all(), j
         rel = float((y.float() - ref).norm() / ref.norm())

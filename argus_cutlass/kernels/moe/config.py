@@ -189,3 +189,17 @@ class MoEConfig(BaseModel):
     def replace(self, **changes: object) -> MoEConfig:
         """A copy with ``changes`` applied (validated again)."""
         return MoEConfig(**{**self.model_dump(), **changes})
+
+    def with_pdl(self, pdl: bool, weight_prefetch: int = 0) -> MoEConfig:
+        """A copy launched with programmatic dependent launch ``pdl`` and ``weight_prefetch`` k-tiles prefetched
+        before the wait, the fields that depend on them following: the combine handoff only with pdl, the fused
+        routing only without a prefetch (each pair is refused by this model's rules; e.g. to flip pdl on a shipped
+        small-T entry, which has both).
+
+        >>> MoEConfig(pdl=True, combine_handoff=True, fused_routing=True).with_pdl(False).combine_handoff
+        False
+        >>> MoEConfig(pdl=True, fused_routing=True).with_pdl(True, 8).fused_routing
+        False
+        """
+        return self.replace(pdl=pdl, weight_prefetch=weight_prefetch, combine_handoff=self.combine_handoff and pdl,
+                            fused_routing=self.fused_routing and not weight_prefetch)
