@@ -37,6 +37,8 @@
 #                                                     # launches left out, then with the m-tiles' padding traffic left out (~2 min)
 #   bash bench/device_pending.sh OUTDIR moe-dram-bytes # ncu DRAM bytes read / written per kernel of the small-T layers (~1 min)
 #   bash bench/device_pending.sh OUTDIR moe-fused [K]  # the fused single-chunk routing's GPU module (pytest -k K)
+#   bash bench/device_pending.sh OUTDIR moe-dynamic [K] # the dynamic (atomic-ticket) walk's GPU module: bitwise vs the
+#                                                     # static walk, edge routings, T = 16 / 256 / 2048, back to back (pytest -k K)
 #   bash bench/device_pending.sh OUTDIR moe-rb-ncu [CELLS] # ncu of row_bounded off / on (default Mixtral T=256, the 128-row
 #                                                     # cell session 41 measured 18.6 % slower row-bounded): time, DRAM / L2
 #                                                     # bytes, TMA-unit and L2 throughput per kernel (~3 min)
@@ -126,7 +128,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-ab moe-variants moe-fused moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-ab moe-variants moe-fused moe-dynamic moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -166,6 +168,11 @@ case "$STEP" in
     # kernels bitwise, the many-chunk fallback, back-to-back calls alternating one-chunk and many-chunk T)
     $PYT -m gpu "$R/tests/gpu/test_moe_fused_routing_gpu.py" ${3:+-k "$3"} -rf --durations=8 2>&1 \
       | tee "$OUT/moe_fused_gpu_tests.log" | tail -20 ;;
+  moe-dynamic)
+    # session 43: the dynamic walk (tests/gpu/test_moe_dynamic_walk_gpu.py: dynamic_walk on vs off bitwise, edge
+    # routings at T = 16, 256, 2048, back-to-back calls on one workspace)
+    $PYT -m gpu "$R/tests/gpu/test_moe_dynamic_walk_gpu.py" ${3:+-k "$3"} -rf --durations=8 2>&1 \
+      | tee "$OUT/moe_dynamic_gpu_tests.log" | tail -20 ;;
   moe-handoff)
     # session 42: the handoff GPU module alone (its fixture builds every layer of the module in one nvcc batch)
     $PYT -m gpu "$R/tests/gpu/test_moe_handoff_gpu.py" ${3:+-k "$3"} -rf --durations=8 2>&1 \

@@ -1007,6 +1007,25 @@ class TileSchedule:
     units and their order are unchanged (``scheduler.bijection`` models the printed loop). The
     consumers' loop is the same either way: they never use the expert, so their read of it is
     dead code to the compiler.
+
+    Dynamic grouped walk (``decomposition`` ``grouped`` with ``slot_bytes`` >= 0; family ``moe``, the
+    MoE config's ``dynamic_walk``): instead of the static ``c, c + grid, ...`` the producer's elected
+    thread takes tickets ``t = atomicAdd(counter, 1 + step_delta)`` from a per-GEMM counter in the
+    layer's workspace (zeroed every call by the routing, rule ``moe.dynamic_walk``); ticket ``t`` is the
+    grouped walk's unit ``t`` (the same m-tile / n-block map, band and raster), and the walk ends on the
+    first ticket ``t >= units`` (``end_test`` ``">="``; ``">"`` is the mutation knob). The producer
+    publishes each unit (and the end marker -1) to the consumer warpgroups through a ring of
+    ``slot_stages`` int32 slots at smem byte ``slot_bytes`` (after the pipeline's mbarriers), each
+    with its own full / empty mbarrier pair: it waits the slot's empty barrier, writes the slot, then
+    arrives on its full barrier (``slot_publish`` ``"before"``: the arrive's release orders the write
+    before the consumers' acquiring wait; ``"after"`` is the mutation knob), then loads the unit's
+    k-tiles through the data pipeline as the static walk does. Every consumer thread waits the slot's
+    full barrier, reads the slot and arrives on its empty barrier (arrival count: every consumer
+    thread, so the producer rewrites a slot only after every thread read it); both warpgroups read
+    every slot (ping-pong: warpgroup ``w`` computes the CTA's units ``j = w mod 2`` and skips the
+    others, as the static walk), so both see the end marker. ``unit_source`` ``"slot"``: the consumers
+    compute the unit the slot holds; ``"static"`` (the mutation knob) recomputes it from their own
+    static walk (blockIdx). Proved by rule ``moe.dynamic_walk``.
     """
 
     raster: str
@@ -1033,9 +1052,26 @@ class TileSchedule:
     reduce_zero_empty: bool = field(default=True, metadata=_CANON_SKIP)
     reduce_release: bool = field(default=True, metadata=_CANON_SKIP)
     reduce_acquire: bool = field(default=True, metadata=_CANON_SKIP)
+    slot_stages: int = field(default=0, metadata=_CANON_SKIP)
+    slot_publish: str = field(default="before", metadata=_CANON_SKIP)
+    unit_source: str = field(default="slot", metadata=_CANON_SKIP)
+    end_test: str = field(default=">=", metadata=_CANON_SKIP)
 
     def __post_init__(self) -> None:
         validate_schedule(self)
+
+    @property
+    def dynamic_grouped(self) -> bool:
+        """The dynamic (atomic-ticket) grouped walk: decomposition ``grouped`` with unit slots."""
+        return self.decomposition == "grouped" and self.slot_bytes >= 0
+
+    @property
+    def slot_ring_bytes(self) -> int:
+        """Bytes of the dynamic grouped walk's unit ring at ``slot_bytes``: ``slot_stages`` full and empty mbarriers
+        (8 bytes each), then ``slot_stages`` int32 slots, rounded up to 8 (0 without the ring)."""
+        if not self.dynamic_grouped:
+            return 0
+        return (16 * self.slot_stages + 4 * self.slot_stages + 7) // 8 * 8
 
     def cluster_k_range(self, rank: int, k_tiles: int) -> tuple[int, int]:
         """Decomposition ``clusterk``: ``(k_start, k_count)`` in k-tiles of the CTA at cluster ``rank``
@@ -1718,9 +1754,22 @@ def validate_schedule(node: TileSchedule) -> None:
                    "splitk, clusterk, dynamic or grouped")
     if not isinstance(node.slot_bytes, int) or isinstance(node.slot_bytes, bool) or node.slot_bytes < -1:
         _dsl_error("dsl.operand", loc, f"slot_bytes {node.slot_bytes!r} must be an int >= -1")
-    if (node.decomposition == "dynamic") != (node.slot_bytes >= 0):
+    if (node.decomposition == "dynamic" and node.slot_bytes < 0) or (
+            node.slot_bytes >= 0 and node.decomposition not in ("dynamic", "grouped")):
         _dsl_error("dsl.operand", loc, f"decomposition {node.decomposition!r} with slot_bytes {node.slot_bytes}: a "
                    "dynamic scheduler publishes its units through smem slots (slot_bytes >= 0), a static one has none")
+    ring = node.decomposition == "grouped" and node.slot_bytes >= 0
+    if not isinstance(node.slot_stages, int) or isinstance(node.slot_stages, bool) or not 0 <= node.slot_stages <= 16:
+        _dsl_error("dsl.operand", loc, f"slot_stages {node.slot_stages!r} must be an int in [0, 16]")
+    if ring != (node.slot_stages >= 1):
+        _dsl_error("dsl.operand", loc, f"slot_stages {node.slot_stages} with decomposition {node.decomposition!r} and "
+                   f"slot_bytes {node.slot_bytes}: the dynamic grouped walk's unit ring has >= 1 stage, nothing else has one")
+    for f, ok in (("slot_publish", ("before", "after")), ("unit_source", ("slot", "static")), ("end_test", (">=", ">"))):
+        v = getattr(node, f)
+        if v not in ok:
+            _dsl_error("dsl.operand", loc, f"{f} {v!r}: expected one of {list(ok)}")
+        if not ring and v != ok[0]:
+            _dsl_error("dsl.operand", loc, f"{f} {v!r} without the dynamic grouped walk (nothing prints it)")
     if not isinstance(node.slot_sync, str):
         _dsl_error("dsl.operand", loc, f"slot_sync {node.slot_sync!r} must be a barrier name prefix (a str)")
     if node.slot_sync and node.decomposition != "dynamic":

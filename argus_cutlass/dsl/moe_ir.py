@@ -661,8 +661,16 @@ class MoELayer:
     combine_handoff_load: str = field(default="cg", metadata=_CANON_SKIP)
     combine_handoff_backoff_ns: int = field(default=128, metadata=_CANON_SKIP)
     combine_handoff_timeout_ms: int = field(default=0, metadata=_CANON_SKIP)
+    #: the routing (route_scan, and route_fused when the routing node is fused) zeroes the ticket counter of each grouped
+    #: GEMM with the dynamic walk (``gu_tickets`` / ``dn_tickets``) every call (True, correct; the mutation knob)
+    tickets_zero: bool = field(default=True, metadata=_CANON_SKIP)
 
     family = "moe"
+
+    def dynamic_parts(self) -> tuple[str, ...]:
+        """The grouped GEMMs that walk their units dynamically (schedule node ``slot_bytes`` >= 0: atomic tickets
+        from their counter ``<gu|dn>_tickets``, rule ``moe.dynamic_walk``)."""
+        return tuple(part for part in ("gate_up", "down") if self.program(part).schedule.dynamic_grouped)
 
     def __post_init__(self) -> None:
         loc = self.routing.loc
@@ -680,6 +688,11 @@ class MoELayer:
         if self.combine_handoff_slot not in ("own", "first"):
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: combine_handoff_slot {self.combine_handoff_slot!r}: "
                        "expected 'own' (thread j waits for slot j's m-tile) or 'first'")
+        if not isinstance(self.tickets_zero, bool):
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: tickets_zero {self.tickets_zero!r} must be a bool")
+        if not self.tickets_zero and not self.dynamic_parts():
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: tickets_zero False without a dynamic walk (no ticket "
+                       "counter to zero: nothing prints it)")
         if self.combine_handoff_load not in ("cg", "nc"):
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: combine_handoff_load {self.combine_handoff_load!r}: "
                        "expected 'cg' (__ldcg, L2) or 'nc' (__ldg)")
@@ -883,7 +896,7 @@ class MoELayer:
         if part == "layer":
             for k in changes:
                 if k not in ("experts", "topk", "hidden", "ffn", "dtype", "tokens_bits", "pdl", "weight_prefetch",
-                             *HANDOFF_FIELDS, *COMBINE_HANDOFF_FIELDS):
+                             "tickets_zero", *HANDOFF_FIELDS, *COMBINE_HANDOFF_FIELDS):
                     raise KeyError(f"MoELayer has no scalar field {k!r}")
             return dataclasses.replace(self, **changes)
         prog = self.program(part)

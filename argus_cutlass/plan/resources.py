@@ -39,6 +39,7 @@ __all__ = [
     "launch_register_cap",
     "smem_breakdown",
     "smem_buffers",
+    "slot_ring_region",
     "smem_total_bytes",
     "swizzle_alignment",
 ]
@@ -68,10 +69,19 @@ def barrier_region(program: Any) -> tuple[int, int]:
     return pipe.barrier_bytes, pipe.barrier_bytes + 2 * pipe.stages * MBARRIER_BYTES
 
 
+def slot_ring_region(program: Any) -> tuple[int, int]:
+    """``[start, end)`` bytes of the dynamic grouped walk's unit ring (schedule node ``slot_bytes``, its
+    ``slot_stages`` full / empty mbarriers and int32 slots; ``(0, 0)`` for every other scheduler)."""
+    sch = getattr(program, "schedule", None)
+    ring = getattr(sch, "slot_ring_bytes", 0) if sch is not None else 0
+    return (sch.slot_bytes, sch.slot_bytes + ring) if ring else (0, 0)
+
+
 def smem_total_bytes(program: Any) -> int:
     """Dynamic shared memory the generated kernel asks for: ``kSmemBytes = barrier_bytes +
-    2 * stages * 8 + 1024`` (``templates/gemm/traits.j2``)."""
-    return barrier_region(program)[1] + BASE_ALIGN_BYTES
+    2 * stages * 8 + 1024`` (``templates/gemm/traits.j2``); with the dynamic grouped walk's unit ring
+    the ring's end instead of the barriers' when it lies past them (``kSmemUnitRing + kUnitRingBytes + 1024``)."""
+    return max(barrier_region(program)[1], slot_ring_region(program)[1]) + BASE_ALIGN_BYTES
 
 
 @dataclass(frozen=True)
@@ -118,7 +128,8 @@ def smem_breakdown(program: Any) -> SmemBreakdown:
         t = program.tensor(name)
         stage[name] = t.size_bytes // max(1, int(t.shape[-1]))
     padding = pipe.barrier_bytes - sum(bufs.values())
-    return SmemBreakdown(bufs, stage, pipe.stages, padding, 2 * pipe.stages * MBARRIER_BYTES, BASE_ALIGN_BYTES)
+    barriers = max(barrier_region(program)[1], slot_ring_region(program)[1]) - pipe.barrier_bytes
+    return SmemBreakdown(bufs, stage, pipe.stages, padding, barriers, BASE_ALIGN_BYTES)
 
 
 def accumulator_registers(program: Any) -> int:

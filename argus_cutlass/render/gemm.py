@@ -111,8 +111,10 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
                                "n block and advances along k, with no head mode and no shift")
         if p.schedule.longest_first:
             raise KeyError("schedule.longest_first walks attention's query blocks; the GEMM walk is CUTLASS's raster")
-        if p.schedule.decomposition == "dynamic" or p.schedule.slot_bytes != -1:
-            raise KeyError("the dynamic scheduler (unit slots in smem) belongs to the attention template")
+        if p.schedule.decomposition == "dynamic" or (p.schedule.slot_bytes != -1 and not (
+                p.family == "moe" and p.schedule.dynamic_grouped)):
+            raise KeyError("the dynamic scheduler (unit slots in smem) belongs to the attention template and the MoE "
+                           "family's grouped GEMMs (the dynamic walk)")
         if p.mask is not None or p.softmax is not None or p.output is not None:
             raise KeyError("mask / softmax / row output nodes belong to the attention family")
         by_name = {la.name: la, lb.name: lb}

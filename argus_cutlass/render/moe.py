@@ -19,6 +19,8 @@ from argus_cutlass.render.gemm import gemm_context
 __all__ = ["LAYER_TEMPLATE", "handoff_view", "index_expr", "moe_context", "render_moe"]
 
 LAYER_TEMPLATE = "moe/layer.cu.j2"
+#: each grouped GEMM's ticket counter (workspace region) under the dynamic walk
+TICKETS = {"gate_up": "gu_tickets", "down": "dn_tickets"}
 GEMM_PART_TEMPLATE = "moe/gemm.j2"
 
 
@@ -125,6 +127,10 @@ def moe_context(layer: MoELayer, verified: tuple[str, ...] = ()) -> dict:
         **{f"{pre}_row_bound": layer.program(part).row_bounded for pre, part in (("gu", "gate_up"), ("dn", "down"))},
         # a wgmma N outside CuTe's default set in either GEMM: its arch struct's header (gemm/traits.j2 prints it)
         "mma_extended": any(layer.program(part).mma.op.extended_shape for part in ("gate_up", "down")),
+        # the ticket counters of the grouped GEMMs with the dynamic walk (route_scan / route_fused zero them, each
+        # GEMM's run_grouped takes its own; rule moe.dynamic_walk)
+        "tickets": [TICKETS[part] for part in layer.dynamic_parts()],
+        "tickets_args": "".join(f", {TICKETS[part]}" for part in layer.dynamic_parts()),
     }
 
 

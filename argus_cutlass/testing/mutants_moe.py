@@ -154,6 +154,14 @@ GPU_PROBLEMS: dict[str, GpuProblem] = {
             "213 rows (partial first m-tiles of 2, 1 and 21 rows: the padding before the routed rows) and two empty experts"),
     "small128_rb_uniform300": GpuProblem(
         "small128_rb", 300, default=True, why="row-bounded 128-row tiles: 600 routed rows, one partial m-tile per group"),
+    # the dynamic walk (MoEConfig.dynamic_walk)
+    "small64_dw_uniform300": GpuProblem(
+        "small64_dw", 300, default=True, why="the dynamic walk's default: 600 routed rows, 16 m-tiles of 64 rows, both "
+                               "handoffs; the runner poisons the workspace (0xFF), so a ticket counter not zeroed starts at -1"),
+    "small64_dw_many_units": GpuProblem(
+        "small64_dw", 4096, "skewed",
+        why="8192 routed rows, one hot expert: ~130 m-tiles, more units than CTAs in both GEMMs, so CTAs take several "
+            "tickets each and the down producers wait on gate+up m-tiles their tickets name"),
     # fused routing (session 42): T * k <= route_chunk (256) takes route_fused; T = 300 (600 rows) would not
     "small_fr_uniform100": GpuProblem(
         "small_fr", 100, default=True, why="one routing chunk (200 routed rows <= 256): the host launches route_fused"),

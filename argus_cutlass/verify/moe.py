@@ -111,6 +111,9 @@ MOE_RULES = {
                 "or the previous call's) happens after that kernel completed"),
     "moe.handoff": ("M11", "gate+up -> down per m-tile: down reads an m-tile's h after every gate+up unit of it "
                     "stored its rows (complete, fenced, released); the counters start at 0 every call"),
+    "moe.dynamic_walk": ("M14", "dynamic walk: every unit 0..units-1 taken exactly once by the tickets (atomicAdd, end on "
+                         "t >= units), published to the consumers through the smem ring in the producer's order, "
+                         "the counter zeroed every call before its first ticket"),
     "moe.combine_handoff": ("M13", "down -> combine per m-tile: the combine reads a term's row of out after every "
                             "down unit of that row's m-tile stored it (complete, fenced, released) and it waited on "
                             "that m-tile, through loads that cannot be stale; the counters start at 0 every call"),
@@ -1422,6 +1425,8 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
     ("route_scan", "tile_ready", "w", "handoff", "zeroes tile_ready[base_e + i]"),
     ("route_scan", "out_ready", "w", "combine_handoff", "zeroes out_ready[base_e + i]"),
     ("route_scan", "tile_rows", "w", "row_bound", "writes tile_rows[base_e + i]"),
+    ("route_scan", "gu_tickets", "w", "tickets_zero_gate_up", "zeroes gu_tickets[0] (dynamic walk)"),
+    ("route_scan", "dn_tickets", "w", "tickets_zero_down", "zeroes dn_tickets[0] (dynamic walk)"),
     ("route_permute", "ids", "r", "", "reads ids[s], s < rows"),
     ("route_permute", "block_counts", "r", "", "reads block_counts[chunk * E + e]"),
     ("route_permute", "counts", "r", "padding_before", "reads counts[e] (routing group_padding 'before')"),
@@ -1440,6 +1445,8 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
     ("route_fused", "tile_ready", "w", "handoff", "zeroes tile_ready[base_e + i] (CTA y == 0)"),
     ("route_fused", "out_ready", "w", "combine_handoff", "zeroes out_ready[base_e + i] (CTA y == 0)"),
     ("route_fused", "tile_rows", "w", "row_bound", "writes tile_rows[base_e + i] (CTA y == 0)"),
+    ("route_fused", "gu_tickets", "w", "tickets_zero_gate_up", "zeroes gu_tickets[0] (CTA y == 0, dynamic walk)"),
+    ("route_fused", "dn_tickets", "w", "tickets_zero_down", "zeroes dn_tickets[0] (CTA y == 0, dynamic walk)"),
     ("route_fused", "permuted_row", "w", "", "writes permuted_row[s], s < rows (CTA y == 0)"),
     ("route_fused", "xs", "w", "", "writes xs[pos * H + col]"),
     ("gate_up", "xs", "r", "", "reads A through its tensor map (padded_rows x K)"),
@@ -1449,6 +1456,7 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
     ("gate_up", "tile_ready", "w", "handoff", "adds to tile_ready[tm] (red.release.gpu)"),
     ("gate_up", "tile_rows", "r", "row_bound", "reads tile_rows[tm], tm < tiles_m"),
     ("gate_up", "h", "w", "", "writes D through its tensor map (padded_rows x N)"),
+    ("gate_up", "gu_tickets", "rw", "tickets_gate_up", "takes tickets atomicAdd(gu_tickets, 1) (dynamic walk)"),
     ("down", "h", "r", "", "reads A through its tensor map (padded_rows x K)"),
     ("down", "w2", "r", "", "reads B through its tensor map"),
     ("down", "tile_expert", "r", "", "reads tile_expert[tm], tm < tiles_m"),
@@ -1457,6 +1465,7 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
     ("down", "out_ready", "w", "combine_handoff", "adds to out_ready[tm] (red.release.gpu)"),
     ("down", "tile_rows", "r", "row_bound", "reads tile_rows[tm], tm < tiles_m"),
     ("down", "out", "w", "", "writes D through its tensor map (padded_rows x N)"),
+    ("down", "dn_tickets", "rw", "tickets_down", "takes tickets atomicAdd(dn_tickets, 1) (dynamic walk)"),
     ("combine", "out", "r", "", "reads out[row * H + col]"),
     ("combine", "permuted_row", "r", "", "reads permuted_row[t * k + j]"),
     ("combine", "weights", "r", "", "reads weights[t * k + j]"),
@@ -1467,6 +1476,7 @@ LAYER_ACCESSES: tuple[tuple[str, str, str, str, str], ...] = (
 #: :data:`LAYER_ACCESSES` are the caller's arguments)
 WORKSPACE_ELEMS = {"block_counts": "int32_t", "counts": "int32_t", "offsets": "RowIndex", "tile_expert": "int32_t",
                    "tiles_m": "int32_t", "tile_ready": "int32_t", "out_ready": "int32_t", "tile_rows": "int32_t",
+                   "gu_tickets": "int32_t", "dn_tickets": "int32_t",
                    "permuted_row": "RowIndex",
                    "xs": "Element", "out": "Element", "h": "Element"}
 #: buffers one name stands for in moe.pdl's chain: the down GEMM's ``out`` reuses the xs bytes (workspace alias)
@@ -1539,6 +1549,10 @@ def _printed(layer: MoELayer, kernel: str, when: str) -> bool:
     if when == "row_bound":
         return (bool(layer.routing.tile_rows) if kernel in ("route_scan", "route_fused")
                 else bool(row_bound_parts(layer).get(kernel)))
+    if when.startswith("tickets_zero_"):   # the routing zeroes a dynamic GEMM's counter (layer node tickets_zero)
+        return when[len("tickets_zero_"):] in layer.dynamic_parts() and bool(layer.tickets_zero)
+    if when.startswith("tickets_"):        # a grouped GEMM with the dynamic walk takes tickets from its counter
+        return when[len("tickets_"):] in layer.dynamic_parts()
     raise ValueError(f"LAYER_ACCESSES condition {when!r}")
 
 
@@ -1621,7 +1635,8 @@ def pdl_pre_wait(layer: MoELayer) -> dict[str, tuple[str, ...]]:
     adds to ``out_ready``) and every access of the combine with ``combine_handoff`` (:data:`COMBINE_HANDOFF_PRE_WAIT`)."""
     pre = dict(PDL_PRE_WAIT) if not layer.weight_prefetch else {**PDL_PRE_WAIT, **PDL_PREFETCH_READS}
     if layer.handoff and layer.pdl:
-        pre["down"] = HANDOFF_DOWN_PRE_WAIT + (("out_ready",) if layer.combine_handoff else ())
+        pre["down"] = (HANDOFF_DOWN_PRE_WAIT + (("out_ready",) if layer.combine_handoff else ())
+                       + (("dn_tickets",) if "down" in layer.dynamic_parts() else ()))
     if layer.combine_handoff and layer.pdl:
         pre["combine"] = COMBINE_HANDOFF_PRE_WAIT
     for part in set(row_bound_kernels(layer)) - {"route_scan"}:
@@ -2452,6 +2467,8 @@ def workspace_needs(layer: MoELayer, tokens: Any) -> dict[str, tuple[Any, str, s
         "tile_ready": (tiles, "route_scan", "tile_ready[tiles_m - 1] = 0 of the routing with the most m-tiles"),
         "out_ready": (tiles, "route_scan", "out_ready[tiles_m - 1] = 0 of the routing with the most m-tiles"),
         "tile_rows": (tiles, "route_scan", "tile_rows[tiles_m - 1] of the routing with the most m-tiles"),
+        "gu_tickets": (1 + 0 * q["rows"], "gate_up", "atomicAdd(gu_tickets, 1): gu_tickets[0]"),
+        "dn_tickets": (1 + 0 * q["rows"], "down", "atomicAdd(dn_tickets, 1): dn_tickets[0]"),
         "permuted_row": (q["rows"], "route_permute", "permuted_row[rows - 1]"),
         "xs": (q["padded_rows"] * gu_k, "gate_up", f"its A tensor map: padded_rows x {gu_k} (K)"),
         "out": (q["padded_rows"] * dn_n, "down", f"its D tensor map: padded_rows x {dn_n} (N)"),
@@ -2808,6 +2825,7 @@ def verify_moe(layer: MoELayer, *, smt: bool = True, smt_timeout_ms: int | None 
     run.add("enum", "moe.handoff", _check_handoff, layer, cases)
     run.add("enum", "moe.combine_handoff", _check_combine_handoff, layer, cases)
     run.add("enum", "moe.workspace", _check_workspace, layer, cases)
+    run.add("enum", "moe.dynamic_walk", _check_dynamic_walk, layer, cases)
     if smt:
         from argus_cutlass.settings import settings
 
@@ -2843,3 +2861,316 @@ def dataclass_prefix(x: Any, part: str) -> Any:
     if isinstance(x, Violation):
         return dataclasses.replace(x, message=f"[{part}] {x.message}")
     return x
+
+
+# ------------------------------------------------------------------------------------------ dynamic walk
+
+#: the CTA-local unit counts (before the end marker) the ring protocol of rule moe.dynamic_walk is explored for: up to
+#: this many more than the ring's stages (every slot reused at least twice)
+DYN_RING_EXTRA = 2
+#: data-pipeline k-tiles per unit and stages of the abstract data pipeline the ring protocol is explored with
+DYN_K_TILES = (1, 2, 3)
+DYN_DATA_STAGES = 2
+
+
+def dynamic_tickets(units: int, grid: int, step: int, end_test: str) -> tuple[list[int], int] | str:
+    """The tickets the printed producers take as units, and the counter's value after the kernel, for ``units``
+    units on ``grid`` CTAs: every CTA's elected producer thread takes ``t = atomicAdd(counter, step)`` until its
+    first ticket failing the end test (``t >= units``, or ``t > units`` for end_test ``">"``); whatever the order of
+    the CTAs' atomics, the values handed out are ``0, step, 2 step, ...`` (each once), so the units taken are those of
+    them passing the test and every CTA's last (failing) ticket is one of the values after them. A string: the walk
+    never ends."""
+    if step < 1:
+        return f"atomicAdd(counter, {step}) never advances the counter: the CTAs never leave their walk"
+    passes = (lambda t: t < units) if end_test == ">=" else (lambda t: t <= units)
+    taken = []
+    t = 0
+    while passes(t):
+        taken.append(t)
+        t += step
+    return taken, t + step * (grid - 1) + step   # one failing ticket per CTA: the counter past the last
+
+
+def explore_unit_ring(slots: int, units: int, pingpong: bool, publish: str, k_tiles: int,
+                      data_stages: int = DYN_DATA_STAGES) -> tuple[int, tuple[str, str, tuple[str, ...]] | None]:
+    """Every interleaving of the printed dynamic walk's producer and its two consumer warpgroups in one CTA that takes
+    ``units`` units (then the end marker), with the mbarrier semantics of PTX ISA 9.7.13.15 (a wait on parity P passes
+    once the barrier's completed phases have parity != P; the unit ring's full barrier completes on the producer's one
+    arrival, its empty barrier on every consumer's; the data pipeline's full barrier on the producer's fill, its empty
+    barrier on the owning warpgroups' releases). Producer: per published index i, wait the slot's empty barrier, write
+    the slot and arrive on its full barrier (``publish`` ``"before"``; ``"after"``: arrive, then write), then (a unit)
+    fill ``k_tiles`` data stages. Each consumer warpgroup (one thread stands for its 128: each thread reads the slot
+    before its own arrival, and the empty barrier counts all of them): per index i wait the slot's full barrier, read
+    it, arrive on its empty barrier; stop on the end marker; compute its units (cooperative: every unit, ping-pong:
+    i = w mod 2) by waiting and releasing their ``k_tiles`` data stages, skipping the others'. Returns ``(states,
+    None)`` when every read returns the index published for it and nothing deadlocks, else ``(states, (kind, detail,
+    trace))``."""
+    from collections import deque
+
+    n_pub = units + 1
+    wgs = 2
+    owners = [(0, 1) if not pingpong else (i % 2,) for i in range(units)]
+    # producer program: per index i: ("wait", i), then the two publish steps, then k_tiles fills (a unit)
+    prod: list[tuple[str, int]] = []
+    for i in range(n_pub):
+        prod.append(("wait_empty", i))
+        prod += [("write", i), ("arrive", i)] if publish == "before" else [("arrive", i), ("write", i)]
+        if i < units:
+            prod += [("fill", i * k_tiles + k) for k in range(k_tiles)]
+    cons: list[list[tuple[str, int]]] = []
+    for w in range(wgs):
+        prog: list[tuple[str, int]] = []
+        for i in range(n_pub):
+            prog += [("wait_full", i), ("read", i), ("arrive_empty", i)]
+            if i < units and w in owners[i]:
+                for k in range(k_tiles):
+                    prog += [("dwait", i * k_tiles + k), ("drelease", i * k_tiles + k)]
+        cons.append(prog)
+    fills_per_stage_readers = {}
+    for i in range(units):
+        for k in range(k_tiles):
+            fills_per_stage_readers[i * k_tiles + k] = len(owners[i])
+    # state: (pc_p, pc_c0, pc_c1, ring_full[slots] (phases), ring_empty_arr[slots], ring_empty_ph[slots],
+    #         slot[slots] (published index or -2), data_full[S] phases, data_empty_arr[S], data_empty_ph[S],
+    #         read0, read1 (last value read by each consumer, per its last read))
+    S = data_stages
+    init = (0, 0, 0) + (0,) * slots + (0,) * slots + (0,) * slots + (-2,) * slots + (0,) * S + (0,) * S + (0,) * S
+    o_rf, o_rea, o_rep, o_slot = 3, 3 + slots, 3 + 2 * slots, 3 + 3 * slots
+    o_df, o_dea, o_dep = 3 + 4 * slots, 3 + 4 * slots + S, 3 + 4 * slots + 2 * S
+    parent: dict[tuple, Any] = {init: None}
+    queue = deque([init])
+
+    def trace(st: tuple) -> tuple[str, ...]:
+        out = []
+        while parent[st] is not None:
+            st, step = parent[st]
+            out.append(step)
+        return tuple(reversed(out))
+
+    def passes(phases: int, parity: int) -> bool:
+        return (phases & 1) != parity
+
+    while queue:
+        st = queue.popleft()
+        moves = []
+        pc = st[0]
+        if pc < len(prod):
+            kind, i = prod[pc]
+            f = list(st)
+            if kind == "wait_empty":
+                s_ = i % slots
+                if passes(st[o_rep + s_], 1 - ((i // slots) & 1)):
+                    f[0] += 1
+                    moves.append((tuple(f), f"P: wait unit_empty[{s_}] for index {i}"))
+            elif kind == "write":
+                f[o_slot + i % slots] = i
+                f[0] += 1
+                moves.append((tuple(f), f"P: unit_slot[{i % slots}] = {'end' if i == units else i}"))
+            elif kind == "arrive":
+                f[o_rf + i % slots] += 1
+                f[0] += 1
+                moves.append((tuple(f), f"P: arrive unit_full[{i % slots}] (index {i})"))
+            else:   # fill data fill number i (stage i % S): wait its empty (parity), then the fill completes it
+                s_ = i % S
+                if passes(st[o_dep + s_], 1 - ((i // S) & 1)):
+                    f[o_df + s_] += 1
+                    f[0] += 1
+                    moves.append((tuple(f), f"P: fill data stage {s_} (fill {i})"))
+        for w in range(wgs):
+            pcw = st[1 + w]
+            if pcw >= len(cons[w]):
+                continue
+            kind, i = cons[w][pcw]
+            f = list(st)
+            if kind == "wait_full":
+                if passes(st[o_rf + i % slots], (i // slots) & 1):
+                    f[1 + w] += 1
+                    moves.append((tuple(f), f"C{w}: wait unit_full[{i % slots}] for index {i}"))
+            elif kind == "read":
+                got = st[o_slot + i % slots]
+                if got != i:
+                    what = "never written" if got == -2 else f"index {got}'s {'end marker' if got == units else 'unit'}"
+                    return len(parent), ("stale", f"consumer warpgroup {w} reads unit_slot[{i % slots}] for the CTA's "
+                                         f"unit {i} and finds {what}", trace(st) + (f"C{w}: read unit_slot[{i % slots}]",))
+                f[1 + w] += 1
+                moves.append((tuple(f), f"C{w}: read unit_slot[{i % slots}] = {'end' if i == units else i}"))
+            elif kind == "arrive_empty":
+                s_ = i % slots
+                a = st[o_rea + s_] + 1
+                if a == wgs:
+                    f[o_rea + s_], f[o_rep + s_] = 0, st[o_rep + s_] + 1
+                else:
+                    f[o_rea + s_] = a
+                f[1 + w] += 1
+                moves.append((tuple(f), f"C{w}: arrive unit_empty[{s_}]"))
+            elif kind == "dwait":
+                s_ = i % S
+                if passes(st[o_df + s_], (i // S) & 1):
+                    f[1 + w] += 1
+                    moves.append((tuple(f), f"C{w}: wait data stage {s_} (fill {i})"))
+            else:   # drelease
+                s_ = i % S
+                a = st[o_dea + s_] + 1
+                if a == fills_per_stage_readers[i]:
+                    f[o_dea + s_], f[o_dep + s_] = 0, st[o_dep + s_] + 1
+                else:
+                    f[o_dea + s_] = a
+                f[1 + w] += 1
+                moves.append((tuple(f), f"C{w}: release data stage {s_} (fill {i})"))
+        if not moves and (pc < len(prod) or any(st[1 + w] < len(cons[w]) for w in range(wgs))):
+            at = [f"producer at {prod[pc] if pc < len(prod) else 'end'}"] + [
+                f"consumer {w} at {cons[w][st[1 + w]] if st[1 + w] < len(cons[w]) else 'end'}" for w in range(wgs)]
+            return len(parent), ("deadlock", "every role waits forever (" + ", ".join(at) + ")", trace(st))
+        for nxt, step in moves:
+            if nxt not in parent:
+                parent[nxt] = (st, step)
+                queue.append(nxt)
+    return len(parent), None
+
+
+def _dyn_viol(part: str, message: str, where: str, want: str, got: str, hint: str, *, params: dict | None = None,
+              element: dict | None = None, thread: dict | None = None, trace: tuple[str, ...] = ()) -> Violation:
+    cex = _cex("moe.dynamic_walk", where, want, got, element=element, thread=thread, params=params)
+    if trace:
+        import dataclasses
+
+        cex = dataclasses.replace(cex, trace=tuple(trace[-24:]))
+    return _viol("moe.dynamic_walk", f"{part}: {message}", cex, where, hint)
+
+
+def _check_dynamic_walk(layer: MoELayer, cases: list) -> tuple[list[Proof], list[Violation]]:
+    """``moe.dynamic_walk`` (M14), per grouped GEMM with the dynamic walk (schedule node ``slot_bytes`` >= 0):
+
+    * tickets: :func:`dynamic_tickets` -- the tickets taken as units are exactly ``0 .. units - 1``, each once, for
+      every unit count of the routing cases and 0..12 and every grid 1..units + 2 (whatever the order of the CTAs'
+      atomics: the values handed out are 0, 1, 2, ... each once), so the walk's units are the static walk's (the
+      m-tile / n-block map ``scheduler.bijection`` / ``moe.group_tiles`` prove; every m-tile's handoff signals, rules
+      ``moe.handoff`` / ``moe.combine_handoff``, unchanged);
+    * the counter is zeroed every call (layer node ``tickets_zero``; route_scan and route_fused print it) -- else a
+      second call starts past the first's tickets; its zeroing is ordered before the first ticket by ``moe.pdl``
+      (LAYER_ACCESSES: route_scan / route_fused write it, the GEMM reads and writes it, before its wait when it waits
+      last);
+    * the consumers compute the unit the slot holds (``unit_source`` ``"slot"``), never one recomputed from their own
+      static walk;
+    * the unit ring: :func:`explore_unit_ring` over every interleaving for ring stages as printed, 0..stages + 2 units,
+      ping-pong or cooperative as printed, 1..3 k-tiles per unit: every consumer read returns the index published for
+      it (the end marker included), nothing deadlocks;
+    * the ring lies after the pipeline's mbarriers, 8-byte aligned, inside ``kSmemBytes`` (``smem.capacity`` counts
+      it: :func:`argus_cutlass.plan.resources.smem_total_bytes`).
+    """
+    from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, barrier_region, slot_ring_region, smem_total_bytes
+
+    parts = layer.dynamic_parts()
+    if not parts:
+        return [Proof("moe.dynamic_walk", "M14", "enum", "no grouped GEMM walks dynamically (both static walks: "
+                      "scheduler.bijection / moe.group_tiles)", points=0)], []
+    bad: list[Violation] = []
+    summary = []
+    points = 0
+    for part in parts:
+        prog = layer.program(part)
+        sch = prog.schedule
+        where = f"{part} schedule node (moe/work.j2, gemm/mainloop.j2 producer, gemm/kernel_body.j2 consumers)"
+        lo, hi = slot_ring_region(prog)
+        b_end = barrier_region(prog)[1]
+        if lo < b_end or lo % 8 or sch.slot_stages < 1 or smem_total_bytes(prog) > SMEM_LIMIT_BYTES:
+            bad.append(_dyn_viol(part, f"the unit ring [{lo}, {hi}) must start 8-byte aligned at or after the pipeline's "
+                                 f"mbarriers' end {b_end} and fit {SMEM_LIMIT_BYTES} bytes with the rest "
+                                 f"(kSmemBytes = {smem_total_bytes(prog)})", where, f">= {b_end}, 8-aligned",
+                                 f"{lo}", "place the ring after the mbarriers (slot_bytes = barrier_bytes + 16 x stages)",
+                                 element={"smem_byte": lo}))
+            continue
+        step = 1 + sch.step_delta
+        unit_counts = sorted({int(simulate_routing(layer, ids)["tiles_m"]) * -(-printed_extent(layer, part, "n")
+                                                                          // prog.epilogue.tile_n)
+                              for _l, ids in cases[:8]} | set(range(1, 13)))
+        for units in unit_counts:
+            for grid in range(1, min(units, 16) + 3):
+                points += 1
+                got = dynamic_tickets(units, grid, step, sch.end_test)
+                if isinstance(got, str):
+                    bad.append(_dyn_viol(part, got, where, "a finite walk", got, "take tickets with atomicAdd(counter, 1)",
+                                         params={"units": units, "grid": grid, "step_delta": sch.step_delta}))
+                    break
+                taken, _end = got
+                if taken != list(range(units)):
+                    extra = sorted(set(taken) - set(range(units)))
+                    missing = sorted(set(range(units)) - set(taken))
+                    what = (f"ticket {extra[0]} passes the end test t {sch.end_test} units as a unit ({units} units): "
+                            f"Scheduler::take({extra[0]}) is no unit of the walk (current() finds u >= units: tile "
+                            f"(0, 0) again, its output stored and its handoff signalled twice)" if extra else
+                            f"unit {missing[0]} is never taken (tickets step {step})")
+                    bad.append(_dyn_viol(part, f"{units} units on {grid} CTAs: {what}", where,
+                                         f"the tickets 0..{units - 1}, each once", f"tickets {taken[:8]}",
+                                         "end the walk on the first ticket t >= units; atomicAdd(counter, 1)",
+                                         params={"units": units, "grid": grid, "end_test": sch.end_test,
+                                                 "step_delta": sch.step_delta},
+                                         element={"ticket": (extra or missing)[0]},
+                                         thread={"cta": grid - 1, "threadIdx": 0, "role": "producer (elected)"}))
+                    break
+            if bad and bad[-1].rule == "moe.dynamic_walk" and part in bad[-1].message:
+                break
+        if bad:
+            continue
+        if not layer.tickets_zero:
+            _l, ids = cases[0]
+            units = int(simulate_routing(layer, ids)["tiles_m"]) * -(-printed_extent(layer, part, "n")
+                                                                      // prog.epilogue.tile_n)
+            grid = max(1, min(units, SIM_CTAS))
+            _taken, end = dynamic_tickets(units, grid, step, sch.end_test)
+            bad.append(_dyn_viol(part, f"the ticket counter {'gu' if part == 'gate_up' else 'dn'}_tickets is never "
+                                 f"zeroed (layer node tickets_zero False): after a call of {units} units on {grid} CTAs "
+                                 f"it holds {end}, so the next call's first ticket is {end} >= its {units} units and "
+                                 "no unit of it is computed (its output keeps the previous call's)",
+                                 "route_scan / route_fused (layer.cu.j2)", "counter = 0 at every call's first ticket",
+                                 f"counter = {end} at call 2",
+                                 "zero the counter where route_scan writes *tiles_m (layer node tickets_zero)",
+                                 params={"call": 2, "units": units, "grid": grid},
+                                 element={"region": f"{'gu' if part == 'gate_up' else 'dn'}_tickets", "index": 0},
+                                 thread={"cta": 0, "threadIdx": 0, "role": f"{part} producer, call 2"}))
+            continue
+        pingpong = prog.schedule.consumer_stride == 2
+        if sch.unit_source != "slot":
+            # grid 2, 3 units: CTA 0 takes ticket 0 and is slow; CTA 1 takes 1 and 2 (then 3, the end)
+            static = [1, 1 + 2] if not pingpong else [1]
+            bad.append(_dyn_viol(part, "the consumers compute their units from their own static walk (blockIdx.x + j "
+                                 "gridDim.x, schedule node unit_source 'static'), not from the slot: with 3 units on 2 "
+                                 "CTAs and the atomics in the order CTA 0: 0, CTA 1: 1, CTA 1: 2, CTA 1's producer loads "
+                                 f"units 1, 2 while its consumers compute units {static} (ticket 2's k-tiles multiplied "
+                                 "and stored as another tile, unit 2 never stored)",
+                                 "gemm/kernel_body.j2 consumer loop", "Work w = sched.take(p, t) of the slot's t",
+                                 "Work w = sched.current(p) (static)", "take the slot's unit: sched.take(p, t)",
+                                 params={"units": 3, "grid": 2, "atomics": "CTA0:0, CTA1:1, CTA1:2"},
+                                 thread={"cta": 1, "threadIdx": 128, "role": "consumer warpgroup 0"}))
+            continue
+        states = 0
+        for units in range(sch.slot_stages + DYN_RING_EXTRA + 1):
+            for kt in DYN_K_TILES:
+                n, badr = explore_unit_ring(sch.slot_stages, units, pingpong, sch.slot_publish, kt)
+                states += n
+                if badr is not None:
+                    kind, detail, tr = badr
+                    bad.append(_dyn_viol(part, f"unit ring ({sch.slot_stages} slots, {units} units then the end marker, "
+                                         f"{kt} k-tiles each, {'ping-pong' if pingpong else 'cooperative'}): {kind}: "
+                                         f"{detail}", "the unit ring (gemm/mainloop.j2 producer, gemm/kernel_body.j2 "
+                                         "consumers)", "every read finds the unit published for it; no deadlock",
+                                         detail, "write the slot before the arrive on its full barrier (its release "
+                                         "orders the write before the consumers' acquiring wait)",
+                                         params={"units": units, "k_tiles": kt, "slot_publish": sch.slot_publish},
+                                         thread={"cta": 0, "threadIdx": 0, "role": "producer / consumers"}, trace=tr))
+                    break
+            if bad and part in bad[-1].message:
+                break
+        if bad and part in bad[-1].message:
+            continue
+        points += states
+        summary.append(f"{part}: tickets 0..units-1 each once for {len(unit_counts)} unit counts (routing cases and "
+                       f"0..12) x grids 1..units+2 (the values atomicAdd hands out are 0, 1, 2, ... in any order: all "
+                       f"sizes); counter zeroed every call by {'route_scan / route_fused' if layer.routing.fused else 'route_scan'} "
+                       f"(moe.pdl orders it before the first ticket); consumers take the slot's unit; unit ring of "
+                       f"{sch.slot_stages} slots at smem [{lo}, {hi}): {states} states over 0..{sch.slot_stages + DYN_RING_EXTRA} "
+                       f"units x {len(DYN_K_TILES)} k-tile counts ({'ping-pong' if pingpong else 'cooperative'}), every "
+                       "read finds its own publication, no deadlock")
+    if bad:
+        return [], bad[:1]
+    return [Proof("moe.dynamic_walk", "M14", "enum", "; ".join(summary), points=points)], []

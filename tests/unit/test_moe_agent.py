@@ -26,7 +26,8 @@ def test_loads_as_the_moe_family():
     assert {t.id for t in MKB.techniques} == {
         "small_t_weight_bound", "tile_m_padding", "tile_m_spill", "t_bucket", "band_walk", "swap_ab", "stages",
         "gather_slices", "gather_unroll", "work_lookahead", "pdl", "weight_prefetch", "grouped_stream_k",
-        "weights_evict_first", "handoff", "fused_routing_combine", "row_bounded_tiles", "combine_handoff", "fused_routing"}
+        "weights_evict_first", "handoff", "fused_routing_combine", "row_bounded_tiles", "combine_handoff", "fused_routing",
+        "dynamic_walk"}
     swap = MKB.get("swap_ab")
     assert not swap.available and swap.missing_knobs == ("swap_ab",) and "not built" in swap.why
     assert swap not in MKB.available

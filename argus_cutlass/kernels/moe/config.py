@@ -128,6 +128,17 @@ class MoEConfig(BaseModel):
             bitwise the same. Measured (H200, session 42): 1.3-1.8 % faster at T = 16 on Qwen3-30B-A3B /
             DeepSeek-V2-Lite (set in those shipped entries), 0.2 % on Mixtral; the heuristic leaves it off. False (the default): the three kernels for every T
             (same ``.cu``).
+        dynamic_walk: both grouped GEMMs walk their units dynamically: the producer's elected thread takes tickets
+            ``t = atomicAdd(counter, 1)`` from a per-GEMM counter in the workspace (``gu_tickets`` / ``dn_tickets``,
+            zeroed every call by route_scan or route_fused) and computes the static walk's unit ``t`` (the same
+            banded m-tile-major order, handoff targets and row-bounded shifts), publishing each unit (and an end
+            marker once ``t >= units``) to the consumer warpgroups through a ring of smem slots with its own
+            mbarriers (schedule node ``slot_bytes`` / ``slot_stages``, rule ``moe.dynamic_walk``). CTAs that start
+            early (the down GEMM's, placed by programmatic dependent launch as gate+up's CTAs leave) or stream
+            faster take more units, instead of each CTA's fixed share ``c, c + grid, ...``. Not with
+            ``weight_prefetch`` (the prefetch reads the first unit before the wait; a ticket is taken only after
+            it) nor ``work_lookahead``. False (the default): the static walk (same ``.cu``). Built and verified,
+            NOT yet measured on the H200.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -154,6 +165,7 @@ class MoEConfig(BaseModel):
     row_bounded: bool = False
     combine_handoff: bool = False
     fused_routing: bool = False
+    dynamic_walk: bool = False
 
     _integers = field_validator("tile_m", "gu_tile_n", "dn_tile_n", "tile_k", "gu_stages", "dn_stages", "epi_n",
                                 "route_chunk", "combine_threads", "gu_band_m", "dn_band_m", "gather_slices",
@@ -172,6 +184,15 @@ class MoEConfig(BaseModel):
             raise ValueError(f"fused_routing=True with weight_prefetch={self.weight_prefetch}: gate+up's prefetch "
                              "reads tiles_m and tile_expert before its griddepcontrol.wait, and route_fused, the kernel "
                              "right before it, writes them (rule moe.pdl); leave one off")
+        return self
+
+    @model_validator(mode="after")
+    def _dynamic_walk_alone(self) -> MoEConfig:
+        if self.dynamic_walk and (self.weight_prefetch or self.work_lookahead):
+            raise ValueError(f"dynamic_walk=True with weight_prefetch={self.weight_prefetch} / work_lookahead="
+                             f"{self.work_lookahead}: with tickets a CTA's first unit is known only after its "
+                             "atomicAdd (after griddepcontrol.wait), and the producer takes its next ticket itself; "
+                             "leave them at 0")
         return self
 
     @model_validator(mode="after")

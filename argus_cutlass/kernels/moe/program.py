@@ -63,11 +63,13 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     with one slice; ``_la`` for the grouped GEMMs' work lookahead, ``_pdl`` for programmatic dependent
     launch, ``w<k-tiles>`` after it for the weights prefetched before the wait, ``_ef`` for weights loaded
     evict-first, ``_ho`` for the gate+up -> down handoff, ``_rb`` for row-bounded tiles, ``_ch`` for the down ->
-    combine handoff, ``_fr`` for the fused routing of single-chunk calls), so earlier layers keep their names (the fingerprint in the
+    combine handoff, ``_fr`` for the fused routing of single-chunk calls, ``_dw`` for the dynamic walk), so earlier layers keep their names (the fingerprint in the
     kernel name changes with every field either way).
 
     >>> layer_label(MoEConfig(pdl=True, handoff=True, combine_handoff=True), MoEProblem(16, 8, 2, 4096, 14336))
     'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_pdl_ho_ch'
+    >>> layer_label(MoEConfig(pdl=True, dynamic_walk=True), MoEProblem(16, 8, 2, 4096, 14336))
+    'moe_sm90_bf16_e8k2_h4096_i14336_m128_gu256_dn128_k64_s4x5_pdl_dw'
     """
     c, p = cfg, problem
     band = f"_b{c.gu_band_m}x{c.dn_band_m}" if (c.gu_band_m or c.dn_band_m) else ""
@@ -80,6 +82,7 @@ def layer_label(cfg: MoEConfig, problem: MoEProblem) -> str:
     gather += "_rb" if c.row_bounded else ""
     gather += "_ch" if c.combine_handoff else ""
     gather += "_fr" if c.fused_routing else ""
+    gather += "_dw" if c.dynamic_walk else ""
     return (f"moe_sm90_{c.dtype}_e{p.experts}k{p.topk}_h{p.hidden}_i{p.ffn}_m{c.tile_m}_gu{c.gu_tile_n}_"
             f"dn{c.dn_tile_n}_k{c.tile_k}_s{c.gu_stages}x{c.dn_stages}{band}{gather}")
 
@@ -90,12 +93,14 @@ WORKSPACE_ALIGN = 256
 
 
 def workspace_node(pad: int, handoff: bool, loc: SourceLoc, tile_rows: bool = False,
-                   out_ready: bool = False) -> Workspace:
+                   out_ready: bool = False, tickets: bool = False) -> Workspace:
     """The layer's workspace (:class:`~argus_cutlass.dsl.moe_ir.Workspace`), in order: the per-CTA histograms
     ``block_counts`` (chunks x E int32), ``counts`` (E), ``offsets`` (E + 1 RowIndex), ``tile_expert`` (max_tiles
     + E int32: the kernels use the first tiles_m <= max_tiles, the E more are slack kept from the first layout),
     ``tiles_m`` (1), with ``handoff`` ``tile_ready`` (max_tiles int32 counters), with ``out_ready`` (the down ->
-    combine handoff, ``MoELayer.combine_handoff``) ``out_ready`` (max_tiles int32 counters), with ``tile_rows`` (the routing
+    combine handoff, ``MoELayer.combine_handoff``) ``out_ready`` (max_tiles int32 counters), with ``tickets`` (the
+    dynamic walk, :attr:`MoEConfig.dynamic_walk`) ``gu_tickets`` and ``dn_tickets`` (one int32 ticket counter per grouped
+    GEMM, two regions so that the kernels touch disjoint buffers, rule moe.pdl), with ``tile_rows`` (the routing
     node's) ``tile_rows`` (max_tiles + E int32, as tile_expert: each m-tile's routed rows), ``permuted_row`` (rows RowIndex),
     ``xs`` (padded_rows x H Element), ``out`` (reusing xs: dead once gate+up has read it) and ``h`` (padded_rows x
     I); ``padded_rows`` rounds each group up to whole ``pad``-row m-tiles; every region starts
@@ -114,6 +119,8 @@ def workspace_node(pad: int, handoff: bool, loc: SourceLoc, tile_rows: bool = Fa
         regions.append(Region("tile_ready", "int32_t", (("max_tiles",),)))
     if out_ready:
         regions.append(Region("out_ready", "int32_t", (("max_tiles",),)))
+    if tickets:
+        regions += [Region("gu_tickets", "int32_t", ((1,),)), Region("dn_tickets", "int32_t", ((1,),))]
     if tile_rows:
         regions.append(Region("tile_rows", "int32_t", (("max_tiles",), ("E",))))
     regions += [Region("permuted_row", "RowIndex", (("rows",),)), Region("xs", "Element", (("padded_rows", "H"),)),
@@ -150,16 +157,24 @@ def gemm_configs(cfg: MoEConfig) -> tuple[GemmConfig, GemmConfig]:
             GemmConfig(tile_n=cfg.dn_tile_n, stages=cfg.dn_stages, **common))
 
 
+#: stages of the dynamic walk's unit ring (schedule node slot_stages): the producer publishes a unit at most this many
+#: units ahead of the slowest consumer warpgroup's read (its k-tiles are bounded by the data pipeline anyway)
+SLOT_STAGES = 4
+
+
 def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, band_m: int,
              loc: SourceLoc, lookahead: int = 0, weight_hint: str = "evict_normal",
-             extents: tuple[str, str] = ("I", "H"), row_bound: str = "", experts: int = 1) -> Program:
+             extents: tuple[str, str] = ("I", "H"), row_bound: str = "", experts: int = 1,
+             dynamic: bool = False) -> Program:
     """``program`` (a GEMM) edited into a grouped GEMM of family ``moe`` (walk: bands of ``band_m``
     m-tiles, 0 for none; ``lookahead`` the schedule node's: the roles read their next unit's work
     ahead; ``weight_hint`` the weights' (B) load node ``cache_hint``; ``extents`` the layer sizes, keys of
     :data:`~argus_cutlass.dsl.moe_ir.FACTOR_CPP`, the host passes as the GEMM's N and K: params ``n_size`` /
     ``k_size``, printed in ``run_grouped``'s call and checked by rule ``moe.launch``; ``row_bound`` the A load's
     and the D store's: ``"tile_rows"`` for row-bounded tiles, :attr:`MoEConfig.row_bounded`; ``experts`` the
-    weights' (B) expert count E, its tensor map's rows ``experts * expert_rows``: rule ``moe.launch``)."""
+    weights' (B) expert count E, its tensor map's rows ``experts * expert_rows``: rule ``moe.launch``; ``dynamic``
+    the dynamic (atomic-ticket) walk: the unit ring of :data:`SLOT_STAGES` stages placed right after the pipeline's
+    mbarriers, schedule node ``slot_bytes`` / ``slot_stages``)."""
     p = dataclasses.replace(program, family="moe", name=label)
     # the grouped epilogue writes out = acc: alpha 1, beta 0 (printed from these params), C never read
     p = p.replace_node("source", path="none").replace_node("params", alpha=1.0, beta=0.0, n_size=extents[0],
@@ -171,6 +186,9 @@ def _grouped(program: Program, label: str, expert_rows: int, pair_offset: int, b
         changes.update(pair_offset=pair_offset, copy=dataclasses.replace(lb.copy, box=(lb.copy.box[0], half)))
     p = p.replace_node("load", lb.name, **changes)
     p = p.replace_node("schedule", decomposition="grouped", band_m=band_m, lookahead=lookahead)
+    if dynamic:
+        pipe = p.pipeline
+        p = p.replace_node("schedule", slot_bytes=pipe.barrier_bytes + 16 * pipe.stages, slot_stages=SLOT_STAGES)
     if row_bound:
         p = p.replace_node("load", p.load_into("sA").name, row_bound=row_bound)
         for st in p.stores:
@@ -203,9 +221,9 @@ def grouped_program(cfg: MoEConfig, problem: MoEProblem, part: str, gemm_cfg: Ge
     rb = "tile_rows" if c.row_bounded else ""
     if part == "gate_up":
         return _grouped(program, label, 2 * p.ffn, p.ffn, c.gu_band_m, loc or caller_loc(), c.work_lookahead, hint,
-                        GROUPED_EXTENTS["gate_up"], rb, p.experts)
+                        GROUPED_EXTENTS["gate_up"], rb, p.experts, c.dynamic_walk)
     return _grouped(program, label, p.hidden, 0, c.dn_band_m, loc or caller_loc(), c.work_lookahead, hint,
-                    GROUPED_EXTENTS["down"], rb, p.experts)
+                    GROUPED_EXTENTS["down"], rb, p.experts, c.dynamic_walk)
 
 
 def _moe_field_error(exc: ConfigError, part: str) -> ConfigError:
@@ -265,7 +283,8 @@ def build_layer(cfg: MoEConfig, problem: MoEProblem) -> MoELayer:
     ix = [(name, site.factors, ctypes[name]) for name, site in INDEX_SITES.items()]
     indices = tuple(IndexWidth(n, f, t, loc) for n, f, t in ix)
     layer = MoELayer(label, p.experts, p.topk, p.hidden, p.ffn, p.dtype, TOKENS_BITS, routing, gate_up, down,
-                     combine, indices, workspace_node(c.tile_m, c.handoff, loc, c.row_bounded, c.combine_handoff),
+                     combine, indices, workspace_node(c.tile_m, c.handoff, loc, c.row_bounded, c.combine_handoff,
+                                                    c.dynamic_walk),
                      pdl=c.pdl, weight_prefetch=c.weight_prefetch, handoff=c.handoff, combine_handoff=c.combine_handoff)
     # each handoff's spin traps instead of hanging after the shortest time-out its rule accepts
     return dataclasses.replace(layer, **{f"{e.name}_timeout_ms": layer.handoff_min_timeout_ms(e.name)

@@ -65,6 +65,8 @@ def bucket_of(tokens: int) -> str:
 #: ``fused_routing``: one routing kernel instead of three for calls with one routing chunk (T * k <= route_chunk;
 #: session 42: 1.3-1.8 % faster at T = 16 for H = 2048; proposed after the other moves, before the combine handoff,
 #: without a weight prefetch; the small-T heuristic sets it where E fits one routing chunk).
+#: ``dynamic_walk``: the grouped GEMMs take their units by atomic tickets instead of the static ``c, c + grid, ...``
+#: (built in session 43, NOT yet measured: proposed after every other move, without a weight prefetch or lookahead).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
     "tile_k": (64, 128),
@@ -87,6 +89,7 @@ KNOBS: dict[str, tuple] = {
     "row_bounded": (False, True),
     "combine_handoff": (False, True),
     "fused_routing": (False, True),
+    "dynamic_walk": (False, True),
 }
 
 
@@ -209,12 +212,12 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         yield cfg.replace(gather_slices=v)
     for v in near("gather_unroll"):
         yield cfg.replace(gather_unroll=v)
-    for v in near("work_lookahead"):
+    for v in near("work_lookahead") if not cfg.dynamic_walk else ():
         yield cfg.replace(work_lookahead=v)
     for v in near("pdl"):   # off again: no prefetch nor combine handoff either (they need pdl)
-        yield cfg.replace(pdl=v, weight_prefetch=cfg.weight_prefetch if v and not cfg.fused_routing else 0,
+        yield cfg.replace(pdl=v, weight_prefetch=cfg.weight_prefetch if v and not (cfg.fused_routing or cfg.dynamic_walk) else 0,
                           combine_handoff=cfg.combine_handoff and v)
-    if cfg.pdl and not cfg.fused_routing:
+    if cfg.pdl and not cfg.fused_routing and not cfg.dynamic_walk:
         for v in near("weight_prefetch"):
             yield cfg.replace(weight_prefetch=v)
     for v in near("handoff"):
@@ -243,7 +246,8 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         yield other.replace(gu_band_m=gu_band, dn_band_m=dn_band, gather_slices=cfg.gather_slices,
             gather_unroll=cfg.gather_unroll, work_lookahead=cfg.work_lookahead, pdl=cfg.pdl,
             weight_prefetch=cfg.weight_prefetch, weights_evict_first=cfg.weights_evict_first, handoff=cfg.handoff,
-            row_bounded=row_bounded, combine_handoff=cfg.combine_handoff, fused_routing=cfg.fused_routing)
+            row_bounded=row_bounded, combine_handoff=cfg.combine_handoff, fused_routing=cfg.fused_routing,
+            dynamic_walk=cfg.dynamic_walk)
     for k in near("tile_k"):
         yield with_tile_k(cfg, k)
     if small:   # the moves no measurement backs yet, after every move one does (small budgets)
@@ -262,6 +266,9 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     if cfg.pdl:   # the down -> combine handoff (session 42: -0.6 .. -1.0 % at small T; after every other move)
         for v in near("combine_handoff"):
             yield cfg.replace(combine_handoff=v)
+    for v in near("dynamic_walk"):   # the dynamic (atomic-ticket) walk: built in session 43, NOT yet measured, so last
+        yield cfg.replace(dynamic_walk=v, weight_prefetch=0 if v else cfg.weight_prefetch,
+                          work_lookahead=0 if v else cfg.work_lookahead)
 
 
 def candidates(problem: object, budget: int) -> list[MoEConfig]:
