@@ -113,7 +113,7 @@ MOE_RULES = {
                     "stored its rows (complete, fenced, released); the counters start at 0 every call"),
     "moe.dynamic_walk": ("M14", "dynamic walk: every unit 0..units-1 taken exactly once by the tickets (atomicAdd, end on "
                          "t >= units), published to the consumers through the smem ring in the producer's order, "
-                         "the counter zeroed every call before its first ticket"),
+                         "the counter zeroed every call before its first ticket, the int32 tickets never wrapping"),
     "moe.combine_handoff": ("M13", "down -> combine per m-tile: the combine reads a term's row of out after every "
                             "down unit of that row's m-tile stored it (complete, fenced, released) and it waited on "
                             "that m-tile, through loads that cannot be stale; the counters start at 0 every call"),
@@ -3056,7 +3056,10 @@ def _check_dynamic_walk(layer: MoELayer, cases: list) -> tuple[list[Proof], list
       ping-pong or cooperative as printed, 1..3 k-tiles per unit: every consumer read returns the index published for
       it (the end marker included), nothing deadlocks;
     * the ring lies after the pipeline's mbarriers, 8-byte aligned, inside ``kSmemBytes`` (``smem.capacity`` counts
-      it: :func:`argus_cutlass.plan.resources.smem_total_bytes`).
+      it: :func:`argus_cutlass.plan.resources.smem_total_bytes`);
+    * the int32 tickets do not wrap at ``T = 2^tokens_bits``: every ticket handed out, at most ``units - 1 + grid x
+      step`` (the host's grid at most the units' bound), fits int32 -- the counter, ``t`` and ``int(sched.units)``
+      are int32 whatever index ``tile_unit``'s C type (an int64 tile_unit widens the static walk only).
     """
     from argus_cutlass.plan.resources import SMEM_LIMIT_BYTES, barrier_region, slot_ring_region, smem_total_bytes
 
@@ -3081,6 +3084,23 @@ def _check_dynamic_walk(layer: MoELayer, cases: list) -> tuple[list[Proof], list
                                  element={"smem_byte": lo}))
             continue
         step = 1 + sch.step_delta
+        # the printed tickets are int32 (int* counter, `int t = atomicAdd(...)`, `t >= int(sched.units)`) whatever the
+        # index tile_unit's C type: at T = 2^tokens_bits the walk's units and every ticket handed out (at most
+        # units - 1 + grid x step, the host's grid <= max_tiles x tiles_n <= the units' bound) must fit int32
+        tiles_n_max = -(-printed_extent(layer, part, "n") // prog.epilogue.tile_n)
+        units_max = index_bounds(layer)["tiles"] * tiles_n_max
+        ticket_max = units_max - 1 + units_max * max(step, 1)
+        if ticket_max > INT32_MAX:
+            bad.append(_dyn_viol(part, f"at T = 2^{layer.tokens_bits} the walk has up to {units_max} units and the "
+                                 f"tickets reach {ticket_max}, past int32 ({INT32_MAX}): the int ticket counter and "
+                                 "`t >= int(sched.units)` wrap (index tile_unit's C type does not widen them), so a "
+                                 "wrapped ticket is taken as a unit or the walk ends before its first unit",
+                                 where, f"units - 1 + grid x step <= {INT32_MAX}", str(ticket_max),
+                                 "the dynamic walk's tickets are int32: keep its units below 2^30 (the static walk "
+                                 "with tile_unit int64_t for larger layers)",
+                                 params={"T": 1 << layer.tokens_bits, "units": units_max, "step": step},
+                                 element={"region": f"{'gu' if part == 'gate_up' else 'dn'}_tickets", "index": 0}))
+            continue
         unit_counts = sorted({int(simulate_routing(layer, ids)["tiles_m"]) * -(-printed_extent(layer, part, "n")
                                                                           // prog.epilogue.tile_n)
                               for _l, ids in cases[:8]} | set(range(1, 13)))

@@ -161,3 +161,20 @@ def test_dynamic_walk_layer_compiles():
     assert "take_ticket" in k.source and "moe.dynamic_walk" in k.source
     art = compile_cu(k.source, k.name, "shared", key_parts=(f"program={k.fingerprint}",))
     assert len(art.functions) >= 6 and art.spill_bytes == 0, (art.functions, art.spill_bytes)
+
+
+def test_int32_tickets_bounded_with_int64_tile_unit():
+    """The tickets are int32 (``int* tickets``, ``int t``, ``t >= int(sched.units)``) whatever index tile_unit's C
+    type: a layer whose walk at T = 2^20 has more than 2^30 units (gate+up: 512 n-blocks of I = 65536 x about 2^22
+    m-tiles), accepted by moe.index_width once tile_unit is int64_t, must be refused by
+    moe.dynamic_walk (the counter would wrap: a negative ticket taken as a unit)."""
+    from argus_cutlass.verify.moe import _check_dynamic_walk, routing_cases
+
+    layer = build_layer(_dw(), MoEProblem(16, 256, 256, 256, 65536)).replace_node("index", None, "tile_unit",
+                                                                                  ctype="int64_t")
+    proofs, bad = _check_dynamic_walk(layer, routing_cases(layer))
+    assert not proofs and bad and bad[0].rule == "moe.dynamic_walk"
+    assert "past int32" in bad[0].message and bad[0].counterexample is not None
+    # the same shape's static walk with int64 units has no ticket to wrap
+    static = build_layer(small_t_config(tile_m=64), MoEProblem(16, 256, 256, 256, 65536))
+    assert _check_dynamic_walk(static, routing_cases(static))[1] == []
