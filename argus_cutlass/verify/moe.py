@@ -3057,6 +3057,8 @@ def _check_dynamic_walk(layer: MoELayer, cases: list) -> tuple[list[Proof], list
       it (the end marker included), nothing deadlocks;
     * the ring lies after the pipeline's mbarriers, 8-byte aligned, inside ``kSmemBytes`` (``smem.capacity`` counts
       it: :func:`argus_cutlass.plan.resources.smem_total_bytes`);
+    * no static-walk field rides along: a schedule ``lookahead`` (the dynamic producer branch prints instead of it)
+      or a layer ``weight_prefetch`` (it would warm the static first unit ``blockIdx.x``, not the first ticket);
     * the int32 tickets do not wrap at ``T = 2^tokens_bits``: every ticket handed out, at most ``units - 1 + grid x
       step`` (the host's grid at most the units' bound), fits int32 -- the counter, ``t`` and ``int(sched.units)``
       are int32 whatever index ``tile_unit``'s C type (an int64 tile_unit widens the static walk only).
@@ -3082,6 +3084,19 @@ def _check_dynamic_walk(layer: MoELayer, cases: list) -> tuple[list[Proof], list
                                  f"(kSmemBytes = {smem_total_bytes(prog)})", where, f">= {b_end}, 8-aligned",
                                  f"{lo}", "place the ring after the mbarriers (slot_bytes = barrier_bytes + 16 x stages)",
                                  element={"smem_byte": lo}))
+            continue
+        # the producer's dynamic branch prints before (and instead of) the static walk's read-ahead and the weight
+        # prefetch of the static first unit (gemm/mainloop.j2): a lookahead would print nothing, a prefetch would warm
+        # L2 for unit blockIdx.x, which this CTA's first ticket need not be (MoEConfig refuses both with the walk)
+        if sch.lookahead or layer.weight_prefetch:
+            field_, value = ("lookahead", sch.lookahead) if sch.lookahead else ("weight_prefetch", layer.weight_prefetch)
+            bad.append(_dyn_viol(part, f"{field_} = {value} with the dynamic walk: "
+                                 + ("the producer takes its next unit by ticket, so the static read-ahead prints "
+                                    "nothing (a verified field that never reaches the .cu)" if sch.lookahead else
+                                    "the prefetch before the wait warms the static walk's first unit (blockIdx.x), not "
+                                    "the CTA's first ticket, which is known only after the atomicAdd"),
+                                 where, f"{field_} = 0", str(value), f"set {field_} 0 with the dynamic walk",
+                                 params={field_: value}))
             continue
         step = 1 + sch.step_delta
         # the printed tickets are int32 (int* counter, `int t = atomicAdd(...)`, `t >= int(sched.units)`) whatever the

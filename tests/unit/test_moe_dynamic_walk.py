@@ -178,3 +178,18 @@ def test_int32_tickets_bounded_with_int64_tile_unit():
     # the same shape's static walk with int64 units has no ticket to wrap
     static = build_layer(small_t_config(tile_m=64), MoEProblem(16, 256, 256, 256, 65536))
     assert _check_dynamic_walk(static, routing_cases(static))[1] == []
+
+
+def test_static_walk_fields_refused_with_the_dynamic_walk():
+    """The producer's dynamic branch replaces the static walk's read-ahead, and a CTA's first unit is known only after
+    its ticket: a lookahead on a dynamic schedule (it would print nothing) and a layer weight prefetch (it warms the
+    static first unit blockIdx.x, not the first ticket) are refused by moe.dynamic_walk, as MoEConfig refuses them."""
+    from argus_cutlass.verify.moe import _check_dynamic_walk, routing_cases
+
+    layer = build_layer(_dw(pdl=True), MoEProblem(300, 8, 2, 512, 256))
+    assert _check_dynamic_walk(layer, routing_cases(layer))[1] == []
+    for edited, field_ in ((layer.replace_node("gate_up", "schedule", None, lookahead=1), "lookahead"),
+                           (layer.replace_node("layer", weight_prefetch=4), "weight_prefetch")):
+        proofs, bad = _check_dynamic_walk(edited, routing_cases(edited))
+        assert bad and bad[0].rule == "moe.dynamic_walk" and field_ in bad[0].message, field_
+        assert bad[0].counterexample is not None
