@@ -19,6 +19,8 @@ torch = pytest.importorskip("torch")
 
 from argus_cutlass.kernels.moe.problem import MoEProblem  # noqa: E402
 
+from argus_cutlass.kernels.moe.check import bitwise_equal, run_poisoned  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
 #: (E, k, H, I, tile_m, small-T features: pdl + handoff + combine_handoff + row_bounded + fused_routing)
@@ -75,16 +77,8 @@ def _inputs(p, kind, seed, invalid=()):
     return x, ids, w, w13, w2
 
 
-def _run_poisoned(lib, t, x, ids, w, w13, w2):
-    ws = torch.full((lib.workspace_bytes(t),), 0xFF, dtype=torch.uint8, device="cuda")
-    y = torch.full_like(x, float("nan"))
-    lib(x, ids.int().contiguous(), w.float().contiguous(), w13, w2, y, ws, t, torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
-    return y
 
 
-def _bitwise_equal(a, b) -> bool:
-    return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
 @pytest.mark.parametrize("case", range(len(_LAYERS)))
@@ -101,10 +95,10 @@ def test_dynamic_walk_is_bitwise_equal(case):
             inp = _inputs(p, kind, 17 * t + case, invalid)
             if inp is None:
                 continue
-            y_off = _run_poisoned(off, t, *inp)
-            y_on = _run_poisoned(on, t, *inp)
+            y_off = run_poisoned(off, t, *inp)
+            y_on = run_poisoned(on, t, *inp)
             assert not torch.isnan(y_on.float()).any(), (case, t, label)
-            assert _bitwise_equal(y_on, y_off), (case, t, label)
+            assert bitwise_equal(y_on, y_off), (case, t, label)
 
 
 @pytest.mark.parametrize("case", [0, 1])
@@ -118,7 +112,7 @@ def test_dynamic_walk_back_to_back(case):
     off, on = _lib(p0, _cfg(c, False)), _lib(p0, _cfg(c, True))
     ts = (16, 2048, 16, 256, 256, 2048, 16)
     inputs = [_inputs(MoEProblem(t, e, k, h, i), "skewed", 700 + j) for j, t in enumerate(ts)]
-    want = [_run_poisoned(off, t, *inp) for t, inp in zip(ts, inputs)]
+    want = [run_poisoned(off, t, *inp) for t, inp in zip(ts, inputs)]
     ws = torch.full((on.workspace_bytes(max(ts)),), 0xFF, dtype=torch.uint8, device="cuda")
     outs = [torch.full_like(inp[0], float("nan")) for inp in inputs]
     prepared = [(x, ids.int().contiguous(), w.float().contiguous(), w13, w2) for x, ids, w, w13, w2 in inputs]
@@ -128,4 +122,4 @@ def test_dynamic_walk_back_to_back(case):
         on(x, ids32, w32, w13, w2, y, ws, t, stream)
     torch.cuda.synchronize()
     for j, (y, ref) in enumerate(zip(outs, want)):
-        assert _bitwise_equal(y, ref), (j, ts[j])
+        assert bitwise_equal(y, ref), (j, ts[j])

@@ -20,6 +20,8 @@ torch = pytest.importorskip("torch")
 
 from argus_cutlass.kernels.moe.problem import MoEProblem  # noqa: E402
 
+from argus_cutlass.kernels.moe.check import bitwise_equal, run_poisoned  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
 #: (E, k, H, I, tile_m, handoff, row_bounded, combine_handoff, gather_slices)
@@ -57,16 +59,8 @@ def _lib(problem, config):
     return moe_kernel(problem, config, smt=False)
 
 
-def _run_poisoned(lib, t, x, ids, w, w13, w2):
-    ws = torch.full((lib.workspace_bytes(t),), 0xFF, dtype=torch.uint8, device="cuda")
-    y = torch.full_like(x, float("nan"))
-    lib(x, ids.int().contiguous(), w.float().contiguous(), w13, w2, y, ws, t, torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
-    return y
 
 
-def _bitwise_equal(a, b) -> bool:
-    return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
 @pytest.mark.parametrize("case", range(len(_LAYERS)))
@@ -89,9 +83,9 @@ def test_fused_routing_is_bitwise_equal(case):
             for tt, j in invalid:
                 if tt < t:
                     ids[tt, j % k] = -1
-            y_off = _run_poisoned(off, t, x, ids, w, w13, w2)
-            y_on = _run_poisoned(on, t, x, ids, w, w13, w2)
-            assert _bitwise_equal(y_on, y_off), (case, t, label)
+            y_off = run_poisoned(off, t, x, ids, w, w13, w2)
+            y_on = run_poisoned(on, t, x, ids, w, w13, w2)
+            assert bitwise_equal(y_on, y_off), (case, t, label)
 
 
 def test_fused_routing_back_to_back_alternating_t():
@@ -104,7 +98,7 @@ def test_fused_routing_back_to_back_alternating_t():
     off, on = _lib(MoEProblem(16, e, k, h, i), _cfg(c, False)), _lib(MoEProblem(16, e, k, h, i), _cfg(c, True))
     ts = (16, 300, 16, 16, 300, 300, 16)
     inputs = [make_inputs(MoEProblem(t, e, k, h, i), "uniform", 900 + j) for j, t in enumerate(ts)]
-    want = [_run_poisoned(off, t, *inp) for t, inp in zip(ts, inputs)]
+    want = [run_poisoned(off, t, *inp) for t, inp in zip(ts, inputs)]
     ws = torch.full((on.workspace_bytes(max(ts)),), 0xFF, dtype=torch.uint8, device="cuda")
     outs = [torch.full_like(inp[0], float("nan")) for inp in inputs]
     prepared = [(x, ids.int().contiguous(), w.float().contiguous(), w13, w2) for x, ids, w, w13, w2 in inputs]
@@ -114,4 +108,4 @@ def test_fused_routing_back_to_back_alternating_t():
         on(x, ids32, w32, w13, w2, y, ws, t, stream)
     torch.cuda.synchronize()
     for j, (y, ref) in enumerate(zip(outs, want)):
-        assert _bitwise_equal(y, ref), (j, ts[j])
+        assert bitwise_equal(y, ref), (j, ts[j])

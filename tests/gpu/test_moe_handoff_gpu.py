@@ -29,6 +29,8 @@ torch = pytest.importorskip("torch")
 from argus_cutlass.kernels.moe.check import run_and_check, run_back_to_back  # noqa: E402
 from argus_cutlass.kernels.moe.problem import MoEProblem  # noqa: E402
 
+from argus_cutlass.kernels.moe.check import bitwise_equal, run_poisoned  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
 #: (T, E, k, H, I, routing, sizes, small_t, bands): more units than CTAs in both GEMMs (the down CTAs meet
@@ -102,19 +104,8 @@ def _anchor_ch_cfg(model: str, t: int, ch: bool):
     return _anchor_cfg(model, t)[1].replace(combine_handoff=ch)
 
 
-def _run_poisoned(lib, problem, x, ids, w, w13, w2):
-    """y of one call with y and the workspace poisoned (0xFF bytes: NaN, every counter -1), ids passed as they are
-    (-1 padding is the kernel's to skip)."""
-    ws = torch.full((lib.workspace_bytes(problem.tokens),), 0xFF, dtype=torch.uint8, device="cuda")
-    y = torch.full_like(x, float("nan"))
-    lib(x, ids.int().contiguous(), w.float().contiguous(), w13, w2, y, ws, problem.tokens,
-        torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
-    return y
 
 
-def _bitwise_equal(a, b) -> bool:
-    return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -197,10 +188,10 @@ def test_combine_handoff_is_bitwise_equal(case):
         x, ids, w, w13, w2 = make_inputs(p, c[5], 1000 * case + seed, c[6])
         for t, j in c[10]:
             ids[t, j % p.topk] = -1
-        y_off = _run_poisoned(off, p, x, ids, w, w13, w2)
-        y_on = _run_poisoned(on, p, x, ids, w, w13, w2)
+        y_off = run_poisoned(off, p.tokens, x, ids, w, w13, w2)
+        y_on = run_poisoned(on, p.tokens, x, ids, w, w13, w2)
         assert torch.isfinite(y_on.float()).all(), (case, seed)
-        assert _bitwise_equal(y_on, y_off), (case, seed, float((y_on.float() - y_off.float()).abs().max()))
+        assert bitwise_equal(y_on, y_off), (case, seed, float((y_on.float() - y_off.float()).abs().max()))
         ref = fp32_layer(x, ids, w, w13, w2)   # ids outside [0, E) add nothing
         rel = float((y_on.float() - ref).norm() / ref.norm())
         assert rel < 2e-2, (case, seed, rel)
@@ -215,8 +206,8 @@ def test_combine_handoff_anchor_layers_bitwise(model, t):
     off, on = _lib(p, _anchor_ch_cfg(model, t, False)), _lib(p, _anchor_ch_cfg(model, t, True))
     for routing in ("uniform", "skewed"):
         x, ids, w, w13, w2 = make_inputs(p, routing, 7)
-        assert _bitwise_equal(_run_poisoned(on, p, x, ids, w, w13, w2), _run_poisoned(off, p, x, ids, w, w13, w2)), \
-            (model, t, routing)
+        assert bitwise_equal(run_poisoned(on, p.tokens, x, ids, w, w13, w2),
+                             run_poisoned(off, p.tokens, x, ids, w, w13, w2)), (model, t, routing)
 
 
 def test_combine_handoff_back_to_back():
@@ -227,7 +218,7 @@ def test_combine_handoff_back_to_back():
     off, on = _lib(p, _ch_cfg(_CH_BACK_TO_BACK, False)), _lib(p, _ch_cfg(_CH_BACK_TO_BACK, True))
     got_on, got_off = run_back_to_back(on, p, range(70, 75)), run_back_to_back(off, p, range(70, 75))
     for j, ((y, ref), (y_off, _)) in enumerate(zip(got_on, got_off)):
-        assert _bitwise_equal(y, y_off), j
+        assert bitwise_equal(y, y_off), j
         rel = float((y.float() - ref).norm() / ref.norm())
         assert rel < 2e-2, (j, rel)
 

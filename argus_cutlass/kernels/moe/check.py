@@ -15,8 +15,9 @@ from typing import Any
 
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "fp32_layer", "make_inputs",
-           "run_and_check", "run_back_to_back", "time_baseline", "time_fn", "time_layer", "timed_counts", "timed_floor_ms", "timed_inputs"]
+__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "bitwise_equal", "fp32_layer",
+           "make_inputs", "run_and_check", "run_back_to_back", "run_poisoned", "time_baseline", "time_fn", "time_layer",
+           "timed_counts", "timed_floor_ms", "timed_inputs"]
 
 #: the seed of the timed inputs (:func:`time_layer`, :func:`time_baseline`, :func:`timed_counts`)
 TIMING_SEED = 1
@@ -143,6 +144,26 @@ def run_back_to_back(lib: Any, problem: MoEProblem, seeds: Any) -> list[tuple[An
         lib(x, ids32, w32, w13, w2, y, ws, problem.tokens, stream)
     torch.cuda.synchronize()
     return [(y, fp32_layer(x, ids, w, w13, w2)) for (x, ids, w, w13, w2), y in zip(inputs, outs)]
+
+
+def run_poisoned(lib: Any, tokens: int, x: Any, ids: Any, w: Any, w13: Any, w2: Any) -> Any:
+    """y of one call of ``lib`` at ``tokens`` with y poisoned (NaN) and the workspace poisoned (0xFF bytes: every
+    counter -1), ids passed as they are (-1 padding is the kernel's to skip); synchronised."""
+    import torch
+
+    ws = torch.full((lib.workspace_bytes(tokens),), 0xFF, dtype=torch.uint8, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    stream = torch.cuda.current_stream().cuda_stream
+    lib(x, ids.int().contiguous(), w.float().contiguous(), w13, w2, y, ws, tokens, stream)
+    torch.cuda.synchronize()
+    return y
+
+
+def bitwise_equal(a: Any, b: Any) -> bool:
+    """Two 16-bit tensors (bf16 / fp16 outputs) equal bit for bit (NaN payloads included)."""
+    import torch
+
+    return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
 def time_fn(fn: Any, *, warmup: int = 10, iters: int = 50, flush_l2: bool = True) -> float:

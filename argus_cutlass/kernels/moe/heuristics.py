@@ -373,8 +373,7 @@ def default_config(problem: MoEProblem) -> MoEConfig:
                            pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M,
                            combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF
                            and expected_down_units(problem, cfg) > WAVE_CTAS,
-                           fused_routing=SMALL_T_FUSED_ROUTING and problem.experts <= cfg.route_chunk
-                           and not cfg.weight_prefetch)
+                           fused_routing=SMALL_T_FUSED_ROUTING and problem.experts <= cfg.route_chunk)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
