@@ -334,13 +334,12 @@ def untuned_choice(problem: Problem, space: GemmSpace) -> list[GemmConfig]:
     ranked with its measured residuals), as a list of one when it is a feasible point of ``space``, else empty.
     ``tune --shapes`` / ``--model`` (:func:`~argus_cutlass.agent.tune_many.plan_candidates`) measures it right
     after the heuristic: the analytic order of the whole space lacks those
-    residuals (session 29: the cluster-K kernel that wins 8x8x4096 ranks ~1000th there). Empty for a problem on
-    the aligned-staging path: ``gemm`` runs the heuristic's configuration there (the cost model's calibration
-    measured direct TMA kernels only; :func:`~argus_cutlass.agent.store.lookup_config`), which is the baseline."""
+    residuals (session 29: the cluster-K kernel that wins 8x8x4096 ranks ~1000th there). A problem on the
+    aligned-staging path gets the same rule (session 44: its GEMM is the direct TMA kernel over the staged
+    copies; :func:`~argus_cutlass.agent.store.lookup_config`)."""
     from argus_cutlass.agent.costmodel import costmodel_choice
 
-    if problem.validate_any().staging():
-        return []
+    problem.validate_any()  # a problem no path runs: ProblemError naming the rule
     cfg = costmodel_choice(problem.m, problem.n, problem.k, problem.dtype, problem.out_dtype, problem.layout)
     return [cfg] if cfg is not None and space.contains(cfg) and feasible(cfg)[0] else []
 

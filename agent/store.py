@@ -680,8 +680,8 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
                   store: ExperienceStore | None = None) -> Lookup:
     """:func:`tuned_or_default` as a :class:`Lookup` (unpacks as ``(config, source)``): source
     ``"store"`` (the user's experience store), ``"shipped"`` (``agent/tuned_h200.json``), or the untuned
-    rule's (``ARGUS_GEMM_UNTUNED``): ``"costmodel"`` (the default; a problem on the aligned-staging path
-    keeps the heuristic's) or ``"heuristic"``, and the detail of which key was found or missed. Entries are matched by (GPU,
+    rule's (``ARGUS_GEMM_UNTUNED``): ``"costmodel"`` (the default; on the aligned-staging path too, where the
+    GEMM is the same TMA kernel over the staged copies) or ``"heuristic"``, and the detail of which key was found or missed. Entries are matched by (GPU,
     kernel, dtypes, layout, shape bucket), an exact GPU first, then another GPU of the same
     architecture (:func:`gpu_arch`), and used only when the verifier accepts them. Several entries of one
     bucket (measured at several shapes, in the user's store or the shipped table): the one measured nearest
@@ -716,10 +716,7 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
             from argus_cutlass.kernels.gemm.problem import GemmProblem
 
             # a problem no path can run raises here, naming the input and the rule (ProblemError)
-            if GemmProblem(m, n, k, dtype, out_dtype, layout).validate_any().staging():
-                return (default_config(m, n, k, dtype, out_dtype, layout), "heuristic",
-                        "the heuristic's configuration: the problem runs on the aligned-staging path, "
-                        "which the cost model's calibration (direct TMA kernels) did not measure")
+            staged = GemmProblem(m, n, k, dtype, out_dtype, layout).validate_any().staging()
             cfg = costmodel_choice(m, n, k, dtype, out_dtype, layout)
             if cfg is not None:
                 from argus_cutlass.agent.costmodel import calibrated_residuals
@@ -727,8 +724,14 @@ def lookup_config(kernel: str, m: int, n: int, k: int, dtype: str = "bf16", out_
                 res = calibrated_residuals()
                 measured = ("; its corrections were measured on " + " ".join(res.flavor) + " only"
                             if res is not None and res.flavor != (dtype, out_dtype, layout) else "")
+                # the aligned-staging path runs the same TMA GEMM over the staged copies (M x N x K unchanged)
+                # plus copy kernels whose cost does not depend on the configuration; the calibration timed the
+                # direct path only
+                on_staged = ("; ranked for the GEMM of the aligned-staging path (staged "
+                             + ", ".join(s.name for s in staged) + "), whose copies the calibration did not time"
+                             if staged else "")
                 return cfg, "costmodel", ("the cost model's first choice of the declared sub-space "
-                                          f"(ARGUS_GEMM_UNTUNED=heuristic takes the heuristic's){measured}")
+                                          f"(ARGUS_GEMM_UNTUNED=heuristic takes the heuristic's){measured}{on_staged}")
             return (default_config(m, n, k, dtype, out_dtype, layout), "heuristic",
                     "the heuristic's configuration: the cost model's sub-space had no configuration the "
                     "verifier accepts")

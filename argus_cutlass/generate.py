@@ -129,8 +129,7 @@ def configure(problem: Problem, *, heuristic: bool = False, gpu: str | None = No
         ``"store"`` (the user's experience store, filled by ``tune``), ``"shipped"``
         (``agent/tuned_h200.json``), ``"costmodel"`` (no usable tuned entry for the shape bucket, GEMM:
         :func:`argus_cutlass.agent.costmodel.costmodel_choice`, the default untuned rule),
-        ``"heuristic"`` (no usable tuned entry: attention, MoE, a GEMM with ``ARGUS_GEMM_UNTUNED=heuristic``
-        or on the aligned-staging path) or
+        ``"heuristic"`` (no usable tuned entry: attention, MoE, a GEMM with ``ARGUS_GEMM_UNTUNED=heuristic``) or
         ``"forced"`` (``heuristic=True``); ``.detail`` says which key was found or missed and why
         (e.g. an H100 using an entry tuned on an H200). Every family looks up user store -> shipped
         table, exact GPU first, then another GPU of the same architecture; tuned entries are used

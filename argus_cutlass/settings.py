@@ -17,8 +17,8 @@ variable                   meaning
                            fingerprint and verifier source were proved before is not re-verified)
 ``ARGUS_GEMM_UNTUNED``     ``costmodel`` (default) or ``heuristic``: a GEMM with no tuned entry takes the
                            cost model's first choice of the declared sub-space
-                           (``agent.costmodel.costmodel_choice``; a problem on the aligned-staging
-                           path keeps the heuristic's) or the heuristic's configuration
+                           (``agent.costmodel.costmodel_choice``, also on the aligned-staging
+                           path) or the heuristic's configuration
 ``ARGUS_UPDATE_GOLDEN``    ``1`` rewrites golden files in the tests instead of comparing
 ``ARGUS_MUTANT_TIMEOUT``   seconds one mutant-kernel child process may run before it is
                            killed and reported ``hang`` (default 30; GPU mutation suite)

@@ -4,7 +4,7 @@ Run on the device machine: ``pytest -q -m gpu tests/gpu/test_fuzz_gpu.py`` (``ba
 fuzz [gemm|moe|attention]``). The hand-written GPU tests pin a configuration per case; this module pins none: each
 problem gets the kernel a user's call gets (:mod:`argus_cutlass.api`, the same choice as the main commands'
 :func:`argus_cutlass.generate.configure`: the user's experience store, then the shipped table
-``agent/tuned_h200.json`` by shape bucket, then GEMM's cost model (the heuristic on the aligned-staging path), the
+``agent/tuned_h200.json`` by shape bucket, then GEMM's cost model (on the aligned-staging path too), the
 attention and MoE heuristics), so a wrong choice on a shape nobody wrote a test for shows up here.
 
 Seed: ``ARGUS_FUZZ_SEED`` (an integer from 0 to 2**64-1; default :data:`DEFAULT_SEED`), read once at collection

@@ -159,17 +159,21 @@ def test_a_tuning_episode_on_a_staged_shape_writes_a_staged_kernel(tmp_path):
     assert len(cus) == 1 and "_stgA_" in cus[0], cus
 
 
-def test_a_staged_shape_has_no_cost_model_candidate_because_gemm_runs_the_heuristic_there():
-    """``gemm`` without a tuned entry runs the heuristic's configuration on the aligned-staging path (the cost
-    model's calibration measured direct TMA kernels only), so ``tune`` measures no 'untuned' candidate there: its
-    baseline already is what runs (review, session 35: the episode labelled the cost model's pick as gemm's)."""
+def test_a_staged_shape_gets_the_cost_models_candidate_that_gemm_runs_there():
+    """``gemm`` without a tuned entry runs the cost model's first choice on the aligned-staging path too (session
+    44; before, the heuristic's), so ``tune`` measures that choice there as on the direct path: the candidate is
+    what ``lookup_config`` would run (review, session 35: an episode must not label another pick as gemm's)."""
     from argus_cutlass.agent.planner import Problem, untuned_choice
+    from argus_cutlass.agent.store import ExperienceStore, lookup_config
     from argus_cutlass.kernels.gemm.space import GemmSpace
 
     staged, direct = Problem(300, 4096, 4096, layout="nt"), Problem(304, 4096, 4096, layout="nt")
     assert staged.validate_any().staging() and not direct.validate_any().staging()
-    assert untuned_choice(staged, GemmSpace("bf16", "bf16", "nt")) == []
-    assert len(untuned_choice(direct, GemmSpace("bf16", "bf16", "nt"))) == 1
+    for p in (staged, direct):
+        (choice,) = untuned_choice(p, GemmSpace("bf16", "bf16", "nt"))
+        lk = lookup_config("gemm", p.m, p.n, p.k, layout="nt", gpu="no-such-gpu",
+                           store=ExperienceStore("/nonexistent/x.json"))
+        assert lk.source == "costmodel" and lk.config == choice
 
 
 def test_tune_gemm_still_refuses_what_no_path_runs(tmp_path):

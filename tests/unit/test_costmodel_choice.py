@@ -179,11 +179,18 @@ def test_untuned_gemm_takes_the_cost_model_unless_asked(monkeypatch):
     assert lookup_config("gemm", 4096, 4096, 4096, gpu="NVIDIA H200", store=none).source == "shipped"
 
 
-def test_staged_problem_keeps_the_heuristic_and_says_why(monkeypatch):
+def test_staged_problem_takes_the_cost_models_choice_and_says_so(monkeypatch):
+    """A problem on the aligned-staging path (session 44): the cost model's first choice for its GEMM (the same
+    TMA kernel over the staged copies), the detail naming the staged operands; ARGUS_GEMM_UNTUNED=heuristic still
+    takes the heuristic's."""
     monkeypatch.delenv("ARGUS_GEMM_UNTUNED", raising=False)
-    lk = lookup_config("gemm", 4096, 33, 4096, gpu="NVIDIA H200", store=ExperienceStore("/nonexistent/x.json"))
+    none = ExperienceStore("/nonexistent/x.json")
+    lk = lookup_config("gemm", 4096, 33, 4096, gpu="NVIDIA H200", store=none)
+    assert lk.source == "costmodel" and lk.config == costmodel_choice(4096, 33, 4096)
+    assert "aligned-staging path (staged D)" in lk.detail
+    monkeypatch.setenv("ARGUS_GEMM_UNTUNED", "heuristic")
+    lk = lookup_config("gemm", 4096, 33, 4096, gpu="NVIDIA H200", store=none)
     assert lk.source == "heuristic" and lk.config == default_config(4096, 33, 4096)
-    assert "aligned-staging path" in lk.detail
 
 
 def test_cross_validation_holds_each_projection_out(tmp_path):
@@ -294,6 +301,33 @@ def test_untuned_choices_of_unmeasured_flavors_compile(m, n, k, dtype, out_dtype
     program = build_program(cfg)
     ptx = nvcc.compile_cu(render_gemm(program), program.kernel_name(), "ptx").path.read_text()
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+
+
+@pytest.mark.parametrize("m,n,k,dtype,out_dtype,layout", [
+    (300, 4096, 4096, "bf16", "bf16", "nt"),    # column-major A, lda = 300
+    (8, 50257, 4096, "bf16", "bf16", "tn"),     # an odd vocabulary: ldd = 50257 (swap-AB at decode)
+    (64, 64, 33, "fp16", "fp32", "tn"),         # K = 33: A and B staged
+    (1, 1, 1, "bf16", "bf16", "tn"),            # everything staged
+    (3000, 4095, 1024, "bf16", "fp32", "tn"),   # D staged, a full-size GEMM
+])
+def test_staged_problems_untuned_choice_builds_and_verifies_on_the_staged_program(m, n, k, dtype, out_dtype, layout):
+    """The untuned choice of a problem on the aligned-staging path is the cost model's for the direct problem
+    (session 44); the configuration it returns must build and pass the whole verifier (SMT tier included) as the
+    staged program, with the StageCopy nodes of the problem's staged operands (:func:`generate.build` with
+    :func:`generate.gemm_build_problem`, as the orchestrator does)."""
+    from argus_cutlass.generate import build, gemm_build_problem
+    from argus_cutlass.kernels.gemm.problem import GemmProblem
+    from argus_cutlass.verify import verify_gemm
+
+    problem = GemmProblem(m, n, k, dtype, out_dtype, layout).validate_any()
+    lk = lookup_config("gemm", m, n, k, dtype, out_dtype, layout, gpu="no-such-gpu",
+                       store=ExperienceStore("/nonexistent/x.json"))
+    assert lk.source == "costmodel" and problem.staging()
+    program = build(lk.config, gemm_build_problem(problem))
+    staged = {c.operand for c in program.stage_copies}
+    assert staged == {s.name for s in problem.staging()}
+    report = verify_gemm(program, smt=True)
+    assert report.ok and not report.unknowns, [v.rule for v in report.violations]
 
 
 def test_residuals_of_several_tables_take_each_shapes_row_from_the_last_that_timed_it(tmp_path):
