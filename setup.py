@@ -57,7 +57,10 @@ setup(
         "tune": ["ray>=2.9", "tqdm>=4"],
         # the benchmarks' plots (bench/plots.py: ratio to the vendor per shape, roofline)
         "bench": ["matplotlib>=3.7"],
-        "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6", "openai>=1.0", "matplotlib>=3.7"],
+        # ray / tqdm: the tests run `tune --shapes` through a local Ray cluster too (session 44: without them in
+        # this extra the Ray backend's test skipped itself in CI)
+        "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6", "openai>=1.0", "matplotlib>=3.7",
+                 "ray>=2.9", "tqdm>=4"],
     },
     entry_points={"console_scripts": ["argus-cutlass=argus_cutlass.cli:main"]},
     options=_options,
