@@ -824,7 +824,8 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
     kernel issues it (:func:`~argus_cutlass.hw.semantics.tma_store_box_coords`: box ``b`` at
     ``b * inner * outer`` elements of the stage, swizzled on the absolute address), must send
     exactly that element to gmem (m, n) and every (m, n) of the subtile once. The store's
-    majorness must be D's (``"K"`` for a row-major D). PTX ISA 9.7.9.25."""
+    majorness must be D's (``"K"`` for a row-major D), and its stated subtile (``tile_mn x tile_k``, from which its
+    box count is taken) the staging buffer's. PTX ISA 9.7.9.25."""
     from argus_cutlass.hw.semantics import (
         INT_OPS,
         TMA_SWIZZLE_BITS,
@@ -861,6 +862,11 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
                          f"({want_major}-major boxes)")
         if node is None or node.view is None:
             wrong.append("the staging step has no smem view to read the staged elements through")
+        if len(t.shape) >= 2 and (st.tile_mn, st.tile_k) != (int(t.shape[0]), int(t.shape[1])):
+            # the boxes are counted from tile_mn x tile_k (rounded up to whole boxes): a subtile stated smaller than
+            # the staged one printed the same boxes, so the node's own subtile must be the staging buffer's
+            wrong.append(f"the TMA store states a {st.tile_mn}x{st.tile_k} subtile, but the staging buffer {t.name} "
+                         f"holds {int(t.shape[0])}x{int(t.shape[1])} subtiles (every staged element is stored once)")
         if wrong:
             violations += [Violation("epilogue.tma_store", "G2", w, "print the store from D's own majorness", where,
                                      Counterexample("G2", "epilogue.tma_store", "arith", "epilogue.tma_store", where,

@@ -5,7 +5,7 @@ attention) and for **every node** of
 each (tensors, TMA loads and stores, MMA reads, MMAs, pipelines, loops, roles, named barriers,
 turn orders, epilogue nodes, schedule, launch, tag assertions, relations, and the program's
 scalar params) and **every leaf field** (:func:`argus_cutlass.dsl.ir.node_fields`; tags and
-source locations aside), a type-appropriate mutation (int: ``+1`` and doubled; bool: flipped;
+source locations aside), a type-appropriate mutation (int: ``+1``, doubled and ``-1`` (above 1); bool: flipped;
 str: every other valid value of that field; tuple: a permutation and an element change) is
 applied with :meth:`Program.replace_node`, and one of these must hold:
 
@@ -244,7 +244,7 @@ INT_DOMAINS: dict[str, tuple[int, ...]] = {"swizzle_bytes": (16, 32, 64, 128), "
 
 
 def _int_alternatives(attr: str, value: int) -> list[int]:
-    return [value + 1, 2 * value if value != 0 else -1, *INT_DOMAINS.get(attr, ())]
+    return [value + 1, 2 * value if value != 0 else -1, *([value - 1] if value > 1 else []), *INT_DOMAINS.get(attr, ())]
 
 
 def _element_change(x: Any, owner: Any, attr: str, program: Program) -> list[Any]:
@@ -487,7 +487,7 @@ def test_every_leaf_field_has_a_mutation():
 def test_alternatives_are_type_appropriate():
     p = base_program("coop_tn_128x256_c2x1")
     pipe = p.pipeline
-    assert alternatives(pipe, "stages", 4, p) == [5, 8]
+    assert alternatives(pipe, "stages", 4, p) == [5, 8, 3]   # value - 1 too (review, session 44: a store's subtile -1)
     assert alternatives(pipe.consumer, "carry_across_tiles", True, p) == [False]
     assert alternatives(p.epilogue, "row_offset", 0, p) == [1, -1]
     assert alternatives(p.kloop, "oob_fill", "zero", p) == ["nan"]
@@ -532,6 +532,9 @@ STATIC_ASSERT_CASES = [
      lambda p: 2 * p.resolve("loop[kv].block_k"), "G3 loop.step: loop[kv].block_k == mma[pv].op.k"),
     ("staged_tn_abd", "stage_copy", "stage_A", "align", lambda p: 4,
      "G9 stage.align: the staged leading dimension is a multiple of 16 bytes"),
+    # session 44 (review): a subtile stated one row smaller printed the same box count
+    ("pingpong_64x128", "store", "tma_store_sD", "tile_mn", lambda p: p.stores[0].tile_mn - 1,
+     "G2 epilogue.tma_store: the store's subtile (tile_mn x tile_k) is one staging stage"),
 ]
 
 

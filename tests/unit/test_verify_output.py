@@ -151,6 +151,19 @@ def test_epilogue_tma_store_box_narrower_than_the_staged_rows_is_g2():
     assert cex.actual == "it sends smem elem 16 to D(1,0)" and cex.smem_offset == {"D": 32}
 
 
+@pytest.mark.parametrize("cfg", [GemmConfig(), GemmConfig(tile_m=64, tile_n=16, cluster_m=1, schedule="pingpong",
+                                                            epi_m=64, epi_n=16, stages=8, swap_ab=True)])
+@pytest.mark.parametrize("field", ["tile_mn", "tile_k"])
+def test_epilogue_tma_store_subtile_smaller_than_the_staged_one_is_g2(cfg, field):
+    """A store stating a subtile one row / column smaller than the staging buffer's printed the same (rounded-up)
+    box count and verified clean (review, session 44): its subtile must be the staging buffer's."""
+    program = build_program(cfg)
+    st = program.stores[0]
+    report = verify_gemm(program.replace_node("store", st.name, **{field: getattr(st, field) - 1}), smt=False)
+    assert report.rules_violated() == ["epilogue.tma_store"]
+    assert "subtile" in next(v for v in report.violations if v.rule == "epilogue.tma_store").message
+
+
 def test_swap_ab_stages_d_column_major():
     program = build_program(SWAP)
     st = program.stores[0]
