@@ -48,6 +48,11 @@
 #                                                     # moe-ab combine_handoff=false,true qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:256
 #   bash bench/device_pending.sh OUTDIR moe-variants "-;F=V;F=V,G=W" [CELLS] # bench/moe_ab.py --variants: several
 #                                                     # fields per variant, the first ("-": as picked) the reference
+#   bash bench/device_pending.sh OUTDIR moe-vllm [CELLS] # bench/moe_vllm.py: our layer, vLLM's Triton fused MoE and
+#                                                     # _grouped_mm interleaved in one process, all fp32-checked (default
+#                                                     # the 12 bench cells; ~6-9 min on a cold machine: split CELLS over
+#                                                     # two calls if it nears the limit). vLLM's code is the git-ignored
+#                                                     # .baselines/vllm_moe: name it in the run tool's carry list
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -128,7 +133,7 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-ab moe-variants moe-fused moe-dynamic moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
+case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-ab moe-variants moe-vllm moe-fused moe-dynamic moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
   *" $STEP "*) ;;
   *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
 esac
@@ -285,6 +290,13 @@ case "$STEP" in
     # session 43: several MoEConfig fields at once per variant ("-;F=V;F=V,G=W"), the first the reference
     timeout 560 python3 "$R/bench/moe_ab.py" --check --variants="$3" ${4:+--cells "$4"} 2>&1 \
       | tee "$OUT/moe_variants.log" | tail -60 ;;
+  moe-vllm)
+    # session 44: vLLM's fused MoE timed directly beside our layer (no ANCHORS bridge). Its code is NOT in the
+    # repository: .baselines/vllm_moe is git-ignored, so the run tool copies it only when its carry list names it
+    # (carry: the .whl/ wheels and ".baselines/vllm_moe"); without it bench/moe_vllm.py stops and says so
+    gpu_state
+    timeout 560 python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} \
+      --out "$OUT/moe_vllm.md" 2>&1 | tee "$OUT/moe_vllm.log" | grep -v "^generated" | tail -45 ;;
   moe-dram-bytes)
     # session 40: bytes each kernel moves to / from DRAM (ncu, one serialized run, L2 kept between kernels)
     timeout 400 ncu --profile-from-start off --clock-control none --cache-control none \

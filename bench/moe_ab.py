@@ -94,6 +94,32 @@ def parse_variants(spec: str) -> list[tuple[str, dict]]:
     return out
 
 
+def build_layers(problems: list, variants: list[tuple[str, dict]], labels: list[str]) -> dict:
+    """{(cell index, variant label): loaded layer}: each problem's configuration as ``generate.configure`` picks it
+    with each variant's fields applied, generated and verified (a combination the configuration model or the verifier
+    refuses is named and left out), compiled in one parallel nvcc batch (a failed compile named and left out),
+    loaded. ``labels``: the cells' names for those lines."""
+    from argus_cutlass.errors import ArgusError
+    from argus_cutlass.generate import compile_many, configure, generate, load
+
+    kernels = {}
+    for ci, p in enumerate(problems):
+        base = configure(p)[0]
+        for v, fields in variants:
+            try:
+                kernels[(ci, v)] = generate(base.replace(**fields), p, smt=False)
+            except (ArgusError, ValueError) as exc:
+                print(f"{labels[ci]} {v}: refused ({str(exc).splitlines()[0]})", flush=True)
+    arts = compile_many(list(kernels.values()))
+    libs = {}
+    for k, a in zip(kernels, arts):
+        if isinstance(a, Exception):
+            print(f"{labels[k[0]]} {k[1]}: compile failed ({str(a).splitlines()[0]})", flush=True)
+        else:
+            libs[k] = load(kernels[k], a)
+    return libs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     what = ap.add_mutually_exclusive_group(required=True)
@@ -121,27 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         ap.error("needs a Hopper GPU: torch sees no CUDA device")
 
-    from argus_cutlass.errors import ArgusError
-    from argus_cutlass.generate import compile_many, configure, generate
-
-    kernels = {}
-    for ci, p in enumerate(problems):
-        base = configure(p)[0]
-        for v, fields in variants:
-            try:
-                kernels[(ci, v)] = generate(base.replace(**fields), p, smt=False)
-            except (ArgusError, ValueError) as exc:
-                print(f"{args.cells.split(',')[ci]} {v}: refused ({str(exc).splitlines()[0]})", flush=True)
-    arts = compile_many(list(kernels.values()))
-    keys = [k for k, a in zip(kernels, arts) if not isinstance(a, Exception)]
-    for k, a in zip(kernels, arts):
-        if isinstance(a, Exception):
-            print(f"cell {k[0]} {k[1]}: compile failed ({str(a).splitlines()[0]})", flush=True)
+    libs = build_layers(problems, variants, args.cells.split(","))
 
     from argus_cutlass.kernels.moe.check import run_and_check, time_fn, timed_floor_ms, timed_inputs
-    from argus_cutlass.generate import load
 
-    libs = {k: load(kernels[k], a) for k, a in zip(kernels, arts) if k in keys}
     for ci, p in enumerate(problems):
         mine = [v for v, _ in variants if (ci, v) in libs]
         if not mine:

@@ -41,21 +41,12 @@ from argus_cutlass.kernels.moe.check import (  # noqa: E402
     timed_inputs,
 )
 from argus_cutlass.kernels.moe.problem import MODEL_SHAPES, MoEProblem  # noqa: E402
+from moe_anchors import VLLM_MS, VLLM_RATIO  # noqa: E402  (bench/moe_anchors.py: ANCHORS.md's vLLM row)
 
 pytestmark = pytest.mark.gpu
 
 ROUNDS = 5
 TOKENS = (16, 256, 2048, 8192)
-#: ANCHORS.md, vLLM Triton fused MoE (ms), for the ratio column only
-VLLM_MS = {("mixtral", 16): 0.677, ("mixtral", 256): 0.771, ("mixtral", 2048): 2.762, ("mixtral", 8192): 9.581,
-           ("qwen3-30b-a3b", 16): 0.216, ("qwen3-30b-a3b", 256): 0.351, ("qwen3-30b-a3b", 2048): 0.502,
-           ("qwen3-30b-a3b", 8192): 1.424, ("deepseek-v2-lite", 16): 0.242, ("deepseek-v2-lite", 256): 0.318,
-           ("deepseek-v2-lite", 2048): 0.577, ("deepseek-v2-lite", 8192): 1.888}
-#: ANCHORS.md: _grouped_mm time / vLLM time (our speedup over _grouped_mm must exceed it in every cell)
-VLLM_RATIO = {("mixtral", 16): 1.91, ("mixtral", 256): 1.73, ("mixtral", 2048): 1.27, ("mixtral", 8192): 1.13,
-              ("qwen3-30b-a3b", 16): 2.17, ("qwen3-30b-a3b", 256): 2.24, ("qwen3-30b-a3b", 2048): 2.48,
-              ("qwen3-30b-a3b", 8192): 2.27, ("deepseek-v2-lite", 16): 2.55, ("deepseek-v2-lite", 256): 2.11,
-              ("deepseek-v2-lite", 2048): 1.83, ("deepseek-v2-lite", 8192): 1.66}
 ROWS: list[str] = []
 #: ARGUS_MOE_BENCH_COMPARE: "" (ours and _grouped_mm only), "1" (also m128 and unbanded), "lookahead" / "pdl"
 #: (also the same configuration with that knob flipped: column ``flipped ms``), "pdlw8" (pdl with 8 k-tiles of

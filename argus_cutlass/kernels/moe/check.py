@@ -15,7 +15,7 @@ from typing import Any
 
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "bitwise_equal", "fp32_layer",
+__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "bitwise_equal", "check_layers", "fp32_layer",
            "make_inputs", "run_and_check", "run_back_to_back", "run_poisoned", "time_baseline", "time_fn", "time_layer",
            "timed_counts", "timed_floor_ms", "timed_inputs"]
 
@@ -108,24 +108,37 @@ def fp32_layer(x: Any, ids: Any, weights: Any, w13: Any, w2: Any) -> Any:
 def run_and_check(lib: Any, problem: MoEProblem, *, routing: str = "uniform", seed: int = 0, sizes: Any = None,
                   atol: float = 2e-2) -> MoECheck:
     """Run ``lib`` once (output poisoned first) and compare with fp32 and the torch baseline."""
+    return check_layers(problem, {"layer": lib.forward}, routing=routing, seed=seed, sizes=sizes, atol=atol)["layer"]
+
+
+def check_layers(problem: MoEProblem, layers: dict[str, Any], *, routing: str = "uniform", seed: int = 0,
+                 sizes: Any = None, atol: float = 2e-2) -> dict[str, MoECheck]:
+    """{name: MoECheck} of each ``layers[name](x, ids, weights, w13, w2) -> y`` run once on the same
+    :func:`make_inputs`, against one fp32 reference and one bound (3 x the ``_grouped_mm`` layer's error + atol):
+    :func:`run_and_check` for one layer, or a layer beside another implementation (``bench/moe_vllm.py`` holds
+    vLLM's fused MoE to the layer's tolerance). A y with a non-finite value (a poisoned output left unwritten)
+    has error inf."""
     import torch
 
     from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
 
     x, ids, w, w13, w2 = make_inputs(problem, routing, seed, sizes)
     ref = fp32_layer(x, ids, w, w13, w2)
-    y = lib.forward(x, ids, w, w13, w2)
+    ys = {name: fn(x, ids, w, w13, w2) for name, fn in layers.items()}
     torch.cuda.synchronize()
-    err = float((y.float() - ref).abs().max()) if y.numel() else 0.0
-    if not torch.isfinite(y.float()).all():
-        err = float("inf")
     try:
         base = grouped_mm_layer(x, ids, w, w13, w2)
         berr = float((base.float() - ref).abs().max())
     except Exception:  # noqa: BLE001 - _grouped_mm lacks fp16 on some builds: compare against a rounding bound
         berr = float(ref.abs().max()) * 2 ** -7
     bound = 3.0 * berr + atol
-    return MoECheck(problem, routing, err, berr, bound, err <= bound)
+    out = {}
+    for name, y in ys.items():
+        err = float((y.float() - ref).abs().max()) if y.numel() else 0.0
+        if not torch.isfinite(y.float()).all():
+            err = float("inf")
+        out[name] = MoECheck(problem, routing, err, berr, bound, err <= bound)
+    return out
 
 
 def run_back_to_back(lib: Any, problem: MoEProblem, seeds: Any) -> list[tuple[Any, Any]]:

@@ -1,0 +1,111 @@
+"""bench/moe_vllm.py without a GPU: its arguments, its refusal without the (git-ignored) vLLM baseline folder, the
+alignment comparison (with torch on the CPU when installed), and the baseline's align kernels under Triton's CPU
+interpreter where this checkout has the folder, torch and triton (never in CI: the folder is not committed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import moe_vllm  # noqa: E402
+
+from argus_cutlass.kernels.moe.problem import MoEProblem  # noqa: E402
+
+
+def test_default_cells_are_the_twelve_bench_cells():
+    args, cells = moe_vllm.parse_args([])
+    assert (args.rounds, args.iters, args.out, args.vllm_dir) == (5, 20, None, None)
+    assert len(cells) == 12
+    assert cells[0] == ("mixtral:16", MoEProblem.for_model("mixtral", 16))
+    assert {p.tokens for _, p in cells} == {16, 256, 2048, 8192}
+    assert {c.partition(":")[0] for c, _ in cells} == {"mixtral", "qwen3-30b-a3b", "deepseek-v2-lite"}
+
+
+def test_options_parse():
+    args, cells = moe_vllm.parse_args(["--cells", "qwen3-30b-a3b:256,e8k2h1024i512:16", "--rounds", "3",
+                                       "--iters", "7", "--out", "t.md", "--vllm-dir", "/x"])
+    assert [p for _, p in cells] == [MoEProblem.for_model("qwen3-30b-a3b", 256), MoEProblem(16, 8, 2, 1024, 512)]
+    assert (args.rounds, args.iters, args.out, args.vllm_dir) == (3, 7, "t.md", "/x")
+
+
+@pytest.mark.parametrize("argv, needle", [(["--cells", "qwen3:16"], "cell"), (["--cells", "mixtral"], "cell"),
+                                          (["--rounds", "0"], "--rounds"), (["--cells", ","], "no cell")])
+def test_bad_arguments_named(argv, needle, capsys):
+    with pytest.raises(SystemExit):
+        moe_vllm.parse_args(argv)
+    assert needle in capsys.readouterr().err
+
+
+def _baseline(folder: Path, files=moe_vllm.BASELINE_FILES) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        (folder / f).write_text("")
+    return folder
+
+
+def test_baseline_folder_choice(tmp_path, monkeypatch):
+    a, b, c = (_baseline(tmp_path / n) for n in "abc")
+    monkeypatch.setattr(moe_vllm, "DEFAULT_DIR", c)
+    assert moe_vllm.baseline_dir(str(a), {moe_vllm.ENV_DIR: str(b)}) == a.resolve()
+    assert moe_vllm.baseline_dir(None, {moe_vllm.ENV_DIR: str(b)}) == b.resolve()
+    assert moe_vllm.baseline_dir(None, {}) == c.resolve()
+
+
+def test_absent_or_incomplete_baseline_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(moe_vllm, "DEFAULT_DIR", tmp_path / "nowhere")
+    with pytest.raises(moe_vllm.BaselineMissing, match=r"nowhere \(the default\) does not exist.*carry"):
+        moe_vllm.baseline_dir(None, {})
+    with pytest.raises(moe_vllm.BaselineMissing, match=r"ARGUS_VLLM_MOE_DIR"):
+        moe_vllm.baseline_dir(None, {moe_vllm.ENV_DIR: str(tmp_path / "env")})
+    part = _baseline(tmp_path / "part", ("__init__.py",))
+    with pytest.raises(moe_vllm.BaselineMissing, match="lacks fused_moe.py, moe_align_block_size.py"):
+        moe_vllm.baseline_dir(str(part))
+
+
+def test_main_refuses_without_the_baseline_before_needing_torch(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)   # `import torch` fails: the refusal must come first
+    monkeypatch.delenv(moe_vllm.ENV_DIR, raising=False)
+    assert moe_vllm.main(["--cells", "mixtral:16", "--vllm-dir", str(tmp_path / "absent")]) == 2
+    err = capsys.readouterr().err
+    assert "vLLM baseline folder" in err and "absent" in err and "git-ignored" in err and "needs torch" not in err
+
+
+def test_same_alignment_ignores_order_within_a_block():
+    torch = pytest.importorskip("torch")
+    # 2 experts, blocks of 4, 5 routed ids (sentinel 5): expert 0 gets ids 0, 2, 4; expert 1 ids 1, 3
+    a = (torch.tensor([0, 2, 4, 5, 1, 3, 5, 5, 5, 5]), torch.tensor([0, 1, 0]), torch.tensor([8]))
+    b = (torch.tensor([4, 0, 5, 2, 3, 5, 1, 5, 7, 7]), torch.tensor([0, 1, -1]), torch.tensor([8]))
+    assert moe_vllm.same_alignment(a, b, 4)
+    assert not moe_vllm.same_alignment(a, (b[0], torch.tensor([1, 0, 0]), b[2]), 4)
+    assert not moe_vllm.same_alignment(a, (torch.tensor([0, 2, 1, 5, 4, 3, 5, 5, 5, 5]), b[1], b[2]), 4)
+    assert not moe_vllm.same_alignment(a, (b[0], b[1], torch.tensor([12])), 4)
+
+
+def test_baseline_align_under_the_triton_interpreter():
+    """The baseline's align kernels against a loop over the documented outputs, on the CPU (selftest_cpu.py's
+    check_align): only where this checkout has the git-ignored folder, torch and triton (numpy < 2.3: the
+    interpreter's scalar loops break on newer numpy)."""
+    folder = moe_vllm.DEFAULT_DIR
+    if not (folder / "selftest_cpu.py").is_file():
+        pytest.skip("no .baselines/vllm_moe in this checkout (git-ignored: never in CI)")
+    for mod in ("torch", "triton", "numpy"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed")
+    import numpy
+
+    if tuple(int(v) for v in numpy.__version__.split(".")[:2]) >= (2, 3):
+        pytest.skip("numpy >= 2.3 breaks Triton's interpreter")
+    code = ("import sys; sys.argv = ['x']; sys.path.insert(0, sys.argv[0]); import runpy; "
+            f"g = runpy.run_path({str(folder / 'selftest_cpu.py')!r}); g['check_align'](); g['check_configs']()")
+    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "align ok" in res.stdout and "configs ok" in res.stdout
