@@ -15,8 +15,8 @@ from typing import Any
 
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "bitwise_equal", "check_layers", "fp32_layer",
-           "make_inputs", "run_and_check", "run_back_to_back", "run_poisoned", "time_baseline", "time_fn", "time_layer",
+__all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "bitwise_equal", "check_layers",
+           "fp32_layer", "make_inputs", "run_and_check", "run_back_to_back", "run_poisoned", "time_baseline", "time_fn", "time_layer",
            "timed_counts", "timed_floor_ms", "timed_inputs"]
 
 #: the seed of the timed inputs (:func:`time_layer`, :func:`time_baseline`, :func:`timed_counts`)
