@@ -705,17 +705,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a Hugging Face config.json: tune the GEMMs of its projections (for each of --m-values)")
     t.add_argument("--m-values", default=None, metavar="M,M,...",
                    help="token counts M for --model, comma-separated (e.g. 1,8,64,512,4096)")
-    t.add_argument("--budget", dest="shapes_budget", type=int, default=16,
+    t.add_argument("--budget", dest="shapes_budget", type=int, default=16, metavar="N",
                    help="candidates per shape with --shapes/--model (default 16)")
-    t.add_argument("--address", default=None,
+    t.add_argument("--address", default=None, metavar="RAY",
                    help="join this Ray cluster (default: start a local one when Ray is installed)")
-    t.add_argument("--workers", dest="shapes_workers", type=int, default=None,
+    t.add_argument("--workers", dest="shapes_workers", type=int, default=None, metavar="W",
                    help="compile workers with --shapes/--model (default: CPU count)")
     t.add_argument("--gpus", type=int, default=None, help="GPUs to measure on (default: all found; 0: compile only)")
     t.add_argument("--no-resume", action="store_true",
                    help="start afresh (the old journal is moved aside) instead of resuming OUT/tune_journal.jsonl")
     t.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
-    t.add_argument("--out", dest="shapes_out", default="out",
+    t.add_argument("--out", dest="shapes_out", default="out", metavar="DIR",
                    help="with --shapes/--model: folder of tune_journal.jsonl and tune_summary.json (default ./out)")
     t.set_defaults(func=_cmd_tune_shapes)
     tsub = t.add_subparsers(dest="kernel", required=False)
