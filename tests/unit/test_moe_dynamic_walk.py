@@ -46,6 +46,10 @@ def test_field_default_label_and_refusals():
         MoEConfig(dynamic_walk=True, pdl=True, weight_prefetch=8)
     with pytest.raises(ValidationError, match="dynamic_walk"):
         MoEConfig(dynamic_walk=True, work_lookahead=1)
+    # every broken pair is named, not the first one alone (review, session 44: a shipped entry with fused routing
+    # and --set weight_prefetch=4,dynamic_walk=true named only the fused-routing pair)
+    with pytest.raises(ValidationError, match=r"fused_routing=True with weight_prefetch=4.*; and dynamic_walk=True"):
+        MoEConfig(pdl=True, fused_routing=True, weight_prefetch=4, dynamic_walk=True)
     layer = build_layer(_dw(), SMALL)
     assert layer.dynamic_parts() == ("gate_up", "down")
     for part in ("gate_up", "down"):

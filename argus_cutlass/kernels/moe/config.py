@@ -172,34 +172,27 @@ class MoEConfig(BaseModel):
                                 "gather_unroll", "work_lookahead", "weight_prefetch", mode="before")(not_a_bool)
 
     @model_validator(mode="after")
-    def _prefetch_needs_pdl(self) -> MoEConfig:
+    def _combinations(self) -> MoEConfig:
+        """Fields that need or exclude each other; every broken pair is named (review, session 44: the first one
+        alone named a pair the user had not just set)."""
+        broken = []
         if self.weight_prefetch and not self.pdl:
-            raise ValueError(f"weight_prefetch={self.weight_prefetch} needs pdl=True (the prefetch runs before "
-                             "griddepcontrol.wait, which only a programmatic launch has)")
-        return self
-
-    @model_validator(mode="after")
-    def _fused_routing_without_prefetch(self) -> MoEConfig:
+            broken.append(f"weight_prefetch={self.weight_prefetch} needs pdl=True (the prefetch runs before "
+                          "griddepcontrol.wait, which only a programmatic launch has)")
         if self.fused_routing and self.weight_prefetch:
-            raise ValueError(f"fused_routing=True with weight_prefetch={self.weight_prefetch}: gate+up's prefetch "
-                             "reads tiles_m and tile_expert before its griddepcontrol.wait, and route_fused, the kernel "
-                             "right before it, writes them (rule moe.pdl); leave one off")
-        return self
-
-    @model_validator(mode="after")
-    def _dynamic_walk_alone(self) -> MoEConfig:
+            broken.append(f"fused_routing=True with weight_prefetch={self.weight_prefetch}: gate+up's prefetch "
+                          "reads tiles_m and tile_expert before its griddepcontrol.wait, and route_fused, the kernel "
+                          "right before it, writes them (rule moe.pdl); leave one off")
         if self.dynamic_walk and (self.weight_prefetch or self.work_lookahead):
-            raise ValueError(f"dynamic_walk=True with weight_prefetch={self.weight_prefetch} / work_lookahead="
-                             f"{self.work_lookahead}: with tickets a CTA's first unit is known only after its "
-                             "atomicAdd (after griddepcontrol.wait), and the producer takes its next ticket itself; "
-                             "leave them at 0")
-        return self
-
-    @model_validator(mode="after")
-    def _combine_handoff_needs_pdl(self) -> MoEConfig:
+            broken.append(f"dynamic_walk=True with weight_prefetch={self.weight_prefetch} / work_lookahead="
+                          f"{self.work_lookahead}: with tickets a CTA's first unit is known only after its "
+                          "atomicAdd (after griddepcontrol.wait), and the producer takes its next ticket itself; "
+                          "leave them at 0")
         if self.combine_handoff and not self.pdl:
-            raise ValueError("combine_handoff=True needs pdl=True (the combine overlaps the down GEMM only when it is "
-                             "launched programmatically; its griddepcontrol.wait exists only then)")
+            broken.append("combine_handoff=True needs pdl=True (the combine overlaps the down GEMM only when it is "
+                          "launched programmatically; its griddepcontrol.wait exists only then)")
+        if broken:
+            raise ValueError("; and ".join(broken))
         return self
 
     @property
