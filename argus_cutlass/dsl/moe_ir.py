@@ -674,6 +674,13 @@ class MoELayer:
 
     def __post_init__(self) -> None:
         loc = self.routing.loc
+        for size in ("experts", "topk", "hidden", "ffn"):   # review, session 44: topk 0 reached the verifier
+            v = getattr(self, size)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                _dsl_error("dsl.operand", loc, f"layer {self.name!r}: {size} {v!r} must be an int >= 1")
+        if self.topk > self.experts:
+            _dsl_error("dsl.operand", loc, f"layer {self.name!r}: topk {self.topk} > experts {self.experts} (a token's "
+                       "k experts are distinct)")
         if not isinstance(self.pdl, bool):
             _dsl_error("dsl.operand", loc, f"layer {self.name!r}: pdl {self.pdl!r} must be a bool")
         wp = self.weight_prefetch

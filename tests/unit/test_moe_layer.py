@@ -1051,3 +1051,14 @@ def test_layer_experts_must_be_the_weights_experts(delta):
 
         p = build_program(GemmConfig())
         p.replace_node("load", p.load_into("sB").name, experts=3)
+
+
+@pytest.mark.parametrize("change", [{"topk": 0}, {"topk": 17}, {"experts": 0}, {"hidden": -1}, {"ffn": True}])
+def test_layer_node_refuses_sizes_no_layer_has(change):
+    """The layer node's sizes are validated where the node is built (review, session 44: ``topk`` 0 reached the
+    verifier, whose routing simulation raised a ProblemError mid-proof)."""
+    from argus_cutlass.errors import DslError
+
+    layer = build_layer(MoEConfig(), MoEProblem(64, 16, 1, 512, 256))
+    with pytest.raises(DslError, match=next(iter(change))):
+        layer.replace_node("layer", **change)
