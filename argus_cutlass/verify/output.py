@@ -862,6 +862,11 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
                          f"({want_major}-major boxes)")
         if node is None or node.view is None:
             wrong.append("the staging step has no smem view to read the staged elements through")
+        elif tuple(node.view.shape) != tuple(int(x) for x in t.shape):
+            # the stage offsets are printed from the buffer (kStageBytesD): a view of more stages printed nothing
+            # (review sweep, session 44)
+            wrong.append(f"the staging view {node.view.shape} is not the staging buffer {t.name}'s {tuple(t.shape)} "
+                         "(subtile and stages)")
         if len(t.shape) >= 2 and (st.tile_mn, st.tile_k) != (int(t.shape[0]), int(t.shape[1])):
             # the boxes are counted from tile_mn x tile_k (rounded up to whole boxes): a subtile stated smaller than
             # the staged one printed the same boxes, so the node's own subtile must be the staging buffer's

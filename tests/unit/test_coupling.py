@@ -6,7 +6,8 @@ each (tensors, TMA loads and stores, MMA reads, MMAs, pipelines, loops, roles, n
 turn orders, epilogue nodes, schedule, launch, tag assertions, relations, and the program's
 scalar params) and **every leaf field** (:func:`argus_cutlass.dsl.ir.node_fields`; tags and
 source locations aside), a type-appropriate mutation (int: ``+1``, doubled and ``-1`` (above 1); bool: flipped;
-str: every other valid value of that field; tuple: a permutation and an element change) is
+str: every other valid value of that field; tuple: a permutation, a first-element change and every later
+integer element +1) is
 applied with :meth:`Program.replace_node`, and one of these must hold:
 
 * the DSL refuses the edit (``DslError``): the mutation cannot be stated, so it is covered;
@@ -295,6 +296,10 @@ def alternatives(owner: Any, attr: str, value: Any, program: Program) -> list[An
             rev = tuple(reversed(value))
             out.append(rev if rev != value else value[1:] + value[:1])
         out += [(new,) + value[1:] for new in _element_change(value[0], owner, attr, program)[:1]]
+        # every later integer element +1 too (review sweep, session 44: a staging view's third mode, its stage
+        # count, was neither printed nor checked)
+        out += [value[:i] + (x + 1,) + value[i + 1:] for i, x in enumerate(value)
+                if i and isinstance(x, int) and not isinstance(x, bool)]
     else:
         raise TypeError(f"no mutation for {type(owner).__name__}.{attr} of type {type(value).__name__}")
     seen: list[Any] = []
@@ -491,7 +496,8 @@ def test_alternatives_are_type_appropriate():
     assert alternatives(pipe.consumer, "carry_across_tiles", True, p) == [False]
     assert alternatives(p.epilogue, "row_offset", 0, p) == [1, -1]
     assert alternatives(p.kloop, "oob_fill", "zero", p) == ["nan"]
-    assert alternatives(p.staging, "matrix_order", (0, 1, 2, 3), p) == [(3, 2, 1, 0), (1, 1, 2, 3)]
+    assert alternatives(p.staging, "matrix_order", (0, 1, 2, 3), p) == [(3, 2, 1, 0), (1, 1, 2, 3), (0, 2, 2, 3),
+                                                                         (0, 1, 3, 3), (0, 1, 2, 4)]
     with pytest.raises(TypeError, match="no mutation"):
         alternatives(pipe, "stages", 1.5, p)
 
@@ -535,6 +541,11 @@ STATIC_ASSERT_CASES = [
     # session 44 (review): a subtile stated one row smaller printed the same box count
     ("pingpong_64x128", "store", "tma_store_sD", "tile_mn", lambda p: p.stores[0].tile_mn - 1,
      "G2 epilogue.tma_store: the store's subtile (tile_mn x tile_k) is one staging stage"),
+    # session 44 (review sweep): view stage counts neither printed nor checked
+    ("coop_tn_128x256_c2x1", "staging", None, "view.shape", lambda p: p.staging.view.shape[:2] + (3,),
+     "G2 epilogue.tma_store: the staging view is the staging buffer's (subtile and stages)"),
+    ("pingpong_64x128", "read", "gmma_A", "view.shape", lambda p: p.read("A").view.shape[:2] + (5,),
+     "G1 gmma.descriptor: read gmma_A's smem view covers the pipeline's stages"),
 ]
 
 

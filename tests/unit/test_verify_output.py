@@ -164,6 +164,24 @@ def test_epilogue_tma_store_subtile_smaller_than_the_staged_one_is_g2(cfg, field
     assert "subtile" in next(v for v in report.violations if v.rule == "epilogue.tma_store").message
 
 
+def test_staging_view_of_more_stages_than_the_buffer_is_g2():
+    """The staging view's stage count was neither printed nor checked (review sweep, session 44)."""
+    program = build_program(GemmConfig())
+    view = program.staging.view
+    report = verify_gemm(program.replace_node("staging", None, **{"view.shape": view.shape[:2] + (view.shape[2] + 1,)}),
+                         smt=False)
+    assert report.rules_violated() == ["epilogue.tma_store"]
+
+
+def test_a_role_of_non_consecutive_warpgroups_is_refused():
+    """A role is printed as its first warpgroup and count: (1, 3) is no role the template can print."""
+    from argus_cutlass.errors import DslError
+
+    program = build_program(GemmConfig())
+    with pytest.raises(DslError, match="consecutive"):
+        program.replace_node("role", "consumer", warpgroups=(1, 3))
+
+
 def test_swap_ab_stages_d_column_major():
     program = build_program(SWAP)
     st = program.stores[0]
