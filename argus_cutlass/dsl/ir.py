@@ -601,11 +601,12 @@ class Role:
             _dsl_error("dsl.operand", self.loc, f"role {self.name!r}: the producer issues from one warp of its "
                        f"warpgroup, issue_warps {self.issue_warps}")
         wg = tuple(self.warpgroups)
-        if not wg or wg != tuple(range(wg[0], wg[0] + len(wg))):
+        if not wg or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in wg) \
+                or wg != tuple(range(wg[0], wg[0] + len(wg))):
             # the templates print a role as its first warpgroup and its count (review, session 44: (1, 3) printed as
             # (1, 2) did)
             _dsl_error("dsl.operand", self.loc, f"role {self.name!r}: warpgroups {self.warpgroups} must be consecutive "
-                       "ids (the kernel assigns a role its first warpgroup and the next ones)")
+                       "int ids >= 0 (the kernel assigns a role its first warpgroup and the next ones)")
 
 
 @dataclass(frozen=True)

@@ -862,16 +862,31 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
                          f"({want_major}-major boxes)")
         if node is None or node.view is None:
             wrong.append("the staging step has no smem view to read the staged elements through")
-        elif tuple(node.view.shape) != tuple(int(x) for x in t.shape):
+        # shape statements: (message, hint, first (m, n) of the buffer's subtile the statement leaves out)
+        shapes: list[tuple[str, str, tuple[int, int]]] = []
+        if node is not None and node.view is not None and tuple(node.view.shape) != tuple(int(x) for x in t.shape):
             # the stage offsets are printed from the buffer (kStageBytesD): a view of more stages printed nothing
             # (review sweep, session 44)
-            wrong.append(f"the staging view {node.view.shape} is not the staging buffer {t.name}'s {tuple(t.shape)} "
-                         "(subtile and stages)")
+            vm, vn = int(node.view.shape[0]), int(node.view.shape[1])
+            shapes.append((f"the staging view {node.view.shape} is not the staging buffer {t.name}'s "
+                           f"{tuple(t.shape)} (subtile and stages)", "build the staging view from the staging buffer's "
+                           "shape", (min(vm, int(t.shape[0]) - 1), 0 if vm < int(t.shape[0]) else min(vn, int(t.shape[1]) - 1))))
         if len(t.shape) >= 2 and (st.tile_mn, st.tile_k) != (int(t.shape[0]), int(t.shape[1])):
             # the boxes are counted from tile_mn x tile_k (rounded up to whole boxes): a subtile stated smaller than
             # the staged one printed the same boxes, so the node's own subtile must be the staging buffer's
-            wrong.append(f"the TMA store states a {st.tile_mn}x{st.tile_k} subtile, but the staging buffer {t.name} "
-                         f"holds {int(t.shape[0])}x{int(t.shape[1])} subtiles (every staged element is stored once)")
+            em0, en0 = int(t.shape[0]), int(t.shape[1])
+            shapes.append((f"the TMA store states a {st.tile_mn}x{st.tile_k} subtile, but the staging buffer {t.name} "
+                           f"holds {em0}x{en0} subtiles (every staged element is stored once)",
+                           "state the store's subtile (tile_mn x tile_k) as the staging buffer's",
+                           (min(st.tile_mn, em0 - 1), 0) if st.tile_mn != em0 else (0, min(st.tile_k, en0 - 1))))
+        for w, hint, (mm, nn) in shapes:
+            violations.append(Violation("epilogue.tma_store", "G2", w, hint, where, Counterexample(
+                "G2", "epilogue.tma_store", "arith", "epilogue.tma_store", where, -1, 0, -1, {"m": mm, "n": nn}, {}, "",
+                {}, f"staged D({mm},{nn}) of the subtile is stored once, to D({mm},{nn})", w,
+                f"store {st.name}: {st.tile_mn}x{st.tile_k}; staging buffer {t.name} {tuple(t.shape)}",
+                element={"tensor": "D", "m": mm, "n": nn})))
+        if shapes and not wrong:
+            continue
         if wrong:
             violations += [Violation("epilogue.tma_store", "G2", w, "print the store from D's own majorness", where,
                                      Counterexample("G2", "epilogue.tma_store", "arith", "epilogue.tma_store", where,

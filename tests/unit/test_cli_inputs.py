@@ -159,7 +159,7 @@ def test_a_tuning_episode_on_a_staged_shape_writes_a_staged_kernel(tmp_path):
     assert len(cus) == 1 and "_stgA_" in cus[0], cus
 
 
-def test_a_staged_shape_gets_the_cost_models_candidate_that_gemm_runs_there():
+def test_a_staged_shape_gets_the_cost_models_candidate_that_gemm_runs_there(monkeypatch):
     """``gemm`` without a tuned entry runs the cost model's first choice on the aligned-staging path too (session
     44; before, the heuristic's), so ``tune`` measures that choice there as on the direct path: the candidate is
     what ``lookup_config`` would run (review, session 35: an episode must not label another pick as gemm's)."""
@@ -167,6 +167,7 @@ def test_a_staged_shape_gets_the_cost_models_candidate_that_gemm_runs_there():
     from argus_cutlass.agent.store import ExperienceStore, lookup_config
     from argus_cutlass.kernels.gemm.space import GemmSpace
 
+    monkeypatch.delenv("ARGUS_GEMM_UNTUNED", raising=False)
     staged, direct = Problem(300, 4096, 4096, layout="nt"), Problem(304, 4096, 4096, layout="nt")
     assert staged.validate_any().staging() and not direct.validate_any().staging()
     for p in (staged, direct):

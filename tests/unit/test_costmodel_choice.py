@@ -310,7 +310,8 @@ def test_untuned_choices_of_unmeasured_flavors_compile(m, n, k, dtype, out_dtype
     (1, 1, 1, "bf16", "bf16", "tn"),            # everything staged
     (3000, 4095, 1024, "bf16", "fp32", "tn"),   # D staged, a full-size GEMM
 ])
-def test_staged_problems_untuned_choice_builds_and_verifies_on_the_staged_program(m, n, k, dtype, out_dtype, layout):
+def test_staged_problems_untuned_choice_builds_and_verifies_on_the_staged_program(m, n, k, dtype, out_dtype, layout,
+                                                                                  monkeypatch):
     """The untuned choice of a problem on the aligned-staging path is the cost model's for the direct problem
     (session 44); the configuration it returns must build and pass the whole verifier (SMT tier included) as the
     staged program, with the StageCopy nodes of the problem's staged operands (:func:`generate.build` with
@@ -319,6 +320,7 @@ def test_staged_problems_untuned_choice_builds_and_verifies_on_the_staged_progra
     from argus_cutlass.kernels.gemm.problem import GemmProblem
     from argus_cutlass.verify import verify_gemm
 
+    monkeypatch.delenv("ARGUS_GEMM_UNTUNED", raising=False)
     problem = GemmProblem(m, n, k, dtype, out_dtype, layout).validate_any()
     lk = lookup_config("gemm", m, n, k, dtype, out_dtype, layout, gpu="no-such-gpu",
                        store=ExperienceStore("/nonexistent/x.json"))
