@@ -94,17 +94,18 @@ def parse_variants(spec: str) -> list[tuple[str, dict]]:
     return out
 
 
-def build_layers(problems: list, variants: list[tuple[str, dict]], labels: list[str]) -> dict:
-    """{(cell index, variant label): loaded layer}: each problem's configuration as ``generate.configure`` picks it
-    with each variant's fields applied, generated and verified (a combination the configuration model or the verifier
-    refuses is named and left out), compiled in one parallel nvcc batch (a failed compile named and left out),
-    loaded. ``labels``: the cells' names for those lines."""
+def build_layers(problems: list, variants: list[tuple[str, dict]], labels: list[str]) -> tuple[dict, list]:
+    """``({(cell index, variant label): loaded layer}, [each problem's Lookup])``: each problem's configuration as
+    ``generate.configure`` picks it (the Lookup: config, source, why) with each variant's fields applied, generated and
+    verified (a combination the configuration model or the verifier refuses is named and left out), compiled in one
+    parallel nvcc batch (a failed compile named and left out), loaded. ``labels``: the cells' names for those lines."""
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.generate import compile_many, configure, generate, load
 
     kernels = {}
+    picks = [configure(p) for p in problems]
     for ci, p in enumerate(problems):
-        base = configure(p)[0]
+        base = picks[ci].config
         for v, fields in variants:
             try:
                 kernels[(ci, v)] = generate(base.replace(**fields), p, smt=False)
@@ -117,7 +118,7 @@ def build_layers(problems: list, variants: list[tuple[str, dict]], labels: list[
             print(f"{labels[k[0]]} {k[1]}: compile failed ({str(a).splitlines()[0]})", flush=True)
         else:
             libs[k] = load(kernels[k], a)
-    return libs
+    return libs, picks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         ap.error("needs a Hopper GPU: torch sees no CUDA device")
 
-    libs = build_layers(problems, variants, args.cells.split(","))
+    libs, _ = build_layers(problems, variants, args.cells.split(","))
 
     from argus_cutlass.kernels.moe.check import run_and_check, time_fn, timed_floor_ms, timed_inputs
 

@@ -152,19 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     from moe_ab import build_layers
     from moe_anchors import VLLM_MS, VLLM_RATIO
 
-    from argus_cutlass.generate import configure
     from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
     from argus_cutlass.kernels.moe.check import check_layers, run_poisoned, time_fn, timed_floor_ms, timed_inputs
 
     labels = [c for c, _ in cells]
     problems = [p for _, p in cells]
-    libs = build_layers(problems, [("-", {})], labels)
+    libs, picks = build_layers(problems, [("-", {})], labels)
     rows = []
     for ci, (cell, p) in enumerate(cells):
         if (ci, "-") not in libs:
             continue
         lib = libs[(ci, "-")]
-        cfg, source = configure(p)
+        cfg, source = picks[ci].config, picks[ci].source
         model = cell.partition(":")[0]
 
         def vllm_layer(x, ids, w, w13, w2, cell=cell):

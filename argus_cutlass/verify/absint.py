@@ -957,6 +957,13 @@ def _descriptor_walk(program: Program, read: MmaRead, atoms_m: int, reps_m: int,
     op_mn = op.m if read.operand == "A" else op.n
     wgs = atoms_m if read.operand == "A" else 1
     reps = reps_m if read.operand == "A" else 1
+    if len(read.view.shape) >= 3 and len(t.shape) >= 3 and int(read.view.shape[2]) != int(t.shape[2]):
+        # the kernel advances the descriptors by the buffer's stages (the view's count is printed only as a
+        # static_assert): a view of other stages is no view of this buffer (review, session 44)
+        stage = min(int(read.view.shape[2]), int(t.shape[2]))
+        return 0, set(), _DescMismatch(
+            f"operand {read.operand}: the read view {read.view.shape} has {read.view.shape[2]} stages, the buffer "
+            f"{t.name} {t.shape[2]} (its stage {stage} is read through no view stage or past the buffer)", stage=stage)
     if k_blocks > len(plan.kb_offsets):
         return 0, set(), _DescMismatch(
             f"operand {read.operand}: the k loop runs {k_blocks} k-blocks but the kernel's offset table has "

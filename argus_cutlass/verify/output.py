@@ -843,59 +843,52 @@ def check_tma_store(program: Program) -> tuple[list[Proof], list[Violation]]:
         where = str(st.loc)
         gd = program.tensor(st.dst)
         want_major = "K" if (e.d_major if e is not None else gd.major) == "N" else "MN"
-        wrong = []
+        # (message, hint, the first (m, n) of the subtile the finding concerns)
+        wrong: list[tuple[str, str, tuple[int, int]]] = []
+        majorness = "print the store from D's own majorness"
         if gd.space != "gmem" or gd.tag is None or gd.tag.name != "D" or tuple(gd.shape) != ("M", "N"):
-            wrong.append(f"the TMA store writes {gd.name} ({gd.space}, shape {gd.shape}, tag {gd.tag}), not the gmem "
-                         "output D:(m,n) over (M, N)")
+            wrong.append((f"the TMA store writes {gd.name} ({gd.space}, shape {gd.shape}, tag {gd.tag}), not the "
+                          "gmem output D:(m,n) over (M, N)", majorness, (0, 0)))
         elif gd.binding != "D":
-            wrong.append(f"D ({gd.name}) is bound to the caller's argument {gd.binding!r}: the TMA store writes the "
-                         f"output into {gd.binding} (or its staged copy) at its leading dimension, and D is never "
-                         "written")
+            wrong.append((f"D ({gd.name}) is bound to the caller's argument {gd.binding!r}: the TMA store writes the "
+                          f"output into {gd.binding} (or its staged copy) at its leading dimension, and D is never "
+                          "written", majorness, (0, 0)))
         if gd.dtype != t.dtype or st.copy.elem_bits != 8 * t.elem_bytes:
-            wrong.append(f"the TMA store copies {st.copy.elem_bits}-bit elements of the {t.dtype} staging buffer "
-                         f"{t.name} to {gd.dtype} {gd.name}")
+            wrong.append((f"the TMA store copies {st.copy.elem_bits}-bit elements of the {t.dtype} staging buffer "
+                          f"{t.name} to {gd.dtype} {gd.name}", majorness, (0, 0)))
         if e is not None and gd.major != e.d_major:
-            wrong.append(f"D ({st.dst}) is {gd.major}-contiguous but the epilogue partitions a "
-                         f"{e.d_major}-contiguous D")
+            wrong.append((f"D ({st.dst}) is {gd.major}-contiguous but the epilogue partitions a "
+                          f"{e.d_major}-contiguous D", majorness, (0, 0)))
         if st.major != want_major:
-            wrong.append(f"the TMA store is {st.major}-major, but D is {e.d_major if e else gd.major}-contiguous "
-                         f"({want_major}-major boxes)")
+            wrong.append((f"the TMA store is {st.major}-major, but D is {e.d_major if e else gd.major}-contiguous "
+                          f"({want_major}-major boxes)", majorness, (0, 0)))
         if node is None or node.view is None:
-            wrong.append("the staging step has no smem view to read the staged elements through")
-        # shape statements: (message, hint, first (m, n) of the buffer's subtile the statement leaves out)
-        shapes: list[tuple[str, str, tuple[int, int]]] = []
+            wrong.append(("the staging step has no smem view to read the staged elements through", majorness, (0, 0)))
+        em0, en0 = (int(t.shape[0]), int(t.shape[1])) if len(t.shape) >= 2 else (1, 1)
         if node is not None and node.view is not None and tuple(node.view.shape) != tuple(int(x) for x in t.shape):
-            # the stage offsets are printed from the buffer (kStageBytesD): a view of more stages printed nothing
+            # the stage offsets are printed from the buffer (kStageBytesD): a view of other stages printed nothing
             # (review sweep, session 44)
             vm, vn = int(node.view.shape[0]), int(node.view.shape[1])
-            shapes.append((f"the staging view {node.view.shape} is not the staging buffer {t.name}'s "
-                           f"{tuple(t.shape)} (subtile and stages)", "build the staging view from the staging buffer's "
-                           "shape", (min(vm, int(t.shape[0]) - 1), 0 if vm < int(t.shape[0]) else min(vn, int(t.shape[1]) - 1))))
-        if len(t.shape) >= 2 and (st.tile_mn, st.tile_k) != (int(t.shape[0]), int(t.shape[1])):
+            wrong.append((f"the staging view {node.view.shape} is not the staging buffer {t.name}'s {tuple(t.shape)} "
+                          "(subtile and stages)", "build the staging view from the staging buffer's shape",
+                          (min(vm, em0 - 1), 0) if vm != em0 else (0, min(vn, en0 - 1))))
+        if (st.tile_mn, st.tile_k) != (em0, en0):
             # the boxes are counted from tile_mn x tile_k (rounded up to whole boxes): a subtile stated smaller than
             # the staged one printed the same boxes, so the node's own subtile must be the staging buffer's
-            em0, en0 = int(t.shape[0]), int(t.shape[1])
-            shapes.append((f"the TMA store states a {st.tile_mn}x{st.tile_k} subtile, but the staging buffer {t.name} "
-                           f"holds {em0}x{en0} subtiles (every staged element is stored once)",
-                           "state the store's subtile (tile_mn x tile_k) as the staging buffer's",
-                           (min(st.tile_mn, em0 - 1), 0) if st.tile_mn != em0 else (0, min(st.tile_k, en0 - 1))))
-        for w, hint, (mm, nn) in shapes:
-            violations.append(Violation("epilogue.tma_store", "G2", w, hint, where, Counterexample(
-                "G2", "epilogue.tma_store", "arith", "epilogue.tma_store", where, -1, 0, -1, {"m": mm, "n": nn}, {}, "",
-                {}, f"staged D({mm},{nn}) of the subtile is stored once, to D({mm},{nn})", w,
-                f"store {st.name}: {st.tile_mn}x{st.tile_k}; staging buffer {t.name} {tuple(t.shape)}",
-                element={"tensor": "D", "m": mm, "n": nn})))
-        if shapes and not wrong:
-            continue
+            wrong.append((f"the TMA store states a {st.tile_mn}x{st.tile_k} subtile, but the staging buffer {t.name} "
+                          f"holds {em0}x{en0} subtiles (every staged element is stored once)",
+                          "state the store's subtile (tile_mn x tile_k) as the staging buffer's",
+                          (min(st.tile_mn, em0 - 1), 0) if st.tile_mn != em0 else (0, min(st.tile_k, en0 - 1))))
         if wrong:
-            violations += [Violation("epilogue.tma_store", "G2", w, "print the store from D's own majorness", where,
+            violations += [Violation("epilogue.tma_store", "G2", w, hint, where,
                                      Counterexample("G2", "epilogue.tma_store", "arith", "epilogue.tma_store", where,
-                                                    -1, 0, -1, {"m": 0, "n": 0}, {}, "", {},
-                                                    "accumulator (0, 0) lands at the caller's D(0, 0)", w,
+                                                    -1, 0, -1, {"m": mm, "n": nn}, {}, "", {},
+                                                    f"staged D({mm},{nn}) lands at the caller's D({mm},{nn}), once", w,
                                                     f"store {st.name}: {st.src} -> {gd.name} (binding {gd.binding}, "
-                                                    f"{gd.dtype}, {gd.major}-contiguous)",
-                                                    element={"tensor": "D", "m": 0, "n": 0}))
-                           for w in wrong]
+                                                    f"{gd.dtype}, {gd.major}-contiguous, subtile {st.tile_mn}x"
+                                                    f"{st.tile_k}; staging buffer {tuple(t.shape)})",
+                                                    element={"tensor": "D", "m": mm, "n": nn}))
+                           for w, hint, (mm, nn) in wrong]
             continue
         lay = view_layout(node.view)
         stages = int(t.shape[2])
