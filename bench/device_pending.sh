@@ -11,7 +11,7 @@
 #                                                     # gemm, moe or attention: pytest -k; ARGUS_FUZZ_SEED: the seed)
 #   bash bench/device_pending.sh OUTDIR sanitize      # bench/sanitize_gpu.py: edge problems of the three families under compute-sanitizer memcheck + synccheck (~3 min)
 #   bash bench/device_pending.sh OUTDIR torch-ops     # argus_cutlass.torch ops on silicon (GPU tests)
-#   bash bench/device_pending.sh OUTDIR moe           # MoE GPU tests incl. small-T, banded walks, sliced gather, the handoff (~7 min)
+#   bash bench/device_pending.sh OUTDIR moe [K]       # MoE GPU tests (pytest -k K: that selection only) incl. small-T, banded walks, sliced gather, the handoff (~7 min)
 #   bash bench/device_pending.sh OUTDIR moe-profile   # per-kernel times (banded, unbanded) + ncu of small/large T (~8 min)
 #   bash bench/device_pending.sh OUTDIR moe-gather    # route_permute with gather_unroll 1 vs 4, every bench cell (~5 min)
 #   bash bench/device_pending.sh OUTDIR moe-lookahead # grouped GEMMs with work_lookahead 0 vs 1, per kernel, 8 cells (~4 min)
@@ -164,8 +164,12 @@ case "$STEP" in
     # (on a cold machine each xdist worker would otherwise start the same batch); then the rest under xdist
     $PYT -m gpu "$R/tests/gpu/test_moe_gpu.py" -k test_small_t_heuristic_picks_the_small_path 2>&1 \
       | tee "$OUT/moe_gpu_prebuild.log" | tail -3
-    XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
-    $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30
+    # xdist workers by GPU memory: 8 workers on an 80 GB H100 ran out of memory (session 45: 28 OOM); one process peaks at ~24 GB (the anchor shapes fp32 draws + the allocator cache): ~28 GB each
+    XD=""; GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    NW=$(( ${GB:-80000} / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
+    python3 -c "import xdist" 2>/dev/null && XD="-n ${ARGUS_XDIST:-$NW}"
+    $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" ${3:+-k "$3"} -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30
+    [ -n "$3" ] && exit 0   # a -k selection: the handoff module is not part of it
     # the gate+up -> down handoff (its own module: one prebuild batch)
     $PYT -m gpu "$R/tests/gpu/test_moe_handoff_gpu.py" -rf 2>&1 | tee "$OUT/moe_handoff_gpu_tests.log" | tail -5 ;;
   moe-fused)
@@ -208,7 +212,10 @@ case "$STEP" in
       | tee "$OUT/fuzz_$(echo "${3:-all}" | tr -c 'A-Za-z0-9_\n' _).log" | tail -80 ;;
   torch-ops)
     # -n 8 (pytest-xdist, when its wheel is carried): the tests' kernels compile in parallel
-    XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
+    # xdist workers by GPU memory: 8 workers on an 80 GB H100 ran out of memory (session 45: 28 OOM); one process peaks at ~24 GB (the anchor shapes fp32 draws + the allocator cache): ~28 GB each
+    XD=""; GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    NW=$(( ${GB:-80000} / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
+    python3 -c "import xdist" 2>/dev/null && XD="-n ${ARGUS_XDIST:-$NW}"
     $PYT $XD -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/torch_ops_gpu.log" | tail -30 ;;
   moe-profile)
     timeout 200 python3 "$R/bench/profile_moe.py" --out "$OUT/prof" 2>&1 | tee "$OUT/moe_profile.log" | tail -40
