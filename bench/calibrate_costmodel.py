@@ -259,12 +259,14 @@ def projection_groups(shapes: list[tuple[int, int, int]], radius: float = CV_RAD
     return list(groups.values())
 
 
-def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS) -> dict[str, Any]:  # noqa: ANN001
+def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS,  # noqa: ANN001
+                   redone: str = "") -> dict[str, Any]:
     """Grouped cross-validation of :func:`~argus_cutlass.agent.costmodel.costmodel_choice` on a sweep table:
     each group of :func:`projection_groups` (projections within ``radius`` in log2 (N, K), every M) is held
     out at once (its shapes' residuals removed), and its shapes are scored with the choice the rest gives
     (:func:`sweep_gemm.summarize`). Returns the summary, with ``analytic`` the same score without
-    residuals."""
+    residuals. ``redone`` (a ``sweep_gemm --refine --redo`` label): only the rows re-timed under it are scored
+    (a confirm pass still under way), the groups still formed over every row."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import sweep_gemm
     from argus_cutlass.agent.costmodel import costmodel_choice
@@ -275,7 +277,11 @@ def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS) -> d
     fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
     flavor = (fl["dtype"], fl["out_dtype"], fl["layout"])
     groups = projection_groups([tuple(int(x) for x in key.split("x")) for key in table["shapes"]], radius)
+    if redone:
+        table = {**table, "shapes": {k: r for k, r in table["shapes"].items() if r.get("redo") == redone}}
+        groups = [[s for s in g if f"{s[0]}x{s[1]}x{s[2]}" in table["shapes"]] for g in groups]
     picks: dict[str, dict[str, str | None]] = {}
+    configs: dict[str, Any] = {}   # the held-out choice's configuration per shape (also where the table never timed it)
     for shapes in groups:
         # every calibration shape of the group's projections, also those only the residuals' other tables hold (the
         # per-launch rows of M = 8192: review, session 31)
@@ -289,9 +295,22 @@ def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS) -> d
             held = costmodel_choice(m, n, k, *flavor, params=params, residuals=rest)
             plain = costmodel_choice(m, n, k, *flavor, params=params, residuals=None)
             picks[key] = {"held_out": held and table_key(held, kernels), "analytic": plain and table_key(plain, kernels)}
+            configs[key] = held
     return {"held_out": sweep_gemm.summarize(table, "held_out", picks=picks),
             "analytic": sweep_gemm.summarize(table, "analytic", picks=picks), "groups": len(groups),
-            "radius": radius}
+            "radius": radius, "configs": configs}
+
+
+def picks_doc(path: str, configs: dict[str, Any]) -> dict[str, Any]:
+    """The held-out choices of :func:`cross_validate` as ``bench/sweep_gemm.py --refine --picks`` reads them:
+    ``{"table": path, "rule": ..., "picks": {shape key: {"kernel": kernel name, "config": GemmConfig dict}}}``
+    (a shape without a choice is left out). Re-timing them beside each row's finalists in one process scores
+    the choice without comparing times of two device sessions (RESULTS.md, session 45)."""
+    from argus_cutlass.generate import kernel_name
+
+    return {"table": path, "rule": "costmodel_choice, its projection group held out (calibrate_costmodel --cv)",
+            "picks": {key: {"kernel": kernel_name(cfg), "config": cfg.model_dump()}
+                      for key, cfg in configs.items() if cfg is not None}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
                     "e.g. scoring on a graph-timed table's repeatable labels with residuals of several tables")
     ap.add_argument("--cv", default="", help="a sweep table: grouped cross-validation of the untuned choice "
                     "(each group of nearby projections held out at all its M) with its residuals; no fit")
+    ap.add_argument("--picks-out", default="", metavar="FILE",
+                    help="--cv: write the held-out choices (kernel name and configuration per shape) as JSON, for "
+                    "bench/sweep_gemm.py --refine --picks FILE to re-time beside each row's finalists")
+    ap.add_argument("--cv-redone", default="", metavar="LABEL",
+                    help="--cv: score only the rows re-timed by sweep_gemm.py --refine --redo LABEL (a confirm pass "
+                    "under way)")
     ap.add_argument("--cv-radius", type=float, default=CV_RADIUS,
                     help="--cv: projections within this log2 distance are held out together (0: exact (N, K))")
     ap.add_argument("--neighbours", type=int, default=None,
@@ -337,11 +362,16 @@ def main(argv: list[str] | None = None) -> int:
         from sweep_gemm import _format
 
         source = args.cv_residuals or [args.cv]
-        res = cross_validate(args.cv, calibrated(), residuals_of(source, calibrated(), **hyper), args.cv_radius)
+        res = cross_validate(args.cv, calibrated(), residuals_of(source, calibrated(), **hyper), args.cv_radius,
+                             args.cv_redone)
         print(f"grouped cross-validation over {res['groups']} groups of projections (radius {res['radius']}) "
               f"of {args.cv} (residuals of {', '.join(source)}):")
         print(_format(res["held_out"]))
         print(_format(res["analytic"]))
+        if args.picks_out:
+            doc = picks_doc(args.cv, res["configs"])
+            Path(args.picks_out).write_text(json.dumps(doc, indent=1) + "\n")
+            print(f"wrote {args.picks_out} ({len(doc['picks'])} held-out choices)")
         return 0
     if args.keep_params:
         return _write_residuals(args) if args.residuals and args.out else _usage(ap)

@@ -10,6 +10,8 @@ cuBLAS in the same process, resumable across device calls.
     python3 bench/sweep_gemm.py --table GRAPH_TABLE --refine --graph --from-table TABLE --m 1,8,32,64 --min-weight-mb 60
     python3 bench/sweep_gemm.py --table GRAPH_TABLE --refine --graph --redo LABEL [--m 1,8]
                                 [--refine-within 0.05]   # after a template change: every row's finalists again
+    python3 bench/sweep_gemm.py --table GRAPH_TABLE --refine --graph --redo LABEL --picks PICKS.json
+                                # ... with the held-out choices (calibrate_costmodel.py --cv --picks-out) beside them
 
 What it measures, per shape (``--shapes models``: :func:`argus_cutlass.agent.shapes.model_shape_set`, every
 projection of the model configurations in ``agent/models/`` at M in {1, 8, 32, 64, 100, 256, 512, 1024,
@@ -330,6 +332,28 @@ def timed_view(table: dict) -> dict:
     return {**table, "shapes": {k: row for k, row in table.get("shapes", {}).items() if row.get("timing") == "graph"}}
 
 
+def repeatability(table: dict, tie: float = TIE) -> tuple[int, int] | None:
+    """How far the ``tie`` criterion is reproducible on the table itself: on each row that holds a first graph
+    timing (``kernels_graph_first``) beside a later one (``kernels``) of at least two common kernels, the kernel
+    the first timing ranks fastest, scored by the later timing against the later best of those kernels -- what a
+    choice that knew the first measurement exactly would score. Returns ``(rows, within tie)``, None where no
+    row was timed twice.
+
+    >>> repeatability({"shapes": {"a": {"kernels": {"x": 1.0, "y": 1.05}, "kernels_graph_first": {"x": 1.1, "y": 1.0}},
+    ...                           "b": {"kernels": {"x": 1.0, "y": 1.01}, "kernels_graph_first": {"x": 1.1, "y": 1.0}}}})
+    (2, 1)
+    """
+    rows = hits = 0
+    for row in table.get("shapes", {}).values():
+        now = {nm: v for nm, v in row.get("kernels", {}).items() if v}
+        first = {nm: v for nm, v in row.get("kernels_graph_first", {}).items() if v and nm in now}
+        if len(first) < 2:
+            continue
+        rows += 1
+        hits += now[min(first, key=first.__getitem__)] <= (1.0 + tie) * min(now[nm] for nm in first)
+    return (rows, hits) if rows else None
+
+
 def report(table: dict) -> str:
     """The summary lines of both untuned rules (:func:`choices`) on :func:`timed_view`'s rows."""
     from argus_cutlass.agent.costmodel import calibrated_residuals
@@ -350,6 +374,11 @@ def report(table: dict) -> str:
     for who, (n, hits, geo, worst) in decode_floor(table, picks).items():
         lines.append(f"decode (M <= {DECODE_MAX_M}, weights > L2), {who}: within 1.15x of the weight-read floor on "
                      f"{hits} of {n}, geomean {geo:.3f}x, worst {worst:.3f}x")
+    rep = repeatability(table)
+    if rep:
+        lines.append(f"repeatability of the {TIE:.0%} criterion: on {rep[0]} rows timed twice from CUDA graphs, the kernel "
+                     f"the first timing ranks fastest is within {TIE:.0%} of the second timing's best on {rep[1]} "
+                     f"({rep[1] / rep[0]:.0%}): a choice that knew the first measurement exactly")
     for way, (n, hits, regret) in bucket_holdout(table).items():
         what = ("the bucket's nearest swept shape's best kernel (the shipped table's lookup)" if way == "nearest"
                 else "the bucket-wide pick (least geomean time-over-best of the other shapes)")
@@ -540,6 +569,45 @@ def _first_times(row: dict, graph: bool) -> dict:
     return {} if graph else row.setdefault("kernels_sweep", {})
 
 
+def load_picks(path: Path) -> dict[str, tuple[str, Any]]:
+    """The choices of a ``--picks`` file (``bench/calibrate_costmodel.py --cv --picks-out``): ``{shape key:
+    (kernel name, GemmConfig)}``, each configuration checked by the fast verifier tiers
+    (:func:`~argus_cutlass.kernels.gemm.space.feasible`) and its name checked to be its kernel's.
+
+    Raises:
+        ValueError: not JSON, no ``picks`` object, a malformed shape key, a configuration that does not parse,
+            is refused by the verifier, or whose kernel name is not the one given (the message names the row).
+    """
+    from pydantic import ValidationError
+
+    from argus_cutlass.generate import kernel_name
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.space import feasible
+
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict) or not isinstance(doc.get("picks"), dict):
+        raise ValueError("expected a JSON object with a 'picks' object (calibrate_costmodel.py --cv --picks-out)")
+    out: dict[str, tuple[str, Any]] = {}
+    for key, pick in doc["picks"].items():
+        try:
+            m, n, k = (int(x) for x in key.split("x"))
+            if min(m, n, k) < 1:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"row {key!r}: a shape key is MxNxK of positive integers") from None
+        try:
+            cfg = GemmConfig(**pick["config"])
+        except (TypeError, KeyError, ValidationError) as exc:
+            raise ValueError(f"row {key}: no valid 'config' ({str(exc).splitlines()[0]})") from None
+        ok, why = feasible(cfg)
+        if not ok:
+            raise ValueError(f"row {key}: the configuration is refused by the verifier: {'; '.join(why)[:200]}")
+        if pick.get("kernel") != kernel_name(cfg):
+            raise ValueError(f"row {key}: kernel {pick.get('kernel')!r} is not its configuration's ({kernel_name(cfg)})")
+        out[key] = (pick["kernel"], cfg)
+    return out
+
+
 def graph_table(src: dict, m_values: list[int], min_weight_mb: float) -> dict:
     """A new table for ``--refine --graph``: ``src``'s flavor, kernel configurations and the rows at
     ``m_values`` (all M when empty) whose B operand (``N x K`` elements) holds at least ``min_weight_mb`` MiB,
@@ -599,6 +667,13 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
                   key=lambda key: tuple(map(int, key.split("x"))))
     plan = {key: [nm for nm in finalists(table["shapes"][key], args.refine_within,
                                          tuple(picks.get(key, {}).values())) if nm in configs] for key in todo}
+    extra = getattr(args, "picks", None) or {}
+    if extra:   # the held-out choices, timed or not on the row, each beside the row's finalists
+        configs = {**configs, **{nm: cfg for nm, cfg in extra.values()}}
+        for key in todo:
+            if key in extra and extra[key][0] not in plan[key]:
+                plan[key].append(extra[key][0])
+        table.setdefault("kernel_configs", {}).update({nm: cfg.model_dump() for nm, cfg in extra.values()})
     print(f"refining {len(todo)} shapes: {sum(map(len, plan.values()))} timings of "
           f"{len({nm for nms in plan.values() for nm in nms})} kernels", flush=True)
     for key, row, sub in _rows_to_time(table, plan, configs, args, t0, "refine"):
@@ -790,6 +865,9 @@ def main(argv: list[str] | None = None) -> int:
                          "other kernels keep their times")
     ap.add_argument("--min-weight-mb", type=float, default=0.0,
                     help="--refine --graph: a new table takes the rows whose B (N x K) has at least this many MiB")
+    ap.add_argument("--picks", default="", metavar="FILE",
+                    help="--refine: also re-time each row's choice named in FILE (bench/calibrate_costmodel.py --cv "
+                    "--picks-out: the held-out choices) beside its finalists, whether the row timed it or not")
     ap.add_argument("--refine-within", type=float, default=0.10,
                     help="--refine / --extend: the kernels within this fraction of a shape's best are finalists")
     ap.add_argument("--max-ctas", type=int, default=0, metavar="N",
@@ -805,6 +883,13 @@ def main(argv: list[str] | None = None) -> int:
     agent_eval._bootstrap()
     if args.redo and not args.refine:
         ap.error("--redo goes with --refine")
+    if args.picks and not args.refine:
+        ap.error("--picks goes with --refine")
+    if args.picks:
+        try:
+            args.picks = load_picks(Path(args.picks))
+        except (OSError, ValueError) as exc:
+            ap.error(f"--picks {args.picks}: {exc}")
     if args.refine:
         try:
             m_values = [int(x) for x in args.m.split(",") if x.strip()]

@@ -234,6 +234,36 @@ def test_cross_validation_holds_each_projection_out(tmp_path):
     assert structure_key(pick) == res.configs[target]
 
 
+def test_cross_validation_writes_its_picks_and_scores_redone_rows_only(tmp_path):
+    """Session 45: --cv --picks-out writes each shape's held-out choice (kernel name and configuration, as
+    sweep_gemm --refine --picks reads them); --cv-redone LABEL scores only the rows re-timed under that label,
+    with the same choices as the full run."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import calibrate_costmodel
+    import sweep_gemm
+
+    from argus_cutlass.generate import kernel_name
+
+    full = json.loads((ROOT / "bench" / "data" / "gemm_sweep_bf16_bf16_tn_h200.json").read_text())
+    keep = ["1024x4096x4096", "8192x4096x4096", "1024x14336x4096", "8192x14336x4096"]
+    small = {**full, "shapes": {k: dict(full["shapes"][k]) for k in keep}}
+    small["shapes"]["8192x14336x4096"]["redo"] = "cv"
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(small))
+    params = calibrated()
+    res = calibrate_costmodel.residuals_of(str(path), params)
+    out = calibrate_costmodel.cross_validate(str(path), params, res)
+    assert set(out["configs"]) == set(keep)
+    picks_file = tmp_path / "picks.json"
+    assert calibrate_costmodel.main(["--cv", str(path), "--picks-out", str(picks_file)]) == 0
+    picks = sweep_gemm.load_picks(picks_file)
+    assert {k: v[0] for k, v in picks.items()} == {k: kernel_name(c) for k, c in out["configs"].items()}
+    part = calibrate_costmodel.cross_validate(str(path), params, res, redone="cv")
+    assert [r["shape"] for r in part["held_out"]["rows"]] == ["8192x14336x4096"]
+    same = {r["shape"]: r["choice"] for r in out["held_out"]["rows"]}
+    assert part["held_out"]["rows"][0]["choice"] == same["8192x14336x4096"]
+
+
 def test_cross_validation_groups_near_twin_projections():
     """--cv holds out projections within CV_RADIUS of each other together (review, session 20: a near twin such as
     K = 3584 beside 4096 left in the training rows inflated the exact-projection score from 59 % to 67 %)."""
