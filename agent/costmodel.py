@@ -324,7 +324,7 @@ def structure_key(cfg: GemmConfig, stages: bool = True) -> str:
     """The configuration's kernel structure without its element types and layout: what a measured
     correction of one flavor is keyed by, so a bf16 ``tn`` calibration corrects the same structure of
     another flavor (accumulator sets, when more than one, as ``_as2`` / ``_as4``; a nondeterministic reduction as
-    ``_nd``). ``stages=False`` drops the pipeline depth too (``fit_stages`` gives an fp32 output
+    ``_nd``; programmatic launch as ``_pdl``). ``stages=False`` drops the pipeline depth too (``fit_stages`` gives an fp32 output
     fewer stages than a bf16 one: :func:`ranked` falls back to that key when it names one column).
 
     >>> structure_key(GemmConfig())
@@ -332,7 +332,8 @@ def structure_key(cfg: GemmConfig, stages: bool = True) -> str:
     """
     key = (f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}_c{cfg.cluster_m}x{cfg.cluster_n}_{cfg.schedule}_"
            f"{cfg.raster}{cfg.swizzle}_{cfg.scheduler}{cfg.splits}_{'ba' if cfg.swap_ab else 'ab'}"
-           f"{f'_as{cfg.acc_sets}' if cfg.acc_sets > 1 else ''}{'_nd' if cfg.reduction != 'deterministic' else ''}")
+           f"{f'_as{cfg.acc_sets}' if cfg.acc_sets > 1 else ''}{'_nd' if cfg.reduction != 'deterministic' else ''}"
+           f"{'_pdl' if cfg.pdl else ''}")
     return f"{key}_s{cfg.stages}" if stages else key
 
 

@@ -6,6 +6,8 @@
 #   bash bench/device_pending.sh OUTDIR attn-mutants16 # the 6 output16_* mutants of the quad16 store map (~2 min)
 #   bash bench/device_pending.sh OUTDIR gemm-gpu [K]  # the GEMM GPU tests (tests/gpu/test_gemm.py), pytest -k K if given
 #   bash bench/device_pending.sh OUTDIR gemm-staged   # the aligned staging path (M=300 col-major A, N=33, K=33, ...)
+#   bash bench/device_pending.sh OUTDIR gemm-pdl [SHAPES] # issue 13 item 2: decode rows' best kernel with and without
+#                                                     # the launch node pdl, per launch and from graphs (~1 min a shape)
 #   bash bench/device_pending.sh OUTDIR gemm-cv-confirm # issue 13 item 1: the held-out choices re-timed beside each row's
 #                                                     # finalists in one process (resumable; ~2 calls), then scored
 #   bash bench/device_pending.sh OUTDIR fuzz [FAMILY] # seeded random GEMM / MoE / attention problems through the API's
@@ -665,6 +667,18 @@ for r in csv.reader(sys.stdin):
       timeout 120 python3 "$R/bench/profile_gemm.py" --shape $S --rounds 5 --graph \
         --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_h200.json" 2>&1 \
         | tee -a "$OUT/decode_graph.log" | grep -v "^generated" | tail -4
+    done ;;
+  gemm-pdl)
+    # session 45: issue 13 item 2, the launch node pdl (GemmConfig.pdl) on the decode rows the sweep's best misses
+    # the 1.15x weight-read floor by 3-5 us: each shape's graph-table best beside its pdl twin, checked against fp32,
+    # timed per launch and from CUDA graphs of back-to-back launches (the pdl twin's launch + prologue then overlap
+    # the previous launch: the serving-engine stream), cuBLAS interleaved. $3: comma-separated shapes
+    SH=${3:-8x8192x5120,1x5120x8192,64x5120x8192,32x4096x12288,64x3584x14336,1x3584x14336,32x14336x4096,64x8192x8192}
+    T0=$(date +%s)
+    for S in ${SH//,/ }; do
+      [ $(( $(date +%s) - T0 )) -gt 480 ] && { echo "stopping: 480 s spent, $S and later left" | tee -a "$OUT/gemm_pdl.log"; break; }
+      timeout 240 python3 "$R/bench/profile_gemm.py" --shape "$S" --best-of "$R/bench/data/gemm_sweep_bf16_bf16_tn_graph_h200.json" \
+        --graph --also pdl=true --rounds 5 2>&1 | grep -v "^generated" | tee -a "$OUT/gemm_pdl.log" | tail -8
     done ;;
   gemm-cv-confirm)
     # session 45: issue 13 item 1 scored within one process. The graph table's rows were timed in several device

@@ -798,7 +798,10 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
     if not todo:
         print(report(table))
         return 0
-    known = {json.dumps(c, sort_keys=True) for c in table.get("candidates", [])}
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    # compared as configurations dumped anew: a candidate written before a field existed (e.g. pdl) omits its default
+    known = {json.dumps(GemmConfig(**c).model_dump(), sort_keys=True) for c in table.get("candidates", [])}
     table["candidates"] = table.get("candidates", []) + [
         c.model_dump() for c in ok.values() if json.dumps(c.model_dump(), sort_keys=True) not in known]
     for key, row, sub in _rows_to_time(table, plan, {**configs, **ok}, args, t0, "extend"):
@@ -1108,7 +1111,10 @@ def main(argv: list[str] | None = None) -> int:
     libs = agent_eval._build(cands, args.workers or 16, log, notes)
     name_of = {cfg: nm for nm, (cfg, _, _) in libs.items()}
     table.setdefault("kernel_configs", {}).update({nm: cfg.model_dump() for nm, (cfg, _, _) in libs.items()})
-    known = {json.dumps(c, sort_keys=True) for c in table.get("candidates", [])}
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    # compared as configurations dumped anew: a candidate written before a field existed (e.g. pdl) omits its default
+    known = {json.dumps(GemmConfig(**c).model_dump(), sort_keys=True) for c in table.get("candidates", [])}
     table["candidates"] = table.get("candidates", []) + [
         c.model_dump() for c in cands if json.dumps(c.model_dump(), sort_keys=True) not in known]
     print(f"{len(libs)} kernels passed the numerics check ({time.perf_counter() - t0:.0f} s)", flush=True)

@@ -507,8 +507,8 @@ class ProgramBuilder:
         self._stage_copies.append(node)
         return node
 
-    def launch(self, *, threads: int, cluster_m: int = 1, cluster_n: int = 1) -> Launch:
-        node = Launch(threads, cluster_m, cluster_n, caller_loc())
+    def launch(self, *, threads: int, cluster_m: int = 1, cluster_n: int = 1, pdl: bool = False) -> Launch:
+        node = Launch(threads, cluster_m, cluster_n, caller_loc(), pdl)
         self._single["launch"] = node
         return node
 

@@ -1100,12 +1100,23 @@ class TileSchedule:
 class Launch:
     """Threads per CTA and the cluster shape (``cluster_m x cluster_n`` CTAs, launched as a 1-D
     cluster of ``cluster_m * cluster_n``; ``__launch_bounds__(threads, 1)``). The GEMM decomposition ``clusterk`` launches clusters of
-    its schedule node's ``splits`` CTAs instead (the multicast cluster is then 1 x 1, rule ``tile_scheduler``)."""
+    its schedule node's ``splits`` CTAs instead (the multicast cluster is then 1 x 1, rule ``tile_scheduler``).
+
+    ``pdl`` (GEMM): launched programmatically (CUDA programmatic dependent launch, PTX ISA ``griddepcontrol``): the
+    host adds ``cudaLaunchAttributeProgrammaticStreamSerialization`` and the kernel executes
+    ``griddepcontrol.wait`` after its prologue (shared-memory barrier init, tensor-map prefetch: no global access)
+    and before its roles start, then ``griddepcontrol.launch_dependents``. A grouped GEMM of family ``moe`` takes
+    pdl from its layer node (rule ``moe.pdl``), never from this one."""
 
     threads: int
     cluster_m: int
     cluster_n: int
     loc: SourceLoc
+    pdl: bool = field(default=False, metadata=_CANON_SKIP)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pdl, bool):
+            _dsl_error("dsl.operand", self.loc, f"launch: pdl {self.pdl!r} must be a bool")
 
 
 # -------------------------------------------------------------------------------------- assertions

@@ -196,6 +196,9 @@ def attention_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             raise KeyError("the attention scheduler has no cluster, split or consumer stride")
         if (launch.cluster_m, launch.cluster_n) != (1, 1):
             raise KeyError("the attention kernel launches 1-CTA clusters")
+        if launch.pdl:
+            raise KeyError("launch node pdl: the attention template launches plainly (programmatic launch is the "
+                           "GEMM's and the MoE layer's)")
         pairing = list(conv.pairing) if conv.pairing else list(range(mma_qk.op.n // 4))
         if len(pairing) != mma_qk.op.n // 4:
             raise KeyError(f"conversion pairing has {len(pairing)} entries for {mma_qk.op.n // 4} P registers")

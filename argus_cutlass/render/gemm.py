@@ -134,7 +134,7 @@ def gemm_context(program: Program, verified: tuple[str, ...] = ()) -> dict:
             "gA": p.tensor(la.src), "gB": p.tensor(lb.src), "gC": p.tensor(src.src), "gD": p.tensor(epi.dst),
             "sA": p.tensor(la.dst), "sB": p.tensor(lb.dst), "sD": p.tensor(stg.dst), "acc": p.tensor(mma.acc),
             "la": la, "lb": lb, "ra": ra, "rb": rb, "mma": mma, "pipe": pipe, "loop": loop,
-            "st": st, "stg": stg, "epi": epi, "src": src, "sched": p.schedule, "pdl": False, "weight_prefetch": 0,
+            "st": st, "stg": stg, "epi": epi, "src": src, "sched": p.schedule, "pdl": bool(p.launch.pdl), "weight_prefetch": 0,
             "handoff_wait": False, "handoff_edges": (), "handoff_signals": (), "row_bound": p.row_bounded,
             "launch": p.launch, "producer": p.role("producer"), "consumer": p.role("consumer"),
             "bar_epi": p.barrier(stg.barrier), "order": p.orders[0] if p.orders else None,

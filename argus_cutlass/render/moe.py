@@ -49,6 +49,9 @@ def _gemm_text(layer: MoELayer, part: str, ns: str) -> str:
     ctx = gemm_context(program)
     if program.family != "moe" or program.schedule.decomposition != "grouped":
         raise ConfigError("render.program", f"MoE part {part!r} is not a grouped GEMM of family moe")
+    if program.launch is not None and program.launch.pdl:
+        raise ConfigError("render.program", f"MoE part {part!r}: its launch node says pdl; a grouped GEMM is launched "
+                          "programmatically by its layer node's pdl (rule moe.pdl), not its own")
     edges = [handoff_view(layer, e.name, part) for e in HANDOFF_EDGES
              if getattr(layer, e.name) and part in (e.signaller, e.waiter)]
     try:

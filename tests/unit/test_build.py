@@ -536,3 +536,37 @@ def test_broken_source_shows_error_lines():
     assert log_path.is_file() and "undefined_thing" in log_path.read_text()
     assert "undefined_thing" in err.log
     assert len(text.splitlines()) < 20
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("kind,cfg_args", [
+    ("shared", {"swap_ab": True, "tile_m": 64, "tile_n": 16, "cluster_m": 1, "stages": 8, "schedule": "pingpong",
+                "epi_m": 64, "epi_n": 16}),
+    ("ptx", {"swap_ab": True, "tile_m": 128, "tile_n": 16, "cluster_m": 1, "stages": 8, "epi_m": 128, "epi_n": 16,
+             "scheduler": "clusterk", "splits": 4}),
+    ("ptx", {"tile_m": 128, "tile_n": 128, "cluster_m": 2, "stages": 6, "scheduler": "streamk", "cluster_n": 1}),
+], ids=["swapab-persistent-so", "swapab-clusterk4", "coop-streamk-cluster2"])
+def test_pdl_gemm_compiles_with_griddepcontrol_and_a_programmatic_launch(kind, cfg_args):
+    """Launch node ``pdl`` (GemmConfig.pdl, session 45): the kernel waits (griddepcontrol.wait) after its prologue and
+    before its roles, then lets a programmatic successor launch; the host adds the programmatic-serialization launch
+    attribute after the cluster one. The same configuration without pdl prints neither."""
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.render.gemm import render_gemm
+
+    plain = render_gemm(build_program(GemmConfig(**cfg_args)))
+    program = build_program(GemmConfig(**cfg_args, pdl=True))
+    src = render_gemm(program)
+    assert "griddepcontrol" not in plain and "ProgrammaticStreamSerialization" not in plain
+    body = src[src.index("__global__ void"):]
+    wait = body.index("griddepcontrol.wait;")
+    assert body.index("fence_barrier_init") < wait < body.index("producer_mainloop(")   # after the prologue
+    assert wait < body.index("griddepcontrol.launch_dependents;")
+    assert src.count("cudaLaunchAttributeProgrammaticStreamSerialization") == 1
+    art = nvcc.compile_cu(src, program.kernel_name(), kind)
+    if kind == "ptx":
+        ptx = art.path.read_text()
+        assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
+        assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    else:
+        assert art.path.suffix == ".so" and art.spill_bytes == 0

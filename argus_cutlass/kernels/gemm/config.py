@@ -112,6 +112,13 @@ class GemmConfig(BaseModel):
             after the wgmmas that read it retired, PTX ISA 9.7.15.7). More batches in flight keep the tensor
             cores fed across the consumer's per-k-tile barrier round; each holds one more stage out of the
             producer's reach.
+        pdl: programmatic dependent launch (CUDA ``cudaLaunchAttributeProgrammaticStreamSerialization``; PTX ISA
+            ``griddepcontrol``, sm_90): the kernel may start while the previous kernel of its stream is still
+            running; its prologue (barrier init, tensor-map prefetch) touches no global memory, then it executes
+            ``griddepcontrol.wait`` (the previous kernel complete and its memory visible) before any global
+            access, and ``griddepcontrol.launch_dependents`` (a programmatic successor may start). Hides the launch
+            and prologue of a short (decode) GEMM behind the kernel before it (launch node ``pdl``). Off by default:
+            a stream whose previous kernel is not programmatic gains nothing.
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation
@@ -145,6 +152,7 @@ class GemmConfig(BaseModel):
     swap_ab: bool = False
     acc_sets: int = Field(1, gt=0)
     mma_in_flight: int = Field(1, ge=0)
+    pdl: bool = False
 
     _integers = field_validator("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n", "stages", "epi_m", "epi_n",
                                 "swizzle", "splits", "acc_sets", "mma_in_flight", mode="before")(not_a_bool)

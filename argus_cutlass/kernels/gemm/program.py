@@ -70,7 +70,7 @@ def program_label(cfg: GemmConfig) -> str:
             f"c{c.cluster_m}x{c.cluster_n}_s{c.stages}_{_SCHEDULE[c.schedule]}_e{c.epi_m}x{c.epi_n}_"
             f"r{_RASTER[c.raster]}{c.swizzle}{sched}{'_swapab' if c.swap_ab else ''}"
             f"{f'_as{c.acc_sets}' if c.acc_sets != 1 else ''}"
-            f"{f'_mf{c.mma_in_flight}' if c.mma_in_flight != 1 else ''}")
+            f"{f'_mf{c.mma_in_flight}' if c.mma_in_flight != 1 else ''}{'_pdl' if c.pdl else ''}")
 
 
 def _align(x: int, a: int) -> int:
@@ -362,7 +362,8 @@ def _program(cfg: GemmConfig, problem: object | None, staged: tuple[str, ...] | 
     # ---- roles, launch ------------------------------------------------------------------------
     b.role("producer", "producer", warpgroups=(0,), issue_warps=(0,), regs=PRODUCER_REGS)
     b.role("consumer", "consumer", warpgroups=(1, 2), issue_warps=(0, 1, 2, 3), regs=CONSUMER_REGS)
-    b.launch(threads=384, cluster_m=c.cluster_m, cluster_n=c.cluster_n)
+    with _built_from(c, "pdl"):
+        b.launch(threads=384, cluster_m=c.cluster_m, cluster_n=c.cluster_n, pdl=c.pdl)
 
     # ---- MMA ----------------------------------------------------------------------------------
     with _built_from(c, "tile_n", "tile_m", "tile_k", "acc_sets", "schedule"):
