@@ -111,6 +111,12 @@ SWAP_CASES = (
     (_SWAP_PP16.replace(tile_n=56, epi_n=8, stages=12), 100, 4096, 4096, 0.0),
     (_SWAP_PP16.replace(tile_n=104, epi_n=8, stages=9, layout="tt", dtype="fp16", out_dtype="fp32"), 100, 1000, 520,
      0.5),
+    # session 45: the launch node pdl (programmatic launch; griddepcontrol.wait before any global access) on the
+    # decode paths: persistent, stream-K and split-K (CUTLASS's workspace), cluster-K
+    (_SWAP_PP16.replace(pdl=True), 7, 4096, 4104, 0.5),
+    (_SWAP_SK16.replace(pdl=True), 16, 4096, 14336, 0.0),
+    (_SWAP_SK16.replace(scheduler="splitk", splits=4, pdl=True), 7, 1000, 5000, 0.5),
+    (_SWAP_SK16.replace(scheduler="clusterk", splits=4, pdl=True), 16, 4096, 14336, 0.0),
 )
 
 
@@ -118,7 +124,7 @@ def _swap_id(c) -> str:
     cfg = c[0]
     extra = ((f"-k{cfg.tile_k}" if cfg.tile_k != 64 else "") + (f"-as{cfg.acc_sets}" if cfg.acc_sets != 1 else "")
              + (f"-{cfg.scheduler}{cfg.splits if cfg.scheduler == 'splitk' else ''}" if cfg.scheduler != "persistent" else "")
-             + ("-nd" if cfg.reduction != "deterministic" else ""))
+             + ("-nd" if cfg.reduction != "deterministic" else "") + ("-pdl" if cfg.pdl else ""))
     return (f"swapab-{cfg.layout}-{cfg.dtype}-{cfg.out_dtype}-{cfg.tile_m}x{cfg.tile_n}{extra}-{c[1]}x{c[2]}x{c[3]}"
             f"-b{c[4]}")
 
@@ -214,6 +220,37 @@ def test_swap_ab_matches_fp32_reference(case, kernels, gpu_device):
     lib = _library(kernels, cfg)
     result = run_and_check(lib, problem, alpha=1.0, beta=beta, seed=zlib.crc32(kernel_name(cfg).encode()) & 0xFFFF)
     assert result.unwritten == 0 and result.passed, result.summary()
+
+
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_back_to_back_launches_read_the_previous_output(pdl, kernels, gpu_device):
+    """Launch node pdl (session 45): a chain X_{i+1} = X_i W of 8 GEMMs launched back to back on one stream
+    without a synchronization, each reading the output the launch before it writes. A programmatic launch may
+    start early but must wait (griddepcontrol.wait) before its loads: every step, checked against its fp32
+    product of the X_i the chain actually produced, matches; an early read would see the poisoned (NaN) or the
+    stale buffer. Run plain too (the same check without pdl)."""
+    import torch
+
+    cfg = _SWAP_PP16.replace(pdl=pdl)
+    lib = _library(kernels, cfg)
+    m, n = 16, 4096   # K = N: the output of one step is the A of the next
+    problem = GemmProblem(m, n, n, dtype="bf16", out_dtype="bf16", layout="tn").validate()
+    g = torch.Generator(device="cuda").manual_seed(45)
+    w = (torch.randn(n, n, generator=g, device="cuda") / n ** 0.5).to(torch.bfloat16)   # B: N x K, K-major
+    xs = [torch.randn(m, n, generator=g, device="cuda").to(torch.bfloat16)]
+    xs += [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(8)]
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream):
+        for i in range(8):
+            lib.run(problem, xs[i], w, None, xs[i + 1], 1.0, 0.0, stream)
+    stream.synchronize()
+    for i in range(8):
+        ref = xs[i].float() @ w.float().t()
+        got = xs[i + 1].float()
+        assert not torch.isnan(got).any(), f"step {i}: NaN left (read before the previous launch wrote)"
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        assert err < 2e-2, f"step {i}: relative error {err:.3e}"
 
 
 def test_smem_model_is_the_real_kernels(kernels):
