@@ -118,7 +118,9 @@ class GemmConfig(BaseModel):
             ``griddepcontrol.wait`` (the previous kernel complete and its memory visible) before any global
             access, and ``griddepcontrol.launch_dependents`` (a programmatic successor may start). Hides the launch
             and prologue of a short (decode) GEMM behind the kernel before it (launch node ``pdl``). Off by default:
-            a stream whose previous kernel is not programmatic gains nothing.
+            a stream whose previous kernel is not programmatic gains nothing, so the planner and the declared
+            sub-space never turn it on (whether it pays depends on the caller's stream); set it by hand
+            (``--set pdl=true``).
 
     Constraints are checked by :func:`argus_cutlass.verify.verify_gemm`, not here,
     so that a wrong configuration reaches the verifier and gets every violation
