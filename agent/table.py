@@ -69,7 +69,7 @@ def _config_text(kernel: str, cfg: dict[str, Any]) -> str:
                      f" {scheduler}" + (f" {cfg.get('splits')}" if scheduler == "splitk" else ""))
             text += " nondeterministic" if cfg.get("reduction") == "nondeterministic" else ""
         text += f" {cfg.get('acc_sets')} accumulator sets" if cfg.get("acc_sets", 1) != 1 else ""
-        return text + (" swap-AB" if cfg.get("swap_ab") else "")
+        return text + (" swap-AB" if cfg.get("swap_ab") else "") + (" programmatic launch" if cfg.get("pdl") else "")
     if kernel == "moe":
         return (f"{cfg.get('tile_m')}-row tiles, gate+up {cfg.get('gu_tile_n')} x {cfg.get('gu_stages')} "
                 f"stages, down {cfg.get('dn_tile_n')} x {cfg.get('dn_stages')} stages, k {cfg.get('tile_k')}")

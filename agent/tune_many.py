@@ -105,8 +105,9 @@ def shape_key(problem: Any) -> str:
 
 
 def config_key(cfg: GemmConfig | dict[str, Any]) -> str:
-    """The canonical JSON of a configuration (its key in the journal)."""
-    data = cfg.model_dump() if isinstance(cfg, GemmConfig) else cfg
+    """The canonical JSON of a configuration (its key in the journal): dumped anew from a GemmConfig, so a journal
+    line written before a field existed (e.g. ``pdl``, session 45) keys the same configuration."""
+    data = (cfg if isinstance(cfg, GemmConfig) else GemmConfig(**cfg)).model_dump()
     return json.dumps(data, sort_keys=True, separators=(",", ":"), default=list)
 
 

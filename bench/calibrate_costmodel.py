@@ -266,7 +266,9 @@ def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS,  # n
     out at once (its shapes' residuals removed), and its shapes are scored with the choice the rest gives
     (:func:`sweep_gemm.summarize`). Returns the summary, with ``analytic`` the same score without
     residuals. ``redone`` (a ``sweep_gemm --refine --redo`` label): only the rows re-timed under it are scored
-    (a confirm pass still under way), the groups still formed over every row."""
+    (a confirm pass still under way), each with only the kernels re-timed under it (``redo_kernels``: the row's
+    finalists and the held-out choice, in one process); the groups are formed and held out whole over every
+    row, so a partial pass scores the same choices as the full one."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import sweep_gemm
     from argus_cutlass.agent.costmodel import costmodel_choice
@@ -277,20 +279,22 @@ def cross_validate(path: str, params, residuals, radius: float = CV_RADIUS,  # n
     fl = table.get("flavor", {"dtype": "bf16", "out_dtype": "bf16", "layout": "tn"})
     flavor = (fl["dtype"], fl["out_dtype"], fl["layout"])
     groups = projection_groups([tuple(int(x) for x in key.split("x")) for key in table["shapes"]], radius)
-    if redone:
-        table = {**table, "shapes": {k: r for k, r in table["shapes"].items() if r.get("redo") == redone}}
-        groups = [[s for s in g if f"{s[0]}x{s[1]}x{s[2]}" in table["shapes"]] for g in groups]
+    if redone:   # the re-timed rows only, each with only the kernels timed under the label (in one process)
+        table = {**table, "shapes": {k: {**r, "kernels": {nm: r["kernels"].get(nm) for nm in r.get("redo_kernels", [])}}
+                                     for k, r in table["shapes"].items() if r.get("redo") == redone}}
     picks: dict[str, dict[str, str | None]] = {}
     configs: dict[str, Any] = {}   # the held-out choice's configuration per shape (also where the table never timed it)
     for shapes in groups:
         # every calibration shape of the group's projections, also those only the residuals' other tables hold (the
         # per-launch rows of M = 8192: review, session 31)
-        projections = {(n, k) for _, n, k in shapes}
+        projections = {(n, k) for _, n, k in shapes}   # the whole group's, also where redone scores a part of it
         rest = residuals.without([p for p in residuals.points.tolist() if (p[1], p[2]) in projections])
         if residuals.trend is not None:  # refitted without the held-out group (without() drops it)
             rest = with_trend(rest, params, residuals.trend.weight, residuals.trend.alpha, residuals.trend.full_at)
         for m, n, k in shapes:
             key = f"{m}x{n}x{k}"
+            if key not in table["shapes"]:   # redone: a row not re-timed yet
+                continue
             kernels = table["shapes"][key].get("kernels", {})
             held = costmodel_choice(m, n, k, *flavor, params=params, residuals=rest)
             plain = costmodel_choice(m, n, k, *flavor, params=params, residuals=None)

@@ -170,7 +170,8 @@ case "$STEP" in
       | tee "$OUT/moe_gpu_prebuild.log" | tail -3
     # xdist workers by GPU memory: 8 workers on an 80 GB H100 ran out of memory (session 45: 28 OOM); one process peaks at ~24 GB (the anchor shapes fp32 draws + the allocator cache): ~28 GB each
     XD=""; GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-    NW=$(( ${GB:-80000} / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
+    [[ "$GB" =~ ^[0-9]+$ ]] || GB=80000   # "[N/A]" or no device: assume an 80 GB card
+    NW=$(( GB / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
     python3 -c "import xdist" 2>/dev/null && XD="-n ${ARGUS_XDIST:-$NW}"
     $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" ${3:+-k "$3"} -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30
     [ -n "$3" ] && exit 0   # a -k selection: the handoff module is not part of it
@@ -218,7 +219,8 @@ case "$STEP" in
     # -n 8 (pytest-xdist, when its wheel is carried): the tests' kernels compile in parallel
     # xdist workers by GPU memory: 8 workers on an 80 GB H100 ran out of memory (session 45: 28 OOM); one process peaks at ~24 GB (the anchor shapes fp32 draws + the allocator cache): ~28 GB each
     XD=""; GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-    NW=$(( ${GB:-80000} / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
+    [[ "$GB" =~ ^[0-9]+$ ]] || GB=80000   # "[N/A]" or no device: assume an 80 GB card
+    NW=$(( GB / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
     python3 -c "import xdist" 2>/dev/null && XD="-n ${ARGUS_XDIST:-$NW}"
     $PYT $XD -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/torch_ops_gpu.log" | tail -30 ;;
   moe-profile)

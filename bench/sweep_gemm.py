@@ -503,9 +503,13 @@ def _retime_setup(path: Path, table: dict, verb: str) -> dict[str, Any] | None:
               f"19): its kernels cannot be rebuilt", file=sys.stderr)
         return None
     try:
-        require_sm90()
+        info = require_sm90()
     except ArgusError as exc:
         print(f"sweep_gemm --{verb}: needs a Hopper GPU: {exc}", file=sys.stderr)
+        return None
+    if table.get("gpu") and getattr(info, "name", table["gpu"]) != table["gpu"]:
+        print(f"sweep_gemm --{verb}: {path} was timed on {table['gpu']}, this is {info.name}: a table never mixes the "
+              "times of two GPU models (sweep a table of its own for this one)", file=sys.stderr)
         return None
     return {nm: GemmConfig(**c) for nm, c in table["kernel_configs"].items()}
 
@@ -569,14 +573,17 @@ def _first_times(row: dict, graph: bool) -> dict:
     return {} if graph else row.setdefault("kernels_sweep", {})
 
 
-def load_picks(path: Path) -> dict[str, tuple[str, Any]]:
-    """The choices of a ``--picks`` file (``bench/calibrate_costmodel.py --cv --picks-out``): ``{shape key:
-    (kernel name, GemmConfig)}``, each configuration checked by the fast verifier tiers
-    (:func:`~argus_cutlass.kernels.gemm.space.feasible`) and its name checked to be its kernel's.
+def load_picks(path: Path, table: dict) -> dict[str, tuple[str, Any]]:
+    """The choices of a ``--picks`` file (``bench/calibrate_costmodel.py --cv --picks-out``) for ``table``:
+    ``{shape key: (kernel name, GemmConfig)}``, each key a row of the table written canonically (``MxNxK``), each
+    configuration of the table's flavor (dtype, output dtype, layout: the timing draws the table's operands),
+    checked by the fast verifier tiers (:func:`~argus_cutlass.kernels.gemm.space.feasible`), and its name its
+    kernel's.
 
     Raises:
-        ValueError: not JSON, no ``picks`` object, a malformed shape key, a configuration that does not parse,
-            is refused by the verifier, or whose kernel name is not the one given (the message names the row).
+        ValueError: not JSON, no ``picks`` object, a malformed or non-canonical shape key or one the table lacks, a
+            configuration that does not parse, of another flavor, refused by the verifier, or whose kernel name is
+            not the one given (the message names the row).
     """
     from pydantic import ValidationError
 
@@ -591,14 +598,20 @@ def load_picks(path: Path) -> dict[str, tuple[str, Any]]:
     for key, pick in doc["picks"].items():
         try:
             m, n, k = (int(x) for x in key.split("x"))
-            if min(m, n, k) < 1:
+            if min(m, n, k) < 1 or key != f"{m}x{n}x{k}":
                 raise ValueError
         except ValueError:
-            raise ValueError(f"row {key!r}: a shape key is MxNxK of positive integers") from None
+            raise ValueError(f"row {key!r}: a shape key is MxNxK of positive integers, written without leading "
+                             "zeros") from None
+        if key not in table.get("shapes", {}):
+            raise ValueError(f"row {key}: not a row of the table (picks of another table?)")
         try:
             cfg = GemmConfig(**pick["config"])
         except (TypeError, KeyError, ValidationError) as exc:
             raise ValueError(f"row {key}: no valid 'config' ({str(exc).splitlines()[0]})") from None
+        if (cfg.dtype, cfg.out_dtype, cfg.layout) != table_flavor(table):
+            raise ValueError(f"row {key}: the configuration is {cfg.dtype} -> {cfg.out_dtype} {cfg.layout}, the table "
+                             f"{' -> '.join(table_flavor(table)[:2])} {table_flavor(table)[2]}")
         ok, why = feasible(cfg)
         if not ok:
             raise ValueError(f"row {key}: the configuration is refused by the verifier: {'; '.join(why)[:200]}")
@@ -667,7 +680,13 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
                   key=lambda key: tuple(map(int, key.split("x"))))
     plan = {key: [nm for nm in finalists(table["shapes"][key], args.refine_within,
                                          tuple(picks.get(key, {}).values())) if nm in configs] for key in todo}
-    extra = getattr(args, "picks", None) or {}
+    extra = {}
+    if getattr(args, "picks", ""):
+        try:
+            extra = load_picks(Path(args.picks), table)
+        except (OSError, ValueError) as exc:
+            print(f"sweep_gemm --refine --picks {args.picks}: {exc}", file=sys.stderr)
+            return 2
     if extra:   # the held-out choices, timed or not on the row, each beside the row's finalists
         configs = {**configs, **{nm: cfg for nm, cfg in extra.values()}}
         for key in todo:
@@ -702,8 +721,8 @@ def refine(path: Path, table: dict, args: argparse.Namespace, t0: float) -> int:
         row["refined"] = {"within": args.refine_within, "rounds": args.rounds, "iters": iters,
                           "kernels": len(plan[key]) - len(failed), "failed": failed,
                           **({"graph_calls": new["graph_calls"]} if graph and "graph_calls" in new else {})}
-        if redo:
-            row["redo"] = redo
+        if redo:   # the kernels this label timed, in one process: what a score of the re-timed rows compares
+            row["redo"], row["redo_kernels"] = redo, [nm for nm in plan[key] if new["kernels"].get(nm)]
         _save(path, table)
         print(f"{key:>18} refined {len(sub)} kernels x {args.rounds} rounds x {iters} launches "
               f"({time.perf_counter() - t1:.1f} s)", flush=True)
@@ -888,11 +907,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--redo goes with --refine")
     if args.picks and not args.refine:
         ap.error("--picks goes with --refine")
-    if args.picks:
-        try:
-            args.picks = load_picks(Path(args.picks))
-        except (OSError, ValueError) as exc:
-            ap.error(f"--picks {args.picks}: {exc}")
+    if args.picks and not Path(args.picks).is_file():
+        ap.error(f"--picks {args.picks}: no such file")
     if args.refine:
         try:
             m_values = [int(x) for x in args.m.split(",") if x.strip()]

@@ -109,14 +109,18 @@ def diagonal(ops: Any, mask: Any, Lq: Any, Lk: Any) -> Any:
     return (Lk - Lq if mask.bottom_right else 0) + mask.diagonal_shift
 
 
-def kv_blocks(ops: Any, mask: Any, tile_m: int, tile_n: int, m_block: Any, Lq: Any, Lk: Any) -> Any:
+def kv_blocks(ops: Any, mask: Any, tile_m: int, tile_n: int, m_block: Any, Lq: Any, Lk: Any,
+              rounding: str = "ceil") -> Any:
     """``Tile::n_blocks`` of ``tile_of``: one past the last kv block any row of query block
-    ``m_block`` may see (0: every row of the tile is fully masked)."""
+    ``m_block`` may see (0: every row of the tile is fully masked). ``rounding``: the kv loop node's
+    (``ceil``: a last partial block is read; ``floor`` drops it -- the template refuses to print it, and the
+    verifier's coverage check finds the keys it drops)."""
     limit = Lk
     if mask.causal:
         last_row = ops.min((m_block + 1) * tile_m, Lq) - 1
         limit = ops.min(limit, last_row + diagonal(ops, mask, Lq, Lk) + 1)
-    return ops.ite(limit > 0, ops.div(ops.max(limit, 0) + tile_n - 1, tile_n), 0)
+    up = tile_n - 1 if rounding == "ceil" else 0
+    return ops.ite(limit > 0, ops.div(ops.max(limit, 0) + up, tile_n), 0)
 
 
 def block_needs_mask(ops: Any, mask: Any, tile_m: int, tile_n: int, m_block: Any, n: Any, Lq: Any, Lk: Any) -> Any:
@@ -138,11 +142,13 @@ def masked(ops: Any, mask: Any, q: Any, key: Any, Lq: Any, Lk: Any) -> Any:
     return out
 
 
-def attends(ops: Any, mask: Any, tile_m: int, tile_n: int, m_block: Any, q: Any, key: Any, Lq: Any, Lk: Any) -> Any:
+def attends(ops: Any, mask: Any, tile_m: int, tile_n: int, m_block: Any, q: Any, key: Any, Lq: Any, Lk: Any,
+            rounding: str = "ceil") -> Any:
     """Whether the kernel lets row ``q`` of query block ``m_block`` attend ``key >= 0``: the key's
-    block is read (``key < n_blocks * tile_n``) and, where the block is masked, the mask keeps it."""
+    block is read (``key < n_blocks * tile_n``, :func:`kv_blocks` with the kv loop's ``rounding``) and, where
+    the block is masked, the mask keeps it."""
     n = ops.div(key, tile_n)
-    read = key < kv_blocks(ops, mask, tile_m, tile_n, m_block, Lq, Lk) * tile_n
+    read = key < kv_blocks(ops, mask, tile_m, tile_n, m_block, Lq, Lk, rounding) * tile_n
     dropped = ops.and_(block_needs_mask(ops, mask, tile_m, tile_n, m_block, n, Lq, Lk),
                        masked(ops, mask, q, key, Lq, Lk))
     return ops.and_(read, ops.not_(dropped))

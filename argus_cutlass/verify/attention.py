@@ -203,6 +203,9 @@ def check_resources(program: Program) -> Outcome:
     msgs = []
     for t in smem:
         period = max([sw * 8 if sw > 16 else 128 for _, sw in _touching(p, t.name)] + [16])
+        if t.align_bytes < 1 or t.align_bytes & (t.align_bytes - 1):
+            msgs.append(f"{t.name}: alignment {t.align_bytes} is not a power of two")
+            continue
         if t.base_bytes % t.align_bytes or t.align_bytes % period and t.align_bytes < period:
             msgs.append(f"{t.name} at byte {t.base_bytes} (align {t.align_bytes}): its views and TMA copies swizzle "
                         f"with a {period}-byte period, so its base must be a multiple of {period}")
@@ -323,6 +326,66 @@ def check_resources(program: Program) -> Outcome:
     rule("stages", [f"pipeline {pp.name!r} has {pp.stages} stages" for pp in (x.pq, x.pk, x.pv_pipe)
                     if not isinstance(pp.stages, int) or pp.stages < 1],
          f"Q {x.pq.stages}, K {x.pk.stages}, V {x.pv_pipe.stages} stages")
+    return proofs, bad
+
+
+def check_structure(program: Program) -> Outcome:
+    """mma.dtype, mma.tile, loop.step: the relations between the attention program's nodes that its template
+    states as ``static_assert`` (``templates/attention/traits.j2``), decided here so that a program that verifies
+    also compiles (adversarial review, session 45: a read's tile, a register tensor's shape or dtype, O's dtype or
+    the kv loop's k-blocks edited alone verified clean and stopped only nvcc). One element type for Q, K, V, O,
+    their smem buffers, P and the wgmma inputs; S, O and the LSE in fp32; the MMA reads, register tensors and
+    smem buffers cover the tile (``tile_m x D``, ``tile_n x D``, ``tile_m x tile_n``, ``D x tile_n``; one 64-row
+    atom per consumer warpgroup); the kv loop steps a whole kv block in k-blocks of the PV MMA's K."""
+    x = parts(program)
+    p = program
+    proofs: list[Proof] = []
+    bad: list[Violation] = []
+
+    def rule(name: str, msgs: list[str], summary: str, hint: str, where: str) -> None:
+        if msgs:
+            bad.extend(Violation(name, _inv(name), m, hint, where) for m in msgs)
+        else:
+            proofs.append(Proof(name, _inv(name), "arith", summary))
+
+    out = p.output
+    t = {n: p.tensor(src) for n, src in (("Q", x.lq.src), ("K", x.lk.src), ("V", x.lv.src), ("O", out.dst),
+                                         ("sQ", x.lq.dst), ("sK", x.lk.dst), ("sV", x.lv.dst), ("P", x.rd_p.src),
+                                         ("S", x.qk.acc), ("O_acc", x.pv.acc), ("LSE", out.lse))}
+    elem = t["Q"].dtype
+    msgs = [f"{n} ({t[n].name}) is {t[n].dtype}, Q is {elem}: Q, K, V, O, their smem buffers and P share one element "
+            "type" for n in ("K", "V", "O", "sQ", "sK", "sV", "P") if t[n].dtype != elem]
+    msgs += [f"{what} is {dt}, Q is {elem}" for what, dt in (("the conversion into P", x.conv.dtype),
+                                                              ("MMA qk's input", x.qk.op.dtype),
+                                                              ("MMA pv's input", x.pv.op.dtype)) if dt != elem]
+    msgs += [f"{n} ({t[n].name}) is {t[n].dtype}: S, O and the LSE accumulate in fp32" for n in ("S", "O_acc", "LSE")
+             if t[n].dtype != "fp32"]
+    rule("mma.dtype", msgs, f"{elem} Q, K, V, O, buffers and P; fp32 S, O and LSE",
+         "one 16-bit element type for the inputs and O; fp32 accumulators and LSE", str(out.loc))
+    BM, BN, D, W = x.tile_m, x.tile_n, x.D, x.wgs
+    msgs = []
+    for r, mn, k, wgs in ((x.rd_q, BM, D, W), (x.rd_k, BN, D, 1), (x.rd_p, BM, BN, W), (x.rd_v, D, BN, 1)):
+        if (r.tile_mn, r.tile_k, r.warpgroups) != (mn, k, wgs):
+            msgs.append(f"read {r.name!r}: tile {r.tile_mn} x {r.tile_k} over {r.warpgroups} warpgroup(s), the tile "
+                        f"needs {mn} x {k} over {wgs}")
+    for n, shape in (("S", (64, BN)), ("O_acc", (64, D)), ("P", (64, BN))):
+        if tuple(t[n].shape[:2]) != shape or len(t[n].shape) != 2:
+            msgs.append(f"register tensor {t[n].name!r} ({n}) has shape {tuple(t[n].shape)}: one warpgroup holds "
+                        f"{shape[0]} x {shape[1]}")
+    for n, shape in (("sQ", (BM, D)), ("sK", (BN, D)), ("sV", (D, BN))):
+        if tuple(t[n].shape[:2]) != shape:
+            msgs.append(f"smem buffer {t[n].name!r} stages {tuple(t[n].shape[:2])}: the tile needs {shape}")
+    if (x.qk.op.n, x.pv.op.n) != (BN, D):
+        msgs.append(f"MMA qk N = {x.qk.op.n}, MMA pv N = {x.pv.op.n}: S is tile_m x {BN}, O tile_m x {D}")
+    rule("mma.tile", msgs, f"reads, register tensors and smem buffers cover the {BM} x {BN} tile at d {D}",
+         "build the program with argus_cutlass.kernels.attention.program.build_program", str(x.qk.loc))
+    lp = x.loop
+    msgs = []
+    if lp.tile_k != BN or lp.block_k != x.pv.op.k or lp.block_k * lp.k_blocks != BN:
+        msgs.append(f"kv loop: tile_k {lp.tile_k}, {lp.k_blocks} k-blocks of {lp.block_k}: one kv block is {BN} keys "
+                    f"in k-blocks of the PV wgmma's K ({x.pv.op.k})")
+    rule("loop.step", msgs, f"kv blocks of {BN} keys, {lp.k_blocks} k-blocks of {lp.block_k}",
+         "k_blocks = tile_n / 16", str(lp.loc))
     return proofs, bad
 
 
@@ -677,7 +740,7 @@ def check_mask(program: Program) -> Outcome:
         key = np.arange(Lk + 2 * BN)
         Q, K = np.meshgrid(q, key, indexing="ij")
         MB = Q // BM
-        kernel = _attends_np(mask, BM, BN, MB, Q, K, Lq, Lk)
+        kernel = _attends_np(mask, BM, BN, MB, Q, K, Lq, Lk, x.loop.rounding)
         spec = (K < Lk) & ((K <= Q + Lk - Lq) if causal else True)
         points += Q.size
         diff = kernel != spec
@@ -692,14 +755,15 @@ def check_mask(program: Program) -> Outcome:
 
 
 def _attends_np(mask: Any, BM: int, BN: int, MB: np.ndarray, Q: np.ndarray, K: np.ndarray, Lq: int,
-                Lk: int) -> np.ndarray:
-    """:func:`argus_cutlass.hw.attention.attends` on numpy arrays (same formulas, vectorised)."""
+                Lk: int, rounding: str = "ceil") -> np.ndarray:
+    """:func:`argus_cutlass.hw.attention.attends` on numpy arrays (same formulas, vectorised; ``rounding``: the kv
+    loop node's)."""
     diag = (Lk - Lq if mask.bottom_right else 0) + mask.diagonal_shift
     limit = np.full(MB.shape, Lk)
     if mask.causal:
         last_row = np.minimum((MB + 1) * BM, Lq) - 1
         limit = np.minimum(limit, last_row + diag + 1)
-    nb = np.where(limit > 0, (np.maximum(limit, 0) + BN - 1) // BN, 0)
+    nb = np.where(limit > 0, (np.maximum(limit, 0) + (BN - 1 if rounding == "ceil" else 0)) // BN, 0)
     n = K // BN
     need = (n + 1) * BN > Lk
     if mask.causal:
@@ -717,7 +781,7 @@ def _mask_violation(program: Program, x: SimpleNamespace, q: int, key: int, Lq: 
     mask = program.mask
     BM, BN = x.tile_m, x.tile_n
     mb = q // BM
-    nb = sem.kv_blocks(sem.INT_OPS, mask, BM, BN, mb, Lq, Lk)
+    nb = sem.kv_blocks(sem.INT_OPS, mask, BM, BN, mb, Lq, Lk, x.loop.rounding)
     n = key // BN
     need = sem.block_needs_mask(sem.INT_OPS, mask, BM, BN, mb, n, Lq, Lk)
     msk = sem.masked(sem.INT_OPS, mask, q, key, Lq, Lk)
@@ -760,7 +824,7 @@ def check_mask_smt(program: Program, timeout_ms: int) -> tuple[list[Proof], list
     Lq, Lk, q, key = z3.Ints("Lq Lk q key")
     mb = q / BM
     dom = z3.And(Lq >= 1, Lq < 2 ** bits, Lk >= 0, Lk < 2 ** bits, q >= 0, q < Lq, key >= 0, key < 2 ** bits + BN)
-    kern = sem.attends(ops, mask, BM, BN, mb, q, key, Lq, Lk)
+    kern = sem.attends(ops, mask, BM, BN, mb, q, key, Lq, Lk, x.loop.rounding)
     spec = sem.spec_attends(ops, causal, q, key, Lq, Lk)
     t0 = time.perf_counter()
     out_p: list[Proof] = []
@@ -1456,6 +1520,8 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
     cap = None if fits else _stage_cap(program, notes)
     run.add("enum", "tma.image", check_tma_image, program, cap)
     run.add("arith", "mma.operand_identity", check_bindings, program)
+    _, struct_bad = run.add("arith", "mma.tile", check_structure, program)
+    shapes_ok = shapes_ok and not struct_bad
     if shapes_ok:
         run.add("enum", "gmma.descriptor", check_descriptors, program, cap)
         run.add("enum", "mma.k_agreement", check_tags, program, cap)

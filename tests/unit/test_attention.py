@@ -281,3 +281,36 @@ def test_verifier_reports_instead_of_raising_when_shape_rules_fail(edit):
             r.view, atom=dataclasses.replace(r.view.atom, major="MN")))
     rep = verify_attention(bad, smt=False)
     assert rep.violations and not rep.ok
+
+
+@pytest.mark.parametrize("kind,name,changes,rule", [
+    ("loop", "kv", {"rounding": "floor"}, "kv.coverage"),
+    ("loop", "kv", {"k_blocks": 7}, "loop.step"),
+    ("loop", "kv", {"k_blocks": 16}, "loop.step"),
+    ("read", "gmma_qk_A", {"tile_mn": 127}, "mma.tile"),
+    ("read", "gmma_qk_B", {"tile_k": 256}, "mma.tile"),
+    ("read", "gmma_pv_B", {"warpgroups": 2}, "mma.tile"),
+    ("tensor", "s_acc", {"shape": (65, 128)}, "mma.tile"),
+    ("tensor", "o_acc", {"shape": (64, 129)}, "mma.tile"),
+    ("tensor", "s_acc", {"dtype": "bf16"}, "mma.dtype"),
+    ("tensor", "o_acc", {"dtype": "fp16"}, "mma.dtype"),
+    ("tensor", "gO", {"dtype": "fp32"}, "mma.dtype"),
+    ("tensor", "sQ", {"align_bytes": 1025}, "smem.alignment"),
+], ids=lambda v: str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items()))
+def test_structure_edits_the_template_only_static_asserted_are_refused(kind, name, changes, rule):
+    """Adversarial review, session 45: each of these single-field edits verified clean and only a static_assert
+    of the printed .cu stopped nvcc (the kv loop's rounding, its k-blocks, an MMA read's tile, a register tensor's
+    shape or dtype, O's dtype). The verifier now decides the relations the template asserts (rules kv.coverage,
+    loop.step, mma.tile, mma.dtype; an alignment that is not a power of two: smem.alignment); the floor-rounded
+    kv loop comes with a counterexample key the kernel never reads."""
+    from argus_cutlass.verify.attention import verify_attention
+
+    p = build_program(AttentionConfig(head_dim=128, causal=True, tile_m=128, tile_n=128))
+    assert verify_attention(p, smt=False).ok
+    if kind == "read" and name == "gmma_pv_B" and name not in {r.name for r in p.reads}:
+        name = next(r.name for r in p.reads if r.name.endswith("pv_B"))
+    rep = verify_attention(p.replace_node(kind, name, **changes), smt=False)
+    assert not rep.ok and rule in {v.rule for v in rep.violations}, [(v.rule, v.message) for v in rep.violations]
+    if rule == "kv.coverage":
+        v = next(v for v in rep.violations if v.rule == rule)
+        assert v.counterexample is not None and "not read" in v.message

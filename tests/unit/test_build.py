@@ -570,3 +570,33 @@ def test_pdl_gemm_compiles_with_griddepcontrol_and_a_programmatic_launch(kind, c
         assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
     else:
         assert art.path.suffix == ".so" and art.spill_bytes == 0
+
+
+def test_a_launch_node_pdl_is_refused_where_the_template_does_not_print_it():
+    """Launch node pdl reaches the .cu of a GEMM only: an attention program, or a grouped GEMM part of an MoE layer
+    (whose programmatic launch is its layer node's, rule moe.pdl), with a launch node that says pdl is refused at
+    render (render.program) rather than printed without it."""
+
+    from argus_cutlass.errors import ConfigError
+    from argus_cutlass.kernels.attention.config import AttentionConfig
+    from argus_cutlass.kernels.attention.program import build_program as build_attention
+    from argus_cutlass.render.attention import render_attention
+
+    prog = build_attention(AttentionConfig(head_dim=128, causal=True, tile_m=128, tile_n=128))
+    render_attention(prog)
+    with pytest.raises(ConfigError) as exc:
+        render_attention(prog.replace_node("launch", None, pdl=True))
+    assert exc.value.rule == "render.program" and "pdl" in str(exc.value)
+
+    from argus_cutlass.kernels.moe.config import MoEConfig
+    from argus_cutlass.kernels.moe.problem import MoEProblem
+    from argus_cutlass.kernels.moe.program import build_layer
+    from argus_cutlass.render.moe import render_moe
+
+    layer = build_layer(MoEConfig(), MoEProblem(tokens=64, experts=8, topk=2, hidden=256, ffn=256))
+    render_moe(layer)
+    bad = layer.replace_node("gate_up", "launch", None, pdl=True)
+    assert bad.program("gate_up").launch.pdl
+    with pytest.raises(ConfigError) as exc:
+        render_moe(bad)
+    assert exc.value.rule == "render.program" and "layer node's pdl" in str(exc.value)

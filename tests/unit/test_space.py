@@ -274,3 +274,11 @@ def test_accumulator_sets_only_on_narrow_swap_ab_pingpong_tiles_and_the_planner_
     twins = [decode, decode.replace(acc_sets=2), decode.replace(stages=8), decode.replace(stages=8, acc_sets=2)]
     picked = ranked_feasible(space, Problem(1, 4096, 14336), set(), candidates=twins, limit=4)
     assert len(picked) == 2 and len({c.replace(acc_sets=1) for c in picked}) == 2
+
+
+def test_pdl_is_not_a_point_of_the_searched_space():
+    """Session 45 review: the launch node pdl is set by hand (whether it pays depends on the caller's stream), so
+    the searched space holds no pdl configuration, as it holds no mma_in_flight 2 one; its twin without pdl is in."""
+    cfg = next(iter(GemmSpace().enumerate()))
+    assert GemmSpace().contains(cfg) and not GemmSpace().contains(cfg.replace(pdl=True))
+    assert not GemmSpace().contains(cfg.replace(mma_in_flight=2))

@@ -760,19 +760,31 @@ def test_refine_picks_retimes_each_rows_held_out_choice_beside_its_finalists(swe
     out = json.loads(t.read_text())
     row = out["shapes"]["1x4096x4096"]
     assert row["redo"] == "cv" and row["kernels"][names[2]] and out["kernel_configs"][names[2]] == space[2].model_dump()
-    # the file's errors name the row and the rule
+    assert row["redo_kernels"] == sorted([names[0], names[2]], key=[names[0], names[2]].index)
+    # the file's errors name the row and the rule; nothing is timed
+    row_key = "1x4096x4096"
+    other = space[0].replace(out_dtype="fp32")
     bad = [({"picks": {"1x0x4": {"kernel": names[0], "config": space[0].model_dump()}}}, "row '1x0x4'"),
-           ({"picks": {"1x8x8": {"kernel": names[0], "config": {"tile_m": "x"}}}}, "row 1x8x8: no valid 'config'"),
-           ({"picks": {"1x8x8": {"kernel": names[1], "config": space[0].model_dump()}}}, "is not its configuration's"),
+           ({"picks": {"01x4096x4096": {"kernel": names[0], "config": space[0].model_dump()}}}, "without leading zeros"),
+           ({"picks": {"8x8x8": {"kernel": names[0], "config": space[0].model_dump()}}}, "not a row of the table"),
+           ({"picks": {row_key: {"kernel": names[0], "config": {"tile_m": "x"}}}}, f"row {row_key}: no valid 'config'"),
+           ({"picks": {row_key: {"kernel": kernel_name(other), "config": other.model_dump()}}},
+            "is bf16 -> fp32 tn, the table bf16 -> bf16 tn"),
+           ({"picks": {row_key: {"kernel": names[1], "config": space[0].model_dump()}}}, "is not its configuration's"),
            ({"nothing": 1}, "expected a JSON object with a 'picks' object")]
     for doc, words in bad:
         picks.write_text(json.dumps(doc))
-        with pytest.raises(SystemExit) as exc:
-            sweep.main(["--table", str(t), "--refine", "--graph", "--redo", "cv2", "--picks", str(picks)])
-        assert exc.value.code == 2 and words in capsys.readouterr().err
+        assert sweep.main(["--table", str(t), "--refine", "--graph", "--redo", "cv2", "--picks", str(picks)]) == 2
+        assert words in capsys.readouterr().err
+    assert len(timed) == 1
     with pytest.raises(SystemExit):
         sweep.main(["--table", str(t), "--summary", "--picks", str(picks)])
     assert "--picks goes with --refine" in capsys.readouterr().err
+    # a table timed on another GPU model is not re-timed here
+    out["gpu"] = "NVIDIA H100 80GB HBM3"
+    t.write_text(json.dumps(out))
+    assert sweep.main(["--table", str(t), "--refine", "--graph", "--redo", "cv3"]) == 2
+    assert "was timed on NVIDIA H100 80GB HBM3, this is NVIDIA H200" in capsys.readouterr().err
 
 
 def test_repeatability_scores_the_first_timings_pick_by_the_second(sweep):

@@ -500,3 +500,14 @@ def test_an_address_that_does_not_answer_is_a_clear_error_and_the_local_run_stil
     assert "ConnectionError" in str(info.value) and calls == ["ray://10.0.0.9:10001"]
     monkeypatch.setattr(tune_many, "ray_available", lambda: False)
     assert isinstance(tune_many.make_backend("auto"), LocalBackend)
+
+
+def test_journal_key_of_a_line_written_before_a_field_existed():
+    """Session 45 review: a journal line dumped before GemmConfig grew ``pdl`` keys the same configuration (resumed
+    tunes do not re-measure what they had measured)."""
+    from argus_cutlass.agent.tune_many import config_key
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    cfg = GemmConfig()
+    old = {k: v for k, v in cfg.model_dump().items() if k != "pdl"}
+    assert config_key(old) == config_key(cfg) != config_key(cfg.replace(pdl=True))

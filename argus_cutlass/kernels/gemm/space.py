@@ -54,8 +54,9 @@ DERIVED_FIELDS = ("epi_m",)
 #: step gemm-k128b times it on the decode K splits); ``mma_in_flight`` (wgmma batches left outstanding, CUTLASS
 #: K_PIPE_MMAS; session 32, ``bench/data/explore_tiles_mma_in_flight_h200_s32.log``, on the template before the
 #: uniform descriptors: 2 within -3 .. +5 % of 1 on 12 kernels of 10 rows, decode to 3000x14336x4096, 3 up to 1.6x
-#: slower, the producer a stage short; not re-timed on the current template)
-UNSEARCHED_FIELDS: tuple[str, ...] = ("reduction", "mma_in_flight")
+#: slower, the producer a stage short; not re-timed on the current template); ``pdl`` (programmatic launch, session
+#: 45): whether it pays depends on the caller's stream, not on the shape -- set by hand, never searched
+UNSEARCHED_FIELDS: tuple[str, ...] = ("reduction", "mma_in_flight", "pdl")
 
 
 def default_fragments() -> dict[str, Fragment]:
