@@ -8,8 +8,10 @@
 #   bash bench/device_pending.sh OUTDIR gemm-staged   # the aligned staging path (M=300 col-major A, N=33, K=33, ...)
 #   bash bench/device_pending.sh OUTDIR gemm-pdl [SHAPES] # issue 13 item 2: decode rows' best kernel with and without
 #                                                     # the launch node pdl, per launch and from graphs (~1 min a shape)
-#   bash bench/device_pending.sh OUTDIR gemm-cv-confirm # issue 13 item 1: the held-out choices re-timed beside each row's
-#                                                     # finalists in one process (resumable; ~2 calls), then scored
+#   bash bench/device_pending.sh OUTDIR gemm-cv-confirm [M_VALUES] # issue 13 item 1: the held-out choices re-timed
+#                                                     # beside each row's finalists in one process, then scored
+#                                                     # (resumable; e.g. 1,8,32,64 then 100,256,512 then 1024,3000: each
+#                                                     # call compiles only its rows' kernels)
 #   bash bench/device_pending.sh OUTDIR fuzz [FAMILY] # seeded random GEMM / MoE / attention problems through the API's
 #                                                     # own kernel choice vs fp32 (tests/gpu/test_fuzz_gpu.py; FAMILY
 #                                                     # gemm, moe or attention: pytest -k; ARGUS_FUZZ_SEED: the seed)
@@ -695,7 +697,7 @@ for r in csv.reader(sys.stdin):
     python3 "$R/bench/calibrate_costmodel.py" --cv "$G" --cv-residuals "$PL" --cv-residuals "$G" \
       --picks-out "$OUT/sweep/picks_cv.json" 2>&1 | tee "$OUT/gemm_cv_picks.log" | tail -3
     timeout 520 python3 "$R/bench/sweep_gemm.py" --table "$T" --refine --graph --redo cv-s45 --refine-within 0.05 \
-      --picks "$OUT/sweep/picks_cv.json" --max-seconds "${ARGUS_SWEEP_SECONDS:-400}" 2>&1 \
+      --picks "$OUT/sweep/picks_cv.json" ${3:+--m "$3"} --max-seconds "${ARGUS_SWEEP_SECONDS:-400}" 2>&1 \
       | tee "$OUT/gemm_cv_confirm.log" | grep -v "^generated" | tail -8
     python3 "$R/bench/calibrate_costmodel.py" --cv "$T" --cv-residuals "$PL" --cv-residuals "$G" --cv-redone cv-s45 2>&1 \
       | tee "$OUT/gemm_cv_score.log" | tail -3 ;;
