@@ -42,6 +42,8 @@ ERROR_CODES: dict[str, tuple[tuple[int, str, str], ...]] = {
         (8, "LD", "a leading dimension is smaller than its operand's contiguous extent"),
         ARCH_ERROR,
         (10, "NULL", "A, B or D is NULL"),
+        (11, "ITER_SPACE", "stream-K / split-K only: output tiles x k-tiles >= 2^32 (CUTLASS's scheduler counts k-tile "
+                           "positions in 32 bits)"),
     ),
     "attention": (
         (1, "SIZE", "batch, heads, kv_heads or a length < 1, or softmax_scale not finite and > 0"),

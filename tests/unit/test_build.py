@@ -600,3 +600,32 @@ def test_a_launch_node_pdl_is_refused_where_the_template_does_not_print_it():
     with pytest.raises(ConfigError) as exc:
         render_moe(bad)
     assert exc.value.rule == "render.program" and "layer node's pdl" in str(exc.value)
+
+
+@pytest.mark.nvcc
+def test_stream_k_entry_refuses_an_iteration_space_past_32_bits(tmp_path, monkeypatch):
+    """Adversarial review, session 45: CUTLASS 4.2's stream-K / split-K scheduler keeps k-tile positions in uint32_t;
+    the entry refuses (code 11, rule problem.iteration_space) a problem whose output tiles x k-tiles reach 2^32,
+    before any CUDA call (here with fake pointers and no GPU), and accepts the size below it up to the first CUDA
+    call (the architecture guard, code 9 or a CUDA error, on a machine without a GPU). A persistent kernel prints no
+    such check."""
+    from argus_cutlass.errors import LaunchError
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+    from argus_cutlass.kernels.gemm.library import GemmKernelLibrary
+    from argus_cutlass.kernels.gemm.program import build_program
+    from argus_cutlass.render.gemm import render_gemm
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    cfg = GemmConfig(tile_n=128, cluster_m=1, stages=6, scheduler="splitk", splits=2)
+    program = build_program(cfg)
+    src = render_gemm(program)
+    assert "kErrIterSpace" in src and "return kErrIterSpace" in src
+    assert "return kErrIterSpace" not in render_gemm(build_program(GemmConfig()))
+    lib = GemmKernelLibrary(nvcc.compile_cu(src, program.kernel_name(), "shared").path, program.kernel_name())
+    m = n = 2**16   # 512 x 512 tiles of 128 x 128 = 2^18; K = 2^20: 2^14 k-tiles of 64 -> 2^32
+    with pytest.raises(LaunchError) as info:
+        lib(0x1000, 0x2000, None, 0x3000, m, n, 2**20, 2**20, 2**20, n, n, 1.0, 0.0)
+    assert info.value.rule == "problem.iteration_space" and "returned 11" in str(info.value)
+    with pytest.raises(LaunchError) as info:   # one k-tile fewer: past this check, stopped at the first CUDA call
+        lib(0x1000, 0x2000, None, 0x3000, m, n, 2**20 - 64, 2**20, 2**20, n, n, 1.0, 0.0)
+    assert info.value.rule != "problem.iteration_space"

@@ -114,6 +114,8 @@ ERROR_CODES: dict[int, tuple[str, str]] = {
     8: ("problem.ld", "a leading dimension is smaller than its operand's contiguous extent"),
     9: ("launch.arch", "the current device has no sm_90a image of the kernel (architecture guard)"),
     10: ("problem.pointer", "A, B or D is null"),
+    11: ("problem.iteration_space", "output tiles x k-tiles >= 2^32: CUTLASS's stream-K / split-K scheduler counts "
+                                    "k-tile positions in 32 bits"),
 }
 #: a return code at or above this is ``1000 + cudaError_t``
 CUDA_ERROR_BASE = 1000
