@@ -1532,7 +1532,7 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
             # fragment.convert has no OBLIGATIONS line (check_fragments states its own rules): its text here
             run.skip(rule, OBLIGATIONS.get(rule, "register fragments (RS operands, conversions, row reductions) keep "
                      "their tags"), "the shape rules (gmma.n, gmma.m_tile, mma.major, tma.box_extent, "
-                     "smem.alignment) failed", _inv(rule))
+                     "smem.alignment, mma.tile, mma.dtype, loop.step) failed", _inv(rule))
     _, enum_bad = run.add("enum", "mask.exact", check_mask, program)
     run.add("arith", "kv.coverage", check_kv_fill, program)
     run.add("enum", "softmax.online", check_softmax, program)
