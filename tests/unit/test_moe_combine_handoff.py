@@ -241,10 +241,12 @@ _BEFORE = {
                                                SMALL),
                            "d87d1941faeb32490c6a8af2440309504363aa970cbf2a72847be8588889a5db"),
 }
+#: re-pinned in session 45: the host's enum gained kErrIterSpace (code 11) and error_string its case; the text without
+#: those two lines hashes to the previous digests (15ff4d27..., edb50b7b...)
 _BEFORE_GEMM = {
-    "cooperative": ({}, "15ff4d27ef99ee708e97305b02777edeacba4f02ac507e90319b8b86c09860e6"),
+    "cooperative": ({}, "5ec55181ba026e6477f633c0359ffb710395985dabdafdb927b3c90f38738f52"),
     "pingpong": ({"tile_m": 64, "tile_n": 128, "schedule": "pingpong", "epi_m": 64},
-                 "edb50b7b5c497d3b12d2d34b00980f2eee41b54924e9f5a05007ed006ae293a5"),
+                 "de6db93f6ceeed1fc6c7f904253ed1fa9b50f50ac012ff1e71b44e54ff41b85c"),
 }
 
 
