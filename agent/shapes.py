@@ -551,7 +551,7 @@ def _load_json(path: Path, text: str) -> list[tuple[GemmShape, str]]:
     shapes = []
     for i, entry in enumerate(entries):
         line = text.count("\n", 0, offsets[i]) + 1 if i < len(offsets) else 0
-        where = f"{path}:{line}" if line else f"{path}: shapes[{i}]"
+        where = f"{path}:{line} (shapes[{i}])" if line else f"{path}: shapes[{i}]"   # several entries may share a line
         if not isinstance(entry, dict):
             raise ProblemError(
                 "shapes.syntax", f"{where}: a shape must be a JSON object with m, n, k, not {entry!r}")

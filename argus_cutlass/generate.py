@@ -1072,7 +1072,7 @@ def parse_overrides(model: type, overrides: Sequence[str]) -> dict[str, Any]:
             changes.update(assignments(model, spec))
         except ValueError as exc:
             raise ConfigError("config.override", f"override {spec!r}: {exc}",
-                              f"FIELD=VALUE with FIELD one of {model.__name__}'s fields") from None
+                              f"FIELD=VALUE with FIELD one of {model.__name__}'s fields and VALUE of its type") from None
     return changes
 
 

@@ -53,7 +53,27 @@ def field_value(model: Any, field: str, raw: str) -> Any:
         return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)   # the FieldInfo: its constraints too
     except ValidationError as exc:
         rule = exc.errors()[0]["msg"] if exc.errors() else str(exc)
-        raise ValueError(f"{field}={text!r}: {rule}") from None
+        raise ValueError(f"{field}={text!r}: {rule} ({field} takes {_expected(info.annotation)})") from None
+
+
+def _expected(annotation: Any) -> str:
+    """What a field of type ``annotation`` takes, in words (an error message's tail).
+
+    >>> from typing import Literal
+    >>> _expected(bool), _expected(int), _expected(Literal["a", "b"])
+    ('true or false', 'an integer', "one of 'a', 'b'")
+    """
+    from typing import Literal, get_args, get_origin
+
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return "an integer"
+    if annotation is float:
+        return "a number"
+    if get_origin(annotation) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(annotation))
+    return f"a {getattr(annotation, '__name__', annotation)}"
 
 
 def assignments(model: Any, spec: str) -> dict[str, Any]:

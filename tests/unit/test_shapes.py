@@ -345,11 +345,15 @@ def test_bad_json_entries_name_line(tmp_path):
     p.write_text('{"shapes": [\n  {"m": 1, "n": 16, "k": 16},\n  {"m": 1, "n": 16, "k": "16"}\n]}\n')
     with pytest.raises(ProblemError) as info:
         load_shapes(p)
-    assert info.value.rule == "shapes.field" and f"{p}:3:" in str(info.value) and "'k'" in str(info.value)
+    assert info.value.rule == "shapes.field" and f"{p}:3 (shapes[1]):" in str(info.value) and "'k'" in str(info.value)
     p.write_text('[\n {"m": 1, "n": 16, "k": 16, "layout": "xx"}\n]')
     with pytest.raises(ProblemError) as info:
         load_shapes(p)
-    assert info.value.rule == "problem.layout" and f"{p}:2:" in str(info.value)
+    assert info.value.rule == "problem.layout" and f"{p}:2 (shapes[0]):" in str(info.value)
+    p.write_text('[{"m": 1, "n": 16, "k": 16}, {"m": 1, "n": 16}]')   # one line, as json.dump writes: the entry named
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert f"{p}:1 (shapes[1]):" in str(info.value) and "'k'" in str(info.value)
     p.write_text('[{"m": 1, "n": 16, "k": 16, "lda": 32}]')
     with pytest.raises(ProblemError, match="unknown field 'lda'"):
         load_shapes(p)
