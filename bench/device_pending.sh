@@ -154,6 +154,18 @@ export PYTHONUNBUFFERED=1
 # clocks, power and throttle reasons beside each benchmark (a machine per call: session 22 saw the same
 # 8192^3 kernel 7 % slower than in session 16 with cuBLAS not, and nothing recorded to tell why)
 # (sampled every 2 s while the step runs, into $OUT/gpu_state.csv)
+# pytest-xdist's "-n N" (empty without xdist): workers by GPU memory, at most 8 -- 8 workers on an 80 GB H100 ran out
+# of memory (session 45: 28 OOM); one process peaks at ~24 GB (the anchor shapes' fp32 draws + the allocator cache),
+# so ~28 GB each; ARGUS_XDIST overrides
+xdist_args() {
+  python3 -c "import xdist" 2>/dev/null || return 0
+  local gb nw
+  gb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  [[ "$gb" =~ ^[0-9]+$ ]] || gb=80000   # "[N/A]" or no device: assume an 80 GB card
+  nw=$(( gb / 28000 )); [ "$nw" -gt 8 ] && nw=8; [ "$nw" -lt 1 ] && nw=1
+  echo "-n ${ARGUS_XDIST:-$nw}"
+}
+
 gpu_state() {
   nvidia-smi --query-gpu=timestamp,name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv -l 2 >> "$OUT/gpu_state.csv" 2>&1 &
@@ -170,11 +182,7 @@ case "$STEP" in
     # (on a cold machine each xdist worker would otherwise start the same batch); then the rest under xdist
     $PYT -m gpu "$R/tests/gpu/test_moe_gpu.py" -k test_small_t_heuristic_picks_the_small_path 2>&1 \
       | tee "$OUT/moe_gpu_prebuild.log" | tail -3
-    # xdist workers by GPU memory: 8 workers on an 80 GB H100 ran out of memory (session 45: 28 OOM); one process peaks at ~24 GB (the anchor shapes fp32 draws + the allocator cache): ~28 GB each
-    XD=""; GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-    [[ "$GB" =~ ^[0-9]+$ ]] || GB=80000   # "[N/A]" or no device: assume an 80 GB card
-    NW=$(( GB / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
-    python3 -c "import xdist" 2>/dev/null && XD="-n ${ARGUS_XDIST:-$NW}"
+    XD=$(xdist_args)
     $PYT $XD -m gpu "$R/tests/gpu/test_moe_gpu.py" ${3:+-k "$3"} -rf --durations=8 2>&1 | tee "$OUT/moe_gpu_tests.log" | tail -30
     [ -n "$3" ] && exit 0   # a -k selection: the handoff module is not part of it
     # the gate+up -> down handoff (its own module: one prebuild batch)
@@ -218,12 +226,8 @@ case "$STEP" in
     $PYT -m gpu "$R/tests/gpu/test_fuzz_gpu.py" ${3:+-k "$3"} -rA --durations=10 2>&1 \
       | tee "$OUT/fuzz_$(echo "${3:-all}" | tr -c 'A-Za-z0-9_\n' _).log" | tail -80 ;;
   torch-ops)
-    # -n 8 (pytest-xdist, when its wheel is carried): the tests' kernels compile in parallel
-    # xdist workers by GPU memory: 8 workers on an 80 GB H100 ran out of memory (session 45: 28 OOM); one process peaks at ~24 GB (the anchor shapes fp32 draws + the allocator cache): ~28 GB each
-    XD=""; GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-    [[ "$GB" =~ ^[0-9]+$ ]] || GB=80000   # "[N/A]" or no device: assume an 80 GB card
-    NW=$(( GB / 28000 )); [ "$NW" -gt 8 ] && NW=8; [ "$NW" -lt 1 ] && NW=1
-    python3 -c "import xdist" 2>/dev/null && XD="-n ${ARGUS_XDIST:-$NW}"
+    # pytest-xdist (when its wheel is carried): the tests' kernels compile in parallel
+    XD=$(xdist_args)
     $PYT $XD -m gpu "$R/tests/gpu/test_torch_ops_gpu.py" -rf --durations=8 2>&1 | tee "$OUT/torch_ops_gpu.log" | tail -30 ;;
   moe-profile)
     timeout 200 python3 "$R/bench/profile_moe.py" --out "$OUT/prof" 2>&1 | tee "$OUT/moe_profile.log" | tail -40

@@ -79,7 +79,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -491,6 +491,15 @@ def refine_iters(best_ms: float, budget_ms: float = 25.0, lo: int = 20, hi: int 
     return max(lo, min(hi, int(budget_ms / max(best_ms, 1e-6))))
 
 
+def _add_candidates(table: dict, configs: Iterable[Any]) -> None:
+    """Append to the table's ``candidates`` the configurations it does not list yet, compared as configurations (a
+    candidate written before a field existed, e.g. ``pdl``, omits its default)."""
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    known = {GemmConfig(**c) for c in table.get("candidates", [])}
+    table["candidates"] = table.get("candidates", []) + [c.model_dump() for c in configs if c not in known]
+
+
 def _retime_setup(path: Path, table: dict, verb: str) -> dict[str, Any] | None:
     """What ``--refine`` and ``--extend`` both need first: a Hopper GPU and the table's ``kernel_configs`` (to
     rebuild its kernels). The configurations by kernel name, or None after saying why not."""
@@ -817,12 +826,7 @@ def extend(path: Path, table: dict, added: dict[str, Any], m_values: list[int] |
     if not todo:
         print(report(table))
         return 0
-    from argus_cutlass.kernels.gemm.config import GemmConfig
-
-    # compared as configurations dumped anew: a candidate written before a field existed (e.g. pdl) omits its default
-    known = {json.dumps(GemmConfig(**c).model_dump(), sort_keys=True) for c in table.get("candidates", [])}
-    table["candidates"] = table.get("candidates", []) + [
-        c.model_dump() for c in ok.values() if json.dumps(c.model_dump(), sort_keys=True) not in known]
+    _add_candidates(table, ok.values())
     for key, row, sub in _rows_to_time(table, plan, {**configs, **ok}, args, t0, "extend"):
         new_names = added_of[key]   # missing from the row; the rest of the plan is re-timed
         if not sub:   # nothing built: the added kernels are recorded untimed, so a resumed run skips the row
@@ -1127,12 +1131,7 @@ def main(argv: list[str] | None = None) -> int:
     libs = agent_eval._build(cands, args.workers or 16, log, notes)
     name_of = {cfg: nm for nm, (cfg, _, _) in libs.items()}
     table.setdefault("kernel_configs", {}).update({nm: cfg.model_dump() for nm, (cfg, _, _) in libs.items()})
-    from argus_cutlass.kernels.gemm.config import GemmConfig
-
-    # compared as configurations dumped anew: a candidate written before a field existed (e.g. pdl) omits its default
-    known = {json.dumps(GemmConfig(**c).model_dump(), sort_keys=True) for c in table.get("candidates", [])}
-    table["candidates"] = table.get("candidates", []) + [
-        c.model_dump() for c in cands if json.dumps(c.model_dump(), sort_keys=True) not in known]
+    _add_candidates(table, cands)
     print(f"{len(libs)} kernels passed the numerics check ({time.perf_counter() - t0:.0f} s)", flush=True)
     if not libs:   # nothing to time: record no shape (a resumed run would skip them), keep the failures
         _save(path, table)

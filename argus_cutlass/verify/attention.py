@@ -178,6 +178,15 @@ def stages_that_fit(program: Program) -> int:
     return max(0, (SMEM_LIMIT_BYTES - fixed) // step)
 
 
+def _rule(proofs: list[Proof], bad: list[Violation], name: str, msgs: list[str], summary: str, hint: str = "",
+          where: str = "") -> None:
+    """One closed-form rule's outcome: a violation per message, else one arith proof with ``summary``."""
+    if msgs:
+        bad.extend(Violation(name, _inv(name), m, hint, where) for m in msgs)
+    else:
+        proofs.append(Proof(name, _inv(name), "arith", summary))
+
+
 def check_resources(program: Program) -> Outcome:
     """smem.capacity, smem.alignment, smem.disjoint, registers, roles.registers, gmma.n,
     gmma.m_tile, mma.major, mma.dtype, tma.box_extent, tma.box_inner_bytes, stages: closed-form
@@ -189,10 +198,7 @@ def check_resources(program: Program) -> Outcome:
     bad: list[Violation] = []
 
     def rule(name: str, msgs: list[str], summary: str, hint: str = "", where: str = "") -> None:
-        if msgs:
-            bad.extend(Violation(name, _inv(name), m, hint, where) for m in msgs)
-        else:
-            proofs.append(Proof(name, _inv(name), "arith", summary))
+        _rule(proofs, bad, name, msgs, summary, hint, where)
 
     smem, bar_regions, end = _smem_regions(program, x)
     total = end + SMEM_ALIGN_SLACK
@@ -311,7 +317,16 @@ def check_resources(program: Program) -> Outcome:
                     "16-bit element type throughout")
     if x.qk.op.acc_dtype != "fp32" or x.pv.op.acc_dtype != "fp32":
         msgs.append("S and O accumulate in fp32")
-    rule("mma.dtype", msgs, f"{sorted(elem)[0] if elem else '?'} inputs, fp32 accumulators")
+    # the tensors the template's static_asserts type too (adversarial review, session 45: O's dtype, a register
+    # tensor's, verified clean and stopped only nvcc)
+    out, q_elem = p.output, p.tensor(x.lq.src).dtype
+    for what, src, want in (("O", out.dst, q_elem), ("sQ", x.lq.dst, q_elem), ("sK", x.lk.dst, q_elem),
+                            ("sV", x.lv.dst, q_elem), ("P", x.rd_p.src, q_elem), ("S", x.qk.acc, "fp32"),
+                            ("O's accumulator", x.pv.acc, "fp32"), ("the LSE", out.lse, "fp32")):
+        if p.tensor(src).dtype != want:
+            msgs.append(f"{what} ({src}) is {p.tensor(src).dtype}: the kernel holds it as {want}")
+    rule("mma.dtype", msgs, f"{sorted(elem)[0] if elem else '?'} inputs, buffers, P and O; fp32 S, O accumulator and LSE",
+         "one 16-bit element type for the inputs, their buffers, P and O; fp32 accumulators and LSE")
     msgs, msgs2 = [], []
     for ld in (x.lq, x.lk, x.lv):
         inner, outer = ld.copy.box[0], ld.copy.box[1]
@@ -330,38 +345,19 @@ def check_resources(program: Program) -> Outcome:
 
 
 def check_structure(program: Program) -> Outcome:
-    """mma.dtype, mma.tile, loop.step: the relations between the attention program's nodes that its template
-    states as ``static_assert`` (``templates/attention/traits.j2``), decided here so that a program that verifies
-    also compiles (adversarial review, session 45: a read's tile, a register tensor's shape or dtype, O's dtype or
-    the kv loop's k-blocks edited alone verified clean and stopped only nvcc). One element type for Q, K, V, O,
-    their smem buffers, P and the wgmma inputs; S, O and the LSE in fp32; the MMA reads, register tensors and
-    smem buffers cover the tile (``tile_m x D``, ``tile_n x D``, ``tile_m x tile_n``, ``D x tile_n``; one 64-row
-    atom per consumer warpgroup); the kv loop steps a whole kv block in k-blocks of the PV MMA's K."""
+    """mma.tile, loop.step: the relations between the attention program's nodes that its template states as
+    ``static_assert`` (``templates/attention/traits.j2``), decided here so that a program that verifies also
+    compiles (adversarial review, session 45: a read's tile, a register tensor's shape or the kv loop's k-blocks
+    edited alone verified clean and stopped only nvcc; the dtypes are :func:`check_resources`' ``mma.dtype``): the MMA
+    reads, register tensors and smem buffers cover the tile (``tile_m x D``, ``tile_n x D``, ``tile_m x tile_n``,
+    ``D x tile_n``; one 64-row atom per consumer warpgroup); the kv loop steps a whole kv block in k-blocks of the
+    PV MMA's K."""
     x = parts(program)
     p = program
     proofs: list[Proof] = []
     bad: list[Violation] = []
-
-    def rule(name: str, msgs: list[str], summary: str, hint: str, where: str) -> None:
-        if msgs:
-            bad.extend(Violation(name, _inv(name), m, hint, where) for m in msgs)
-        else:
-            proofs.append(Proof(name, _inv(name), "arith", summary))
-
-    out = p.output
-    t = {n: p.tensor(src) for n, src in (("Q", x.lq.src), ("K", x.lk.src), ("V", x.lv.src), ("O", out.dst),
-                                         ("sQ", x.lq.dst), ("sK", x.lk.dst), ("sV", x.lv.dst), ("P", x.rd_p.src),
-                                         ("S", x.qk.acc), ("O_acc", x.pv.acc), ("LSE", out.lse))}
-    elem = t["Q"].dtype
-    msgs = [f"{n} ({t[n].name}) is {t[n].dtype}, Q is {elem}: Q, K, V, O, their smem buffers and P share one element "
-            "type" for n in ("K", "V", "O", "sQ", "sK", "sV", "P") if t[n].dtype != elem]
-    msgs += [f"{what} is {dt}, Q is {elem}" for what, dt in (("the conversion into P", x.conv.dtype),
-                                                              ("MMA qk's input", x.qk.op.dtype),
-                                                              ("MMA pv's input", x.pv.op.dtype)) if dt != elem]
-    msgs += [f"{n} ({t[n].name}) is {t[n].dtype}: S, O and the LSE accumulate in fp32" for n in ("S", "O_acc", "LSE")
-             if t[n].dtype != "fp32"]
-    rule("mma.dtype", msgs, f"{elem} Q, K, V, O, buffers and P; fp32 S, O and LSE",
-         "one 16-bit element type for the inputs and O; fp32 accumulators and LSE", str(out.loc))
+    t = {n: p.tensor(src) for n, src in (("sQ", x.lq.dst), ("sK", x.lk.dst), ("sV", x.lv.dst), ("P", x.rd_p.src),
+                                         ("S", x.qk.acc), ("O_acc", x.pv.acc))}
     BM, BN, D, W = x.tile_m, x.tile_n, x.D, x.wgs
     msgs = []
     for r, mn, k, wgs in ((x.rd_q, BM, D, W), (x.rd_k, BN, D, 1), (x.rd_p, BM, BN, W), (x.rd_v, D, BN, 1)):
@@ -377,14 +373,14 @@ def check_structure(program: Program) -> Outcome:
             msgs.append(f"smem buffer {t[n].name!r} stages {tuple(t[n].shape[:2])}: the tile needs {shape}")
     if (x.qk.op.n, x.pv.op.n) != (BN, D):
         msgs.append(f"MMA qk N = {x.qk.op.n}, MMA pv N = {x.pv.op.n}: S is tile_m x {BN}, O tile_m x {D}")
-    rule("mma.tile", msgs, f"reads, register tensors and smem buffers cover the {BM} x {BN} tile at d {D}",
+    _rule(proofs, bad, "mma.tile", msgs, f"reads, register tensors and smem buffers cover the {BM} x {BN} tile at d {D}",
          "build the program with argus_cutlass.kernels.attention.program.build_program", str(x.qk.loc))
     lp = x.loop
     msgs = []
     if lp.tile_k != BN or lp.block_k != x.pv.op.k or lp.block_k * lp.k_blocks != BN:
         msgs.append(f"kv loop: tile_k {lp.tile_k}, {lp.k_blocks} k-blocks of {lp.block_k}: one kv block is {BN} keys "
                     f"in k-blocks of the PV wgmma's K ({x.pv.op.k})")
-    rule("loop.step", msgs, f"kv blocks of {BN} keys, {lp.k_blocks} k-blocks of {lp.block_k}",
+    _rule(proofs, bad, "loop.step", msgs, f"kv blocks of {BN} keys, {lp.k_blocks} k-blocks of {lp.block_k}",
          "k_blocks = tile_n / 16", str(lp.loc))
     return proofs, bad
 
@@ -1532,7 +1528,7 @@ def verify_attention(program: Program, *, smt: bool = True, smt_timeout_ms: int 
             # fragment.convert has no OBLIGATIONS line (check_fragments states its own rules): its text here
             run.skip(rule, OBLIGATIONS.get(rule, "register fragments (RS operands, conversions, row reductions) keep "
                      "their tags"), "the shape rules (gmma.n, gmma.m_tile, mma.major, tma.box_extent, "
-                     "smem.alignment, mma.tile, mma.dtype, loop.step) failed", _inv(rule))
+                     "smem.alignment, mma.tile, loop.step) failed", _inv(rule))
     _, enum_bad = run.add("enum", "mask.exact", check_mask, program)
     run.add("arith", "kv.coverage", check_kv_fill, program)
     run.add("enum", "softmax.online", check_softmax, program)
