@@ -139,10 +139,8 @@ set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:?usage: bench/device_pending.sh OUTDIR STEP}
 STEP=${2:?usage: bench/device_pending.sh OUTDIR STEP}
-case " attn-quad16 attn-mutants16 gemm-gpu gemm-staged fuzz torch-ops moe moe-profile moe-lookahead moe-pdl moe-unitk moe-source moe-stalls moe-balance moe-flush moe-narrow moe-tilek256 moe-ceilings moe-dram-bytes moe-rb-ncu moe-ab moe-variants moe-vllm moe-fused moe-dynamic moe-mutants moe-handoff moe-cli moe-bench moe-tune mutants18 attn-tune attn-epilogue attn-bench gemm-swap gemm-sweep gemm-refine gemm-extend gemm-bench moe-gather gemm-decode-ncu gemm-splitk gemm-deep gemm-k128 gemm-k128b gemm-k256 read-floor decode-graph gemm-graph graph-product gemm-small gemm-small-ncu gemm-mid-ncu gemm-pipes gemm-sass gemm-kscale gemm-clusterk gemm-clusterk-wide mutants-clusterk clusterk-product cublas-kernels explore-tiles compile-latency sanitize " in
-  *" $STEP "*) ;;
-  *) echo "unknown step $STEP (see the header of this script)"; exit 2 ;;
-esac
+# the steps are this script's own case labels (one list: a step added below is known here)
+grep -qE "^  ([a-z0-9-]+\|)*${STEP//[^A-Za-z0-9-]/_}(\|[a-z0-9-]+)*\)" "$0" || { echo "unknown step $STEP (see the header of this script)"; exit 2; }
 mkdir -p "$OUT"
 if ls "$R"/.whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$R"/.whl/*.whl || exit 1
