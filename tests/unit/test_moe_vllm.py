@@ -78,15 +78,24 @@ def test_main_refuses_without_the_baseline_before_needing_torch(tmp_path, capsys
     assert "vLLM baseline folder" in err and "absent" in err and "git-ignored" in err and "needs torch" not in err
 
 
-def test_same_alignment_ignores_order_within_a_block():
-    torch = pytest.importorskip("torch")
+def test_same_alignment_ignores_order_within_an_expert():
+    np = pytest.importorskip("numpy")   # same_alignment reads torch tensors on the device, numpy arrays here
+    t = np.array
     # 2 experts, blocks of 4, 5 routed ids (sentinel 5): expert 0 gets ids 0, 2, 4; expert 1 ids 1, 3
-    a = (torch.tensor([0, 2, 4, 5, 1, 3, 5, 5, 5, 5]), torch.tensor([0, 1, 0]), torch.tensor([8]))
-    b = (torch.tensor([4, 0, 5, 2, 3, 5, 1, 5, 7, 7]), torch.tensor([0, 1, -1]), torch.tensor([8]))
+    a = (t([0, 2, 4, 5, 1, 3, 5, 5, 5, 5]), t([0, 1, 0]), t([8]))
+    b = (t([4, 0, 5, 2, 3, 5, 1, 5, 7, 7]), t([0, 1, -1]), t([8]))
     assert moe_vllm.same_alignment(a, b, 4)
-    assert not moe_vllm.same_alignment(a, (b[0], torch.tensor([1, 0, 0]), b[2]), 4)
-    assert not moe_vllm.same_alignment(a, (torch.tensor([0, 2, 1, 5, 4, 3, 5, 5, 5, 5]), b[1], b[2]), 4)
-    assert not moe_vllm.same_alignment(a, (b[0], b[1], torch.tensor([12])), 4)
+    assert not moe_vllm.same_alignment(a, (b[0], t([1, 0, 0]), b[2]), 4)
+    assert not moe_vllm.same_alignment(a, (t([0, 2, 1, 5, 4, 3, 5, 5, 5, 5]), b[1], b[2]), 4)
+    assert not moe_vllm.same_alignment(a, (b[0], b[1], t([12])), 4)
+    # an expert over two blocks (expert 0: ids 0 1 2 4 6, sentinel 8): the atomics' order splits the ids over
+    # its blocks differently from a serial scan -- the same alignment (session 46: flagged per block before)
+    c = (t([0, 1, 2, 4, 6, 8, 8, 8, 3, 5, 7, 8]), t([0, 0, 1]), t([12]))
+    d = (t([6, 2, 0, 8, 4, 1, 8, 8, 7, 3, 5, 8]), t([0, 0, 1]), t([12]))
+    assert moe_vllm.same_alignment(c, d, 4)
+    # ... but an id moved to the other expert is not
+    e = (t([6, 2, 0, 8, 4, 1, 8, 3, 7, 8, 5, 8]), t([0, 0, 1]), t([12]))
+    assert not moe_vllm.same_alignment(c, e, 4)
 
 
 def test_baseline_align_under_the_triton_interpreter():
