@@ -531,9 +531,24 @@ def _json_array_offsets(text: str, data: Any) -> list[int]:
     return found
 
 
+class _JsonObject(dict):
+    """A JSON object that remembers the keys it was given more than once (``json`` keeps the last one silently:
+    ``{"m": 64, "m": 65}`` was the shape M = 65)."""
+
+    repeated: tuple[str, ...] = ()
+
+    @classmethod
+    def of_pairs(cls, pairs: list[tuple[str, Any]]) -> _JsonObject:
+        obj = cls(pairs)
+        if len(obj) != len(pairs):
+            seen: set[str] = set()
+            obj.repeated = tuple(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))
+        return obj
+
+
 def _load_json(path: Path, text: str) -> list[tuple[GemmShape, str]]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_JsonObject.of_pairs)
     except json.JSONDecodeError as e:
         raise _json_error(path, e) from None
     if isinstance(data, dict) and isinstance(data.get("shapes"), list):
@@ -555,6 +570,8 @@ def _load_json(path: Path, text: str) -> list[tuple[GemmShape, str]]:
         if not isinstance(entry, dict):
             raise ProblemError(
                 "shapes.syntax", f"{where}: a shape must be a JSON object with m, n, k, not {entry!r}")
+        if getattr(entry, "repeated", ()):   # as a CSV header's column that appears twice
+            raise ProblemError("shapes.field", f"{where}: field {entry.repeated[0]!r} appears twice in one shape")
         shapes.append((_shape_from_fields(entry, where, from_text=False), f"line {line}" if line else f"shapes[{i}]"))
     return shapes
 

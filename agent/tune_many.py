@@ -448,6 +448,51 @@ class LocalBackend:
         pass
 
 
+#: the hint of every ``tune.address`` error
+ADDRESS_HINT = ("check that the head node is up and the address is right (ray://HOST:10001 or HOST:6379), "
+                "or leave --address out to tune on a local cluster")
+#: seconds :func:`probe_address` waits for the head's port to accept a connection
+ADDRESS_PROBE_S = 5.0
+
+
+def probe_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
+    """Refuse a Ray ``--address`` whose host and port accept no TCP connection within ``timeout_s``: Ray's own
+    ``ray.init`` retries such an address for minutes (20 GCS connection attempts of ~35 s each, printing
+    warnings) before it raises. ``auto``, ``local`` and an address without a port are left to Ray.
+
+    Raises:
+        ProblemError: ``tune.address`` naming the address, the host and port and why (refused, timed out,
+            unknown host); a blank address.
+
+    >>> probe_address("auto")
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    if not address.strip():
+        raise ProblemError("tune.address", f"--address {address!r}: an empty or blank Ray address",
+                           "leave --address out to tune on a local cluster, or name the head (ray://HOST:10001 or "
+                           "HOST:6379)")
+    if address.strip() in ("auto", "local"):
+        return
+    text = address.strip()
+    try:
+        parts = urlsplit(text if "://" in text else f"tcp://{text}")
+        host, port = parts.hostname, parts.port
+    except ValueError:   # a port that is not a number, or out of range: Ray names it
+        return
+    if not host or port is None:
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = "no answer within {:g} s".format(timeout_s) if isinstance(exc, TimeoutError) else (
+            exc.strerror or type(exc).__name__)
+        raise ProblemError("tune.address", f"could not join the Ray cluster at --address {address!r}: nothing "
+                           f"answers at {host}:{port} ({why})", ADDRESS_HINT) from None
+
+
 class RayBackend:
     """A Ray cluster: compile tasks (``num_cpus=1``) and one measuring actor per GPU (``num_gpus=1``)."""
 
@@ -461,17 +506,15 @@ class RayBackend:
         self.started = False
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
-            if address:
+            if address is not None:
+                probe_address(address)
                 try:
                     ray.init(address=address, **kwargs)
                 except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
-                    from argus_cutlass.errors import ProblemError
-
                     raise ProblemError(
                         "tune.address", f"could not join the Ray cluster at --address {address!r}: "
                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no answer'}",
-                        "check that the head node is up and the address is right (ray://HOST:10001 or HOST:6379), "
-                        "or leave --address out to tune on a local cluster") from None
+                        ADDRESS_HINT) from None
             else:
                 if workers is not None:
                     kwargs["num_cpus"] = workers
@@ -1077,6 +1120,8 @@ def run_tune_shapes(args: Any, say: Say = print) -> int:
     if args.gpus is not None and args.gpus < 0:
         raise ProblemError("tune.gpus", f"--gpus {args.gpus}: need 0 (compile only) or more")
     check_output_path(args.out)   # before the shapes are read: an empty --out, or a file, is refused first
+    if args.address is not None:
+        probe_address(args.address)   # seconds, not Ray's minutes of retries, before any work
     import warnings
 
     from argus_cutlass.agent.shapes import DuplicateShapesWarning

@@ -384,7 +384,8 @@ def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *, config: 
 
     Raises:
         ProblemError: ``moe.input`` (names the tensor: shape, dtype, device, E / k disagreement,
-            ids out of range), ``tma.contiguous_extent`` / ``tma.alignment`` (the 16-byte rules),
+            ids out of range or repeated within a token, non-finite weights), ``tma.contiguous_extent`` /
+            ``tma.alignment`` (the 16-byte rules),
             ``problem.token_range`` (T > 2^20).
         and the errors of :func:`moe_kernel`.
 

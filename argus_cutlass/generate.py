@@ -1057,8 +1057,9 @@ def parse_overrides(model: type, overrides: Sequence[str]) -> dict[str, Any]:
     run in :func:`with_overrides`.
 
     Raises:
-        ConfigError: ``config.override``: not ``FIELD=VALUE``, a field ``model`` does not have, or a value its type
-            refuses (the message names the override).
+        ConfigError: ``config.override``: not ``FIELD=VALUE``, a field ``model`` does not have, a value its type
+            refuses, or a field given two different values (``--set stages=4 --set stages=5``; the message names
+            the override).
 
     >>> from argus_cutlass.kernels.gemm.config import GemmConfig
     >>> parse_overrides(GemmConfig, ["stages=5,schedule=pingpong"])
@@ -1069,7 +1070,7 @@ def parse_overrides(model: type, overrides: Sequence[str]) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     for spec in overrides:
         try:
-            changes.update(assignments(model, spec))
+            changes.update(assignments(model, spec, changes))
         except ValueError as exc:
             raise ConfigError("config.override", f"override {spec!r}: {exc}",
                               f"FIELD=VALUE with FIELD one of {model.__name__}'s fields and VALUE of its type") from None

@@ -13,8 +13,9 @@ variable                   meaning
 ``ARGUS_NVCC_TIMEOUT``     seconds one nvcc call may take (default 600)
 ``ARGUS_SMT_TIMEOUT_MS``   per-query z3 timeout of the verifier's SMT tier, ms (default 5000);
                            a query that times out is reported "unknown", never proved
-``ARGUS_REPORT_CACHE``     ``0`` turns off the cache of verified reports (default on: a program whose
-                           fingerprint and verifier source were proved before is not re-verified)
+``ARGUS_REPORT_CACHE``     ``0`` (or ``false``, ``no``, ``off``) turns off the cache of verified reports (default
+                           on: a program whose fingerprint and verifier source were proved before is not
+                           re-verified); another value is refused
 ``ARGUS_GEMM_UNTUNED``     ``costmodel`` (default) or ``heuristic``: a GEMM with no tuned entry takes the
                            cost model's first choice of the declared sub-space
                            (``agent.costmodel.costmodel_choice``, also on the aligned-staging
@@ -70,7 +71,9 @@ def settings() -> Settings:
 
     Raises:
         argus_cutlass.errors.ProblemError: ``settings.gemm_untuned`` when ``ARGUS_GEMM_UNTUNED`` is not one
-            of :data:`GEMM_UNTUNED`; ``settings.smt_timeout`` when ``ARGUS_SMT_TIMEOUT_MS`` is not a positive integer.
+            of :data:`GEMM_UNTUNED`; ``settings.smt_timeout`` when ``ARGUS_SMT_TIMEOUT_MS`` is not a positive integer;
+            ``settings.seconds`` when ``ARGUS_NVCC_TIMEOUT`` or ``ARGUS_MUTANT_TIMEOUT`` is not a positive, finite
+            number of seconds; ``settings.flag`` when ``ARGUS_REPORT_CACHE`` is not one of :data:`FLAG_VALUES`.
     """
     env = os.environ
     untuned = env.get("ARGUS_GEMM_UNTUNED") or GEMM_UNTUNED[0]
@@ -90,11 +93,11 @@ def settings() -> Settings:
         cutlass_path=Path(env["CUTLASS_PATH"]) if env.get("CUTLASS_PATH") else None,
         nvcc=env.get("ARGUS_NVCC") or None,
         cache_dir=Path(env.get("ARGUS_CACHE_DIR") or Path(cache_root) / "argus_cutlass"),
-        nvcc_timeout_s=float(env.get("ARGUS_NVCC_TIMEOUT", "600")),
+        nvcc_timeout_s=_env_seconds("ARGUS_NVCC_TIMEOUT", 600.0),
         smt_timeout_ms=int(smt_ms),
         update_golden=env.get("ARGUS_UPDATE_GOLDEN", "") == "1",
-        report_cache=env.get("ARGUS_REPORT_CACHE", "1") != "0",
-        mutant_timeout_s=float(env.get("ARGUS_MUTANT_TIMEOUT", "30")),
+        report_cache=_env_flag("ARGUS_REPORT_CACHE", True),
+        mutant_timeout_s=_env_seconds("ARGUS_MUTANT_TIMEOUT", 30.0),
         mutant_out=env.get("ARGUS_MUTANT_OUT") or None,
         probe_out=env.get("ARGUS_PROBE_OUT") or None,
         bench_config=env.get("ARGUS_BENCH_CONFIG", "heuristic"),
@@ -102,6 +105,55 @@ def settings() -> Settings:
         verify_bench_table=env.get("ARGUS_VERIFY_BENCH_TABLE") or None,
         gemm_untuned=untuned,
     )
+
+
+#: the spellings of an on/off variable (``ARGUS_REPORT_CACHE``), any case: value -> on
+FLAG_VALUES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def _env_seconds(name: str, default: float) -> float:
+    """The environment variable ``name`` as a positive, finite number of seconds (``default`` when unset or empty).
+
+    Raises:
+        argus_cutlass.errors.ProblemError: ``settings.seconds`` naming the variable and its value (``abc`` was a
+            ValueError traceback, ``nan`` one inside subprocess, ``-5`` a timeout before nvcc started).
+
+    >>> _env_seconds("ARGUS_SURELY_UNSET_FOR_THIS_DOCTEST", 30.0)
+    30.0
+    """
+    import math
+
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        from argus_cutlass.errors import ProblemError
+
+        raise ProblemError("settings.seconds", f"{name}={os.environ[name]!r} is not a positive, finite number of "
+                           "seconds", f"unset it (the default, {default:g}) or give e.g. {default * 2:g}")
+    return value
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    """The on/off environment variable ``name`` (:data:`FLAG_VALUES`; ``default`` when unset or empty).
+
+    Raises:
+        argus_cutlass.errors.ProblemError: ``settings.flag`` naming the variable and its value (``false`` was
+            silently read as on: only ``0`` turned it off).
+    """
+    text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text not in FLAG_VALUES:
+        from argus_cutlass.errors import ProblemError
+
+        raise ProblemError("settings.flag", f"{name}={os.environ[name]!r} is neither on nor off",
+                           f"{name}=0 (or false, no, off) turns it off; 1 (or true, yes, on) turns it on")
+    return FLAG_VALUES[text]
 
 
 def check_output_path(path: str | Path, option: str = "--out") -> Path:

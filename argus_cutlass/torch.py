@@ -96,6 +96,19 @@ def _storage_order(t: Any, name: str, rows: str, cols: str) -> tuple[str, int]:
         f"nor {rows} (column-major, a transposed view) is contiguous", f"pass {name}.contiguous()")
 
 
+def _check_args(rule: str, required: dict[str, Any], optional: dict[str, Any] | None = None) -> None:
+    """Refuse, before torch's schema check of an op's arguments (its message names C++ types: a string
+    ``out_dtype`` was "Expected a value of type 'Optional[int]'"), a ``required`` argument that is not a tensor
+    and an ``optional`` one that is neither a tensor nor None.
+
+    Raises:
+        ProblemError: ``rule`` naming the argument and the type it got.
+    """
+    for name, t in [*required.items(), *(optional or {}).items()]:
+        if not isinstance(t, torch.Tensor) and (t is not None or name in required):
+            raise ProblemError(rule, f"{name} must be a torch tensor, got {type(t).__name__}")
+
+
 def _check_tensor(t: Any, name: str, rank: int, device: Any = None) -> None:
     if not isinstance(t, torch.Tensor):
         raise ProblemError("problem.tensor", f"{name} must be a torch tensor, got {type(t).__name__}")
@@ -337,6 +350,10 @@ def gemm(a: Any, b: Any, *, out_dtype: Any = None, bias: Any = None, out: Any = 
     """
     _check_tensor(a, "a", 2)  # before torch's schema check, so a non-tensor gets our message
     _check_tensor(b, "b", 2, a.device)
+    _check_args("problem.tensor", {}, {"bias": bias, "out": out})
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise ProblemError("problem.dtype", f"out_dtype {out_dtype!r} is a {type(out_dtype).__name__}, not a "
+                           "torch.dtype: torch.bfloat16, torch.float16 or torch.float32")
     if out is not None:
         torch.ops.argus.gemm_out(a, b, bias, out)
         return out
@@ -426,6 +443,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: fl
         ProblemError: a tensor rule of :mod:`argus_cutlass.kernels.attention.library` (names the
             tensor); NotPrecompiledError: inside a capture, for a kernel :func:`precompile` did not build.
     """
+    _check_args("problem.tensor", {"q": q, "k": k, "v": v},
+                {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k})
     return torch.ops.argus.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, bool(causal),
                                      None if softmax_scale is None else float(softmax_scale),
                                      max_seqlen_q, max_seqlen_k)
@@ -464,9 +483,11 @@ def moe(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any) -> Any:
 
     Raises:
         ProblemError: ``moe.input`` naming the tensor (:func:`argus_cutlass.kernels.moe.library.check_inputs`);
-            ids outside [0, E) are refused outside a capture (read on the host) and skipped by the
-            kernel inside one. NotPrecompiledError: inside a capture, for a layer not precompiled.
+            ids outside [0, E) (and an expert twice in a token's slots, a non-finite weight) are
+            refused outside a capture (read on the host); inside one the kernel skips ids outside [0, E).
+            NotPrecompiledError: inside a capture, for a layer not precompiled.
     """
+    _check_args("moe.input", {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w13": w13, "w2": w2})
     return torch.ops.argus.moe(x, topk_ids, topk_weights, w13, w2)
 
 

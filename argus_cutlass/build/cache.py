@@ -32,9 +32,25 @@ _SCHEMA = 1
 
 
 def cache_root() -> Path:
-    """``settings().cache_dir / "kernels"`` (created on first use)."""
+    """``settings().cache_dir / "kernels"`` (created on first use).
+
+    Raises:
+        ToolchainError: ``cache.dir`` when the folder cannot be created (``ARGUS_CACHE_DIR`` names a file, or a
+            folder that is not writable), naming the variable it came from and the path.
+    """
     root = settings().cache_dir / "kernels"
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        import os
+
+        from argus_cutlass.errors import ToolchainError
+
+        source = next((f"{v}={os.environ[v]!r}" for v in ("ARGUS_CACHE_DIR", "XDG_CACHE_HOME") if os.environ.get(v)),
+                      "the default, ~/.cache/argus_cutlass")
+        raise ToolchainError("cache.dir", f"the kernel cache {root} cannot be created ({exc.strerror or exc}); "
+                             f"its folder comes from {source}",
+                             "set ARGUS_CACHE_DIR to a writable folder (it is created when missing)") from None
     return root
 
 

@@ -49,6 +49,8 @@ def field_value(model: Any, field: str, raw: str) -> Any:
         value: Any = json.loads(text)
     except ValueError:
         value = text
+    if isinstance(value, bool) and info.annotation is not bool:   # lax pydantic reads true as 1 (stages=true: 1 stage)
+        raise ValueError(f"{field}={text!r}: a boolean ({field} takes {_expected(info.annotation)})")
     try:
         return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)   # the FieldInfo: its constraints too
     except ValidationError as exc:
@@ -76,11 +78,13 @@ def _expected(annotation: Any) -> str:
     return f"a {getattr(annotation, '__name__', annotation)}"
 
 
-def assignments(model: Any, spec: str) -> dict[str, Any]:
-    """``FIELD=VALUE[,FIELD=VALUE...]`` as ``{field: typed value}`` (:func:`field_value`).
+def assignments(model: Any, spec: str, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``FIELD=VALUE[,FIELD=VALUE...]`` as ``{field: typed value}`` (:func:`field_value`); ``given``: the
+    assignments of earlier specs (``--set`` repeated), which a field of ``spec`` may repeat but not change.
 
     Raises:
-        ValueError: a pair without ``=`` or a value, or a value :func:`field_value` refuses.
+        ValueError: a pair without ``=`` or a value, a field given two different values (``stages=4,stages=5``
+            took the last one silently), or a value :func:`field_value` refuses.
 
     >>> from argus_cutlass.kernels.gemm.config import GemmConfig
     >>> assignments(GemmConfig, "stages=22,schedule=pingpong")
@@ -89,7 +93,12 @@ def assignments(model: Any, spec: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in spec.split(","):
         field, eq, raw = pair.partition("=")
+        field = field.strip()
         if not eq or not raw.strip():
             raise ValueError(f"{pair!r}: expected FIELD=VALUE")
-        out[field.strip()] = field_value(model, field.strip(), raw)
+        value = field_value(model, field, raw)
+        before = out.get(field, (given or {}).get(field, value))
+        if before != value:
+            raise ValueError(f"{field} is set twice, to {before!r} and to {value!r}")
+        out[field] = value
     return out

@@ -264,6 +264,31 @@ def test_set_refuses_a_bad_field_by_name_before_any_folder(family, args, needle,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("sets,needle", [
+    (["stages=true"], "stages='true': a boolean (stages takes an integer)"),
+    (["tile_n=false"], "tile_n='false': a boolean (tile_n takes an integer)"),
+    (["stages=4,stages=5"], "stages is set twice, to 4 and to 5"),
+    (["stages=4", "schedule=pingpong,stages=6"], "stages is set twice, to 4 and to 6"),
+])
+def test_set_refuses_a_boolean_integer_and_a_field_set_twice(sets, needle, tmp_path, capsys):
+    """Review (adversarial user): ``--set stages=true`` built a 1-stage kernel (lax pydantic reads true as 1) and
+    ``--set stages=4,stages=5`` silently took the last; both are refused by name before any folder."""
+    argv = ["gemm", "--m", "128", "--n", "128", "--k", "128", "--out", str(tmp_path / "out")]
+    for spec in sets:
+        argv += ["--set", spec]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and "[config.override]" in err and needle in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_set_takes_a_field_repeated_with_its_value():
+    from argus_cutlass.generate import parse_overrides
+    from argus_cutlass.kernels.moe.config import MoEConfig
+
+    assert parse_overrides(MoEConfig, ["gu_stages=6", "gu_stages=6,pdl=1", "pdl=true"]) == {"gu_stages": 6, "pdl": True}
+
+
 def test_set_refuses_a_combination_the_model_refuses(tmp_path, capsys):
     """A combination the configuration model (MoE: config.override) or the program builder (GEMM: the field's own
     rule) refuses: exit 2, named, and the folder the command made for it removed again."""

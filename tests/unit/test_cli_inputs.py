@@ -221,3 +221,48 @@ def test_build_entry_points_refuse_fewer_than_one_worker_before_any_work(workers
         generate.build_jobs([(GemmConfig(), None)], workers=workers)
     with pytest.raises(ProblemError, match=r"\[build.workers\] max_workers .*need at least 1 compile process"):
         nvcc.compile_many([("x", "k", "gemm")], max_workers=workers)
+
+
+# ---- environment variables (argus_cutlass.settings) -----------------------------------------------
+
+
+@pytest.mark.parametrize("var,value", [("ARGUS_NVCC_TIMEOUT", "abc"), ("ARGUS_NVCC_TIMEOUT", "nan"),
+                                       ("ARGUS_NVCC_TIMEOUT", "-5"), ("ARGUS_NVCC_TIMEOUT", "0"),
+                                       ("ARGUS_NVCC_TIMEOUT", "inf"), ("ARGUS_MUTANT_TIMEOUT", "x")])
+def test_a_timeout_variable_that_is_not_positive_seconds_is_named(var, value, tmp_path, monkeypatch, capsys,
+                                                                   no_gpu_lookup):
+    """Review (adversarial user): ``abc`` was a ValueError traceback from settings() (ARGUS_MUTANT_TIMEOUT's too, on
+    every command), ``nan`` one from inside subprocess, ``-5`` an nvcc "timeout" before nvcc ran."""
+    monkeypatch.setenv(var, value)
+    rc, err = _main([*GEMM, "--out", "o"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and f"[settings.seconds] {var}={value!r} is not a positive, finite number of seconds" in err, err
+
+
+@pytest.mark.parametrize("value,on", [("0", False), ("false", False), ("OFF", False), ("no", False), ("1", True),
+                                      ("True", True), ("", True)])
+def test_report_cache_takes_the_usual_on_off_spellings(value, on, monkeypatch):
+    from argus_cutlass.settings import settings
+
+    monkeypatch.setenv("ARGUS_REPORT_CACHE", value)
+    assert settings().report_cache is on
+
+
+def test_report_cache_refuses_a_value_that_is_neither_on_nor_off(tmp_path, monkeypatch, capsys, no_gpu_lookup):
+    """``ARGUS_REPORT_CACHE=false`` was read as on (only ``0`` turned it off); an unknown value is named."""
+    monkeypatch.setenv("ARGUS_REPORT_CACHE", "maybe")
+    rc, err = _main([*GEMM, "--out", "o"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and "[settings.flag] ARGUS_REPORT_CACHE='maybe' is neither on nor off" in err, err
+
+
+def test_a_cache_dir_that_is_a_file_is_named_not_a_traceback(tmp_path, monkeypatch):
+    """``ARGUS_CACHE_DIR=/etc/passwd`` was a NotADirectoryError traceback from the kernel cache's mkdir."""
+    from argus_cutlass.build.cache import cache_root
+    from argus_cutlass.errors import ToolchainError
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(afile))
+    with pytest.raises(ToolchainError) as info:
+        cache_root()
+    assert info.value.rule == "cache.dir" and f"ARGUS_CACHE_DIR={str(afile)!r}" in str(info.value)
+    assert "Not a directory" in str(info.value) and "writable folder" in str(info.value)

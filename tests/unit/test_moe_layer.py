@@ -512,6 +512,41 @@ def test_api_bad_inputs_named():
             check_inputs(x, ids.float(), w, w13, w2)
 
 
+@pytest.mark.parametrize("ids,weights,skip,needle", [
+    ([[0, 1], [2, 8]], None, False, r"topk_ids\[1, 1\] = 8 is outside \[0, E=8\)"),
+    ([[0, 1], [-1, 2]], None, False, r"topk_ids\[1, 0\] = -1 is outside \[0, E=8\)"),
+    ([[0, 1], [-2, 2]], None, True, r"topk_ids\[1, 0\] = -2 is outside \[0, E=8\) and is not -1 padding"),
+    ([[0, 1], [3, 3]], None, False, r"topk_ids\[1, 1\] = 3 repeats topk_ids\[1, 0\] \(1 token\(s\)"),
+    ([[5, -1, 5]], None, True, r"topk_ids\[0, 2\] = 5 repeats topk_ids\[0, 0\]"),
+    ([[0, 1], [2, 3]], [[0.5, float("nan")], [0.5, 0.5]], False, r"topk_weights\[0, 1\] = nan is not finite"),
+    ([[0, 1], [2, 3]], [[0.5, 0.5], [float("inf"), 0.5]], False, r"topk_weights\[1, 0\] = inf is not finite"),
+])
+def test_routing_values_refused_by_name(ids, weights, skip, needle):
+    """Review (adversarial user): the torch op and ``api.moe`` checked only the id range; an expert twice in a token's
+    slots (the rule ``problem.routing`` states, the kernels' proofs assume) and NaN / inf weights were accepted.
+    The check runs on tensors of any device (CPU here: the GPU test ``test_bad_inputs_named`` runs it on CUDA)."""
+    torch = pytest.importorskip("torch")
+    from argus_cutlass.errors import ProblemError
+    from argus_cutlass.kernels.moe.library import check_routing_values
+
+    t_ids = torch.tensor(ids, dtype=torch.int32)
+    t_w = torch.full(t_ids.shape, 0.5) if weights is None else torch.tensor(weights)
+    with pytest.raises(ProblemError, match=needle) as info:
+        check_routing_values(t_ids, t_w, 8, skip_padding=skip)
+    assert info.value.rule == "moe.input"
+
+
+def test_routing_values_take_distinct_ids_and_padding_slots_with_any_weight():
+    """-1 padding slots (``skip_padding``) may repeat and carry any weight: the kernel adds nothing for them."""
+    torch = pytest.importorskip("torch")
+    from argus_cutlass.kernels.moe.library import check_routing_values
+
+    ids = torch.tensor([[7, 0, 3], [-1, -1, 2], [1, -1, 0]], dtype=torch.int64)
+    w = torch.tensor([[0.2, 0.3, 0.5], [float("nan"), float("inf"), 1.0], [0.5, float("nan"), 0.5]])
+    check_routing_values(ids, w, 8, skip_padding=True)
+    check_routing_values(ids[:1], w[:1].double(), 8)
+
+
 # ---- red-team holes (2026-12-01): each closed by a rule with a counterexample ----------------------
 
 

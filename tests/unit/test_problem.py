@@ -185,3 +185,17 @@ def test_k_range():
         GemmProblem(64, 64, 2**24).check_k_range(24)
     assert info.value.rule == "problem.k_range"
     assert "K=16777216 >= 2^24" in str(info.value) and "generate the kernel for this problem" in str(info.value)
+
+
+@pytest.mark.parametrize("cluster", [dict(cluster_m=3), dict(cluster_n=5), dict(cluster_m=3, cluster_n=3)])
+def test_a_cluster_that_is_no_power_of_two_is_the_verifiers_not_a_traceback(cluster):
+    """Review (adversarial user): ``gemm --set cluster_m=3`` was a ValueError traceback from the walk count
+    (``check_walk``, run before the program is built); there is no walk to count, the program is built and
+    the verifier's rule ``cluster`` rejects it."""
+    from argus_cutlass.generate import build, verify
+    from argus_cutlass.kernels.gemm.config import GemmConfig
+
+    problem, cfg = GemmProblem(1, 1, 1), GemmConfig().replace(**cluster)
+    assert problem.check_walk(cfg) is None
+    report = verify(build(cfg, problem), smt=False)
+    assert "cluster" in {v.rule for v in report.violations}

@@ -373,6 +373,18 @@ def test_bad_json_entries_name_line(tmp_path):
     assert "--model" in str(info.value)
 
 
+def test_a_json_field_given_twice_in_one_shape_is_refused(tmp_path):
+    """Review (adversarial user): ``{"m": 64, "m": 65}`` was silently the shape M = 65 (json keeps the last key);
+    as a CSV header's repeated column, it is refused, naming the row and the field."""
+    p = tmp_path / "s.json"
+    p.write_text('[\n {"m": 64, "n": 64, "k": 64},\n {"m": 64, "n": 64, "k": 64, "m": 65}\n]')
+    with pytest.raises(ProblemError) as info:
+        load_shapes(p)
+    assert info.value.rule == "shapes.field" and f"{p}:3 (shapes[1]): field 'm' appears twice" in str(info.value)
+    p.write_text('{"shapes": [{"m": 64, "n": 64, "k": 64, "name": "a"}]}')
+    assert [s.name for s in load_shapes(p)] == ["a"]
+
+
 def test_missing_file_and_bad_suffix(tmp_path):
     with pytest.raises(ProblemError) as info:
         load_shapes(tmp_path / "nope.csv")

@@ -318,6 +318,23 @@ def test_moe_bad_inputs(fake):
     _raises("moe.input", r"x is on cpu", at.moe, torch.zeros(64, 1024, dtype=BF16), ids, w, w13, w2)
 
 
+def test_an_argument_of_the_wrong_python_type_is_named_before_torchs_schema_check(fake):
+    """Review (adversarial user): ``gemm(a, b, out_dtype="bf16")`` was torch's "Expected a value of type
+    'Optional[int]' for argument 'out_dtype'"; a float bias, a list ``x`` or ``cu_seqlens_q`` the same kind of
+    schema error. Each is now the op's own error naming the argument."""
+    a, b = cuda(M, K), cuda(K, N)
+    _raises("problem.dtype", r"out_dtype 'bf16' is a str, not a torch.dtype", at.gemm, a, b, out_dtype="bf16")
+    _raises("problem.tensor", r"bias must be a torch tensor, got float", at.gemm, a, b, bias=1.0)
+    _raises("problem.tensor", r"out must be a torch tensor, got list", at.gemm, a, b, out=[0])
+    q = cuda(300, 8, 128)
+    _raises("problem.tensor", r"v must be a torch tensor, got str", at.attention, q, q, "v")
+    _raises("problem.tensor", r"cu_seqlens_q must be a torch tensor, got list", at.attention, q, q, q,
+            cu_seqlens_q=[0, 300], cu_seqlens_k=[0, 300])
+    x, ids, w, w13, w2 = _moe_inputs()
+    _raises("moe.input", r"x must be a torch tensor, got list", at.moe, [[0.0]], ids, w, w13, w2)
+    _raises("moe.input", r"w2 must be a torch tensor, got NoneType", at.moe, x, ids, w, w13, None)
+
+
 def test_precompile_refuses_bad_problems():
     _raises("problem.size", r"M=0", at.precompile, GemmProblem(0, 16, 16))
     with pytest.raises(TypeError, match="precompile takes GemmProblem"):

@@ -494,12 +494,61 @@ def test_an_address_that_does_not_answer_is_a_clear_error_and_the_local_run_stil
 
     fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
     monkeypatch.setitem(__import__("sys").modules, "ray", fake)
+    monkeypatch.setattr(tune_many, "probe_address", lambda address: None)   # the port answers; Ray then refuses
     with pytest.raises(ProblemError) as info:
         tune_many.RayBackend("ray://10.0.0.9:10001")
     assert info.value.rule == "tune.address" and "ray://10.0.0.9:10001" in str(info.value)
     assert "ConnectionError" in str(info.value) and calls == ["ray://10.0.0.9:10001"]
     monkeypatch.setattr(tune_many, "ray_available", lambda: False)
     assert isinstance(tune_many.make_backend("auto"), LocalBackend)
+
+
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_address_nothing_listens_on_is_refused_in_seconds_before_ray_is_asked(scheme, monkeypatch):
+    """Review (adversarial user): ``ray.init`` retried a dead ``--address`` for ~12 minutes (20 GCS attempts of
+    ~35 s, warnings on stderr); the port is probed first, so the error comes at once and names the address."""
+    import time
+    import types
+
+    from argus_cutlass.errors import ProblemError
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False,
+                                 init=lambda **kw: pytest.fail("ray.init reached for a dead address"))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    address = f"{scheme}127.0.0.1:{_closed_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(ProblemError) as info:
+        tune_many.RayBackend(address)
+    assert time.monotonic() - t0 < 10
+    assert info.value.rule == "tune.address" and repr(address) in str(info.value) and "nothing answers" in str(info.value)
+    assert "leave --address out" in str(info.value)
+
+
+@pytest.mark.parametrize("address", ["", "  "])
+def test_a_blank_address_is_refused_not_read_as_a_local_cluster(address, tmp_path, capsys):
+    """``--address ""`` (an unset shell variable) was silently a local cluster; it is refused before the shapes
+    are read and before any folder is made."""
+    shapes = tmp_path / "s.csv"
+    shapes.write_text("m,n,k\n128,256,512\n")
+    out = tmp_path / "out"
+    assert main(["tune", "--shapes", str(shapes), "--address", address, "--gpus", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "[tune.address]" in err and "empty or blank" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_probe_address_leaves_what_ray_parses_itself_to_ray():
+    for address in ("auto", "local", "headnode", "ray://h:notaport"):
+        tune_many.probe_address(address)
 
 
 def test_journal_key_of_a_line_written_before_a_field_existed():

@@ -2,7 +2,8 @@
 
 :func:`check_inputs` is the bad-input gate of :func:`argus_cutlass.api.moe`: every tensor is named
 in its error, and nothing reaches the GPU unless the rules hold (shapes, dtypes, devices, E / k
-agreement, the 16-byte rule of TMA on every row pitch, ids in [0, E) or -1 padding by choice).
+agreement, the 16-byte rule of TMA on every row pitch, ids in [0, E) or -1 padding by choice, distinct
+per token, finite weights: :func:`check_routing_values`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from argus_cutlass.errors import LaunchError, ProblemError
 from argus_cutlass.kernels.moe.problem import MoEProblem
 from argus_cutlass.runtime.launch import has_device_data
 
-__all__ = ["MoEKernelLibrary", "check_inputs"]
+__all__ = ["MoEKernelLibrary", "check_inputs", "check_routing_values"]
 
 _DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
@@ -33,9 +34,10 @@ def check_inputs(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *,
     Args:
         padding: ``"refuse"`` (an id outside [0, E) is an error) or ``"skip"`` (ids of -1 are
             padding slots that add nothing; other out-of-range ids are still refused). Checking
-            the ids reads them on the host (one synchronisation); pass ``padding="unchecked"`` to
-            skip the check inside CUDA graph capture (the kernel then skips every id outside
-            [0, E): no out-of-bounds access is possible either way).
+            the ids (and that each token's experts are distinct and its routed weights finite,
+            :func:`check_routing_values`) reads them on the host (one synchronisation); pass
+            ``padding="unchecked"`` to skip the check inside CUDA graph capture (the kernel then
+            skips every id outside [0, E): no out-of-bounds access is possible either way).
 
     Raises:
         ProblemError: ``moe.input`` naming the tensor and what is wrong; or a rule of
@@ -96,16 +98,47 @@ def check_inputs(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *,
     if padding not in ("refuse", "skip", "unchecked"):
         raise ProblemError("moe.input", f"padding={padding!r}: expected 'refuse', 'skip' or 'unchecked'")
     if padding != "unchecked" and topk_ids.numel():
-        ids = topk_ids.long()
-        bad = (ids < 0) | (ids >= e_)
-        if padding == "skip":
-            bad = bad & (ids != -1)
-        if bool(bad.any()):
-            t, j = (int(v) for v in bad.nonzero()[0])
-            raise ProblemError("moe.input", f"topk_ids[{t}, {j}] = {int(ids[t, j])} is outside [0, E={e_})"
-                               + (" and is not -1 padding" if padding == "skip" else ""),
-                               "pass padding='skip' to let -1 slots add nothing" if padding == "refuse" else None)
+        check_routing_values(topk_ids, topk_weights, e_, skip_padding=padding == "skip")
     return prob
+
+
+def check_routing_values(topk_ids: Any, topk_weights: Any, experts: int, *, skip_padding: bool = False) -> None:
+    """The router's values, read on the host with one synchronisation (torch tensors ``(T, k)`` of any device,
+    shapes and dtypes already checked): every id in [0, E) (or ``-1``, a padding slot, with ``skip_padding``),
+    no expert twice in a token's slots (:meth:`MoEProblem.routing_violations`' rule: a token's k experts are
+    distinct) and every weight of a routed slot finite (a NaN weight made the token's whole output row NaN).
+
+    Raises:
+        ProblemError: ``moe.input`` naming the first bad ``topk_ids[t, j]`` or ``topk_weights[t, j]`` and the rule.
+    """
+    import torch
+
+    ids = topk_ids.long()
+    pad = (ids == -1) if skip_padding else torch.zeros_like(ids, dtype=torch.bool)
+    bad = ((ids < 0) | (ids >= experts)) & ~pad
+    # padding slots get distinct negative keys, so several -1 slots of one token are no repeat
+    key = torch.where(pad, -2 - torch.arange(ids.shape[1], device=ids.device), ids)
+    srt = key.sort(dim=1).values
+    dup = (srt[:, 1:] == srt[:, :-1]).any(dim=1)
+    nonfinite = ~torch.isfinite(topk_weights) & ~pad
+    any_bad, any_dup, any_nonfinite = torch.stack([bad.any(), dup.any(), nonfinite.any()]).tolist()
+    if any_bad:
+        t, j = (int(v) for v in bad.nonzero()[0])
+        raise ProblemError("moe.input", f"topk_ids[{t}, {j}] = {int(ids[t, j])} is outside [0, E={experts})"
+                           + (" and is not -1 padding" if skip_padding else ""),
+                           None if skip_padding else "pass padding='skip' to let -1 slots add nothing")
+    if any_dup:
+        t = int(dup.nonzero()[0, 0])
+        row = ids[t].tolist()
+        j = next(j for j in range(1, len(row)) if row[j] in row[:j] and not (skip_padding and row[j] == -1))
+        raise ProblemError("moe.input", f"topk_ids[{t}, {j}] = {row[j]} repeats topk_ids[{t}, {row.index(row[j])}] "
+                           f"({int(dup.sum())} token(s) with a repeated expert): a token's k experts are distinct",
+                           "pass the router's top-k indices (torch.topk gives distinct ones)")
+    if any_nonfinite:
+        t, j = (int(v) for v in nonfinite.nonzero()[0])
+        raise ProblemError("moe.input", f"topk_weights[{t}, {j}] = {float(topk_weights[t, j])} is not finite "
+                           f"({int(nonfinite.sum())} non-finite weight(s) of routed slots)",
+                           "the router's weights must be finite numbers (a NaN weight makes the token's output NaN)")
 
 
 class MoEKernelLibrary:
