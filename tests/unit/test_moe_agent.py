@@ -267,7 +267,8 @@ def test_small_t_tile_move_builds_the_other_tile_as_the_heuristic_would():
         want = small_t_config(cfg.dtype, other_m).replace(
             gu_band_m=band, dn_band_m=band, gather_slices=cfg.gather_slices, gather_unroll=cfg.gather_unroll,
             pdl=cfg.pdl, handoff=cfg.handoff, row_bounded=other_m in SMALL_T_ROW_BOUNDED_TILE_M,
-            combine_handoff=cfg.combine_handoff, fused_routing=cfg.fused_routing)
+            combine_handoff=cfg.combine_handoff, fused_routing=cfg.fused_routing,
+            dynamic_walk=cfg.dynamic_walk)
         if other_m == 64:
             want = want.replace(gu_tile_n=SINGLE_TILE_GU_N)
         assert moved and moved[0] == want, (model, moved[:1], want)

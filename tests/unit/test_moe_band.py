@@ -19,7 +19,7 @@ from argus_cutlass.kernels.moe.heuristics import (
     GATHER_UNROLL,
     SINGLE_TILE_GU_N,
     SMALL_T,
-    SMALL_T_COMBINE_HANDOFF,
+    SMALL_T_COMBINE_HANDOFF, SMALL_T_DYNAMIC_WALK,
     SMALL_T_FUSED_ROUTING,
     SMALL_T_HANDOFF,
     SMALL_T_ROW_BOUNDED_TILE_M,
@@ -265,7 +265,9 @@ def test_heuristic_bands_from_the_wave_traffic():
                     pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M,
                     # more than one wave of down units, all but Mixtral T = 256 (8 x 1 m-tile x 16 = 128 units)
                     combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF and (model, t) != ("mixtral", 256),
-                    fused_routing=SMALL_T_FUSED_ROUTING and p.experts <= 256)   # E within one 256-row routing chunk
+                    fused_routing=SMALL_T_FUSED_ROUTING and p.experts <= 256,   # E within one 256-row routing chunk
+                    # the dynamic walk by the same wave rule as the combine handoff
+                    dynamic_walk=SMALL_T_DYNAMIC_WALK and (model, t) != ("mixtral", 256))
                 if tile_m == 64:   # the narrower gate+up unit (heuristics.SINGLE_TILE_GU_N)
                     want_cfg = want_cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
                 assert cfg == want_cfg, (model, t)

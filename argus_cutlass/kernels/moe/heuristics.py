@@ -85,7 +85,7 @@ from argus_cutlass.dsl.ir import DTYPE_BYTES
 from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
-__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_COMBINE_HANDOFF", "SMALL_T_FUSED_ROUTING", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
+__all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_COMBINE_HANDOFF", "SMALL_T_DYNAMIC_WALK", "SMALL_T_FUSED_ROUTING", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
            "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_down_units", "expected_m_tiles",
            "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
@@ -153,6 +153,20 @@ SMALL_T_COMBINE_HANDOFF = True
 #: E8 k2 H1024 I512 T = 64 27.8 -> 25.1 (-9.8 %), E16 k4 H4096 I4096 T = 16 431.4 -> 430.7 (log
 #: moe_variants_ch_fr_heuristic_h200_s43.log)
 SMALL_T_FUSED_ROUTING = True
+#: the dynamic (atomic-ticket) walk of both grouped GEMMs (``MoEConfig.dynamic_walk``) in the small-T bucket where
+#: the down GEMM has more than one wave of units (:func:`expected_down_units` > ``WAVE_CTAS``: with one wave every
+#: CTA takes at most one unit and a ticket only adds its round trip). Why: with pdl the down GEMM's CTAs start
+#: staggered as gate+up's CTAs leave (H200 timeline, session 38, Mixtral T = 16: over ~143 us), yet a static walk
+#: gives each the same share; tickets give the early CTAs more. Measured on an **H100 80GB HBM3** (session 46; the
+#: H200 was not lent in sessions 45-46), ``bash bench/device_pending.sh $OUT moe-variants "-;dynamic_walk=true"
+#: <cells>``: the shipped entries against the same with the dynamic walk, both checked against fp32 on uniform and
+#: skewed routing, 8 interleaved rounds of 20-call medians, L2 flushed: Mixtral T = 16 1001.2 -> 993.4 us (-0.8 %),
+#: Qwen3-30B-A3B T = 16 300.0 -> 293.8 (-2.1 %), DeepSeek-V2-Lite T = 16 340.6 -> 332.0 (-2.5 %), Mixtral T = 256
+#: 1071.9 -> 1067.6 (-0.4 %), Qwen3 T = 256 457.0 -> 451.7 (-1.2 %), DeepSeek T = 256 423.9 -> 419.2 (-1.1 %); in
+#: each cell every round of the dynamic walk below every reference round. Above the bucket it was mixed (T = 2048:
+#: Qwen3 -7.6 %, DeepSeek -0.9 %, Mixtral +3.7 % with rounds spread over 2.46-2.94 ms; T = 8192 +0.5 .. +2.6 %):
+#: left off there. Logs bench/data/moe_variants_dynamic_walk_h100_s46*.log
+SMALL_T_DYNAMIC_WALK = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
 #: ~34 us for a 256-row unit of H = 2048 (1 MB), half that at 128 rows. Measured (H200, session 25,
@@ -359,7 +373,8 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     (``SMALL_T_PDL``), the gate+up -> down handoff per m-tile (``SMALL_T_HANDOFF``), the down -> combine
     handoff (``SMALL_T_COMBINE_HANDOFF``, with pdl, where the down GEMM has more than one wave of units:
     :func:`expected_down_units` > ``WAVE_CTAS``), fused routing for one-chunk calls where E fits a routing chunk
-    (``SMALL_T_FUSED_ROUTING``) and, on the 64-row tiles, row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the
+    (``SMALL_T_FUSED_ROUTING``), the dynamic walk where the down GEMM has more than one wave of units
+    (``SMALL_T_DYNAMIC_WALK``) and, on the 64-row tiles, row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the
     small-T bucket only.
     """
     if problem.tokens <= SMALL_T:
@@ -373,7 +388,8 @@ def default_config(problem: MoEProblem) -> MoEConfig:
                            pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M,
                            combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF
                            and expected_down_units(problem, cfg) > WAVE_CTAS,
-                           fused_routing=SMALL_T_FUSED_ROUTING and problem.experts <= cfg.route_chunk)
+                           fused_routing=SMALL_T_FUSED_ROUTING and problem.experts <= cfg.route_chunk,
+                           dynamic_walk=SMALL_T_DYNAMIC_WALK and expected_down_units(problem, cfg) > WAVE_CTAS)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
