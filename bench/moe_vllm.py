@@ -1,7 +1,7 @@
 """Our MoE layer beside vLLM's Triton fused MoE and the torch ``_grouped_mm`` layer, interleaved in one process.
 
     python3 bench/moe_vllm.py [--cells mixtral:16,qwen3-30b-a3b:256,e8k2h1024i512:256] [--rounds 5] [--iters 20]
-                              [--out FILE.md] [--vllm-dir DIR]
+                              [--out FILE.md] [--vllm-dir DIR] [--graph CALLS]
 
 vLLM is not a dependency: its fused MoE (the Triton ``fused_moe_kernel``, its configuration files and selection,
 the call sequence of ``fused_experts_impl``) is a baseline kept outside the project's tracked files, in a
@@ -26,6 +26,14 @@ three times, vLLM / ours, ``_grouped_mm`` / ours and ``_grouped_mm`` / vLLM (the
 beside ANCHORS' vLLM ms and ratio measured in another run), the activated-weight floor of the timed routing
 (``check.timed_floor_ms``) and each layer over it, and the configurations. Needs torch, triton, nvcc and a
 Hopper GPU.
+
+``--graph CALLS``: ours, vLLM's layer and its align are timed instead from ``torch.cuda.CUDAGraph`` replays of
+CALLS back-to-back calls (``kernels.gemm.baseline.torch_graph_ms``; no L2 flush between the calls of a replay),
+as a serving engine replays a decode step; ``_grouped_mm`` (it reads its group sizes on the host: not
+capturable) stays timed per call, so the bridge columns mix the two methods (the table's first line says so).
+Why: per call, vLLM's host path (Python config selection, allocations, six Triton launches) can outlast the
+device's work at small T, and then the host is timed -- on three H100 machines of session 46 vLLM's Qwen3 T = 16
+layer read 0.309, 0.309 and 0.470 ms per call (its align alone 0.02 vs 0.10 ms) while ours read 0.300-0.301.
 """
 
 from __future__ import annotations
@@ -107,9 +115,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list]
     ap.add_argument("--iters", type=int, default=20, help="timed calls per round (the round's time: their median)")
     ap.add_argument("--out", help="write the markdown table to this file too")
     ap.add_argument("--vllm-dir", help=f"the baseline folder (default ${ENV_DIR}, else .baselines/vllm_moe)")
+    ap.add_argument("--graph", type=int, default=0, metavar="CALLS",
+                    help="time ours, vLLM and its align from CUDA graphs of CALLS back-to-back calls (0: per call)")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.iters < 1:
         ap.error("--rounds and --iters must be at least 1")
+    if args.graph < 0:
+        ap.error(f"--graph {args.graph}: the calls per graph must be at least 1 (0: time per call)")
     try:
         cells = [(c, parse_cell(c)) for c in args.cells.split(",") if c]
     except ValueError as exc:
@@ -161,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     from moe_anchors import VLLM_MS, VLLM_RATIO
 
     from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
+    from argus_cutlass.kernels.gemm.baseline import torch_graph_ms
     from argus_cutlass.kernels.moe.check import check_layers, run_poisoned, time_fn, timed_floor_ms, timed_inputs
 
     labels = [c for c, _ in cells]
@@ -216,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         order = list(timed)
         for r in range(args.rounds):   # ABBA: drift within a round hits every layer alike
             for k in order[:: 1 if r % 2 == 0 else -1]:
-                times[k].append(time_fn(timed[k], warmup=5, iters=args.iters))
+                if args.graph and k != "grouped":   # _grouped_mm syncs on its group sizes: never captured
+                    times[k].append(torch_graph_ms(timed[k], args.graph, 2, args.iters))
+                else:
+                    times[k].append(time_fn(timed[k], warmup=5, iters=args.iters))
         med = {k: statistics.median(v) for k, v in times.items()}
         floor = timed_floor_ms(p)
         o, g, v = med["ours"], med["grouped"], med.get("vllm")
@@ -238,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         del x, ids, w, w13, w2, ws, ids32, w32
         torch.cuda.empty_cache()
-    table = HEAD + "\n" + "\n".join(rows) + "\n"
+    how = (f"timing: ours, vLLM and its align from CUDA graphs of {args.graph} back-to-back calls (no L2 flush "
+           "between them); _grouped_mm per call, L2 flushed (the bridge columns mix the two)\n\n" if args.graph else
+           "timing: per call, L2 flushed before each\n\n")
+    table = how + HEAD + "\n" + "\n".join(rows) + "\n"
     print("\n" + table)
     if args.out:
         Path(args.out).write_text(table)
