@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = [p for _, p in cells]
     libs, picks = build_layers(problems, [("-", {})], labels)
     rows = []
+    fell_back: list[str] = []   # --graph: "cell layer" timed per call after its capture failed
     for ci, (cell, p) in enumerate(cells):
         if (ci, "-") not in libs:
             continue
@@ -226,13 +227,21 @@ def main(argv: list[str] | None = None) -> int:
             timed["align"] = lambda: vm.moe_align_block_size(ids32, vcfg["BLOCK_SIZE_M"], p.experts, None,
                                                              ignore_invalid_experts=True)
         times: dict[str, list[float]] = {k: [] for k in timed}
+        uncapturable: set[str] = set()
         order = list(timed)
         for r in range(args.rounds):   # ABBA: drift within a round hits every layer alike
             for k in order[:: 1 if r % 2 == 0 else -1]:
-                if args.graph and k != "grouped":   # _grouped_mm syncs on its group sizes: never captured
-                    times[k].append(torch_graph_ms(timed[k], args.graph, 2, args.iters))
-                else:
-                    times[k].append(time_fn(timed[k], warmup=5, iters=args.iters))
+                if args.graph and k != "grouped" and k not in uncapturable:   # _grouped_mm syncs: never captured
+                    try:
+                        times[k].append(torch_graph_ms(timed[k], args.graph, 2, args.iters))
+                        continue
+                    except RuntimeError as exc:   # a capture this layer breaks: said, then timed per call
+                        uncapturable.add(k)
+                        fell_back.append(f"{cell} {k}")
+                        torch.cuda.synchronize()
+                        print(f"{cell} {k}: not capturable ({str(exc).splitlines()[0] if str(exc) else exc!r}): "
+                              "timed per call", flush=True)
+                times[k].append(time_fn(timed[k], warmup=5, iters=args.iters))
         med = {k: statistics.median(v) for k, v in times.items()}
         floor = timed_floor_ms(p)
         o, g, v = med["ours"], med["grouped"], med.get("vllm")
@@ -255,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         del x, ids, w, w13, w2, ws, ids32, w32
         torch.cuda.empty_cache()
     how = (f"timing: ours, vLLM and its align from CUDA graphs of {args.graph} back-to-back calls (no L2 flush "
-           "between them); _grouped_mm per call, L2 flushed (the bridge columns mix the two)\n\n" if args.graph else
+           "between them); _grouped_mm per call, L2 flushed (the bridge columns mix the two)"
+           + (f"; not capturable, timed per call: {', '.join(fell_back)}" if fell_back else "") + "\n\n" if args.graph else
            "timing: per call, L2 flushed before each\n\n")
     table = how + HEAD + "\n" + "\n".join(rows) + "\n"
     print("\n" + table)
