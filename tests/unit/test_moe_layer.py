@@ -45,7 +45,7 @@ def test_small_t_layers_verify(model):
 
 def test_heuristic_picks_by_t_bucket():
     from argus_cutlass.kernels.moe.heuristics import (GATHER_UNROLL, SINGLE_TILE_GU_N, SMALL_T, SMALL_T_COMBINE_HANDOFF,
-                                                      SMALL_T_FUSED_ROUTING, SMALL_T_HANDOFF, SMALL_T_PDL,
+                                                      SMALL_T_DYNAMIC_WALK, SMALL_T_FUSED_ROUTING, SMALL_T_HANDOFF, SMALL_T_PDL,
                                                       SMALL_T_ROW_BOUNDED_TILE_M, default_config, small_t_config)
     from argus_cutlass.kernels.moe.space import KNOBS, bucket_of
 
@@ -61,7 +61,8 @@ def test_heuristic_picks_by_t_bucket():
                                          row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M,
                                          # more than one wave of down units from T = 16 on (T = 1: 8 x 16 = 128)
                                          combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF and t > 1,
-                                         fused_routing=SMALL_T_FUSED_ROUTING)   # E = 128 fits one routing chunk
+                                         fused_routing=SMALL_T_FUSED_ROUTING,   # E = 128 fits one routing chunk
+                                         dynamic_walk=SMALL_T_DYNAMIC_WALK and t > 1)   # the same wave rule
         assert default_config(MoEProblem.for_model("qwen3-30b-a3b", t)) == want and bucket_of(t) == "small"
     assert default_config(MoEProblem.for_model("mixtral", 16)).gather_slices == 16
     # Mixtral (E 8, k 2) at T 129-256: 64 rows per expert on average, the 64-row tile would re-stream

@@ -207,13 +207,15 @@ class MoEConfig(BaseModel):
     def with_pdl(self, pdl: bool, weight_prefetch: int = 0) -> MoEConfig:
         """A copy launched with programmatic dependent launch ``pdl`` and ``weight_prefetch`` k-tiles prefetched
         before the wait, the fields that depend on them following: the combine handoff only with pdl, the fused
-        routing only without a prefetch (each pair is refused by this model's rules; e.g. to flip pdl on a shipped
-        small-T entry, which has both).
+        routing and the dynamic walk only without a prefetch (each pair is refused by this model's rules; e.g. to
+        flip pdl on a shipped small-T entry, which has them).
 
         >>> MoEConfig(pdl=True, combine_handoff=True, fused_routing=True).with_pdl(False).combine_handoff
         False
-        >>> MoEConfig(pdl=True, fused_routing=True).with_pdl(True, 8).fused_routing
-        False
+        >>> c = MoEConfig(pdl=True, fused_routing=True, dynamic_walk=True).with_pdl(True, 8)
+        >>> c.fused_routing, c.dynamic_walk, c.weight_prefetch
+        (False, False, 8)
         """
         return self.replace(pdl=pdl, weight_prefetch=weight_prefetch, combine_handoff=self.combine_handoff and pdl,
-                            fused_routing=self.fused_routing and not weight_prefetch)
+                            fused_routing=self.fused_routing and not weight_prefetch,
+                            dynamic_walk=self.dynamic_walk and not weight_prefetch)
