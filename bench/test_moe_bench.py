@@ -81,7 +81,7 @@ def test_moe_cell(model, tokens):
     if compare == "lookahead":   # the same configuration with the other work_lookahead (a lookahead needs the static
         # walk: the dynamic walk's first unit is known only after its ticket)
         alts["flipped"] = cfg.replace(work_lookahead=1 - cfg.work_lookahead,
-                                      dynamic_walk=cfg.dynamic_walk and cfg.work_lookahead == 1)
+                                      dynamic_walk=False)
     if compare == "pdl":   # the same configuration with programmatic dependent launch flipped
         alts["flipped"] = cfg.with_pdl(not cfg.pdl)
     if compare == "pdlw8":   # ... with pdl and 8 k-tiles of weights prefetched before the wait, or neither
