@@ -47,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated gather_unroll values (e.g. 1,4): each cell is profiled with each "
                          "(--vary gather_unroll=...)")
     ap.add_argument("--lookahead", default="",
-                    help="comma-separated work_lookahead values (0,1): each cell is profiled with each "
-                         "(--vary work_lookahead=...)")
+                    help="comma-separated work_lookahead values (0,1): each cell is profiled with each (a "
+                         "lookahead takes the static walk: dynamic_walk off)")
     ap.add_argument("--pdl", default="",
                     help="comma-separated pdl values (0: off, 1: programmatic dependent launch, 4 / 8 / 16: pdl with "
-                         "that many k-tiles of weights prefetched before the wait): each cell with each")
+                         "that many k-tiles of weights prefetched before the wait; a prefetch takes the static walk "
+                         "and the three routing kernels): each cell with each")
     ap.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
                     help="any MoEConfig field and comma-separated values (e.g. gu_tile_n=64,128,256; repeatable): each "
                          "cell with each value (cross product over --vary options); a combination the verifier's "
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = [p for p in problems for _ in bands]
         configs = [c.replace(gu_band_m=g, dn_band_m=d) for c in configs for g, d in bands]
     if args.pdl:   # pdl and weight_prefetch together (MoEConfig.with_pdl: pdl off takes the combine handoff off with
-        # it, a weight prefetch the fused routing; one field each would be a refused combination)
+        # it, a weight prefetch the fused routing and the dynamic walk; one field each would be a refused combination)
         try:
             values = [int(u) for u in args.pdl.split(",") if u]
             if not set(values) <= {0, 1, 4, 8, 16}:
@@ -101,9 +102,19 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in values]
         problems = [p for p in problems for _ in values]
         configs = configs_v
-    # --unroll / --lookahead: one MoEConfig field each, the same cross product as --vary
-    args.vary = ([f"gather_unroll={args.unroll}"] if args.unroll else []) + \
-        ([f"work_lookahead={args.lookahead}"] if args.lookahead else []) + args.vary
+    if args.lookahead:   # a lookahead takes the static walk (the dynamic walk's first unit is known only after its
+        # ticket: the pair is refused), as a prefetch does above
+        try:
+            values = [int(u) for u in args.lookahead.split(",") if u]
+            if not values or not set(values) <= {0, 1}:
+                raise ValueError(f"lookahead values {values}")
+        except ValueError as exc:
+            ap.error(f"--lookahead {args.lookahead!r}: expected values of 0, 1 ({exc.__class__.__name__})")
+        configs = [c.replace(work_lookahead=v, dynamic_walk=c.dynamic_walk and not v) for c in configs for v in values]
+        cells = [c for c in cells for _ in values]
+        problems = [p for p in problems for _ in values]
+    # --unroll: one MoEConfig field, the same cross product as --vary
+    args.vary = ([f"gather_unroll={args.unroll}"] if args.unroll else []) + args.vary
     if args.vary:
         from argus_cutlass.kernels.fields import field_value
 

@@ -7,7 +7,7 @@ and the ``FIELD=VALUE`` parsing typed by their field declarations (the CLI's ``-
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 
 def not_a_bool(value: object) -> object:
@@ -49,7 +49,8 @@ def field_value(model: Any, field: str, raw: str) -> Any:
         value: Any = json.loads(text)
     except ValueError:
         value = text
-    if isinstance(value, bool) and info.annotation is not bool:   # lax pydantic reads true as 1 (stages=true: 1 stage)
+    if isinstance(value, bool) and bool not in (info.annotation, *get_args(info.annotation)):
+        # lax pydantic reads true as 1 (stages=true: 1 stage); a bool field, also ``bool | None``, takes it
         raise ValueError(f"{field}={text!r}: a boolean ({field} takes {_expected(info.annotation)})")
     try:
         return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)   # the FieldInfo: its constraints too

@@ -289,6 +289,16 @@ def test_set_takes_a_field_repeated_with_its_value():
     assert parse_overrides(MoEConfig, ["gu_stages=6", "gu_stages=6,pdl=1", "pdl=true"]) == {"gu_stages": 6, "pdl": True}
 
 
+def test_set_takes_a_boolean_for_an_optional_bool_field():
+    """Review (session 46): the boolean-for-an-integer refusal caught ``bool | None`` fields too
+    (``AttentionConfig.longest_first``): true / false are that field's values."""
+    from argus_cutlass.generate import parse_overrides
+    from argus_cutlass.kernels.attention.config import AttentionConfig
+
+    assert parse_overrides(AttentionConfig, ["longest_first=false"]) == {"longest_first": False}
+    assert parse_overrides(AttentionConfig, ["longest_first=true"]) == {"longest_first": True}
+
+
 def test_set_refuses_a_combination_the_model_refuses(tmp_path, capsys):
     """A combination the configuration model (MoE: config.override) or the program builder (GEMM: the field's own
     rule) refuses: exit 2, named, and the folder the command made for it removed again."""

@@ -56,3 +56,17 @@ def test_bad_vary_specs_are_refused(spec, capsys):
     with pytest.raises(SystemExit) as exc:
         profile_moe.main(["--out", "/tmp/unused", "--cells", "qwen3-30b-a3b:16", "--vary", spec])
     assert exc.value.code == 2 and f"--vary {spec!r}" in capsys.readouterr().err
+
+
+def test_a_lookahead_takes_the_static_walk(built):
+    """Review (session 46): the heuristic's small-T layers walk dynamically, which a work lookahead cannot (the
+    first unit is known only after the ticket); ``--lookahead 0,1`` profiles both, the lookahead one static."""
+    _run(["--lookahead", "0,1"])
+    assert sorted((c.work_lookahead, c.dynamic_walk) for c, _ in built) == [(0, True), (1, False)]
+
+
+@pytest.mark.parametrize("values", ["2", "x", ","])
+def test_bad_lookahead_values_are_refused(values, capsys):
+    with pytest.raises(SystemExit) as exc:
+        profile_moe.main(["--out", "/tmp/unused", "--cells", "qwen3-30b-a3b:16", "--lookahead", values])
+    assert exc.value.code == 2 and "--lookahead" in capsys.readouterr().err
