@@ -134,7 +134,9 @@
 #                                                     # after a template change: the graph table's rows at those M
 #                                                     # re-timed (finalists within 5 %), each marked redo: s33
 #
-# Wheels in .whl/ (pydantic, z3-solver, nvidia-cutlass: the device has no package index) are
+# Wheels in .whl/ (pydantic, z3-solver, nvidia-cutlass: the device has no package index) are carried with
+# carry [".whl"]; the z3 wheel slimmed first (python3 bench/slim_z3_wheel.py .whl/z3_solver-*.whl: 29 -> 9.7 MB),
+# else the tree (~28.5 MB) and the wheels break the run tool's 64 MiB carry limit. They are
 # installed to /tmp/site with the package; runs from /tmp so the installed copy is imported.
 set -o pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
