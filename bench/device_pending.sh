@@ -316,7 +316,7 @@ case "$STEP" in
     # (carry: the .whl/ wheels and ".baselines/vllm_moe"); without it bench/moe_vllm.py stops and says so
     gpu_state
     # $4 (session 46): time ours and vLLM from CUDA graphs of $4 back-to-back calls (vLLM's per-call host path
-    # was timed on one H100 machine of session 46: Qwen3 T = 16 0.308 / 0.309 ms per call on one machine, 0.470 on another)
+    # was timed on one H100 machine of session 46: Qwen3 T = 16 0.308 / 0.309 ms per call on two machines, 0.470 on a third)
     timeout 560 python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} ${4:+--graph "$4"} \
       --out "$OUT/moe_vllm.md" 2>&1 | tee "$OUT/moe_vllm.log" | grep -v "^generated" | tail -45 ;;
   moe-dram-bytes)

@@ -33,7 +33,7 @@ as a serving engine replays a decode step; ``_grouped_mm`` (it reads its group s
 capturable) stays timed per call, so the bridge columns mix the two methods (the table's first line says so).
 Why: per call, vLLM's host path (Python config selection, allocations, six Triton launches) can outlast the
 device's work at small T, and then the host is timed -- in session 46 vLLM's Qwen3 T = 16 layer read 0.308 / 0.309 ms
-per call on one H100 machine and 0.470 ms on another (its align alone 0.02 vs 0.10 ms) while ours read 0.300-0.301.
+per call on two H100 machines and 0.470 ms on a third (its align alone 0.02 vs 0.10 ms) while ours read 0.300-0.301.
 """
 
 from __future__ import annotations
