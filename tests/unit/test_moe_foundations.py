@@ -105,9 +105,9 @@ def test_valid_routing_passes():
     (lambda ids, w: (ids[:, :1], w), "shape"),
     (lambda ids, w: (ids, w[:, :1]), "topk_weights has shape"),
     (lambda ids, w: (ids.astype(np.float32), w), "integers"),
-    (lambda ids, w: (np.where(np.arange(8).reshape(4, 2) == 5, 8, ids), w), "topk_ids[2, 1]=8"),
-    (lambda ids, w: (np.where(np.arange(8).reshape(4, 2) == 2, -1, ids), w), "topk_ids[1, 0]=-1"),
-    (lambda ids, w: (np.array([[0, 1], [2, 3], [5, 5], [6, 6]]), w), "token 2 sends slot 1 to expert 5"),
+    (lambda ids, w: (np.where(np.arange(8).reshape(4, 2) == 5, 8, ids), w), "topk_ids[2, 1] = 8"),
+    (lambda ids, w: (np.where(np.arange(8).reshape(4, 2) == 2, -1, ids), w), "topk_ids[1, 0] = -1"),
+    (lambda ids, w: (np.array([[0, 1], [2, 3], [5, 5], [6, 6]]), w), "topk_ids[2, 1] = 5 repeats topk_ids[2, 0]"),
     (lambda ids, w: (ids, np.where(np.arange(8).reshape(4, 2) == 7, np.nan, w)), "topk_weights[3, 1]"),
     (lambda ids, w: (ids, np.where(np.arange(8).reshape(4, 2) == 0, np.inf, w)), "topk_weights[0, 0]"),
 ])
@@ -123,7 +123,7 @@ def test_bad_routing_is_refused_naming_the_first_bad_pair(mutate, words):
 def test_duplicate_expert_names_the_later_slot():
     ids = np.array([[1, 2, 3], [4, 0, 4]], dtype=np.int32)
     errs = _problem(2, 8, 3).routing_violations(ids, np.ones((2, 3), np.float32))
-    assert len(errs) == 1 and "token 1 sends slot 2 to expert 4, which slot 0 already has" in errs[0].message
+    assert len(errs) == 1 and "topk_ids[1, 2] = 4 repeats topk_ids[1, 0]" in errs[0].message
 
 
 # ---- routing plans ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from argus_cutlass.errors import LaunchError, ProblemError
-from argus_cutlass.kernels.moe.problem import MoEProblem
+from argus_cutlass.kernels.moe.problem import MoEProblem, routing_value_errors
 from argus_cutlass.runtime.launch import has_device_data
 
 __all__ = ["MoEKernelLibrary", "check_inputs", "check_routing_values"]
@@ -103,10 +103,10 @@ def check_inputs(x: Any, topk_ids: Any, topk_weights: Any, w13: Any, w2: Any, *,
 
 
 def check_routing_values(topk_ids: Any, topk_weights: Any, experts: int, *, skip_padding: bool = False) -> None:
-    """The router's values, read on the host with one synchronisation (torch tensors ``(T, k)`` of any device,
-    shapes and dtypes already checked): every id in [0, E) (or ``-1``, a padding slot, with ``skip_padding``),
-    no expert twice in a token's slots (:meth:`MoEProblem.routing_violations`' rule: a token's k experts are
-    distinct) and every weight of a routed slot finite (a NaN weight made the token's whole output row NaN).
+    """The router's values (torch tensors ``(T, k)`` of any device, shapes and dtypes already checked) against
+    :func:`~argus_cutlass.kernels.moe.problem.routing_value_errors`' rules (ids in [0, E) or ``-1`` padding with
+    ``skip_padding``, no expert twice in a token, finite routed weights): whether any is broken is found on the
+    tensors' device and read with one synchronisation; only then are they copied to the host for the message.
 
     Raises:
         ProblemError: ``moe.input`` naming the first bad ``topk_ids[t, j]`` or ``topk_weights[t, j]`` and the rule.
@@ -115,30 +115,14 @@ def check_routing_values(topk_ids: Any, topk_weights: Any, experts: int, *, skip
 
     ids = topk_ids.long()
     pad = (ids == -1) if skip_padding else torch.zeros_like(ids, dtype=torch.bool)
-    bad = ((ids < 0) | (ids >= experts)) & ~pad
-    # padding slots get distinct negative keys, so several -1 slots of one token are no repeat
-    key = torch.where(pad, -2 - torch.arange(ids.shape[1], device=ids.device), ids)
+    key = torch.where(pad, -2 - torch.arange(ids.shape[1], device=ids.device), ids)   # padding slots never repeat
     srt = key.sort(dim=1).values
-    dup = (srt[:, 1:] == srt[:, :-1]).any(dim=1)
-    nonfinite = ~torch.isfinite(topk_weights) & ~pad
-    any_bad, any_dup, any_nonfinite = torch.stack([bad.any(), dup.any(), nonfinite.any()]).tolist()
-    if any_bad:
-        t, j = (int(v) for v in bad.nonzero()[0])
-        raise ProblemError("moe.input", f"topk_ids[{t}, {j}] = {int(ids[t, j])} is outside [0, E={experts})"
-                           + (" and is not -1 padding" if skip_padding else ""),
-                           None if skip_padding else "pass padding='skip' to let -1 slots add nothing")
-    if any_dup:
-        t = int(dup.nonzero()[0, 0])
-        row = ids[t].tolist()
-        j = next(j for j in range(1, len(row)) if row[j] in row[:j] and not (skip_padding and row[j] == -1))
-        raise ProblemError("moe.input", f"topk_ids[{t}, {j}] = {row[j]} repeats topk_ids[{t}, {row.index(row[j])}] "
-                           f"({int(dup.sum())} token(s) with a repeated expert): a token's k experts are distinct",
-                           "pass the router's top-k indices (torch.topk gives distinct ones)")
-    if any_nonfinite:
-        t, j = (int(v) for v in nonfinite.nonzero()[0])
-        raise ProblemError("moe.input", f"topk_weights[{t}, {j}] = {float(topk_weights[t, j])} is not finite "
-                           f"({int(nonfinite.sum())} non-finite weight(s) of routed slots)",
-                           "the router's weights must be finite numbers (a NaN weight makes the token's output NaN)")
+    flags = torch.stack([(((ids < 0) | (ids >= experts)) & ~pad).any(), (srt[:, 1:] == srt[:, :-1]).any(),
+                         (~torch.isfinite(topk_weights) & ~pad).any()])
+    if any(flags.tolist()):
+        errs = routing_value_errors(ids.cpu().numpy(), topk_weights.detach().float().cpu().numpy(), experts,
+                                    skip_padding=skip_padding, rule="moe.input")
+        raise errs[0]
 
 
 class MoEKernelLibrary:

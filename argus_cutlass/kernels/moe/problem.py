@@ -97,6 +97,58 @@ def _to_numpy(a: Any, name: str) -> Any:
         raise ProblemError("problem.routing", f"{name} of type {type(a).__name__} is not an array: {exc}") from None
 
 
+def routing_value_errors(topk_ids: Any, topk_weights: Any, experts: int, *, skip_padding: bool = False,
+                         rule: str = "problem.routing") -> list[ProblemError]:
+    """The value rules of a router's output (``(T, k)`` numpy arrays, shapes and dtypes already checked), each
+    error naming the first offender: every id in [0, E) (or ``-1``, a padding slot, with ``skip_padding``), no
+    expert twice in a token's slots, every weight of a routed slot finite. The one statement of these rules:
+    :meth:`MoEProblem.routing_violations` (``problem.routing``) and the op's gate
+    :func:`argus_cutlass.kernels.moe.library.check_routing_values` (``moe.input``, which finds offenders on the
+    device and calls this for the message) both use it.
+
+    >>> import numpy as np
+    >>> for e in routing_value_errors(np.array([[0, 0], [1, 9]]), np.ones((2, 2)), 8):
+    ...     print(e.message)
+    topk_ids[1, 1] = 9 is outside [0, E=8) (1 id(s) out of range)
+    topk_ids[0, 1] = 0 repeats topk_ids[0, 0] (1 token(s) with a repeated expert): a token's k experts are distinct
+    >>> routing_value_errors(np.array([[-1, -1, 3]]), np.array([[np.nan, 1.0, 0.5]]), 8, skip_padding=True)
+    []
+    """
+    import numpy as np
+
+    ids = np.asarray(topk_ids).astype(np.int64)
+    w = np.asarray(topk_weights)
+    pad = (ids == -1) if skip_padding else np.zeros(ids.shape, dtype=bool)
+    errs: list[ProblemError] = []
+    bad = np.argwhere(((ids < 0) | (ids >= experts)) & ~pad)
+    if bad.size:
+        t, j = (int(v) for v in bad[0])
+        errs.append(ProblemError(
+            rule, f"topk_ids[{t}, {j}] = {int(ids[t, j])} is outside [0, E={experts})"
+            + (" and is not -1 padding" if skip_padding else "") + f" ({len(bad)} id(s) out of range)",
+            "pass padding='skip' to let -1 slots add nothing" if rule == "moe.input" and not skip_padding else None))
+    if ids.ndim == 2 and ids.shape[1] > 1:
+        # padding slots get distinct negative keys, so several -1 slots of one token are no repeat
+        key = np.where(pad, -2 - np.arange(ids.shape[1]), ids)
+        srt = np.sort(key, axis=1)
+        dup_rows = np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))
+        if dup_rows.size:
+            t = int(dup_rows[0])
+            row = key[t].tolist()
+            j = next(j for j in range(1, len(row)) if row[j] in row[:j])
+            errs.append(ProblemError(
+                rule, f"topk_ids[{t}, {j}] = {row[j]} repeats topk_ids[{t}, {row.index(row[j])}] ({len(dup_rows)} "
+                f"token(s) with a repeated expert): a token's k experts are distinct",
+                "pass the router's top-k indices (torch.topk gives distinct ones)"))
+    nonfinite = np.argwhere(~np.isfinite(w) & ~pad)
+    if nonfinite.size:
+        t, j = (int(v) for v in nonfinite[0])
+        errs.append(ProblemError(
+            rule, f"topk_weights[{t}, {j}] = {float(w[t, j])} is not finite ({len(nonfinite)} non-finite weight(s) "
+            "of routed slots)", "the router's weights must be finite numbers (a NaN weight makes the token's output NaN)"))
+    return errs
+
+
 @dataclass(frozen=True)
 class MoEProblem:
     """Sizes of one MoE layer with SwiGLU experts (see the module docstring for the tensors).
@@ -261,32 +313,7 @@ class MoEProblem:
             errs.append(ProblemError("problem.routing", f"topk_weights has dtype {w.dtype}: weights must be real numbers"))
         if errs:
             return errs
-        ids64 = ids.astype(np.int64)
-        bad = np.argwhere((ids64 < 0) | (ids64 >= self.experts))
-        if bad.size:
-            t, j = (int(v) for v in bad[0])
-            errs.append(ProblemError(
-                "problem.routing", f"topk_ids[{t}, {j}]={int(ids64[t, j])} is outside [0, {self.experts}) "
-                f"({len(bad)} id(s) out of range)"))
-        if self.topk > 1:
-            srt = np.sort(ids64, axis=1)
-            dup_rows = np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))
-            if dup_rows.size:
-                t = int(dup_rows[0])
-                row = ids64[t]
-                j = next(j for j in range(1, self.topk) if row[j] in row[:j])
-                j0 = int(np.flatnonzero(row[:j] == row[j])[0])
-                errs.append(ProblemError(
-                    "problem.routing", f"token {t} sends slot {j} to expert {int(row[j])}, which slot {j0} already "
-                    f"has ({len(dup_rows)} token(s) with a repeated expert)",
-                    "a token's k experts must be distinct (torch.topk gives distinct indices)"))
-        finite = np.isfinite(w)
-        if not finite.all():
-            t, j = (int(v) for v in np.argwhere(~finite)[0])
-            errs.append(ProblemError(
-                "problem.routing", f"topk_weights[{t}, {j}]={w[t, j]!r} is not finite "
-                f"({int((~finite).sum())} non-finite weight(s))"))
-        return errs
+        return routing_value_errors(ids, w, self.experts)
 
     def check_routing(self, topk_ids: Any, topk_weights: Any) -> MoEProblem:
         """Check the router's output against this problem; returns ``self`` when valid.
