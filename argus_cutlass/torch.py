@@ -110,8 +110,7 @@ def _check_args(rule: str, required: dict[str, Any], optional: dict[str, Any] | 
 
 
 def _check_tensor(t: Any, name: str, rank: int, device: Any = None) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise ProblemError("problem.tensor", f"{name} must be a torch tensor, got {type(t).__name__}")
+    _check_args("problem.tensor", {name: t})
     if t.device.type != "cuda":
         raise ProblemError("problem.device", f"{name} is on {t.device}; the kernels need CUDA tensors",
                            f"move it with {name}.cuda()")

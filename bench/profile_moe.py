@@ -102,15 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in cells for _ in values]
         problems = [p for p in problems for _ in values]
         configs = configs_v
-    if args.lookahead:   # a lookahead takes the static walk (the dynamic walk's first unit is known only after its
-        # ticket: the pair is refused), as a prefetch does above
+    if args.lookahead:   # a lookahead takes the static walk (MoEConfig.with_lookahead), as a prefetch does above
         try:
             values = [int(u) for u in args.lookahead.split(",") if u]
             if not values or not set(values) <= {0, 1}:
                 raise ValueError(f"lookahead values {values}")
         except ValueError as exc:
             ap.error(f"--lookahead {args.lookahead!r}: expected values of 0, 1 ({exc.__class__.__name__})")
-        configs = [c.replace(work_lookahead=v, dynamic_walk=c.dynamic_walk and not v) for c in configs for v in values]
+        configs = [c.with_lookahead(v) for c in configs for v in values]
         cells = [c for c in cells for _ in values]
         problems = [p for p in problems for _ in values]
     # --unroll: one MoEConfig field, the same cross product as --vary

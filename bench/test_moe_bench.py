@@ -78,10 +78,9 @@ def test_moe_cell(model, tokens):
         alts["m128"] = MoEConfig(dtype=p.dtype)
     if compare == "1" and (cfg.gu_band_m or cfg.dn_band_m):
         alts["unbanded"] = cfg.replace(gu_band_m=0, dn_band_m=0)
-    if compare == "lookahead":   # the same configuration with the other work_lookahead (a lookahead needs the static
-        # walk: the dynamic walk's first unit is known only after its ticket)
-        alts["flipped"] = cfg.replace(work_lookahead=1 - cfg.work_lookahead,
-                                      dynamic_walk=False)
+    if compare == "lookahead":   # the same configuration with the other work_lookahead (a lookahead takes the static
+        # walk: MoEConfig.with_lookahead)
+        alts["flipped"] = cfg.with_lookahead(1 - cfg.work_lookahead)
     if compare == "pdl":   # the same configuration with programmatic dependent launch flipped
         alts["flipped"] = cfg.with_pdl(not cfg.pdl)
     if compare == "pdlw8":   # ... with pdl and 8 k-tiles of weights prefetched before the wait, or neither

@@ -219,3 +219,14 @@ class MoEConfig(BaseModel):
         return self.replace(pdl=pdl, weight_prefetch=weight_prefetch, combine_handoff=self.combine_handoff and pdl,
                             fused_routing=self.fused_routing and not weight_prefetch,
                             dynamic_walk=self.dynamic_walk and not weight_prefetch)
+
+    def with_lookahead(self, work_lookahead: int) -> MoEConfig:
+        """A copy whose grouped GEMMs' producers read ``work_lookahead`` units ahead, the dynamic walk following:
+        only without a lookahead (the dynamic walk's first unit is known only after its ticket; the pair is
+        refused by this model's rules).
+
+        >>> c = MoEConfig(dynamic_walk=True).with_lookahead(1)
+        >>> c.work_lookahead, c.dynamic_walk
+        (1, False)
+        """
+        return self.replace(work_lookahead=work_lookahead, dynamic_walk=self.dynamic_walk and not work_lookahead)

@@ -383,13 +383,13 @@ def default_config(problem: MoEProblem) -> MoEConfig:
         band = small_t_band(problem, tile_m)
         if tile_m == 64:
             cfg = cfg.replace(gu_tile_n=SINGLE_TILE_GU_N)
+        waves = expected_down_units(problem, cfg) > WAVE_CTAS   # a tail for the handoff / the tickets to take
         return cfg.replace(gu_band_m=band, dn_band_m=band,
                            gather_slices=gather_slices_for(problem, cfg.route_chunk), gather_unroll=GATHER_UNROLL,
                            pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, row_bounded=tile_m in SMALL_T_ROW_BOUNDED_TILE_M,
-                           combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF
-                           and expected_down_units(problem, cfg) > WAVE_CTAS,
+                           combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF and waves,
                            fused_routing=SMALL_T_FUSED_ROUTING and problem.experts <= cfg.route_chunk,
-                           dynamic_walk=SMALL_T_DYNAMIC_WALK and expected_down_units(problem, cfg) > WAVE_CTAS)
+                           dynamic_walk=SMALL_T_DYNAMIC_WALK and waves)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
