@@ -56,7 +56,7 @@ _PROBLEM_VARS = ("m", "n", "k", "tiles_m", "tiles_n", "tiles", "waves")
 _ATTENTION_VARS = ("head_dim", "causal", "varlen", "seqlen_q", "seqlen_k", "tiles", "waves")
 #: precondition variables of MoE problems (:func:`moe_env`)
 _MOE_VARS = ("tokens", "experts", "topk", "hidden", "ffn", "routed_rows", "rows_per_expert",
-             "small_t", "bucket", "m_tile_ratio")
+             "small_t", "bucket", "m_tile_ratio", "padding_128")
 #: family -> (its config model, its problem variables); the validation context's ``family``
 #: (default ``gemm``) picks the row
 FAMILIES: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
@@ -211,8 +211,11 @@ def moe_env(problem: Any, cfg: MoEConfig) -> dict[str, Any]:
     :data:`~argus_cutlass.kernels.moe.space.T_BUCKETS`), ``small_t`` (``bucket == "small"``,
     i.e. T <= 256) and ``m_tile_ratio``: the expected 64-row m-tiles per expert over the 128-row ones at
     the T bucket (:func:`~argus_cutlass.kernels.moe.heuristics.expected_m_tiles`, the weight passes; the
-    heuristic takes 128-row small-T tiles from ``heuristics.SPILL_RATIO`` = 1.25 on)."""
-    from argus_cutlass.kernels.moe.heuristics import expected_m_tiles
+    heuristic takes 128-row small-T tiles from ``heuristics.SPILL_RATIO`` = 1.25 on) and ``padding_128``: the
+    128-row m-tiles' expected padded rows over the routed rows at the T bucket
+    (:func:`~argus_cutlass.kernels.moe.heuristics.expected_padding`; the heuristic takes the dynamic walk and
+    row-bounded tiles above the small-T bucket from ``heuristics.SHORT_GROUP_PADDING`` = 0.3 on)."""
+    from argus_cutlass.kernels.moe.heuristics import expected_m_tiles, expected_padding
 
     bucket = bucket_of(problem.tokens)
     routed = problem.tokens * problem.topk
@@ -220,4 +223,5 @@ def moe_env(problem: Any, cfg: MoEConfig) -> dict[str, Any]:
     return {**cfg.model_dump(), "tokens": problem.tokens, "experts": problem.experts,
             "topk": problem.topk, "hidden": problem.hidden, "ffn": problem.ffn, "routed_rows": routed,
             "rows_per_expert": routed / problem.experts, "small_t": bucket == "small", "bucket": bucket,
-            "m_tile_ratio": expected_m_tiles(problem, 64) / m128 if m128 else 1.0}
+            "m_tile_ratio": expected_m_tiles(problem, 64) / m128 if m128 else 1.0,
+            "padding_128": expected_padding(problem, 128)}

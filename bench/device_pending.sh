@@ -54,12 +54,13 @@
 #                                                     # moe-ab combine_handoff=false,true qwen3-30b-a3b:16,deepseek-v2-lite:16,qwen3-30b-a3b:256
 #   bash bench/device_pending.sh OUTDIR moe-variants "-;F=V;F=V,G=W" [CELLS] # bench/moe_ab.py --variants: several
 #                                                     # fields per variant, the first ("-": as picked) the reference
-#   bash bench/device_pending.sh OUTDIR moe-vllm [CELLS [CALLS]] # bench/moe_vllm.py: our layer, vLLM's Triton fused MoE and
+#   bash bench/device_pending.sh OUTDIR moe-vllm [CELLS [CALLS [heuristic]]] # bench/moe_vllm.py: our layer, vLLM's Triton fused MoE and
 #                                                     # _grouped_mm interleaved in one process, all fp32-checked (default
 #                                                     # the 12 bench cells; ~6-9 min on a cold machine: split CELLS over
 #                                                     # two calls if it nears the limit). vLLM's code is the git-ignored
 #                                                     # .baselines/vllm_moe: name it in the run tool's carry list
-#                                                     # (CALLS: ours and vLLM timed from CUDA graphs of CALLS calls)
+#                                                     # (CALLS: ours and vLLM timed from CUDA graphs of CALLS calls;
+#                                                     # a 5th argument "heuristic": ours as the heuristic picks it)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -318,6 +319,7 @@ case "$STEP" in
     # $4 (session 46): time ours and vLLM from CUDA graphs of $4 back-to-back calls (vLLM's per-call host path
     # was timed on one H100 machine of session 46: Qwen3 T = 16 0.308 / 0.309 ms per call on two machines, 0.470 on a third)
     timeout 560 python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} ${4:+--graph "$4"} \
+      $( [ "$5" = heuristic ] && echo --heuristic ) \
       --out "$OUT/moe_vllm.md" 2>&1 | tee "$OUT/moe_vllm.log" | grep -v "^generated" | tail -45 ;;
   moe-dram-bytes)
     # session 40: bytes each kernel moves to / from DRAM (ncu, one serialized run, L2 kept between kernels)

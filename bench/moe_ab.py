@@ -94,16 +94,18 @@ def parse_variants(spec: str) -> list[tuple[str, dict]]:
     return out
 
 
-def build_layers(problems: list, variants: list[tuple[str, dict]], labels: list[str]) -> tuple[dict, list]:
+def build_layers(problems: list, variants: list[tuple[str, dict]], labels: list[str], *,
+                 heuristic: bool = False) -> tuple[dict, list]:
     """``({(cell index, variant label): loaded layer}, [each problem's Lookup])``: each problem's configuration as
     ``generate.configure`` picks it (the Lookup: config, source, why) with each variant's fields applied, generated and
     verified (a combination the configuration model or the verifier refuses is named and left out), compiled in one
-    parallel nvcc batch (a failed compile named and left out), loaded. ``labels``: the cells' names for those lines."""
+    parallel nvcc batch (a failed compile named and left out), loaded. ``labels``: the cells' names for those lines.
+    ``heuristic``: the heuristic's configuration (``configure(..., heuristic=True)``), not a tuned entry."""
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.generate import compile_many, configure, generate, load
 
     kernels = {}
-    picks = [configure(p) for p in problems]
+    picks = [configure(p, heuristic=heuristic) for p in problems]
     for ci, p in enumerate(problems):
         base = picks[ci].config
         for v, fields in variants:

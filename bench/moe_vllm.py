@@ -1,7 +1,7 @@
 """Our MoE layer beside vLLM's Triton fused MoE and the torch ``_grouped_mm`` layer, interleaved in one process.
 
     python3 bench/moe_vllm.py [--cells mixtral:16,qwen3-30b-a3b:256,e8k2h1024i512:256] [--rounds 5] [--iters 20]
-                              [--out FILE.md] [--vllm-dir DIR] [--graph CALLS]
+                              [--out FILE.md] [--vllm-dir DIR] [--graph CALLS] [--heuristic]
 
 vLLM is not a dependency: its fused MoE (the Triton ``fused_moe_kernel``, its configuration files and selection,
 the call sequence of ``fused_experts_impl``) is a baseline kept outside the project's tracked files, in a
@@ -24,8 +24,14 @@ the timing seed): each time the median of ``--iters`` CUDA-event timings with L2
 (int32 ids, fp32 weights, converted once outside the timing). Prints a markdown table (also to ``--out``): the
 three times, vLLM / ours, ``_grouped_mm`` / ours and ``_grouped_mm`` / vLLM (the ratio ANCHORS.md states,
 beside ANCHORS' vLLM ms and ratio measured in another run), the activated-weight floor of the timed routing
-(``check.timed_floor_ms``) and each layer over it, and the configurations. Needs torch, triton, nvcc and a
+(``check.timed_floor_ms``, at the issue's 4.3 TB/s) and each layer over it, the same floor at this GPU's own
+device-to-device copy bandwidth measured first in the process (``check.copy_bytes_per_s``: the method that gave
+4.3 TB/s on the H200, so on another GPU -- an H100 copies ~3.0 TB/s -- the "copy floor" columns are the issue's
+floor translated to it) and each layer over that, and the configurations. Needs torch, triton, nvcc and a
 Hopper GPU.
+
+``--heuristic``: our layer as the heuristic picks it (``configure(..., heuristic=True)``), not the tuned table's entry
+(the shipped entries are H200 measurements; on another GPU the heuristic is what an untuned shape gets).
 
 ``--graph CALLS``: ours, vLLM's layer and its align are timed instead from ``torch.cuda.CUDAGraph`` replays of
 CALLS back-to-back calls (``kernels.gemm.baseline.torch_graph_ms``; no L2 flush between the calls of a replay),
@@ -61,8 +67,8 @@ DEFAULT_CELLS = ",".join(f"{m}:{t}" for m in ("mixtral", "qwen3-30b-a3b", "deeps
                          for t in (16, 256, 2048, 8192))
 
 HEAD = ("| model | T | ours ms | vLLM ms | _grouped_mm ms | vLLM / ours | _grouped_mm / ours | _grouped_mm / vLLM | "
-        "ANCHORS vLLM ms | ANCHORS _grouped_mm / vLLM | floor ms | ours / floor | vLLM / floor | vLLM align ms | "
-        "ours config | vLLM config |\n" + "|---" * 16 + "|")
+        "ANCHORS vLLM ms | ANCHORS _grouped_mm / vLLM | floor ms | ours / floor | vLLM / floor | copy floor ms | "
+        "ours / copy floor | vLLM / copy floor | vLLM align ms | ours config | vLLM config |\n" + "|---" * 19 + "|")
 
 
 class BaselineMissing(Exception):
@@ -117,6 +123,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list]
     ap.add_argument("--vllm-dir", help=f"the baseline folder (default ${ENV_DIR}, else .baselines/vllm_moe)")
     ap.add_argument("--graph", type=int, default=0, metavar="CALLS",
                     help="time ours, vLLM and its align from CUDA graphs of CALLS back-to-back calls (0: per call)")
+    ap.add_argument("--heuristic", action="store_true",
+                    help="our layer as the heuristic picks it, not the tuned table's entry")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.iters < 1:
         ap.error("--rounds and --iters must be at least 1")
@@ -175,11 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     from argus_cutlass.errors import ArgusError
     from argus_cutlass.kernels.moe.baseline import grouped_mm_layer
     from argus_cutlass.kernels.gemm.baseline import torch_graph_ms
-    from argus_cutlass.kernels.moe.check import check_layers, run_poisoned, time_fn, timed_floor_ms, timed_inputs
+    from argus_cutlass.kernels.moe.check import (check_layers, copy_bytes_per_s, run_poisoned, time_fn, timed_floor_ms,
+                                                  timed_inputs)
 
+    copy_bw = copy_bytes_per_s()
+    print(f"device-to-device copy: {copy_bw / 1e12:.2f} TB/s (read + written; the copy floor's rate)", flush=True)
     labels = [c for c, _ in cells]
     problems = [p for _, p in cells]
-    libs, picks = build_layers(problems, [("-", {})], labels)
+    libs, picks = build_layers(problems, [("-", {})], labels, heuristic=args.heuristic)
     rows = []
     fell_back: list[str] = []   # --graph: "cell layer" timed per call after its capture failed
     for ci, (cell, p) in enumerate(cells):
@@ -245,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 times[k].append(time_fn(timed[k], warmup=5, iters=args.iters))
         med = {k: statistics.median(v) for k, v in times.items()}
         floor = timed_floor_ms(p)
+        cfloor = timed_floor_ms(p, copy_bw)
         o, g, v = med["ours"], med["grouped"], med.get("vllm")
         anchor_ms, anchor_ratio = VLLM_MS.get((model, p.tokens)), VLLM_RATIO.get((model, p.tokens))
 
@@ -257,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             w=vcfg.get("num_warps", "-"), s=vcfg.get("num_stages", "-"), **vcfg) + f" ({vsource})") if vllm_ok else "-"
         rows.append(f"| {model} | {p.tokens} | {o:.3f} | {f(v)} | {g:.3f} | {f(v and v / o, '.2f')} | {g / o:.2f} | "
                     f"{f(v and g / v, '.2f')} | {f(anchor_ms)} | {f(anchor_ratio, '.2f')} | {floor:.3f} | "
-                    f"{o / floor:.2f} | {f(v and v / floor, '.2f')} | {f(med.get('align'))} | {ours_cfg} | "
+                    f"{o / floor:.2f} | {f(v and v / floor, '.2f')} | {cfloor:.3f} | {o / cfloor:.2f} | "
+                    f"{f(v and v / cfloor, '.2f')} | {f(med.get('align'))} | {ours_cfg} | "
                     f"{vllm_cfg} |")
         print(rows[-1], flush=True)
         print(f"{cell} rounds (ms): " + "; ".join(f"{k} {[round(t, 4) for t in times[k]]}" for k in order),
@@ -268,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
            "between them); _grouped_mm per call, L2 flushed (the bridge columns mix the two)"
            + (f"; not capturable, timed per call: {', '.join(fell_back)}" if fell_back else "") + "\n\n" if args.graph else
            "timing: per call, L2 flushed before each\n\n")
+    how = f"device-to-device copy {copy_bw / 1e12:.2f} TB/s (the copy floor's rate); " + how
     table = how + HEAD + "\n" + "\n".join(rows) + "\n"
     print("\n" + table)
     if args.out:

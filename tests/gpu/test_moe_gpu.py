@@ -193,7 +193,7 @@ def test_small_t_heuristic_picks_the_small_path():
     from argus_cutlass.kernels.moe.heuristics import SMALL_T, default_config
 
     from argus_cutlass.kernels.moe.heuristics import GATHER_UNROLL, SMALL_T_HANDOFF, SMALL_T_PDL, SMALL_T_ROW_BOUNDED_TILE_M
-    from argus_cutlass.kernels.moe.heuristics import SMALL_T_COMBINE_HANDOFF, SMALL_T_FUSED_ROUTING
+    from argus_cutlass.kernels.moe.heuristics import SMALL_T_COMBINE_HANDOFF, SMALL_T_DYNAMIC_WALK, SMALL_T_FUSED_ROUTING
 
     from argus_cutlass.kernels.moe.heuristics import SINGLE_TILE_GU_N, small_t_config
 
@@ -202,7 +202,8 @@ def test_small_t_heuristic_picks_the_small_path():
         # gather: 256 rows x 256 vectors / (256 threads x 4) = 64 slices, capped at 4 KB / 128 B = 32 (gather_slices_for)
         gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL, handoff=SMALL_T_HANDOFF, gu_tile_n=SINGLE_TILE_GU_N,
         row_bounded=64 in SMALL_T_ROW_BOUNDED_TILE_M, combine_handoff=SMALL_T_PDL and SMALL_T_COMBINE_HANDOFF,
-        fused_routing=SMALL_T_FUSED_ROUTING)   # down: more than one wave of units; E = 128 fits one routing chunk
+        fused_routing=SMALL_T_FUSED_ROUTING,   # down: more than one wave of units; E = 128 fits one routing chunk
+        dynamic_walk=SMALL_T_DYNAMIC_WALK)   # the same wave rule (session 46)
     # Mixtral at T = 256: 64 rows per expert on average -> the 128-row small-T tiles (heuristics.small_t_tile_m)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T)) == small_t_config(tile_m=128).replace(
         gu_band_m=2, dn_band_m=2, gather_slices=64, gather_unroll=GATHER_UNROLL, pdl=SMALL_T_PDL,

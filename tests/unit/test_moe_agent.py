@@ -27,7 +27,7 @@ def test_loads_as_the_moe_family():
         "small_t_weight_bound", "tile_m_padding", "tile_m_spill", "t_bucket", "band_walk", "swap_ab", "stages",
         "gather_slices", "gather_unroll", "work_lookahead", "pdl", "weight_prefetch", "grouped_stream_k",
         "weights_evict_first", "handoff", "fused_routing_combine", "row_bounded_tiles", "combine_handoff", "fused_routing",
-        "dynamic_walk"}
+        "dynamic_walk", "short_groups_large_t"}
     swap = MKB.get("swap_ab")
     assert not swap.available and swap.missing_knobs == ("swap_ab",) and "not built" in swap.why
     assert swap not in MKB.available
@@ -82,6 +82,23 @@ def test_moe_env_variables():
     assert big["small_t"] is False and big["bucket"] == "large" and big["rows_per_expert"] == 2048.0
     assert moe_env(MoEProblem.for_model("mixtral", 256), MoEConfig())["small_t"] is True
     assert moe_env(MoEProblem.for_model("mixtral", 257), MoEConfig())["small_t"] is False
+    # padding_128: the 128-row m-tiles' expected padded rows over the routed rows (heuristics.expected_padding)
+    assert round(moe_env(MoEProblem.for_model("qwen3-30b-a3b", 2048), MoEConfig())["padding_128"], 2) == 0.48
+    assert big["padding_128"] < 0.05
+
+
+def test_short_groups_technique_follows_the_heuristic():
+    """The large-T short-group technique applies where the heuristic would set its flags and the incumbent lacks
+    them, never at small T, never once taken (the heuristic's own configuration)."""
+    from argus_cutlass.kernels.moe.heuristics import SHORT_GROUP_PADDING, expected_padding
+
+    for model in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral"):
+        for t in (16, 256, 512, 1024, 2048, 4096, 8192):
+            p = MoEProblem.for_model(model, t)
+            short = t > 256 and expected_padding(p, 128) >= SHORT_GROUP_PADDING
+            plain = {x.id for x in MKB.applicable(moe_env(p, MoEConfig()))}
+            assert ("short_groups_large_t" in plain) == short, (model, t)
+            assert "short_groups_large_t" not in {x.id for x in MKB.applicable(moe_env(p, default_config(p)))}
 
 
 def test_applicable_on_small_and_large_t():

@@ -75,10 +75,21 @@ def test_heuristic_picks_by_t_bucket():
     # the large bucket: the 128-row default with each GEMM's walk banded (heuristics.band_for) and as
     # gather slices within one resident wave (132 SMs x 8 CTAs of 256 threads): Qwen3 T = 257 (bucket 512) has
     # 16 chunks -> 32 whole-line slices (512 CTAs); Mixtral 4 chunks x 64; Qwen3 T = 8192 256 chunks -> 4
+    # short groups (expected padding of the 128-row m-tiles >= SHORT_GROUP_PADDING of the routed rows: Qwen3 at bucket
+    # 512 has 32 rows per expert, 3x padding; Mixtral 128, ~0.48) take the dynamic walk and row-bounded tiles
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == \
-        MoEConfig(gu_band_m=1, dn_band_m=1, gather_slices=32, gather_unroll=GATHER_UNROLL)
+        MoEConfig(gu_band_m=1, dn_band_m=1, gather_slices=32, gather_unroll=GATHER_UNROLL, dynamic_walk=True,
+                  row_bounded=True)
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)) == \
-        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=64, gather_unroll=GATHER_UNROLL)
+        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=64, gather_unroll=GATHER_UNROLL, dynamic_walk=True,
+                  row_bounded=True)
+    # long groups keep the static walk and the 2-D maps: Mixtral T = 8192 (2048 rows per expert), Qwen3 T = 4096 (256)
+    for model, t in (("mixtral", 8192), ("mixtral", 2048), ("qwen3-30b-a3b", 4096), ("deepseek-v2-lite", 8192)):
+        c = default_config(MoEProblem.for_model(model, t))
+        assert not c.dynamic_walk and not c.row_bounded, (model, t)
+    for model, t in (("qwen3-30b-a3b", 2048), ("deepseek-v2-lite", 2048), ("qwen3-30b-a3b", 1024)):
+        c = default_config(MoEProblem.for_model(model, t))
+        assert c.dynamic_walk and c.row_bounded and c.tile_m == 128, (model, t)
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", 8192)).gather_slices == 4  # 256 chunks
     assert SMALL_T_PDL and not default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).pdl   # pdl: small T only
     for small in (small_t_config(), small_t_config(tile_m=128)):
@@ -685,6 +696,15 @@ def test_timed_floor_counts_the_activated_experts_of_the_timed_routing():
     assert timed_floor_ms(qwen) == pytest.approx(
         (active * 3 * 768 * 2048 * 2 + 2 * 16 * 2048 * 2) / 4.3e12 * 1e3)
     assert timed_floor_ms(mixtral) == pytest.approx(mixtral.floor_ms(hbm_bytes_per_s=4.3e12))   # all 8 routed
+
+
+def test_copy_bandwidth_refuses_an_l2_sized_buffer():
+    """copy_bytes_per_s measures HBM: a buffer L2 could hold, or no iteration, is refused before any GPU work."""
+    from argus_cutlass.kernels.moe.check import copy_bytes_per_s
+
+    for nbytes, iters in ((64 * 2**20, 20), (2**30, 0)):
+        with pytest.raises(ValueError, match="256 MiB"):
+            copy_bytes_per_s(nbytes, iters)
 
 
 def test_timed_counts_are_the_timed_inputs_routing():

@@ -22,7 +22,7 @@ from argus_cutlass.kernels.moe.problem import MoEProblem  # noqa: E402
 
 def test_default_cells_are_the_twelve_bench_cells():
     args, cells = moe_vllm.parse_args([])
-    assert (args.rounds, args.iters, args.out, args.vllm_dir, args.graph) == (5, 20, None, None, 0)
+    assert (args.rounds, args.iters, args.out, args.vllm_dir, args.graph, args.heuristic) == (5, 20, None, None, 0, False)
     assert len(cells) == 12
     assert cells[0] == ("mixtral:16", MoEProblem.for_model("mixtral", 16))
     assert {p.tokens for _, p in cells} == {16, 256, 2048, 8192}
@@ -31,9 +31,12 @@ def test_default_cells_are_the_twelve_bench_cells():
 
 def test_options_parse():
     args, cells = moe_vllm.parse_args(["--cells", "qwen3-30b-a3b:256,e8k2h1024i512:16", "--rounds", "3",
-                                       "--iters", "7", "--out", "t.md", "--vllm-dir", "/x", "--graph", "8"])
+                                       "--iters", "7", "--out", "t.md", "--vllm-dir", "/x", "--graph", "8",
+                                       "--heuristic"])
     assert [p for _, p in cells] == [MoEProblem.for_model("qwen3-30b-a3b", 256), MoEProblem(16, 8, 2, 1024, 512)]
-    assert (args.rounds, args.iters, args.out, args.vllm_dir, args.graph) == (3, 7, "t.md", "/x", 8)
+    assert (args.rounds, args.iters, args.out, args.vllm_dir, args.graph, args.heuristic) == (3, 7, "t.md", "/x", 8, True)
+    # the table's header and its row format agree (19 columns: the copy-floor columns of session 47)
+    assert moe_vllm.HEAD.splitlines()[0].count("|") - 1 == moe_vllm.HEAD.splitlines()[1].count("|") - 1 == 19
 
 
 @pytest.mark.parametrize("argv, needle", [(["--cells", "qwen3:16"], "cell"), (["--cells", "mixtral"], "cell"),

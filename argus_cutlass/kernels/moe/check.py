@@ -16,7 +16,7 @@ from typing import Any
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["ANCHOR_HBM_BYTES_PER_S", "MoECheck", "TIMED_ROUTING", "TIMING_SEED", "bitwise_equal", "check_layers",
-           "fp32_layer", "make_inputs", "run_and_check", "run_back_to_back", "run_poisoned", "time_baseline", "time_fn", "time_layer",
+           "copy_bytes_per_s", "fp32_layer", "make_inputs", "run_and_check", "run_back_to_back", "run_poisoned", "time_baseline", "time_fn", "time_layer",
            "timed_counts", "timed_floor_ms", "timed_inputs"]
 
 #: the seed of the timed inputs (:func:`time_layer`, :func:`time_baseline`, :func:`timed_counts`)
@@ -205,6 +205,38 @@ def time_fn(fn: Any, *, warmup: int = 10, iters: int = 50, flush_l2: bool = True
     torch.cuda.synchronize()
     times = sorted(a.elapsed_time(b) for a, b in events)
     return times[len(times) // 2]
+
+
+def copy_bytes_per_s(nbytes: int = 2**30, iters: int = 20) -> float:
+    """This GPU's device-to-device copy bandwidth in bytes per second (bytes read plus bytes written over
+    the median CUDA-event time of ``iters`` copies of an ``nbytes`` buffer, after 3 warm-up copies).
+
+    The method by which ``../shared/ANCHORS.md`` / the device library reached 4.3 TB/s on the H200
+    (:data:`ANCHOR_HBM_BYTES_PER_S`), so a floor at this rate is the issue's floor translated to the GPU
+    the run has (an H100 80GB HBM3 copied ~3.0 TB/s, device library KINDS.md). ``nbytes`` (default 1 GiB)
+    must outgrow the 50-60 MB L2 by far.
+
+    Raises:
+        ValueError: ``nbytes`` under 256 MiB (an L2-resident copy is not HBM bandwidth) or ``iters`` < 1.
+    """
+    if nbytes < 256 * 2**20 or iters < 1:
+        raise ValueError(f"copy_bytes_per_s: nbytes={nbytes} must be >= 256 MiB and iters={iters} >= 1")
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 256)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for a, b in events:
+        a.record()
+        dst.copy_(src)
+        b.record()
+    torch.cuda.synchronize()
+    ms = sorted(a.elapsed_time(b) for a, b in events)[iters // 2]
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (ms * 1e-3)
 
 
 @functools.lru_cache(maxsize=64)

@@ -35,7 +35,9 @@ Buckets (``SMALL_T``):
   per expert on average) the bucket takes 128-row cooperative tiles instead (``small_t_config(tile_m=128)``):
   each further m-tile of a group re-streams the expert's weights.
 * ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for` (the
-  bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T.
+  bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T; where the
+  groups are short (a tile or two: :func:`expected_padding` >= ``SHORT_GROUP_PADDING``) the dynamic walk and
+  row-bounded tiles.
 
 Gather slices (:func:`gather_slices_for`): the permute kernel runs ``chunks = ceil(T k /
 route_chunk)`` CTAs of ``route_chunk`` threads, one for T k <= 256 (ncu, H200, session 17: Qwen3 T = 16,
@@ -86,7 +88,8 @@ from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_COMBINE_HANDOFF", "SMALL_T_DYNAMIC_WALK", "SMALL_T_FUSED_ROUTING", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
-           "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "WAVE_CTAS", "band_for", "default_bands", "default_config", "expected_down_units", "expected_m_tiles",
+           "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "SHORT_GROUP_PADDING", "WAVE_CTAS", "band_for", "default_bands", "default_config",
+           "expected_down_units", "expected_m_tiles", "expected_padding",
            "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
@@ -165,7 +168,9 @@ SMALL_T_FUSED_ROUTING = True
 #: 1071.9 -> 1067.6 (-0.4 %), Qwen3 T = 256 457.0 -> 451.7 (-1.2 %), DeepSeek T = 256 423.9 -> 419.2 (-1.1 %); in
 #: each cell every round of the dynamic walk below every reference round. Above the bucket it was mixed (T = 2048:
 #: Qwen3 -7.6 %, DeepSeek -0.9 %, Mixtral +3.7 % with rounds spread over 2.46-2.94 ms; T = 8192 +0.5 .. +2.6 %):
-#: left off there. Logs bench/data/moe_variants_dynamic_walk_h100_s46*.log
+#: left off there (the large-T bucket takes it where groups are short: ``SHORT_GROUP_PADDING``). A third H100 machine
+#: (session 47, the same command): Mixtral T = 16 -0.7 %, Qwen3 T = 16 -1.9 %, DeepSeek T = 16 -2.4 %, Qwen3 /
+#: DeepSeek T = 256 -1.3 / -1.2 %. Logs bench/data/moe_variants_dynamic_walk_h100_s46*.log, *_h100_s47_small.log
 SMALL_T_DYNAMIC_WALK = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
@@ -188,6 +193,23 @@ SINGLE_TILE_GU_N = 128
 #: passes). 1.25 is midway between the measured sides (interpolated, not measured near it). Log
 #: bench/data/moe_small_t_tiles_h200_s37.log
 SPILL_RATIO = 1.25
+#: above the small-T bucket, the 128-row layer takes the dynamic walk and row-bounded tiles where the expected
+#: padded rows of its m-tiles are at least this share of the routed rows (:func:`expected_padding` at 128 rows,
+#: uniform routing at the T bucket: 1/3 at 192 rows per expert on average, 0.24 at 256). Why: where groups are a
+#: tile or two long, many m-tiles are partly empty -- row-bounded tiles neither load nor store their padded rows,
+#: and units of uneven cost (full and nearly empty m-tiles) leave a static walk's CTAs finishing unevenly, which
+#: the tickets even out. Measured on an **H100 80GB HBM3** (session 47, the H200 not lent; ``bash
+#: bench/device_pending.sh $OUT moe-variants "-;dynamic_walk=true,row_bounded=true;dynamic_walk=true" <cells>``,
+#: the configuration as picked (shipped entry or heuristic) against the same with the two flags, checked against
+#: fp32 on uniform and skewed routing, 8 interleaved rounds of 20-call medians, L2 flushed), padding share -> change
+#: of both flags: Qwen3-30B-A3B T = 512 3.0 -> -10.6 %, T = 1024 1.0 -> -7.7 %, E128 k8 H4096 I1536 T = 1024 1.0 ->
+#: -8.5 %, E64 k8 H2048 I1024 T = 1024 0.48 -> -10.1 %, Qwen3 T = 2048 0.48 -> -12.2 %, Mixtral T = 512 0.48 ->
+#: -2.6 %, DeepSeek-V2-Lite T = 1024 0.33 -> -4.4 %, T = 2048 0.33 -> -2.5 %; E64 k8 H2048 I1024 T = 2048 0.24 ->
+#: +1.2 %, Qwen3 T = 4096 0.24 -> +0.9 %, T = 8192 0.12 -> +3.1 %, Mixtral T = 2048 0.12 -> +6.1 %: every cell at
+#: 1/3 or more faster, every cell at 0.24 or less slower; 0.3 lies between (not measured nearer). The dynamic walk
+#: alone gained less on 7 of the 8 (Mixtral T = 512 -3.5 % against -2.6 %). Logs
+#: bench/data/moe_variants_{midT,large_rb_dw}_h100_s47.log, moe_variants_pad_h100_s47_*.log
+SHORT_GROUP_PADDING = 0.3
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
@@ -242,6 +264,19 @@ def expected_m_tiles(problem: MoEProblem, tile_m: int) -> float:
     total = sum(math.exp(log_norm - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(q)
                          + (n - x) * math.log1p(-q)) * -(-x // tile_m) for x in range(lo, hi + 1))
     return problem.experts * total
+
+
+def expected_padding(problem: MoEProblem, tile_m: int) -> float:
+    """Expected padded rows of ``tile_m``-row m-tiles as a share of the routed rows, under uniform routing at the T
+    bucket's power of two ``T'``: ``expected_m_tiles * tile_m / (T' k) - 1`` (0 when every group fills whole tiles).
+
+    >>> round(expected_padding(MoEProblem.for_model("qwen3-30b-a3b", 2048), 128), 2)   # 128 rows per expert
+    0.48
+    >>> round(expected_padding(MoEProblem.for_model("mixtral", 8192), 128), 2)   # 2048 rows per expert
+    0.03
+    """
+    routed = tokens_bucket(problem.tokens) * problem.topk
+    return expected_m_tiles(problem, tile_m) * tile_m / routed - 1.0
 
 
 def expected_down_units(problem: MoEProblem, cfg: MoEConfig) -> float:
@@ -375,7 +410,8 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     :func:`expected_down_units` > ``WAVE_CTAS``), fused routing for one-chunk calls where E fits a routing chunk
     (``SMALL_T_FUSED_ROUTING``), the dynamic walk where the down GEMM has more than one wave of units
     (``SMALL_T_DYNAMIC_WALK``) and, on the 64-row tiles, row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the
-    small-T bucket only.
+    small-T bucket only; above it the dynamic walk and row-bounded tiles where the 128-row m-tiles' expected padding
+    (:func:`expected_padding`) is at least ``SHORT_GROUP_PADDING`` of the routed rows.
     """
     if problem.tokens <= SMALL_T:
         tile_m = small_t_tile_m(problem)
@@ -392,5 +428,6 @@ def default_config(problem: MoEProblem) -> MoEConfig:
                            dynamic_walk=SMALL_T_DYNAMIC_WALK and waves)
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
+    short = expected_padding(problem, cfg.tile_m) >= SHORT_GROUP_PADDING   # groups a tile or two long
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
-                       gather_unroll=GATHER_UNROLL)
+                       gather_unroll=GATHER_UNROLL, dynamic_walk=short, row_bounded=short)
