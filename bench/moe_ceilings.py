@@ -9,8 +9,9 @@ configuration ``generate.configure`` picks: the shipped entry) is printed by the
 switch, compiled, and timed in every mode, interleaved: ``--rounds`` rounds of 20-call medians
 (``kernels.moe.check.time_fn``: CUDA events, L2 flushed by writing 256 MB before each call).
 
-``--what launches`` (the routing and combine kernels; the layer built with ``handoff`` off, so a skipped route_scan
-leaves no stale counters that would let down read h early): a host flag skips the three routing launches
+``--what launches`` (the routing and combine kernels; the layer built with ``handoff``, ``combine_handoff`` and
+``dynamic_walk`` off, so a skipped route_scan leaves no stale counter that would let down read h early or hand every
+CTA the end ticket): a host flag skips the three routing launches
 (route_count, route_scan, route_permute: the workspace keeps the previous full call's routing; its xs holds that
 call's out, as out aliases xs, so the output differs -- the bytes moved are the same) and / or the combine launch.
 Modes: 0 full, 1 no routing, 2 no combine, 3 neither.
@@ -112,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = []
     for p in problems:
         cfg = configure(p)[0]
-        if args.what == "launches":
-            cfg = cfg.replace(handoff=False)
+        if args.what == "launches":   # no counter route_scan zeroes: the handoffs' and the dynamic walk's tickets
+            cfg = cfg.replace(handoff=False, combine_handoff=False, dynamic_walk=False)
         else:   # the padding rows' traffic exists only on the 2-D maps (row-bounded tiles do not read or write it)
             cfg = cfg.replace(row_bounded=False)
         layer = build_layer(cfg, p)

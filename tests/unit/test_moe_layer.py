@@ -80,9 +80,9 @@ def test_heuristic_picks_by_t_bucket():
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", SMALL_T + 1)) == \
         MoEConfig(gu_band_m=1, dn_band_m=1, gather_slices=32, gather_unroll=GATHER_UNROLL, dynamic_walk=True,
                   row_bounded=True)
+    # ... but Mixtral's wide gate+up (112 n-blocks > SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS) keeps the 2-D maps
     assert default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)) == \
-        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=64, gather_unroll=GATHER_UNROLL, dynamic_walk=True,
-                  row_bounded=True)
+        MoEConfig(gu_band_m=16, dn_band_m=8, gather_slices=64, gather_unroll=GATHER_UNROLL, dynamic_walk=True)
     # long groups keep the static walk and the 2-D maps: Mixtral T = 8192 (2048 rows per expert), Qwen3 T = 4096 (256)
     for model, t in (("mixtral", 8192), ("mixtral", 2048), ("qwen3-30b-a3b", 4096), ("deepseek-v2-lite", 8192)):
         c = default_config(MoEProblem.for_model(model, t))
@@ -90,6 +90,10 @@ def test_heuristic_picks_by_t_bucket():
     for model, t in (("qwen3-30b-a3b", 2048), ("deepseek-v2-lite", 2048), ("qwen3-30b-a3b", 1024)):
         c = default_config(MoEProblem.for_model(model, t))
         assert c.dynamic_walk and c.row_bounded and c.tile_m == 128, (model, t)
+    # the gate+up width rule at its edge: I = 2048 -> 16 n-blocks of 128 h columns, I = 4096 -> 32, I = 4224 -> 33
+    for ffn, rb in ((2048, True), (4096, True), (4224, False)):
+        c = default_config(MoEProblem(1024, 64, 8, 2048, ffn))
+        assert c.dynamic_walk and c.row_bounded == rb, ffn
     assert default_config(MoEProblem.for_model("qwen3-30b-a3b", 8192)).gather_slices == 4  # 256 chunks
     assert SMALL_T_PDL and not default_config(MoEProblem.for_model("mixtral", SMALL_T + 1)).pdl   # pdl: small T only
     for small in (small_t_config(), small_t_config(tile_m=128)):

@@ -35,7 +35,7 @@ def test_options_parse():
                                        "--heuristic"])
     assert [p for _, p in cells] == [MoEProblem.for_model("qwen3-30b-a3b", 256), MoEProblem(16, 8, 2, 1024, 512)]
     assert (args.rounds, args.iters, args.out, args.vllm_dir, args.graph, args.heuristic) == (3, 7, "t.md", "/x", 8, True)
-    # the table's header and its row format agree (19 columns: the copy-floor columns of session 47)
+    # the table's header line and its separator line have the same 19 columns (the copy-floor columns of session 47)
     assert moe_vllm.HEAD.splitlines()[0].count("|") - 1 == moe_vllm.HEAD.splitlines()[1].count("|") - 1 == 19
 
 

@@ -36,8 +36,8 @@ Buckets (``SMALL_T``):
   each further m-tile of a group re-streams the expert's weights.
 * ``T > 256``: the 128-row cooperative default, each GEMM's walk banded by :func:`band_for` (the
   bands depend on H, I and the tiles, not on T); the gather sliced by the same rule as at small T; where the
-  groups are short (a tile or two: :func:`expected_padding` >= ``SHORT_GROUP_PADDING``) the dynamic walk and
-  row-bounded tiles.
+  groups are short (a tile or two: :func:`expected_padding` >= ``SHORT_GROUP_PADDING``) the dynamic walk, and
+  row-bounded tiles unless gate+up is wide (``SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS``).
 
 Gather slices (:func:`gather_slices_for`): the permute kernel runs ``chunks = ceil(T k /
 route_chunk)`` CTAs of ``route_chunk`` threads, one for T k <= 256 (ncu, H200, session 17: Qwen3 T = 16,
@@ -88,7 +88,7 @@ from argus_cutlass.kernels.moe.config import MAX_GATHER_SLICES, MoEConfig
 from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_COMBINE_HANDOFF", "SMALL_T_DYNAMIC_WALK", "SMALL_T_FUSED_ROUTING", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
-           "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "SHORT_GROUP_PADDING", "WAVE_CTAS", "band_for", "default_bands", "default_config",
+           "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "SHORT_GROUP_PADDING", "SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS", "WAVE_CTAS", "band_for", "default_bands", "default_config",
            "expected_down_units", "expected_m_tiles", "expected_padding",
            "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
@@ -207,9 +207,23 @@ SPILL_RATIO = 1.25
 #: -2.6 %, DeepSeek-V2-Lite T = 1024 0.33 -> -4.4 %, T = 2048 0.33 -> -2.5 %; E64 k8 H2048 I1024 T = 2048 0.24 ->
 #: +1.2 %, Qwen3 T = 4096 0.24 -> +0.9 %, T = 8192 0.12 -> +3.1 %, Mixtral T = 2048 0.12 -> +6.1 %: every cell at
 #: 1/3 or more faster, every cell at 0.24 or less slower; 0.3 lies between (not measured nearer). The dynamic walk
-#: alone gained less on 7 of the 8 (Mixtral T = 512 -3.5 % against -2.6 %). Logs
-#: bench/data/moe_variants_{midT,large_rb_dw}_h100_s47.log, moe_variants_pad_h100_s47_*.log
+#: alone gained less on 7 of the 8 (Mixtral T = 512 -3.5 % against -2.6 %). The eight off-bench and mid-T cells ran
+#: that command (``moe_variants_midT_h100_s47.log``, ``moe_variants_pad_h100_s47_*.log``); the four T = 2048 / 8192
+#: bench cells ran ``"-;dynamic_walk=true,handoff=true,row_bounded=true;handoff=true,row_bounded=true;
+#: dynamic_walk=true,row_bounded=true;..."`` (``moe_variants_large_rb_dw_h100_s47.log``: the "both flags" figures are
+#: its ``dynamic_walk=true,row_bounded=true`` rows) and their dynamic-walk-alone figures come from separate runs
+#: (``moe_variants_t2048{,_dw}_h100_s47.log``; Mixtral T = 2048: session 46).
 SHORT_GROUP_PADDING = 0.3
+#: with short groups, row-bounded tiles only where the gate+up GEMM has at most this many n-blocks
+#: (``ceil(I / (gu_tile_n / 2))``: the units that load each m-tile's A box). Where A boxes are loaded by many
+#: n-blocks they are re-read from L2, so the padded rows row-bounded tiles skip cost little, while every partly
+#: out-of-bounds box is a box the TMA unit handles: the wide gate+up of Mixtral (112 n-blocks at 256 columns) is
+#: the one measured loser -- H100 session 47: T = 512 dynamic walk alone -3.5 %, with row-bounded tiles -2.6 %; ncu
+#: of the T = 256 layer, gate+up 689.6 -> 710.5 us with fewer bytes (``bench/data/moe_rb_ncu_h100_s47.txt``); H200
+#: session 41: T = 256 +18.6 % -- while 6, 8, 11 and 12 n-blocks (Qwen3, E64 k8 I1024, DeepSeek-V2-Lite, E128 k8
+#: I1536) gained 1.3-7.5 points over the dynamic walk alone. 32 lies between 12 and 112 (interpolated: no shape
+#: measured between; the down GEMM's 32 n-blocks of E128 k8 H4096 gained)
+SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS = 32
 #: CTAs of one wave of the persistent walk (the H200's 132 SMs, one CTA each)
 WAVE_CTAS = 132
 #: the band sizes the heuristic chooses from (powers of two)
@@ -410,8 +424,9 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     :func:`expected_down_units` > ``WAVE_CTAS``), fused routing for one-chunk calls where E fits a routing chunk
     (``SMALL_T_FUSED_ROUTING``), the dynamic walk where the down GEMM has more than one wave of units
     (``SMALL_T_DYNAMIC_WALK``) and, on the 64-row tiles, row-bounded tiles (``SMALL_T_ROW_BOUNDED_TILE_M``) in the
-    small-T bucket only; above it the dynamic walk and row-bounded tiles where the 128-row m-tiles' expected padding
-    (:func:`expected_padding`) is at least ``SHORT_GROUP_PADDING`` of the routed rows.
+    small-T bucket only; above it the dynamic walk where the 128-row m-tiles' expected padding
+    (:func:`expected_padding`) is at least ``SHORT_GROUP_PADDING`` of the routed rows, and there row-bounded tiles too
+    where gate+up has at most ``SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS`` n-blocks.
     """
     if problem.tokens <= SMALL_T:
         tile_m = small_t_tile_m(problem)
@@ -429,5 +444,7 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     short = expected_padding(problem, cfg.tile_m) >= SHORT_GROUP_PADDING   # groups a tile or two long
+    gu_blocks = -(-problem.ffn // (cfg.gu_tile_n // 2))
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
-                       gather_unroll=GATHER_UNROLL, dynamic_walk=short, row_bounded=short)
+                       gather_unroll=GATHER_UNROLL, dynamic_walk=short,
+                       row_bounded=short and gu_blocks <= SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS)
