@@ -23,6 +23,7 @@ on unverified builds while the verifier was being extended).
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 from pathlib import Path
@@ -159,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         if not mine:
             continue
         cell = args.cells.split(",")[ci]
+        gc.collect()   # tensors a reference cycle still holds (session 47: 71 GB held at a fifth cell, an OOM)
+        torch.cuda.empty_cache()
+        print(f"{cell}: {torch.cuda.memory_allocated() / 2**30:.1f} GiB held by PyTorch before the cell", flush=True)
         if args.check:
             for v in mine:
                 for routing in ("uniform", "skewed"):
