@@ -14,7 +14,9 @@ cases at T = 2048 / 8192 run it too) explicitly: bands that do not divide the m-
 asserts it on the routing), skewed routing, empty experts, one expert, group sizes 128 / 130 / 65,
 more units than CTAs, the banded ping-pong (64-row) path, and the walk's bands of 1. The sliced gather
 (``MoEConfig.gather_slices``) explicitly: slices of H that do not divide its vectors, -1 padding (a
-whole token and single slots), output and workspace poisoned with NaN.
+whole token and single slots), output and workspace poisoned with NaN. The large-T short-group layers (dynamic
+walk and row-bounded tiles where the 128-row m-tiles' padding is large: the T = 300 / 777 cases of top-k, routings
+and CUDA-graph capture take them) and their group sizes around the tile explicitly.
 """
 
 from __future__ import annotations
@@ -318,6 +320,19 @@ def test_routings(routing):
 def test_group_sizes_not_tile_multiples():
     p = MoEProblem(162, 8, 2, 512, 256)
     chk = run_and_check(_lib(p), p, routing="sizes", sizes=[128, 130, 65, 1, 0, 0, 0, 0])
+    assert chk.ok, chk
+
+
+def test_short_group_large_t_layer_group_sizes():
+    """The large-T heuristic's short-group layer (dynamic walk + row-bounded 128-row tiles, heuristics.
+    SHORT_GROUP_PADDING, session 47) on group sizes around its tile: one row past a tile, two tiles plus two rows,
+    a single row, empty experts."""
+    p = MoEProblem(300, 8, 2, 512, 256)
+    from argus_cutlass.kernels.moe.heuristics import default_config
+
+    cfg = default_config(p)
+    assert cfg.tile_m == 128 and cfg.dynamic_walk and cfg.row_bounded
+    chk = run_and_check(_lib(p), p, routing="sizes", sizes=[128, 130, 65, 129, 1, 0, 147, 0])
     assert chk.ok, chk
 
 
