@@ -81,6 +81,7 @@ traffic, the smaller on a tie (no more than needed), near ``sqrt(132 b_rows / ti
 
 from __future__ import annotations
 
+import functools
 import math
 
 from argus_cutlass.dsl.ir import DTYPE_BYTES
@@ -89,7 +90,7 @@ from argus_cutlass.kernels.moe.problem import MoEProblem
 
 __all__ = ["BANDS", "GATHER_SLICE_BYTES", "GATHER_UNROLL", "SINGLE_TILE_GU_N", "SMALL_T", "SMALL_T_COMBINE_HANDOFF", "SMALL_T_DYNAMIC_WALK", "SMALL_T_FUSED_ROUTING", "SMALL_T_HANDOFF", "SMALL_T_ROW_BOUNDED_TILE_M",
            "SMALL_T_PDL", "SM_THREADS", "SPILL_RATIO", "SHORT_GROUP_PADDING", "SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS", "WAVE_CTAS", "band_for", "default_bands", "default_config",
-           "expected_down_units", "expected_m_tiles", "expected_padding",
+           "expected_down_units", "expected_m_tiles", "expected_padding", "gate_up_blocks",
            "gather_slices_for",
            "small_t_band", "small_t_config", "small_t_tile_m", "tokens_bucket", "wave_rows"]
 
@@ -215,7 +216,7 @@ SPILL_RATIO = 1.25
 #: (``moe_variants_t2048{,_dw}_h100_s47.log``; Mixtral T = 2048: session 46).
 SHORT_GROUP_PADDING = 0.3
 #: with short groups, row-bounded tiles only where the gate+up GEMM has at most this many n-blocks
-#: (``ceil(I / (gu_tile_n / 2))``: the units that load each m-tile's A box). Where A boxes are loaded by many
+#: (:func:`gate_up_blocks`: the units that load each m-tile's A box). Where A boxes are loaded by many
 #: n-blocks they are re-read from L2, so the padded rows row-bounded tiles skip cost little, while every partly
 #: out-of-bounds box is a box the TMA unit handles: the wide gate+up of Mixtral (112 n-blocks at 256 columns) is
 #: the one measured loser -- H100 session 47: T = 512 dynamic walk alone -3.5 %, with row-bounded tiles -2.6 %; ncu
@@ -257,6 +258,7 @@ def small_t_config(dtype: str = "bf16", tile_m: int = 64) -> MoEConfig:
     raise ValueError(f"tile_m={tile_m!r}: the small-T configurations have 64- or 128-row tiles")
 
 
+@functools.lru_cache(maxsize=1024)
 def expected_m_tiles(problem: MoEProblem, tile_m: int) -> float:
     """Expected ``tile_m``-row m-tiles per expert, summed over the E experts, under uniform routing at the T
     bucket's power of two ``T'`` (:func:`tokens_bucket`): an expert's group is Binomial(``T'``, k / E) rows (a
@@ -350,9 +352,19 @@ def default_bands(cfg: MoEConfig, problem: MoEProblem) -> tuple[int, int]:
     """``(gu_band_m, dn_band_m)`` of :func:`band_for` for ``cfg``'s tiles on ``problem``: gate+up
     reads ``gu_tile_n`` W13 rows per n-block over ``ceil(I / (gu_tile_n / 2))`` n-blocks, down
     ``dn_tile_n`` W2 rows over ``ceil(H / dn_tile_n)``."""
-    gu_n = -(-problem.ffn // (cfg.gu_tile_n // 2))
     dn_n = -(-problem.hidden // cfg.dn_tile_n)
-    return band_for(cfg.tile_m, cfg.gu_tile_n, gu_n), band_for(cfg.tile_m, cfg.dn_tile_n, dn_n)
+    return band_for(cfg.tile_m, cfg.gu_tile_n, gate_up_blocks(cfg, problem)), band_for(cfg.tile_m, cfg.dn_tile_n, dn_n)
+
+
+def gate_up_blocks(cfg: MoEConfig, problem: MoEProblem) -> int:
+    """n-blocks of the gate+up GEMM: ``ceil(I / (gu_tile_n / 2))`` (each unit's W13 rows are half gate, half up),
+    the units that load each m-tile's A box.
+
+    >>> from argus_cutlass.kernels.moe.config import MoEConfig
+    >>> gate_up_blocks(MoEConfig(), MoEProblem.for_model("mixtral", 512))   # I = 14336, 128 h columns a unit
+    112
+    """
+    return -(-problem.ffn // (cfg.gu_tile_n // 2))
 
 
 def small_t_band(problem: MoEProblem, tile_m: int = 64) -> int:
@@ -444,7 +456,6 @@ def default_config(problem: MoEProblem) -> MoEConfig:
     cfg = MoEConfig(dtype=problem.dtype)
     gu, dn = default_bands(cfg, problem)
     short = expected_padding(problem, cfg.tile_m) >= SHORT_GROUP_PADDING   # groups a tile or two long
-    gu_blocks = -(-problem.ffn // (cfg.gu_tile_n // 2))
     return cfg.replace(gu_band_m=gu, dn_band_m=dn, gather_slices=gather_slices_for(problem, cfg.route_chunk),
                        gather_unroll=GATHER_UNROLL, dynamic_walk=short,
-                       row_bounded=short and gu_blocks <= SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS)
+                       row_bounded=short and gate_up_blocks(cfg, problem) <= SHORT_GROUP_ROW_BOUNDED_GU_BLOCKS)
