@@ -6,8 +6,8 @@
 vLLM is not a dependency: its fused MoE (the Triton ``fused_moe_kernel``, its configuration files and selection,
 the call sequence of ``fused_experts_impl``) is a baseline kept outside the project's tracked files, in a
 git-ignored folder (``--vllm-dir``, else ``$ARGUS_VLLM_MOE_DIR``, else ``.baselines/vllm_moe`` of this
-checkout; its README says what is vLLM's code, from which commit, and what is re-implemented). Without it the
-command stops and says so. On a lent device the folder travels only when the run tool's ``carry`` names it.
+checkout; its README says what is vLLM's code, from which commit, and what is re-implemented;
+``bench/VLLM_BASELINE.md`` is the recipe for rebuilding it on a fresh machine). Without it the command stops and says so. On a lent device the folder travels only when the run tool's ``carry`` names it.
 
 Each cell (``model:T`` of ``MoEProblem.for_model`` or ``e<E>k<k>h<H>i<I>:T``; default the 12 bench cells: the
 three ANCHORS models x T in 16, 256, 2048, 8192): our layer as ``generate.configure`` picks it (the shipped entry
@@ -97,7 +97,7 @@ def baseline_dir(arg: str | None, environ: dict | None = None) -> Path:
             f"vLLM baseline folder {path} ({how}) {what}: vLLM's fused MoE is a git-ignored baseline, never "
             f"committed; put its extraction there (a package: {', '.join(BASELINE_FILES)}, configs/) or name it "
             f"with --vllm-dir DIR or {ENV_DIR}=DIR; on a lent device, pass .baselines/vllm_moe in the run tool's "
-            f"carry list")
+            f"carry list; bench/VLLM_BASELINE.md says how to rebuild it")
     return path.resolve()
 
 
