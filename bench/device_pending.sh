@@ -61,6 +61,8 @@
 #                                                     # .baselines/vllm_moe: name it in the run tool's carry list
 #                                                     # (CALLS: ours and vLLM timed from CUDA graphs of CALLS calls;
 #                                                     # a 5th argument "heuristic": ours as the heuristic picks it)
+#   bash bench/device_pending.sh OUTDIR moe-accept [CELLS] # moe-vllm per call, then from graphs of 8 calls, one device
+#                                                     # call (issue 11's acceptance beside vLLM; carry .baselines/vllm_moe)
 #   bash bench/device_pending.sh OUTDIR moe-stalls    # ncu warp-state / scheduler / source counters of the small-T
 #                                                     # GEMMs, Qwen3 T=16 (78-82% of HBM) beside Mixtral T=16 (94-98%)
 #   bash bench/device_pending.sh OUTDIR moe-bench     # MoE vs _grouped_mm; also 128-row and unbanded layers (~7 min)
@@ -321,6 +323,18 @@ case "$STEP" in
     timeout 560 python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} ${4:+--graph "$4"} \
       $( [ "$5" = heuristic ] && echo --heuristic ) \
       --out "$OUT/moe_vllm.md" 2>&1 | tee "$OUT/moe_vllm.log" | grep -v "^generated" | tail -45 ;;
+  moe-accept)
+    # session 48: issue 11's acceptance beside vLLM in one call (the H200 was lent for three calls of session 48
+    # without the git-ignored vLLM folder): the 12 cells per call (L2 flushed, ANCHORS' method), then from CUDA
+    # graphs of 8 calls, into $OUT/percall and $OUT/graph8 (carry .whl and .baselines/vllm_moe); each run stops
+    # at its own limit so the first's table comes back whatever the second does
+    gpu_state
+    for M in percall graph8; do
+      mkdir -p "$OUT/$M"
+      timeout 280 python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} \
+        $( [ "$M" = graph8 ] && echo --graph 8 ) --out "$OUT/$M/moe_vllm.md" 2>&1 | tee "$OUT/$M/moe_vllm.log" \
+        | grep -v "^generated" | tail -16
+    done ;;
   moe-dram-bytes)
     # session 40: bytes each kernel moves to / from DRAM (ncu, one serialized run, L2 kept between kernels)
     timeout 400 ncu --profile-from-start off --clock-control none --cache-control none \
