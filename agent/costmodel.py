@@ -345,6 +345,23 @@ TREND_FULL_AT = 0.5
 
 #: the configuration-dependent features of :class:`Trend` (per kernel problem; the names it stores)
 TREND_FEATURES = ("log2_tiles", "log2_units", "waves", "wave_fill", "log2_k_blocks", "m_fill", "n_fill", "log_predicted")
+#: the :data:`TREND_FEATURES` on which :class:`Trend` also fits per-family slopes (:func:`trend_family`; session 48)
+TREND_FAMILY_FEATURES = ("log2_tiles", "log2_units", "waves", "wave_fill", "m_fill", "n_fill")
+
+
+#: positions of :data:`TREND_FAMILY_FEATURES` in :data:`TREND_FEATURES`
+_FAMILY_COLUMNS = tuple(TREND_FEATURES.index(f) for f in TREND_FAMILY_FEATURES)
+
+
+def trend_family(cfg: GemmConfig) -> str:
+    """The configuration's family for :class:`Trend`'s per-family slopes: its tile (M x N), schedule, work
+    decomposition and operand order, without cluster, walk, split count, tile K or stages (the variants of a family
+    share how the wave quantization and tile fill cost them).
+
+    >>> trend_family(GemmConfig())
+    '128x256_cooperative_persistent_ab'
+    """
+    return f"{cfg.tile_m}x{cfg.tile_n}_{cfg.schedule}_{cfg.scheduler}_{'ba' if cfg.swap_ab else 'ab'}"
 
 
 def trend_features(kernel: Any, m: int, n: int, k: int, params: CostParams | None = None,
@@ -386,12 +403,17 @@ class Trend:
     measured (calibration shape, structure) pair: per structure (:func:`structure_key`) an intercept and slopes on
     log2 M, N, K of the problem; shared slopes on the kernel's :func:`trend_features` (waves, the last wave's fill,
     tile fill, k-blocks, the analytic prediction) and on those features times log2 M; shared slopes on the
-    problem's quadratic terms. Where :class:`Residuals`' nearest-shape mean is local (three shapes, noisy where the
+    problem's quadratic terms; per family (:func:`trend_family`) slopes on the :data:`TREND_FAMILY_FEATURES` (waves,
+    the last wave's fill, tiles, work units, tile fill: how wave quantization costs a family, e.g. a swap-AB
+    cluster-K kernel against a ping-pong one, differs). Where :class:`Residuals`' nearest-shape mean is local (three shapes, noisy where the
     wave count changes between them), this trend is fitted on all shapes; :func:`ranked` blends the two in log
     space, ``weight`` of the trend (session 31, grouped cross-validation on the 341-shape graph-timed bf16 tn sweep
     with the trend refitted without each held-out group: 215 -> 226 of 341 within 3 % of the best, geomean regret of
     the choice 3.2 % -> 2.7 %; ridge strength 1-30 and weights 0.3-0.5 all scored 224-227; a nested cross-validation
-    choosing both per held-out group from the other groups: 222, the honest gain).
+    choosing both per held-out group from the other groups: 222, the honest gain). Session 48 (issue 13 item 1) added
+    the per-family slopes: 222 -> 234 of 342 within 3 % (geomean regret 3.1 % -> 2.7 %); a nested cross-validation
+    choosing per held-out group, from the other groups, among the trend without them and seven sets of per-family
+    features and ridge strengths: 233, the honest figure (it chose these six features, ridge 10, in 22 of 24 groups).
 
     Attributes:
         keys: structure keys with a fitted intercept and slopes (rows of ``per_key``).
@@ -403,6 +425,9 @@ class Trend:
             ``m_weight``) away from the nearest calibration shape.
         clip: the range of the residuals it was fitted on; a prediction outside it is clamped to it (a linear model
             far from its data can run away: -4.6 for a cluster-K kernel at 20000 x 131072 x 4096 unclamped).
+        families: the :func:`trend_family` names with fitted slopes; key_family: per key, its index in ``families``;
+        per_family: ``(len(families), len(TREND_FAMILY_FEATURES))`` slopes, or None (a trend without them: files
+            written before session 48).
 
     A structure's column may be the stage-less key of another flavor's configuration (:func:`ranked`: an fp32
     output takes fewer stages); the trend then applies that column's slopes to this flavor's own features and
@@ -419,6 +444,9 @@ class Trend:
     weight: float = TREND_WEIGHT
     full_at: float = TREND_FULL_AT
     clip: tuple[float, float] = (-math.inf, math.inf)
+    families: tuple[str, ...] = ()
+    key_family: tuple[int, ...] = ()
+    per_family: Any = None
 
     def __post_init__(self) -> None:
         import numpy as np
@@ -428,6 +456,14 @@ class Trend:
         if not self.full_at > 0.0:
             raise ValueError(f"Trend.full_at must be > 0, got {self.full_at}")
         numbers = [self.per_key, self.shared, self.shared_m, self.shape_terms, [self.bias]]
+        if self.per_family is not None:
+            numbers.append(self.per_family)
+            if (np.shape(self.per_family) != (len(self.families), len(TREND_FAMILY_FEATURES))
+                    or len(self.key_family) != len(self.keys)
+                    or not all(0 <= f < len(self.families) for f in self.key_family)):
+                raise ValueError(f"Trend: per-family slopes of shape {np.shape(self.per_family)} for "
+                                 f"{len(self.families)} families x {len(TREND_FAMILY_FEATURES)} features, "
+                                 f"{len(self.key_family)} family indices for {len(self.keys)} keys")
         if not all(np.all(np.isfinite(np.asarray(x, dtype=float))) for x in numbers):
             raise ValueError("Trend: a coefficient is not a finite number (null or NaN in the calibration file?)")
 
@@ -453,6 +489,8 @@ class Trend:
         value += sum(w * f for w, f in zip(self.shared, features))
         value += lm * sum(w * f for w, f in zip(self.shared_m, features))
         value += sum(w * t for w, t in zip(self.shape_terms, _trend_shape_terms(m, n, k)))
+        if self.per_family is not None:
+            value += sum(w * features[j] for w, j in zip(self.per_family[self.key_family[i]], _FAMILY_COLUMNS))
         return float(min(max(value, self.clip[0]), self.clip[1]))
 
     @classmethod
@@ -477,6 +515,10 @@ class Trend:
             raise ValueError("Trend.fit: no measured residual")
         where = {int(c): i for i, c in enumerate(cols)}
         nc, nf = len(cols), len(TREND_FEATURES)
+        families = tuple(sorted({trend_family(configs[int(c)]) for c in cols}))
+        fam_of = {int(c): families.index(trend_family(configs[int(c)])) for c in cols}
+        nff = len(TREND_FAMILY_FEATURES)
+        n_shared = 4 * nc + 2 * nf + 9
         rows, y = [], []
         for p, vals in zip(residuals.points, residuals.values):
             m, n, k = (int(x) for x in p)
@@ -484,12 +526,14 @@ class Trend:
             terms = _trend_shape_terms(m, n, k)
             for j in np.flatnonzero(np.isfinite(vals)):
                 f = _fit_features(configs[j], m, n, k, params)
-                x = np.zeros(4 * nc + 2 * nf + len(terms))
+                x = np.zeros(n_shared + len(families) * nff)
                 i = where[int(j)]
                 x[[i, nc + i, 2 * nc + i, 3 * nc + i]] = (1.0, lm, ln, lk)
                 x[4 * nc:4 * nc + nf] = f
                 x[4 * nc + nf:4 * nc + 2 * nf] = [lm * v for v in f]
-                x[4 * nc + 2 * nf:] = terms
+                x[4 * nc + 2 * nf:n_shared] = terms
+                fam = fam_of[int(j)]
+                x[n_shared + fam * nff:n_shared + (fam + 1) * nff] = [f[c] for c in _FAMILY_COLUMNS]
                 rows.append(x)
                 y.append(vals[j])
         X, Y = np.array(rows), np.array(y)
@@ -500,15 +544,17 @@ class Trend:
         bias = float(Y.mean() - mu @ w)
         per_key = np.stack([w[:nc], w[nc:2 * nc], w[2 * nc:3 * nc], w[3 * nc:4 * nc]], axis=1)
         return cls(tuple(residuals.configs[int(c)] for c in cols), per_key, w[4 * nc:4 * nc + nf],
-                   w[4 * nc + nf:4 * nc + 2 * nf], w[4 * nc + 2 * nf:], bias, float(alpha), float(weight),
-                   float(full_at), (float(Y.min()), float(Y.max())))
+                   w[4 * nc + nf:4 * nc + 2 * nf], w[4 * nc + 2 * nf:n_shared], bias, float(alpha), float(weight),
+                   float(full_at), (float(Y.min()), float(Y.max())), families, tuple(fam_of[int(c)] for c in cols),
+                   w[n_shared:].reshape(len(families), nff))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Trend:
         """From the ``trend`` section of the calibration file's residuals.
 
         Raises:
-            ValueError: the section's sizes or feature names disagree with :data:`TREND_FEATURES`, a coefficient is
+            ValueError: the section's sizes or feature names disagree with :data:`TREND_FEATURES` (or its per-family
+                slopes with :data:`TREND_FAMILY_FEATURES`), a coefficient is
                 null / NaN, or the weight / full_at is out of range; KeyError / TypeError: a missing or mistyped
                 entry (:func:`calibrated_residuals` reports all of these with the file's name).
         """
@@ -525,21 +571,32 @@ class Trend:
             raise ValueError(f"trend: {len(shared)} / {len(shared_m)} feature slopes and {len(terms)} shape terms "
                              f"(expected {len(TREND_FEATURES)}, {len(TREND_FEATURES)}, 9)")
         clip = data.get("clip")
+        families, key_family, per_family = (), (), None
+        if data.get("per_family") is not None:   # absent: a trend of the files written before session 48
+            if list(data.get("family_features", ())) != list(TREND_FAMILY_FEATURES):
+                raise ValueError(f"trend: per-family slopes on {data.get('family_features')}, this model computes "
+                                 f"{list(TREND_FAMILY_FEATURES)}: refit it (bench/calibrate_costmodel.py --residuals)")
+            families, key_family = tuple(data["families"]), tuple(int(f) for f in data["key_family"])
+            per_family = np.array(data["per_family"], dtype=float).reshape(len(families), len(TREND_FAMILY_FEATURES))
         return cls(keys, per_key, shared, shared_m, terms, float(data["bias"]),
                    float(data.get("alpha", TREND_ALPHA)), float(data.get("weight", TREND_WEIGHT)),
                    float(data.get("full_at", TREND_FULL_AT)),
-                   (float(clip[0]), float(clip[1])) if clip else (-math.inf, math.inf))
+                   (float(clip[0]), float(clip[1])) if clip else (-math.inf, math.inf), families, key_family, per_family)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``trend`` section of the calibration file (coefficients rounded to 6 decimals)."""
+        """The ``trend`` section of the calibration file (coefficients rounded to 9 decimals: the per-family slopes and
+        the shared ones nearly cancel where collinear, so 6 decimals moved a prediction by 1e-4)."""
         def r(xs: Any) -> list[float]:
-            return [round(float(x), 6) for x in xs]
+            return [round(float(x), 9) for x in xs]
 
         clip = [round(x, 6) for x in self.clip] if all(map(math.isfinite, self.clip)) else None
         return {"alpha": self.alpha, "weight": self.weight, "full_at": self.full_at, "clip": clip,
                 "features": list(TREND_FEATURES), "bias": round(self.bias, 6),
                 "shared": r(self.shared), "shared_m": r(self.shared_m), "shape_terms": r(self.shape_terms),
-                "keys": list(self.keys), "per_key": [r(row) for row in self.per_key]}
+                "keys": list(self.keys), "per_key": [r(row) for row in self.per_key],
+                **({"family_features": list(TREND_FAMILY_FEATURES), "families": list(self.families),
+                    "key_family": list(self.key_family), "per_family": [r(row) for row in self.per_family]}
+                   if self.per_family is not None else {})}
 
 
 @dataclass(frozen=True)

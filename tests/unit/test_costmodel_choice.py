@@ -526,3 +526,37 @@ def test_trend_predictions_stay_inside_the_fitted_residual_range():
                 seen.append(v)
     assert seen and all(lo <= v <= hi for v in seen)
     assert min(seen) == lo or max(seen) == hi  # the far shapes do reach the clamp (the test can fail)
+
+
+def test_trend_fits_per_family_slopes_and_reads_files_without_them():
+    """A residual whose wave-fill slope differs between two tile families (session 48): the per-family slopes recover
+    it, round-trip through JSON, and a trend section written before them still loads (no family terms)."""
+    from argus_cutlass.agent.costmodel import Trend, trend_family, trend_features
+
+    params = calibrated()
+    space = [c for c in declared_subspace() if not c.swap_ab][:12]
+    fams = sorted({trend_family(c) for c in space})
+    assert len(fams) >= 2
+    pts = [(m, n, k) for m in (64, 256, 1024, 4096) for n in (1024, 4096, 14336) for k in (2048, 8192)]
+    slope = {f: (-0.3 if i % 2 else 0.2) for i, f in enumerate(fams)}
+    vals = np.array([[0.01 * (j % 5) + slope[trend_family(c)] * trend_features(c, m, n, k, params)[3]
+                      for j, c in enumerate(space)] for m, n, k in pts])
+    res = Residuals(("bf16", "bf16", "tn"), tuple(structure_key(c) for c in space), np.array(pts, dtype=np.int64), vals)
+    trend = Trend.fit(res, space, params, alpha=1e-6)
+    assert trend.families == tuple(fams) and trend.per_family.shape == (len(fams), 6)
+    for m, n, k in [(512, 2048, 4096), (2048, 8192, 3000)]:  # not calibration shapes
+        for j, c in enumerate(space):
+            f = trend_features(c, m, n, k, params)
+            assert trend.predict(structure_key(c), f, m, n, k) == pytest.approx(
+                0.01 * (j % 5) + slope[trend_family(c)] * f[3], abs=0.02)
+    again = Trend.from_json(json.loads(json.dumps(trend.to_json())))
+    f = trend_features(space[3], 700, 3000, 5000, params)
+    assert again.predict(structure_key(space[3]), f, 700, 3000, 5000) == pytest.approx(
+        trend.predict(structure_key(space[3]), f, 700, 3000, 5000), abs=1e-4)
+    old = {key: v for key, v in trend.to_json().items()
+           if key not in ("family_features", "families", "key_family", "per_family")}
+    assert Trend.from_json(old).per_family is None
+    with pytest.raises(ValueError, match="per-family slopes on"):
+        Trend.from_json({**trend.to_json(), "family_features": ["waves"]})
+    with pytest.raises(ValueError, match="per-family slopes of shape"):
+        dataclasses.replace(trend, key_family=trend.key_family[:-1])
