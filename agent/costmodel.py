@@ -49,6 +49,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -349,8 +350,25 @@ TREND_FEATURES = ("log2_tiles", "log2_units", "waves", "wave_fill", "log2_k_bloc
 TREND_FAMILY_FEATURES = ("log2_tiles", "log2_units", "waves", "wave_fill", "m_fill", "n_fill")
 
 
+#: the ``trend`` section's per-family fields (all or none)
+_FAMILY_FIELDS = ("family_features", "families", "key_family", "per_family")
 #: positions of :data:`TREND_FAMILY_FEATURES` in :data:`TREND_FEATURES`
 _FAMILY_COLUMNS = tuple(TREND_FEATURES.index(f) for f in TREND_FAMILY_FEATURES)
+
+
+#: a :func:`structure_key`'s family fields: tile M x N, schedule, scheduler, operand order (raster / swizzle and
+#: splits end in digits; a raster may hold an underscore: ``along_n1``)
+_KEY_FAMILY = re.compile(r"^(\d+)x(\d+)x\d+_c\d+x\d+_([a-z]+)_[a-z_]+?\d+_([a-z_]+?)\d+_(ab|ba)(?:_|$)")
+
+
+def family_of_key(key: str) -> str | None:
+    """:func:`trend_family` of the configuration a :func:`structure_key` names (None: not such a key).
+
+    >>> family_of_key(structure_key(GemmConfig())) == trend_family(GemmConfig())
+    True
+    """
+    m = _KEY_FAMILY.match(key)
+    return f"{m[1]}x{m[2]}_{m[3]}_{m[4]}_{m[5]}" if m else None
 
 
 def trend_family(cfg: GemmConfig) -> str:
@@ -458,12 +476,22 @@ class Trend:
         numbers = [self.per_key, self.shared, self.shared_m, self.shape_terms, [self.bias]]
         if self.per_family is not None:
             numbers.append(self.per_family)
-            if (np.shape(self.per_family) != (len(self.families), len(TREND_FAMILY_FEATURES))
-                    or len(self.key_family) != len(self.keys)
-                    or not all(0 <= f < len(self.families) for f in self.key_family)):
-                raise ValueError(f"Trend: per-family slopes of shape {np.shape(self.per_family)} for "
-                                 f"{len(self.families)} families x {len(TREND_FAMILY_FEATURES)} features, "
-                                 f"{len(self.key_family)} family indices for {len(self.keys)} keys")
+            nf = len(TREND_FAMILY_FEATURES)
+            if np.shape(self.per_family) != (len(self.families), nf):
+                raise ValueError(f"Trend.per_family: shape {np.shape(self.per_family)}, expected "
+                                 f"({len(self.families)}, {nf}): one row of {nf} slopes per family")
+            if len(set(self.families)) != len(self.families):
+                raise ValueError(f"Trend.families: a family named twice in {list(self.families)}")
+            if len(self.key_family) != len(self.keys):
+                raise ValueError(f"Trend.key_family: {len(self.key_family)} family indices for {len(self.keys)} keys")
+            for i, (key, f) in enumerate(zip(self.keys, self.key_family)):
+                if type(f) is not int or not 0 <= f < len(self.families):
+                    raise ValueError(f"Trend.key_family[{i}] = {f!r} is not an integer in [0, {len(self.families)})")
+                if family_of_key(key) != self.families[f]:
+                    raise ValueError(f"Trend.key_family[{i}]: key {key!r} is of family {family_of_key(key)!r}, "
+                                     f"the index names {self.families[f]!r}")
+        elif self.families or self.key_family:
+            raise ValueError("Trend: families / key_family given without per_family slopes")
         if not all(np.all(np.isfinite(np.asarray(x, dtype=float))) for x in numbers):
             raise ValueError("Trend: a coefficient is not a finite number (null or NaN in the calibration file?)")
 
@@ -560,6 +588,8 @@ class Trend:
         """
         import numpy as np
 
+        if not isinstance(data, dict):
+            raise ValueError(f"trend: expected a JSON object, got {type(data).__name__}")
         if list(data.get("features", TREND_FEATURES)) != list(TREND_FEATURES):
             raise ValueError(f"trend: fitted on features {data.get('features')}, this model computes "
                              f"{list(TREND_FEATURES)}: refit it (bench/calibrate_costmodel.py --residuals)")
@@ -571,21 +601,32 @@ class Trend:
             raise ValueError(f"trend: {len(shared)} / {len(shared_m)} feature slopes and {len(terms)} shape terms "
                              f"(expected {len(TREND_FEATURES)}, {len(TREND_FEATURES)}, 9)")
         clip = data.get("clip")
-        families, key_family, per_family = (), (), None
-        if data.get("per_family") is not None:   # absent: a trend of the files written before session 48
-            if list(data.get("family_features", ())) != list(TREND_FAMILY_FEATURES):
+        families, key_fam, per_family = (), (), None
+        given = [f for f in _FAMILY_FIELDS if data.get(f) is not None]
+        if given and len(given) < len(_FAMILY_FIELDS):   # the rest was fitted with them: never run without them
+            raise ValueError(f"trend: per-family section incomplete: {', '.join(given)} given, "
+                             f"{', '.join(f for f in _FAMILY_FIELDS if f not in given)} missing or null")
+        if given:   # none given: a trend of the files written before session 48
+            if list(data["family_features"]) != list(TREND_FAMILY_FEATURES):
                 raise ValueError(f"trend: per-family slopes on {data.get('family_features')}, this model computes "
                                  f"{list(TREND_FAMILY_FEATURES)}: refit it (bench/calibrate_costmodel.py --residuals)")
-            families, key_family = tuple(data["families"]), tuple(int(f) for f in data["key_family"])
-            per_family = np.array(data["per_family"], dtype=float).reshape(len(families), len(TREND_FAMILY_FEATURES))
+            if not all(isinstance(f, str) for f in data["families"]):
+                raise ValueError("trend.families: every family is a name (string)")
+            families, key_fam = tuple(data["families"]), tuple(data["key_family"])
+            rows = data["per_family"]
+            if (not isinstance(rows, list) or len(rows) != len(families)
+                    or not all(isinstance(r, list) and len(r) == len(TREND_FAMILY_FEATURES) for r in rows)):
+                raise ValueError(f"trend.per_family: expected {len(families)} rows (one per family) of "
+                                 f"{len(TREND_FAMILY_FEATURES)} slopes")
+            per_family = np.array(rows, dtype=float)
         return cls(keys, per_key, shared, shared_m, terms, float(data["bias"]),
                    float(data.get("alpha", TREND_ALPHA)), float(data.get("weight", TREND_WEIGHT)),
                    float(data.get("full_at", TREND_FULL_AT)),
-                   (float(clip[0]), float(clip[1])) if clip else (-math.inf, math.inf), families, key_family, per_family)
+                   (float(clip[0]), float(clip[1])) if clip else (-math.inf, math.inf), families, key_fam, per_family)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``trend`` section of the calibration file (coefficients rounded to 9 decimals: the per-family slopes and
-        the shared ones nearly cancel where collinear, so 6 decimals moved a prediction by 1e-4)."""
+        """The ``trend`` section of the calibration file (slopes rounded to 9 decimals: with the per-family columns
+        many slopes multiply features up to ~200, and 6 decimals moved a prediction by ~1e-4)."""
         def r(xs: Any) -> list[float]:
             return [round(float(x), 9) for x in xs]
 

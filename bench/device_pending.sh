@@ -326,12 +326,14 @@ case "$STEP" in
   moe-accept)
     # session 48: issue 11's acceptance beside vLLM in one call (the H200 was lent for three calls of session 48
     # without the git-ignored vLLM folder): the 12 cells per call (L2 flushed, ANCHORS' method), then from CUDA
-    # graphs of 8 calls, into $OUT/percall and $OUT/graph8 (carry .whl and .baselines/vllm_moe); each run stops
-    # at its own limit so the first's table comes back whatever the second does
+    # graphs of 8 calls, into $OUT/percall and $OUT/graph8 (carry .whl and .baselines/vllm_moe). Each run has its
+    # own limit: the first pays for the nvcc batch and vLLM's Triton compiles (the 12 cells per call took 87 s on a
+    # fresh H100 in session 48), the second finds both caches warm; a run cut by its limit keeps its per-cell rows
+    # in its .log (the .md table is written at the end)
     gpu_state
     for M in percall graph8; do
       mkdir -p "$OUT/$M"
-      timeout 280 python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} \
+      timeout $( [ "$M" = percall ] && echo 380 || echo 190 ) python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} \
         $( [ "$M" = graph8 ] && echo --graph 8 ) --out "$OUT/$M/moe_vllm.md" 2>&1 | tee "$OUT/$M/moe_vllm.log" \
         | grep -v "^generated" | tail -16
     done ;;

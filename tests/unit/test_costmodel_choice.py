@@ -558,5 +558,49 @@ def test_trend_fits_per_family_slopes_and_reads_files_without_them():
     assert Trend.from_json(old).per_family is None
     with pytest.raises(ValueError, match="per-family slopes on"):
         Trend.from_json({**trend.to_json(), "family_features": ["waves"]})
-    with pytest.raises(ValueError, match="per-family slopes of shape"):
+    with pytest.raises(ValueError, match="11 family indices for 12 keys"):
         dataclasses.replace(trend, key_family=trend.key_family[:-1])
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda t: t.pop("per_family"), "per-family section incomplete: family_features, families, key_family given, "
+                                    "per_family missing"),
+    (lambda t: t.update(per_family=None), "per_family missing or null"),
+    (lambda t: t.pop("families"), "families missing"),
+    (lambda t: t["key_family"].__setitem__(0, -1), r"key_family\[0\] = -1 is not an integer in \[0, "),
+    (lambda t: t["key_family"].__setitem__(1, True), r"key_family\[1\] = True is not an integer"),
+    (lambda t: t["key_family"].__setitem__(2, 1.7), r"key_family\[2\] = 1.7 is not an integer"),
+    (lambda t: t["key_family"].pop(), "family indices for"),
+    (lambda t: t["per_family"].pop(), "expected .* rows"),
+    (lambda t: t["per_family"][0].pop(), "expected .* rows"),
+    (lambda t: t.update(per_family=[x for row in t["per_family"] for x in row]), "expected .* rows"),
+    (lambda t: t["families"].__setitem__(1, t["families"][0]), "a family named twice|is of family"),
+    (lambda t: t["families"].__setitem__(0, 7), "every family is a name"),
+])
+def test_malformed_per_family_section_is_refused_by_name(edit, match):
+    """The shipped trend's per-family fields are all-or-none (the rest was fitted with them: a trend run without them
+    is a model nobody fitted), integer indices in range, one row of slopes per family, each key's index naming its
+    own family; each break is a ValueError naming the field."""
+    from argus_cutlass.agent.costmodel import Trend
+
+    trend = json.loads((Path(__file__).resolve().parents[2] / "agent" / "costmodel_h200.json").read_text())
+    trend = trend["residuals"]["trend"]
+    assert Trend.from_json(json.loads(json.dumps(trend))).per_family is not None
+    bad = json.loads(json.dumps(trend))
+    edit(bad)
+    with pytest.raises(ValueError, match=match):
+        Trend.from_json(bad)
+
+
+def test_key_index_naming_another_family_is_refused():
+    """An index that points at another family's slopes is caught against the key's own family (family_of_key)."""
+    from argus_cutlass.agent.costmodel import Trend, family_of_key
+
+    trend = json.loads((Path(__file__).resolve().parents[2] / "agent" / "costmodel_h200.json").read_text())
+    trend = trend["residuals"]["trend"]
+    i = next(i for i, k in enumerate(trend["keys"]) if trend["families"][trend["key_family"][i]] == family_of_key(k))
+    trend["key_family"][i] = (trend["key_family"][i] + 1) % len(trend["families"])
+    with pytest.raises(ValueError, match=rf"key_family\[{i}\]: key .* is of family"):
+        Trend.from_json(trend)
+    with pytest.raises(ValueError, match="expected a JSON object, got list"):
+        Trend.from_json([1, 2])
