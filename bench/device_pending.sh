@@ -328,8 +328,8 @@ case "$STEP" in
     # without the git-ignored vLLM folder): the 12 cells per call (L2 flushed, ANCHORS' method), then from CUDA
     # graphs of 8 calls, into $OUT/percall and $OUT/graph8 (carry .whl and .baselines/vllm_moe). Each run has its
     # own limit: the first pays for the nvcc batch and vLLM's Triton compiles (the 12 cells per call took 87 s on a
-    # fresh H100 in session 48), the second finds both caches warm; a run cut by its limit keeps its per-cell rows
-    # in its .log (the .md table is written at the end)
+    # fresh H100 in session 48), the second finds both caches warm; a run cut by its limit keeps the cells it
+    # finished (moe_vllm.py rewrites its .md table after each cell)
     gpu_state
     for M in percall graph8; do
       mkdir -p "$OUT/$M"

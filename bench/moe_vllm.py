@@ -277,16 +277,25 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         del x, ids, w, w13, w2, ws, ids32, w32
         torch.cuda.empty_cache()
+        if args.out:   # the table so far: a run cut short by its time limit keeps the cells it finished
+            Path(args.out).write_text(_table(args, copy_bw, fell_back, rows, partial=ci + 1 < len(cells)))
+    table = _table(args, copy_bw, fell_back, rows)
+    print("\n" + table)
+    if args.out:
+        Path(args.out).write_text(table)
+    return 0
+
+
+def _table(args: argparse.Namespace, copy_bw: float, fell_back: list[str], rows: list[str],
+           partial: bool = False) -> str:
+    """The markdown table: how it was timed, the header, the rows (``partial``: a line saying cells may follow)."""
     how = (f"timing: ours, vLLM and its align from CUDA graphs of {args.graph} back-to-back calls (no L2 flush "
            "between them); _grouped_mm per call, L2 flushed (the bridge columns mix the two)"
            + (f"; not capturable, timed per call: {', '.join(fell_back)}" if fell_back else "") + "\n\n" if args.graph else
            "timing: per call, L2 flushed before each\n\n")
     how = f"device-to-device copy {copy_bw / 1e12:.2f} TB/s (the copy floor's rate); " + how
-    table = how + HEAD + "\n" + "\n".join(rows) + "\n"
-    print("\n" + table)
-    if args.out:
-        Path(args.out).write_text(table)
-    return 0
+    return (("(partial: the run had not finished its cells when this was written)\n" if partial else "")
+            + how + HEAD + "\n" + "\n".join(rows) + "\n")
 
 
 if __name__ == "__main__":

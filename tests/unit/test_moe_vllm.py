@@ -122,3 +122,15 @@ def test_baseline_align_under_the_triton_interpreter():
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "align ok" in res.stdout and "configs ok" in res.stdout
+
+
+def test_table_written_after_each_cell_says_when_partial():
+    """moe_vllm rewrites its --out table after every cell (a run cut by its time limit keeps what it finished): the
+    partial table says so on its first line, the final one does not; the timing line names the method."""
+    import argparse
+
+    part = moe_vllm._table(argparse.Namespace(graph=8), 3.0e12, ["qwen3-30b-a3b:16 vllm"], ["| a |"], partial=True)
+    done = moe_vllm._table(argparse.Namespace(graph=0), 4.3e12, [], ["| a |", "| b |"])
+    assert part.startswith("(partial:") and "CUDA graphs of 8" in part and "qwen3-30b-a3b:16 vllm" in part
+    assert not done.startswith("(partial") and "per call, L2 flushed" in done and "4.30 TB/s" in done
+    assert done.rstrip().splitlines()[-2:] == ["| a |", "| b |"] and moe_vllm.HEAD in done
