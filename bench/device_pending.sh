@@ -170,6 +170,15 @@ xdist_args() {
   echo "-n ${ARGUS_XDIST:-$nw}"
 }
 
+# bench/moe_vllm.py into DIR/moe_vllm.{md,log}: DIR, time limit (s), cells ("" = its default 12), graph calls ("" =
+# per call), "heuristic" or "", lines of output shown (the moe-vllm and moe-accept steps)
+moe_vllm_run() {
+  mkdir -p "$1"
+  timeout "$2" python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} ${4:+--graph "$4"} \
+    $( [ "$5" = heuristic ] && echo --heuristic ) --out "$1/moe_vllm.md" 2>&1 | tee "$1/moe_vllm.log" \
+    | grep -v "^generated" | tail -"$6"
+}
+
 gpu_state() {
   nvidia-smi --query-gpu=timestamp,name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv -l 2 >> "$OUT/gpu_state.csv" 2>&1 &
@@ -320,9 +329,7 @@ case "$STEP" in
     gpu_state
     # $4 (session 46): time ours and vLLM from CUDA graphs of $4 back-to-back calls (vLLM's per-call host path
     # was timed on one H100 machine of session 46: Qwen3 T = 16 0.308 / 0.309 ms per call on two machines, 0.470 on a third)
-    timeout 560 python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} ${4:+--graph "$4"} \
-      $( [ "$5" = heuristic ] && echo --heuristic ) \
-      --out "$OUT/moe_vllm.md" 2>&1 | tee "$OUT/moe_vllm.log" | grep -v "^generated" | tail -45 ;;
+    moe_vllm_run "$OUT" 560 "$3" "$4" "$5" 45 ;;
   moe-accept)
     # session 48: issue 11's acceptance beside vLLM in one call (the H200 was lent for three calls of session 48
     # without the git-ignored vLLM folder): the 12 cells per call (L2 flushed, ANCHORS' method), then from CUDA
@@ -331,12 +338,8 @@ case "$STEP" in
     # fresh H100 in session 48), the second finds both caches warm; a run cut by its limit keeps the cells it
     # finished (moe_vllm.py rewrites its .md table after each cell)
     gpu_state
-    for M in percall graph8; do
-      mkdir -p "$OUT/$M"
-      timeout $( [ "$M" = percall ] && echo 380 || echo 190 ) python3 "$R/bench/moe_vllm.py" --vllm-dir "$R/.baselines/vllm_moe" ${3:+--cells "$3"} \
-        $( [ "$M" = graph8 ] && echo --graph 8 ) --out "$OUT/$M/moe_vllm.md" 2>&1 | tee "$OUT/$M/moe_vllm.log" \
-        | grep -v "^generated" | tail -16
-    done ;;
+    moe_vllm_run "$OUT/percall" 380 "$3" "" "" 16
+    moe_vllm_run "$OUT/graph8" 190 "$3" 8 "" 16 ;;
   moe-dram-bytes)
     # session 40: bytes each kernel moves to / from DRAM (ncu, one serialized run, L2 kept between kernels)
     timeout 400 ncu --profile-from-start off --clock-control none --cache-control none \

@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         del x, ids, w, w13, w2, ws, ids32, w32
         torch.cuda.empty_cache()
         if args.out:   # the table so far: a run cut short by its time limit keeps the cells it finished
-            Path(args.out).write_text(_table(args, copy_bw, fell_back, rows, partial=ci + 1 < len(cells)))
+            Path(args.out).write_text(_table(args, copy_bw, fell_back, rows, partial=True))
     table = _table(args, copy_bw, fell_back, rows)
     print("\n" + table)
     if args.out:

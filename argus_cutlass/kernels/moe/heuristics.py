@@ -171,7 +171,10 @@ SMALL_T_FUSED_ROUTING = True
 #: Qwen3 -7.6 %, DeepSeek -0.9 %, Mixtral +3.7 % with rounds spread over 2.46-2.94 ms; T = 8192 +0.5 .. +2.6 %):
 #: left off there (the large-T bucket takes it where groups are short: ``SHORT_GROUP_PADDING``). A third H100 machine
 #: (session 47, the same command): Mixtral T = 16 -0.7 %, Qwen3 T = 16 -1.9 %, DeepSeek T = 16 -2.4 %, Qwen3 /
-#: DeepSeek T = 256 -1.3 / -1.2 %. Logs bench/data/moe_variants_dynamic_walk_h100_s46*.log, *_h100_s47_small.log
+#: DeepSeek T = 256 -1.3 / -1.2 %. The H200 (session 48, the five cells it takes): Mixtral T = 16 -0.9 %, Qwen3 /
+#: DeepSeek T = 16 -1.9 / -1.8 %, T = 256 -0.8 / -0.9 %, every round below every reference round (the shipped H200
+#: entries carry it since). Logs bench/data/moe_variants_dynamic_walk_h100_s46*.log, *_h100_s47_small.log,
+#: *_h200_s48.log
 SMALL_T_DYNAMIC_WALK = True
 #: gate+up n-tile (W13 rows per unit: half gate, half up) of the small-T bucket's 64-row tiles. A grouped GEMM of
 #: short units pays about one unit's time at its fair share of HBM as a tail (the last units finish unevenly):
@@ -213,7 +216,10 @@ SPILL_RATIO = 1.25
 #: bench cells ran ``"-;dynamic_walk=true,handoff=true,row_bounded=true;handoff=true,row_bounded=true;
 #: dynamic_walk=true,row_bounded=true;..."`` (``moe_variants_large_rb_dw_h100_s47.log``: the "both flags" figures are
 #: its ``dynamic_walk=true,row_bounded=true`` rows) and their dynamic-walk-alone figures come from separate runs
-#: (``moe_variants_t2048{,_dw}_h100_s47.log``; Mixtral T = 2048: session 46).
+#: (``moe_variants_t2048{,_dw}_h100_s47.log``; Mixtral T = 2048: session 46). On the H200 (session 48,
+#: ``moe_variants_t2048_h200_s48.log``) the T = 2048 cells did not repeat the H100's gains: Qwen3 (0.48) -0.9 % with
+#: both flags, DeepSeek-V2-Lite (0.33) +2.4 % (the walk alone -1.0 %), rounds drifting and overlapping: the rule's
+#: cells are still to be run on an H200.
 SHORT_GROUP_PADDING = 0.3
 #: with short groups, row-bounded tiles only where the gate+up GEMM has at most this many n-blocks
 #: (:func:`gate_up_blocks`: the units that load each m-tile's A box). Where A boxes are loaded by many

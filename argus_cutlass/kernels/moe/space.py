@@ -67,7 +67,8 @@ def bucket_of(tokens: int) -> str:
 #: without a weight prefetch; the small-T heuristic sets it where E fits one routing chunk).
 #: ``dynamic_walk``: the grouped GEMMs take their units by atomic tickets instead of the static ``c, c + grid, ...``
 #: (built in session 43; measured on an H100 in sessions 46-47: -0.4 .. -2.5 % at small T, -0.8 .. -7.7 % at large T
-#: with short groups; the heuristic sets it there, ``heuristics.SHORT_GROUP_PADDING``; proposed after every other
+#: with short groups; on the H200 in session 48: -0.8 .. -1.9 % at small T, 0.0 / -1.0 % at Qwen3 / DeepSeek T = 2048;
+#: the heuristic sets it there, ``heuristics.SHORT_GROUP_PADDING``; proposed after every other
 #: move, except at large T where the heuristic set it: turned off first; never with a weight prefetch or lookahead).
 KNOBS: dict[str, tuple] = {
     "tile_m": (128, 64),
@@ -208,7 +209,7 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
         for k in near("tile_k"):
             yield with_tile_k(cfg, k)
     if not small and (cfg.dynamic_walk or cfg.row_bounded):   # large T, the short-group flags set (heuristics.
-        # SHORT_GROUP_PADDING, measured on an H100 only): the static walk and the 2-D maps first, so a small tuning
+        # SHORT_GROUP_PADDING, its gains measured on an H100, not repeated on the H200 at T = 2048): the static walk and the 2-D maps first, so a small tuning
         # budget on another GPU measures the rule against what it replaced
         if cfg.dynamic_walk:
             yield cfg.replace(dynamic_walk=False)
@@ -275,7 +276,7 @@ def _neighbours(cfg: MoEConfig, small: bool | None = None) -> Iterator[MoEConfig
     if cfg.pdl:   # the down -> combine handoff (session 42: -0.6 .. -1.0 % at small T; after every other move)
         for v in near("combine_handoff"):
             yield cfg.replace(combine_handoff=v)
-    for v in near("dynamic_walk"):   # the dynamic (atomic-ticket) walk (sessions 46-47, on an H100 only: -0.4 .. -2.5 %
+    for v in near("dynamic_walk"):   # the dynamic (atomic-ticket) walk (sessions 46-48, H100 and H200: -0.4 .. -2.5 %
         # at small T, set by the small-T heuristic where down has more than one wave, and by the large-T one where groups
         # are short; the move turns it off there)
         yield cfg.replace(dynamic_walk=v, weight_prefetch=0 if v else cfg.weight_prefetch,
